@@ -1,0 +1,51 @@
+# sonicsite: `make run` (demo on a local site) and `make test` are all a new user needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+MODELS := build/models
+# Debian packages the local site needs: the Python-backend stub embeds the system libpython.
+APT_PACKAGES := libpython3.11
+
+.PHONY: run test lint format models install system clean
+
+run: install models
+	$(BIN)/sonicsite demo
+
+test: install models
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+models: $(MODELS)/manifest.json
+
+$(MODELS)/manifest.json: $(VENV)/.installed models/*.py models/*/config.pbtxt
+	$(BIN)/sonicsite models build --out $(MODELS)
+
+install: system $(VENV)/.installed
+
+# torch first, pinned to the local CPU wheel, so that nothing pulls a CUDA build; weaver-core
+# without its dependencies: its model definitions need only torch.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[site,models,dev]"
+	$(PY) -m pip install -q --no-deps "weaver-core==0.5.3"
+	touch $@
+
+system:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	  else echo "missing Debian packages:$$missing; run: sudo apt-get install$$missing"; exit 1; fi; \
+	fi
+
+clean:
+	rm -rf build sonicsite-out .sonicsite .pytest_cache .ruff_cache

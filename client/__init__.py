@@ -1,0 +1,1 @@
+"""sonicsite.client: the worker library (SoA layouts, copy plans, transports, job streams)."""

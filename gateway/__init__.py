@@ -1,0 +1,1 @@
+"""sonicsite.gateway: the site's HTTP front door (KServe v2 REST, /v1/site, status page)."""

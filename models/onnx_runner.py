@@ -1,0 +1,77 @@
+"""Generic Triton Python-backend model that serves an ONNX file with onnxruntime.
+
+Copied as `model.py` into every model of the local repository. It reads the inputs and
+outputs from the model's own config, so one runner serves every model: requests that
+Triton's dynamic batcher hands over together are concatenated along the batch dimension,
+run once, and split back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# The Python-backend stub runs an isolated interpreter that ignores PYTHONPATH; the launcher
+# writes the serving environment's package folders beside this file.
+_PATHS = Path(__file__).with_name("python_path.txt")
+if _PATHS.is_file():
+    for _p in reversed(_PATHS.read_text().split()):
+        if _p not in sys.path:
+            sys.path.insert(0, _p)
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        self.batching = int(config.get("max_batch_size", 0)) > 0
+        self.inputs = [i["name"] for i in config["input"]]
+        self.outputs = [
+            (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
+        ]
+        params = config.get("parameters", {})
+        threads = int(params.get("ort_intra_op_threads", {}).get("string_value", "1"))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
+        self.session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        session_inputs = {i.name for i in self.session.get_inputs()}
+        missing = [n for n in self.inputs if n not in session_inputs]
+        if missing:
+            raise pb_utils.TritonModelException(
+                f"{path}: config inputs {missing} are not inputs of the ONNX graph"
+            )
+
+    def _arrays(self, request) -> dict[str, np.ndarray]:
+        return {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.inputs}
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        names = [n for n, _ in self.outputs]
+        results = self.session.run(names, feeds)
+        return [
+            np.ascontiguousarray(r, dtype=dt)
+            for r, (_, dt) in zip(results, self.outputs, strict=True)
+        ]
+
+    def _response(self, results: list[np.ndarray]):
+        tensors = [pb_utils.Tensor(n, r) for (n, _), r in zip(self.outputs, results, strict=True)]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def execute(self, requests):
+        arrays = [self._arrays(r) for r in requests]
+        inner = {tuple(a[n].shape[1:] for n in self.inputs) for a in arrays}
+        if not self.batching or len(requests) == 1 or len(inner) > 1:
+            return [self._response(self._run(a)) for a in arrays]
+        sizes = [next(iter(a.values())).shape[0] for a in arrays]
+        feeds = {n: np.concatenate([a[n] for a in arrays]) for n in self.inputs}
+        results = self._run(feeds)
+        bounds = np.cumsum(sizes)[:-1]
+        per_request = zip(*(np.split(r, bounds) for r in results), strict=True)
+        return [self._response(list(parts)) for parts in per_request]

@@ -1,0 +1,1 @@
+"""sonicsite.operator: the control plane (discovery, load view, admission, xDS, autoscaling)."""

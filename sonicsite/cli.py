@@ -1,0 +1,246 @@
+"""The `sonicsite` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .state import DEFAULT_SITE_DIR, SiteState
+
+DEMO_MODELS = ["particlenet_ak4", "deepmet"]
+
+
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer ≥ {minimum}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _model_list(text: str) -> list[str]:
+    from .models.repository import model_names
+
+    names = [n for n in text.split(",") if n]
+    known = model_names()
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {unknown or [text]}; "
+            f"expected a comma-separated list of: {', '.join(known)}"
+        )
+    return names
+
+
+def _site_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_SITE_DIR,
+        help="site directory holding state.json, logs and the local repository",
+    )
+
+
+def _up_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--servers", type=_at_least(1), default=2, help="Triton servers to start")
+    p.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path("build/models"),
+        help="where `sonicsite models build` wrote the ONNX files",
+    )
+    p.add_argument(
+        "--ort-threads", type=_at_least(1), default=1, help="onnxruntime threads per model instance"
+    )
+
+
+def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) -> None:
+    p.add_argument("--jobs", type=_at_least(1), default=jobs, help="worker jobs in the stream")
+    p.add_argument("--wave", type=_at_least(1), default=wave, help="jobs running at once")
+    p.add_argument("--events", type=_at_least(1), default=events, help="events per job")
+    p.add_argument(
+        "--batch", type=_at_least(0), default=0, help="events per request (0: the model's default)"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("sonicsite-out"),
+        help="where report.json, report.png and the job files go",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sonicsite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="start a local site")
+    _site_args(p)
+    _up_args(p)
+    p.add_argument(
+        "--models",
+        type=_model_list,
+        default=None,
+        help="comma-separated models to serve (default: all)",
+    )
+
+    p = sub.add_parser("down", help="stop the local site")
+    _site_args(p)
+
+    p = sub.add_parser("status", help="show the local site")
+    _site_args(p)
+    p.add_argument("--json", action="store_true", help="print the site state as JSON")
+
+    p = sub.add_parser("submit", help="run a stream of worker jobs against the site")
+    _site_args(p)
+    p.add_argument(
+        "--model",
+        type=_model_list,
+        required=True,
+        help="model, or comma-separated models that jobs take in turn",
+    )
+    _stream_args(p, jobs=4, wave=2, events=100)
+
+    p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
+    _site_args(p)
+    _up_args(p)
+    _stream_args(p, jobs=8, wave=4, events=300)
+
+    p = sub.add_parser("models", help="the model repository")
+    msub = p.add_subparsers(dest="models_command", required=True)
+    b = msub.add_parser("build", help="build the ONNX files deterministically")
+    b.add_argument("--out", type=Path, default=Path("build/models"))
+    b.add_argument("--only", type=_model_list, default=None, help="comma-separated models")
+    return parser
+
+
+def _ready(http_address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{http_address}/v2/health/ready", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .site import alive
+
+    try:
+        state = SiteState.load(args.dir)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    live = {s.id: alive(s.pid) and _ready(s.http_address) for s in state.servers}
+    if args.json:
+        data = json.loads(state.to_json())
+        for server in data["servers"]:
+            server["ready"] = live[server["id"]]
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"site {state.site_dir}: {sum(live.values())}/{len(state.servers)} servers ready")
+    for s in state.servers:
+        print(
+            f"  {s.id:<10} pid {s.pid:<7} grpc {s.grpc_address:<22} http {s.http_address:<22} "
+            f"metrics {s.metrics_url}  {'ready' if live[s.id] else 'NOT READY'}"
+        )
+    print(f"  models: {', '.join(state.models)}")
+    return 0
+
+
+def _print_report(report: dict, out: Path) -> None:
+    keys = [
+        "events_total",
+        "events_ok",
+        "events_failed",
+        "events_duplicated",
+        "throughput_eps",
+        "latency_ms",
+        "per_server",
+        "retries",
+        "duration_s",
+    ]
+    print(json.dumps({k: report[k] for k in keys}, indent=2))
+    for model, summary in report["per_model"].items():
+        print(
+            f"  {model}: {summary['events_ok']}/{summary['events_total']} ok, "
+            f"{summary['throughput_eps']} events/s, p99 {summary['latency_ms']['p99']} ms"
+        )
+    print(f"report: {out / 'report.json'} and {out / 'report.png'}")
+
+
+def _submit(args: argparse.Namespace, models: list[str]) -> dict:
+    from .jobs import StreamSpec, progress_bar, submit
+
+    spec = StreamSpec(
+        site_dir=args.dir.resolve(),
+        models=models,
+        jobs=args.jobs,
+        wave=args.wave,
+        events=args.events,
+        out=args.out,
+        batch=args.batch,
+        seed=args.seed,
+    )
+    report = submit(spec, progress_bar())
+    _print_report(report, args.out)
+    return report
+
+
+def _stream_ok(report: dict) -> bool:
+    return report["events_ok"] == report["events_total"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "models":
+        from .models.builders import build
+
+        manifest = build(args.out, args.only)
+        for name, files in sorted(manifest.items()):
+            for fname, digest in files.items():
+                print(f"{name}/1/{fname}  sha256 {digest[:16]}")
+        return 0
+    if args.command == "status":
+        return cmd_status(args)
+
+    from .site import SiteError, down, up
+
+    try:
+        if args.command == "up":
+            state = up(args.dir, args.servers, args.models, args.build_dir, args.ort_threads)
+            print(f"site up in {state.site_dir}: {len(state.servers)} servers")
+            return cmd_status(argparse.Namespace(dir=args.dir, json=False))
+        if args.command == "down":
+            stopped = down(args.dir)
+            print(f"stopped {len(stopped)} server(s): {' '.join(map(str, stopped))}")
+            return 0
+        if args.command == "submit":
+            return 0 if _stream_ok(_submit(args, args.model)) else 1
+        if args.command == "demo":
+            up(args.dir, args.servers, DEMO_MODELS, args.build_dir, args.ort_threads)
+            try:
+                cmd_status(argparse.Namespace(dir=args.dir, json=False))
+                report = _submit(args, DEMO_MODELS)
+            finally:
+                stopped = down(args.dir)
+                print(f"site stopped ({len(stopped)} servers)")
+            return 0 if _stream_ok(report) else 1
+    except (SiteError, FileNotFoundError, ValueError) as exc:
+        print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
