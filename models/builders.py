@@ -149,6 +149,12 @@ class _ParTWrapper:
                 # ParT reads no points; a zero-weighted use keeps `pf_points` a graph input so
                 # the published signature and Triton's input checks hold.
                 mask = mask + 0.0 * points[:, :1, :]
+                # ONNX has no atan2: the exporter's decomposition gives NaN for the azimuth of
+                # an all-zero (padded) 4-vector where torch gives 0, and the NaN reaches every
+                # output through attention. Padded slots are masked out of attention, so any
+                # finite vector serves there: a unit massless one.
+                unit = torch.tensor([1.0, 0.0, 0.0, 1.0]).view(1, 4, 1)
+                vectors = torch.where(mask > 0, vectors, unit)
                 return self.mod(features, v=vectors, mask=mask)
 
         return Wrapper()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .report import build_report, write_report
+from .state import SiteState
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
     for name, value in (("jobs", spec.jobs), ("wave", spec.wave), ("events", spec.events)):
         if value < 1:
             raise ValueError(f"{name}: expected an integer ≥ 1, got {value}")
+    state = SiteState.load(spec.site_dir)  # fails with how to start a site
+    missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
+    if missing:
+        raise ValueError(f"model: no server of the site serves {missing}; it serves {state.models}")
     jobs_dir = spec.out / "jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
     total = spec.jobs * spec.events

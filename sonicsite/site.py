@@ -67,7 +67,7 @@ def up(
             cmd = command(
                 install, repository, backends, ServerPorts(http, grpc, metrics), server_id
             )
-            proc = start(cmd, env, log)
+            proc = start(cmd, env, log, cwd=site_dir)
             procs.append(proc)
             state.servers.append(
                 ServerInfo(

@@ -124,17 +124,30 @@ def command(
     ]
 
 
-def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """Start in a new session: the server and its stubs form one process group we can stop."""
+def start(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
+    """Start in a new session: the server and its stubs form one process group we can stop.
+
+    The stubs put their working directory first on sys.path, so it must hold no packages.
+    """
     with open(log, "ab") as out:
         return subprocess.Popen(
             cmd,
             env=env,
+            cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def _failure_lines(log: Path) -> str:
+    """The lines of a Triton log that say why it failed, else its tail."""
+    if not log.exists():
+        return ""
+    text = log.read_text(errors="replace")
+    lines = [ln for ln in text.splitlines() if "failed to load" in ln or ln.startswith("error:")]
+    return "\n".join(ln[:600] for ln in lines[-8:]) or text[-3000:]
 
 
 def wait_ready(
@@ -145,8 +158,10 @@ def wait_ready(
     url = f"http://{http}/v2/health/ready"
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise TritonError(f"tritonserver (pid {pid}) exited with {proc.returncode}:\n{tail}")
+            raise TritonError(
+                f"tritonserver (pid {pid}) exited with {proc.returncode} (log {log}):\n"
+                + _failure_lines(log)
+            )
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
                 if reply.status == 200:
@@ -154,5 +169,7 @@ def wait_ready(
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(0.25)
-    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-    raise TritonError(f"tritonserver (pid {pid}) not ready after {timeout:.0f} s:\n{tail}")
+    raise TritonError(
+        f"tritonserver (pid {pid}) not ready after {timeout:.0f} s (log {log}):\n"
+        + _failure_lines(log)
+    )

@@ -1,0 +1,124 @@
+"""Job streams: every event answered exactly once, across servers, even when one dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from sonicsite import site as launcher
+from sonicsite.jobs import StreamSpec, submit
+
+
+def _answers(out: Path) -> Counter:
+    counts: Counter = Counter()
+    for path in sorted((out / "jobs").glob("job-*.json")):
+        counts.update({int(k): v for k, v in json.loads(path.read_text())["answered"].items()})
+    return counts
+
+
+def test_stream_answers_every_event_exactly_once(site, tmp_path):
+    spec = StreamSpec(
+        site_dir=Path(site.site_dir),
+        models=["particlenet_ak4", "simple", "gnn_linking", "deepmet"],
+        jobs=8,
+        wave=4,
+        events=30,
+        out=tmp_path / "out",
+        batch=0,
+    )
+    report = submit(spec)
+    total = 8 * 30
+    assert report["events_total"] == total
+    assert report["events_ok"] == total and report["events_failed"] == 0
+    assert report["events_duplicated"] == 0
+    answers = _answers(spec.out)
+    assert set(answers) == set(range(total)) and set(answers.values()) == {1}
+    assert set(report["per_server"]) == {"triton-0", "triton-1"}
+    assert sum(report["per_server"].values()) == total
+    assert {m: s["events_ok"] for m, s in report["per_model"].items()} == {
+        "particlenet_ak4": 60,
+        "simple": 60,
+        "gnn_linking": 60,
+        "deepmet": 60,
+    }
+    saved = json.loads((spec.out / "report.json").read_text())
+    assert (
+        saved["events_ok"] == total and saved["latency_ms"]["p99"] >= saved["latency_ms"]["p50"] > 0
+    )
+    assert (spec.out / "report.png").stat().st_size > 10_000
+
+
+def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    state = launcher.up(site_dir, servers=2, models=["particlenet_ak4"], build_dir=built_models)
+    victim = state.servers[1]
+    try:
+        spec = StreamSpec(
+            site_dir=site_dir,
+            models=["particlenet_ak4"],
+            jobs=4,
+            wave=4,
+            events=120,
+            out=tmp_path / "out",
+            batch=8,
+        )
+        progress: list[int] = [0]
+        result: dict = {}
+        runner = threading.Thread(
+            target=lambda: result.update(submit(spec, lambda d, t: progress.__setitem__(0, d)))
+        )
+        runner.start()
+        deadline = time.monotonic() + 120
+        while progress[0] < 80 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress[0] >= 80, "the stream did not start"
+        os.killpg(victim.pid, signal.SIGKILL)
+        runner.join(timeout=300)
+        assert not runner.is_alive()
+    finally:
+        launcher.down(site_dir)
+    assert result["events_ok"] == result["events_total"] == 480
+    assert result["events_duplicated"] == 0
+    assert result["retries"] > 0
+    answers = _answers(spec.out)
+    assert set(answers) == set(range(480)) and set(answers.values()) == {1}
+
+
+def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sonicsite.cli",
+            "demo",
+            "--dir",
+            str(tmp_path / "site"),
+            "--build-dir",
+            str(built_models),
+            "--jobs",
+            "2",
+            "--wave",
+            "2",
+            "--events",
+            "40",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["events_ok"] == report["events_total"] == 80
+    assert "site stopped (2 servers)" in out.stdout
+    pids = [int(m) for m in re.findall(r"pid (\d+)", out.stdout)]
+    assert len(pids) == 2 and not [p for p in pids if launcher.alive(p)]
