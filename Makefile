@@ -4,6 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 MODELS := build/models
+SOURCES := $(shell find sonicsite client operator gateway models -name '*.py' -o -name '*.pbtxt' -o -name '*.json' 2>/dev/null)
+# Strict editable install: a link tree under build/ that resolves operator/ (a namespace
+# portion without __init__.py, so that it never shadows the standard library's `operator`).
+STRICT := --config-settings editable_mode=strict
 # Debian packages the local site needs: the Python-backend stub embeds the system libpython.
 APT_PACKAGES := libpython3.11
 
@@ -32,12 +36,17 @@ install: system $(VENV)/.installed
 
 # torch first, pinned to the local CPU wheel, so that nothing pulls a CUDA build; weaver-core
 # without its dependencies: its model definitions need only torch.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.deps: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[site,models,dev]"
+	$(PY) -m pip install -q -e ".[site,models,dev]" $(STRICT)
 	$(PY) -m pip install -q --no-deps "weaver-core==0.5.3"
+	touch $@
+
+# Relink the editable tree when sources change (new files need a link; takes seconds).
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . $(STRICT)
 	touch $@
 
 system:
@@ -48,4 +57,4 @@ system:
 	fi
 
 clean:
-	rm -rf build sonicsite-out .sonicsite .pytest_cache .ruff_cache
+	rm -rf $(MODELS) sonicsite-out .sonicsite .pytest_cache .ruff_cache

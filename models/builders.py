@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .repository import ONNX_FILE, load_entry, model_names
@@ -117,54 +116,51 @@ def build_particlenet_ak4(config: mc.ModelConfig, path: Path) -> None:
     _export_torch(model, _example(config, 2), config, path, _batch_axes(config))
 
 
-class _ParTWrapper:
-    """ParT's exported signature (points, features, vectors, mask), as in its ONNX recipe."""
+def _particle_transformer_module(config: mc.ModelConfig):
+    """ParT with its exported signature (points, features, vectors, mask), as in its ONNX recipe."""
+    import torch
+    from weaver.nn.model.ParticleTransformer import ParticleTransformer
 
-    @staticmethod
-    def make(config: mc.ModelConfig):
-        import torch
-        from weaver.nn.model.ParticleTransformer import ParticleTransformer
+    dims = {t.name: list(t.dims) for t in config.input}
 
-        dims = {t.name: list(t.dims) for t in config.input}
+    class Wrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            # trim=False: the eval-time trimmer would bake the traced length into the graph.
+            self.mod = ParticleTransformer(
+                input_dim=dims["pf_features"][0],
+                num_classes=config.output[0].dims[0],
+                pair_input_dim=4,
+                embed_dims=[128, 512, 128],
+                pair_embed_dims=[64, 64, 64],
+                num_heads=8,
+                num_layers=8,
+                num_cls_layers=2,
+                fc_params=[],
+                trim=False,
+                for_inference=True,
+            )
 
-        class Wrapper(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                # trim=False: the eval-time trimmer would bake the traced length into the graph.
-                self.mod = ParticleTransformer(
-                    input_dim=dims["pf_features"][0],
-                    num_classes=config.output[0].dims[0],
-                    pair_input_dim=4,
-                    embed_dims=[128, 512, 128],
-                    pair_embed_dims=[64, 64, 64],
-                    num_heads=8,
-                    num_layers=8,
-                    num_cls_layers=2,
-                    fc_params=[],
-                    trim=False,
-                    for_inference=True,
-                )
+        def forward(self, points, features, vectors, mask):
+            # ParT reads no points; a zero-weighted use keeps `pf_points` a graph input so
+            # the published signature and Triton's input checks hold.
+            mask = mask + 0.0 * points[:, :1, :]
+            # ONNX has no atan2: the exporter's decomposition gives NaN for the azimuth of
+            # an all-zero (padded) 4-vector where torch gives 0, and the NaN reaches every
+            # output through attention. Padded slots are masked out of attention, so any
+            # finite vector serves there: a unit massless one.
+            unit = torch.tensor([1.0, 0.0, 0.0, 1.0]).view(1, 4, 1)
+            vectors = torch.where(mask > 0, vectors, unit)
+            return self.mod(features, v=vectors, mask=mask)
 
-            def forward(self, points, features, vectors, mask):
-                # ParT reads no points; a zero-weighted use keeps `pf_points` a graph input so
-                # the published signature and Triton's input checks hold.
-                mask = mask + 0.0 * points[:, :1, :]
-                # ONNX has no atan2: the exporter's decomposition gives NaN for the azimuth of
-                # an all-zero (padded) 4-vector where torch gives 0, and the NaN reaches every
-                # output through attention. Padded slots are masked out of attention, so any
-                # finite vector serves there: a unit massless one.
-                unit = torch.tensor([1.0, 0.0, 0.0, 1.0]).view(1, 4, 1)
-                vectors = torch.where(mask > 0, vectors, unit)
-                return self.mod(features, v=vectors, mask=mask)
-
-        return Wrapper()
+    return Wrapper()
 
 
 def build_particle_transformer(config: mc.ModelConfig, path: Path) -> None:
     import torch
 
     torch.manual_seed(SEED)
-    model = _ParTWrapper.make(config)
+    model = _particle_transformer_module(config)
     example = list(_example(config, 2))
     example[3] = torch.ones_like(example[3])  # a full mask
     _export_torch(model, tuple(example), config, path, _batch_axes(config))
@@ -231,7 +227,6 @@ def build(out: Path, names: list[str] | None = None) -> dict[str, dict[str, str]
         version_dir.mkdir(parents=True, exist_ok=True)
         for stale in version_dir.iterdir():
             stale.unlink()
-        np.random.seed(SEED)
         BUILDERS[name](entry.config, version_dir / ONNX_FILE)
         manifest[name] = {f.name: _sha256(f) for f in sorted(version_dir.iterdir())}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

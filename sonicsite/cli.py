@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from .state import DEFAULT_SITE_DIR, SiteState
@@ -125,23 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _ready(http_address: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{http_address}/v2/health/ready", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from .site import alive
+    from .triton import is_ready
 
     try:
         state = SiteState.load(args.dir)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
         return 1
-    live = {s.id: alive(s.pid) and _ready(s.http_address) for s in state.servers}
+    live = {s.id: alive(s.pid) and is_ready(s.http_address) for s in state.servers}
     if args.json:
         data = json.loads(state.to_json())
         for server in data["servers"]:

@@ -71,6 +71,7 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
             result.unlink(missing_ok=True)
             cmd = [
                 sys.executable,
+                "-P",  # never import from the working directory (the repository root)
                 "-m",
                 "sonicsite.worker",
                 "--site",
@@ -99,7 +100,7 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
             time.sleep(0.2)
         for r in running:
             exit_codes[r.job] = r.proc.wait()
-        finished += sum(spec.events for _ in running)
+        finished += spec.events * len(running)
         if progress:
             progress(finished, total)
     results = []

@@ -41,7 +41,7 @@ def up(
     site_dir = Path(site_dir).resolve()
     if (site_dir / STATE_FILE).exists():
         existing = SiteState.load(site_dir)
-        if any(_alive(s.pid) for s in existing.servers):
+        if any(alive(s.pid) for s in existing.servers):
             raise SiteError(
                 f"a site is already running in {site_dir}; stop it with `sonicsite down`"
             )
@@ -91,7 +91,7 @@ def up(
     return state
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -100,7 +100,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -131,13 +131,13 @@ def stop_group(pid: int, grace: float = 15.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _group_members(pid):
+    while time.monotonic() < deadline and group_members(pid):
         _reap(pid)
         time.sleep(0.1)
-    if _group_members(pid):
+    if group_members(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        while _group_members(pid):
+        while group_members(pid):
             _reap(pid)
             time.sleep(0.05)
     _reap(pid)
@@ -154,12 +154,8 @@ def down(site_dir: Path) -> list[int]:
     state = SiteState.load(Path(site_dir))
     stopped = []
     for server in state.servers:
-        if _is_our_server(server) or _group_members(server.pid):
+        if _is_our_server(server) or group_members(server.pid):
             stop_group(server.pid)
             stopped.append(server.pid)
     (Path(site_dir) / STATE_FILE).unlink(missing_ok=True)
     return stopped
-
-
-def alive(pid: int) -> bool:
-    return _alive(pid)

@@ -150,24 +150,28 @@ def _failure_lines(log: Path) -> str:
     return "\n".join(ln[:600] for ln in lines[-8:]) or text[-3000:]
 
 
+def is_ready(http: str) -> bool:
+    """Triton's strict readiness: the server is up and every model is loaded."""
+    try:
+        with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=2) as reply:
+            return reply.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
 def wait_ready(
     proc: subprocess.Popen | None, pid: int, http: str, log: Path, timeout: float = 180.0
 ) -> None:
     """Poll /v2/health/ready (strict: every model loaded) until it answers 200."""
     deadline = time.monotonic() + timeout
-    url = f"http://{http}/v2/health/ready"
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise TritonError(
                 f"tritonserver (pid {pid}) exited with {proc.returncode} (log {log}):\n"
                 + _failure_lines(log)
             )
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
+        if is_ready(http):
+            return
         time.sleep(0.25)
     raise TritonError(
         f"tritonserver (pid {pid}) not ready after {timeout:.0f} s (log {log}):\n"

@@ -96,6 +96,7 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     out = subprocess.run(
         [
             sys.executable,
+            "-P",
             "-m",
             "sonicsite.cli",
             "demo",

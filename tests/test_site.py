@@ -13,15 +13,11 @@ import pytest
 from sonicsite import site as launcher
 from sonicsite.state import SiteState
 
-SONICSITE = [sys.executable, "-m", "sonicsite.cli"]
+SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
-
-
-def _group_alive(pgid: int) -> list[int]:
-    return launcher._group_members(pgid)
 
 
 def test_status_json_lists_every_ready_server(site):
@@ -44,11 +40,11 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
         tmp_path / "s", servers=1, models=["simple", "identity"], build_dir=built_models
     )
     pid = state.servers[0].pid
-    members = _group_alive(pid)
+    members = launcher.group_members(pid)
     assert pid in members and len(members) >= 3  # the server and one stub per model
     stopped = launcher.down(tmp_path / "s")
     assert stopped == [pid]
-    assert not _group_alive(pid)
+    assert not launcher.group_members(pid)
     assert not (tmp_path / "s" / "state.json").exists()
 
 
@@ -62,7 +58,7 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
             tmp_path / "s", servers=1, models=["simple"], build_dir=broken, ready_timeout=60
         )
     pid = int(str(caught.value).split("pid ")[1].split(")")[0])
-    assert not launcher.alive(pid) and not _group_alive(pid)
+    assert not launcher.alive(pid) and not launcher.group_members(pid)
 
 
 @pytest.mark.parametrize(
