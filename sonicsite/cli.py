@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_status(args)
 
     from .site import SiteError, down, up
+    from .triton import TritonError
 
     try:
         if args.command == "up":
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 stopped = down(args.dir)
                 print(f"site stopped ({len(stopped)} servers)")
             return 0 if _stream_ok(report) else 1
-    except (SiteError, FileNotFoundError, ValueError) as exc:
+    except (SiteError, TritonError, FileNotFoundError, ValueError) as exc:
         print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
         return 1
     return 2
