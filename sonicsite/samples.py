@@ -108,12 +108,31 @@ def _normalise(raw: np.ndarray, info: dict) -> np.ndarray:
     return np.clip(x, info["lower_bound"], info["upper_bound"])
 
 
-def _padded_counts(
+def _padded_mask(
     rng: np.random.Generator, n: int, mean: float, length: int, minimum: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+) -> np.ndarray:
     counts = np.clip(rng.poisson(mean, n), minimum, length)
-    mask = np.arange(length)[None, :] < counts[:, None]
-    return counts, mask
+    return np.arange(length)[None, :] < counts[:, None]
+
+
+def _constituents(
+    rng: np.random.Generator,
+    jet_pt: np.ndarray,
+    mean: float,
+    length: int,
+    spread: float,
+    radius: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """pT-ordered constituents sharing each jet's pT, spread in (Δη, Δφ) around its axis.
+    Returns mask, pt, deta, dphi; padded slots have zero pT."""
+    n = len(jet_pt)
+    filled = _padded_mask(rng, n, mean, length, minimum=2)
+    share = np.sort(rng.exponential(1.0, (n, length)) * filled, axis=1)[:, ::-1]
+    mask = share > 0
+    pt = share / share.sum(axis=1, keepdims=True) * jet_pt[:, None]
+    deta = rng.normal(0, spread, (n, length)).clip(-radius, radius)
+    dphi = rng.normal(0, spread, (n, length)).clip(-radius, radius)
+    return mask, pt, deta, dphi
 
 
 def particlenet_ak4(n: int, rng: np.random.Generator) -> Sample:
@@ -123,12 +142,7 @@ def particlenet_ak4(n: int, rng: np.random.Generator) -> Sample:
     npf, nsv = pre["pf_features"]["length"], pre["sv_features"]["length"]
     jet_pt = 30 + rng.exponential(60, n)
     jet_eta = rng.uniform(-2.4, 2.4, n)
-    _, pmask = _padded_counts(rng, n, 22, npf, minimum=2)
-    share = np.sort(rng.exponential(1.0, (n, npf)) * pmask, axis=1)[:, ::-1]
-    pmask = share > 0
-    pt = share / share.sum(axis=1, keepdims=True) * jet_pt[:, None]
-    etarel = rng.normal(0, 0.08, (n, npf)).clip(-0.4, 0.4)
-    phirel = rng.normal(0, 0.08, (n, npf)).clip(-0.4, 0.4)
+    pmask, pt, etarel, phirel = _constituents(rng, jet_pt, 22, npf, spread=0.08, radius=0.4)
     eta = jet_eta[:, None] + etarel
     charge = rng.choice([-1, 0, 1], (n, npf), p=[0.33, 0.34, 0.33])
     charged = charge != 0
@@ -157,7 +171,7 @@ def particlenet_ak4(n: int, rng: np.random.Generator) -> Sample:
         "pfcand_btagSip3dSig": sip / 0.01,
         "pfcand_btagJetDistVal": -np.abs(rng.normal(0, 0.01, (n, npf))) * charged,
     }
-    _, smask = _padded_counts(rng, n, 0.9, nsv)
+    smask = _padded_mask(rng, n, 0.9, nsv)
     sv_etarel = rng.normal(0, 0.1, (n, nsv))
     sv_phirel = rng.normal(0, 0.1, (n, nsv))
     d3d = rng.exponential(0.3, (n, nsv))
@@ -195,12 +209,7 @@ def particle_transformer(n: int, rng: np.random.Generator) -> Sample:
     """Large-radius jets in JetClass's input format (17 features, 4-vectors, 128 particles)."""
     length = 128
     jet_pt, jet_eta = rng.uniform(500, 1000, n), rng.uniform(-2, 2, n)
-    _, mask = _padded_counts(rng, n, 50, length, minimum=2)
-    share = np.sort(rng.exponential(1.0, (n, length)) * mask, axis=1)[:, ::-1]
-    mask = share > 0
-    pt = share / share.sum(axis=1, keepdims=True) * jet_pt[:, None]
-    deta = rng.normal(0, 0.15, (n, length)).clip(-0.8, 0.8)
-    dphi = rng.normal(0, 0.15, (n, length)).clip(-0.8, 0.8)
+    mask, pt, deta, dphi = _constituents(rng, jet_pt, 50, length, spread=0.15, radius=0.8)
     eta, phi = jet_eta[:, None] + deta, dphi
     energy = pt * np.cosh(eta)
     pid = rng.integers(0, 5, (n, length))
@@ -235,7 +244,7 @@ def particle_transformer(n: int, rng: np.random.Generator) -> Sample:
 def deepmet(n: int, rng: np.random.Generator) -> Sample:
     """Events of ~1500 PF candidates (up to 4500), momenta divided by CMSSW's norm of 50."""
     length = 4500
-    _, mask = _padded_counts(rng, n, 1500, length, minimum=1)
+    mask = _padded_mask(rng, n, 1500, length, minimum=1)
     pt = rng.exponential(2.0, (n, length)) * mask
     eta = rng.uniform(-5, 5, (n, length))
     phi = rng.uniform(-np.pi, np.pi, (n, length))
