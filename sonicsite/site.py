@@ -16,7 +16,16 @@ from pathlib import Path
 from .models.repository import model_names, write_local_repository
 from .ports import free_ports
 from .state import STATE_FILE, ServerInfo, SiteState
-from .triton import ServerPorts, TritonError, TritonInstall, command, start, wait_ready
+from .triton import (
+    ServerPorts,
+    TritonError,
+    TritonInstall,
+    command,
+    remove_shm_regions,
+    shm_prefix,
+    start,
+    wait_ready,
+)
 
 DEFAULT_BUILD_DIR = Path("build/models")
 
@@ -157,5 +166,7 @@ def down(site_dir: Path) -> list[int]:
         if _is_our_server(server) or group_members(server.pid):
             stop_group(server.pid)
             stopped.append(server.pid)
+        ports = ServerPorts(server.http_port, server.grpc_port, server.metrics_port)
+        remove_shm_regions(shm_prefix(server.id, ports))
     (Path(site_dir) / STATE_FILE).unlink(missing_ok=True)
     return stopped

@@ -93,6 +93,20 @@ class ServerPorts:
     metrics: int
 
 
+def shm_prefix(server_id: str, ports: ServerPorts) -> str:
+    """Name prefix of the Python backend's /dev/shm regions for one server (unique per port)."""
+    return f"sonicsite_{server_id}_{ports.grpc}_"
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = Path("/dev/shm")) -> list[str]:
+    """Remove what a stopped server left in /dev/shm; only names with its own prefix."""
+    removed = []
+    for region in shm_dir.glob(f"{prefix}*"):
+        region.unlink(missing_ok=True)
+        removed.append(region.name)
+    return removed
+
+
 def command(
     install: TritonInstall,
     repository: Path,
@@ -118,6 +132,8 @@ def command(
         "--strict-readiness=true",
         "--exit-timeout-secs=5",
         # Large payloads (tens of MB) move between server and stub through shared memory.
+        # The per-server prefix lets `down` remove the regions a killed server leaves behind.
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix(server_id, ports)}",
         "--backend-config=python,shm-default-byte-size=4194304",
         "--backend-config=python,shm-growth-byte-size=67108864",
         "--log-verbose=0",

@@ -83,8 +83,13 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
         os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
+        # A SIGKILLed server leaves its Python-backend regions in /dev/shm ...
+        regions = f"sonicsite_{victim.id}_{victim.grpc_port}_*"
+        assert list(Path("/dev/shm").glob(regions))
     finally:
         launcher.down(site_dir)
+    # ... and `down` removes exactly those.
+    assert not list(Path("/dev/shm").glob(regions))
     assert result["events_ok"] == result["events_total"] == 480
     assert result["events_duplicated"] == 0
     assert result["retries"] > 0
