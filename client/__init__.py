@@ -1,1 +1,32 @@
-"""sonicsite.client: the worker library (SoA layouts, copy plans, transports, job streams)."""
+"""sonicsite.client: the worker library.
+
+SoA layouts, tensor specs checked against the model, copy plans (0 copies where the layout
+allows, one gather at most), transports (hand-framed gRPC, HTTP binary, system shared
+memory), and the async engine with retries, back-off and failover.
+"""
+
+from .engine import Stream, StreamOptions, StreamResult
+from .errors import InferError
+from .layout import Column, Columns, LayoutError, Ragged, SoA
+from .plan import CopyPlan, CopyRefused, make_plan
+from .session import Client
+from .spec import ModelInfo, SpecError, TensorSpec
+
+__all__ = [
+    "Client",
+    "Column",
+    "Columns",
+    "CopyPlan",
+    "CopyRefused",
+    "InferError",
+    "LayoutError",
+    "ModelInfo",
+    "Ragged",
+    "SoA",
+    "SpecError",
+    "Stream",
+    "StreamOptions",
+    "StreamResult",
+    "TensorSpec",
+    "make_plan",
+]

@@ -71,6 +71,9 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         "--batch", type=_at_least(0), default=0, help="events per request (0: the model's default)"
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--transport", choices=["grpc", "http", "shm"], default="grpc",
+                   help="how workers send: hand-framed gRPC, HTTP binary, or shared memory")
+    p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
     p.add_argument(
         "--out",
         type=Path,
@@ -182,6 +185,8 @@ def _submit(args: argparse.Namespace, models: list[str]) -> dict:
         out=args.out,
         batch=args.batch,
         seed=args.seed,
+        transport=args.transport,
+        window=args.window,
     )
     report = submit(spec, progress_bar())
     _print_report(report, args.out)

@@ -31,6 +31,8 @@ class StreamSpec:
     out: Path
     batch: int = 0  # events per request; 0 = the model's default
     seed: int = 1
+    transport: str = "grpc"  # grpc | http | shm (the client's transports)
+    window: int = 2  # requests in flight per job
 
 
 @dataclass
@@ -86,6 +88,10 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
                 str(spec.batch),
                 "--seed",
                 str(spec.seed),
+                "--transport",
+                spec.transport,
+                "--window",
+                str(spec.window),
                 "--out",
                 str(result),
             ]
@@ -131,6 +137,8 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
             "wave": spec.wave,
             "events_per_job": spec.events,
             "batch": spec.batch,
+            "transport": spec.transport,
+            "window": spec.window,
             "site": str(spec.site_dir),
         },
     )

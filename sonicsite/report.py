@@ -39,6 +39,7 @@ def _summary(results: list[dict], duration: float) -> dict:
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
         "retries": sum(r["retries"] for r in results),
+        "overloaded": sum(r.get("overloaded", 0) for r in results),
         "per_server": dict(sorted(per_server.items())),
     }
 

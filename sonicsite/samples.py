@@ -1,18 +1,23 @@
 """Realistic synthetic event samples for each model, and the checks on their answers.
 
-A worker job holds its events as arrays with a leading event axis (fixed-size models) or as
-flat content plus offsets (graphs). `request(lo, hi)` gives the model inputs for events
-[lo, hi); `check(lo, hi, outputs)` raises AnswerError when an answer is not plausible for
-those events (wrong shape, not finite, not a probability, not the exact arithmetic).
+A worker job holds its events as a Structure of Arrays, one row per event and one column per
+physics quantity (CMS's variable names where they exist), or as ragged node and edge layouts
+for graphs; a TensorSpec maps the columns to the model's inputs and outputs back to columns.
+`request(lo, hi)` gives the columns of events [lo, hi); `check(lo, hi, outputs)` raises
+AnswerError when an answer is not plausible for those events (missing, not finite, not a
+probability, not the exact arithmetic).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .client.layout import Column, Columns, Ragged, SoA
+from .client.spec import TensorSpec
 from .models.repository import CONFIG_DIR
 
 # Events per request that a worker sends by default: a few ms to tens of ms of server work.
@@ -22,7 +27,7 @@ DEFAULT_BATCH = {
     "particlenet_ak4": 16,
     "deepmet": 4,
     "particle_transformer": 8,
-    "gnn_linking": 8,
+    "gnn_linking": 4,
 }
 
 
@@ -30,76 +35,117 @@ class AnswerError(ValueError):
     """A server answer that cannot be right for the events sent."""
 
 
+Allocate = Callable[[list[Column], int], SoA]
+
+
 @dataclass
 class Sample:
-    """Fixed-shape events: every input array has the event axis first."""
+    """Events as one SoA (one row per event): input columns, output columns (NaN until the
+    answers arrive) and the spec that maps them to the model's tensors."""
 
     model: str
-    inputs: dict[str, np.ndarray]
-    outputs: list[str]
-    expected: dict[str, np.ndarray] = field(default_factory=dict)  # exact answers, if known
-    probabilities: bool = False  # each output row is a softmax
+    soa: SoA
+    spec: TensorSpec
+    expected: dict[str, np.ndarray] = field(default_factory=dict)  # output column -> exact
+    probabilities: tuple[str, ...] = ()  # output columns whose rows are a softmax
 
     def __len__(self) -> int:
-        return next(iter(self.inputs.values())).shape[0]
+        return self.soa.rows
 
-    def request(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        return {name: array[lo:hi] for name, array in self.inputs.items()}
+    def request(self, lo: int, hi: int) -> Columns:
+        return self.soa.rows_slice(lo, hi)
+
+    def reference_inputs(self, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """The model inputs for events [lo, hi), stacked with plain numpy (for comparisons
+        with the stock client)."""
+        return _stack(self.spec, self.request(lo, hi))
 
     def check(self, lo: int, hi: int, outputs: dict[str, np.ndarray]) -> None:
-        for name in self.outputs:
-            out = outputs.get(name)
-            if out is None:
-                raise AnswerError(f"{self.model}: output {name!r} missing from the answer")
-            if out.shape[0] != hi - lo:
-                raise AnswerError(
-                    f"{self.model}: output {name!r} has {out.shape[0]} rows, expected {hi - lo}"
-                )
-            if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
-                raise AnswerError(f"{self.model}: output {name!r} has non-finite values")
-            if self.probabilities:
-                sums = out.sum(axis=-1)
-                if np.any(out < 0) or not np.allclose(sums, 1.0, atol=1e-4):
-                    raise AnswerError(f"{self.model}: output {name!r} rows are not softmax")
-            if name in self.expected and not np.array_equal(out, self.expected[name][lo:hi]):
-                raise AnswerError(f"{self.model}: output {name!r} differs from the exact answer")
+        for block in self.spec.outputs:
+            for name in block.columns:
+                got = self.soa[name][lo:hi]
+                if got.dtype.kind == "f" and not np.all(np.isfinite(got)):
+                    raise AnswerError(
+                        f"{self.model}: column {name!r} has missing or non-finite "
+                        f"answers for events [{lo}, {hi})"
+                    )
+                if name in self.probabilities:
+                    sums = got.sum(axis=-1)
+                    if np.any(got < 0) or not np.allclose(sums, 1.0, atol=1e-4):
+                        raise AnswerError(f"{self.model}: column {name!r} rows are not softmax")
+                if name in self.expected and not np.array_equal(got, self.expected[name][lo:hi]):
+                    raise AnswerError(
+                        f"{self.model}: column {name!r} differs from the exact answer"
+                    )
 
 
 @dataclass
 class GraphSample:
-    """Events as graphs of varying size: flat node and edge content plus offsets. A request
-    of several events is one disjoint graph; edge indices are shifted per event."""
+    """Events as graphs of varying size: node and edge layouts with offsets per event (ragged).
+    A request of one event sends its node and edge rows as they are; a request of several is
+    one disjoint graph, with edge indices shifted per event."""
 
     model: str
-    node_features: np.ndarray  # [total nodes, F]
-    edge_index: np.ndarray  # [2, total edges], local to each event
-    edge_features: np.ndarray  # [total edges, G]
-    node_offsets: np.ndarray  # [events + 1]
-    edge_offsets: np.ndarray  # [events + 1]
-    outputs: list[str] = field(default_factory=lambda: ["edge_score"])
+    nodes: Ragged
+    edges: Ragged  # src and dst are local to each event
+    spec: TensorSpec
+    scores: np.ndarray  # answers, one per edge (NaN until they arrive)
 
     def __len__(self) -> int:
-        return len(self.node_offsets) - 1
+        return len(self.nodes)
 
-    def request(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        n0, n1 = self.node_offsets[lo], self.node_offsets[hi]
-        e0, e1 = self.edge_offsets[lo], self.edge_offsets[hi]
-        counts = np.diff(self.edge_offsets[lo : hi + 1])
-        shift = np.repeat(self.node_offsets[lo:hi] - n0, counts)
-        return {
-            "node_features": self.node_features[n0:n1],
-            "edge_index": self.edge_index[:, e0:e1] + shift,
-            "edge_features": self.edge_features[e0:e1],
-        }
+    def request(self, lo: int, hi: int) -> Columns:
+        nodes, edges = self.nodes.collections(lo, hi), self.edges.collections(lo, hi)
+        if hi - lo > 1:
+            shift = np.repeat(self.nodes.offsets[lo:hi] - self.nodes.offsets[lo], edges.counts())
+            columns = {n: edges.content[n] for n in edges.content.names}
+            columns["src"] = columns["src"] + shift
+            columns["dst"] = columns["dst"] + shift
+            return Columns.merge(nodes.content, Columns(columns))
+        return Columns.merge(nodes.content, edges.content)
+
+    def reference_inputs(self, lo: int, hi: int) -> dict[str, np.ndarray]:
+        return _stack(self.spec, self.request(lo, hi))
 
     def check(self, lo: int, hi: int, outputs: dict[str, np.ndarray]) -> None:
         score = outputs.get("edge_score")
-        edges = int(self.edge_offsets[hi] - self.edge_offsets[lo])
+        edges = int(self.edges.offsets[hi] - self.edges.offsets[lo])
         if score is None or score.shape != (edges,):
             shape = None if score is None else score.shape
             raise AnswerError(f"{self.model}: edge_score shape {shape}, expected ({edges},)")
         if not np.all((score >= 0) & (score <= 1)):
             raise AnswerError(f"{self.model}: edge_score outside [0, 1]")
+        self.scores[self.edges.offsets[lo] : self.edges.offsets[hi]] = score
+
+
+def _stack(spec: TensorSpec, columns: Columns) -> dict[str, np.ndarray]:
+    out = {}
+    for block in spec.inputs:
+        arrays = [columns[c] for c in block.columns]
+        stacked = arrays[0] if len(arrays) == 1 else np.stack(arrays, axis=block.axis)
+        out[block.name] = np.ascontiguousarray(
+            stacked.reshape(block.tensor_shape(arrays[0].shape[0], arrays[0].shape[1:]))
+        )
+    return out
+
+
+def _sample(
+    model: str,
+    inputs: dict[str, np.ndarray],
+    outputs: list[Column],
+    spec: TensorSpec,
+    allocate: Allocate,
+    **kwargs,
+) -> Sample:
+    """Lay out generated columns (and NaN-filled output columns) with `allocate`."""
+    rows = next(iter(inputs.values())).shape[0]
+    schema = [Column(n, a.dtype, a.shape[1:]) for n, a in inputs.items()] + outputs
+    soa = allocate(schema, rows)
+    for name, array in inputs.items():
+        soa[name][...] = array
+    for column in outputs:
+        soa[column.name][...] = np.nan if column.dtype.kind == "f" else 0
+    return Sample(model, soa, spec, **kwargs)
 
 
 def _normalise(raw: np.ndarray, info: dict) -> np.ndarray:
@@ -135,7 +181,7 @@ def _constituents(
     return mask, pt, deta, dphi
 
 
-def particlenet_ak4(n: int, rng: np.random.Generator) -> Sample:
+def particlenet_ak4(n: int, rng: np.random.Generator, allocate: Allocate) -> Sample:
     """AK4 jets: pT-ordered PF candidates and secondary vertices, normalised with CMS's
     preprocessing, padded with zeros and masked."""
     pre = json.loads((CONFIG_DIR / "particlenet_ak4" / "preprocess.json").read_text())
@@ -189,23 +235,28 @@ def particlenet_ak4(n: int, rng: np.random.Generator) -> Sample:
         "sv_d3dsig": d3d / 0.02,
     }
 
-    def block(name: str, raw: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
-        spec = pre[name]
-        cols = [_normalise(raw[v], spec["var_infos"][v]) for v in spec["var_names"]]
-        return (np.stack(cols, axis=1) * mask[:, None, :]).astype(np.float32)
+    columns: dict[str, np.ndarray] = {}
+    spec = TensorSpec("particlenet_ak4")
+    for name, raw, mask in (
+        ("pf_points", pf_raw, pmask),
+        ("pf_features", pf_raw, pmask),
+        ("sv_points", sv_raw, smask),
+        ("sv_features", sv_raw, smask),
+    ):
+        block = pre[name]
+        for var in block["var_names"]:
+            columns[var] = (_normalise(raw[var], block["var_infos"][var]) * mask).astype(np.float32)
+        spec.append_block(name, *block["var_names"])
+    columns["pfcand_mask"] = pmask.astype(np.float32)
+    columns["sv_mask"] = smask.astype(np.float32)
+    spec.append_block("pf_mask", "pfcand_mask", shape=(-1, 1, npf))
+    spec.append_block("sv_mask", "sv_mask", shape=(-1, 1, nsv))
+    spec.append_output("softmax", "flavour")
+    outputs = [Column("flavour", np.float32, (len(pre["output_names"]),))]
+    return _sample("particlenet_ak4", columns, outputs, spec, allocate, probabilities=("flavour",))
 
-    inputs = {
-        "pf_points": block("pf_points", pf_raw, pmask),
-        "pf_features": block("pf_features", pf_raw, pmask),
-        "pf_mask": pmask[:, None, :].astype(np.float32),
-        "sv_points": block("sv_points", sv_raw, smask),
-        "sv_features": block("sv_features", sv_raw, smask),
-        "sv_mask": smask[:, None, :].astype(np.float32),
-    }
-    return Sample("particlenet_ak4", inputs, ["softmax"], probabilities=True)
 
-
-def particle_transformer(n: int, rng: np.random.Generator) -> Sample:
+def particle_transformer(n: int, rng: np.random.Generator, allocate: Allocate) -> Sample:
     """Large-radius jets in JetClass's input format (17 features, 4-vectors, 128 particles)."""
     length = 128
     jet_pt, jet_eta = rng.uniform(500, 1000, n), rng.uniform(-2, 2, n)
@@ -215,33 +266,52 @@ def particle_transformer(n: int, rng: np.random.Generator) -> Sample:
     pid = rng.integers(0, 5, (n, length))
     charge = np.where(pid == 0, rng.choice([-1, 1], (n, length)), 0)
     logs = lambda x: np.log(np.maximum(x, 1e-9))  # noqa: E731
-    feats = [
-        (logs(pt) - 1.7) * 0.7,
-        (logs(energy) - 2.0) * 0.7,
-        (logs(pt / jet_pt[:, None]) + 4.7) * 0.7,
-        (logs(energy / energy.sum(1, keepdims=True)) + 4.7) * 0.7,
-        (np.hypot(deta, dphi) - 0.2) * 4.0,
-        charge,
-        *[(pid == k).astype(float) for k in range(5)],
-        np.tanh(rng.normal(0, 0.01, (n, length))),
-        rng.uniform(0, 0.05, (n, length)),
-        np.tanh(rng.normal(0, 0.01, (n, length))),
-        rng.uniform(0, 0.05, (n, length)),
-        deta,
-        dphi,
-    ]
-    m = mask[:, None, :]
-    vectors = np.stack([pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta), energy], axis=1)
-    inputs = {
-        "pf_points": (np.stack([deta, dphi], axis=1) * m).astype(np.float32),
-        "pf_features": (np.stack(feats, axis=1) * m).astype(np.float32),
-        "pf_vectors": (vectors * m).astype(np.float32),
-        "pf_mask": m.astype(np.float32),
+    features = {
+        "part_pt_log": (logs(pt) - 1.7) * 0.7,
+        "part_e_log": (logs(energy) - 2.0) * 0.7,
+        "part_logptrel": (logs(pt / jet_pt[:, None]) + 4.7) * 0.7,
+        "part_logerel": (logs(energy / energy.sum(1, keepdims=True)) + 4.7) * 0.7,
+        "part_deltaR": (np.hypot(deta, dphi) - 0.2) * 4.0,
+        "part_charge": charge,
+        **{
+            f"part_is{kind}": (pid == k).astype(float)
+            for k, kind in enumerate(
+                ["ChargedHadron", "NeutralHadron", "Photon", "Electron", "Muon"]
+            )
+        },
+        "part_d0val": np.tanh(rng.normal(0, 0.01, (n, length))),
+        "part_d0err": rng.uniform(0, 0.05, (n, length)),
+        "part_dzval": np.tanh(rng.normal(0, 0.01, (n, length))),
+        "part_dzerr": rng.uniform(0, 0.05, (n, length)),
+        "part_deta": deta,
+        "part_dphi": dphi,
     }
-    return Sample("particle_transformer", inputs, ["softmax"], probabilities=True)
+    vectors = {
+        "part_px": pt * np.cos(phi),
+        "part_py": pt * np.sin(phi),
+        "part_pz": pt * np.sinh(eta),
+        "part_energy": energy,
+    }
+    columns = {k: (v * mask).astype(np.float32) for k, v in {**features, **vectors}.items()}
+    columns["part_mask"] = mask.astype(np.float32)
+    spec = (
+        TensorSpec("particle_transformer")
+        .append_block("pf_points", "part_deta", "part_dphi")
+        .append_block("pf_features", *features)
+        .append_block("pf_vectors", *vectors)
+        .append_block("pf_mask", "part_mask", shape=(-1, 1, length))
+        .append_output("softmax", "jet_class")
+    )
+    outputs = [Column("jet_class", np.float32, (10,))]
+    return _sample(
+        "particle_transformer", columns, outputs, spec, allocate, probabilities=("jet_class",)
+    )
 
 
-def deepmet(n: int, rng: np.random.Generator) -> Sample:
+DEEPMET_FEATURES = ("px", "py", "pt", "eta", "d0", "dz", "mass", "puppi_weight")
+
+
+def deepmet(n: int, rng: np.random.Generator, allocate: Allocate) -> Sample:
     """Events of ~1500 PF candidates (up to 4500), momenta divided by CMSSW's norm of 50."""
     length = 4500
     mask = _padded_mask(rng, n, 1500, length, minimum=1)
@@ -250,81 +320,110 @@ def deepmet(n: int, rng: np.random.Generator) -> Sample:
     phi = rng.uniform(-np.pi, np.pi, (n, length))
     charge = rng.choice([-1, 0, 1], (n, length)) * mask
     charged = charge != 0
-    cont = np.stack(
-        [
-            pt * np.cos(phi) / 50,
-            pt * np.sin(phi) / 50,
-            pt / 50,
-            eta * mask,
-            rng.normal(0, 0.01, (n, length)) * charged,
-            rng.normal(0, 0.05, (n, length)) * charged,
-            np.where(charged, 0.1396, 0.0) * mask,
-            rng.uniform(0, 1, (n, length)) * mask,
-        ],
-        axis=-1,
+    values = [
+        pt * np.cos(phi) / 50,
+        pt * np.sin(phi) / 50,
+        pt / 50,
+        eta * mask,
+        rng.normal(0, 0.01, (n, length)) * charged,
+        rng.normal(0, 0.05, (n, length)) * charged,
+        np.where(charged, 0.1396, 0.0) * mask,
+        rng.uniform(0, 1, (n, length)) * mask,
+    ]
+    columns = {k: v.astype(np.float32) for k, v in zip(DEEPMET_FEATURES, values, strict=True)}
+    columns["charge_cat"] = ((charge + 1) * mask).astype(np.float32)
+    columns["pdgid_cat"] = (rng.integers(0, 8, (n, length)) * mask).astype(np.float32)
+    columns["frompv_cat"] = (rng.integers(0, 4, (n, length)) * mask).astype(np.float32)
+    spec = (
+        TensorSpec("deepmet")
+        .append_block("input", *DEEPMET_FEATURES, axis=-1)
+        .append_block("input_cat0", "charge_cat", shape=(-1, length, 1))
+        .append_block("input_cat1", "pdgid_cat", shape=(-1, length, 1))
+        .append_block("input_cat2", "frompv_cat", shape=(-1, length, 1))
+        .append_output("output", "met_xy")
     )
-    inputs = {
-        "input": cont.astype(np.float32),
-        "input_cat0": ((charge + 1) * mask)[..., None].astype(np.float32),
-        "input_cat1": (rng.integers(0, 8, (n, length)) * mask)[..., None].astype(np.float32),
-        "input_cat2": (rng.integers(0, 4, (n, length)) * mask)[..., None].astype(np.float32),
-    }
-    return Sample("deepmet", inputs, ["output"])
+    return _sample("deepmet", columns, [Column("met_xy", np.float32, (2,))], spec, allocate)
 
 
-def gnn_linking(n: int, rng: np.random.Generator) -> GraphSample:
+NODE_FEATURES = ("energy", "x", "y", "z", "eta", "phi", "time", "layers")
+EDGE_FEATURES = ("delta_r", "delta_t", "energy_ratio", "delta_z")
+
+
+def gnn_linking(n: int, rng: np.random.Generator, allocate: Allocate) -> GraphSample:
     """Calorimeter fragments per event; each is linked to its nearest neighbours in (eta, phi)."""
-    nodes, edges, nfeat, efeat, noff, eoff = [], [], [], [], [0], [0]
+    nfeat, efeat, src_all, dst_all, noff, eoff = [], [], [], [], [0], [0]
     for count in np.clip(rng.poisson(40, n), 2, None):
         eta, phi = rng.uniform(1.5, 3.0, count), rng.uniform(-np.pi, np.pi, count)
         energy, time = rng.exponential(10, count), rng.normal(0, 0.1, count)
         z = np.sign(eta) * rng.uniform(320, 360, count)
         x, y = z / np.sinh(eta) * np.cos(phi), z / np.sinh(eta) * np.sin(phi)
-        feats = np.stack([energy, x, y, z, eta, phi, time, rng.integers(1, 40, count)], axis=1)
+        nfeat.append(np.stack([energy, x, y, z, eta, phi, time, rng.integers(1, 40, count)], 1))
         d = np.hypot(eta[:, None] - eta[None, :], phi[:, None] - phi[None, :])
         np.fill_diagonal(d, np.inf)
         k = min(4, count - 1)
-        nbr = np.argsort(d, axis=1)[:, :k]
-        src, dst = np.repeat(np.arange(count), k), nbr.ravel()
-        ef = np.stack(
-            [
-                d[src, dst],
-                time[src] - time[dst],
-                energy[src] / (energy[dst] + 1e-3),
-                z[src] - z[dst],
-            ],
-            axis=1,
+        src, dst = np.repeat(np.arange(count), k), np.argsort(d, axis=1)[:, :k].ravel()
+        efeat.append(
+            np.stack(
+                [
+                    d[src, dst],
+                    time[src] - time[dst],
+                    energy[src] / (energy[dst] + 1e-3),
+                    z[src] - z[dst],
+                ],
+                axis=1,
+            )
         )
-        nodes.append(count)
-        nfeat.append(feats)
-        edges.append(np.stack([src, dst]))
-        efeat.append(ef)
+        src_all.append(src)
+        dst_all.append(dst)
         noff.append(noff[-1] + count)
         eoff.append(eoff[-1] + len(src))
-    return GraphSample(
-        "gnn_linking",
-        np.concatenate(nfeat).astype(np.float32),
-        np.concatenate(edges, axis=1).astype(np.int64),
-        np.concatenate(efeat).astype(np.float32),
-        np.asarray(noff),
-        np.asarray(eoff),
+    node_values, edge_values = np.concatenate(nfeat), np.concatenate(efeat)
+    nodes = allocate([Column(c, np.float32) for c in NODE_FEATURES], noff[-1])
+    for k, name in enumerate(NODE_FEATURES):
+        nodes[name][...] = node_values[:, k]
+    edge_schema = [Column("src", np.int64), Column("dst", np.int64)]
+    edges = allocate(edge_schema + [Column(c, np.float32) for c in EDGE_FEATURES], eoff[-1])
+    edges["src"][...], edges["dst"][...] = np.concatenate(src_all), np.concatenate(dst_all)
+    for k, name in enumerate(EDGE_FEATURES):
+        edges[name][...] = edge_values[:, k]
+    spec = (
+        TensorSpec("gnn_linking")
+        .append_block("node_features", *NODE_FEATURES, axis=-1)
+        .append_block("edge_index", "src", "dst", axis=0)
+        .append_block("edge_features", *EDGE_FEATURES, axis=-1)
+        .append_output("edge_score")
     )
+    scores = np.full(eoff[-1], np.nan, dtype=np.float32)
+    return GraphSample("gnn_linking", Ragged(nodes, noff), Ragged(edges, eoff), spec, scores)
 
 
-def simple(n: int, rng: np.random.Generator) -> Sample:
+def simple(n: int, rng: np.random.Generator, allocate: Allocate) -> Sample:
     a = rng.integers(-1000, 1000, (n, 16), dtype=np.int32)
     b = rng.integers(-1000, 1000, (n, 16), dtype=np.int32)
-    return Sample(
+    spec = (
+        TensorSpec("simple")
+        .append_block("INPUT0", "a")
+        .append_block("INPUT1", "b")
+        .append_output("OUTPUT0", "sum")
+        .append_output("OUTPUT1", "difference")
+    )
+    outputs = [Column("sum", np.int32, (16,)), Column("difference", np.int32, (16,))]
+    return _sample(
         "simple",
-        {"INPUT0": a, "INPUT1": b},
-        ["OUTPUT0", "OUTPUT1"],
-        expected={"OUTPUT0": a + b, "OUTPUT1": a - b},
+        {"a": a, "b": b},
+        outputs,
+        spec,
+        allocate,
+        expected={"sum": a + b, "difference": a - b},
     )
 
 
-def identity(n: int, rng: np.random.Generator) -> Sample:
+def identity(n: int, rng: np.random.Generator, allocate: Allocate) -> Sample:
     x = rng.standard_normal((n, 1024), dtype=np.float32)
-    return Sample("identity", {"INPUT0": x}, ["OUTPUT0"], expected={"OUTPUT0": x})
+    spec = TensorSpec("identity").append_block("INPUT0", "x").append_output("OUTPUT0", "y")
+    return _sample(
+        "identity", {"x": x}, [Column("y", np.float32, (1024,))], spec, allocate, expected={"y": x}
+    )
 
 
 GENERATORS = {
@@ -337,9 +436,12 @@ GENERATORS = {
 }
 
 
-def generate(model: str, n: int, seed: int) -> Sample | GraphSample:
+def generate(
+    model: str, n: int, seed: int, allocate: Allocate = SoA.allocate
+) -> Sample | GraphSample:
+    """`n` events for `model`; `allocate` lays out the columns (in shared memory, say)."""
     if model not in GENERATORS:
         raise ValueError(f"model: no sample generator for {model!r}; known: {sorted(GENERATORS)}")
     if n < 1:
         raise ValueError(f"events: expected at least 1, got {n}")
-    return GENERATORS[model](n, np.random.default_rng(seed))
+    return GENERATORS[model](n, np.random.default_rng(seed), allocate)

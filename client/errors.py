@@ -1,0 +1,47 @@
+"""Errors a transport reports, in one shape for gRPC and HTTP, so that the engine's retry
+rule lives in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What the failure means for the request; the engine decides on these, not on status codes.
+UNAVAILABLE = "unavailable"  # the server is down or unreachable: fail over
+OVERLOADED = "overloaded"  # RESOURCE_EXHAUSTED / HTTP 429: wait retry_after, then retry
+TIMEOUT = "timeout"  # the deadline passed: retry elsewhere
+INVALID = "invalid"  # the request is wrong: never retry
+INTERNAL = "internal"  # the server failed on this request: retry a bounded number of times
+
+
+class InferError(Exception):
+    def __init__(
+        self, kind: str, message: str, server: str = "", retry_after: float = 0.0, status: str = ""
+    ):
+        super().__init__(f"{server}: {status or kind}: {message}" if server else message)
+        self.kind = kind
+        self.message = message
+        self.server = server
+        self.retry_after = retry_after
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind != INVALID
+
+
+@dataclass(frozen=True)
+class RetryAfter:
+    """Parse a Retry-After value (seconds; HTTP dates are not used by inference servers)."""
+
+    seconds: float
+
+    @classmethod
+    def parse(cls, value: str | bytes | None) -> RetryAfter:
+        if value is None:
+            return cls(0.0)
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        try:
+            return cls(max(0.0, float(value.strip())))
+        except ValueError:
+            return cls(0.0)

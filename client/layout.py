@@ -1,0 +1,213 @@
+"""Structure-of-Arrays layouts: typed columns of one row count.
+
+An owned layout keeps every column in one buffer, each column starting on a 128-byte
+boundary, as CMSSW's SoA layouts do; the buffer can be a shared-memory region, so that the
+server reads the columns where they are. A wrapped layout views columns that live elsewhere
+(numpy, Arrow, awkward) without copying them. Ragged collections (particles per jet, nodes
+per graph) are a layout of their flat content plus offsets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 128
+
+
+class LayoutError(ValueError):
+    """A column that cannot be laid out or found; the message names it."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One declared column: a name, a dtype and the shape of one row (empty for scalars)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape)
+
+
+def aligned(offset: int, align: int = ALIGN) -> int:
+    return (offset + align - 1) // align * align
+
+
+def plan_offsets(columns: Iterable[Column], rows: int) -> tuple[dict[str, int], int]:
+    """Byte offset of each column in one buffer, and the buffer's size."""
+    offsets, end = {}, 0
+    for column in columns:
+        if column.name in offsets:
+            raise LayoutError(f"column {column.name!r} is declared twice")
+        start = aligned(end)
+        offsets[column.name] = start
+        end = start + rows * column.row_bytes
+    return offsets, aligned(end)
+
+
+class Columns:
+    """Named columns, each a numpy array with rows first; what a request is made from.
+    Columns of different layouts (a ragged collection's nodes and edges, inputs and
+    outputs) can be merged into one set."""
+
+    def __init__(self, columns: Mapping[str, np.ndarray]):
+        if not columns:
+            raise LayoutError("a layout needs at least one column")
+        self._columns = dict(columns)
+
+    @classmethod
+    def merge(cls, *layouts: Columns) -> Columns:
+        merged: dict[str, np.ndarray] = {}
+        for layout in layouts:
+            for name in layout.names:
+                if name in merged:
+                    raise LayoutError(f"column {name!r} is in more than one layout")
+                merged[name] = layout[name]
+        return cls(merged)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._columns[name]
+        except KeyError:
+            known = ", ".join(self._columns)
+            raise LayoutError(f"no column {name!r}; the layout has: {known}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._columns
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._columns)
+
+    @property
+    def schema(self) -> list[Column]:
+        return [Column(n, a.dtype, a.shape[1:]) for n, a in self._columns.items()]
+
+    def contiguous_block(self, names: list[str]) -> np.ndarray | None:
+        """The bytes of columns `names`, in that order, if they follow each other in memory
+        with no gap (then they form a feature-major block); else None."""
+        return contiguous_bytes([self[n] for n in names])
+
+
+class SoA(Columns):
+    """Columns of `rows` rows; `soa["pt"]` is a numpy view with shape (rows, *column.shape)."""
+
+    def __init__(self, columns: Mapping[str, np.ndarray], buffer: np.ndarray | None = None):
+        super().__init__(columns)
+        rows = {name: a.shape[0] for name, a in self._columns.items()}
+        if len(set(rows.values())) != 1:
+            raise LayoutError(f"columns must have the same number of rows, got {rows}")
+        self.rows: int = next(iter(rows.values()))
+        self.buffer = buffer  # the one buffer of an owned layout, else None
+
+    # construction -----------------------------------------------------------------------
+    @classmethod
+    def allocate(cls, schema: Iterable[Column], rows: int, buffer=None) -> SoA:
+        """An owned layout; in `buffer` (anything writable with the buffer protocol, such as
+        a shared-memory region) if given, else in fresh memory aligned to 128 bytes."""
+        schema = list(schema)
+        offsets, size = plan_offsets(schema, rows)
+        if buffer is None:
+            raw = np.empty(size + ALIGN, dtype=np.uint8)
+            skip = (-raw.ctypes.data) % ALIGN
+            memory = raw[skip : skip + size]
+        else:
+            memory = np.frombuffer(buffer, dtype=np.uint8)
+            if memory.ctypes.data % ALIGN:
+                raise LayoutError("the buffer must start on a 128-byte boundary")
+            if memory.size < size:
+                raise LayoutError(f"the buffer holds {memory.size} bytes, the layout needs {size}")
+            memory = memory[:size]
+        columns = {}
+        for column in schema:
+            start = offsets[column.name]
+            nbytes = rows * column.row_bytes
+            flat = memory[start : start + nbytes].view(column.dtype)
+            columns[column.name] = flat.reshape((rows, *column.shape))
+        return cls(columns, buffer=memory)
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], buffer=None) -> SoA:
+        """Copy arrays (one per column, rows first) into an owned layout."""
+        arrays = {name: np.asarray(a) for name, a in arrays.items()}
+        schema = [Column(name, a.dtype, a.shape[1:]) for name, a in arrays.items()]
+        rows = {a.shape[0] for a in arrays.values()}
+        if len(rows) != 1:
+            raise LayoutError(f"columns must have the same number of rows, got {sorted(rows)}")
+        soa = cls.allocate(schema, rows.pop(), buffer)
+        for name, a in arrays.items():
+            soa[name][...] = a
+        return soa
+
+    @classmethod
+    def wrap(cls, arrays: Mapping[str, np.ndarray]) -> SoA:
+        """View existing arrays as columns, without copying (they stay where they are)."""
+        return cls({name: np.asarray(a) for name, a in arrays.items()})
+
+    def rows_slice(self, lo: int, hi: int) -> SoA:
+        """Rows [lo, hi) of every column, as views."""
+        return SoA({n: a[lo:hi] for n, a in self._columns.items()})
+
+
+def contiguous_bytes(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One uint8 view over arrays that lie back to back in one buffer, else None."""
+    if not arrays or not all(a.flags.c_contiguous for a in arrays):
+        return None
+    for before, after in itertools.pairwise(arrays):
+        if before.ctypes.data + before.nbytes != after.ctypes.data:
+            return None
+    total = sum(a.nbytes for a in arrays)
+    if len(arrays) == 1 or total == 0:
+        return arrays[0].reshape(-1).view(np.uint8)
+    base = np.frombuffer(_base_buffer(arrays[0]), dtype=np.uint8)
+    start = arrays[0].ctypes.data - base.ctypes.data
+    return base[start : start + total]
+
+
+def _base_buffer(array: np.ndarray):
+    """The outermost buffer a view belongs to (for byte-range views across columns)."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+@dataclass
+class Ragged:
+    """A ragged collection: flat content rows plus offsets (len = collections + 1)."""
+
+    content: SoA
+    offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.offsets = np.asarray(self.offsets, dtype=np.int64)
+        if self.offsets.ndim != 1 or self.offsets.size < 1 or self.offsets[0] != 0:
+            raise LayoutError("offsets must be one-dimensional and start at 0")
+        if np.any(np.diff(self.offsets) < 0):
+            raise LayoutError("offsets must not decrease")
+        if self.offsets[-1] != self.content.rows:
+            raise LayoutError(
+                f"offsets end at {self.offsets[-1]}, the content has {self.content.rows} rows"
+            )
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def counts(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def collections(self, lo: int, hi: int) -> Ragged:
+        """Collections [lo, hi): their content rows as views, offsets rebased to 0."""
+        a, b = int(self.offsets[lo]), int(self.offsets[hi])
+        return Ragged(self.content.rows_slice(a, b), self.offsets[lo : hi + 1] - a)

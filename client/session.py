@@ -1,0 +1,114 @@
+"""The worker's entry point: connect to a site, lay out events, stream them.
+
+client = Client.connect()                      # SONICSITE_URL, or the local site file
+soa = client.allocate(schema, rows)            # in shared memory when transport="shm"
+spec = TensorSpec("particlenet_ak4").append_block("pf_points", "etarel", "phirel")...
+result = client.stream("particlenet_ak4", spec, batch=16).run(source, on_result)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from .discovery import Balancer, Endpoint, SiteInfo, discover
+from .engine import Stream, StreamOptions
+from .layout import Column, SoA, plan_offsets
+from .shm import RegionPool, ShmTransport
+from .spec import TensorSpec
+from .transport_grpc import GrpcTransport
+from .transport_http import HttpTransport
+
+TRANSPORTS = ("grpc", "http", "shm")
+MODES = ("site", "direct")
+
+
+class Client:
+    def __init__(
+        self,
+        site: SiteInfo,
+        transport: str = "grpc",
+        mode: str | None = None,
+        slot_bytes: int = 1 << 22,
+    ):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
+        balanced = site.grpc if transport != "http" else site.http
+        mode = mode or ("site" if balanced and transport != "shm" else "direct")
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        if mode == "site" and transport == "shm":
+            raise ValueError("mode: shared memory needs a co-located server; use mode='direct'")
+        if mode == "site" and not balanced:
+            raise ValueError(f"mode: the site ({site.source}) has no balanced {transport} endpoint")
+        self.site, self.transport, self.mode = site, transport, mode
+        self._endpoints: list[Endpoint] = []
+        self.pool: RegionPool | None = None
+        if mode == "site":
+            t = (
+                GrpcTransport(balanced, "site")
+                if transport == "grpc"
+                else HttpTransport(balanced, "site")
+            )
+            self._endpoints.append(Endpoint("site", t))
+        else:
+            grpcs = [GrpcTransport(s.grpc, s.id) for s in site.servers]
+            if transport == "shm":
+                self.pool = RegionPool(grpcs, slot_bytes)
+                self._endpoints = [Endpoint(g.server, ShmTransport(g, self.pool)) for g in grpcs]
+            elif transport == "grpc":
+                self._endpoints = [Endpoint(g.server, g) for g in grpcs]
+            else:
+                for g in grpcs:
+                    g.close()
+                self._endpoints = [
+                    Endpoint(s.id, HttpTransport(s.http, s.id)) for s in site.servers
+                ]
+        self._models = {s.id: s.models for s in site.servers}
+
+    @classmethod
+    def connect(
+        cls,
+        transport: str = "grpc",
+        mode: str | None = None,
+        endpoints: list[str] | None = None,
+        url: str | None = None,
+        site: Path | None = None,
+        **kwargs,
+    ) -> Client:
+        return cls(discover(endpoints, url, site), transport, mode, **kwargs)
+
+    def allocate(self, schema: Iterable[Column], rows: int) -> SoA:
+        """A SoA for `rows` rows; with shared memory, inside a registered region so that the
+        server reads (and writes) its columns where they are."""
+        if self.pool is None:
+            return SoA.allocate(schema, rows)
+        schema = list(schema)
+        _, size = plan_offsets(schema, rows)
+        slot = self.pool.acquire(size)
+        return SoA.allocate(schema, rows, buffer=slot.buffer)
+
+    def balancer(self, model: str) -> Balancer:
+        serving = [
+            e
+            for e in self._endpoints
+            if e.id == "site" or not self._models.get(e.id) or model in self._models[e.id]
+        ]
+        if not serving:
+            raise ValueError(f"model: no server of the site serves {model!r}")
+        return Balancer(serving)
+
+    def stream(self, model: str, spec: TensorSpec, **options) -> Stream:
+        return Stream(self.balancer(model), model, spec, StreamOptions(**options))
+
+    def close(self) -> None:
+        for endpoint in self._endpoints:
+            endpoint.transport.close()
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

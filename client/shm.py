@@ -1,0 +1,178 @@
+"""System shared memory: regions in /dev/shm, a pool of them registered with the servers,
+and the transport that sends requests whose tensors already live there.
+
+A SoA allocated in a pool slot is read by the server where it is (0 payload copies), and
+outputs mapped to SoA columns in a slot are written there by the server (0 copies back).
+Shared memory needs a server on the same machine, reached directly, not through a balancer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import INVALID, InferError
+from .layout import contiguous_bytes
+from .plan import CopyPlan, CopyRefused
+from .transport_grpc import GrpcTransport, Placement, Reply
+
+SHM_DIR = "/dev/shm"
+
+
+class Region:
+    """One POSIX shared-memory region, mapped into this process."""
+
+    def __init__(self, size: int, prefix: str = "sonicsite_client"):
+        self.name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+        self.key = "/" + self.name
+        self.size = size
+        fd = os.open(os.path.join(SHM_DIR, self.name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self._map, dtype=np.uint8)
+        # Unlinked even if the owner never calls close (an exception, interpreter exit).
+        self._finalizer = weakref.finalize(self, _unlink, os.path.join(SHM_DIR, self.name))
+
+    def offset_of(self, view: np.ndarray) -> int | None:
+        start = view.ctypes.data - self.array.ctypes.data
+        return start if start >= 0 and start + view.nbytes <= self.size else None
+
+    def close(self) -> None:
+        """Unlink the region; the mapping goes when the last view of it does."""
+        self.array = None
+        with contextlib.suppress(BufferError):
+            self._map.close()
+        self._finalizer()
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@dataclass
+class Slot:
+    region: Region
+
+    @property
+    def buffer(self) -> np.ndarray:
+        return self.region.array
+
+
+class RegionPool:
+    """Regions registered with every given server, handed out and reused across requests."""
+
+    def __init__(self, transports: list[GrpcTransport], slot_bytes: int = 1 << 20):
+        self.transports = transports
+        self.slot_bytes = slot_bytes
+        self._free: list[Slot] = []
+        self._all: list[Region] = []
+        self._lock = threading.Lock()
+
+    def _new_region(self, size: int) -> Region:
+        region = Region(size)
+        for t in self.transports:
+            try:
+                t.control.register_system_shared_memory(region.name, region.key, size)
+            except Exception as exc:
+                region.close()
+                raise InferError(
+                    INVALID, f"cannot register shared memory: {exc}", t.server
+                ) from exc
+        self._all.append(region)
+        return region
+
+    def acquire(self, nbytes: int) -> Slot:
+        with self._lock:
+            for k, slot in enumerate(self._free):
+                if slot.region.size >= nbytes:
+                    return self._free.pop(k)
+            return Slot(self._new_region(max(nbytes, self.slot_bytes)))
+
+    def release(self, slot: Slot) -> None:
+        with self._lock:
+            self._free.append(slot)
+
+    def locate(self, view: np.ndarray) -> Placement | None:
+        for region in self._all:
+            offset = region.offset_of(view)
+            if offset is not None:
+                return Placement(region.name, offset, view.nbytes)
+        return None
+
+    def close(self) -> None:
+        for region, t in itertools.product(self._all, self.transports):
+            with contextlib.suppress(Exception):
+                t.control.unregister_system_shared_memory(region.name)
+        for region in self._all:
+            region.close()
+        self._all.clear()
+        self._free.clear()
+
+
+class ShmTransport:
+    """gRPC for the request header; every tensor in a registered region."""
+
+    kind = "shm"
+
+    def __init__(self, transport: GrpcTransport, pool: RegionPool, strict: bool = False):
+        self.grpc = transport
+        self.pool = pool
+        self.strict = strict
+        self.server = transport.server
+
+    def model_info(self, model: str):
+        return self.grpc.model_info(model)
+
+    def statistics(self, model: str):
+        return self.grpc.statistics(model)
+
+    def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
+        placements: dict[str, Placement] = {}
+        staged: list[Slot] = []
+        copies = 0
+        try:
+            for i in plan.inputs:
+                view = i.contiguous() if i.gather is None else None
+                placed = self.pool.locate(view) if view is not None else None
+                if placed is None:
+                    if self.strict:
+                        raise CopyRefused(
+                            f"strict: input {i.name!r} is not in a registered "
+                            f"shared-memory region ({i.reason})"
+                        )
+                    slot = self.pool.acquire(i.nbytes)
+                    staged.append(slot)
+                    target = slot.buffer[: i.nbytes]
+                    if i.gather is not None:
+                        i.gather(target)
+                    else:
+                        np.concatenate(i.pieces, out=target)
+                    copies += 1
+                    placed = Placement(slot.region.name, 0, i.nbytes)
+                placements[i.name] = placed
+            for o in plan.outputs:
+                view = contiguous_bytes(o.targets) if o.targets else None
+                placed = self.pool.locate(view) if view is not None else None
+                if placed is not None:
+                    placements[o.name] = placed
+            reply = self.grpc.infer(plan, timeout, placements, request_id)
+        finally:
+            for slot in staged:
+                self.pool.release(slot)
+        reply.copies = copies
+        return reply
+
+    def close(self) -> None:
+        self.grpc.close()

@@ -1,0 +1,219 @@
+"""Tensor specs: which SoA columns make which model input, and where outputs go.
+
+`append_block("features", "x", "y", "z")` stacks three columns into the input `features`
+(rows first: shape [rows, 3]); `axis=0` makes a feature-major block [3, rows] instead, and
+`shape` states the model's shape when it differs only by a reshape (for example [1, 3*rows]).
+Before any request the spec is checked against the model's metadata, and every mismatch is
+reported at once, by name, with the expected value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TRITON_DTYPES = {
+    "BOOL": np.bool_,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+
+def triton_dtype(dtype: np.dtype) -> str:
+    for name, np_type in TRITON_DTYPES.items():
+        if np.dtype(np_type) == np.dtype(dtype):
+            return name
+    raise SpecError([f"dtype {np.dtype(dtype)} has no Triton datatype"])
+
+
+class SpecError(ValueError):
+    """Every way a spec disagrees with a model, one line each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    datatype: str
+    dims: tuple[int, ...]  # without the batch dimension; -1 = any
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server says about a model: its tensors and whether it batches."""
+
+    name: str
+    max_batch_size: int
+    inputs: dict[str, TensorInfo]
+    outputs: dict[str, TensorInfo]
+
+    @classmethod
+    def from_triton(cls, metadata: dict, config: dict) -> ModelInfo:
+        batching = int(config.get("max_batch_size", 0))
+
+        def tensors(items: list[dict]) -> dict[str, TensorInfo]:
+            out = {}
+            for t in items:
+                dims = tuple(int(d) for d in t["shape"])
+                out[t["name"]] = TensorInfo(
+                    t["name"], t["datatype"], dims[1:] if batching else dims
+                )
+            return out
+
+        return cls(
+            metadata["name"], batching, tensors(metadata["inputs"]), tensors(metadata["outputs"])
+        )
+
+
+@dataclass(frozen=True)
+class Block:
+    """Columns stacked along `axis` (after the row axis when axis ≥ 1) into one tensor."""
+
+    name: str
+    columns: tuple[str, ...]
+    axis: int = 1
+    shape: tuple[int, ...] | None = None  # the model's shape for this block, rows as -1
+
+    def stacked_shape(self, rows: int, inner: tuple[int, ...]) -> tuple[int, ...]:
+        """Shape of the columns stacked along `axis`, for `rows` rows of shape `inner`."""
+        base = [rows, *inner]
+        if len(self.columns) == 1:
+            return tuple(base)
+        axis = self.axis if self.axis >= 0 else len(base) + 1 + self.axis
+        return (*base[:axis], len(self.columns), *base[axis:])
+
+    def tensor_shape(self, rows: int, inner: tuple[int, ...]) -> tuple[int, ...]:
+        """The tensor's shape: the stacked shape, or `shape` when it only reshapes it."""
+        natural = self.stacked_shape(rows, inner)
+        if self.shape is None:
+            return natural
+        wanted = tuple(rows if d == -1 else d for d in self.shape)
+        if math.prod(wanted) != math.prod(natural):
+            raise SpecError(
+                [
+                    f"{self.name}: shape {self.shape} holds {math.prod(wanted)} "
+                    f"elements, the columns hold {math.prod(natural)}"
+                ]
+            )
+        return wanted
+
+
+@dataclass
+class TensorSpec:
+    """The inputs a request is made of and the columns outputs are written to."""
+
+    model: str
+    inputs: list[Block] = field(default_factory=list)
+    outputs: list[Block] = field(default_factory=list)
+    raw_outputs: list[str] = field(default_factory=list)  # outputs returned as arrays
+
+    def append_block(
+        self, name: str, *columns: str, axis: int = 1, shape: tuple[int, ...] | None = None
+    ) -> TensorSpec:
+        if not columns:
+            raise SpecError([f"{name}: a block needs at least one column"])
+        self.inputs.append(Block(name, tuple(columns), axis, shape))
+        return self
+
+    def append_output(self, name: str, *columns: str, axis: int = 1) -> TensorSpec:
+        """Write output `name` into SoA columns (one column, or one per feature);
+        with no columns, return it as an array."""
+        if columns:
+            self.outputs.append(Block(name, tuple(columns), axis))
+        else:
+            self.raw_outputs.append(name)
+        return self
+
+    @property
+    def output_names(self) -> list[str]:
+        return [b.name for b in self.outputs] + self.raw_outputs
+
+
+def _dims_match(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    return len(got) == len(want) and all(w == -1 or g == w for g, w in zip(got, want, strict=True))
+
+
+def check(spec: TensorSpec, model: ModelInfo, soa) -> None:
+    """Raise SpecError listing every mismatch between the spec, the layout and the model."""
+    problems: list[str] = []
+    batch_rows: dict[str, int] = {}
+    for block in spec.inputs:
+        info = model.inputs.get(block.name)
+        if info is None:
+            problems.append(
+                f"input {block.name!r}: the model has no such input; "
+                f"expected one of {sorted(model.inputs)}"
+            )
+            continue
+        missing = [c for c in block.columns if c not in soa]
+        if missing:
+            problems.append(f"input {block.name!r}: columns {missing} are not in the layout")
+            continue
+        arrays = [soa[c] for c in block.columns]
+        dtypes = {a.dtype for a in arrays}
+        inners = {a.shape[1:] for a in arrays}
+        if len(dtypes) > 1 or len(inners) > 1:
+            problems.append(
+                f"input {block.name!r}: columns {list(block.columns)} differ in "
+                f"dtype or row shape ({sorted(map(str, dtypes))}, {sorted(inners)})"
+            )
+            continue
+        datatype = triton_dtype(dtypes.pop())
+        if datatype != info.datatype:
+            problems.append(f"input {block.name!r}: dtype {datatype}, expected {info.datatype}")
+        rows = arrays[0].shape[0]
+        batch_rows[block.name] = rows
+        try:
+            shape = block.tensor_shape(rows, inners.pop())
+        except SpecError as exc:
+            problems.extend(exc.problems)
+            continue
+        want = ((-1,) if model.max_batch_size else ()) + info.dims
+        if not _dims_match(shape, want):
+            problems.append(
+                f"input {block.name!r}: shape {list(shape)}, expected {list(want)}"
+                + (" (rows are the batch dimension)" if model.max_batch_size else "")
+            )
+        elif model.max_batch_size and shape[0] > model.max_batch_size:
+            problems.append(
+                f"input {block.name!r}: {shape[0]} rows per request, expected at "
+                f"most max_batch_size {model.max_batch_size}"
+            )
+    if model.max_batch_size and len(set(batch_rows.values())) > 1:
+        problems.append(
+            f"inputs: the batch dimension differs between blocks {batch_rows}; "
+            "expected the same number of rows in every input"
+        )
+    names = [b.name for b in spec.inputs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        problems.append(f"inputs {twice}: given more than once")
+    absent = sorted(set(model.inputs) - {b.name for b in spec.inputs})
+    if absent:
+        problems.append(f"inputs {absent}: required by the model, not in the spec")
+    for name in spec.output_names:
+        if name not in model.outputs:
+            problems.append(
+                f"output {name!r}: the model has no such output; "
+                f"expected one of {sorted(model.outputs)}"
+            )
+    for block in spec.outputs:
+        missing = [c for c in block.columns if c not in soa]
+        if missing:
+            problems.append(f"output {block.name!r}: columns {missing} are not in the layout")
+    if problems:
+        raise SpecError(problems)

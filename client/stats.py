@@ -1,0 +1,91 @@
+"""Per-request timings of a stream, summed into the job report, and Prometheus text.
+
+pack: making the copy plan (and gathers for HTTP); serialize: framing the request;
+network: the round trip as the client sees it; server queue and compute come from
+Triton's own statistics (deltas over the stream, per server that served it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class RequestRecord:
+    start: float  # wall clock, seconds
+    latency_s: float
+    server: str
+    rows: int
+    ok: bool
+    pack_s: float = 0.0
+    serialize_s: float = 0.0
+    network_s: float = 0.0
+    copies: int = 0
+    error: str = ""
+
+
+def server_time_deltas(before: dict, after: dict) -> dict[str, float]:
+    """Mean microseconds per request in each Triton stage between two statistics snapshots."""
+    count = after.get("success", (0, 0))[0] - before.get("success", (0, 0))[0]
+    out = {"requests": float(count)}
+    for stage in STAGES:
+        ns = after.get(stage, (0, 0))[1] - before.get(stage, (0, 0))[1]
+        out[f"{stage}_us"] = round(ns / count / 1e3, 1) if count else 0.0
+    return out
+
+
+def parse_statistics(model_stats: dict) -> dict[str, tuple[int, int]]:
+    """Triton's inference_stats JSON as {stage: (count, ns)}."""
+    stats = model_stats.get("inference_stats", {})
+    return {k: (int(v.get("count", 0)), int(v.get("ns", 0))) for k, v in stats.items()}
+
+
+@dataclass
+class StreamStats:
+    records: list[RequestRecord] = field(default_factory=list)
+    server_times: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        ok = [r for r in self.records if r.ok]
+        latencies = np.array([r.latency_s * 1e3 for r in ok]) if ok else np.zeros(1)
+        p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
+        rows = Counter()
+        for r in ok:
+            rows[r.server] += r.rows
+        return {
+            "requests": len(self.records),
+            "requests_ok": len(ok),
+            "requests_failed": len(self.records) - len(ok),
+            "latency_ms": {
+                "p50": round(float(p50), 3),
+                "p90": round(float(p90), 3),
+                "p99": round(float(p99), 3),
+            },
+            "rows_per_server": dict(sorted(rows.items())),
+            "pack_s": round(sum(r.pack_s for r in self.records), 6),
+            "serialize_s": round(sum(r.serialize_s for r in self.records), 6),
+            "network_s": round(sum(r.network_s for r in self.records), 6),
+            "payload_copies": sum(r.copies for r in ok),
+            "errors": dict(Counter(r.error for r in self.records if not r.ok)),
+            "server_times": self.server_times,
+        }
+
+    def to_prometheus(self, job: str = "", prefix: str = "sonicsite_client") -> str:
+        """The stream's counters in Prometheus text format (for a textfile collector)."""
+        label = f'{{job="{job}"}}' if job else ""
+        s = self.summary()
+        lines = [
+            f"# TYPE {prefix}_requests_total counter",
+            f"{prefix}_requests_total{label} {s['requests']}",
+            f"# TYPE {prefix}_requests_failed_total counter",
+            f"{prefix}_requests_failed_total{label} {s['requests_failed']}",
+        ]
+        for stage in ("pack_s", "serialize_s", "network_s"):
+            name = f"{prefix}_{stage.removesuffix('_s')}_seconds_total"
+            lines += [f"# TYPE {name} counter", f"{name}{label} {s[stage]}"]
+        return "\n".join(lines) + "\n"

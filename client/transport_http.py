@@ -1,0 +1,168 @@
+"""KServe v2 REST with Triton's binary tensor extension, over keep-alive connections.
+
+The body is the JSON header followed by each input's bytes; zero-copy inputs are sent
+straight from the SoA columns (no gather at all), others are gathered once into the buffer
+that is sent. Outputs are numpy views into the response body.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import queue
+import time
+
+import numpy as np
+
+from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
+from .plan import CopyPlan
+from .spec import TRITON_DTYPES, ModelInfo
+from .stats import parse_statistics
+from .transport_grpc import MODEL_HEADER, Reply
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+class HttpTransport:
+    kind = "http"
+
+    def __init__(self, address: str, server: str = "", pool: int = 8):
+        self.address = address
+        self.server = server or address
+        self._host, port = address.rsplit(":", 1)
+        self._port = int(port)
+        self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(pool)
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        try:
+            conn = self._idle.get_nowait()
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn
+        except queue.Empty:
+            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        try:
+            self._idle.put_nowait(conn)
+        except queue.Full:
+            conn.close()
+
+    def _get_json(self, path: str, timeout: float = 10.0) -> dict:
+        conn = self._connection(timeout)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise InferError(UNAVAILABLE, repr(exc), self.server, status="connection") from None
+        self._give_back(conn)
+        if response.status != 200:
+            raise self._error(response, data)
+        return json.loads(data)
+
+    def model_info(self, model: str) -> ModelInfo:
+        metadata = self._get_json(f"/v2/models/{model}")
+        config = self._get_json(f"/v2/models/{model}/config")
+        return ModelInfo.from_triton(metadata, config)
+
+    def statistics(self, model: str) -> dict[str, tuple[int, int]]:
+        return parse_statistics(self._get_json(f"/v2/models/{model}/stats")["model_stats"][0])
+
+    def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
+        if placements:
+            raise ValueError("shared-memory placements go through the gRPC transport")
+        t0 = time.perf_counter()
+        body: list = []
+        header = {
+            "inputs": [],
+            "outputs": [
+                {"name": o.name, "parameters": {"binary_data": True}} for o in plan.outputs
+            ],
+        }
+        if request_id:
+            header["id"] = request_id
+        for i in plan.inputs:
+            header["inputs"].append(
+                {
+                    "name": i.name,
+                    "datatype": i.datatype,
+                    "shape": list(i.shape),
+                    "parameters": {"binary_data_size": i.nbytes},
+                }
+            )
+            if i.gather:
+                buffer = np.empty(i.nbytes, dtype=np.uint8)
+                i.gather(buffer)
+                body.append(buffer)
+            else:
+                body.extend(i.pieces)
+        head = json.dumps(header).encode()
+        body.insert(0, head)
+        total = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in body)
+        headers = {
+            "Content-Type": "application/octet-stream",
+            HEADER_LENGTH: str(len(head)),
+            "Content-Length": str(total),
+            MODEL_HEADER: plan.model,
+        }
+        t1 = time.perf_counter()
+        conn = self._connection(timeout)
+        try:
+            conn.request(
+                "POST",
+                f"/v2/models/{plan.model}/infer",
+                body=(memoryview(b).cast("B") if not isinstance(b, bytes) else b for b in body),
+                headers=headers,
+            )
+            response = conn.getresponse()
+            data = response.read()
+        except TimeoutError as exc:
+            conn.close()
+            raise InferError(TIMEOUT, str(exc), self.server, status="timeout") from None
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise InferError(UNAVAILABLE, repr(exc), self.server, status="connection") from None
+        t2 = time.perf_counter()
+        if response.status != 200:
+            self._give_back(conn)
+            raise self._error(response, data)
+        self._give_back(conn)
+        outputs = self._parse(data, int(response.getheader(HEADER_LENGTH) or len(data)))
+        copies = sum(i.copies for i in plan.inputs)
+        return Reply(outputs, self.server, t1 - t0, t2 - t1, total, copies)
+
+    def _error(self, response: http.client.HTTPResponse, data: bytes) -> InferError:
+        try:
+            message = json.loads(data).get("error", data.decode(errors="replace"))
+        except ValueError:
+            message = data.decode(errors="replace")
+        status = response.status
+        if status == 429:
+            retry = RetryAfter.parse(response.getheader("Retry-After")).seconds
+            return InferError(OVERLOADED, message, self.server, retry, status="429")
+        kind = {400: INVALID, 404: INVALID, 503: UNAVAILABLE, 502: UNAVAILABLE}.get(
+            status, INTERNAL
+        )
+        return InferError(kind, message, self.server, status=str(status))
+
+    @staticmethod
+    def _parse(data: bytes, header_length: int) -> dict[str, np.ndarray]:
+        header = json.loads(data[:header_length])
+        outputs, pos = {}, header_length
+        for out in header.get("outputs", []):
+            dtype = np.dtype(TRITON_DTYPES[out["datatype"]])
+            size = int(out.get("parameters", {}).get("binary_data_size", 0))
+            if size:
+                array = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=pos)
+                pos += size
+            else:
+                array = np.asarray(out["data"], dtype=dtype)
+            outputs[out["name"]] = array.reshape(out["shape"])
+        return outputs
+
+    def close(self) -> None:
+        while not self._idle.empty():
+            self._idle.get_nowait().close()

@@ -1,0 +1,177 @@
+"""Protocol Buffers wire format for Triton's ModelInfer, written and read by hand.
+
+The stock Python client copies a payload about four times (tobytes, into the protobuf
+message, serialization, the gRPC slice). Here the request is one `bytes` object written in
+place: the small header (names, shapes, parameters) is serialized by protobuf, then each
+input's raw contents are written straight from the SoA columns. grpc's Python API takes
+only `bytes`, so the message is allocated uninitialised with PyBytes_FromStringAndSize and
+filled before anyone else sees it. Responses are read the same way: raw output contents
+are numpy views into the response bytes, never copied.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from .spec import TRITON_DTYPES
+
+RAW_INPUT_FIELD = 7
+RAW_OUTPUT_FIELD = 6
+OUTPUTS_FIELD = 5
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+_BYTES_DATA_OFFSET = sys.getsizeof(b"") - 1  # where a bytes object's data starts
+
+
+def writable_bytes(size: int) -> tuple[bytes, np.ndarray]:
+    """A new, uninitialised bytes object and a writable uint8 view of its data. Only valid
+    until the bytes object is handed on; nothing else holds it before then."""
+    data = _new_bytes(None, size)
+    if size == 0:
+        return data, np.empty(0, dtype=np.uint8)
+    raw = (ctypes.c_char * size).from_address(id(data) + _BYTES_DATA_OFFSET)
+    return data, np.frombuffer(raw, dtype=np.uint8)
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def read_varint(data, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _set_parameter(params, key: str, value) -> None:
+    if isinstance(value, bool):
+        params[key].bool_param = value
+    elif isinstance(value, int):
+        params[key].int64_param = value
+    else:
+        params[key].string_param = str(value)
+
+
+@dataclass
+class TensorHeader:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    parameters: dict[str, object] | None = None  # e.g. shared-memory placement
+
+
+def request_header(
+    model: str,
+    inputs: list[TensorHeader],
+    outputs: list[TensorHeader],
+    request_id: str = "",
+    parameters: dict | None = None,
+) -> bytes:
+    """Every field of ModelInferRequest except the raw input contents."""
+    request = pb.ModelInferRequest(model_name=model, id=request_id)
+    for key, value in (parameters or {}).items():
+        _set_parameter(request.parameters, key, value)
+    for t in inputs:
+        tensor = request.inputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
+        for key, value in (t.parameters or {}).items():
+            _set_parameter(tensor.parameters, key, value)
+    for t in outputs:
+        out = request.outputs.add(name=t.name)
+        for key, value in (t.parameters or {}).items():
+            _set_parameter(out.parameters, key, value)
+    return request.SerializeToString()
+
+
+def frame_request(header: bytes, payloads: list) -> bytes:
+    """The whole request: header, then one raw_input_contents field per payload.
+
+    A payload is a list of uint8 views written in order, or a (size, gather) pair whose
+    gather fills its destination: either way the bytes land in the message directly.
+    """
+    tag = varint((RAW_INPUT_FIELD << 3) | 2)
+    sizes = [p[0] if isinstance(p, tuple) else sum(v.nbytes for v in p) for p in payloads]
+    total = len(header) + sum(len(tag) + len(varint(n)) + n for n in sizes)
+    message, out = writable_bytes(total)
+    out[: len(header)] = np.frombuffer(header, dtype=np.uint8)
+    pos = len(header)
+    for payload, size in zip(payloads, sizes, strict=True):
+        prefix = tag + varint(size)
+        out[pos : pos + len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+        pos += len(prefix)
+        if isinstance(payload, tuple):
+            payload[1](out[pos : pos + size])
+            pos += size
+        else:
+            for view in payload:
+                out[pos : pos + view.nbytes] = view
+                pos += view.nbytes
+    return message
+
+
+@dataclass
+class OutputTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    parameters: dict
+
+
+def parse_response(
+    data: bytes, placed: frozenset[str] = frozenset()
+) -> dict[str, np.ndarray | OutputTensor]:
+    """Outputs of a ModelInferResponse: arrays viewing `data` for outputs sent inline, the
+    header alone (OutputTensor) for the `placed` outputs the server wrote to shared memory."""
+    headers: list[OutputTensor] = []
+    raws: list[tuple[int, int]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = read_varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            length, pos = read_varint(data, pos)
+            if field == OUTPUTS_FIELD:
+                t = pb.ModelInferResponse.InferOutputTensor.FromString(data[pos : pos + length])
+                params = {k: v.WhichOneof("parameter_choice") for k, v in t.parameters.items()}
+                headers.append(OutputTensor(t.name, t.datatype, tuple(t.shape), params))
+            elif field == RAW_OUTPUT_FIELD:
+                raws.append((pos, length))
+            pos += length
+        elif wire == 0:
+            _, pos = read_varint(data, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire} in an infer response")
+    results: dict[str, np.ndarray | OutputTensor] = {h.name: h for h in headers}
+    # Triton sends one raw entry per output, empty for those in shared memory.
+    inline = headers if len(raws) == len(headers) else [h for h in headers if h.name not in placed]
+    for header, (start, length) in zip(inline, raws, strict=False):
+        if header.name in placed:
+            continue
+        dtype = np.dtype(TRITON_DTYPES[header.datatype])
+        results[header.name] = np.frombuffer(
+            data, dtype=dtype, count=length // dtype.itemsize, offset=start
+        ).reshape(header.shape)
+    return results
