@@ -103,13 +103,31 @@ class Columns:
 class SoA(Columns):
     """Columns of `rows` rows; `soa["pt"]` is a numpy view with shape (rows, *column.shape)."""
 
-    def __init__(self, columns: Mapping[str, np.ndarray], buffer: np.ndarray | None = None):
+    def __init__(
+        self,
+        columns: Mapping[str, np.ndarray],
+        buffer: np.ndarray | None = None,
+        offsets: Mapping[str, int] | None = None,
+    ):
         super().__init__(columns)
         rows = {name: a.shape[0] for name, a in self._columns.items()}
         if len(set(rows.values())) != 1:
             raise LayoutError(f"columns must have the same number of rows, got {rows}")
         self.rows: int = next(iter(rows.values()))
         self.buffer = buffer  # the one buffer of an owned layout, else None
+        self.offsets = dict(offsets) if offsets is not None else None  # byte offset per column
+
+    def contiguous_block(self, names: list[str]) -> np.ndarray | None:
+        """As Columns.contiguous_block; an owned layout answers from its offsets alone."""
+        if self.buffer is None or self.offsets is None:
+            return super().contiguous_block(names)
+        arrays = [self[n] for n in names]  # names every unknown column
+        start = end = self.offsets[names[0]]
+        for name, array in zip(names, arrays, strict=True):
+            if self.offsets[name] != end:
+                return None
+            end += array.nbytes
+        return self.buffer[start:end]
 
     # construction -----------------------------------------------------------------------
     @classmethod
@@ -135,7 +153,7 @@ class SoA(Columns):
             nbytes = rows * column.row_bytes
             flat = memory[start : start + nbytes].view(column.dtype)
             columns[column.name] = flat.reshape((rows, *column.shape))
-        return cls(columns, buffer=memory)
+        return cls(columns, buffer=memory, offsets=offsets)
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], buffer=None) -> SoA:

@@ -71,8 +71,12 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         "--batch", type=_at_least(0), default=0, help="events per request (0: the model's default)"
     )
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--transport", choices=["grpc", "http", "shm"], default="grpc",
-                   help="how workers send: hand-framed gRPC, HTTP binary, or shared memory")
+    p.add_argument(
+        "--transport",
+        choices=["grpc", "http", "shm"],
+        default="grpc",
+        help="how workers send: hand-framed gRPC, HTTP binary, or shared memory",
+    )
     p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
     p.add_argument(
         "--out",
@@ -118,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     _up_args(p)
     _stream_args(p, jobs=8, wave=4, events=300)
 
+    p = sub.add_parser("bench", help="benchmarks that write JSON with a summary of ratios")
+    bsub = p.add_subparsers(dest="bench_command", required=True)
+    b = bsub.add_parser("client", help="the sonicsite client vs the stock tritonclient way")
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    b.add_argument("--repeats", type=_at_least(1), default=7, help="timed repeats per case")
+    b.add_argument("--sizes", default="1,16,64", help="payload sizes in MB, comma-separated")
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
     b = msub.add_parser("build", help="build the ONNX files deterministically")
@@ -149,6 +161,23 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"metrics {s.metrics_url}  {'ready' if live[s.id] else 'NOT READY'}"
         )
     print(f"  models: {', '.join(state.models)}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import client as bench_client
+
+    try:
+        sizes = tuple(int(v) for v in args.sizes.split(","))
+    except ValueError:
+        print(
+            f"sonicsite bench: --sizes: expected comma-separated integers, got {args.sizes!r}",
+            file=sys.stderr,
+        )
+        return 2
+    result = bench_client.run(args.json, args.repeats, sizes, args.build_dir)
+    print(json.dumps(result["summary"], indent=2))
+    print(f"written: {args.json}")
     return 0
 
 
@@ -209,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "bench":
+        return cmd_bench(args)
 
     from .site import SiteError, down, up
     from .triton import TritonError
