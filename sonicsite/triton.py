@@ -80,6 +80,11 @@ class TritonInstall:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
+        # Large tensors: glibc would serve each multi-MB buffer with a fresh mmap and fault its
+        # pages in on every request; keeping freed memory in the heap makes the server's copies
+        # in and out of the Python backend about 3x cheaper for 16 MB payloads.
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", str(4 << 30))
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in [str(self.libs), env.get("LD_LIBRARY_PATH", "")] if p
         )
