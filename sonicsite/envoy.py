@@ -36,16 +36,16 @@ def validate(config: Path) -> None:
         raise EnvoyError(f"envoy rejected {config}:\n{(out.stdout + out.stderr)[-2000:]}")
 
 
-def start(config: Path, log: Path, base_id: int) -> subprocess.Popen:
-    """Start Envoy; `base_id` keeps its shared-memory names apart from other Envoys."""
+def start(config: Path, log: Path) -> subprocess.Popen:
+    """Start Envoy. Hot restart is off: configuration changes arrive over xDS, and a hot-restart
+    Envoy leaves a shared-memory file in /dev/shm behind."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [
                 str(binary()),
                 "-c",
                 str(config),
-                "--base-id",
-                str(base_id),
+                "--disable-hot-restart",
                 "--log-level",
                 "warn",
                 "--concurrency",

@@ -218,13 +218,14 @@ def limited_envoy(site, tmp_path_factory):
         )
     )
     envoy.validate(config)
-    proc = envoy.start(config, folder / "envoy.log", base_id=listen)
+    proc = envoy.start(config, folder / "envoy.log")
     try:
         envoy.wait_ready(proc, f"127.0.0.1:{admin}", folder / "envoy.log")
         yield f"127.0.0.1:{listen}"
     finally:
         stop_group(proc.pid)
         proc.wait(timeout=30)
+    assert not list(Path("/dev/shm").glob("envoy_shared_memory_*"))
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
