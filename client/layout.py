@@ -173,6 +173,13 @@ class SoA(Columns):
         """View existing arrays as columns, without copying (they stay where they are)."""
         return cls({name: np.asarray(a) for name, a in arrays.items()})
 
+    def __len__(self) -> int:
+        return self.rows
+
+    def request(self, lo: int, hi: int) -> SoA:
+        """Rows [lo, hi) as one request: a SoA is itself a source of events for a stream."""
+        return self.rows_slice(lo, hi)
+
     def rows_slice(self, lo: int, hi: int) -> SoA:
         """Rows [lo, hi) of every column, as views."""
         return SoA({n: a[lo:hi] for n, a in self._columns.items()})

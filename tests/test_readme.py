@@ -1,0 +1,28 @@
+"""The worker example in the README runs, as written, against a live site."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_worker_example_runs(site, tmp_path):
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Writing a worker", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    script = tmp_path / "worker.py"
+    script.write_text(code)
+    out = subprocess.run(
+        [sys.executable, "-P", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"SONICSITE_SITE": site.site_dir, "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("64 events ok; MET of the first event: [")
