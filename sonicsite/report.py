@@ -41,7 +41,34 @@ def _summary(results: list[dict], duration: float) -> dict:
         "retries": sum(r["retries"] for r in results),
         "overloaded": sum(r.get("overloaded", 0) for r in results),
         "per_server": dict(sorted(per_server.items())),
+        "client": _client_totals(results),
     }
+
+
+def _client_totals(results: list[dict]) -> dict:
+    """The client's own accounting, summed over jobs: where the time went per request stage,
+    payload copies, and Triton's queue and compute time per request on each server."""
+    stats = [r["client"] for r in results if r.get("client")]
+    totals = {
+        key: round(sum(s[key] for s in stats), 6)
+        for key in ("pack_s", "serialize_s", "network_s", "payload_copies")
+    }
+    servers: dict[str, dict[str, float]] = {}
+    for s in stats:
+        for server, times in s.get("server_times", {}).items():
+            merged = servers.setdefault(server, {"requests": 0.0})
+            n = times.get("requests", 0.0)
+            for key, value in times.items():
+                if key != "requests":  # request-weighted mean over the jobs
+                    merged[key] = merged.get(key, 0.0) + value * n
+            merged["requests"] += n
+    for merged in servers.values():
+        n = merged["requests"] or 1.0
+        for key in list(merged):
+            if key != "requests":
+                merged[key] = round(merged[key] / n, 1)
+    totals["server_times_us"] = dict(sorted(servers.items()))
+    return totals
 
 
 def build_report(results: list[dict], started: float, finished: float, spec: dict) -> dict:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .client import Client
+from .client.stats import StreamStats
 from .samples import DEFAULT_BATCH, AnswerError, generate
 
 
@@ -45,7 +46,7 @@ def run_job(
     seed: int,
     window: int = 2,
     progress=None,
-) -> JobResult:
+) -> tuple[JobResult, StreamStats]:
     """Send events [job*events, (job+1)*events) in requests of `batch` events."""
     sample = generate(model, events, seed + job, allocate=client.allocate)
     first = job * events
@@ -76,7 +77,7 @@ def run_job(
         (r.start, r.latency_s, r.server, r.rows, r.ok) for r in outcome.stats.records
     ]
     result.client = outcome.stats.summary()
-    return result
+    return result, outcome.stats
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transport", default="grpc", choices=["grpc", "http", "shm"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        default=None,
+        help="also write the stream's counters in Prometheus text format here",
+    )
     args = parser.parse_args(argv)
     batch = args.batch or DEFAULT_BATCH.get(args.model, 8)
 
@@ -97,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"progress {done}", flush=True)
 
     with Client.connect(transport=args.transport, site=args.site) as client:
-        result = run_job(
+        result, stats = run_job(
             client, args.model, args.job, args.events, batch, args.seed, args.window, progress
         )
+    if args.metrics_textfile:
+        args.metrics_textfile.write_text(stats.to_prometheus(job=f"{args.model}-{args.job}"))
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(result)))
     tmp.replace(args.out)

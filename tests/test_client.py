@@ -247,3 +247,28 @@ def test_resource_exhausted_and_429_delay_retries_by_the_retry_after(limited_env
         later = [x.start for x in records if x.start > answered_at]
         # No request of the stream starts before the retry-after has passed.
         assert all(start >= answered_at + RETRY_AFTER_S - 0.005 for start in later)
+
+
+def test_a_deadline_that_always_passes_fails_the_chunk_without_losing_it(site):
+    """Each attempt times out; after max_tries the events are reported failed, by chunk."""
+    with Client(from_site_file(Path(site.site_dir)), "grpc", "direct") as client:
+        jets = generate("particle_transformer", 16, seed=5)
+        delivered = []
+        stream = client.stream(
+            "particle_transformer",
+            jets.spec,
+            batch=16,
+            timeout_s=0.001,
+            max_tries=2,
+            backoff_s=0.01,
+        )
+        result = stream.run(jets, lambda lo, hi, out: delivered.append((lo, hi)))
+        assert delivered == [] and result.events_ok == 0 and result.events_failed == 16
+        assert list(result.failed) == [(0, 16)]
+        assert "DEADLINE_EXCEEDED" in result.failed[(0, 16)]
+        assert [r.error for r in result.stats.records] == ["timeout", "timeout"]
+        # With a sane deadline the same events go through.
+        ok = client.stream("particle_transformer", jets.spec, batch=16).run(
+            jets, lambda lo, hi, out: None
+        )
+        assert ok.events_ok == 16

@@ -49,6 +49,11 @@ def test_stream_answers_every_event_exactly_once(site, tmp_path):
         "gnn_linking": 60,
         "deepmet": 60,
     }
+    client = report["client"]
+    assert client["pack_s"] > 0 and client["network_s"] > 0
+    assert set(client["server_times_us"]) == {"triton-0", "triton-1"}
+    for times in client["server_times_us"].values():
+        assert times["requests"] > 0 and times["compute_infer_us"] > 0
     saved = json.loads((spec.out / "report.json").read_text())
     assert (
         saved["events_ok"] == total and saved["latency_ms"]["p99"] >= saved["latency_ms"]["p50"] > 0
@@ -128,3 +133,35 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     assert "site stopped (2 servers)" in out.stdout
     pids = [int(m) for m in re.findall(r"pid (\d+)", out.stdout)]
     assert len(pids) == 2 and not [p for p in pids if launcher.alive(p)]
+
+
+def test_worker_exports_its_counters_as_prometheus_text(site, tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "sonicsite.worker",
+            "--site",
+            site.site_dir,
+            "--model",
+            "simple",
+            "--job",
+            "3",
+            "--events",
+            "20",
+            "--out",
+            str(tmp_path / "r.json"),
+            "--metrics-textfile",
+            str(tmp_path / "job.prom"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "job.prom").read_text()
+    assert 'sonicsite_client_requests_total{job="simple-3"} 3' in text  # 20 events, 8 per request
+    assert 'sonicsite_client_requests_failed_total{job="simple-3"} 0' in text
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(map(int, result["answered"])) == list(range(60, 80))
