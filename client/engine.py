@@ -82,7 +82,10 @@ class Stream:
         model: str,
         spec: TensorSpec,
         options: StreamOptions = StreamOptions(),
+        statistics: dict | None = None,
     ):
+        """`statistics`: server id -> a transport to read that server's Triton statistics
+        from (by default the endpoints themselves; behind a balancer, each server directly)."""
         self.balancer = balancer
         self.model = model
         self.spec = spec
@@ -90,6 +93,7 @@ class Stream:
         self._infos: dict[str, ModelInfo] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
+        self.statistics = statistics or {e.id: e.transport for e in balancer.endpoints}
 
     def model_info(self, endpoint: Endpoint) -> ModelInfo:
         info = self._infos.get(endpoint.id)
@@ -147,6 +151,7 @@ class Stream:
                 raise
             self.balancer.done(endpoint, latency)
             record.latency_s, record.ok = latency, True
+            record.server = reply.server  # behind a balancer: the server that answered
             record.serialize_s, record.network_s = reply.serialize_s, reply.round_trip_s
             outputs = {}
             copies = reply.copies
@@ -191,9 +196,9 @@ class Stream:
 
     def _server_statistics(self) -> dict[str, dict]:
         snapshots = {}
-        for endpoint in self.balancer.endpoints:
+        for server, transport in self.statistics.items():
             try:
-                snapshots[endpoint.id] = endpoint.transport.statistics(self.model)
+                snapshots[server] = transport.statistics(self.model)
             except (InferError, OSError):
                 continue
         return snapshots

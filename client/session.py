@@ -65,6 +65,7 @@ class Client:
                     Endpoint(s.id, HttpTransport(s.http, s.id)) for s in site.servers
                 ]
         self._models = {s.id: s.models for s in site.servers}
+        self._statistics: dict[str, GrpcTransport] = {}
 
     @classmethod
     def connect(
@@ -99,11 +100,22 @@ class Client:
         return Balancer(serving)
 
     def stream(self, model: str, spec: TensorSpec, **options) -> Stream:
-        return Stream(self.balancer(model), model, spec, StreamOptions(**options))
+        statistics = None
+        if self.mode == "site":  # behind Envoy: read each server's statistics directly
+            if not self._statistics:
+                self._statistics = {
+                    s.id: GrpcTransport(s.grpc, s.id)
+                    for s in self.site.servers
+                    if s.grpc and (not s.models or model in s.models)
+                }
+            statistics = self._statistics
+        return Stream(self.balancer(model), model, spec, StreamOptions(**options), statistics)
 
     def close(self) -> None:
         for endpoint in self._endpoints:
             endpoint.transport.close()
+        for transport in self._statistics.values():
+            transport.close()
         if self.pool is not None:
             self.pool.close()
 

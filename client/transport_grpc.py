@@ -17,6 +17,7 @@ from .wire import OutputTensor, TensorHeader, frame_request, parse_response, req
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 MODEL_HEADER = "sonicsite-model"  # per-model routing at the balancer (Envoy), see DESIGN.md
+SERVER_HEADER = "sonicsite-server"  # the balancer says which server answered
 
 _KINDS = {
     grpc.StatusCode.UNAVAILABLE: UNAVAILABLE,
@@ -139,13 +140,16 @@ class GrpcTransport:
         copies = sum(1 for i in plan.inputs if i.name not in placements)
         t1 = time.perf_counter()
         try:
-            data = self._infer(message, timeout=timeout, metadata=((MODEL_HEADER, plan.model),))
+            data, call = self._infer.with_call(
+                message, timeout=timeout, metadata=((MODEL_HEADER, plan.model),)
+            )
         except grpc.RpcError as exc:
             raise rpc_error(exc, self.server) from None
         t2 = time.perf_counter()
+        answered_by = dict(call.initial_metadata() or ()).get(SERVER_HEADER, self.server)
         return Reply(
             parse_response(data, frozenset(placements)),
-            self.server,
+            answered_by,
             t1 - t0,
             t2 - t1,
             len(message),

@@ -79,6 +79,12 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
     p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
     p.add_argument(
+        "--mode",
+        choices=["site", "direct"],
+        default=None,
+        help="through the site's Envoy (default) or straight to the servers",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("sonicsite-out"),
@@ -216,6 +222,7 @@ def _submit(args: argparse.Namespace, models: list[str]) -> dict:
         seed=args.seed,
         transport=args.transport,
         window=args.window,
+        mode=args.mode,
     )
     report = submit(spec, progress_bar())
     _print_report(report, args.out)

@@ -5,9 +5,12 @@ The process is started in its own session and stopped by PID, like the Triton se
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -73,3 +76,67 @@ def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 3
             pass
         time.sleep(0.1)
     raise EnvoyError(f"envoy not ready after {timeout:.0f} s (log {log})")
+
+
+def bootstrap(
+    admin_port: int, operator_host: str, operator_port: int, node_id: str = "sonicsite-envoy"
+) -> dict:
+    """Envoy's whole bootstrap: its admin port and where the operator is. Listeners, routes,
+    clusters and endpoints all come from the operator over REST-JSON xDS."""
+    from .operator.xds import OPERATOR_CLUSTER, rest_source
+
+    return {
+        "node": {"id": node_id, "cluster": "sonicsite"},
+        "admin": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
+        },
+        "dynamic_resources": {"lds_config": rest_source(), "cds_config": rest_source()},
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": OPERATOR_CLUSTER,
+                    "type": "STRICT_DNS",
+                    "connect_timeout": "1s",
+                    "load_assignment": {
+                        "cluster_name": OPERATOR_CLUSTER,
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {
+                                                "socket_address": {
+                                                    "address": operator_host,
+                                                    "port_value": operator_port,
+                                                }
+                                            }
+                                        }
+                                    }
+                                ]
+                            }
+                        ],
+                    },
+                }
+            ]
+        },
+    }
+
+
+def healthy_hosts(admin: str, cluster: str) -> list[str]:
+    """Hosts of `cluster` that Envoy would send to now (from its admin /clusters)."""
+    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
+        lines = reply.read().decode().splitlines()
+    flags: dict[str, str] = {}
+    for line in lines:
+        parts = line.split("::")
+        if len(parts) >= 4 and parts[0] == cluster and parts[2] == "health_flags":
+            flags[parts[1]] = parts[3]
+    return sorted(host for host, flag in flags.items() if flag == "healthy")
+
+
+def counter(admin: str, name: str) -> int:
+    """One of Envoy's counters or gauges by its full name (0 when Envoy has none yet)."""
+    query = urllib.parse.urlencode({"filter": f"^{re.escape(name)}$", "format": "json"})
+    with urllib.request.urlopen(f"http://{admin}/stats?{query}", timeout=2) as reply:
+        stats = json.loads(reply.read()).get("stats", [])
+    return sum(int(s.get("value", 0)) for s in stats if s.get("name") == name)

@@ -33,6 +33,7 @@ class StreamSpec:
     seed: int = 1
     transport: str = "grpc"  # grpc | http | shm (the client's transports)
     window: int = 2  # requests in flight per job
+    mode: str | None = None  # site (through Envoy) or direct; None: site when there is one
 
 
 @dataclass
@@ -92,6 +93,7 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
                 spec.transport,
                 "--window",
                 str(spec.window),
+                *(["--mode", spec.mode] if spec.mode else []),
                 "--out",
                 str(result),
             ]
@@ -139,6 +141,7 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
             "batch": spec.batch,
             "transport": spec.transport,
             "window": spec.window,
+            "mode": spec.mode or "default",
             "site": str(spec.site_dir),
         },
     )

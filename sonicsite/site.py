@@ -7,15 +7,23 @@ backend stubs go with their server); nothing is looked up by name.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+from . import envoy
+from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
+from .operator.xds import ALL_SERVERS
 from .ports import free_ports
-from .state import STATE_FILE, ServerInfo, SiteState
+from .state import STATE_FILE, ProcessInfo, ServerInfo, SiteState
 from .triton import (
     ServerPorts,
     TritonError,
@@ -34,6 +42,31 @@ class SiteError(RuntimeError):
     """The site could not be started or stopped; the message says what to do."""
 
 
+def _start_server(
+    site_dir: Path, server_id: str, install: TritonInstall, models: list[str]
+) -> tuple[subprocess.Popen, ServerInfo]:
+    http, grpc, metrics = free_ports(3)
+    log = site_dir / "logs" / f"{server_id}.log"
+    cmd = command(
+        install,
+        site_dir / "repository",
+        site_dir / "backends",
+        ServerPorts(http, grpc, metrics),
+        server_id,
+    )
+    proc = start(cmd, install.environment(), log, cwd=site_dir)
+    return proc, ServerInfo(
+        id=server_id,
+        pid=proc.pid,
+        host="127.0.0.1",
+        grpc_port=grpc,
+        http_port=http,
+        metrics_port=metrics,
+        models=list(models),
+        log=str(log),
+    )
+
+
 def up(
     site_dir: Path,
     servers: int = 2,
@@ -41,8 +74,10 @@ def up(
     build_dir: Path = DEFAULT_BUILD_DIR,
     ort_threads: int = 1,
     ready_timeout: float = 180.0,
+    balancer: bool = True,
 ) -> SiteState:
-    """Start `servers` Triton processes serving `models` and wait until every model is ready."""
+    """Start `servers` Triton processes serving `models`, wait until every model is ready,
+    then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -62,42 +97,143 @@ def up(
     write_local_repository(
         Path(build_dir).resolve(), repository, names, install.python_path(), ort_threads
     )
-    backends = install.prepare_backends(site_dir / "backends")
+    install.prepare_backends(site_dir / "backends")
     (site_dir / "logs").mkdir(parents=True, exist_ok=True)
-    env = install.environment()
 
     state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
     procs = []
     try:
         for index in range(servers):
-            http, grpc, metrics = free_ports(3)
-            server_id = f"triton-{index}"
-            log = site_dir / "logs" / f"{server_id}.log"
-            cmd = command(
-                install, repository, backends, ServerPorts(http, grpc, metrics), server_id
-            )
-            proc = start(cmd, env, log, cwd=site_dir)
+            proc, info = _start_server(site_dir, f"triton-{index}", install, names)
             procs.append(proc)
-            state.servers.append(
-                ServerInfo(
-                    id=server_id,
-                    pid=proc.pid,
-                    host="127.0.0.1",
-                    grpc_port=grpc,
-                    http_port=http,
-                    metrics_port=metrics,
-                    models=list(names),
-                    log=str(log),
-                )
-            )
+            state.servers.append(info)
             state.save()  # record PIDs at once: a failed start can still be stopped
         for proc, server in zip(procs, state.servers, strict=True):
             wait_ready(proc, server.pid, server.http_address, Path(server.log), ready_timeout)
-    except (TritonError, OSError) as exc:
+        if balancer:
+            _start_control_plane(state)
+    except (TritonError, EnvoyError, OSError) as exc:
         down(site_dir)
         raise SiteError(str(exc)) from exc
     state.save()
     return state
+
+
+def _start_control_plane(state: SiteState, timeout: float = 60.0) -> None:
+    """The operator (discovery, load view, xDS) and Envoy (the site's gRPC endpoint)."""
+    site_dir = Path(state.site_dir)
+    op_port, listen, admin = free_ports(3)
+    state.operator = f"127.0.0.1:{op_port}"
+    state.grpc = f"127.0.0.1:{listen}"
+    state.envoy_admin = f"127.0.0.1:{admin}"
+    op_log = site_dir / "logs" / "operator.log"
+    with open(op_log, "ab") as out:
+        operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "sonicsite.operator.main",
+                "--site",
+                str(site_dir),
+                "--port",
+                str(op_port),
+                "--envoy-listen",
+                state.grpc,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=site_dir,
+            start_new_session=True,
+        )
+    state.processes.append(ProcessInfo("operator", operator.pid, str(op_log)))
+    state.save()
+    _wait_http(f"http://{state.operator}/healthz", operator, op_log, timeout)
+    config = site_dir / "envoy.json"
+    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
+    envoy_log = site_dir / "logs" / "envoy.log"
+    proxy = envoy.start(config, envoy_log)
+    state.processes.append(ProcessInfo("envoy", proxy.pid, str(envoy_log)))
+    state.save()
+    envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
+    wanted = sorted(f"{s.host}:{s.grpc_port}" for s in state.servers)
+    deadline = time.monotonic() + timeout
+    while envoy.healthy_hosts(state.envoy_admin, ALL_SERVERS) != wanted:
+        if time.monotonic() > deadline:
+            raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SiteError(
+                f"{url}: the process exited with {proc.returncode}:\n"
+                f"{log.read_text(errors='replace')[-2000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise SiteError(f"{url} did not answer within {timeout:.0f} s (log {log})")
+
+
+def add_server(site_dir: Path, ready_timeout: float = 180.0) -> ServerInfo:
+    """Start one more server with the site's models; it joins Envoy through the operator."""
+    site_dir = Path(site_dir).resolve()
+    state = SiteState.load(site_dir)
+    taken = {s.id for s in state.servers}
+    server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
+    proc, info = _start_server(site_dir, server_id, TritonInstall.find(), state.models)
+    try:
+        wait_ready(proc, info.pid, info.http_address, Path(info.log), ready_timeout)
+    except TritonError as exc:
+        stop_group(info.pid)
+        raise SiteError(str(exc)) from exc
+    state = SiteState.load(site_dir)  # re-read: nothing else may have changed it meanwhile
+    state.servers.append(info)
+    state.save()
+    return info
+
+
+def remove_server(site_dir: Path, server_id: str, drain_s: float = 5.0) -> None:
+    """Drain a server, then stop it: it is marked draining (Envoy sends it nothing new), its
+    in-flight requests finish (Triton's pending count reaches zero), then the process stops."""
+    site_dir = Path(site_dir).resolve()
+    state = SiteState.load(site_dir)
+    server = next((s for s in state.servers if s.id == server_id), None)
+    if server is None:
+        raise SiteError(f"no server {server_id!r}; the site has {[s.id for s in state.servers]}")
+    server.draining = True
+    state.save()
+    deadline = time.monotonic() + drain_s
+    while time.monotonic() < deadline and _in_flight(server) > 0:
+        time.sleep(0.1)
+    stop_group(server.pid)
+    ports = ServerPorts(server.http_port, server.grpc_port, server.metrics_port)
+    remove_shm_regions(shm_prefix(server.id, ports))
+    state = SiteState.load(site_dir)
+    state.servers = [s for s in state.servers if s.id != server_id]
+    state.save()
+
+
+def _in_flight(server: ServerInfo) -> float:
+    """Requests the server has accepted and not answered (Triton's pending count)."""
+    try:
+        with urllib.request.urlopen(server.metrics_url, timeout=1) as reply:
+            text = reply.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("nv_inference_pending_request_count{")
+    )
 
 
 def alive(pid: int) -> bool:
@@ -158,9 +294,22 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _is_our_process(process: ProcessInfo, site_dir: str) -> bool:
+    """Guard against PID reuse: the command line must name this site's directory."""
+    try:
+        cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return site_dir.encode() in cmdline
+
+
 def down(site_dir: Path) -> list[int]:
-    """Stop every process of the site; returns the PIDs that were stopped."""
+    """Stop every process of the site (Envoy and the operator first, then the servers);
+    returns the PIDs of the servers that were stopped."""
     state = SiteState.load(Path(site_dir))
+    for process in reversed(state.processes):
+        if _is_our_process(process, state.site_dir):
+            stop_group(process.pid)
     stopped = []
     for server in state.servers:
         if _is_our_server(server) or group_members(server.pid):

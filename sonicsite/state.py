@@ -45,11 +45,24 @@ class ServerInfo:
 
 
 @dataclass
+class ProcessInfo:
+    """A process of the site other than a Triton server (the operator, Envoy)."""
+
+    name: str
+    pid: int
+    log: str
+
+
+@dataclass
 class SiteState:
     site_dir: str
     servers: list[ServerInfo] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
     started_at: float = 0.0
+    grpc: str = ""  # the site's balanced gRPC endpoint (Envoy)
+    operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, xDS)
+    envoy_admin: str = ""
+    processes: list[ProcessInfo] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -79,9 +92,14 @@ class SiteState:
         servers = [
             ServerInfo(**{k: v for k, v in s.items() if k in fields}) for s in data["servers"]
         ]
+        processes = [ProcessInfo(**p) for p in data.get("processes", [])]
         return cls(
             site_dir=data["site_dir"],
             servers=servers,
             models=data["models"],
             started_at=data.get("started_at", 0.0),
+            grpc=data.get("grpc", ""),
+            operator=data.get("operator", ""),
+            envoy_admin=data.get("envoy_admin", ""),
+            processes=processes,
         )

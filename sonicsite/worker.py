@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=0)
     parser.add_argument("--window", type=int, default=2)
     parser.add_argument("--transport", default="grpc", choices=["grpc", "http", "shm"])
+    parser.add_argument(
+        "--mode",
+        default=None,
+        choices=["site", "direct"],
+        help="through the site's balancer (default when it has one) or direct",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(done: int) -> None:
         print(f"progress {done}", flush=True)
 
-    with Client.connect(transport=args.transport, site=args.site) as client:
+    with Client.connect(transport=args.transport, mode=args.mode, site=args.site) as client:
         result, stats = run_job(
             client, args.model, args.job, args.events, batch, args.seed, args.window, progress
         )

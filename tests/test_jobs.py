@@ -13,6 +13,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+from sonicsite import envoy
 from sonicsite import site as launcher
 from sonicsite.jobs import StreamSpec, submit
 
@@ -61,7 +64,10 @@ def test_stream_answers_every_event_exactly_once(site, tmp_path):
     assert (spec.out / "report.png").stat().st_size > 10_000
 
 
-def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_models):
+@pytest.mark.parametrize("mode", ["site", "direct"])
+def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_models, mode):
+    """Through Envoy (site) Envoy retries on the other server; direct, the client fails over.
+    Either way every event is answered exactly once and the dead server gets nothing more."""
     site_dir = tmp_path / "site"
     state = launcher.up(site_dir, servers=2, models=["particlenet_ak4"], build_dir=built_models)
     victim = state.servers[1]
@@ -74,6 +80,7 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             events=120,
             out=tmp_path / "out",
             batch=8,
+            mode=mode,
         )
         progress: list[int] = [0]
         result: dict = {}
@@ -88,6 +95,15 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
         os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
+        envoy_retries = envoy.counter(
+            state.envoy_admin, "cluster.model_particlenet_ak4.upstream_rq_retry"
+        )
+        deadline = time.monotonic() + 5  # two failed health checks, one second apart
+        while time.monotonic() < deadline:
+            hosts_after = envoy.healthy_hosts(state.envoy_admin, "model_particlenet_ak4")
+            if len(hosts_after) == 1:
+                break
+            time.sleep(0.1)
         # A SIGKILLed server leaves its Python-backend regions in /dev/shm ...
         regions = f"sonicsite_{victim.id}_{victim.grpc_port}_*"
         assert list(Path("/dev/shm").glob(regions))
@@ -97,9 +113,14 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
     assert not list(Path("/dev/shm").glob(regions))
     assert result["events_ok"] == result["events_total"] == 480
     assert result["events_duplicated"] == 0
-    assert result["retries"] > 0
     answers = _answers(spec.out)
     assert set(answers) == set(range(480)) and set(answers.values()) == {1}
+    if mode == "direct":
+        assert result["retries"] > 0  # the client failed over
+    else:
+        assert envoy_retries + result["retries"] > 0  # Envoy retried on the other server
+    # Envoy no longer sends to the dead server: only the live one is healthy there.
+    assert hosts_after == [f"127.0.0.1:{state.servers[0].grpc_port}"]
 
 
 def test_demo_command_runs_and_stops_everything(tmp_path, built_models):

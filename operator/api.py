@@ -1,0 +1,69 @@
+"""The operator's HTTP API: `/v1/state`, `/metrics`, `/healthz`, and REST-JSON xDS for Envoy
+(`POST /v3/discovery:{listeners,routes,clusters,endpoints}`; 304 when Envoy is current)."""
+
+from __future__ import annotations
+
+import json
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .controller import Operator
+
+XDS_PREFIX = "/v3/discovery:"
+
+
+def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, data) -> None:
+            self._send(status, json.dumps(data).encode())
+
+        def do_GET(self) -> None:
+            snapshot, state, last = operator.view()
+            if self.path == "/healthz":
+                fresh = snapshot is not None and time.time() - last < 5 * operator.interval_s
+                self._json(200 if fresh else 503, {"ok": fresh, "last_step": last})
+            elif self.path == "/v1/state":
+                self._json(200 if state else 503, state or {"error": "no state yet"})
+            elif self.path == "/metrics":
+                self._send(200, generate_latest(operator.metrics.registry), CONTENT_TYPE_LATEST)
+            else:
+                self._json(
+                    404, {"error": f"no route {self.path}; try /v1/state, /metrics, /healthz"}
+                )
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b"{}"
+            if not self.path.startswith(XDS_PREFIX):
+                self._json(404, {"error": f"no route {self.path}"})
+                return
+            kind = self.path.removeprefix(XDS_PREFIX)
+            snapshot, _, _ = operator.view()
+            if snapshot is None or kind not in snapshot.versions:
+                self._json(503 if snapshot is None else 404, {"error": f"no {kind} yet"})
+                return
+            try:
+                request = json.loads(body or b"{}")
+            except json.JSONDecodeError as exc:
+                self._json(400, {"error": f"body: not JSON: {exc}"})
+                return
+            if request.get("version_info") == snapshot.versions[kind]:
+                self._send(304)
+                return
+            self._json(200, snapshot.response(kind, request.get("resource_names") or None))
+
+        def log_message(self, format: str, *args) -> None:  # quiet: Envoy polls twice a second
+            return
+
+    return ThreadingHTTPServer((host, port), Handler)

@@ -1,0 +1,183 @@
+"""The operator's loop: discover servers, scrape their load, weigh them, publish to Envoy.
+
+Each step builds one new xDS snapshot and one site state from the same view, so Envoy and
+`/v1/state` never disagree. Runs every `interval_s` (1 s by default).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from .discovery import Server
+from .loadview import LoadView, ModelLoad
+from .xds import ALL_SERVERS, Snapshot, model_cluster
+
+
+class Discovery(Protocol):
+    def servers(self) -> list[Server]: ...
+
+
+def model_weights(loads: list[ModelLoad], servers: list[str]) -> dict[str, int]:
+    """Weights 1-100 from measured time per request (queue + compute): the fastest server of
+    the model gets 100, one twice as slow 50. Servers with no measurement yet get 100."""
+    latency = {
+        load.server: (load.queue_us_per_request or 0.0) + (load.compute_us_per_request or 0.0)
+        for load in loads
+        if load.queue_us_per_request is not None
+    }
+    fastest = min((v for v in latency.values() if v > 0), default=0.0)
+    weights = {}
+    for server in servers:
+        value = latency.get(server)
+        weights[server] = 100 if not value or not fastest else max(1, round(100 * fastest / value))
+    return weights
+
+
+@dataclass
+class OperatorMetrics:
+    """The operator's own Prometheus metrics, in a registry of its own."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        labels = ["model", "server"]
+        r = self.registry
+        self.queue = Gauge(
+            "sonicsite_model_queue_seconds_per_request",
+            "Triton queue time per request over the last interval",
+            labels,
+            registry=r,
+        )
+        self.compute = Gauge(
+            "sonicsite_model_compute_seconds_per_request",
+            "Triton compute time per request over the last interval",
+            labels,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "sonicsite_model_pending_requests", "Requests waiting in Triton", labels, registry=r
+        )
+        self.throughput = Gauge(
+            "sonicsite_model_requests_per_second",
+            "Successful requests per second",
+            labels,
+            registry=r,
+        )
+        self.failures = Gauge(
+            "sonicsite_model_failures_per_second", "Failed requests per second", labels, registry=r
+        )
+        self.weight = Gauge(
+            "sonicsite_endpoint_weight", "Envoy endpoint weight", ["cluster", "server"], registry=r
+        )
+        self.up = Gauge(
+            "sonicsite_server_up", "1 if the server's metrics were read", ["server"], registry=r
+        )
+        self.scrape_errors = Counter(
+            "sonicsite_operator_scrape_errors",
+            "Metrics scrapes that failed",
+            ["server"],
+            registry=r,
+        )
+        self.steps = Counter("sonicsite_operator_steps", "Control loop steps", registry=r)
+
+
+@dataclass
+class Operator:
+    discovery: Discovery
+    listen_host: str
+    listen_port: int
+    interval_s: float = 1.0
+    envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
+    loadview: LoadView = field(default_factory=LoadView)
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    snapshot: Snapshot | None = None
+    site_state: dict = field(default_factory=dict)
+    last_step: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def step(self) -> None:
+        servers = self.discovery.servers()
+        known = {s.id for s in servers}
+        for gone in set(self.loadview.health) - known:
+            self.loadview.forget(gone)
+        for s in servers:
+            self.loadview.scrape(s.id, s.metrics_url)
+            if not self.loadview.health[s.id].up:
+                self.metrics.scrape_errors.labels(s.id).inc()
+        models = sorted({m for s in servers for m in s.models})
+        weights: dict[str, dict[str, int]] = {}
+        for m in models:
+            holding = [s.id for s in servers if m in s.models]
+            weights[m] = model_weights(self.loadview.model_loads(m), holding)
+        weights[ALL_SERVERS] = {
+            s.id: round(sum(weights[m][s.id] for m in s.models) / max(len(s.models), 1))
+            for s in servers
+        }
+        snapshot = Snapshot.build(servers, weights, self.listen_host, self.listen_port)
+        state = self._state(servers, models, weights)
+        self._export(servers, weights)
+        with self._lock:
+            self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
+        self.metrics.steps.inc()
+
+    def _state(self, servers: list[Server], models: list[str], weights) -> dict:
+        health = self.loadview.health
+        return {
+            "grpc": self.envoy_grpc,
+            "updated_at": time.time(),
+            "servers": [
+                {
+                    "id": s.id,
+                    "grpc": f"{s.host}:{s.grpc_port}",
+                    "http": f"{s.host}:{s.http_port}",
+                    "metrics": s.metrics_url,
+                    "models": list(s.models),
+                    "draining": s.draining,
+                    "ready": bool(health.get(s.id) and health[s.id].up),
+                    "error": health[s.id].error if s.id in health else "",
+                    "weight": weights[ALL_SERVERS].get(s.id, 100),
+                }
+                for s in servers
+            ],
+            "models": {
+                m: {
+                    "load": [asdict(load) for load in self.loadview.model_loads(m)],
+                    "weights": weights[m],
+                    "admission": {"state": "open", "retry_after_s": 0, "reason": ""},
+                }
+                for m in models
+            },
+        }
+
+    def _export(self, servers: list[Server], weights: dict[str, dict[str, int]]) -> None:
+        m = self.metrics
+        for s in servers:
+            m.up.labels(s.id).set(1 if self.loadview.health[s.id].up else 0)
+        for loads in self.loadview.loads.values():
+            for load in loads:
+                key = (load.model, load.server)
+                if load.queue_us_per_request is not None:
+                    m.queue.labels(*key).set(load.queue_us_per_request / 1e6)
+                    m.compute.labels(*key).set((load.compute_us_per_request or 0.0) / 1e6)
+                m.pending.labels(*key).set(load.pending)
+                m.throughput.labels(*key).set(load.throughput_rps)
+                m.failures.labels(*key).set(load.failure_rps)
+        for cluster, table in weights.items():
+            name = cluster if cluster == ALL_SERVERS else model_cluster(cluster)
+            for server, weight in table.items():
+                m.weight.labels(name, server).set(weight)
+
+    def view(self) -> tuple[Snapshot | None, dict, float]:
+        with self._lock:
+            return self.snapshot, self.site_state, self.last_step
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            self.step()
+            stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

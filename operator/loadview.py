@@ -1,0 +1,129 @@
+"""The load view: every server's Triton metrics scraped each interval, turned into rates.
+
+Per model and server: queue time per *request* (Δqueue_us / Δrequest_success — not per
+execution, which batching inflates), compute time per request, pending requests,
+throughput, failure rate and mean batch size (Δinferences / Δexecutions). A server whose
+metrics cannot be read is reported unhealthy with the reason; its last figures are dropped.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+COUNTERS = {
+    "nv_inference_request_success": "success",
+    "nv_inference_request_failure": "failure",
+    "nv_inference_count": "inferences",
+    "nv_inference_exec_count": "executions",
+    "nv_inference_queue_duration_us": "queue_us",
+    "nv_inference_compute_input_duration_us": "compute_input_us",
+    "nv_inference_compute_infer_duration_us": "compute_infer_us",
+    "nv_inference_compute_output_duration_us": "compute_output_us",
+}
+GAUGES = {"nv_inference_pending_request_count": "pending"}
+
+
+def parse_metrics(text: str) -> dict[str, dict[str, float]]:
+    """Triton's /metrics text as {model: {counter or gauge: value}} (versions summed)."""
+    models: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = COUNTERS.get(sample.name.removesuffix("_total")) or GAUGES.get(sample.name)
+            model = sample.labels.get("model")
+            if name is None or model is None:
+                continue
+            values = models.setdefault(model, {})
+            values[name] = values.get(name, 0.0) + sample.value
+    return models
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    model: str
+    server: str
+    queue_us_per_request: float | None  # None while no request completed in the window
+    compute_us_per_request: float | None
+    pending: float
+    throughput_rps: float
+    failure_rps: float
+    mean_batch_size: float | None
+
+
+@dataclass(frozen=True)
+class ServerHealth:
+    server: str
+    up: bool
+    scraped_at: float
+    error: str = ""
+
+
+@dataclass
+class _Scrape:
+    at: float
+    models: dict[str, dict[str, float]]
+
+
+def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoad]:
+    dt = max(after.at - before.at, 1e-6)
+    loads = []
+    for model, now in sorted(after.models.items()):
+        then = before.models.get(model, {})
+
+        def delta(key: str, now=now, then=then) -> float:
+            return max(now.get(key, 0.0) - then.get(key, 0.0), 0.0)
+
+        requests = delta("success")
+        compute = delta("compute_input_us") + delta("compute_infer_us") + delta("compute_output_us")
+        executions = delta("executions")
+        loads.append(
+            ModelLoad(
+                model=model,
+                server=server,
+                queue_us_per_request=delta("queue_us") / requests if requests else None,
+                compute_us_per_request=compute / requests if requests else None,
+                pending=now.get("pending", 0.0),
+                throughput_rps=requests / dt,
+                failure_rps=delta("failure") / dt,
+                mean_batch_size=delta("inferences") / executions if executions else None,
+            )
+        )
+    return loads
+
+
+@dataclass
+class LoadView:
+    """Rates over the last scrape interval, per model and server."""
+
+    timeout_s: float = 0.5
+    _last: dict[str, _Scrape] = field(default_factory=dict)
+    loads: dict[str, list[ModelLoad]] = field(default_factory=dict)
+    health: dict[str, ServerHealth] = field(default_factory=dict)
+
+    def scrape(self, server: str, metrics_url: str) -> None:
+        now = time.time()
+        try:
+            with urllib.request.urlopen(metrics_url, timeout=self.timeout_s) as reply:
+                text = reply.read().decode()
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            self.health[server] = ServerHealth(server, False, now, f"metrics unreadable: {exc}")
+            self.loads.pop(server, None)
+            self._last.pop(server, None)
+            return
+        current = _Scrape(now, parse_metrics(text))
+        previous = self._last.get(server)
+        if previous is not None:
+            self.loads[server] = compute_loads(server, previous, current)
+        self._last[server] = current
+        self.health[server] = ServerHealth(server, True, now)
+
+    def forget(self, server: str) -> None:
+        for table in (self._last, self.loads, self.health):
+            table.pop(server, None)
+
+    def model_loads(self, model: str) -> list[ModelLoad]:
+        return [load for loads in self.loads.values() for load in loads if load.model == model]

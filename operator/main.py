@@ -1,0 +1,54 @@
+"""`python -P -m sonicsite.operator.main`: run the operator for a local site."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .api import make_server
+from .controller import Operator
+from .discovery import LocalDiscovery
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sonicsite-operator")
+    parser.add_argument("--site", type=Path, required=True, help="the local site directory")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="the operator's HTTP port")
+    parser.add_argument(
+        "--envoy-listen",
+        required=True,
+        help="host:port of Envoy's gRPC listener, published over LDS",
+    )
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    args = parser.parse_args(argv)
+    listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
+    operator = Operator(
+        LocalDiscovery(args.site),
+        listen_host,
+        int(listen_port),
+        args.interval,
+        envoy_grpc=args.envoy_listen,
+    )
+    operator.step()  # serve a full snapshot from the first request on
+    server = make_server(operator, args.host, args.port)
+    stop = threading.Event()
+    loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
+    loop.start()
+
+    def shutdown(*_) -> None:
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    server.serve_forever()
+    loop.join(timeout=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""Envoy's whole configuration, served by the operator as REST-JSON xDS.
+
+Envoy's bootstrap (sonicsite/envoy.py) names only its admin port and the operator; listeners
+(LDS), routes (RDS), clusters (CDS) and endpoints with weights (EDS) come from here. One
+cluster holds every server and one per model holds the servers that load it; a request with
+the `sonicsite-model` header (set by the sonicsite client) takes its model's route, any other
+(stock tritonclient, perf_analyzer) the default route to every server. Connection failures
+are retried once on another host; draining servers receive nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .discovery import Server
+
+TYPE_URLS = {
+    "listeners": "type.googleapis.com/envoy.config.listener.v3.Listener",
+    "routes": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+    "clusters": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "endpoints": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+}
+GOOGLE = "type.googleapis.com/envoy.extensions"
+OPERATOR_CLUSTER = "sonicsite_operator"
+ALL_SERVERS = "triton"
+ROUTE_CONFIG = "sonicsite"
+LISTENER = "sonicsite_grpc"
+MODEL_HEADER = "sonicsite-model"
+SERVER_HEADER = "sonicsite-server"  # which server answered, added by Envoy to every response
+LIMIT = 100_000  # circuit breakers sized for thousands of clients
+RETRY_BUFFER_BYTES = 64 << 20  # a request is kept this far so that it can be retried
+
+
+def model_cluster(model: str) -> str:
+    return f"model_{model}"
+
+
+def rest_source(refresh: str = "0.5s") -> dict:
+    return {
+        "resource_api_version": "V3",
+        "api_config_source": {
+            "api_type": "REST",
+            "transport_api_version": "V3",
+            "cluster_names": [OPERATOR_CLUSTER],
+            "refresh_delay": refresh,
+        },
+    }
+
+
+def _cluster(name: str) -> dict:
+    return {
+        "@type": TYPE_URLS["clusters"],
+        "name": name,
+        "type": "EDS",
+        "eds_cluster_config": {"eds_config": rest_source(), "service_name": name},
+        "connect_timeout": "1s",
+        "lb_policy": "LEAST_REQUEST",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{GOOGLE}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {
+                    "http2_protocol_options": {
+                        "initial_stream_window_size": 16 << 20,
+                        "initial_connection_window_size": 64 << 20,
+                    }
+                },
+            }
+        },
+        "health_checks": [
+            {
+                "timeout": "1s",
+                "interval": "1s",
+                "no_traffic_interval": "1s",
+                "unhealthy_threshold": 2,
+                "healthy_threshold": 1,
+                "http_health_check": {"path": "/v2/health/ready", "codec_client_type": "HTTP1"},
+            }
+        ],
+        "outlier_detection": {
+            "consecutive_gateway_failure": 2,
+            "consecutive_local_origin_failure": 2,
+            "split_external_local_origin_errors": True,
+            "interval": "1s",
+            "base_ejection_time": "2s",
+            "max_ejection_percent": 100,
+        },
+        "circuit_breakers": {
+            "thresholds": [
+                {
+                    "max_connections": LIMIT,
+                    "max_pending_requests": LIMIT,
+                    "max_requests": LIMIT,
+                    "max_retries": LIMIT,
+                }
+            ]
+        },
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
+        "ignore_health_on_host_removal": True,
+    }
+
+
+def clusters(models: list[str]) -> list[dict]:
+    return [_cluster(ALL_SERVERS)] + [_cluster(model_cluster(m)) for m in models]
+
+
+def load_assignment(cluster: str, servers: list[Server], weights: dict[str, int]) -> dict:
+    endpoints = []
+    for s in servers:
+        endpoints.append(
+            {
+                "endpoint": {
+                    "address": {"socket_address": {"address": s.host, "port_value": s.grpc_port}},
+                    "health_check_config": {"port_value": s.http_port},
+                    "hostname": s.id,
+                },
+                "metadata": {"filter_metadata": {"sonicsite": {"server": s.id}}},
+                "load_balancing_weight": max(1, int(weights.get(s.id, 100))),
+                "health_status": "DRAINING" if s.draining else "UNKNOWN",
+            }
+        )
+    return {
+        "@type": TYPE_URLS["endpoints"],
+        "cluster_name": cluster,
+        "endpoints": [{"lb_endpoints": endpoints}] if endpoints else [],
+    }
+
+
+def listener(host: str, port: int) -> dict:
+    return {
+        "@type": TYPE_URLS["listeners"],
+        "name": LISTENER,
+        "address": {"socket_address": {"address": host, "port_value": port}},
+        "per_connection_buffer_limit_bytes": RETRY_BUFFER_BYTES,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                            "http_connection_manager.v3.HttpConnectionManager",
+                            "stat_prefix": "sonicsite",
+                            "codec_type": "AUTO",
+                            "http2_protocol_options": {
+                                "max_concurrent_streams": 10_000,
+                                "initial_stream_window_size": 16 << 20,
+                                "initial_connection_window_size": 64 << 20,
+                            },
+                            "stream_idle_timeout": "0s",
+                            "rds": {
+                                "config_source": rest_source(),
+                                "route_config_name": ROUTE_CONFIG,
+                            },
+                            "http_filters": [
+                                {
+                                    "name": "envoy.filters.http.router",
+                                    "typed_config": {
+                                        "@type": f"{GOOGLE}.filters.http.router.v3.Router"
+                                    },
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def _route_action(cluster: str) -> dict:
+    return {
+        "cluster": cluster,
+        "timeout": "0s",
+        "retry_policy": {
+            "retry_on": "connect-failure,refused-stream,reset,unavailable",
+            "num_retries": 2,
+            "retry_host_predicate": [
+                {
+                    "name": "envoy.retry_host_predicates.previous_hosts",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.retry.host."
+                        "previous_hosts.v3.PreviousHostsPredicate"
+                    },
+                }
+            ],
+            "host_selection_retry_max_attempts": 5,
+        },
+    }
+
+
+def route_configuration(models: list[str]) -> dict:
+    routes = [
+        {
+            "name": f"model-{m}",
+            "match": {
+                "prefix": "/",
+                "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}],
+            },
+            "route": _route_action(model_cluster(m)),
+        }
+        for m in models
+    ]
+    routes.append(
+        {"name": "default", "match": {"prefix": "/"}, "route": _route_action(ALL_SERVERS)}
+    )
+    return {
+        "@type": TYPE_URLS["routes"],
+        "name": ROUTE_CONFIG,
+        "virtual_hosts": [
+            {
+                "name": "sonicsite",
+                "domains": ["*"],
+                "routes": routes,
+                "per_request_buffer_limit_bytes": RETRY_BUFFER_BYTES,
+                "response_headers_to_add": [
+                    {
+                        "header": {
+                            "key": SERVER_HEADER,
+                            "value": "%UPSTREAM_METADATA(sonicsite:server)%",
+                        },
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    }
+                ],
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent set of resources; each type has the version Envoy acknowledges."""
+
+    resources: dict[str, list[dict]]
+    versions: dict[str, str]
+
+    @classmethod
+    def build(
+        cls,
+        servers: list[Server],
+        weights: dict[str, dict[str, int]],
+        listen_host: str,
+        listen_port: int,
+    ) -> Snapshot:
+        models = sorted({m for s in servers for m in s.models})
+        assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
+        for m in models:
+            holding = [s for s in servers if m in s.models]
+            assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
+        resources = {
+            "listeners": [listener(listen_host, listen_port)],
+            "routes": [route_configuration(models)],
+            "clusters": clusters(models),
+            "endpoints": assignments,
+        }
+        versions = {
+            kind: hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
+            for kind, items in resources.items()
+        }
+        return cls(resources, versions)
+
+    def response(self, kind: str, names: list[str] | None = None) -> dict:
+        """A DiscoveryResponse for `kind` (only the named resources, when Envoy names them)."""
+        items = self.resources[kind]
+        if names:
+            key = "cluster_name" if kind == "endpoints" else "name"
+            items = [r for r in items if r[key] in names]
+        return {
+            "version_info": self.versions[kind],
+            "resources": items,
+            "type_url": TYPE_URLS[kind],
+        }
