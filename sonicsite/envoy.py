@@ -122,8 +122,8 @@ def bootstrap(
     }
 
 
-def healthy_hosts(admin: str, cluster: str) -> list[str]:
-    """Hosts of `cluster` that Envoy would send to now (from its admin /clusters)."""
+def hosts(admin: str, cluster: str) -> dict[str, str]:
+    """Every host Envoy has in `cluster`, with its health flags (from admin /clusters)."""
     with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
         lines = reply.read().decode().splitlines()
     flags: dict[str, str] = {}
@@ -131,7 +131,12 @@ def healthy_hosts(admin: str, cluster: str) -> list[str]:
         parts = line.split("::")
         if len(parts) >= 4 and parts[0] == cluster and parts[2] == "health_flags":
             flags[parts[1]] = parts[3]
-    return sorted(host for host, flag in flags.items() if flag == "healthy")
+    return flags
+
+
+def healthy_hosts(admin: str, cluster: str) -> list[str]:
+    """Hosts of `cluster` that Envoy would send to now."""
+    return sorted(host for host, flag in hosts(admin, cluster).items() if flag == "healthy")
 
 
 def counter(admin: str, name: str) -> int:
