@@ -167,6 +167,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"metrics {s.metrics_url}  {'ready' if live[s.id] else 'NOT READY'}"
         )
     print(f"  models: {', '.join(state.models)}")
+    if state.grpc:
+        print(f"  gRPC endpoint (Envoy): {state.grpc}   Envoy admin: http://{state.envoy_admin}")
+        print(f"  operator: http://{state.operator}/v1/state  http://{state.operator}/metrics")
     return 0
 
 
