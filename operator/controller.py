@@ -13,6 +13,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from .admission import SHED, Admission, AdmissionPolicy, decide
 from .discovery import Server
 from .loadview import LoadView, ModelLoad
 from .xds import ALL_SERVERS, Snapshot, model_cluster
@@ -84,6 +85,21 @@ class OperatorMetrics:
             registry=r,
         )
         self.steps = Counter("sonicsite_operator_steps", "Control loop steps", registry=r)
+        self.shed = Gauge(
+            "sonicsite_admission_shed", "1 while the model sheds new work", ["model"], registry=r
+        )
+        self.fail_open = Gauge(
+            "sonicsite_admission_fail_open",
+            "1 while admission fails open for lack of metrics",
+            ["model"],
+            registry=r,
+        )
+        self.changes = Counter(
+            "sonicsite_admission_changes",
+            "Admission decisions that changed the state",
+            ["model", "state"],
+            registry=r,
+        )
 
 
 @dataclass
@@ -93,6 +109,8 @@ class Operator:
     listen_port: int
     interval_s: float = 1.0
     envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
+    policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    admissions: dict[str, Admission] = field(default_factory=dict)
     loadview: LoadView = field(default_factory=LoadView)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     snapshot: Snapshot | None = None
@@ -118,7 +136,26 @@ class Operator:
             s.id: round(sum(weights[m][s.id] for m in s.models) / max(len(s.models), 1))
             for s in servers
         }
-        snapshot = Snapshot.build(servers, weights, self.listen_host, self.listen_port)
+        now = time.time()
+        for m in models:
+            holding = [s.id for s in servers if m in s.models and not s.draining]
+            loads = [x for x in self.loadview.model_loads(m) if self.loadview.health[x.server].up]
+            decision = decide(self.policy, self.admissions.get(m), loads, holding, now)
+            previous = self.admissions.get(m)
+            if previous is None or previous.state != decision.state:
+                self.metrics.changes.labels(m, decision.state).inc()
+            self.admissions[m] = decision
+        shed = {m for m, a in self.admissions.items() if a.state == SHED}
+        caps = {m: self.policy.inflight_cap for m, a in self.admissions.items() if a.fail_open}
+        snapshot = Snapshot.build(
+            servers,
+            weights,
+            self.listen_host,
+            self.listen_port,
+            shed,
+            caps,
+            self.policy.retry_after_s,
+        )
         state = self._state(servers, models, weights)
         self._export(servers, weights)
         with self._lock:
@@ -148,7 +185,7 @@ class Operator:
                 m: {
                     "load": [asdict(load) for load in self.loadview.model_loads(m)],
                     "weights": weights[m],
-                    "admission": {"state": "open", "retry_after_s": 0, "reason": ""},
+                    "admission": self.admissions[m].as_dict(),
                 }
                 for m in models
             },
@@ -167,6 +204,9 @@ class Operator:
                 m.pending.labels(*key).set(load.pending)
                 m.throughput.labels(*key).set(load.throughput_rps)
                 m.failures.labels(*key).set(load.failure_rps)
+        for model, admission in self.admissions.items():
+            m.shed.labels(model).set(1 if admission.state == SHED else 0)
+            m.fail_open.labels(model).set(1 if admission.fail_open else 0)
         for cluster, table in weights.items():
             name = cluster if cluster == ALL_SERVERS else model_cluster(cluster)
             for server, weight in table.items():

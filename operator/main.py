@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+from .admission import AdmissionPolicy
 from .api import make_server
 from .controller import Operator
 from .discovery import LocalDiscovery
@@ -24,7 +25,48 @@ def main(argv: list[str] | None = None) -> int:
         help="host:port of Envoy's gRPC listener, published over LDS",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    defaults = AdmissionPolicy()
+    parser.add_argument(
+        "--shed-above-ms",
+        type=float,
+        default=defaults.shed_above_ms,
+        help="shed a model when queue time per request is above this everywhere",
+    )
+    parser.add_argument(
+        "--open-below-ms",
+        type=float,
+        default=defaults.open_below_ms,
+        help="reopen once some server is below this (hysteresis)",
+    )
+    parser.add_argument(
+        "--min-hold",
+        type=float,
+        default=defaults.min_hold_s,
+        help="seconds an admission decision holds at least",
+    )
+    parser.add_argument(
+        "--retry-after",
+        type=int,
+        default=defaults.retry_after_s,
+        help="seconds clients are told to wait when shed",
+    )
+    parser.add_argument(
+        "--inflight-cap",
+        type=int,
+        default=defaults.inflight_cap,
+        help="requests in flight per model while failing open",
+    )
     args = parser.parse_args(argv)
+    try:
+        policy = AdmissionPolicy(
+            args.shed_above_ms,
+            args.open_below_ms,
+            args.min_hold,
+            args.retry_after,
+            args.inflight_cap,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
     operator = Operator(
         LocalDiscovery(args.site),
@@ -32,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         int(listen_port),
         args.interval,
         envoy_grpc=args.envoy_listen,
+        policy=policy,
     )
     operator.step()  # serve a full snapshot from the first request on
     server = make_server(operator, args.host, args.port)

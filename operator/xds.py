@@ -31,6 +31,7 @@ MODEL_HEADER = "sonicsite-model"
 SERVER_HEADER = "sonicsite-server"  # which server answered, added by Envoy to every response
 LIMIT = 100_000  # circuit breakers sized for thousands of clients
 RETRY_BUFFER_BYTES = 64 << 20  # a request is kept this far so that it can be retried
+HTTP_FAULT = f"{GOOGLE}.filters.http.fault.v3.HTTPFault"
 
 
 def model_cluster(model: str) -> str:
@@ -49,7 +50,7 @@ def rest_source(refresh: str = "0.5s") -> dict:
     }
 
 
-def _cluster(name: str) -> dict:
+def _cluster(name: str, max_requests: int = LIMIT) -> dict:
     return {
         "@type": TYPE_URLS["clusters"],
         "name": name,
@@ -91,7 +92,7 @@ def _cluster(name: str) -> dict:
                 {
                     "max_connections": LIMIT,
                     "max_pending_requests": LIMIT,
-                    "max_requests": LIMIT,
+                    "max_requests": max_requests,
                     "max_retries": LIMIT,
                 }
             ]
@@ -101,8 +102,12 @@ def _cluster(name: str) -> dict:
     }
 
 
-def clusters(models: list[str]) -> list[dict]:
-    return [_cluster(ALL_SERVERS)] + [_cluster(model_cluster(m)) for m in models]
+def clusters(models: list[str], caps: dict[str, int] | None = None) -> list[dict]:
+    """`caps`: models whose in-flight requests Envoy bounds (admission failing open)."""
+    caps = caps or {}
+    return [_cluster(ALL_SERVERS)] + [
+        _cluster(model_cluster(m), caps.get(m, LIMIT)) for m in models
+    ]
 
 
 def load_assignment(cluster: str, servers: list[Server], weights: dict[str, int]) -> dict:
@@ -127,7 +132,32 @@ def load_assignment(cluster: str, servers: list[Server], weights: dict[str, int]
     }
 
 
-def listener(host: str, port: int) -> dict:
+def shed_reply(retry_after_s: int) -> dict:
+    """Replies to requests the fault filter refused (response flag FI) carry the retry-after."""
+    return {
+        "mappers": [
+            {
+                "filter": {"response_flag_filter": {"flags": ["FI"]}},
+                "headers_to_add": [
+                    {
+                        "header": {"key": "retry-after", "value": str(retry_after_s)},
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    },
+                    {
+                        "header": {"key": "sonicsite-admission", "value": "shed"},
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    },
+                ],
+                "body": {
+                    "inline_string": f"model shed by sonicsite admission: its queue time per "
+                    f"request is over the threshold; retry after {retry_after_s} s"
+                },
+            }
+        ]
+    }
+
+
+def listener(host: str, port: int, retry_after_s: int = 1) -> dict:
     return {
         "@type": TYPE_URLS["listeners"],
         "name": LISTENER,
@@ -149,17 +179,22 @@ def listener(host: str, port: int) -> dict:
                                 "initial_connection_window_size": 64 << 20,
                             },
                             "stream_idle_timeout": "0s",
+                            "local_reply_config": shed_reply(retry_after_s),
                             "rds": {
                                 "config_source": rest_source(),
                                 "route_config_name": ROUTE_CONFIG,
                             },
                             "http_filters": [
                                 {
+                                    "name": "envoy.filters.http.fault",
+                                    "typed_config": {"@type": HTTP_FAULT},
+                                },
+                                {
                                     "name": "envoy.filters.http.router",
                                     "typed_config": {
                                         "@type": f"{GOOGLE}.filters.http.router.v3.Router"
                                     },
-                                }
+                                },
                             ],
                         },
                     }
@@ -190,9 +225,24 @@ def _route_action(cluster: str) -> dict:
     }
 
 
-def route_configuration(models: list[str]) -> dict:
-    routes = [
-        {
+def shed_filter_config() -> dict:
+    """Per-route fault abort: every gRPC request on a shed model's route gets
+    RESOURCE_EXHAUSTED at once (the listener's local-reply mapper adds the retry-after),
+    and Triton sees nothing."""
+    return {
+        "envoy.filters.http.fault": {
+            "@type": HTTP_FAULT,
+            "abort": {"grpc_status": 8, "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
+        }
+    }
+
+
+def route_configuration(models: list[str], shed: set[str] | None = None) -> dict:
+    """`shed`: models whose route refuses new work."""
+    shed = shed or set()
+    routes = []
+    for m in models:
+        route = {
             "name": f"model-{m}",
             "match": {
                 "prefix": "/",
@@ -200,8 +250,9 @@ def route_configuration(models: list[str]) -> dict:
             },
             "route": _route_action(model_cluster(m)),
         }
-        for m in models
-    ]
+        if m in shed:
+            route["typed_per_filter_config"] = shed_filter_config()
+        routes.append(route)
     routes.append(
         {"name": "default", "match": {"prefix": "/"}, "route": _route_action(ALL_SERVERS)}
     )
@@ -213,7 +264,7 @@ def route_configuration(models: list[str]) -> dict:
                 "name": "sonicsite",
                 "domains": ["*"],
                 "routes": routes,
-                "per_request_buffer_limit_bytes": RETRY_BUFFER_BYTES,
+                "request_body_buffer_limit": RETRY_BUFFER_BYTES,
                 "response_headers_to_add": [
                     {
                         "header": {
@@ -242,6 +293,9 @@ class Snapshot:
         weights: dict[str, dict[str, int]],
         listen_host: str,
         listen_port: int,
+        shed: set[str] | None = None,
+        caps: dict[str, int] | None = None,
+        retry_after_s: int = 1,
     ) -> Snapshot:
         models = sorted({m for s in servers for m in s.models})
         assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
@@ -249,9 +303,9 @@ class Snapshot:
             holding = [s for s in servers if m in s.models]
             assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
         resources = {
-            "listeners": [listener(listen_host, listen_port)],
-            "routes": [route_configuration(models)],
-            "clusters": clusters(models),
+            "listeners": [listener(listen_host, listen_port, retry_after_s)],
+            "routes": [route_configuration(models, shed)],
+            "clusters": clusters(models, caps),
             "endpoints": assignments,
         }
         versions = {

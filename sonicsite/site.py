@@ -21,6 +21,7 @@ from pathlib import Path
 from . import envoy
 from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
+from .operator.admission import AdmissionPolicy
 from .operator.xds import ALL_SERVERS
 from .ports import free_ports
 from .state import STATE_FILE, ProcessInfo, ServerInfo, SiteState
@@ -75,6 +76,7 @@ def up(
     ort_threads: int = 1,
     ready_timeout: float = 180.0,
     balancer: bool = True,
+    admission: AdmissionPolicy | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server."""
@@ -111,15 +113,17 @@ def up(
         for proc, server in zip(procs, state.servers, strict=True):
             wait_ready(proc, server.pid, server.http_address, Path(server.log), ready_timeout)
         if balancer:
-            _start_control_plane(state)
-    except (TritonError, EnvoyError, OSError) as exc:
+            _start_control_plane(state, admission or AdmissionPolicy())
+    except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
+        if isinstance(exc, (SiteError, KeyboardInterrupt)):
+            raise
         raise SiteError(str(exc)) from exc
     state.save()
     return state
 
 
-def _start_control_plane(state: SiteState, timeout: float = 60.0) -> None:
+def _start_control_plane(state: SiteState, policy: AdmissionPolicy, timeout: float = 60.0) -> None:
     """The operator (discovery, load view, xDS) and Envoy (the site's gRPC endpoint)."""
     site_dir = Path(state.site_dir)
     op_port, listen, admin = free_ports(3)
@@ -140,6 +144,16 @@ def _start_control_plane(state: SiteState, timeout: float = 60.0) -> None:
                 str(op_port),
                 "--envoy-listen",
                 state.grpc,
+                "--shed-above-ms",
+                str(policy.shed_above_ms),
+                "--open-below-ms",
+                str(policy.open_below_ms),
+                "--min-hold",
+                str(policy.min_hold_s),
+                "--retry-after",
+                str(policy.retry_after_s),
+                "--inflight-cap",
+                str(policy.inflight_cap),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
