@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .admission import SHED, Admission, AdmissionPolicy, decide
+from .autoscaler import Autoscaler, queue_ms_per_request
 from .discovery import Server
 from .loadview import LoadView, ModelLoad
 from .xds import ALL_SERVERS, Snapshot, model_cluster
@@ -94,6 +96,20 @@ class OperatorMetrics:
             ["model"],
             registry=r,
         )
+        self.scaling_metric = Gauge(
+            "sonicsite_autoscaler_queue_seconds_per_request",
+            "The scaling metric: highest per-model queue time per request over the site",
+            registry=r,
+        )
+        self.desired = Gauge(
+            "sonicsite_autoscaler_desired_servers", "Servers the autoscaler wants", registry=r
+        )
+        self.current = Gauge(
+            "sonicsite_autoscaler_current_servers", "Servers taking new work", registry=r
+        )
+        self.scale_events = Counter(
+            "sonicsite_autoscaler_scale_events", "Scale actions started", ["direction"], registry=r
+        )
         self.changes = Counter(
             "sonicsite_admission_changes",
             "Admission decisions that changed the state",
@@ -111,12 +127,16 @@ class Operator:
     envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     admissions: dict[str, Admission] = field(default_factory=dict)
+    scaler: Autoscaler | None = None
+    actuate: Callable[[int], None] | None = None  # brings the site to N servers (blocking)
+    scale_events: list[dict] = field(default_factory=list)
     loadview: LoadView = field(default_factory=LoadView)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
     last_step: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _scaling: threading.Thread | None = None
 
     def step(self) -> None:
         servers = self.discovery.servers()
@@ -156,17 +176,46 @@ class Operator:
             caps,
             self.policy.retry_after_s,
         )
+        self._autoscale(servers, now)
         state = self._state(servers, models, weights)
         self._export(servers, weights)
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
         self.metrics.steps.inc()
 
+    def _autoscale(self, servers: list[Server], now: float) -> None:
+        if self.scaler is None:
+            return
+        healthy = [
+            x
+            for loads in self.loadview.loads.values()
+            for x in loads
+            if self.loadview.health[x.server].up
+        ]
+        metric = queue_ms_per_request(healthy, self.interval_s)
+        current = len([s for s in servers if not s.draining])
+        desired = self.scaler.desired(now, current, metric)
+        self.metrics.scaling_metric.set((metric or 0.0) / 1e3)
+        self.metrics.desired.set(desired)
+        self.metrics.current.set(current)
+        busy = self._scaling is not None and self._scaling.is_alive()
+        if desired == current or busy or self.actuate is None:
+            return
+        direction = "up" if desired > current else "down"
+        self.metrics.scale_events.labels(direction).inc()
+        self.scale_events.append(
+            {"at": now, "from": current, "to": desired, "metric_ms": metric, "direction": direction}
+        )
+        del self.scale_events[:-20]
+        self._scaling = threading.Thread(target=self.actuate, args=(desired,), daemon=True)
+        self._scaling.start()
+
     def _state(self, servers: list[Server], models: list[str], weights) -> dict:
         health = self.loadview.health
         return {
             "grpc": self.envoy_grpc,
             "updated_at": time.time(),
+            "scale_events": list(self.scale_events),
             "servers": [
                 {
                     "id": s.id,

@@ -10,8 +10,25 @@ from pathlib import Path
 
 from .admission import AdmissionPolicy
 from .api import make_server
+from .autoscaler import Autoscaler, ScalingPolicy
 from .controller import Operator
 from .discovery import LocalDiscovery
+
+
+def local_actuator(site_dir: Path):
+    """Bring the local site to `desired` servers: start new ones, or drain and stop the
+    newest. Blocking; the operator runs one action at a time in the background."""
+    from sonicsite import site as launcher
+
+    def actuate(desired: int) -> None:
+        servers = [s for s in LocalDiscovery(site_dir).servers() if not s.draining]
+        for _ in range(desired - len(servers)):
+            launcher.add_server(site_dir)
+        newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
+        for server in newest[: max(len(servers) - desired, 0)]:
+            launcher.remove_server(site_dir, server.id)
+
+    return actuate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +73,33 @@ def main(argv: list[str] | None = None) -> int:
         default=defaults.inflight_cap,
         help="requests in flight per model while failing open",
     )
+    parser.add_argument(
+        "--autoscale",
+        default="",
+        help="min,max servers: scale the local site on queue time per request",
+    )
+    parser.add_argument(
+        "--target-ms",
+        type=float,
+        default=100.0,
+        help="queue time per request the autoscaler aims at",
+    )
+    parser.add_argument(
+        "--up-window", type=float, default=0.0, help="scale-up stabilisation window in seconds"
+    )
+    parser.add_argument(
+        "--down-window", type=float, default=60.0, help="scale-down stabilisation window in seconds"
+    )
     args = parser.parse_args(argv)
+    scaler = None
+    if args.autoscale:
+        try:
+            low, high = (int(v) for v in args.autoscale.split(","))
+            scaler = Autoscaler(
+                ScalingPolicy(low, high, args.target_ms, args.up_window, args.down_window)
+            )
+        except ValueError as exc:
+            parser.error(f"--autoscale: expected min,max servers: {exc}")
     try:
         policy = AdmissionPolicy(
             args.shed_above_ms,
@@ -75,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         args.interval,
         envoy_grpc=args.envoy_listen,
         policy=policy,
+        scaler=scaler,
+        actuate=local_actuator(args.site) if scaler else None,
     )
     operator.step()  # serve a full snapshot from the first request on
     server = make_server(operator, args.host, args.port)

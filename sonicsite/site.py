@@ -22,6 +22,7 @@ from . import envoy
 from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
 from .operator.admission import AdmissionPolicy
+from .operator.autoscaler import ScalingPolicy
 from .operator.xds import ALL_SERVERS
 from .ports import free_ports
 from .state import STATE_FILE, ProcessInfo, ServerInfo, SiteState
@@ -77,6 +78,7 @@ def up(
     ready_timeout: float = 180.0,
     balancer: bool = True,
     admission: AdmissionPolicy | None = None,
+    scaling: ScalingPolicy | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server."""
@@ -113,7 +115,7 @@ def up(
         for proc, server in zip(procs, state.servers, strict=True):
             wait_ready(proc, server.pid, server.http_address, Path(server.log), ready_timeout)
         if balancer:
-            _start_control_plane(state, admission or AdmissionPolicy())
+            _start_control_plane(state, admission or AdmissionPolicy(), scaling)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
         if isinstance(exc, (SiteError, KeyboardInterrupt)):
@@ -123,7 +125,12 @@ def up(
     return state
 
 
-def _start_control_plane(state: SiteState, policy: AdmissionPolicy, timeout: float = 60.0) -> None:
+def _start_control_plane(
+    state: SiteState,
+    policy: AdmissionPolicy,
+    scaling: ScalingPolicy | None = None,
+    timeout: float = 60.0,
+) -> None:
     """The operator (discovery, load view, xDS) and Envoy (the site's gRPC endpoint)."""
     site_dir = Path(state.site_dir)
     op_port, listen, admin = free_ports(3)
@@ -154,6 +161,7 @@ def _start_control_plane(state: SiteState, policy: AdmissionPolicy, timeout: flo
                 str(policy.retry_after_s),
                 "--inflight-cap",
                 str(policy.inflight_cap),
+                *_scaling_args(scaling),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -177,6 +185,21 @@ def _start_control_plane(state: SiteState, policy: AdmissionPolicy, timeout: flo
         if time.monotonic() > deadline:
             raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
         time.sleep(0.1)
+
+
+def _scaling_args(scaling: ScalingPolicy | None) -> list[str]:
+    if scaling is None:
+        return []
+    return [
+        "--autoscale",
+        f"{scaling.min_servers},{scaling.max_servers}",
+        "--target-ms",
+        str(scaling.target_ms),
+        "--up-window",
+        str(scaling.up_window_s),
+        "--down-window",
+        str(scaling.down_window_s),
+    ]
 
 
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -215,9 +238,13 @@ def add_server(site_dir: Path, ready_timeout: float = 180.0) -> ServerInfo:
     return info
 
 
-def remove_server(site_dir: Path, server_id: str, drain_s: float = 5.0) -> None:
-    """Drain a server, then stop it: it is marked draining (Envoy sends it nothing new), its
-    in-flight requests finish (Triton's pending count reaches zero), then the process stops."""
+PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
+
+
+def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None:
+    """Drain a server, then stop it: it is marked draining, Envoy stops sending to it (the
+    change takes up to PROPAGATION_S), its in-flight requests finish (Triton's pending count
+    reaches zero), then the process stops."""
     site_dir = Path(site_dir).resolve()
     state = SiteState.load(site_dir)
     server = next((s for s in state.servers if s.id == server_id), None)
@@ -225,6 +252,8 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = 5.0) -> None:
         raise SiteError(f"no server {server_id!r}; the site has {[s.id for s in state.servers]}")
     server.draining = True
     state.save()
+    if state.grpc:
+        time.sleep(PROPAGATION_S)
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline and _in_flight(server) > 0:
         time.sleep(0.1)

@@ -1,0 +1,84 @@
+"""The local autoscaler: the same metric and policy as the chart's KEDA ScaledObject.
+
+Metric: for each model, queue time per request over the whole site (Σ Δqueue_us / Σ
+Δrequest_success over its servers), and the highest over models, since every server holds
+every model. Policy, as the HPA behind KEDA applies it: desired = ceil(current × metric /
+target), unchanged within a 10 % tolerance, clamped to [min, max]; a scale-up follows the
+lowest recommendation of the last `up_window_s`, a scale-down the highest of the last
+`down_window_s`. Scale-down drains: the server is marked draining, its in-flight requests
+finish, then it stops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from .loadview import ModelLoad
+
+TOLERANCE = 0.1  # the HPA's default
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    min_servers: int = 1
+    max_servers: int = 4
+    target_ms: float = 100.0  # queue time per request the site aims at
+    up_window_s: float = 0.0
+    down_window_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_servers <= self.max_servers or self.max_servers < 1:
+            raise ValueError(
+                f"min_servers: expected 0 ≤ min_servers ≤ max_servers (≥ 1), got "
+                f"{self.min_servers} and {self.max_servers}"
+            )
+        if self.target_ms <= 0:
+            raise ValueError(f"target_ms: expected a positive number, got {self.target_ms}")
+
+
+def queue_ms_per_request(loads: list[ModelLoad], interval_s: float) -> float | None:
+    """The scaling metric from one interval's loads: per model Σ queue / Σ requests over the
+    servers, then the highest over models; None when no request completed anywhere."""
+    queue: dict[str, float] = {}
+    requests: dict[str, float] = {}
+    for load in loads:
+        if load.queue_us_per_request is None:
+            continue
+        n = load.throughput_rps * interval_s
+        queue[load.model] = queue.get(load.model, 0.0) + load.queue_us_per_request * n
+        requests[load.model] = requests.get(load.model, 0.0) + n
+    per_model = [queue[m] / requests[m] / 1e3 for m in queue if requests[m] > 0]
+    return max(per_model) if per_model else None
+
+
+def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None) -> int:
+    if metric_ms is None:  # nothing completed: no queue, no pressure
+        metric_ms = 0.0
+    ratio = metric_ms / policy.target_ms
+    if current and abs(ratio - 1.0) <= TOLERANCE:
+        desired = current
+    else:
+        desired = math.ceil(max(current, 1) * ratio)
+    return min(max(desired, policy.min_servers), policy.max_servers)
+
+
+@dataclass
+class Autoscaler:
+    policy: ScalingPolicy
+    history: deque = field(default_factory=deque)  # (time, recommendation)
+
+    def desired(self, now: float, current: int, metric_ms: float | None) -> int:
+        """The number of servers to run now, after the stabilisation windows."""
+        self.history.append((now, recommend(self.policy, current, metric_ms)))
+        horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
+        while self.history and self.history[0][0] < horizon:
+            self.history.popleft()
+        up = [r for t, r in self.history if t >= now - self.policy.up_window_s]
+        down = [r for t, r in self.history if t >= now - self.policy.down_window_s]
+        if min(up) > current:
+            return min(up)
+        if max(down) < current:
+            return max(down)
+        return current
