@@ -8,8 +8,9 @@ SOURCES := $(shell find sonicsite client operator gateway models bench -name '*.
 # Strict editable install: a link tree under build/ that resolves operator/ (a namespace
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict
-# Debian packages the local site needs: the Python-backend stub embeds the system libpython.
-APT_PACKAGES := libpython3.11
+# Debian packages: the Python-backend stub embeds the system libpython; Prometheus and
+# promtool check the monitoring rules on live data.
+APT_PACKAGES := libpython3.11 prometheus
 
 .PHONY: run test lint format models install system clean
 

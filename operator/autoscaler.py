@@ -1,9 +1,10 @@
 """The local autoscaler: the same metric and policy as the chart's KEDA ScaledObject.
 
 Metric: for each model, queue time per request over the whole site (Σ Δqueue_us / Σ
-Δrequest_success over its servers), and the highest over models, since every server holds
-every model. Policy, as the HPA behind KEDA applies it: desired = ceil(current × metric /
-target), unchanged within a 10 % tolerance, clamped to [min, max]; a scale-up follows the
+Δrequest_success over its servers, over `window_s`), and the highest over models, since
+every server holds every model: monitoring/rules/autoscaling.rules.yaml computes the same.
+Policy, as the HPA behind KEDA applies it: desired = ceil(current × metric / target),
+unchanged within a 10 % tolerance, clamped to [min, max]; a scale-up follows the
 lowest recommendation of the last `up_window_s`, a scale-down the highest of the last
 `down_window_s`. Scale-down drains: the server is marked draining, its in-flight requests
 finish, then it stops.
@@ -27,6 +28,7 @@ class ScalingPolicy:
     target_ms: float = 100.0  # queue time per request the site aims at
     up_window_s: float = 0.0
     down_window_s: float = 60.0
+    window_s: float = 30.0  # the metric's window, as in monitoring/rules/autoscaling.rules.yaml
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_servers <= self.max_servers or self.max_servers < 1:
@@ -38,17 +40,16 @@ class ScalingPolicy:
             raise ValueError(f"target_ms: expected a positive number, got {self.target_ms}")
 
 
-def queue_ms_per_request(loads: list[ModelLoad], interval_s: float) -> float | None:
-    """The scaling metric from one interval's loads: per model Σ queue / Σ requests over the
-    servers, then the highest over models; None when no request completed anywhere."""
+def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
+    """The scaling metric from the loads over the window: per model Σ queue / Σ requests
+    over the servers, then the highest over models; None when no request completed."""
     queue: dict[str, float] = {}
     requests: dict[str, float] = {}
     for load in loads:
         if load.queue_us_per_request is None:
             continue
-        n = load.throughput_rps * interval_s
-        queue[load.model] = queue.get(load.model, 0.0) + load.queue_us_per_request * n
-        requests[load.model] = requests.get(load.model, 0.0) + n
+        queue[load.model] = queue.get(load.model, 0.0) + load.queue_us_per_request * load.requests
+        requests[load.model] = requests.get(load.model, 0.0) + load.requests
     per_model = [queue[m] / requests[m] / 1e3 for m in queue if requests[m] > 0]
     return max(per_model) if per_model else None
 

@@ -186,13 +186,7 @@ class Operator:
     def _autoscale(self, servers: list[Server], now: float) -> None:
         if self.scaler is None:
             return
-        healthy = [
-            x
-            for loads in self.loadview.loads.values()
-            for x in loads
-            if self.loadview.health[x.server].up
-        ]
-        metric = queue_ms_per_request(healthy, self.interval_s)
+        metric = queue_ms_per_request(self.loadview.window_loads(self.scaler.policy.window_s))
         current = len([s for s in servers if not s.draining])
         desired = self.scaler.desired(now, current, metric)
         self.metrics.scaling_metric.set((metric or 0.0) / 1e3)

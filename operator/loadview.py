@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,6 +53,7 @@ class ModelLoad:
     throughput_rps: float
     failure_rps: float
     mean_batch_size: float | None
+    requests: float = 0.0  # requests completed in the window (Δrequest_success)
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,14 @@ class _Scrape:
 
 
 def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoad]:
+    """Rates between two scrapes, for the models present in both (as Prometheus' `x - x
+    offset w` keeps only series present at both instants)."""
     dt = max(after.at - before.at, 1e-6)
     loads = []
     for model, now in sorted(after.models.items()):
-        then = before.models.get(model, {})
+        if model not in before.models:
+            continue
+        then = before.models[model]
 
         def delta(key: str, now=now, then=then) -> float:
             return max(now.get(key, 0.0) - then.get(key, 0.0), 0.0)
@@ -90,6 +96,7 @@ def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoa
                 throughput_rps=requests / dt,
                 failure_rps=delta("failure") / dt,
                 mean_batch_size=delta("inferences") / executions if executions else None,
+                requests=requests,
             )
         )
     return loads
@@ -97,10 +104,13 @@ def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoa
 
 @dataclass
 class LoadView:
-    """Rates over the last scrape interval, per model and server."""
+    """Rates over the last scrape interval, per model and server; and over longer windows
+    from a short history of scrapes (the autoscaler's window)."""
 
     timeout_s: float = 0.5
+    keep_s: float = 120.0  # history kept for window_loads
     _last: dict[str, _Scrape] = field(default_factory=dict)
+    _history: dict[str, deque] = field(default_factory=dict)
     loads: dict[str, list[ModelLoad]] = field(default_factory=dict)
     health: dict[str, ServerHealth] = field(default_factory=dict)
 
@@ -113,16 +123,32 @@ class LoadView:
             self.health[server] = ServerHealth(server, False, now, f"metrics unreadable: {exc}")
             self.loads.pop(server, None)
             self._last.pop(server, None)
+            self._history.pop(server, None)
             return
         current = _Scrape(now, parse_metrics(text))
         previous = self._last.get(server)
         if previous is not None:
             self.loads[server] = compute_loads(server, previous, current)
         self._last[server] = current
+        history = self._history.setdefault(server, deque())
+        history.append(current)
+        while len(history) > 2 and history[1].at <= now - self.keep_s:
+            history.popleft()
         self.health[server] = ServerHealth(server, True, now)
 
+    def window_loads(self, window_s: float) -> list[ModelLoad]:
+        """Loads between each server's latest scrape and its last scrape at least `window_s`
+        older (Prometheus' `x - x offset window`); servers without one are left out."""
+        loads = []
+        for server, history in self._history.items():
+            latest = history[-1]
+            older = [s for s in history if s.at <= latest.at - window_s]
+            if older and self.health.get(server, ServerHealth(server, False, 0)).up:
+                loads.extend(compute_loads(server, older[-1], latest))
+        return loads
+
     def forget(self, server: str) -> None:
-        for table in (self._last, self.loads, self.health):
+        for table in (self._last, self._history, self.loads, self.health):
             table.pop(server, None)
 
     def model_loads(self, model: str) -> list[ModelLoad]:

@@ -90,13 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--down-window", type=float, default=60.0, help="scale-down stabilisation window in seconds"
     )
+    parser.add_argument(
+        "--scaling-window",
+        type=float,
+        default=30.0,
+        help="seconds of counters the scaling metric is computed over",
+    )
     args = parser.parse_args(argv)
     scaler = None
     if args.autoscale:
         try:
             low, high = (int(v) for v in args.autoscale.split(","))
             scaler = Autoscaler(
-                ScalingPolicy(low, high, args.target_ms, args.up_window, args.down_window)
+                ScalingPolicy(
+                    low, high, args.target_ms, args.up_window, args.down_window, args.scaling_window
+                )
             )
         except ValueError as exc:
             parser.error(f"--autoscale: expected min,max servers: {exc}")

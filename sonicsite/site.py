@@ -199,6 +199,8 @@ def _scaling_args(scaling: ScalingPolicy | None) -> list[str]:
         str(scaling.up_window_s),
         "--down-window",
         str(scaling.down_window_s),
+        "--scaling-window",
+        str(scaling.window_s),
     ]
 
 

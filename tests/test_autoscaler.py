@@ -30,14 +30,14 @@ POLICY = ScalingPolicy(min_servers=1, max_servers=4, target_ms=100, up_window_s=
 
 def test_metric_is_queue_time_per_request_over_the_site_worst_model():
     loads = [
-        ModelLoad("a", "s0", 300e3, 0, 0, 10.0, 0, 1),  # 10 requests at 300 ms
-        ModelLoad("a", "s1", 100e3, 0, 0, 30.0, 0, 1),  # 30 requests at 100 ms
-        ModelLoad("b", "s0", 50e3, 0, 0, 5.0, 0, 4),
-        ModelLoad("b", "s1", None, 0, 0, 0.0, 0, None),  # nothing completed there
+        ModelLoad("a", "s0", 300e3, 0, 0, 0, 0, 1, requests=10),  # 10 requests at 300 ms
+        ModelLoad("a", "s1", 100e3, 0, 0, 0, 0, 1, requests=30),  # 30 requests at 100 ms
+        ModelLoad("b", "s0", 50e3, 0, 0, 0, 0, 4, requests=5),
+        ModelLoad("b", "s1", None, 0, 0, 0, 0, None, requests=0),  # nothing completed there
     ]
     # model a: (10*300 + 30*100) / 40 = 150 ms (per request, not per execution); b: 50 ms
-    assert queue_ms_per_request(loads, interval_s=1.0) == pytest.approx(150.0)
-    assert queue_ms_per_request([], 1.0) is None
+    assert queue_ms_per_request(loads) == pytest.approx(150.0)
+    assert queue_ms_per_request([]) is None
 
 
 def test_recommendation_follows_the_hpa_rule():
@@ -66,7 +66,7 @@ def _state(site_state) -> dict:
 def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_models):
     site_dir = tmp_path / "site"
     scaling = ScalingPolicy(
-        min_servers=1, max_servers=2, target_ms=50, up_window_s=0, down_window_s=3
+        min_servers=1, max_servers=2, target_ms=50, up_window_s=0, down_window_s=3, window_s=3
     )
     state = launcher.up(
         site_dir,

@@ -1,0 +1,84 @@
+"""Run the real Prometheus (Debian's package) against a site, and query it.
+
+Used by the tests that prove the monitoring rules on live data; the local site will start it
+too when the binary is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+RULES_DIR = Path(__file__).resolve().parents[1] / "monitoring" / "rules"
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus is missing, refused its config, or a query failed."""
+
+
+def binary() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        raise PrometheusError("prometheus not found: `apt-get install prometheus` (Debian 12)")
+    return path
+
+
+def config(targets: list[str], rule_files: list[Path], scrape_interval: str = "1s") -> dict:
+    return {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [{"job_name": "triton", "static_configs": [{"targets": targets}]}],
+    }
+
+
+def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                binary(),
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address={address}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def wait_ready(proc: subprocess.Popen, address: str, log: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PrometheusError(
+                f"prometheus exited with {proc.returncode}:\n"
+                f"{log.read_text(errors='replace')[-2000:]}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://{address}/-/ready", timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise PrometheusError(f"prometheus not ready after {timeout:.0f} s (log {log})")
+
+
+def query(address: str, expr: str, at: float | None = None) -> list[dict]:
+    """An instant query; each result is {"metric": labels, "value": [time, "value"]}."""
+    params = {"query": expr}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    url = f"http://{address}/api/v1/query?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        body = json.loads(reply.read())
+    if body.get("status") != "success":
+        raise PrometheusError(f"query {expr!r} failed: {body}")
+    return body["data"]["result"]
