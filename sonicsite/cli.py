@@ -135,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=_at_least(1), default=7, help="timed repeats per case")
     b.add_argument("--sizes", default="1,16,64", help="payload sizes in MB, comma-separated")
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    b = bsub.add_parser("dataplane", help="direct to Triton vs through Envoy")
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
 
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
@@ -174,6 +178,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench_command == "dataplane":
+        from .bench import dataplane
+
+        result = dataplane.run(args.json, args.repeats, args.build_dir)
+        print(json.dumps(result["summary"], indent=2))
+        print(f"written: {args.json}")
+        return 0
     from .bench import client as bench_client
 
     try:
