@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from .waiting import wait_for_http
 
 
 class EnvoyError(RuntimeError):
@@ -62,20 +63,7 @@ def start(config: Path, log: Path) -> subprocess.Popen:
 
 
 def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise EnvoyError(
-                f"envoy exited with {proc.returncode}:\n{log.read_text(errors='replace')[-2000:]}"
-            )
-        try:
-            with urllib.request.urlopen(f"http://{admin}/ready", timeout=1) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)
-    raise EnvoyError(f"envoy not ready after {timeout:.0f} s (log {log})")
+    wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError)
 
 
 def bootstrap(

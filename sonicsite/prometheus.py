@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from .waiting import wait_for_http
 
 RULES_DIR = Path(__file__).resolve().parents[1] / "monitoring" / "rules"
 
@@ -54,21 +55,7 @@ def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subproc
 
 
 def wait_ready(proc: subprocess.Popen, address: str, log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise PrometheusError(
-                f"prometheus exited with {proc.returncode}:\n"
-                f"{log.read_text(errors='replace')[-2000:]}"
-            )
-        try:
-            with urllib.request.urlopen(f"http://{address}/-/ready", timeout=1) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    raise PrometheusError(f"prometheus not ready after {timeout:.0f} s (log {log})")
+    wait_for_http(f"http://{address}/-/ready", proc, log, timeout, PrometheusError)
 
 
 def query(address: str, expr: str, at: float | None = None) -> list[dict]:

@@ -36,6 +36,7 @@ from .triton import (
     start,
     wait_ready,
 )
+from .waiting import wait_for_http
 
 DEFAULT_BUILD_DIR = Path("build/models")
 
@@ -171,7 +172,7 @@ def _start_control_plane(
         )
     state.processes.append(ProcessInfo("operator", operator.pid, str(op_log)))
     state.save()
-    _wait_http(f"http://{state.operator}/healthz", operator, op_log, timeout)
+    wait_for_http(f"http://{state.operator}/healthz", operator, op_log, timeout, SiteError)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
@@ -202,24 +203,6 @@ def _scaling_args(scaling: ScalingPolicy | None) -> list[str]:
         "--scaling-window",
         str(scaling.window_s),
     ]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SiteError(
-                f"{url}: the process exited with {proc.returncode}:\n"
-                f"{log.read_text(errors='replace')[-2000:]}"
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=1) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)
-    raise SiteError(f"{url} did not answer within {timeout:.0f} s (log {log})")
 
 
 def add_server(site_dir: Path, ready_timeout: float = 180.0) -> ServerInfo:

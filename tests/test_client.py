@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from sonicsite.client import (
     Client,
     Column,
@@ -21,7 +20,7 @@ from sonicsite.client import (
 )
 from sonicsite.client.discovery import ServerEndpoint, SiteInfo, from_site_file
 from sonicsite.models.repository import model_names
-from tritonclient.utils import np_to_triton_dtype
+from stock import stock_infer
 
 from sonicsite import envoy
 from sonicsite.ports import free_ports
@@ -29,19 +28,6 @@ from sonicsite.samples import generate
 from sonicsite.site import stop_group
 
 TRANSPORTS = ["grpc", "http", "shm"]
-
-
-def _stock(address: str, model: str, arrays: dict[str, np.ndarray], outputs: list[str]):
-    client = grpcclient.InferenceServerClient(address)
-    inputs = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    reply = client.infer(
-        model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
-    )
-    return {n: reply.as_numpy(n) for n in outputs}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -61,7 +47,7 @@ def test_client_results_equal_the_stock_clients(site, model, transport):
         served = result.stats.summary()["rows_per_server"]
         assert set(served) == {"triton-0", "triton-1"}
         for lo, hi in result.delivered:
-            expected = _stock(
+            expected = stock_infer(
                 site.servers[0].grpc_address,
                 model,
                 sample.reference_inputs(lo, hi),

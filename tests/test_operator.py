@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.engine import Stream, StreamOptions
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.operator.loadview import LoadView, compute_loads
-from tritonclient.utils import np_to_triton_dtype
+from stock import stock_infer
 
 from sonicsite import envoy
 from sonicsite import site as launcher
@@ -27,19 +26,6 @@ from sonicsite.state import SiteState
 def _get(url: str):
     with urllib.request.urlopen(url, timeout=5) as reply:
         return reply.status, reply.read()
-
-
-def _stock_infer(address: str, model: str, arrays: dict[str, np.ndarray], outputs: list[str]):
-    client = grpcclient.InferenceServerClient(address)
-    inputs = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    reply = client.infer(
-        model, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in outputs]
-    )
-    return {n: reply.as_numpy(n) for n in outputs}
 
 
 def test_load_view_queue_time_per_request_matches_tritons_statistics(site):
@@ -133,8 +119,8 @@ def test_stock_client_without_the_header_works_through_envoy(site):
     for model in ("simple", "particlenet_ak4", "gnn_linking"):
         sample = generate(model, 4, seed=6)
         arrays = sample.reference_inputs(0, 2)
-        via_envoy = _stock_infer(site.grpc, model, arrays, sample.spec.output_names)
-        direct = _stock_infer(site.servers[0].grpc_address, model, arrays, sample.spec.output_names)
+        via_envoy = stock_infer(site.grpc, model, arrays, sample.spec.output_names)
+        direct = stock_infer(site.servers[0].grpc_address, model, arrays, sample.spec.output_names)
         for name in sample.spec.output_names:
             np.testing.assert_allclose(via_envoy[name], direct[name], rtol=1e-5, atol=1e-5)
     assert envoy.counter(site.envoy_admin, "cluster.triton.upstream_rq_total") >= before + 3

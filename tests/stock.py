@@ -1,0 +1,21 @@
+"""The stock tritonclient way of calling a model, the reference the tests compare against."""
+
+from __future__ import annotations
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+
+def stock_infer(
+    address: str, model: str, arrays: dict[str, np.ndarray], outputs: list[str]
+) -> dict[str, np.ndarray]:
+    client = grpcclient.InferenceServerClient(address)
+    inputs = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(np.ascontiguousarray(array))
+        inputs.append(tensor)
+    wanted = [grpcclient.InferRequestedOutput(n) for n in outputs]
+    reply = client.infer(model, inputs, outputs=wanted)
+    return {n: reply.as_numpy(n) for n in outputs}
