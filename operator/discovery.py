@@ -1,11 +1,12 @@
 """Which Triton servers the site has. Locally: the launcher's state file (the process
-registry). Kubernetes discovery (EndpointSlices and pod readiness) plugs in behind the same
-`servers()` call."""
+registry). On Kubernetes: the EndpointSlices of Triton's headless Service, with each
+endpoint's readiness and termination. Both answer the same `servers()` call."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -48,3 +49,85 @@ class LocalDiscovery:
             )
             for s in data.get("servers", [])
         ]
+
+
+SERVICE_LABEL = "kubernetes.io/service-name"
+
+
+@dataclass
+class KubernetesDiscovery:
+    """Servers behind a headless Service, from its EndpointSlices (kubernetes client).
+
+    An endpoint that is serving is a server; one that is terminating while still serving is
+    a draining server (Envoy sends it nothing new while its in-flight requests finish); one
+    that is neither is left out. Every replica holds the same model repository, `models`.
+    If the API server cannot be read, the last answer stands: losing the API server must not
+    empty Envoy.
+    """
+
+    api: object  # kubernetes.client.DiscoveryV1Api
+    namespace: str
+    service: str
+    models: tuple[str, ...]
+    ports: dict[str, str] = field(
+        default_factory=lambda: {"grpc": "grpc", "http": "http", "metrics": "metrics"}
+    )
+    errors: int = 0
+    _last: list[Server] = field(default_factory=list)
+
+    def servers(self) -> list[Server]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            slices = self.api.list_namespaced_endpoint_slice(
+                self.namespace, label_selector=f"{SERVICE_LABEL}={self.service}"
+            )
+        except (ApiException, HTTPError, OSError) as exc:
+            self.errors += 1
+            logging.getLogger(__name__).warning("endpointslices unreadable: %s", exc)
+            return self._last
+        servers = []
+        for item in slices.items:
+            ports = {p.name: p.port for p in item.ports or []}
+            missing = [n for n in self.ports.values() if n not in ports]
+            if missing:
+                logging.getLogger(__name__).warning(
+                    "EndpointSlice %s has no ports named %s", item.metadata.name, missing
+                )
+                continue
+            for endpoint in item.endpoints or []:
+                conditions = endpoint.conditions
+                ready = bool(conditions and conditions.ready)
+                serving = bool(
+                    conditions and (conditions.serving if conditions.serving is not None else ready)
+                )
+                terminating = bool(conditions and conditions.terminating)
+                if not serving:
+                    continue
+                ref = endpoint.target_ref
+                servers.append(
+                    Server(
+                        ref.name if ref is not None and ref.name else endpoint.addresses[0],
+                        endpoint.addresses[0],
+                        ports[self.ports["grpc"]],
+                        ports[self.ports["http"]],
+                        ports[self.ports["metrics"]],
+                        self.models,
+                        draining=terminating or not ready,
+                    )
+                )
+        self._last = sorted(servers, key=lambda s: s.id)
+        return self._last
+
+
+def kubernetes_api(host: str | None = None):
+    """The DiscoveryV1 API: in the cluster from the pod's service account, else at `host`."""
+    from kubernetes import client, config
+
+    if host is None:
+        config.load_incluster_config()
+        return client.DiscoveryV1Api()
+    configuration = client.Configuration()
+    configuration.host = host
+    return client.DiscoveryV1Api(client.ApiClient(configuration))

@@ -12,7 +12,7 @@ from .admission import AdmissionPolicy
 from .api import make_server
 from .autoscaler import Autoscaler, ScalingPolicy
 from .controller import Operator
-from .discovery import LocalDiscovery
+from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
 
 
 def local_actuator(site_dir: Path):
@@ -33,7 +33,22 @@ def local_actuator(site_dir: Path):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sonicsite-operator")
-    parser.add_argument("--site", type=Path, required=True, help="the local site directory")
+    parser.add_argument(
+        "--site", type=Path, default=None, help="the local site directory (local discovery)"
+    )
+    parser.add_argument(
+        "--kubernetes",
+        default="",
+        help="NAMESPACE/SERVICE: discover Triton from the Service's EndpointSlices",
+    )
+    parser.add_argument(
+        "--kube-api", default=None, help="API server URL (default: in-cluster service account)"
+    )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="comma-separated models every replica serves (with --kubernetes)",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True, help="the operator's HTTP port")
     parser.add_argument(
@@ -118,16 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    if bool(args.site) == bool(args.kubernetes):
+        parser.error("give exactly one of --site (local) or --kubernetes NAMESPACE/SERVICE")
+    if args.kubernetes:
+        namespace, _, service = args.kubernetes.partition("/")
+        models = tuple(m for m in args.models.split(",") if m)
+        if not namespace or not service or not models:
+            parser.error("--kubernetes: expected NAMESPACE/SERVICE and --models a,b")
+        discovery = KubernetesDiscovery(kubernetes_api(args.kube_api), namespace, service, models)
+    else:
+        discovery = LocalDiscovery(args.site)
     listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
     operator = Operator(
-        LocalDiscovery(args.site),
+        discovery,
         listen_host,
         int(listen_port),
         args.interval,
         envoy_grpc=args.envoy_listen,
         policy=policy,
         scaler=scaler,
-        actuate=local_actuator(args.site) if scaler else None,
+        actuate=local_actuator(args.site) if scaler and args.site else None,
     )
     operator.step()  # serve a full snapshot from the first request on
     server = make_server(operator, args.host, args.port)
