@@ -8,14 +8,20 @@ from tritonclient.utils import np_to_triton_dtype
 
 
 def stock_infer(
-    address: str, model: str, arrays: dict[str, np.ndarray], outputs: list[str]
+    address: str,
+    model: str,
+    arrays: dict[str, np.ndarray],
+    outputs: list[str],
+    module=grpcclient,
+    client=None,
 ) -> dict[str, np.ndarray]:
-    client = grpcclient.InferenceServerClient(address)
+    """`module` is tritonclient.grpc or tritonclient.http; `client` reuses a connection."""
+    client = client or module.InferenceServerClient(address)
     inputs = []
     for name, array in arrays.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(np.ascontiguousarray(array))
         inputs.append(tensor)
-    wanted = [grpcclient.InferRequestedOutput(n) for n in outputs]
+    wanted = [module.InferRequestedOutput(n) for n in outputs]
     reply = client.infer(model, inputs, outputs=wanted)
     return {n: reply.as_numpy(n) for n in outputs}

@@ -10,20 +10,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from sonicsite.models.repository import model_names
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from stock import stock_infer
+from tritonclient.utils import InferenceServerException
 
 from sonicsite.samples import generate
 
 
 def _infer(client, module, model: str, arrays: dict[str, np.ndarray], outputs: list[str]):
-    inputs = []
-    for name, array in arrays.items():
-        tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(np.ascontiguousarray(array))
-        inputs.append(tensor)
-    wanted = [module.InferRequestedOutput(n) for n in outputs]
-    reply = client.infer(model, inputs, outputs=wanted)
-    return {n: reply.as_numpy(n) for n in outputs}
+    return stock_infer("", model, arrays, outputs, module=module, client=client)
 
 
 def _reference(built_models, model: str, arrays: dict[str, np.ndarray], outputs: list[str]):
