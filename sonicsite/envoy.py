@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from .waiting import wait_for_http
+from .process import start_process, wait_for_http
 
 
 class EnvoyError(RuntimeError):
@@ -43,23 +43,17 @@ def validate(config: Path) -> None:
 def start(config: Path, log: Path) -> subprocess.Popen:
     """Start Envoy. Hot restart is off: configuration changes arrive over xDS, and a hot-restart
     Envoy leaves a shared-memory file in /dev/shm behind."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                str(binary()),
-                "-c",
-                str(config),
-                "--disable-hot-restart",
-                "--log-level",
-                "warn",
-                "--concurrency",
-                "2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    cmd = [
+        str(binary()),
+        "-c",
+        str(config),
+        "--disable-hot-restart",
+        "--log-level",
+        "warn",
+        "--concurrency",
+        "2",
+    ]
+    return start_process(cmd, log)
 
 
 def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:

@@ -14,9 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from .waiting import wait_for_http
-
-RULES_DIR = Path(__file__).resolve().parents[1] / "monitoring" / "rules"
+from .process import start_process, wait_for_http
 
 
 class PrometheusError(RuntimeError):
@@ -39,19 +37,15 @@ def config(targets: list[str], rule_files: list[Path], scrape_interval: str = "1
 
 
 def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                binary(),
-                f"--config.file={config_path}",
-                f"--storage.tsdb.path={data_dir}",
-                f"--web.listen-address={address}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    return start_process(
+        [
+            binary(),
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={data_dir}",
+            f"--web.listen-address={address}",
+        ],
+        log,
+    )
 
 
 def wait_ready(proc: subprocess.Popen, address: str, log: Path, timeout: float = 30.0) -> None:

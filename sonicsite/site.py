@@ -23,8 +23,10 @@ from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
 from .operator.admission import AdmissionPolicy
 from .operator.autoscaler import ScalingPolicy
+from .operator.loadview import parse_metrics
 from .operator.xds import ALL_SERVERS
 from .ports import free_ports
+from .process import start_process, wait_for_http
 from .state import STATE_FILE, ProcessInfo, ServerInfo, SiteState
 from .triton import (
     ServerPorts,
@@ -36,7 +38,6 @@ from .triton import (
     start,
     wait_ready,
 )
-from .waiting import wait_for_http
 
 DEFAULT_BUILD_DIR = Path("build/models")
 
@@ -139,37 +140,30 @@ def _start_control_plane(
     state.grpc = f"127.0.0.1:{listen}"
     state.envoy_admin = f"127.0.0.1:{admin}"
     op_log = site_dir / "logs" / "operator.log"
-    with open(op_log, "ab") as out:
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "sonicsite.operator.main",
-                "--site",
-                str(site_dir),
-                "--port",
-                str(op_port),
-                "--envoy-listen",
-                state.grpc,
-                "--shed-above-ms",
-                str(policy.shed_above_ms),
-                "--open-below-ms",
-                str(policy.open_below_ms),
-                "--min-hold",
-                str(policy.min_hold_s),
-                "--retry-after",
-                str(policy.retry_after_s),
-                "--inflight-cap",
-                str(policy.inflight_cap),
-                *_scaling_args(scaling),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=site_dir,
-            start_new_session=True,
-        )
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "sonicsite.operator.main",
+        "--site",
+        str(site_dir),
+        "--port",
+        str(op_port),
+        "--envoy-listen",
+        state.grpc,
+        "--shed-above-ms",
+        str(policy.shed_above_ms),
+        "--open-below-ms",
+        str(policy.open_below_ms),
+        "--min-hold",
+        str(policy.min_hold_s),
+        "--retry-after",
+        str(policy.retry_after_s),
+        "--inflight-cap",
+        str(policy.inflight_cap),
+        *_scaling_args(scaling),
+    ]
+    operator = start_process(cmd, op_log, cwd=site_dir)
     state.processes.append(ProcessInfo("operator", operator.pid, str(op_log)))
     state.save()
     wait_for_http(f"http://{state.operator}/healthz", operator, op_log, timeout, SiteError)
@@ -254,14 +248,10 @@ def _in_flight(server: ServerInfo) -> float:
     """Requests the server has accepted and not answered (Triton's pending count)."""
     try:
         with urllib.request.urlopen(server.metrics_url, timeout=1) as reply:
-            text = reply.read().decode()
+            models = parse_metrics(reply.read().decode())
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0.0
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("nv_inference_pending_request_count{")
-    )
+    return sum(values.get("pending", 0.0) for values in models.values())
 
 
 def alive(pid: int) -> bool:

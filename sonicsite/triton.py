@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .process import start_process
+
 
 class TritonError(RuntimeError):
     """Triton could not be found, started or made ready; the message says why."""
@@ -146,20 +148,8 @@ def command(
 
 
 def start(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    """Start in a new session: the server and its stubs form one process group we can stop.
-
-    The stubs put their working directory first on sys.path, so it must hold no packages.
-    """
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    """The stubs put their working directory first on sys.path, so it must hold no packages."""
+    return start_process(cmd, log, cwd=cwd, env=env)
 
 
 def _failure_lines(log: Path) -> str:

@@ -1,4 +1,8 @@
-"""Waiting for a process we started to answer on HTTP, failing fast when it dies."""
+"""Starting the site's processes and waiting for them to answer.
+
+Every process is started in a session of its own, so that it and its children form one
+process group that is stopped by PID (see site.stop_group), with its output in a log file.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,21 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+
+def start_process(
+    cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def wait_for_http(
