@@ -9,8 +9,14 @@ run once, and split back.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
+
+# A test knob for `sonicsite bench balancing`: every execution on this server sleeps this long
+# (the launcher sets it per server; the stub inherits the server's environment).
+DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
 
 # The Python-backend stub runs an isolated interpreter that ignores PYTHONPATH; the launcher
 # writes the serving environment's package folders beside this file.
@@ -33,6 +39,7 @@ class TritonPythonModel:
         self.outputs = [
             (o["name"], pb_utils.triton_string_to_numpy(o["data_type"])) for o in config["output"]
         ]
+        self.delay_s = float(os.environ.get(DELAY_ENV) or 0.0) / 1e3
         params = config.get("parameters", {})
         threads = int(params.get("ort_intra_op_threads", {}).get("string_value", "1"))
         options = ort.SessionOptions()
@@ -65,6 +72,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def execute(self, requests):
+        if self.delay_s:
+            time.sleep(self.delay_s)
         arrays = [self._arrays(r) for r in requests]
         inner = {tuple(a[n].shape[1:] for n in self.inputs) for a in arrays}
         if not self.batching or len(requests) == 1 or len(inner) > 1:

@@ -1,4 +1,5 @@
-"""The operator's HTTP API: `/v1/state`, `/metrics`, `/healthz`, and REST-JSON xDS for Envoy
+"""The operator's HTTP API: `/v1/state`, `/metrics`, `/healthz`, `PUT /v1/balancing`
+(`{"policy": "load-aware" | "least-request" | "round-robin"}`), and REST-JSON xDS for Envoy
 (`POST /v3/discovery:{listeners,routes,clusters,endpoints}`; 304 when Envoy is current)."""
 
 from __future__ import annotations
@@ -42,9 +43,27 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                     404, {"error": f"no route {self.path}; try /v1/state, /metrics, /healthz"}
                 )
 
-        def do_POST(self) -> None:
+        def _body(self) -> bytes:
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b"{}"
+            return self.rfile.read(length) if length else b"{}"
+
+        def do_PUT(self) -> None:
+            body = self._body()
+            if self.path != "/v1/balancing":
+                self._json(404, {"error": f"no route PUT {self.path}; try /v1/balancing"})
+                return
+            try:
+                request = json.loads(body)
+                if not isinstance(request, dict) or "policy" not in request:
+                    raise ValueError('body: expected a JSON object {"policy": ...}')
+                operator.set_balancing(request["policy"])
+            except ValueError as exc:  # JSONDecodeError is a ValueError
+                self._json(400, {"error": str(exc)})
+                return
+            self._json(200, {"policy": operator.balancing.policy})
+
+        def do_POST(self) -> None:
+            body = self._body()
             if not self.path.startswith(XDS_PREFIX):
                 self._json(404, {"error": f"no route {self.path}"})
                 return

@@ -16,29 +16,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .admission import SHED, Admission, AdmissionPolicy, decide
 from .autoscaler import Autoscaler, queue_ms_per_request
+from .balancing import SCALE, Balancing, check_policy
 from .discovery import Server
-from .loadview import LoadView, ModelLoad
+from .loadview import LoadView
 from .xds import ALL_SERVERS, Snapshot, model_cluster
 
 
 class Discovery(Protocol):
     def servers(self) -> list[Server]: ...
-
-
-def model_weights(loads: list[ModelLoad], servers: list[str]) -> dict[str, int]:
-    """Weights 1-100 from measured time per request (queue + compute): the fastest server of
-    the model gets 100, one twice as slow 50. Servers with no measurement yet get 100."""
-    latency = {
-        load.server: (load.queue_us_per_request or 0.0) + (load.compute_us_per_request or 0.0)
-        for load in loads
-        if load.queue_us_per_request is not None
-    }
-    fastest = min((v for v in latency.values() if v > 0), default=0.0)
-    weights = {}
-    for server in servers:
-        value = latency.get(server)
-        weights[server] = 100 if not value or not fastest else max(1, round(100 * fastest / value))
-    return weights
 
 
 @dataclass
@@ -126,6 +111,7 @@ class Operator:
     interval_s: float = 1.0
     envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    balancing: Balancing = field(default_factory=Balancing)
     admissions: dict[str, Admission] = field(default_factory=dict)
     scaler: Autoscaler | None = None
     actuate: Callable[[int], None] | None = None  # brings the site to N servers (blocking)
@@ -143,6 +129,7 @@ class Operator:
         known = {s.id for s in servers}
         for gone in set(self.loadview.health) - known:
             self.loadview.forget(gone)
+            self.balancing.forget(gone)
         for s in servers:
             self.loadview.scrape(s.id, s.metrics_url)
             if not self.loadview.health[s.id].up:
@@ -151,7 +138,8 @@ class Operator:
         weights: dict[str, dict[str, int]] = {}
         for m in models:
             holding = [s.id for s in servers if m in s.models]
-            weights[m] = model_weights(self.loadview.model_loads(m), holding)
+            self.balancing.observe(self.loadview.model_loads(m))
+            weights[m] = self.balancing.weights(m, holding)
         weights[ALL_SERVERS] = {
             s.id: round(sum(weights[m][s.id] for m in s.models) / max(len(s.models), 1))
             for s in servers
@@ -175,6 +163,7 @@ class Operator:
             shed,
             caps,
             self.policy.retry_after_s,
+            self.balancing.lb_policy,
         )
         self._autoscale(servers, now)
         state = self._state(servers, models, weights)
@@ -209,6 +198,7 @@ class Operator:
         return {
             "grpc": self.envoy_grpc,
             "updated_at": time.time(),
+            "balancing": self.balancing.policy,
             "scale_events": list(self.scale_events),
             "servers": [
                 {
@@ -220,7 +210,7 @@ class Operator:
                     "draining": s.draining,
                     "ready": bool(health.get(s.id) and health[s.id].up),
                     "error": health[s.id].error if s.id in health else "",
-                    "weight": weights[ALL_SERVERS].get(s.id, 100),
+                    "weight": weights[ALL_SERVERS].get(s.id, SCALE),
                 }
                 for s in servers
             ],
@@ -254,6 +244,11 @@ class Operator:
             name = cluster if cluster == ALL_SERVERS else model_cluster(cluster)
             for server, weight in table.items():
                 m.weight.labels(name, server).set(weight)
+
+    def set_balancing(self, policy: str) -> None:
+        """Switch the balancing policy (ValueError names the choices); the next step
+        publishes it to Envoy."""
+        self.balancing.policy = check_policy(policy)
 
     def view(self) -> tuple[Snapshot | None, dict, float]:
         with self._lock:

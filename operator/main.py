@@ -11,6 +11,7 @@ from pathlib import Path
 from .admission import AdmissionPolicy
 from .api import make_server
 from .autoscaler import Autoscaler, ScalingPolicy
+from .balancing import DEFAULT_POLICY, POLICIES, Balancing
 from .controller import Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
 
@@ -57,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         help="host:port of Envoy's gRPC listener, published over LDS",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    parser.add_argument(
+        "--balancing",
+        choices=sorted(POLICIES),
+        default=DEFAULT_POLICY,
+        help="how Envoy spreads requests over a model's servers (operator/balancing.py)",
+    )
     defaults = AdmissionPolicy()
     parser.add_argument(
         "--shed-above-ms",
@@ -151,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         args.interval,
         envoy_grpc=args.envoy_listen,
         policy=policy,
+        balancing=Balancing(args.balancing),
         scaler=scaler,
         actuate=local_actuator(args.site) if scaler and args.site else None,
     )

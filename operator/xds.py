@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .balancing import SCALE
 from .discovery import Server
 
 TYPE_URLS = {
@@ -50,14 +51,14 @@ def rest_source(refresh: str = "0.5s") -> dict:
     }
 
 
-def _cluster(name: str, max_requests: int = LIMIT) -> dict:
+def _cluster(name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUEST") -> dict:
     return {
         "@type": TYPE_URLS["clusters"],
         "name": name,
         "type": "EDS",
         "eds_cluster_config": {"eds_config": rest_source(), "service_name": name},
         "connect_timeout": "1s",
-        "lb_policy": "LEAST_REQUEST",
+        "lb_policy": lb_policy,
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": f"{GOOGLE}.upstreams.http.v3.HttpProtocolOptions",
@@ -102,11 +103,14 @@ def _cluster(name: str, max_requests: int = LIMIT) -> dict:
     }
 
 
-def clusters(models: list[str], caps: dict[str, int] | None = None) -> list[dict]:
-    """`caps`: models whose in-flight requests Envoy bounds (admission failing open)."""
+def clusters(
+    models: list[str], caps: dict[str, int] | None = None, lb_policy: str = "LEAST_REQUEST"
+) -> list[dict]:
+    """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
+    `lb_policy`: Envoy's choice among the endpoints (operator/balancing.py)."""
     caps = caps or {}
-    return [_cluster(ALL_SERVERS)] + [
-        _cluster(model_cluster(m), caps.get(m, LIMIT)) for m in models
+    return [_cluster(ALL_SERVERS, LIMIT, lb_policy)] + [
+        _cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy) for m in models
     ]
 
 
@@ -121,7 +125,7 @@ def load_assignment(cluster: str, servers: list[Server], weights: dict[str, int]
                     "hostname": s.id,
                 },
                 "metadata": {"filter_metadata": {"sonicsite": {"server": s.id}}},
-                "load_balancing_weight": max(1, int(weights.get(s.id, 100))),
+                "load_balancing_weight": max(1, int(weights.get(s.id, SCALE))),
                 "health_status": "DRAINING" if s.draining else "UNKNOWN",
             }
         )
@@ -296,6 +300,7 @@ class Snapshot:
         shed: set[str] | None = None,
         caps: dict[str, int] | None = None,
         retry_after_s: int = 1,
+        lb_policy: str = "LEAST_REQUEST",
     ) -> Snapshot:
         models = sorted({m for s in servers for m in s.models})
         assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
@@ -305,7 +310,7 @@ class Snapshot:
         resources = {
             "listeners": [listener(listen_host, listen_port, retry_after_s)],
             "routes": [route_configuration(models, shed)],
-            "clusters": clusters(models, caps),
+            "clusters": clusters(models, caps, lb_policy),
             "endpoints": assignments,
         }
         versions = {

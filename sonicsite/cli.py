@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .operator.balancing import DEFAULT_POLICY, POLICIES
 from .state import DEFAULT_SITE_DIR, SiteState
 
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
@@ -60,6 +61,12 @@ def _up_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ort-threads", type=_at_least(1), default=1, help="onnxruntime threads per model instance"
+    )
+    p.add_argument(
+        "--balancing",
+        choices=sorted(POLICIES),
+        default=DEFAULT_POLICY,
+        help="how Envoy spreads requests over a model's servers",
     )
 
 
@@ -139,6 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", type=Path, required=True, help="where to write the result")
     b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    b = bsub.add_parser(
+        "balancing", help="round robin vs least request vs load-aware weights, one slow server"
+    )
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per policy")
+    b.add_argument(
+        "--delay-ms", type=_at_least(1), default=40, help="how much slower the slow server is"
+    )
+    b.add_argument(
+        "--concurrency",
+        default="2,8",
+        help="requests the stream keeps in flight, comma-separated",
+    )
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
 
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
@@ -177,23 +198,45 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.bench_command == "dataplane":
-        from .bench import dataplane
+def _positive_list(text: str, option: str) -> tuple[int, ...] | None:
+    """Comma-separated positive integers, or None after saying what was wrong."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+        if all(v > 0 for v in values):
+            return values
+    except ValueError:
+        pass
+    print(
+        f"sonicsite bench: {option}: expected comma-separated positive integers, got {text!r}",
+        file=sys.stderr,
+    )
+    return None
 
-        result = dataplane.run(args.json, args.repeats, args.build_dir)
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench_command in ("dataplane", "balancing"):
+        from .bench import balancing, dataplane
+
+        if args.bench_command == "dataplane":
+            result = dataplane.run(args.json, args.repeats, args.build_dir)
+        else:
+            concurrencies = _positive_list(args.concurrency, "--concurrency")
+            if concurrencies is None:
+                return 2
+            result = balancing.run(
+                args.json,
+                args.repeats,
+                args.delay_ms,
+                concurrencies=concurrencies,
+                build_dir=args.build_dir,
+            )
         print(json.dumps(result["summary"], indent=2))
         print(f"written: {args.json}")
         return 0
     from .bench import client as bench_client
 
-    try:
-        sizes = tuple(int(v) for v in args.sizes.split(","))
-    except ValueError:
-        print(
-            f"sonicsite bench: --sizes: expected comma-separated integers, got {args.sizes!r}",
-            file=sys.stderr,
-        )
+    sizes = _positive_list(args.sizes, "--sizes")
+    if sizes is None:
         return 2
     result = bench_client.run(args.json, args.repeats, sizes, args.build_dir)
     print(json.dumps(result["summary"], indent=2))
@@ -267,7 +310,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "up":
-            state = up(args.dir, args.servers, args.models, args.build_dir, args.ort_threads)
+            state = up(
+                args.dir,
+                args.servers,
+                args.models,
+                args.build_dir,
+                args.ort_threads,
+                balancing=args.balancing,
+            )
             print(f"site up in {state.site_dir}: {len(state.servers)} servers")
             return cmd_status(argparse.Namespace(dir=args.dir, json=False))
         if args.command == "down":
@@ -277,7 +327,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "submit":
             return 0 if _stream_ok(_submit(args, args.model)) else 1
         if args.command == "demo":
-            up(args.dir, args.servers, DEMO_MODELS, args.build_dir, args.ort_threads)
+            up(
+                args.dir,
+                args.servers,
+                DEMO_MODELS,
+                args.build_dir,
+                args.ort_threads,
+                balancing=args.balancing,
+            )
             try:
                 cmd_status(argparse.Namespace(dir=args.dir, json=False))
                 report = _submit(args, DEMO_MODELS)

@@ -104,16 +104,20 @@ def bootstrap(
     }
 
 
-def hosts(admin: str, cluster: str) -> dict[str, str]:
-    """Every host Envoy has in `cluster`, with its health flags (from admin /clusters)."""
+def _host_values(admin: str, cluster: str, key: str) -> dict[str, str]:
+    """One field of every host of `cluster` from admin /clusters (`cluster::host::key::value`)."""
     with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
         lines = reply.read().decode().splitlines()
-    flags: dict[str, str] = {}
-    for line in lines:
-        parts = line.split("::")
-        if len(parts) >= 4 and parts[0] == cluster and parts[2] == "health_flags":
-            flags[parts[1]] = parts[3]
-    return flags
+    return {
+        parts[1]: parts[3]
+        for parts in (line.split("::") for line in lines)
+        if len(parts) >= 4 and parts[0] == cluster and parts[2] == key
+    }
+
+
+def hosts(admin: str, cluster: str) -> dict[str, str]:
+    """Every host Envoy has in `cluster`, with its health flags."""
+    return _host_values(admin, cluster, "health_flags")
 
 
 def healthy_hosts(admin: str, cluster: str) -> list[str]:
@@ -127,3 +131,21 @@ def counter(admin: str, name: str) -> int:
     with urllib.request.urlopen(f"http://{admin}/stats?{query}", timeout=2) as reply:
         stats = json.loads(reply.read()).get("stats", [])
     return sum(int(s.get("value", 0)) for s in stats if s.get("name") == name)
+
+
+def lb_policies(admin: str) -> dict[str, str]:
+    """Each dynamic cluster's load-balancing policy as Envoy runs it now (config_dump)."""
+    url = f"http://{admin}/config_dump?resource=dynamic_active_clusters"
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        configs = json.loads(reply.read()).get("configs", [])
+    # ROUND_ROBIN is the enum's zero value, which protobuf JSON leaves out
+    return {
+        c["cluster"]["name"]: c["cluster"].get("lb_policy", "ROUND_ROBIN")
+        for c in configs
+        if "cluster" in c
+    }
+
+
+def weights(admin: str, cluster: str) -> dict[str, int]:
+    """Every host's load-balancing weight in `cluster`."""
+    return {host: int(w) for host, w in _host_values(admin, cluster, "weight").items()}

@@ -23,6 +23,7 @@ from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
 from .operator.admission import AdmissionPolicy
 from .operator.autoscaler import ScalingPolicy
+from .operator.balancing import DEFAULT_POLICY
 from .operator.loadview import parse_metrics
 from .operator.xds import ALL_SERVERS
 from .ports import free_ports
@@ -40,6 +41,9 @@ from .triton import (
 )
 
 DEFAULT_BUILD_DIR = Path("build/models")
+# Slows every execution on one server (models/onnx_runner.py reads it): the knob behind
+# `sonicsite bench balancing`.
+MODEL_DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
 
 
 class SiteError(RuntimeError):
@@ -47,7 +51,7 @@ class SiteError(RuntimeError):
 
 
 def _start_server(
-    site_dir: Path, server_id: str, install: TritonInstall, models: list[str]
+    site_dir: Path, server_id: str, install: TritonInstall, models: list[str], delay_ms: float = 0.0
 ) -> tuple[subprocess.Popen, ServerInfo]:
     http, grpc, metrics = free_ports(3)
     log = site_dir / "logs" / f"{server_id}.log"
@@ -58,7 +62,10 @@ def _start_server(
         ServerPorts(http, grpc, metrics),
         server_id,
     )
-    proc = start(cmd, install.environment(), log, cwd=site_dir)
+    env = install.environment()
+    if delay_ms:
+        env[MODEL_DELAY_ENV] = str(delay_ms)
+    proc = start(cmd, env, log, cwd=site_dir)
     return proc, ServerInfo(
         id=server_id,
         pid=proc.pid,
@@ -68,6 +75,7 @@ def _start_server(
         metrics_port=metrics,
         models=list(models),
         log=str(log),
+        delay_ms=delay_ms,
     )
 
 
@@ -81,9 +89,12 @@ def up(
     balancer: bool = True,
     admission: AdmissionPolicy | None = None,
     scaling: ScalingPolicy | None = None,
+    delay_ms: dict[str, float] | None = None,
+    balancing: str = DEFAULT_POLICY,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
-    then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server."""
+    then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server.
+    `delay_ms` slows chosen servers (by id, `triton-N`): a test knob."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -110,14 +121,16 @@ def up(
     procs = []
     try:
         for index in range(servers):
-            proc, info = _start_server(site_dir, f"triton-{index}", install, names)
+            server_id = f"triton-{index}"
+            delay = (delay_ms or {}).get(server_id, 0.0)
+            proc, info = _start_server(site_dir, server_id, install, names, delay)
             procs.append(proc)
             state.servers.append(info)
             state.save()  # record PIDs at once: a failed start can still be stopped
         for proc, server in zip(procs, state.servers, strict=True):
             wait_ready(proc, server.pid, server.http_address, Path(server.log), ready_timeout)
         if balancer:
-            _start_control_plane(state, admission or AdmissionPolicy(), scaling)
+            _start_control_plane(state, admission or AdmissionPolicy(), scaling, balancing)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
         if isinstance(exc, (SiteError, KeyboardInterrupt)):
@@ -131,6 +144,7 @@ def _start_control_plane(
     state: SiteState,
     policy: AdmissionPolicy,
     scaling: ScalingPolicy | None = None,
+    balancing: str = DEFAULT_POLICY,
     timeout: float = 60.0,
 ) -> None:
     """The operator (discovery, load view, xDS) and Envoy (the site's gRPC endpoint)."""
@@ -161,6 +175,8 @@ def _start_control_plane(
         str(policy.retry_after_s),
         "--inflight-cap",
         str(policy.inflight_cap),
+        "--balancing",
+        balancing,
         *_scaling_args(scaling),
     ]
     operator = start_process(cmd, op_log, cwd=site_dir)
@@ -199,13 +215,13 @@ def _scaling_args(scaling: ScalingPolicy | None) -> list[str]:
     ]
 
 
-def add_server(site_dir: Path, ready_timeout: float = 180.0) -> ServerInfo:
+def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0.0) -> ServerInfo:
     """Start one more server with the site's models; it joins Envoy through the operator."""
     site_dir = Path(site_dir).resolve()
     state = SiteState.load(site_dir)
     taken = {s.id for s in state.servers}
     server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
-    proc, info = _start_server(site_dir, server_id, TritonInstall.find(), state.models)
+    proc, info = _start_server(site_dir, server_id, TritonInstall.find(), state.models, delay_ms)
     try:
         wait_ready(proc, info.pid, info.http_address, Path(info.log), ready_timeout)
     except TritonError as exc:

@@ -29,7 +29,7 @@ class ServerInfo:
     log: str
     ready: bool = True
     draining: bool = False
-    weight: float = 1.0
+    delay_ms: float = 0.0  # the balancing bench's slowdown knob (site.MODEL_DELAY_ENV)
 
     @property
     def grpc_address(self) -> str:
