@@ -1,33 +1,41 @@
-"""Hand-framed gRPC ModelInfer (see wire.py); control calls go through tritonclient."""
+"""Hand-framed gRPC ModelInfer: the request written from the column buffers (wire.py) and
+sent over our own HTTP/2 framing (http2.py); control calls go through tritonclient."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 
 from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
+from .http2 import ConnectionPool, GrpcReply, Http2Error
 from .plan import CopyPlan
 from .spec import ModelInfo
 from .stats import parse_statistics
-from .wire import OutputTensor, TensorHeader, frame_request, parse_response, request_header
+from .wire import (
+    RAW_INPUT_FIELD,
+    OutputTensor,
+    TensorHeader,
+    parse_response,
+    request_header,
+    varint,
+)
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 MODEL_HEADER = "sonicsite-model"  # per-model routing at the balancer (Envoy), see DESIGN.md
 SERVER_HEADER = "sonicsite-server"  # the balancer says which server answered
 
-_KINDS = {
-    grpc.StatusCode.UNAVAILABLE: UNAVAILABLE,
-    grpc.StatusCode.CANCELLED: UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED: TIMEOUT,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: OVERLOADED,
-    grpc.StatusCode.INVALID_ARGUMENT: INVALID,
-    grpc.StatusCode.NOT_FOUND: INVALID,
-    grpc.StatusCode.UNIMPLEMENTED: INVALID,
-    grpc.StatusCode.OUT_OF_RANGE: INVALID,
+_KINDS = {  # gRPC status -> what it means for the request (errors.py)
+    "UNAVAILABLE": UNAVAILABLE,
+    "CANCELLED": UNAVAILABLE,
+    "DEADLINE_EXCEEDED": TIMEOUT,
+    "RESOURCE_EXHAUSTED": OVERLOADED,
+    "INVALID_ARGUMENT": INVALID,
+    "NOT_FOUND": INVALID,
+    "UNIMPLEMENTED": INVALID,
+    "OUT_OF_RANGE": INVALID,
 }
 
 
@@ -63,15 +71,10 @@ class Reply:
         self.release.clear()
 
 
-def rpc_error(exc: grpc.RpcError, server: str) -> InferError:
-    code = exc.code()
-    retry_after = 0.0
-    for key, value in (exc.trailing_metadata() or ()) + (exc.initial_metadata() or ()):
-        if key.lower() == "retry-after":
-            retry_after = RetryAfter.parse(value).seconds
-    return InferError(
-        _KINDS.get(code, INTERNAL), exc.details() or "", server, retry_after, status=code.name
-    )
+def reply_error(reply: GrpcReply, server: str) -> InferError:
+    retry_after = RetryAfter.parse(reply.metadata.get("retry-after")).seconds
+    status = reply.status_name or str(reply.status)
+    return InferError(_KINDS.get(status, INTERNAL), reply.details, server, retry_after, status)
 
 
 class GrpcTransport:
@@ -80,9 +83,7 @@ class GrpcTransport:
     def __init__(self, address: str, server: str = ""):
         self.address = address
         self.server = server or address
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self._channel = grpc.insecure_channel(address, options=options)
-        self._infer = self._channel.unary_unary(INFER_METHOD)
+        self._pool = ConnectionPool(address)
         self._control: grpcclient.InferenceServerClient | None = None
 
     @property
@@ -121,42 +122,53 @@ class GrpcTransport:
     ) -> Reply:
         placements = placements or {}
         t0 = time.perf_counter()
-        inputs, payloads = [], []
+        inputs, parts, copies = [], [], 0
+        tag = varint((RAW_INPUT_FIELD << 3) | 2)
         for i in plan.inputs:
             placed = placements.get(i.name)
             inputs.append(
                 TensorHeader(i.name, i.datatype, i.shape, placed.parameters() if placed else None)
             )
-            if placed is None:
-                payloads.append((i.nbytes, i.gather) if i.gather else i.pieces)
+            if placed is not None:
+                continue
+            parts.append(tag + varint(i.nbytes))
+            if i.gather:  # the one copy the plan allows: into a buffer that is sent as is
+                gathered = np.empty(i.nbytes, dtype=np.uint8)
+                i.gather(gathered)
+                parts.append(gathered)
+                copies += 1
+            else:  # the column views themselves go to the socket
+                parts.extend(i.pieces)
         outputs = [
             TensorHeader(
                 o.name, "", (), placements[o.name].parameters() if o.name in placements else None
             )
             for o in plan.outputs
         ]
-        header = request_header(plan.model, inputs, outputs, request_id)
-        message = frame_request(header, payloads)
-        copies = sum(1 for i in plan.inputs if i.name not in placements)
+        parts.insert(0, request_header(plan.model, inputs, outputs, request_id))
         t1 = time.perf_counter()
         try:
-            data, call = self._infer.with_call(
-                message, timeout=timeout, metadata=((MODEL_HEADER, plan.model),)
-            )
-        except grpc.RpcError as exc:
-            raise rpc_error(exc, self.server) from None
+            reply = self._pool.unary(INFER_METHOD, parts, [(MODEL_HEADER, plan.model)], timeout)
+        except TimeoutError as exc:
+            message = f"no reply within {timeout} s"
+            raise InferError(TIMEOUT, message, self.server, status="DEADLINE_EXCEEDED") from exc
+        except (Http2Error, OSError) as exc:
+            raise InferError(UNAVAILABLE, str(exc), self.server, status="UNAVAILABLE") from exc
         t2 = time.perf_counter()
-        answered_by = dict(call.initial_metadata() or ()).get(SERVER_HEADER, self.server)
+        if reply.status != 0:
+            raise reply_error(reply, self.server)
+        if reply.message is None:
+            raise InferError(INTERNAL, "the reply had no message", self.server)
         return Reply(
-            parse_response(data, frozenset(placements)),
-            answered_by,
+            parse_response(reply.message, frozenset(placements)),
+            reply.metadata.get(SERVER_HEADER, self.server),
             t1 - t0,
             t2 - t1,
-            len(message),
+            sum(memoryview(p).nbytes for p in parts),
             copies,
         )
 
     def close(self) -> None:
-        self._channel.close()
+        self._pool.close()
         if self._control is not None:
             self._control.close()

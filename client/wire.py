@@ -1,12 +1,12 @@
 """Protocol Buffers wire format for Triton's ModelInfer, written and read by hand.
 
 The stock Python client copies a payload about four times (tobytes, into the protobuf
-message, serialization, the gRPC slice). Here the request is one `bytes` object written in
-place: the small header (names, shapes, parameters) is serialized by protobuf, then each
-input's raw contents are written straight from the SoA columns. grpc's Python API takes
-only `bytes`, so the message is allocated uninitialised with PyBytes_FromStringAndSize and
-filled before anyone else sees it. Responses are read the same way: raw output contents
-are numpy views into the response bytes, never copied.
+message, serialization, the gRPC slice). Here a request is never joined: the small header
+(names, shapes, parameters) is serialized by protobuf, and each input's raw contents field
+is a tag and a length followed by the SoA column views themselves, all handed to the socket
+as one list of buffers (http2.py). A reply is read from the socket into one `bytes` object,
+allocated uninitialised with PyBytes_FromStringAndSize; raw output contents are numpy views
+into it, never copied.
 """
 
 from __future__ import annotations
@@ -100,32 +100,6 @@ def request_header(
         for key, value in (t.parameters or {}).items():
             _set_parameter(out.parameters, key, value)
     return request.SerializeToString()
-
-
-def frame_request(header: bytes, payloads: list) -> bytes:
-    """The whole request: header, then one raw_input_contents field per payload.
-
-    A payload is a list of uint8 views written in order, or a (size, gather) pair whose
-    gather fills its destination: either way the bytes land in the message directly.
-    """
-    tag = varint((RAW_INPUT_FIELD << 3) | 2)
-    sizes = [p[0] if isinstance(p, tuple) else sum(v.nbytes for v in p) for p in payloads]
-    total = len(header) + sum(len(tag) + len(varint(n)) + n for n in sizes)
-    message, out = writable_bytes(total)
-    out[: len(header)] = np.frombuffer(header, dtype=np.uint8)
-    pos = len(header)
-    for payload, size in zip(payloads, sizes, strict=True):
-        prefix = tag + varint(size)
-        out[pos : pos + len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
-        pos += len(prefix)
-        if isinstance(payload, tuple):
-            payload[1](out[pos : pos + size])
-            pos += size
-        else:
-            for view in payload:
-                out[pos : pos + view.nbytes] = view
-                pos += view.nbytes
-    return message
 
 
 @dataclass

@@ -19,6 +19,10 @@ from sonicsite.client import (
     make_plan,
 )
 from sonicsite.client.discovery import ServerEndpoint, SiteInfo, from_site_file
+from sonicsite.client.errors import INVALID
+from sonicsite.client.http2 import ConnectionPool
+from sonicsite.client.transport_grpc import INFER_METHOD, reply_error
+from sonicsite.client.wire import request_header
 from sonicsite.models.repository import model_names
 from stock import stock_infer
 
@@ -258,3 +262,40 @@ def test_a_deadline_that_always_passes_fails_the_chunk_without_losing_it(site):
             jets, lambda lo, hi, out: None
         )
         assert ok.events_ok == 16
+
+
+@pytest.mark.parametrize("mode", ["direct", "site"])
+def test_grpc_sends_the_column_views_themselves_and_megabytes_round_trip(site, mode):
+    """8 MB in 16 feature-major columns: sent as the columns' own memory (0 copies), over
+    many HTTP/2 frames and flow-control windows, directly and through Envoy."""
+    columns = [Column(f"c{k:02d}", np.float32) for k in range(16)]
+    rows = 131072
+    soa = SoA.allocate(columns, rows)
+    for k, c in enumerate(columns):
+        soa[c.name][...] = np.arange(rows, dtype=np.float32) + k * rows
+    names = [c.name for c in columns]
+    spec = TensorSpec("identity").append_block("INPUT0", *names, axis=0, shape=(1, 16 * rows))
+    spec.append_output("OUTPUT0")
+    got = []
+    with Client(from_site_file(Path(site.site_dir)), "grpc", mode) as client:
+        for _ in range(2):  # the second request reuses the connection
+            result = client.stream("identity", spec, batch=rows, strict=True).run(
+                soa, lambda lo, hi, out: got.append(np.array(out["OUTPUT0"]))
+            )
+            assert result.events_ok == rows and result.stats.records[0].copies == 0
+    for output in got:
+        np.testing.assert_array_equal(output.reshape(-1), np.arange(16 * rows, dtype=np.float32))
+
+
+def test_grpc_error_replies_are_named_and_keep_the_connection(site):
+    pool = ConnectionPool(site.servers[0].grpc_address)
+    try:
+        header = request_header("no_such_model", [], [])
+        for _ in range(2):
+            reply = pool.unary(INFER_METHOD, [header], [], timeout=10)
+            assert reply.status != 0 and "no_such_model" in reply.details
+            error = reply_error(reply, "triton-0")
+            assert error.kind == INVALID and error.status in ("NOT_FOUND", "INVALID_ARGUMENT")
+        assert pool.idle == 1  # one connection served both calls
+    finally:
+        pool.close()
