@@ -14,6 +14,7 @@ slow reply never blocks another request's frames.
 
 from __future__ import annotations
 
+import mmap
 import socket
 import struct
 import threading
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import hpack
 
-from .wire import writable_bytes
+from .wire import receive_buffer
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -56,7 +57,7 @@ class GrpcReply:
     status_name: str  # as grpc.StatusCode names it ("" when status is a number we don't know)
     details: str
     metadata: dict[str, str]  # response headers and trailers (not the pseudo-headers)
-    message: bytes | None  # the reply's one gRPC message, None when there was none
+    message: bytes | mmap.mmap | None  # the reply's gRPC message; None when there was none
 
 
 STATUS_NAMES = {
@@ -105,7 +106,7 @@ class _Reading:
     headers: list[tuple[str, str]] = field(default_factory=list)
     trailers: list[tuple[str, str]] = field(default_factory=list)
     prefix: bytes = b""
-    message: bytes | None = None
+    message: bytes | mmap.mmap | None = None
     view: memoryview | None = None
     filled: int = 0
     done: bool = False
@@ -332,7 +333,7 @@ class Connection:
                 if len(r.prefix) == 5:
                     if r.prefix[0]:
                         raise Http2Error("the server sent a compressed message; none was allowed")
-                    r.message, array = writable_bytes(int.from_bytes(r.prefix[1:], "big"))
+                    r.message, array = receive_buffer(int.from_bytes(r.prefix[1:], "big"))
                     r.view = memoryview(array)
                 continue
             take = min(length, r.view.nbytes - r.filled)

@@ -11,7 +11,9 @@ into it, never copied.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import mmap
 import sys
 from dataclasses import dataclass
 
@@ -38,6 +40,21 @@ def writable_bytes(size: int) -> tuple[bytes, np.ndarray]:
         return data, np.empty(0, dtype=np.uint8)
     raw = (ctypes.c_char * size).from_address(id(data) + _BYTES_DATA_OFFSET)
     return data, np.frombuffer(raw, dtype=np.uint8)
+
+
+HUGE_PAGE_MIN = 1 << 20  # replies at least this large are read into huge-page memory
+
+
+def receive_buffer(size: int) -> tuple[bytes | mmap.mmap, np.ndarray]:
+    """Where a reply of `size` bytes is read to, and a writable uint8 view of it. Large
+    replies get their own anonymous mapping backed by huge pages where the kernel allows:
+    a fresh 16 MB buffer then costs 8 page faults instead of 4096."""
+    if size < HUGE_PAGE_MIN:
+        return writable_bytes(size)
+    memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    with contextlib.suppress(AttributeError, OSError):  # no THP: ordinary pages
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    return memory, np.frombuffer(memory, dtype=np.uint8)
 
 
 def varint(value: int) -> bytes:
@@ -111,7 +128,7 @@ class OutputTensor:
 
 
 def parse_response(
-    data: bytes, placed: frozenset[str] = frozenset()
+    data: bytes | mmap.mmap, placed: frozenset[str] = frozenset()
 ) -> dict[str, np.ndarray | OutputTensor]:
     """Outputs of a ModelInferResponse: arrays viewing `data` for outputs sent inline, the
     header alone (OutputTensor) for the `placed` outputs the server wrote to shared memory."""
@@ -145,7 +162,7 @@ def parse_response(
         if header.name in placed:
             continue
         dtype = np.dtype(TRITON_DTYPES[header.datatype])
-        results[header.name] = np.frombuffer(
-            data, dtype=dtype, count=length // dtype.itemsize, offset=start
-        ).reshape(header.shape)
+        array = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=start)
+        array.flags.writeable = False  # a view of the reply, shared by every output
+        results[header.name] = array.reshape(header.shape)
     return results
