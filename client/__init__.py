@@ -1,10 +1,11 @@
 """sonicsite.client: the worker library.
 
 SoA layouts, tensor specs checked against the model, copy plans (0 copies where the layout
-allows, one gather at most), transports (hand-framed gRPC, HTTP binary, system shared
-memory), and the async engine with retries, back-off and failover.
+allows, one gather at most), transports (hand-framed gRPC, HTTP binary, system and CUDA
+shared memory), and the async engine with retries, back-off and failover.
 """
 
+from .cuda import CudaUnavailable
 from .engine import Stream, StreamOptions, StreamResult
 from .errors import InferError
 from .layout import Column, Columns, LayoutError, Ragged, SoA
@@ -18,6 +19,7 @@ __all__ = [
     "Columns",
     "CopyPlan",
     "CopyRefused",
+    "CudaUnavailable",
     "InferError",
     "LayoutError",
     "ModelInfo",

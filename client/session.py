@@ -2,6 +2,7 @@
 
 client = Client.connect()                      # SONICSITE_URL, or the local site file
 soa = client.allocate(schema, rows)            # in shared memory when transport="shm"
+                                               # ("cuda": GPU regions, staged from the host)
 spec = TensorSpec("particlenet_ak4").append_block("pf_points", "etarel", "phirel")...
 result = client.stream("particlenet_ak4", spec, batch=16).run(source, on_result)
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from .cuda import CudaRegionPool, CudaUnavailable
 from .discovery import Balancer, Endpoint, SiteInfo, discover
 from .engine import Stream, StreamOptions
 from .layout import Column, SoA, plan_offsets
@@ -19,7 +21,8 @@ from .spec import TensorSpec
 from .transport_grpc import GrpcTransport
 from .transport_http import HttpTransport
 
-TRANSPORTS = ("grpc", "http", "shm")
+TRANSPORTS = ("grpc", "http", "shm", "cuda")
+SHARED_MEMORY = ("shm", "cuda")
 MODES = ("site", "direct")
 
 
@@ -30,20 +33,21 @@ class Client:
         transport: str = "grpc",
         mode: str | None = None,
         slot_bytes: int = 1 << 22,
+        cuda_device: int = 0,
     ):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
-        mode = mode or ("site" if balanced and transport != "shm" else "direct")
+        mode = mode or ("site" if balanced and transport not in SHARED_MEMORY else "direct")
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-        if mode == "site" and transport == "shm":
+        if mode == "site" and transport in SHARED_MEMORY:
             raise ValueError("mode: shared memory needs a co-located server; use mode='direct'")
         if mode == "site" and not balanced:
             raise ValueError(f"mode: the site ({site.source}) has no balanced {transport} endpoint")
         self.site, self.transport, self.mode = site, transport, mode
         self._endpoints: list[Endpoint] = []
-        self.pool: RegionPool | None = None
+        self.pool: RegionPool | CudaRegionPool | None = None
         if mode == "site":
             t = (
                 GrpcTransport(balanced, "site")
@@ -53,8 +57,17 @@ class Client:
             self._endpoints.append(Endpoint("site", t))
         else:
             grpcs = [GrpcTransport(s.grpc, s.id) for s in site.servers]
-            if transport == "shm":
-                self.pool = RegionPool(grpcs, slot_bytes)
+            if transport in SHARED_MEMORY:
+                try:
+                    self.pool = (
+                        RegionPool(grpcs, slot_bytes)
+                        if transport == "shm"
+                        else CudaRegionPool(grpcs, slot_bytes, cuda_device)
+                    )
+                except CudaUnavailable:
+                    for g in grpcs:
+                        g.close()
+                    raise
                 self._endpoints = [Endpoint(g.server, ShmTransport(g, self.pool)) for g in grpcs]
             elif transport == "grpc":
                 self._endpoints = [Endpoint(g.server, g) for g in grpcs]
@@ -82,7 +95,7 @@ class Client:
     def allocate(self, schema: Iterable[Column], rows: int) -> SoA:
         """A SoA for `rows` rows; with shared memory, inside a registered region so that the
         server reads (and writes) its columns where they are."""
-        if self.pool is None:
+        if self.pool is None or self.pool.device_memory:
             return SoA.allocate(schema, rows)
         schema = list(schema)
         _, size = plan_offsets(schema, rows)

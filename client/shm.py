@@ -21,8 +21,10 @@ import numpy as np
 
 from .errors import INVALID, InferError
 from .layout import contiguous_bytes
-from .plan import CopyPlan, CopyRefused
+from .plan import CopyPlan, CopyRefused, InputPlan
+from .spec import TRITON_DTYPES
 from .transport_grpc import GrpcTransport, Placement, Reply
+from .wire import OutputTensor
 
 SHM_DIR = "/dev/shm"
 
@@ -73,6 +75,8 @@ class Slot:
 class RegionPool:
     """Regions registered with every given server, handed out and reused across requests."""
 
+    device_memory = False  # host memory: a SoA can live in a slot and be read in place
+
     def __init__(self, transports: list[GrpcTransport], slot_bytes: int = 1 << 20):
         self.transports = transports
         self.slot_bytes = slot_bytes
@@ -104,6 +108,18 @@ class RegionPool:
         with self._lock:
             self._free.append(slot)
 
+    def write(self, slot: Slot, i: InputPlan) -> int:
+        """Stage one input that is not in a region; returns the payload copies (1)."""
+        target = slot.buffer[: i.nbytes]
+        if i.gather is not None:
+            i.gather(target)
+        else:
+            np.concatenate(i.pieces, out=target)
+        return 1
+
+    def read(self, slot: Slot, out: np.ndarray) -> None:
+        out[...] = slot.buffer[: out.nbytes]
+
     def locate(self, view: np.ndarray) -> Placement | None:
         for region in self._all:
             offset = region.offset_of(view)
@@ -122,11 +138,12 @@ class RegionPool:
 
 
 class ShmTransport:
-    """gRPC for the request header; every tensor in a registered region."""
+    """gRPC for the request header; every tensor in a registered region: system shared
+    memory (RegionPool) or CUDA device memory (cuda.CudaRegionPool), by the same steps."""
 
     kind = "shm"
 
-    def __init__(self, transport: GrpcTransport, pool: RegionPool, strict: bool = False):
+    def __init__(self, transport: GrpcTransport, pool, strict: bool = False):
         self.grpc = transport
         self.pool = pool
         self.strict = strict
@@ -140,7 +157,8 @@ class ShmTransport:
 
     def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
         placements: dict[str, Placement] = {}
-        staged: list[Slot] = []
+        staged = []
+        readback = []  # outputs the server writes into a staged slot, copied back after
         copies = 0
         try:
             for i in plan.inputs:
@@ -154,20 +172,31 @@ class ShmTransport:
                         )
                     slot = self.pool.acquire(i.nbytes)
                     staged.append(slot)
-                    target = slot.buffer[: i.nbytes]
-                    if i.gather is not None:
-                        i.gather(target)
-                    else:
-                        np.concatenate(i.pieces, out=target)
-                    copies += 1
+                    copies += self.pool.write(slot, i)
                     placed = Placement(slot.region.name, 0, i.nbytes)
                 placements[i.name] = placed
             for o in plan.outputs:
                 view = contiguous_bytes(o.targets) if o.targets else None
                 placed = self.pool.locate(view) if view is not None else None
+                if placed is None and o.targets and self.pool.device_memory:
+                    nbytes = sum(t.nbytes for t in o.targets)
+                    slot = self.pool.acquire(nbytes)
+                    staged.append(slot)
+                    readback.append((o.name, slot, view, nbytes))
+                    placed = Placement(slot.region.name, 0, nbytes)
                 if placed is not None:
                     placements[o.name] = placed
             reply = self.grpc.infer(plan, timeout, placements, request_id)
+            for name, slot, view, nbytes in readback:
+                header = reply.outputs[name]
+                if view is not None:  # straight into the SoA column; the engine skips it
+                    self.pool.read(slot, view)
+                elif isinstance(header, OutputTensor):  # into an array the engine delivers
+                    host = np.empty(nbytes, dtype=np.uint8)
+                    self.pool.read(slot, host)
+                    dtype = np.dtype(TRITON_DTYPES[header.datatype])
+                    reply.outputs[name] = host.view(dtype).reshape(header.shape)
+                copies += 1
         finally:
             for slot in staged:
                 self.pool.release(slot)

@@ -80,9 +80,9 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--transport",
-        choices=["grpc", "http", "shm"],
+        choices=["grpc", "http", "shm", "cuda"],
         default="grpc",
-        help="how workers send: hand-framed gRPC, HTTP binary, or shared memory",
+        help="how workers send: hand-framed gRPC, HTTP binary, system or CUDA shared memory",
     )
     p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
     p.add_argument(

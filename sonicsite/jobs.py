@@ -31,7 +31,7 @@ class StreamSpec:
     out: Path
     batch: int = 0  # events per request; 0 = the model's default
     seed: int = 1
-    transport: str = "grpc"  # grpc | http | shm (the client's transports)
+    transport: str = "grpc"  # grpc | http | shm | cuda (the client's transports)
     window: int = 2  # requests in flight per job
     mode: str | None = None  # site (through Envoy) or direct; None: site when there is one
 

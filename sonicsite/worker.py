@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, required=True)
     parser.add_argument("--batch", type=int, default=0)
     parser.add_argument("--window", type=int, default=2)
-    parser.add_argument("--transport", default="grpc", choices=["grpc", "http", "shm"])
+    parser.add_argument("--transport", default="grpc", choices=["grpc", "http", "shm", "cuda"])
     parser.add_argument(
         "--mode",
         default=None,

@@ -18,6 +18,7 @@ from sonicsite.client import (
     TensorSpec,
     make_plan,
 )
+from sonicsite.client.cuda import CudaRuntime, CudaUnavailable
 from sonicsite.client.discovery import ServerEndpoint, SiteInfo, from_site_file
 from sonicsite.client.errors import INVALID
 from sonicsite.client.http2 import ConnectionPool
@@ -31,12 +32,27 @@ from sonicsite.ports import free_ports
 from sonicsite.samples import generate
 from sonicsite.site import stop_group
 
-TRANSPORTS = ["grpc", "http", "shm"]
+TRANSPORTS = ["grpc", "http", "shm", "cuda"]
+
+
+def _cuda_missing() -> str:
+    try:
+        CudaRuntime()
+    except CudaUnavailable as exc:
+        return str(exc)
+    return ""
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("model", model_names())
 def test_client_results_equal_the_stock_clients(site, model, transport):
+    """On every transport; CUDA shared memory where a GPU exists, and elsewhere the client
+    refuses it at once with the reason (no device, no driver, no libcudart)."""
+    if transport == "cuda" and (reason := _cuda_missing()):
+        with pytest.raises(CudaUnavailable, match="CUDA shared memory: ") as refused:
+            Client(from_site_file(Path(site.site_dir)), transport)
+        assert str(refused.value) == reason
+        return
     with Client(from_site_file(Path(site.site_dir)), transport, "direct") as client:
         sample = generate(model, 10, seed=11, allocate=client.allocate)
         raw: dict[tuple[int, int], dict[str, np.ndarray]] = {}
