@@ -9,8 +9,9 @@ SOURCES := $(shell find sonicsite client operator gateway models bench -name '*.
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict
 # Debian packages: the Python-backend stub embeds the system libpython; Prometheus and
-# promtool check the monitoring rules on live data; perf_analyzer (tritonclient) needs libb64.
-APT_PACKAGES := libpython3.11 prometheus libb64-0d
+# promtool check the monitoring rules on live data; perf_analyzer (tritonclient) needs libb64;
+# headless Chromium loads the gateway's status page in the tests.
+APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
 
 .PHONY: run test lint format models install system clean
 

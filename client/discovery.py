@@ -102,9 +102,25 @@ class Endpoint:
     down_until: float = 0.0  # after a connection failure
     not_before: float = 0.0  # after RESOURCE_EXHAUSTED / 429: wait the retry-after
     failures: int = 0
+    weight: float = 1.0  # the operator's view of the server, 1.0 = the fastest (gateway)
 
     def cost(self) -> float:
-        return (self.in_flight + 1) * max(self.latency_s, 1e-4)
+        return (self.in_flight + 1) * max(self.latency_s, 1e-4) / self.weight
+
+    def observe(self, latency_s: float) -> None:
+        """Fold one answered request's latency into the recent latency (EWMA)."""
+        self.failures = 0
+        a = 0.2
+        self.latency_s = (
+            latency_s if not self.latency_s else (1 - a) * self.latency_s + a * latency_s
+        )
+
+
+def power_of_two(candidates: list[Endpoint], rng: random.Random) -> Endpoint:
+    """The balancing rule of the client's direct mode and of the gateway: of two endpoints
+    drawn at random, the one with the lower (in flight + 1) × recent latency / weight."""
+    pair = rng.sample(candidates, min(2, len(candidates)))
+    return min(pair, key=Endpoint.cost)
 
 
 @dataclass
@@ -124,8 +140,7 @@ class Balancer:
                 if len(ready) > 1 and avoid:
                     ready = [e for e in ready if e.id != avoid] or ready
                 if ready:
-                    pair = self.rng.sample(ready, min(2, len(ready)))
-                    chosen = min(pair, key=Endpoint.cost)
+                    chosen = power_of_two(ready, self.rng)
                     chosen.in_flight += 1
                     return chosen
                 up = [e.not_before for e in self.endpoints if e.down_until <= now]
@@ -136,13 +151,7 @@ class Balancer:
         with self._lock:
             endpoint.in_flight -= 1
             if latency_s is not None:
-                endpoint.failures = 0
-                a = 0.2
-                endpoint.latency_s = (
-                    latency_s
-                    if not endpoint.latency_s
-                    else ((1 - a) * endpoint.latency_s + a * latency_s)
-                )
+                endpoint.observe(latency_s)
 
     def hold(self, endpoint: Endpoint, seconds: float) -> None:
         """The server asked for no requests before `seconds` from now: none from this stream."""

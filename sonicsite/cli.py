@@ -195,6 +195,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state.grpc:
         print(f"  gRPC endpoint (Envoy): {state.grpc}   Envoy admin: http://{state.envoy_admin}")
         print(f"  operator: http://{state.operator}/v1/state  http://{state.operator}/metrics")
+    if state.http:
+        print(
+            f"  gateway (KServe v2 HTTP): {state.http}   status page: http://{state.http}/   "
+            f"discovery: SONICSITE_URL=http://{state.http}"
+        )
     return 0
 
 
@@ -262,6 +267,8 @@ def _print_report(report: dict, out: Path) -> None:
             f"  {model}: {summary['events_ok']}/{summary['events_total']} ok, "
             f"{summary['throughput_eps']} events/s, p99 {summary['latency_ms']['p99']} ms"
         )
+    if "links" in report:
+        print(f"site status page: {report['links']['status_page']}")
     print(f"report: {out / 'report.json'} and {out / 'report.png'}")
 
 

@@ -145,6 +145,12 @@ def submit(spec: StreamSpec, progress: Callable[[int, int], None] | None = None)
             "site": str(spec.site_dir),
         },
     )
+    if state.http:  # where to watch the site while the report is read
+        report["links"] = {
+            "status_page": f"http://{state.http}/",
+            "site": f"http://{state.http}/v1/site",
+            "operator_state": f"http://{state.operator}/v1/state",
+        }
     write_report(report, results, spec.out)
     return report
 

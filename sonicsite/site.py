@@ -196,6 +196,30 @@ def _start_control_plane(
         if time.monotonic() > deadline:
             raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
         time.sleep(0.1)
+    _start_gateway(state, timeout)
+
+
+def _start_gateway(state: SiteState, timeout: float, tokens: Path | None = None) -> None:
+    """The gateway (KServe v2 over HTTP, /v1/site, the status page), following the operator."""
+    site_dir = Path(state.site_dir)
+    (port,) = free_ports(1)
+    state.http = f"127.0.0.1:{port}"
+    log = site_dir / "logs" / "gateway.log"
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "sonicsite.gateway.main",
+        "--operator",
+        f"http://{state.operator}",
+        "--port",
+        str(port),
+        *(["--tokens", str(tokens)] if tokens else []),
+    ]
+    gateway = start_process(cmd, log, cwd=site_dir)
+    state.processes.append(ProcessInfo("gateway", gateway.pid, str(log)))
+    state.save()
+    wait_for_http(f"http://{state.http}/healthz", gateway, log, timeout, SiteError)
 
 
 def _scaling_args(scaling: ScalingPolicy | None) -> list[str]:
@@ -329,12 +353,14 @@ def _reap(pid: int) -> None:
 
 
 def _is_our_process(process: ProcessInfo, site_dir: str) -> bool:
-    """Guard against PID reuse: the command line must name this site's directory."""
+    """Guard against PID reuse: the process runs in this site's directory, or its command
+    line names it."""
     try:
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
+        cwd = os.readlink(f"/proc/{process.pid}/cwd")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
-    return site_dir.encode() in cmdline
+    return cwd == site_dir or site_dir.encode() in cmdline
 
 
 def down(site_dir: Path) -> list[int]:

@@ -60,6 +60,7 @@ class SiteState:
     models: list[str] = field(default_factory=list)
     started_at: float = 0.0
     grpc: str = ""  # the site's balanced gRPC endpoint (Envoy)
+    http: str = ""  # the site's HTTP endpoint (the gateway: KServe v2, /v1/site, status page)
     operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, xDS)
     envoy_admin: str = ""
     processes: list[ProcessInfo] = field(default_factory=list)
@@ -99,6 +100,7 @@ class SiteState:
             models=data["models"],
             started_at=data.get("started_at", 0.0),
             grpc=data.get("grpc", ""),
+            http=data.get("http", ""),
             operator=data.get("operator", ""),
             envoy_admin=data.get("envoy_admin", ""),
             processes=processes,

@@ -14,14 +14,17 @@ def stock_infer(
     outputs: list[str],
     module=grpcclient,
     client=None,
+    binary: bool = True,
 ) -> dict[str, np.ndarray]:
-    """`module` is tritonclient.grpc or tritonclient.http; `client` reuses a connection."""
+    """`module` is tritonclient.grpc or tritonclient.http; `client` reuses a connection;
+    `binary=False` sends and asks for JSON tensors (HTTP only)."""
     client = client or module.InferenceServerClient(address)
     inputs = []
+    options = {} if module is grpcclient else {"binary_data": binary}
     for name, array in arrays.items():
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(np.ascontiguousarray(array))
+        tensor.set_data_from_numpy(np.ascontiguousarray(array), **options)
         inputs.append(tensor)
-    wanted = [module.InferRequestedOutput(n) for n in outputs]
+    wanted = [module.InferRequestedOutput(n, **options) for n in outputs]
     reply = client.infer(model, inputs, outputs=wanted)
     return {n: reply.as_numpy(n) for n in outputs}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -121,6 +122,26 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         assert refused is not None, "Envoy still admits the shed model after 2 s"
         assert refused.kind == OVERLOADED and refused.status == "RESOURCE_EXHAUSTED"
         assert refused.retry_after == 1.0 and "model shed by sonicsite admission" in refused.message
+        # The gateway refuses it too, with 429, Retry-After and the reason.
+        body = json.dumps(
+            {
+                "inputs": [
+                    {"name": n, "datatype": "FP32", "shape": list(a.shape), "data": a.tolist()}
+                    for n, a in jets.reference_inputs(0, 1).items()
+                ]
+            }
+        ).encode()
+        url = f"http://{state.http}/v2/models/particle_transformer/infer"
+        shed_reply = None
+        deadline = time.monotonic() + 2.0
+        while shed_reply is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30).read()
+            except urllib.error.HTTPError as exc:
+                shed_reply = exc
+        assert shed_reply is not None, "the gateway still admits the shed model after 2 s"
+        assert shed_reply.code == 429 and shed_reply.headers["Retry-After"] == "1"
+        assert "is shed: queue time" in json.loads(shed_reply.read())["error"]
         # Other models are not affected.
         simple = generate("simple", 4, seed=1)
         simple_info = envoy.model_info("simple")

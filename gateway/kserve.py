@@ -1,0 +1,224 @@
+"""KServe v2 inference requests checked against the model before they reach a server.
+
+The gateway forwards request bodies as they are (binary tensors are never decoded), but it
+reads the JSON part: every input named, typed and shaped as the model expects, the batch
+within max_batch_size, every tensor's data or binary size matching its shape, the binary
+part exactly as long as the inputs declare. A bad request gets a 400 naming the field and
+the expected value here, so no malformed body can make a server fail with a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+ITEM_BYTES = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "BF16": 2,
+    "FP32": 4,
+    "FP64": 8,
+    "BYTES": 0,  # variable: 4-byte length prefix per element
+}
+MAX_TENSOR_BYTES = 1 << 31  # larger declared tensors are refused before anything is read
+HEADER = "inference-header-content-length"
+
+
+class BadRequest(ValueError):
+    """A request the gateway refuses; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TensorContract:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]  # -1: any size (the batch dimension when the model batches)
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class ModelContract:
+    name: str
+    inputs: dict[str, TensorContract]
+    outputs: frozenset[str]
+    max_batch_size: int
+
+    @classmethod
+    def from_triton(cls, metadata: dict, config: dict) -> ModelContract:
+        optional = {i["name"] for i in config.get("input", []) if i.get("optional")}
+        inputs = {
+            i["name"]: TensorContract(
+                i["name"], i["datatype"], tuple(int(d) for d in i["shape"]), i["name"] in optional
+            )
+            for i in metadata.get("inputs", [])
+        }
+        outputs = frozenset(o["name"] for o in metadata.get("outputs", []))
+        return cls(metadata["name"], inputs, outputs, int(config.get("max_batch_size", 0)))
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[dict, int]:
+    """The JSON request and the length of the binary part after it."""
+    if header_length is None:
+        json_part, binary = body, 0
+    else:
+        try:
+            n = int(header_length)
+        except ValueError:
+            raise BadRequest(
+                f"Inference-Header-Content-Length: expected an integer, got {header_length!r}"
+            ) from None
+        if not 0 < n <= len(body):
+            raise BadRequest(
+                f"Inference-Header-Content-Length: expected 1 to {len(body)} "
+                f"(the body's length), got {n}"
+            )
+        json_part, binary = body[:n], len(body) - n
+    try:
+        request = json.loads(json_part)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body: expected a JSON inference request: {exc}") from None
+    except RecursionError:
+        raise BadRequest("body: JSON nested too deeply") from None
+    if not isinstance(request, dict):
+        raise BadRequest(f"body: expected a JSON object, got {type(request).__name__}")
+    return request, binary
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count_elements(data: object, datatype: str, where: str, limit: int) -> int:
+    """Elements in a (possibly nested) JSON data list, each of the datatype's JSON kind."""
+    if datatype == "BOOL":
+        ok = lambda v: isinstance(v, bool)  # noqa: E731
+        kind = "booleans"
+    elif datatype == "BYTES":
+        ok = lambda v: isinstance(v, str)  # noqa: E731
+        kind = "strings"
+    elif datatype.startswith(("FP", "BF")):
+        ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        kind = "numbers"
+    else:
+        ok = _is_int
+        kind = "integers"
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        if not ok(item):
+            raise BadRequest(f"{where}: expected {kind} for {datatype}, got {item!r}"[:300])
+        count += 1
+        if count > limit:
+            raise BadRequest(f"{where}: more elements than the shape declares ({limit})")
+    return count
+
+
+def check_infer(contract: ModelContract, request: dict, binary_bytes: int) -> None:
+    """Raise BadRequest naming the first field that does not fit the model."""
+    model = contract.name
+    inputs = request.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise BadRequest(f"inputs: expected a non-empty list of the inputs of model {model!r}")
+    seen: set[str] = set()
+    declared_binary = 0
+    for k, item in enumerate(inputs):
+        where = f"inputs[{k}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where}: expected an object with name, datatype and shape")
+        name = item.get("name")
+        if name not in contract.inputs:
+            raise BadRequest(
+                f"{where}.name: expected one of {sorted(contract.inputs)} "
+                f"(inputs of model {model!r}), got {name!r}"
+            )
+        if name in seen:
+            raise BadRequest(f"{where}.name: input {name!r} given twice")
+        seen.add(name)
+        expected = contract.inputs[name]
+        if item.get("datatype") != expected.datatype:
+            raise BadRequest(
+                f"{where}.datatype: expected {expected.datatype} for input {name!r}, "
+                f"got {item.get('datatype')!r}"
+            )
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise BadRequest(f"{where}.shape: expected a list of non-negative integers")
+        if len(shape) != len(expected.shape) or any(
+            e != -1 and d != e for d, e in zip(shape, expected.shape, strict=False)
+        ):
+            raise BadRequest(
+                f"{where}.shape: expected {list(expected.shape)} for input {name!r} "
+                f"(-1: any), got {shape}"
+            )
+        if contract.max_batch_size and shape[0] > contract.max_batch_size:
+            raise BadRequest(
+                f"{where}.shape[0]: the batch {shape[0]} is over model {model!r}'s "
+                f"max_batch_size {contract.max_batch_size}"
+            )
+        elements = math.prod(shape)
+        item_bytes = ITEM_BYTES.get(expected.datatype, 0)
+        if elements * max(item_bytes, 1) > MAX_TENSOR_BYTES:
+            raise BadRequest(
+                f"{where}.shape: {shape} declares more than {MAX_TENSOR_BYTES} bytes", 413
+            )
+        parameters = item.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise BadRequest(f"{where}.parameters: expected an object")
+        if "binary_data_size" in parameters:
+            size = parameters["binary_data_size"]
+            if not _is_int(size) or size < 0:
+                raise BadRequest(f"{where}.parameters.binary_data_size: expected an integer ≥ 0")
+            if item_bytes and size != elements * item_bytes:
+                raise BadRequest(
+                    f"{where}.parameters.binary_data_size: expected {elements * item_bytes} "
+                    f"bytes for {expected.datatype}{shape}, got {size}"
+                )
+            if "data" in item:
+                raise BadRequest(f"{where}: give either data or binary_data_size, not both")
+            declared_binary += size
+        else:
+            if "data" not in item:
+                raise BadRequest(f"{where}.data: expected the tensor's data (or binary data)")
+            count = _count_elements(item["data"], expected.datatype, f"{where}.data", elements)
+            if count != elements:
+                raise BadRequest(
+                    f"{where}.data: expected {elements} elements for shape {shape}, got {count}"
+                )
+    missing = [n for n, t in contract.inputs.items() if n not in seen and not t.optional]
+    if missing:
+        raise BadRequest(f"inputs: model {model!r} also needs {missing}")
+    if declared_binary != binary_bytes:
+        raise BadRequest(
+            f"body: the binary part is {binary_bytes} bytes, the inputs declare {declared_binary}"
+        )
+    outputs = request.get("outputs", [])
+    if not isinstance(outputs, list):
+        raise BadRequest("outputs: expected a list")
+    for k, item in enumerate(outputs):
+        if not isinstance(item, dict) or item.get("name") not in contract.outputs:
+            raise BadRequest(
+                f"outputs[{k}].name: expected one of {sorted(contract.outputs)} "
+                f"(outputs of model {model!r})"
+            )
+        if not isinstance(item.get("parameters", {}), dict):
+            raise BadRequest(f"outputs[{k}].parameters: expected an object")
+    if not isinstance(request.get("id", ""), str):
+        raise BadRequest("id: expected a string")
+    if not isinstance(request.get("parameters", {}), dict):
+        raise BadRequest("parameters: expected an object")

@@ -1,0 +1,49 @@
+"""`python -P -m sonicsite.gateway.main`: run the gateway with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from .app import GatewayConfig, create_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sonicsite-gateway")
+    parser.add_argument("--operator", required=True, help="the operator's API, http://host:port")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--public", default="", help="host:port clients use for this gateway (default host:port)"
+    )
+    parser.add_argument(
+        "--tokens", type=Path, default=None, help="bearer tokens file, one per line (enables auth)"
+    )
+    parser.add_argument("--refresh", type=float, default=0.5, help="seconds between state reads")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per upstream request")
+    args = parser.parse_args(argv)
+    if args.tokens is not None and not args.tokens.is_file():
+        parser.error(f"--tokens: expected a file of bearer tokens, {args.tokens} does not exist")
+    config = GatewayConfig(
+        operator=args.operator,
+        http=args.public or f"{args.host}:{args.port}",
+        tokens=args.tokens,
+        refresh_s=args.refresh,
+        timeout_s=args.timeout,
+    )
+    uvicorn.run(
+        create_app(config),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The status page: one HTML document that reads `/v1/status` every two seconds.
+
+Servers (ready, draining, weight, models), per-model load (queue and compute time per
+request, throughput, pending) and admission, and the recent scale events; readable at a
+glance, no assets to serve.
+"""
+
+STATUS_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>sonicsite</title>
+<style>
+ body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+ h1 { font-size: 1.3em; margin: 0 0 .2em; } h2 { font-size: 1.05em; margin: 1.2em 0 .4em; }
+ table { border-collapse: collapse; min-width: 40em; }
+ th, td { padding: .25em .8em; border-bottom: 1px solid #ddd; text-align: left; }
+ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+ .ok { color: #14773a; font-weight: 600; } .bad { color: #b3261e; font-weight: 600; }
+ .warn { color: #a15c00; font-weight: 600; } #meta { color: #666; }
+</style></head>
+<body>
+<h1>sonicsite</h1>
+<div id="meta">loading…</div>
+<h2>Servers</h2>
+<table id="servers"><thead><tr><th>server</th><th>state</th><th>weight</th><th>gRPC</th>
+<th>HTTP</th><th>models</th></tr></thead><tbody></tbody></table>
+<h2>Models</h2>
+<table id="models"><thead><tr><th>model</th><th>admission</th><th>server</th>
+<th>queue ms/req</th><th>compute ms/req</th><th>req/s</th><th>pending</th></tr></thead>
+<tbody></tbody></table>
+<h2>Scale events</h2>
+<table id="scale"><thead><tr><th>when</th><th>from</th><th>to</th><th>metric ms</th></tr>
+</thead><tbody></tbody></table>
+<script>
+const ms = us => us == null ? "–" : (us / 1000).toFixed(2);
+function cell(text, cls) {
+  const td = document.createElement("td"); td.textContent = text;
+  if (cls) td.className = cls; return td;
+}
+function fill(id, rows) {
+  const body = document.querySelector("#" + id + " tbody"); body.replaceChildren();
+  for (const r of rows) {
+    const tr = document.createElement("tr"); tr.append(...r); body.append(tr);
+  }
+}
+async function refresh() {
+  try {
+    const reply = await fetch("v1/status", {cache: "no-store"});
+    const data = await reply.json(); const st = data.state || {};
+    const servers = st.servers || [];
+    const ready = servers.filter(s => s.ready && !s.draining).length;
+    document.getElementById("meta").textContent =
+      `${ready}/${servers.length} servers taking work · gRPC endpoint ${st.grpc || "–"} · ` +
+      `balancing ${st.balancing || "–"} · state ${data.updated_at ?
+        ((Date.now() / 1000 - data.updated_at).toFixed(1) + " s old") : "never read"}` +
+      (data.error ? " · " + data.error : "");
+    fill("servers", servers.map(s => [
+      cell(s.id),
+      s.draining ? cell("draining", "warn")
+        : cell(s.ready ? "ready" : "down", s.ready ? "ok" : "bad"),
+      cell(s.weight, "num"), cell(s.grpc), cell(s.http), cell((s.models || []).join(", "))]));
+    const rows = [];
+    for (const [name, m] of Object.entries(st.models || {})) {
+      const a = m.admission || {};
+      const adm = a.state === "shed" ? cell("shed: " + a.reason, "bad")
+        : cell(a.fail_open ? "open (no metrics)" : "open", a.fail_open ? "warn" : "ok");
+      const loads = m.load && m.load.length ? m.load : [{}];
+      loads.forEach((l, k) => rows.push([cell(k ? "" : name), k ? cell("") : adm,
+        cell(l.server || "–"), cell(ms(l.queue_us_per_request), "num"),
+        cell(ms(l.compute_us_per_request), "num"),
+        cell(l.throughput_rps == null ? "–" : l.throughput_rps.toFixed(1), "num"),
+        cell(l.pending == null ? "–" : l.pending, "num")]));
+    }
+    fill("models", rows);
+    fill("scale", (st.scale_events || []).slice().reverse().map(e => [
+      cell(new Date(e.at * 1000).toLocaleTimeString()), cell(e.from, "num"), cell(e.to, "num"),
+      cell(e.metric_ms == null ? "–" : e.metric_ms.toFixed(1), "num")]));
+  } catch (err) {
+    document.getElementById("meta").textContent = "gateway unreachable: " + err;
+  }
+}
+refresh(); setInterval(refresh, 2000);
+</script>
+</body></html>
+"""
