@@ -60,6 +60,7 @@ def perf_analyzer(
     concurrency: int,
     env: dict[str, str],
     workdir: Path,
+    protocol: str = "grpc",
 ) -> dict:
     out_csv = workdir / "pa.csv"
     out_csv.unlink(missing_ok=True)
@@ -71,7 +72,7 @@ def perf_analyzer(
         "-u",
         target,
         "-i",
-        "grpc",
+        protocol,
         "-b",
         str(rows),
         "--concurrency-range",

@@ -12,20 +12,26 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
 
 from .auth import Tokens
 from .balancer import Upstreams
 from .kserve import HEADER, BadRequest, ModelContract, check_infer, split_body
 from .metrics import GatewayMetrics
 from .siteview import SiteView
+from .statistics import merge_statistics
 from .status import STATUS_PAGE
+from .upstream import BodyMismatch, ConnectFailed, Upstream
+from .upstream import Reply as UpstreamReply
 
 PASSED_HEADERS = ("content-type", HEADER)
 CONTRACT_TTL_S = 60.0
@@ -45,13 +51,33 @@ def _error(status: int, message: str, headers: dict | None = None) -> JSONRespon
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+class BearerAuth:
+    """Plain ASGI middleware (no body buffering): 401 unless the bearer token is valid."""
+
+    def __init__(self, app, tokens: Tokens, metrics: GatewayMetrics):
+        self.app, self.tokens, self.metrics = app, tokens, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+            why = self.tokens.check(scope["path"], authorization)
+            if why:
+                self.metrics.rejections.labels("", "unauthorized").inc()
+                reply = _error(401, why, {"WWW-Authenticate": "Bearer"})
+                await reply(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(config: GatewayConfig) -> FastAPI:
     view = SiteView(config.operator.rstrip("/"))
     upstreams = Upstreams(view)
     metrics = GatewayMetrics()
     tokens = Tokens(config.tokens)
     contracts: dict[str, tuple[float, ModelContract]] = {}
-    holder: dict[str, httpx.AsyncClient] = {}
+    holder: dict[str, httpx.AsyncClient] = {}  # for the operator's state
+    upstream = Upstream()  # for the servers
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -64,6 +90,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
             yield
         finally:
             follower.cancel()
+            upstream.close()
             await client.aclose()
 
     app = FastAPI(
@@ -75,20 +102,32 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.state.view = view
     app.state.metrics = metrics
 
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next):
-        why = tokens.check(request.url.path, request.headers.get("authorization"))
-        if why:
-            metrics.rejections.labels("", "unauthorized").inc()
-            return _error(401, why, {"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    @app.exception_handler(HTTPException)
+    async def kserve_error(request: Request, exc: HTTPException) -> Response:
+        """Errors in KServe v2's shape, {"error": ...}, which stock clients read."""
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404:
+            detail = f"no route {request.method} {request.url.path}"
+        return _error(exc.status_code, detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        return _error(422, f"{request.url.path}: {exc.errors()}")
+
+    if tokens.enabled:
+        app.add_middleware(BearerAuth, tokens=tokens, metrics=metrics)
 
     async def send(
-        method: str, model: str, path: str, body: bytes = b"", headers: dict | None = None
+        method: str,
+        model: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict | None = None,
+        rest: AsyncIterator[bytes] | None = None,
+        length: int | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
-        when the connection fails."""
-        client = holder["client"]
+        when the connection fails. `rest`: the body's remaining chunks, streamed on."""
         tried = ""
         for attempt in range(2):
             endpoint = upstreams.pick(model, avoid=tried) if model else _any(tried)
@@ -102,27 +141,34 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 return _error(503, f"no ready server serves {model or 'requests'} now")
             started = time.perf_counter()
             try:
-                reply = await client.request(
-                    method, f"http://{endpoint.transport}{path}", content=body, headers=headers
+                reply = await upstream.request(
+                    endpoint.transport, method, path, headers, body, config.timeout_s, rest, length
                 )
-            except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            except ConnectFailed as exc:
                 upstreams.done(endpoint, None)
                 metrics.upstream_errors.labels(endpoint.id, "connect").inc()
                 if not attempt:
                     metrics.retries.labels(model).inc()
                 tried = endpoint.id
-                last = f"{endpoint.id}: {exc!r}"
+                last = f"{endpoint.id}: {exc}"
                 continue
-            except httpx.TimeoutException:
+            except TimeoutError:
                 upstreams.done(endpoint, None)
                 metrics.upstream_errors.labels(endpoint.id, "timeout").inc()
                 return _error(504, f"{endpoint.id}: no answer within {config.timeout_s} s")
+            except BodyMismatch as exc:
+                upstreams.done(endpoint, None)
+                return _error(400, str(exc))
+            except (ConnectionError, OSError, ValueError) as exc:  # failed mid-reply
+                upstreams.done(endpoint, None)
+                metrics.upstream_errors.labels(endpoint.id, "broken").inc()
+                return _error(502, f"{endpoint.id}: the reply broke off: {exc!r}")
             upstreams.done(endpoint, time.perf_counter() - started)
-            if reply.status_code >= 500:
+            if reply.status >= 500:
                 metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
-            passed = {k: v for k, v in reply.headers.items() if k.lower() in PASSED_HEADERS}
+            passed = {k: v for k, v in reply.headers.items() if k in PASSED_HEADERS}
             passed["sonicsite-server"] = endpoint.id
-            return Response(reply.content, reply.status_code, headers=passed)
+            return Response(reply.body, reply.status, headers=passed)
         return _error(502, f"no server could be reached: {last}")
 
     def _any(avoid: str):
@@ -191,6 +237,35 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def model_version_config(model: str, version: str) -> Response:
         return await _model_get(model, version, "/config")
 
+    async def _statistics(model: str, version: str | None) -> Response:
+        """Triton's statistics summed over every server of the model: the site's view."""
+        servers = view.serving(model)
+        if not servers:
+            return await send("GET", model, _version_path(model, version) + "/stats")
+        path = _version_path(model, version) + "/stats"
+        replies = await asyncio.gather(
+            *(upstream.request(s.http, "GET", path, timeout=10.0) for s in servers),
+            return_exceptions=True,
+        )
+        good = [
+            json.loads(r.body) for r in replies if isinstance(r, UpstreamReply) and r.status == 200
+        ]
+        if not good:
+            answered = [r for r in replies if isinstance(r, UpstreamReply)]
+            if answered:  # the servers refused the request (e.g. no such version): say why
+                kind = answered[0].headers.get("content-type", "application/json")
+                return Response(answered[0].body, answered[0].status, media_type=kind)
+            return _error(502, f"no server of {model!r} answered its statistics")
+        return JSONResponse(merge_statistics(good))
+
+    @app.get("/v2/models/{model}/stats", tags=["kserve"])
+    async def model_statistics(model: str) -> Response:
+        return await _statistics(model, None)
+
+    @app.get("/v2/models/{model}/versions/{version}/stats", tags=["kserve"])
+    async def model_version_statistics(model: str, version: str) -> Response:
+        return await _statistics(model, version)
+
     async def _infer(request: Request, model: str, version: str | None) -> Response:
         started = time.perf_counter()
         route = "infer_binary" if HEADER in request.headers else "infer_json"
@@ -211,21 +286,41 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 {"Retry-After": str(wait)},
             )
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > config.max_body_bytes:
+        total = int(declared) if declared is not None and declared.isdigit() else None
+        if total is not None and total > config.max_body_bytes:
             metrics.rejections.labels(model, "bad_request").inc()
             return _error(413, f"body: over {config.max_body_bytes} bytes")
-        body = await request.body()
         found = await contract(model)
         if isinstance(found, Response):
             return found
+        header_length = request.headers.get(HEADER)
+        prefix, rest = await _head_of_body(request, header_length, total)
         try:
-            parsed, binary = split_body(body, request.headers.get(HEADER))
+            parsed, binary = split_body(prefix, header_length, total)
             check_infer(found, parsed, binary)
         except BadRequest as exc:
             metrics.rejections.labels(model, "bad_request").inc()
             return _error(exc.status, f"model {model!r}: {exc}")
-        headers = {k: v for k, v in request.headers.items() if k.lower() in PASSED_HEADERS}
-        return await send("POST", model, _version_path(model, version) + "/infer", body, headers)
+        headers = {k: v for k, v in request.headers.items() if k in PASSED_HEADERS}
+        path = _version_path(model, version) + "/infer"
+        return await send("POST", model, path, prefix, headers, rest, total)
+
+    async def _head_of_body(
+        request: Request, header_length: str | None, total: int | None
+    ) -> tuple[bytes, AsyncIterator[bytes] | None]:
+        """A binary request's JSON part (and what came with it), and the rest of the body
+        still to arrive; any other request's whole body."""
+        if header_length is None or total is None or not header_length.isdigit():
+            return await request.body(), None
+        wanted = int(header_length)
+        chunks, have = [], 0
+        stream = request.stream()
+        async for chunk in stream:
+            chunks.append(chunk)
+            have += len(chunk)
+            if have >= wanted:
+                break
+        return b"".join(chunks), stream
 
     @app.post("/v2/models/{model}/infer", tags=["kserve"])
     async def infer(request: Request, model: str) -> Response:

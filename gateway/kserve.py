@@ -69,8 +69,12 @@ class ModelContract:
         return cls(metadata["name"], inputs, outputs, int(config.get("max_batch_size", 0)))
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[dict, int]:
-    """The JSON request and the length of the binary part after it."""
+def split_body(
+    body: bytes, header_length: str | None, total: int | None = None
+) -> tuple[dict, int]:
+    """The JSON request and the length of the binary part after it. `body` holds at least
+    the JSON part; `total` is the whole body's length when only its head has been read."""
+    total = len(body) if total is None else total
     if header_length is None:
         json_part, binary = body, 0
     else:
@@ -80,12 +84,12 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, int]:
             raise BadRequest(
                 f"Inference-Header-Content-Length: expected an integer, got {header_length!r}"
             ) from None
-        if not 0 < n <= len(body):
+        if not 0 < n <= min(total, len(body)):
             raise BadRequest(
-                f"Inference-Header-Content-Length: expected 1 to {len(body)} "
+                f"Inference-Header-Content-Length: expected 1 to {total} "
                 f"(the body's length), got {n}"
             )
-        json_part, binary = body[:n], len(body) - n
+        json_part, binary = body[:n], total - n
     try:
         request = json.loads(json_part)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

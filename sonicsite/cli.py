@@ -146,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", type=Path, required=True, help="where to write the result")
     b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    b = bsub.add_parser("gateway", help="direct Triton HTTP vs through the gateway")
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
     b = bsub.add_parser(
         "balancing", help="round robin vs least request vs load-aware weights, one slow server"
     )
@@ -219,11 +223,13 @@ def _positive_list(text: str, option: str) -> tuple[int, ...] | None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.bench_command in ("dataplane", "balancing"):
-        from .bench import balancing, dataplane
+    if args.bench_command in ("dataplane", "balancing", "gateway"):
+        from .bench import balancing, dataplane, gateway
 
         if args.bench_command == "dataplane":
             result = dataplane.run(args.json, args.repeats, args.build_dir)
+        elif args.bench_command == "gateway":
+            result = gateway.run(args.json, args.repeats, args.build_dir)
         else:
             concurrencies = _positive_list(args.concurrency, "--concurrency")
             if concurrencies is None:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -21,6 +22,7 @@ from sonicsite.gateway.app import GatewayConfig, create_app
 from sonicsite.models.repository import model_names
 from stock import stock_infer
 
+from sonicsite import site as launcher
 from sonicsite.samples import generate
 
 
@@ -237,3 +239,53 @@ def test_the_status_page_shows_every_server_in_headless_chromium(site, tmp_path)
     )
     assert screenshot.stat().st_size > 10_000
     print(f"status page screenshot: {screenshot}")
+
+
+ROUTES = [
+    "/v2/models/{m}",
+    "/v2/models/{m}/ready",
+    "/v2/models/{m}/config",
+    "/v2/models/{m}/stats",
+    "/v2/models/{m}/versions/{v}",
+    "/v2/models/{m}/versions/{v}/ready",
+    "/v2/models/{m}/versions/{v}/config",
+    "/v2/models/{m}/versions/{v}/stats",
+]
+NAMES = st.sampled_from(["simple", "identity", "nope"]) | st.text(
+    "abcdefghijklmnopqrstuvwxyz_-.%0123456789", min_size=1, max_size=12
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(route=st.sampled_from(ROUTES), model=NAMES, version=NAMES)
+def test_fuzzed_paths_never_get_a_5xx(app_client, route, model, version):
+    headers = {"Authorization": "Bearer first-token"}
+    path = route.format(m=urllib.parse.quote(model, safe=""), v=urllib.parse.quote(version))
+    reply = app_client.get(path, headers=headers)
+    assert reply.status_code < 500, (path, reply.status_code, reply.text)
+    if reply.status_code >= 400:
+        assert reply.json()["error"]
+    infer = app_client.post(path.split("/ready")[0].split("/config")[0] + "/infer", content=b"{}")
+    assert infer.status_code < 500
+    for fixed in ("/v1/site", "/v1/status", "/metrics", "/healthz", "/v2", "/"):
+        assert app_client.get(fixed, headers=headers).status_code < 500
+
+
+def test_a_server_that_cannot_be_reached_costs_a_retry_not_a_request(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    state = launcher.up(site_dir, servers=2, models=["simple"], build_dir=built_models)
+    try:
+        gateway = httpclient.InferenceServerClient(state.http)
+        sample = generate("simple", 2, seed=3)
+        arrays = sample.reference_inputs(0, 1)
+        stock_infer(state.http, "simple", arrays, ["OUTPUT0"], httpclient, gateway)
+        launcher.stop_group(state.servers[1].pid, grace=0)  # SIGKILL: connections refused
+        for _ in range(20):  # before the operator notices, some go to the dead server
+            out = stock_infer(state.http, "simple", arrays, ["OUTPUT0"], httpclient, gateway)
+            np.testing.assert_array_equal(out["OUTPUT0"], arrays["INPUT0"] + arrays["INPUT1"])
+        with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        assert 'sonicsite_gateway_retries_total{model="simple"}' in text
+        assert 'sonicsite_gateway_upstream_errors_total{kind="connect",server="triton-1"}' in text
+    finally:
+        launcher.down(site_dir)
