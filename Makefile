@@ -13,13 +13,18 @@ STRICT := --config-settings editable_mode=strict
 # headless Chromium loads the gateway's status page in the tests.
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
 
-.PHONY: run test lint format models install system clean
+.PHONY: run test lint format models install system clean chart-check
 
 run: install models
 	$(BIN)/sonicsite demo
 
 test: install models
 	$(BIN)/pytest -q
+
+# The Helm chart: lint, render, Kubernetes and CRD schemas, Envoy and promtool, per profile
+# (tests/test_chart.py runs the same checks inside `make test`).
+chart-check: install
+	$(PY) -P -m sonicsite.chartcheck charts/sonicsite
 
 lint: install
 	$(BIN)/ruff check .

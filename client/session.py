@@ -9,6 +9,7 @@ result = client.stream("particlenet_ak4", spec, batch=16).run(source, on_result)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,7 +35,10 @@ class Client:
         mode: str | None = None,
         slot_bytes: int = 1 << 22,
         cuda_device: int = 0,
+        token: str | None = None,
     ):
+        """`token`: a bearer token for a site that requires one (Envoy's JWT, the gateway's
+        tokens); default SONICSITE_TOKEN."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
@@ -46,13 +50,14 @@ class Client:
         if mode == "site" and not balanced:
             raise ValueError(f"mode: the site ({site.source}) has no balanced {transport} endpoint")
         self.site, self.transport, self.mode = site, transport, mode
+        token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
         self._endpoints: list[Endpoint] = []
         self.pool: RegionPool | CudaRegionPool | None = None
         if mode == "site":
             t = (
-                GrpcTransport(balanced, "site")
+                GrpcTransport(balanced, "site", token)
                 if transport == "grpc"
-                else HttpTransport(balanced, "site")
+                else HttpTransport(balanced, "site", token=token)
             )
             self._endpoints.append(Endpoint("site", t))
         else:

@@ -36,6 +36,8 @@ _KINDS = {  # gRPC status -> what it means for the request (errors.py)
     "NOT_FOUND": INVALID,
     "UNIMPLEMENTED": INVALID,
     "OUT_OF_RANGE": INVALID,
+    "UNAUTHENTICATED": INVALID,  # a missing or bad token: retrying will not help
+    "PERMISSION_DENIED": INVALID,
 }
 
 
@@ -80,10 +82,12 @@ def reply_error(reply: GrpcReply, server: str) -> InferError:
 class GrpcTransport:
     kind = "grpc"
 
-    def __init__(self, address: str, server: str = ""):
+    def __init__(self, address: str, server: str = "", token: str = ""):
         self.address = address
         self.server = server or address
         self._pool = ConnectionPool(address)
+        # a bearer token for a site whose Envoy requires one (JWT)
+        self._auth = {"authorization": f"Bearer {token}"} if token else None
         self._control: grpcclient.InferenceServerClient | None = None
 
     @property
@@ -95,11 +99,13 @@ class GrpcTransport:
 
     def model_info(self, model: str) -> ModelInfo:
         try:
-            metadata = self.control.get_model_metadata(model, as_json=True)
-            config = self.control.get_model_config(model, as_json=True)["config"]
+            metadata = self.control.get_model_metadata(model, headers=self._auth, as_json=True)
+            config = self.control.get_model_config(model, headers=self._auth, as_json=True)
+            config = config["config"]
         except grpcclient.InferenceServerException as exc:
+            refused = ("unknown model", "UNAUTHENTICATED", "PERMISSION_DENIED")
             raise InferError(
-                INVALID if "unknown model" in str(exc) else UNAVAILABLE,
+                INVALID if any(r in f"{exc} {exc.status()}" for r in refused) else UNAVAILABLE,
                 exc.message() or str(exc),
                 self.server,
                 status=str(exc.status()),
@@ -108,7 +114,7 @@ class GrpcTransport:
 
     def statistics(self, model: str) -> dict[str, tuple[int, int]]:
         try:
-            data = self.control.get_inference_statistics(model, as_json=True)
+            data = self.control.get_inference_statistics(model, headers=self._auth, as_json=True)
         except grpcclient.InferenceServerException as exc:
             raise InferError(UNAVAILABLE, exc.message() or str(exc), self.server) from exc
         return parse_statistics(data["model_stats"][0])
@@ -148,7 +154,8 @@ class GrpcTransport:
         parts.insert(0, request_header(plan.model, inputs, outputs, request_id))
         t1 = time.perf_counter()
         try:
-            reply = self._pool.unary(INFER_METHOD, parts, [(MODEL_HEADER, plan.model)], timeout)
+            metadata = [(MODEL_HEADER, plan.model), *(self._auth or {}).items()]
+            reply = self._pool.unary(INFER_METHOD, parts, metadata, timeout)
         except TimeoutError as exc:
             message = f"no reply within {timeout} s"
             raise InferError(TIMEOUT, message, self.server, status="DEADLINE_EXCEEDED") from exc

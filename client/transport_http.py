@@ -26,9 +26,11 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 class HttpTransport:
     kind = "http"
 
-    def __init__(self, address: str, server: str = "", pool: int = 8):
+    def __init__(self, address: str, server: str = "", pool: int = 8, token: str = ""):
         self.address = address
         self.server = server or address
+        # a bearer token for a site that requires one (the gateway's tokens)
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._host, port = address.rsplit(":", 1)
         self._port = int(port)
         self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(pool)
@@ -52,7 +54,7 @@ class HttpTransport:
     def _get_json(self, path: str, timeout: float = 10.0) -> dict:
         conn = self._connection(timeout)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers=self._auth)
             response = conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -107,6 +109,7 @@ class HttpTransport:
             HEADER_LENGTH: str(len(head)),
             "Content-Length": str(total),
             MODEL_HEADER: plan.model,
+            **self._auth,
         }
         t1 = time.perf_counter()
         conn = self._connection(timeout)

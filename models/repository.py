@@ -111,3 +111,16 @@ def write_local_repository(
         for item in onnx_dir.iterdir():
             if item.name.endswith((".onnx", ".onnx.data", ".data")):
                 os.symlink(item.resolve(), version_dir / item.name)
+
+
+def copy_configs(out: Path, names: list[str] | None = None) -> list[Path]:
+    """Put each model's production config.pbtxt (and its side files) beside the built ONNX
+    files, so that `out` is a model repository for Triton's onnxruntime backend."""
+    written = []
+    for name in names or model_names():
+        for source in sorted((CONFIG_DIR / name).iterdir()):
+            if source.suffix in (".pbtxt", ".json"):
+                target = Path(out) / name / source.name
+                target.write_bytes(source.read_bytes())
+                written.append(target)
+    return written

@@ -19,7 +19,7 @@ from .autoscaler import Autoscaler, queue_ms_per_request
 from .balancing import SCALE, Balancing, check_policy
 from .discovery import Server
 from .loadview import LoadView
-from .xds import ALL_SERVERS, Snapshot, model_cluster
+from .xds import ALL_SERVERS, JwtPolicy, Snapshot, model_cluster
 
 
 class Discovery(Protocol):
@@ -112,6 +112,7 @@ class Operator:
     envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     balancing: Balancing = field(default_factory=Balancing)
+    jwt: JwtPolicy | None = None  # Envoy checks a bearer JWT on every request
     admissions: dict[str, Admission] = field(default_factory=dict)
     scaler: Autoscaler | None = None
     actuate: Callable[[int], None] | None = None  # brings the site to N servers (blocking)
@@ -164,6 +165,7 @@ class Operator:
             caps,
             self.policy.retry_after_s,
             self.balancing.lb_policy,
+            self.jwt,
         )
         self._autoscale(servers, now)
         state = self._state(servers, models, weights)

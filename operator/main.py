@@ -14,6 +14,7 @@ from .autoscaler import Autoscaler, ScalingPolicy
 from .balancing import DEFAULT_POLICY, POLICIES, Balancing
 from .controller import Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
+from .xds import JwtPolicy
 
 
 def local_actuator(site_dir: Path):
@@ -57,7 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="host:port of Envoy's gRPC listener, published over LDS",
     )
+    parser.add_argument(
+        "--public-grpc",
+        default="",
+        help="the gRPC endpoint clients use (published in the state; default --envoy-listen)",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    parser.add_argument(
+        "--jwt-issuer", default="", help="Envoy requires bearer JWTs from this issuer"
+    )
+    parser.add_argument(
+        "--jwt-jwks-file", default="", help="the JWKS file, as Envoy sees it (with --jwt-issuer)"
+    )
+    parser.add_argument(
+        "--jwt-audiences", default="", help="comma-separated accepted audiences (default: any)"
+    )
     parser.add_argument(
         "--balancing",
         choices=sorted(POLICIES),
@@ -140,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    jwt = None
+    if args.jwt_issuer or args.jwt_jwks_file:
+        if not (args.jwt_issuer and args.jwt_jwks_file):
+            parser.error("--jwt-issuer and --jwt-jwks-file: expected both, or neither")
+        audiences = tuple(a for a in args.jwt_audiences.split(",") if a)
+        jwt = JwtPolicy(args.jwt_issuer, args.jwt_jwks_file, audiences)
     if bool(args.site) == bool(args.kubernetes):
         parser.error("give exactly one of --site (local) or --kubernetes NAMESPACE/SERVICE")
     if args.kubernetes:
@@ -156,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         listen_host,
         int(listen_port),
         args.interval,
-        envoy_grpc=args.envoy_listen,
+        envoy_grpc=args.public_grpc or args.envoy_listen,
         policy=policy,
         balancing=Balancing(args.balancing),
+        jwt=jwt,
         scaler=scaler,
         actuate=local_actuator(args.site) if scaler and args.site else None,
     )

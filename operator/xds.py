@@ -161,7 +161,35 @@ def shed_reply(retry_after_s: int) -> dict:
     }
 
 
-def listener(host: str, port: int, retry_after_s: int = 1) -> dict:
+@dataclass(frozen=True)
+class JwtPolicy:
+    """Envoy requires a valid bearer JWT on every request (jwt_authn): from `issuer`, for
+    one of `audiences` (any when empty), signed by a key of the JWKS file Envoy reads."""
+
+    issuer: str
+    jwks_file: str
+    audiences: tuple[str, ...] = ()
+
+    def http_filter(self) -> dict:
+        provider = {
+            "issuer": self.issuer,
+            "local_jwks": {"filename": self.jwks_file},
+            "forward": False,
+        }
+        if self.audiences:
+            provider["audiences"] = list(self.audiences)
+        return {
+            "name": "envoy.filters.http.jwt_authn",
+            "typed_config": {
+                "@type": f"{GOOGLE}.filters.http.jwt_authn.v3.JwtAuthentication",
+                "providers": {"sonicsite": provider},
+                "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "sonicsite"}}],
+            },
+        }
+
+
+def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None = None) -> dict:
+    """`jwt`: check a bearer JWT before anything else (401 / UNAUTHENTICATED without one)."""
     return {
         "@type": TYPE_URLS["listeners"],
         "name": LISTENER,
@@ -189,6 +217,7 @@ def listener(host: str, port: int, retry_after_s: int = 1) -> dict:
                                 "route_config_name": ROUTE_CONFIG,
                             },
                             "http_filters": [
+                                *([jwt.http_filter()] if jwt else []),
                                 {
                                     "name": "envoy.filters.http.fault",
                                     "typed_config": {"@type": HTTP_FAULT},
@@ -301,6 +330,7 @@ class Snapshot:
         caps: dict[str, int] | None = None,
         retry_after_s: int = 1,
         lb_policy: str = "LEAST_REQUEST",
+        jwt: JwtPolicy | None = None,
     ) -> Snapshot:
         models = sorted({m for s in servers for m in s.models})
         assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
@@ -308,7 +338,7 @@ class Snapshot:
             holding = [s for s in servers if m in s.models]
             assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
         resources = {
-            "listeners": [listener(listen_host, listen_port, retry_after_s)],
+            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt)],
             "routes": [route_configuration(models, shed)],
             "clusters": clusters(models, caps, lb_policy),
             "endpoints": assignments,

@@ -170,6 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     b = msub.add_parser("build", help="build the ONNX files deterministically")
     b.add_argument("--out", type=Path, default=Path("build/models"))
     b.add_argument("--only", type=_model_list, default=None, help="comma-separated models")
+    b.add_argument(
+        "--configs",
+        action="store_true",
+        help="also copy each config.pbtxt: OUT becomes a model repository for Triton's "
+        "onnxruntime backend (the chart's demo models)",
+    )
+
+    p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
+    p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
+    p.add_argument("--models", type=_model_list, required=True, help="comma-separated models")
+    p.add_argument("--events", type=_at_least(1), default=4, help="events per model")
     return parser
 
 
@@ -205,6 +216,28 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"discovery: SONICSITE_URL=http://{state.http}"
         )
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """What the chart's `helm test` runs: the sonicsite client through Envoy, answers checked."""
+    from .client import Client
+    from .client.discovery import SiteInfo
+    from .samples import generate
+
+    failed = 0
+    with Client(SiteInfo((), grpc=args.grpc, source="--grpc"), "grpc", "site") as client:
+        for model in args.models:
+            sample = generate(model, args.events, seed=7)
+            result = client.stream(model, sample.spec, batch=args.events).run(
+                sample, lambda lo, hi, outputs, s=sample: s.check(lo, hi, outputs)
+            )
+            ok = result.events_ok == args.events and not result.failed
+            failed += not ok
+            print(
+                f"{model}: {result.events_ok}/{args.events} events answered and checked"
+                + ("" if ok else f"; failed: {result.failed}")
+            )
+    return 1 if failed else 0
 
 
 def _positive_list(text: str, option: str) -> tuple[int, ...] | None:
@@ -312,7 +345,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, files in sorted(manifest.items()):
             for fname, digest in files.items():
                 print(f"{name}/1/{fname}  sha256 {digest[:16]}")
+        if args.configs:
+            from .models.repository import copy_configs
+
+            for path in copy_configs(args.out, args.only):
+                print(f"{path.relative_to(args.out)}")
         return 0
+    if args.command == "check":
+        return cmd_check(args)
     if args.command == "status":
         return cmd_status(args)
     if args.command == "bench":

@@ -25,7 +25,7 @@ from .operator.admission import AdmissionPolicy
 from .operator.autoscaler import ScalingPolicy
 from .operator.balancing import DEFAULT_POLICY
 from .operator.loadview import parse_metrics
-from .operator.xds import ALL_SERVERS
+from .operator.xds import ALL_SERVERS, JwtPolicy
 from .ports import free_ports
 from .process import start_process, wait_for_http
 from .state import STATE_FILE, ProcessInfo, ServerInfo, SiteState
@@ -91,6 +91,7 @@ def up(
     scaling: ScalingPolicy | None = None,
     delay_ms: dict[str, float] | None = None,
     balancing: str = DEFAULT_POLICY,
+    jwt: JwtPolicy | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server.
@@ -130,7 +131,7 @@ def up(
         for proc, server in zip(procs, state.servers, strict=True):
             wait_ready(proc, server.pid, server.http_address, Path(server.log), ready_timeout)
         if balancer:
-            _start_control_plane(state, admission or AdmissionPolicy(), scaling, balancing)
+            _start_control_plane(state, admission or AdmissionPolicy(), scaling, balancing, jwt)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
         if isinstance(exc, (SiteError, KeyboardInterrupt)):
@@ -145,6 +146,7 @@ def _start_control_plane(
     policy: AdmissionPolicy,
     scaling: ScalingPolicy | None = None,
     balancing: str = DEFAULT_POLICY,
+    jwt: JwtPolicy | None = None,
     timeout: float = 60.0,
 ) -> None:
     """The operator (discovery, load view, xDS) and Envoy (the site's gRPC endpoint)."""
@@ -178,6 +180,15 @@ def _start_control_plane(
         "--balancing",
         balancing,
         *_scaling_args(scaling),
+        *(
+            [
+                f"--jwt-issuer={jwt.issuer}",
+                f"--jwt-jwks-file={jwt.jwks_file}",
+                f"--jwt-audiences={','.join(jwt.audiences)}",
+            ]
+            if jwt
+            else []
+        ),
     ]
     operator = start_process(cmd, op_log, cwd=site_dir)
     state.processes.append(ProcessInfo("operator", operator.pid, str(op_log)))

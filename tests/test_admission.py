@@ -169,6 +169,22 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         launcher.down(site_dir)
 
 
+def _wait_until_envoy_sheds(state, sample, timeout: float = 10.0) -> None:
+    envoy = GrpcTransport(state.grpc, "site")
+    try:
+        plan = make_plan(sample.spec, envoy.model_info(sample.spec.model), sample.request(0, 1))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                envoy.infer(plan, timeout=30)  # admitted: about a second under this load
+            except InferError as exc:
+                if exc.kind == OVERLOADED:
+                    return
+        raise AssertionError(f"Envoy does not shed {sample.spec.model} after {timeout} s")
+    finally:
+        envoy.close()
+
+
 def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, built_models):
     """A stream through Envoy while its model is shed: it backs off by the retry-after and
     every event is answered once the model reopens."""
@@ -198,6 +214,7 @@ def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, bui
             load.start()
             _wait(lambda: _admission(state, "particle_transformer")["state"] == SHED, 30, "shed")
             sample = generate("particle_transformer", 16, seed=5)
+            _wait_until_envoy_sheds(state, sample)  # the decision takes up to 2 s to get there
             result = through.stream(
                 "particle_transformer", sample.spec, batch=4, window=2, max_tries=60
             ).run(sample, lambda *a: None)
