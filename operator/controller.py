@@ -26,6 +26,19 @@ class Discovery(Protocol):
     def servers(self) -> list[Server]: ...
 
 
+def _forget_servers(gauge: Gauge, names: tuple[str, ...], known: set[str]) -> None:
+    """Drop the gauge's series of servers that are gone, so that a removed server is not
+    reported down (or ready) forever."""
+    stale = {
+        tuple(sample.labels[n] for n in names)
+        for family in gauge.collect()
+        for sample in family.samples
+        if sample.labels.get("server") not in known
+    }
+    for labels in stale:
+        gauge.remove(*labels)
+
+
 @dataclass
 class OperatorMetrics:
     """The operator's own Prometheus metrics, in a registry of its own."""
@@ -228,6 +241,17 @@ class Operator:
 
     def _export(self, servers: list[Server], weights: dict[str, dict[str, int]]) -> None:
         m = self.metrics
+        known = {s.id for s in servers}
+        for gauge, names in (
+            (m.up, ("server",)),
+            (m.queue, ("model", "server")),
+            (m.compute, ("model", "server")),
+            (m.pending, ("model", "server")),
+            (m.throughput, ("model", "server")),
+            (m.failures, ("model", "server")),
+            (m.weight, ("cluster", "server")),
+        ):
+            _forget_servers(gauge, names, known)
         for s in servers:
             m.up.labels(s.id).set(1 if self.loadview.health[s.id].up else 0)
         for loads in self.loadview.loads.values():

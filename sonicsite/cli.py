@@ -215,6 +215,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"  gateway (KServe v2 HTTP): {state.http}   status page: http://{state.http}/   "
             f"discovery: SONICSITE_URL=http://{state.http}"
         )
+    if state.prometheus:
+        print(f"  Prometheus (site rules, every target): http://{state.prometheus}/")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Run the real Prometheus (Debian's package) against a site, and query it.
 
-Used by the tests that prove the monitoring rules on live data; the local site will start it
-too when the binary is installed.
+The local site starts it when the binary is installed (with every rule in monitoring/rules,
+scraping every server, Envoy, the operator and the gateway); the tests query it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,37 @@ def config(targets: list[str], rule_files: list[Path], scrape_interval: str = "1
         "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [{"job_name": "triton", "static_configs": [{"targets": targets}]}],
     }
+
+
+RULES_DIR = Path(__file__).resolve().parents[1] / "monitoring" / "rules"
+
+
+def site_config(
+    triton_targets: Path,
+    jobs: dict[str, tuple[str, str]],
+    rule_files: list[Path],
+    interval: str = "2s",
+) -> dict:
+    """The local site's Prometheus: Triton servers from a file the launcher rewrites when
+    servers come and go (file_sd), and one static target per other `job: (address, path)`."""
+    scrape = [{"job_name": "triton", "file_sd_configs": [{"files": [str(triton_targets)]}]}]
+    for job, (address, path) in jobs.items():
+        scrape.append(
+            {"job_name": job, "metrics_path": path, "static_configs": [{"targets": [address]}]}
+        )
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": scrape,
+    }
+
+
+def write_targets(path: Path, servers: dict[str, str]) -> None:
+    """file_sd targets: one per server (`id: host:metrics_port`), labelled with its id."""
+    groups = [{"targets": [address], "labels": {"server": sid}} for sid, address in servers.items()]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    tmp.replace(path)  # Prometheus never reads a half-written file
 
 
 def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subprocess.Popen:

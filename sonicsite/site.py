@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import envoy
+from . import envoy, prometheus
 from .envoy import EnvoyError
 from .models.repository import model_names, write_local_repository
 from .operator.admission import AdmissionPolicy
@@ -208,6 +208,41 @@ def _start_control_plane(
             raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
         time.sleep(0.1)
     _start_gateway(state, timeout)
+    _start_prometheus(state, timeout)
+
+
+def _triton_targets(state: SiteState) -> None:
+    """Tell the site's Prometheus (if any) which servers exist now."""
+    if state.prometheus:
+        targets = {s.id: f"{s.host}:{s.metrics_port}" for s in state.servers}
+        prometheus.write_targets(Path(state.site_dir) / "prometheus" / "triton.json", targets)
+
+
+def _start_prometheus(state: SiteState, timeout: float) -> None:
+    """Prometheus with every monitoring rule, when the binary is installed (Debian's)."""
+    if shutil.which("prometheus") is None:
+        return
+    site_dir = Path(state.site_dir)
+    folder = site_dir / "prometheus"
+    folder.mkdir(exist_ok=True)
+    (port,) = free_ports(1)
+    state.prometheus = f"127.0.0.1:{port}"
+    _triton_targets(state)
+    config = prometheus.site_config(
+        folder / "triton.json",
+        {
+            "operator": (state.operator, "/metrics"),
+            "gateway": (state.http, "/metrics"),
+            "envoy": (state.envoy_admin, "/stats/prometheus"),
+        },
+        sorted(prometheus.RULES_DIR.glob("*.yaml")),
+    )
+    (folder / "prometheus.yml").write_text(json.dumps(config, indent=1))
+    log = site_dir / "logs" / "prometheus.log"
+    proc = prometheus.start(folder / "prometheus.yml", folder / "data", state.prometheus, log)
+    state.processes.append(ProcessInfo("prometheus", proc.pid, str(log)))
+    state.save()
+    prometheus.wait_ready(proc, state.prometheus, log, timeout)
 
 
 def _start_gateway(state: SiteState, timeout: float, tokens: Path | None = None) -> None:
@@ -265,6 +300,7 @@ def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0
     state = SiteState.load(site_dir)  # re-read: nothing else may have changed it meanwhile
     state.servers.append(info)
     state.save()
+    _triton_targets(state)
     return info
 
 
@@ -293,6 +329,7 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None
     state = SiteState.load(site_dir)
     state.servers = [s for s in state.servers if s.id != server_id]
     state.save()
+    _triton_targets(state)
 
 
 def _in_flight(server: ServerInfo) -> float:

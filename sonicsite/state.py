@@ -63,6 +63,7 @@ class SiteState:
     http: str = ""  # the site's HTTP endpoint (the gateway: KServe v2, /v1/site, status page)
     operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, xDS)
     envoy_admin: str = ""
+    prometheus: str = ""  # the site's Prometheus (when installed): rules, every target
     processes: list[ProcessInfo] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -103,5 +104,6 @@ class SiteState:
             http=data.get("http", ""),
             operator=data.get("operator", ""),
             envoy_admin=data.get("envoy_admin", ""),
+            prometheus=data.get("prometheus", ""),
             processes=processes,
         )

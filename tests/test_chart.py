@@ -80,9 +80,12 @@ def test_the_scaled_object_query_is_the_recording_rules_expression():
     assert trigger["metricType"] == "Value"
     # and the rules the chart ships (PrometheusRule, its own Prometheus) are the same file
     rule = _one(_docs(profiles()["prometheus-operator-values"]), "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+    every = sorted(RULES.parent.glob("*.yaml"))
+    groups = [g for path in every for g in yaml.safe_load(path.read_text())["groups"]]
+    assert rule["spec"] == {"groups": groups}  # every monitoring rule, unchanged
     config = _one(docs, "ConfigMap", "prometheus")
-    assert config["data"]["autoscaling.rules.yaml"].strip() == RULES.read_text().strip()
+    for path in every:
+        assert config["data"][path.name].strip() == path.read_text().strip()
 
 
 def test_min_zero_renders_zero_and_the_fallback_is_set():
@@ -186,3 +189,19 @@ def test_jwt_at_envoy_wires_the_operator_the_jwks_and_the_test_token():
             0
         ]["args"]
     )
+
+
+def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar():
+    docs = _docs({})
+    maps = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
+    ]
+    shipped = {name: text for m in maps for name, text in m["data"].items()}
+    built = sorted(Path("monitoring/dashboards").glob("*.json"))
+    assert sorted(shipped) == [p.name for p in built]
+    for path in built:
+        assert shipped[path.name] == path.read_text()
+        assert json.loads(shipped[path.name])["uid"].startswith("sonicsite-")
+    assert all(m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps)

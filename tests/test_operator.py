@@ -164,6 +164,18 @@ def test_a_server_added_or_removed_reaches_envoy_within_two_seconds(tmp_path, bu
         assert took <= 2.0, f"removed server left Envoy after {took:.2f} s"
         assert not launcher.alive(added.pid)
         assert [s.id for s in SiteState.load(site_dir).servers] == ["triton-0"]
+
+        # the operator no longer reports it, neither up nor down (no alert fires forever)
+        def reported() -> list[str]:  # its gauges; the scrape-error counter keeps its count
+            text = _get(f"http://{state.operator}/metrics")[1].decode()
+            return [
+                line
+                for line in text.splitlines()
+                if f'server="{added.id}"' in line
+                and not line.startswith("sonicsite_operator_scrape_errors")
+            ]
+
+        _wait_for(lambda: not reported(), 5)
     finally:
         launcher.down(site_dir)
 

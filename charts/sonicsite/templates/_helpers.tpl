@@ -70,10 +70,10 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 
-{{/* The scaling metric: the monitoring recording rules' expression (files/ links to
+{{/* The scaling metric: the monitoring recording rules' expression (files/rules links to
 monitoring/rules), highest over models, so that KEDA and the rule compute one quantity. */}}
 {{- define "sonicsite.scalingQuery" -}}
-{{- $rules := .Files.Get "files/autoscaling.rules.yaml" | fromYaml -}}
+{{- $rules := .Files.Get "files/rules/autoscaling.rules.yaml" | fromYaml -}}
 {{- $expr := "" -}}
 {{- range (index $rules.groups 0).rules -}}
 {{- if eq .record "sonicsite:model_queue_seconds_per_request:30s" -}}
@@ -81,7 +81,17 @@ monitoring/rules), highest over models, so that KEDA and the rule compute one qu
 {{- end -}}
 {{- end -}}
 {{- if not $expr -}}
-{{- fail "files/autoscaling.rules.yaml: no rule records sonicsite:model_queue_seconds_per_request:30s" -}}
+{{- fail "files/rules/autoscaling.rules.yaml: no rule records sonicsite:model_queue_seconds_per_request:30s" -}}
 {{- end -}}
 {{- printf "max(%s)" (trim $expr) -}}
+{{- end -}}
+
+
+{{/* Every rule group of monitoring/rules (files/rules links to them), as one list. */}}
+{{- define "sonicsite.ruleGroups" -}}
+{{- $groups := list -}}
+{{- range $path, $_ := .Files.Glob "files/rules/*.yaml" -}}
+{{- $groups = concat $groups ($.Files.Get $path | fromYaml).groups -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
 {{- end -}}
