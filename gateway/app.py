@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 from fastapi import FastAPI, Request, Response
@@ -182,10 +183,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         cached = contracts.get(model)
         if cached and time.monotonic() - cached[0] < CONTRACT_TTL_S:
             return cached[1]
-        metadata = await send("GET", model, f"/v2/models/{model}")
+        metadata = await send("GET", model, _version_path(model, None))
         if metadata.status_code != 200:
             return metadata
-        config_reply = await send("GET", model, f"/v2/models/{model}/config")
+        config_reply = await send("GET", model, _version_path(model, None) + "/config")
         if config_reply.status_code != 200:
             return config_reply
         found = ModelContract.from_triton(json.loads(metadata.body), json.loads(config_reply.body))
@@ -193,7 +194,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         return found
 
     def _version_path(model: str, version: str | None) -> str:
-        return f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        """The server's path for a model (and version), names percent-encoded again: what
+        arrived decoded goes on as one path segment, whatever it holds."""
+        path = f"/v2/models/{quote(model, safe='')}"
+        return path + (f"/versions/{quote(version, safe='')}" if version else "")
 
     # -- KServe v2 ---------------------------------------------------------------------------
 
@@ -320,7 +324,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
             have += len(chunk)
             if have >= wanted:
                 break
-        return b"".join(chunks), stream
+        # all of it already here: sent as a whole, so a dead kept-alive connection can retry
+        return b"".join(chunks), (stream if have < total else None)
 
     @app.post("/v2/models/{model}/infer", tags=["kserve"])
     async def infer(request: Request, model: str) -> Response:

@@ -80,7 +80,8 @@ class ServerPool:
         """Send `body` (then, if given, the chunks of `rest`, `length` bytes in all, as they
         arrive) and read the reply. ConnectFailed: nothing reached the server; retry
         elsewhere. Other errors: the request may have been processed."""
-        connection = self._idle_connection() or await self._connect(min(timeout, 5.0))
+        reused = self._idle_connection()
+        connection = reused or await self._connect(min(timeout, 5.0))
         length = len(body) if length is None else length
         head = [f"{method} {path} HTTP/1.1\r\nHost: {self.address}\r\n"]
         head += [f"{k}: {v}\r\n" for k, v in headers.items()]
@@ -100,6 +101,8 @@ class ServerPool:
             connection.close()
             if rest is not None:  # streamed: the body is gone, no retry
                 raise ConnectionError(str(exc)) from exc
+            if reused:  # the server had closed the idle connection: once more, afresh
+                return await self.request(method, path, headers, body, timeout)
             raise
         except BaseException:
             connection.close()

@@ -105,6 +105,11 @@ class OperatorMetrics:
         self.current = Gauge(
             "sonicsite_autoscaler_current_servers", "Servers taking new work", registry=r
         )
+        self.max_servers = Gauge(
+            "sonicsite_autoscaler_max_servers",
+            "The most servers the autoscaler may run",
+            registry=r,
+        )
         self.scale_events = Counter(
             "sonicsite_autoscaler_scale_events", "Scale actions started", ["direction"], registry=r
         )
@@ -195,6 +200,7 @@ class Operator:
         desired = self.scaler.desired(now, current, metric)
         self.metrics.scaling_metric.set((metric or 0.0) / 1e3)
         self.metrics.desired.set(desired)
+        self.metrics.max_servers.set(self.scaler.policy.max_servers)
         self.metrics.current.set(current)
         busy = self._scaling is not None and self._scaling.is_alive()
         if desired == current or busy or self.actuate is None:

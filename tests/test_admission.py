@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -160,9 +161,15 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         assert reply.outputs["softmax"].shape == (2, 10)
         with urllib.request.urlopen(f"http://{state.operator}/metrics", timeout=5) as r:
             metrics = r.read().decode()
-        assert (
-            'sonicsite_admission_changes_total{model="particle_transformer",state="shed"} 1.0'
-            in metrics
+        # the decisions are counted (the load may push it over the threshold more than once)
+        shed = re.search(
+            r'sonicsite_admission_changes_total\{model="particle_transformer",state="shed"\} '
+            r"([0-9.]+)",
+            metrics,
+        )
+        assert shed and float(shed.group(1)) >= 1
+        assert 'sonicsite_admission_changes_total{model="particle_transformer",state="open"}' in (
+            metrics
         )
         envoy.close()
     finally:

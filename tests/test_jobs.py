@@ -152,6 +152,11 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["events_ok"] == report["events_total"] == 80
     assert "site stopped (2 servers)" in out.stdout
+    # where to look while it runs: the gateway's status page and Prometheus
+    assert re.search(r"status page: http://127\.0\.0\.1:\d+/", out.stdout)
+    assert re.search(
+        r"Prometheus \(site rules, every target\): http://127\.0\.0\.1:\d+/", out.stdout
+    )
     pids = [int(m) for m in re.findall(r"pid (\d+)", out.stdout)]
     assert len(pids) == 2 and not [p for p in pids if launcher.alive(p)]
 
