@@ -11,7 +11,6 @@ policy. p50, p99, throughput and the slow server's share of requests; medians of
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 import time
 import urllib.request
@@ -27,7 +26,7 @@ from sonicsite import envoy
 from sonicsite import site as launcher
 from sonicsite.state import SiteState
 
-from .common import write_result
+from .common import median_runs, write_result
 
 MODEL = "identity"
 FLOATS = 2560  # 10 kB per request
@@ -118,10 +117,7 @@ def run(
             launcher.down(site_dir)
 
     medians = {
-        f"c{c}": {
-            p: {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
-            for p, rs in by_policy.items()
-        }
+        f"c{c}": {p: median_runs(rs) for p, rs in by_policy.items()}
         for c, by_policy in runs.items()
     }
 

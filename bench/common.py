@@ -27,6 +27,11 @@ def time_repeats(
     return times
 
 
+def median_runs(runs: list[dict]) -> dict:
+    """Key by key, the median of repeated runs' figures."""
+    return {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
+
+
 def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e3, 4)
 

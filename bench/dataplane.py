@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from sonicsite import site as launcher
 from sonicsite.samples import generate
 from sonicsite.triton import TritonInstall
 
-from .common import write_result
+from .common import median_runs, write_result
 
 CASES = {  # name: (model, floats per row or None, rows per request)
     "identity_10kb": ("identity", 2560, 1),
@@ -37,7 +36,7 @@ CASES = {  # name: (model, floats per row or None, rows per request)
 CONCURRENCY = (1, 4)
 
 
-def _perf_analyzer_env(workdir: Path) -> dict[str, str]:
+def perf_analyzer_env(workdir: Path) -> dict[str, str]:
     """perf_analyzer links libcudart.so.12; nvidia-pytriton ships it under another name."""
     libs = TritonInstall.find().libs
     cudart = next(libs.glob("libcudart-*.so.12*"))
@@ -127,15 +126,11 @@ def sonicsite_client(
     }
 
 
-def _median(runs: list[dict]) -> dict:
-    return {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
-
-
 def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
-        env = _perf_analyzer_env(workdir)
+        env = perf_analyzer_env(workdir)
         state = launcher.up(
             workdir / "site", servers=1, models=["identity", "particlenet_ak4"], build_dir=build_dir
         )
@@ -158,7 +153,7 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
                             runs.setdefault(f"client/{path}", []).append(
                                 sonicsite_client(site, mode, model, floats, rows, c)
                             )
-                    results[f"{name}/c{c}"] = {k: _median(v) for k, v in runs.items()}
+                    results[f"{name}/c{c}"] = {k: median_runs(v) for k, v in runs.items()}
         finally:
             launcher.down(workdir / "site")
 

@@ -8,25 +8,20 @@ a stock client to the gateway); the paths take turns within each repeat; medians
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from pathlib import Path
 
 from sonicsite import site as launcher
 
-from .common import write_result
-from .dataplane import CASES, CONCURRENCY, _perf_analyzer_env, perf_analyzer
-
-
-def _median(runs: list[dict]) -> dict:
-    return {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
+from .common import median_runs, write_result
+from .dataplane import CASES, CONCURRENCY, perf_analyzer, perf_analyzer_env
 
 
 def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
-        env = _perf_analyzer_env(workdir)
+        env = perf_analyzer_env(workdir)
         state = launcher.up(
             workdir / "site", servers=1, models=["identity", "particlenet_ak4"], build_dir=build_dir
         )
@@ -40,7 +35,7 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
                             runs[path].append(
                                 perf_analyzer(target, model, floats, rows, c, env, workdir, "http")
                             )
-                    results[f"{name}/c{c}"] = {k: _median(v) for k, v in runs.items()}
+                    results[f"{name}/c{c}"] = {k: median_runs(v) for k, v in runs.items()}
         finally:
             launcher.down(workdir / "site")
 

@@ -11,19 +11,17 @@ device the transport refuses to start and says why.
 from __future__ import annotations
 
 import base64
-import contextlib
 import ctypes
 import glob
 import os
 import sysconfig
-import threading
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import INVALID, InferError
 from .plan import InputPlan
+from .shm import RegionPool, Slot
 from .transport_grpc import GrpcTransport, Placement
 
 HOST_TO_DEVICE, DEVICE_TO_HOST = 1, 2
@@ -122,53 +120,31 @@ class CudaRegion:
             self.pointer = 0
 
 
-@dataclass
-class CudaSlot:
-    region: CudaRegion
-
-
-class CudaRegionPool:
-    """Device regions registered with every given server, reused across requests. Columns
-    live in host memory, so nothing is ever found in place: every tensor is staged."""
+class CudaRegionPool(RegionPool):
+    """Device regions registered with every given server, reused across requests (the
+    system pool's bookkeeping). Columns live in host memory, so nothing is ever found in
+    place: every tensor is staged."""
 
     device_memory = True
 
     def __init__(self, transports: list[GrpcTransport], slot_bytes: int = 1 << 22, device=0):
         self.runtime = CudaRuntime(device)
-        self.transports = transports
-        self.slot_bytes = slot_bytes
-        self._free: list[CudaSlot] = []
-        self._all: list[CudaRegion] = []
-        self._lock = threading.Lock()
+        super().__init__(transports, slot_bytes)
 
-    def acquire(self, nbytes: int) -> CudaSlot:
-        with self._lock:
-            for k, slot in enumerate(self._free):
-                if slot.region.size >= nbytes:
-                    return self._free.pop(k)
-            region = CudaRegion(self.runtime, max(nbytes, self.slot_bytes))
-            handle = base64.b64encode(region.handle)
-            for t in self.transports:
-                try:
-                    t.control.register_cuda_shared_memory(
-                        region.name, handle, self.runtime.device, region.size
-                    )
-                except Exception as exc:
-                    region.close()
-                    raise InferError(
-                        INVALID, f"cannot register CUDA shared memory: {exc}", t.server
-                    ) from exc
-            self._all.append(region)
-            return CudaSlot(region)
+    def _make_region(self, size: int) -> CudaRegion:
+        return CudaRegion(self.runtime, size)
 
-    def release(self, slot: CudaSlot) -> None:
-        with self._lock:
-            self._free.append(slot)
+    def _register(self, t: GrpcTransport, region: CudaRegion) -> None:
+        handle = base64.b64encode(region.handle)
+        t.control.register_cuda_shared_memory(region.name, handle, self.runtime.device, region.size)
+
+    def _unregister(self, t: GrpcTransport, region: CudaRegion) -> None:
+        t.control.unregister_cuda_shared_memory(region.name)
 
     def locate(self, view: np.ndarray) -> Placement | None:
         return None  # host columns are never in device memory
 
-    def write(self, slot: CudaSlot, i: InputPlan) -> int:
+    def write(self, slot: Slot, i: InputPlan) -> int:
         """Stage one input in the slot; returns the payload copies made (H2D, and a gather)."""
         if i.gather is not None:
             host = np.empty(i.nbytes, dtype=np.uint8)
@@ -182,15 +158,6 @@ class CudaRegionPool:
             offset += piece.nbytes
         return 1
 
-    def read(self, slot: CudaSlot, out: np.ndarray) -> None:
+    def read(self, slot: Slot, out: np.ndarray) -> None:
         """Copy the slot's first `out.nbytes` bytes into the host array `out`."""
         self.runtime.copy(out.ctypes.data, slot.region.pointer, out.nbytes, DEVICE_TO_HOST)
-
-    def close(self) -> None:
-        for region in self._all:
-            for t in self.transports:
-                with contextlib.suppress(Exception):
-                    t.control.unregister_cuda_shared_memory(region.name)
-            region.close()
-        self._all.clear()
-        self._free.clear()

@@ -84,11 +84,21 @@ class RegionPool:
         self._all: list[Region] = []
         self._lock = threading.Lock()
 
+    # What differs between system and CUDA shared memory (cuda.CudaRegionPool overrides it)
+    def _make_region(self, size: int) -> Region:
+        return Region(size)
+
+    def _register(self, t: GrpcTransport, region: Region) -> None:
+        t.control.register_system_shared_memory(region.name, region.key, region.size)
+
+    def _unregister(self, t: GrpcTransport, region: Region) -> None:
+        t.control.unregister_system_shared_memory(region.name)
+
     def _new_region(self, size: int) -> Region:
-        region = Region(size)
+        region = self._make_region(size)
         for t in self.transports:
             try:
-                t.control.register_system_shared_memory(region.name, region.key, size)
+                self._register(t, region)
             except Exception as exc:
                 region.close()
                 raise InferError(
@@ -130,7 +140,7 @@ class RegionPool:
     def close(self) -> None:
         for region, t in itertools.product(self._all, self.transports):
             with contextlib.suppress(Exception):
-                t.control.unregister_system_shared_memory(region.name)
+                self._unregister(t, region)
         for region in self._all:
             region.close()
         self._all.clear()

@@ -9,7 +9,6 @@ those labels too (the local site), because the regex `.*` matches an empty label
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +305,7 @@ def dashboards() -> dict[str, object]:
 
 
 def to_json(model: object) -> str:
-    return json.dumps(json.loads(JSONEncoder(sort_keys=True, indent=2).encode(model)), indent=2)
+    return JSONEncoder(sort_keys=True, indent=2).encode(model)
 
 
 def panel_queries(board: dict) -> list[tuple[str, str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
@@ -28,3 +30,17 @@ def stock_infer(
     wanted = [module.InferRequestedOutput(n, **options) for n in outputs]
     reply = client.infer(model, inputs, outputs=wanted)
     return {n: reply.as_numpy(n) for n in outputs}
+
+
+def kserve_json(arrays: dict[str, np.ndarray]) -> bytes:
+    """A KServe v2 JSON inference request body (JSON tensors), as a plain HTTP client sends."""
+    inputs = [
+        {
+            "name": name,
+            "datatype": np_to_triton_dtype(array.dtype),
+            "shape": list(array.shape),
+            "data": array.tolist(),
+        }
+        for name, array in arrays.items()
+    ]
+    return json.dumps({"inputs": inputs}).encode()

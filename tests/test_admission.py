@@ -20,6 +20,7 @@ from sonicsite.operator.admission import OPEN, SHED, AdmissionPolicy, decide
 from sonicsite.operator.discovery import Server
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds import Snapshot
+from stock import kserve_json
 
 from sonicsite import site as launcher
 from sonicsite.samples import generate
@@ -124,14 +125,7 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         assert refused.kind == OVERLOADED and refused.status == "RESOURCE_EXHAUSTED"
         assert refused.retry_after == 1.0 and "model shed by sonicsite admission" in refused.message
         # The gateway refuses it too, with 429, Retry-After and the reason.
-        body = json.dumps(
-            {
-                "inputs": [
-                    {"name": n, "datatype": "FP32", "shape": list(a.shape), "data": a.tolist()}
-                    for n, a in jets.reference_inputs(0, 1).items()
-                ]
-            }
-        ).encode()
+        body = kserve_json(jets.reference_inputs(0, 1))
         url = f"http://{state.http}/v2/models/particle_transformer/infer"
         shed_reply = None
         deadline = time.monotonic() + 2.0

@@ -15,6 +15,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.operator.admission import AdmissionPolicy
+from stock import kserve_json
 
 from sonicsite import prometheus
 from sonicsite import site as launcher
@@ -70,14 +71,7 @@ def busy_site(tmp_path_factory, built_models):
 def _gateway_rejections(state, stop: threading.Event, seen: list[int]) -> None:
     """HTTP requests to the gateway while the stream runs, until one is refused with 429."""
     sample = generate("particlenet_ak4", 1, seed=9)
-    body = json.dumps(
-        {
-            "inputs": [
-                {"name": n, "datatype": "FP32", "shape": list(a.shape), "data": a.tolist()}
-                for n, a in sample.reference_inputs(0, 1).items()
-            ]
-        }
-    ).encode()
+    body = kserve_json(sample.reference_inputs(0, 1))
     url = f"http://{state.http}/v2/models/particlenet_ak4/infer"
     while not stop.is_set() and 429 not in seen:
         try:
