@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 from sonicsite.client import Client, Column, SoA, TensorSpec
-from sonicsite.client.discovery import SiteInfo, from_site_file
+from sonicsite.client.discovery import from_site_file
 from sonicsite.operator.balancing import POLICIES
-from sonicsite.operator.xds import model_cluster
+from sonicsite.operator.xds_resources import model_cluster
 
-from sonicsite import envoy
-from sonicsite import site as launcher
-from sonicsite.state import SiteState
+from sonicsite.contract.wire import SiteRecord
+from sonicsite.local import envoy, launcher
+from sonicsite.local.state import SiteState
 
 from .common import median_runs, write_result
 
@@ -61,7 +61,7 @@ def set_policy(state: SiteState, policy: str, timeout: float = 10.0) -> float:
         time.sleep(0.05)
 
 
-def stream(site: SiteInfo, requests: int, concurrency: int, slow: str = SLOW) -> dict:
+def stream(site: SiteRecord, requests: int, concurrency: int, slow: str = SLOW) -> dict:
     """One closed-loop stream; `slow_share` is the part of requests `slow` answered."""
     source = SoA.allocate([Column("x", np.float32, (FLOATS,))], requests)
     source["x"][...] = 1.0

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 from sonicsite.client import Client, Column, Columns, SoA, TensorSpec, make_plan
-from sonicsite.client.discovery import ServerEndpoint, SiteInfo
 from sonicsite.client.wire import TensorHeader, request_header
 
-from sonicsite import site as launcher
+from sonicsite.contract.wire import SiteRecord
+from sonicsite.local import launcher
 
 from .common import median_ms, time_repeats, write_result
 
@@ -56,7 +56,7 @@ def _expected(soa: SoA) -> np.ndarray:
 
 
 def bench_payload(
-    site: SiteInfo,
+    site: SiteRecord,
     mbytes: int,
     repeats: int,
     rng: np.random.Generator,
@@ -217,8 +217,7 @@ def run(
         state = launcher.up(Path(tmp) / "site", servers=1, models=[MODEL], build_dir=build_dir)
         try:
             server = state.servers[0]
-            endpoint = ServerEndpoint(server.id, server.grpc_address, server.http_address, (MODEL,))
-            site = SiteInfo((endpoint,), source="bench")
+            site = SiteRecord(servers=(server,), source="bench")
             payloads = {f"{m}mb": bench_payload(site, m, repeats, rng) for m in sizes}
             with Client(site, "grpc", "direct") as c:
                 info = c.balancer(MODEL).endpoints[0].transport.model_info(MODEL)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 from sonicsite.client import Client, Column, SoA, TensorSpec
-from sonicsite.client.discovery import ServerEndpoint, SiteInfo
+from sonicsite.models.samples import generate
 
-from sonicsite import site as launcher
-from sonicsite.samples import generate
-from sonicsite.triton import TritonInstall
+from sonicsite.contract.wire import SiteRecord
+from sonicsite.local import launcher
+from sonicsite.local.triton import TritonInstall
 
 from .common import median_runs, write_result
 
@@ -101,7 +101,7 @@ def perf_analyzer(
 
 
 def sonicsite_client(
-    site: SiteInfo, mode: str, model: str, floats: int | None, rows: int, concurrency: int
+    site: SiteRecord, mode: str, model: str, floats: int | None, rows: int, concurrency: int
 ) -> dict:
     requests = 24 if model == "particlenet_ak4" else 300
     if model == "identity":
@@ -136,11 +136,8 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
         )
         try:
             server = state.servers[0]
-            site = SiteInfo(
-                (ServerEndpoint(server.id, server.grpc_address, server.http_address),),
-                grpc=state.grpc,
-            )
-            targets = {"direct": server.grpc_address, "envoy": state.grpc}
+            site = SiteRecord(servers=(server,), grpc=state.grpc)
+            targets = {"direct": server.grpc, "envoy": state.grpc}
             for name, (model, floats, rows) in CASES.items():
                 for c in CONCURRENCY:
                     runs: dict[str, list[dict]] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from sonicsite import site as launcher
+from sonicsite.local import launcher
 
 from .common import median_runs, write_result
 from .dataplane import CASES, CONCURRENCY, perf_analyzer, perf_analyzer_env
@@ -26,7 +26,7 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
             workdir / "site", servers=1, models=["identity", "particlenet_ak4"], build_dir=build_dir
         )
         try:
-            targets = {"direct": state.servers[0].http_address, "gateway": state.http}
+            targets = {"direct": state.servers[0].http, "gateway": state.http}
             for name, (model, floats, rows) in CASES.items():
                 for c in CONCURRENCY:
                     runs: dict[str, list[dict]] = {p: [] for p in targets}

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .discovery import Balancer, Endpoint
+from .balancer import Balancer, Endpoint
 from .errors import OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .layout import Columns
 from .plan import make_plan

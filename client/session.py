@@ -13,8 +13,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from sonicsite.contract.wire import SiteRecord
+
+from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
-from .discovery import Balancer, Endpoint, SiteInfo, discover
+from .discovery import discover
 from .engine import Stream, StreamOptions
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
@@ -30,7 +33,7 @@ MODES = ("site", "direct")
 class Client:
     def __init__(
         self,
-        site: SiteInfo,
+        site: SiteRecord,
         transport: str = "grpc",
         mode: str | None = None,
         slot_bytes: int = 1 << 22,

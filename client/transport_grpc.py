@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from sonicsite.contract.wire import MODEL_HEADER, RETRY_AFTER_HEADER, SERVER_HEADER
+
 from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
 from .http2 import ConnectionPool, GrpcReply, Http2Error
 from .plan import CopyPlan
@@ -24,8 +26,6 @@ from .wire import (
 )
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
-MODEL_HEADER = "sonicsite-model"  # per-model routing at the balancer (Envoy), see DESIGN.md
-SERVER_HEADER = "sonicsite-server"  # the balancer says which server answered
 
 _KINDS = {  # gRPC status -> what it means for the request (errors.py)
     "UNAVAILABLE": UNAVAILABLE,
@@ -74,7 +74,7 @@ class Reply:
 
 
 def reply_error(reply: GrpcReply, server: str) -> InferError:
-    retry_after = RetryAfter.parse(reply.metadata.get("retry-after")).seconds
+    retry_after = RetryAfter.parse(reply.metadata.get(RETRY_AFTER_HEADER)).seconds
     status = reply.status_name or str(reply.status)
     return InferError(_KINDS.get(status, INTERNAL), reply.details, server, retry_after, status)
 

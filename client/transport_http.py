@@ -14,13 +14,18 @@ import time
 
 import numpy as np
 
+from sonicsite.contract.wire import (
+    INFERENCE_HEADER_LENGTH,
+    MODEL_HEADER,
+    RETRY_AFTER_HEADER,
+    SERVER_HEADER,
+)
+
 from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
 from .plan import CopyPlan
 from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
-from .transport_grpc import MODEL_HEADER, Reply
-
-HEADER_LENGTH = "Inference-Header-Content-Length"
+from .transport_grpc import Reply
 
 
 class HttpTransport:
@@ -106,7 +111,7 @@ class HttpTransport:
         total = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in body)
         headers = {
             "Content-Type": "application/octet-stream",
-            HEADER_LENGTH: str(len(head)),
+            INFERENCE_HEADER_LENGTH: str(len(head)),
             "Content-Length": str(total),
             MODEL_HEADER: plan.model,
             **self._auth,
@@ -133,9 +138,10 @@ class HttpTransport:
             self._give_back(conn)
             raise self._error(response, data)
         self._give_back(conn)
-        outputs = self._parse(data, int(response.getheader(HEADER_LENGTH) or len(data)))
+        outputs = self._parse(data, int(response.getheader(INFERENCE_HEADER_LENGTH) or len(data)))
         copies = sum(i.copies for i in plan.inputs)
-        return Reply(outputs, self.server, t1 - t0, t2 - t1, total, copies)
+        server = response.getheader(SERVER_HEADER) or self.server  # named by the gateway
+        return Reply(outputs, server, t1 - t0, t2 - t1, total, copies)
 
     def _error(self, response: http.client.HTTPResponse, data: bytes) -> InferError:
         try:
@@ -144,7 +150,7 @@ class HttpTransport:
             message = data.decode(errors="replace")
         status = response.status
         if status == 429:
-            retry = RetryAfter.parse(response.getheader("Retry-After")).seconds
+            retry = RetryAfter.parse(response.getheader(RETRY_AFTER_HEADER)).seconds
             return InferError(OVERLOADED, message, self.server, retry, status="429")
         kind = {400: INVALID, 404: INVALID, 503: UNAVAILABLE, 502: UNAVAILABLE}.get(
             status, INTERNAL

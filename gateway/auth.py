@@ -11,6 +11,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastapi.responses import JSONResponse
+
+from .metrics import GatewayMetrics
+
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
 
 
@@ -45,3 +49,24 @@ class Tokens:
         if any(hmac.compare_digest(given, t) for t in self._load()):
             return ""
         return "authorization: the bearer token is not valid"
+
+
+class BearerAuth:
+    """Plain ASGI middleware (no body buffering): 401 unless the bearer token is valid."""
+
+    def __init__(self, app, tokens: Tokens, metrics: GatewayMetrics):
+        self.app, self.tokens, self.metrics = app, tokens, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            authorization = headers.get(b"authorization", b"").decode("latin-1") or None
+            why = self.tokens.check(scope["path"], authorization)
+            if why:
+                self.metrics.rejections.labels("", "unauthorized").inc()
+                reply = JSONResponse(
+                    {"error": why}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+                await reply(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

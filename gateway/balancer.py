@@ -1,4 +1,4 @@
-"""Per-request choice of a server, by the client's rule (sonicsite.client.discovery
+"""Per-request choice of a server, by the site's one pick (sonicsite.client.balancer
 .power_of_two) over the servers the operator says serve the model: local in-flight count ×
 recent latency, divided by the operator's weight. One event loop, so no locks."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from sonicsite.client.discovery import Endpoint, power_of_two
+from sonicsite.client.balancer import Endpoint, power_of_two
 
-from .siteview import Server, SiteView
+from .siteview import SiteView
 
 
 @dataclass
@@ -18,20 +18,23 @@ class Upstreams:
     rng: random.Random = field(default_factory=random.Random)
     endpoints: dict[str, Endpoint] = field(default_factory=dict)  # by server id
 
-    def candidates(self, model: str, avoid: str = "") -> list[tuple[Server, Endpoint]]:
-        servers = [s for s in self.view.serving(model) if s.id != avoid]
+    def candidates(self, model: str, avoid: str = "") -> list[Endpoint]:
+        """The endpoints of the servers serving `model`, weighted 1.0 for the fastest."""
+        scale = max((s.weight for s in self.view.site.servers), default=1) or 1
         out = []
-        for s in servers:
+        for s in self.view.serving(model):
+            if s.id == avoid:
+                continue
             endpoint = self.endpoints.get(s.id)
             if endpoint is None or endpoint.transport != s.http:  # new, or a new address
                 endpoint = self.endpoints[s.id] = Endpoint(s.id, s.http)
-            endpoint.weight = s.weight
-            out.append((s, endpoint))
+            endpoint.weight = max(s.weight / scale, 1e-3)
+            out.append(endpoint)
         return out
 
     def pick(self, model: str, avoid: str = "") -> Endpoint | None:
         """A server for one request of `model`, counted in flight; None if none serves it."""
-        candidates = [e for _, e in self.candidates(model, avoid)]
+        candidates = self.candidates(model, avoid)
         if not candidates:
             return None
         chosen = power_of_two(candidates, self.rng)

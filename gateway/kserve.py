@@ -30,7 +30,6 @@ ITEM_BYTES = {
     "BYTES": 0,  # variable: 4-byte length prefix per element
 }
 MAX_TENSOR_BYTES = 1 << 31  # larger declared tensors are refused before anything is read
-HEADER = "inference-header-content-length"
 
 
 class BadRequest(ValueError):

@@ -59,7 +59,7 @@ async function refresh() {
       cell(s.weight, "num"), cell(s.grpc), cell(s.http), cell((s.models || []).join(", "))]));
     const rows = [];
     for (const [name, m] of Object.entries(st.models || {})) {
-      const a = m.admission || {};
+      const a = (st.admission || {})[name] || {};
       const adm = a.state === "shed" ? cell("shed: " + a.reason, "bad")
         : cell(a.fail_open ? "open (no metrics)" : "open", a.fail_open ? "warn" : "ok");
       const loads = m.load && m.load.length ? m.load : [{}];

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .loadview import ModelLoad
+from sonicsite.contract.wire import OPEN, SHED, AdmissionRecord
 
-OPEN, SHED = "open", "shed"
+from .loadview import ModelLoad
 
 
 @dataclass(frozen=True)
@@ -34,31 +34,13 @@ class AdmissionPolicy:
             raise ValueError("retry_after_s and inflight_cap: expected ≥ 1; min_hold_s ≥ 0")
 
 
-@dataclass(frozen=True)
-class Admission:
-    state: str  # open | shed
-    since: float
-    reason: str
-    retry_after_s: int = 0
-    fail_open: bool = False  # no metrics: open, capped at the policy's in-flight cap
-
-    def as_dict(self) -> dict:
-        return {
-            "state": self.state,
-            "since": self.since,
-            "reason": self.reason,
-            "retry_after_s": self.retry_after_s,
-            "fail_open": self.fail_open,
-        }
-
-
 def decide(
     policy: AdmissionPolicy,
-    previous: Admission | None,
+    previous: AdmissionRecord | None,
     loads: list[ModelLoad],
     servers: list[str],
     now: float,
-) -> Admission:
+) -> AdmissionRecord:
     """The model's admission now, from its load on each server that holds it."""
     measured = {
         x.server: x.queue_us_per_request / 1e3
@@ -66,9 +48,9 @@ def decide(
         if x.server in servers and x.queue_us_per_request is not None
     }
     if previous is None:
-        previous = Admission(OPEN, now - policy.min_hold_s, "no decision yet")
+        previous = AdmissionRecord(OPEN, now - policy.min_hold_s, "no decision yet")
     if not any(x.server in servers for x in loads):
-        return Admission(
+        return AdmissionRecord(
             OPEN,
             previous.since if previous.fail_open else now,
             f"no metrics from {sorted(servers)}: failing open, at most "
@@ -84,14 +66,14 @@ def decide(
             and all(q > policy.shed_above_ms for q in measured.values())
         )
         if saturated and held:
-            return Admission(
+            return AdmissionRecord(
                 SHED,
                 now,
                 f"queue time per request above {policy.shed_above_ms:g} "
                 f"ms on every server ({worst})",
                 policy.retry_after_s,
             )
-        return Admission(
+        return AdmissionRecord(
             OPEN,
             previous.since if not previous.fail_open else now,
             f"queue time per request: {worst or 'idle'}",
@@ -99,9 +81,9 @@ def decide(
     room = [s for s, q in measured.items() if q < policy.open_below_ms]
     idle = [s for s in servers if s not in measured]  # nothing completed: nothing queued there
     if (room or idle) and held:
-        return Admission(
+        return AdmissionRecord(
             OPEN,
             now,
             f"queue time per request below {policy.open_below_ms:g} ms on {sorted(room + idle)}",
         )
-    return Admission(SHED, previous.since, previous.reason, policy.retry_after_s)
+    return AdmissionRecord(SHED, previous.since, previous.reason, policy.retry_after_s)

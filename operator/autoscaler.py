@@ -16,7 +16,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from .loadview import ModelLoad
+from .loadview import ModelLoad, per_request
 
 TOLERANCE = 0.1  # the HPA's default
 
@@ -42,16 +42,16 @@ class ScalingPolicy:
 
 def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
     """The scaling metric from the loads over the window: per model Σ queue / Σ requests
-    over the servers, then the highest over models; None when no request completed."""
+    over the servers (loadview.per_request), then the highest over models; None when no
+    request completed."""
     queue: dict[str, float] = {}
     requests: dict[str, float] = {}
     for load in loads:
-        if load.queue_us_per_request is None:
-            continue
-        queue[load.model] = queue.get(load.model, 0.0) + load.queue_us_per_request * load.requests
+        queue[load.model] = queue.get(load.model, 0.0) + load.queue_us
         requests[load.model] = requests.get(load.model, 0.0) + load.requests
-    per_model = [queue[m] / requests[m] / 1e3 for m in queue if requests[m] > 0]
-    return max(per_model) if per_model else None
+    per_model = [per_request(queue[m], requests[m]) for m in queue]
+    measured = [us / 1e3 for us in per_model if us is not None]
+    return max(measured) if measured else None
 
 
 def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None) -> int:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sonicsite.contract.wire import FULL_WEIGHT
+
 from .loadview import ModelLoad
 
 POLICIES = {  # policy: Envoy's lb_policy
@@ -28,7 +30,6 @@ POLICIES = {  # policy: Envoy's lb_policy
     "round-robin": "ROUND_ROBIN",
 }
 DEFAULT_POLICY = "load-aware"
-SCALE = 1000  # the fastest server's weight
 SMOOTHING = 0.5  # weight of the newest interval's measurement
 
 
@@ -69,10 +70,12 @@ class Balancing:
     def weights(self, model: str, servers: list[str]) -> dict[str, int]:
         """Endpoint weights of one model's servers under the current policy."""
         if self.policy != "load-aware":
-            return {s: SCALE for s in servers}
+            return {s: FULL_WEIGHT for s in servers}
         latency = {s: self._latency_us.get((model, s)) for s in servers}
         fastest = min((v for v in latency.values() if v), default=None)
         return {
-            s: SCALE if not v or not fastest else max(1, round(SCALE * (fastest / v) ** 2))
+            s: FULL_WEIGHT
+            if not v or not fastest
+            else max(1, round(FULL_WEIGHT * (fastest / v) ** 2))
             for s, v in latency.items()
         }

@@ -8,21 +8,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
+
+from sonicsite.contract.wire import ServerRecord, read_state_file
 
 
-@dataclass(frozen=True)
-class Server:
-    id: str
-    host: str
-    grpc_port: int
-    http_port: int
-    metrics_port: int
-    models: tuple[str, ...]
-    draining: bool = False
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.metrics_port}/metrics"
+class Discovery(Protocol):
+    def servers(self) -> list[ServerRecord]: ...
 
 
 @dataclass(frozen=True)
@@ -31,24 +23,11 @@ class LocalDiscovery:
 
     site_dir: Path
 
-    def servers(self) -> list[Server]:
-        path = Path(self.site_dir) / "state.json"
+    def servers(self) -> list[ServerRecord]:
         try:
-            data = json.loads(path.read_text())
+            return list(read_state_file(self.site_dir).servers)
         except (FileNotFoundError, json.JSONDecodeError):
-            return []  # between a launcher's writes, or before the first: no change to act on
-        return [
-            Server(
-                s["id"],
-                s["host"],
-                s["grpc_port"],
-                s["http_port"],
-                s["metrics_port"],
-                tuple(s.get("models", ())),
-                bool(s.get("draining", False)),
-            )
-            for s in data.get("servers", [])
-        ]
+            return []  # before the launcher's first write: no change to act on
 
 
 SERVICE_LABEL = "kubernetes.io/service-name"
@@ -73,9 +52,9 @@ class KubernetesDiscovery:
         default_factory=lambda: {"grpc": "grpc", "http": "http", "metrics": "metrics"}
     )
     errors: int = 0
-    _last: list[Server] = field(default_factory=list)
+    _last: list[ServerRecord] = field(default_factory=list)
 
-    def servers(self) -> list[Server]:
+    def servers(self) -> list[ServerRecord]:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -107,7 +86,7 @@ class KubernetesDiscovery:
                     continue
                 ref = endpoint.target_ref
                 servers.append(
-                    Server(
+                    ServerRecord(
                         ref.name if ref is not None and ref.name else endpoint.addresses[0],
                         endpoint.addresses[0],
                         ports[self.ports["grpc"]],

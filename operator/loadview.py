@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -43,17 +43,43 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
     return models
 
 
+def per_request(total_us: float, requests: float) -> float | None:
+    """Time per request: the increase of one of Triton's duration counters over the requests
+    completed in the same interval (Δrequest_success; not per execution, which batching
+    inflates). None when no request completed. The one definition in Python of the site's
+    scaling and admission quantity; monitoring/rules/autoscaling.rules.yaml is the one in
+    PromQL, and a test proves the two equal on live data."""
+    return total_us / requests if requests else None
+
+
 @dataclass(frozen=True)
 class ModelLoad:
+    """One model on one server over an interval: the increases of Triton's counters, and
+    the rates and times per request that the policies read."""
+
     model: str
     server: str
-    queue_us_per_request: float | None  # None while no request completed in the window
-    compute_us_per_request: float | None
-    pending: float
+    requests: float  # requests completed (Δrequest_success)
+    queue_us: float  # time they waited in Triton's queue (Δqueue_duration_us)
+    compute_us: float  # time they were computed (Δ compute input + infer + output)
+    pending: float  # requests waiting now (the gauge)
     throughput_rps: float
     failure_rps: float
-    mean_batch_size: float | None
-    requests: float = 0.0  # requests completed in the window (Δrequest_success)
+    mean_batch_size: float | None  # Δinferences / Δexecutions; None when nothing ran
+
+    @property
+    def queue_us_per_request(self) -> float | None:
+        return per_request(self.queue_us, self.requests)
+
+    @property
+    def compute_us_per_request(self) -> float | None:
+        return per_request(self.compute_us, self.requests)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {
+            "queue_us_per_request": self.queue_us_per_request,
+            "compute_us_per_request": self.compute_us_per_request,
+        }
 
 
 @dataclass(frozen=True)
@@ -90,13 +116,13 @@ def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoa
             ModelLoad(
                 model=model,
                 server=server,
-                queue_us_per_request=delta("queue_us") / requests if requests else None,
-                compute_us_per_request=compute / requests if requests else None,
+                requests=requests,
+                queue_us=delta("queue_us"),
+                compute_us=compute,
                 pending=now.get("pending", 0.0),
                 throughput_rps=requests / dt,
                 failure_rps=delta("failure") / dt,
                 mean_batch_size=delta("inferences") / executions if executions else None,
-                requests=requests,
             )
         )
     return loads

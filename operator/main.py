@@ -1,4 +1,6 @@
-"""`python -P -m sonicsite.operator.main`: run the operator for a local site."""
+"""`python -P -m sonicsite.operator.main`: run the operator (on Kubernetes, or for a local
+site without autoscaling; the local site runs it through sonicsite.local.operator_main,
+which hands it the actuator that starts and stops servers)."""
 
 from __future__ import annotations
 
@@ -12,28 +14,13 @@ from .admission import AdmissionPolicy
 from .api import make_server
 from .autoscaler import Autoscaler, ScalingPolicy
 from .balancing import DEFAULT_POLICY, POLICIES, Balancing
-from .controller import Operator
+from .controller import STEP_INTERVAL_S, Actuate, Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
-from .xds import JwtPolicy
+from .xds_resources import JwtPolicy
 
 
-def local_actuator(site_dir: Path):
-    """Bring the local site to `desired` servers: start new ones, or drain and stop the
-    newest. Blocking; the operator runs one action at a time in the background."""
-    from sonicsite import site as launcher
-
-    def actuate(desired: int) -> None:
-        servers = [s for s in LocalDiscovery(site_dir).servers() if not s.draining]
-        for _ in range(desired - len(servers)):
-            launcher.add_server(site_dir)
-        newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
-        for server in newest[: max(len(servers) - desired, 0)]:
-            launcher.remove_server(site_dir, server.id)
-
-    return actuate
-
-
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The operator's options; every default of a policy is the policy's own."""
     parser = argparse.ArgumentParser(prog="sonicsite-operator")
     parser.add_argument(
         "--site", type=Path, default=None, help="the local site directory (local discovery)"
@@ -63,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="the gRPC endpoint clients use (published in the state; default --envoy-listen)",
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between steps")
+    parser.add_argument(
+        "--interval", type=float, default=STEP_INTERVAL_S, help="seconds between steps"
+    )
     parser.add_argument(
         "--jwt-issuer", default="", help="Envoy requires bearer JWTs from this issuer"
     )
@@ -115,25 +104,39 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="min,max servers: scale the local site on queue time per request",
     )
+    scaling = ScalingPolicy()
     parser.add_argument(
         "--target-ms",
         type=float,
-        default=100.0,
+        default=scaling.target_ms,
         help="queue time per request the autoscaler aims at",
     )
     parser.add_argument(
-        "--up-window", type=float, default=0.0, help="scale-up stabilisation window in seconds"
+        "--up-window",
+        type=float,
+        default=scaling.up_window_s,
+        help="scale-up stabilisation window in seconds",
     )
     parser.add_argument(
-        "--down-window", type=float, default=60.0, help="scale-down stabilisation window in seconds"
+        "--down-window",
+        type=float,
+        default=scaling.down_window_s,
+        help="scale-down stabilisation window in seconds",
     )
     parser.add_argument(
         "--scaling-window",
         type=float,
-        default=30.0,
+        default=scaling.window_s,
         help="seconds of counters the scaling metric is computed over",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def build(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, actuate: Actuate | None = None
+) -> Operator:
+    """The operator the options describe (parser.error names what is wrong); `actuate` is
+    what the site hands it to change the number of servers, if anything."""
     scaler = None
     if args.autoscale:
         try:
@@ -182,10 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         balancing=Balancing(args.balancing),
         jwt=jwt,
         scaler=scaler,
-        actuate=local_actuator(args.site) if scaler and args.site else None,
+        actuate=actuate if scaler else None,
     )
     operator.step()  # serve a full snapshot from the first request on
-    server = make_server(operator, args.host, args.port)
+    return operator
+
+
+def serve(operator: Operator, host: str, port: int) -> int:
+    """Run the control loop and the HTTP API until SIGTERM or SIGINT."""
+    server = make_server(operator, host, port)
     stop = threading.Event()
     loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
     loop.start()
@@ -199,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     server.serve_forever()
     loop.join(timeout=5)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser()
+    args = options.parse_args(argv)
+    return serve(build(args, options), args.host, args.port)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The `sonicsite` command line."""
+"""The `sonicsite` command line: parse the arguments, dispatch to the room that does the work."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from .local.state import DEFAULT_SITE_DIR
 from .operator.balancing import DEFAULT_POLICY, POLICIES
-from .state import DEFAULT_SITE_DIR, SiteState
 
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
 
@@ -140,7 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("client", help="the sonicsite client vs the stock tritonclient way")
     b.add_argument("--json", type=Path, required=True, help="where to write the result")
     b.add_argument("--repeats", type=_at_least(1), default=7, help="timed repeats per case")
-    b.add_argument("--sizes", default="1,16,64", help="payload sizes in MB, comma-separated")
+    b.add_argument(
+        "--sizes",
+        type=_positive_list,
+        default=(1, 16, 64),
+        help="payload sizes in MB, comma-separated",
+    )
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
     b = bsub.add_parser("dataplane", help="direct to Triton vs through Envoy")
     b.add_argument("--json", type=Path, required=True, help="where to write the result")
@@ -160,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument(
         "--concurrency",
-        default="2,8",
+        type=_positive_list,
+        default=(2, 8),
         help="requests the stream keeps in flight, comma-separated",
     )
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
@@ -184,137 +190,61 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from .site import alive
-    from .triton import is_ready
-
-    try:
-        state = SiteState.load(args.dir)
-    except FileNotFoundError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    live = {s.id: alive(s.pid) and is_ready(s.http_address) for s in state.servers}
-    if args.json:
-        data = json.loads(state.to_json())
-        for server in data["servers"]:
-            server["ready"] = live[server["id"]]
-        print(json.dumps(data, indent=2))
-        return 0
-    print(f"site {state.site_dir}: {sum(live.values())}/{len(state.servers)} servers ready")
-    for s in state.servers:
-        print(
-            f"  {s.id:<10} pid {s.pid:<7} grpc {s.grpc_address:<22} http {s.http_address:<22} "
-            f"metrics {s.metrics_url}  {'ready' if live[s.id] else 'NOT READY'}"
-        )
-    print(f"  models: {', '.join(state.models)}")
-    if state.grpc:
-        print(f"  gRPC endpoint (Envoy): {state.grpc}   Envoy admin: http://{state.envoy_admin}")
-        print(f"  operator: http://{state.operator}/v1/state  http://{state.operator}/metrics")
-    if state.http:
-        print(
-            f"  gateway (KServe v2 HTTP): {state.http}   status page: http://{state.http}/   "
-            f"discovery: SONICSITE_URL=http://{state.http}"
-        )
-    if state.prometheus:
-        print(f"  Prometheus (site rules, every target): http://{state.prometheus}/")
-    return 0
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """What the chart's `helm test` runs: the sonicsite client through Envoy, answers checked."""
-    from .client import Client
-    from .client.discovery import SiteInfo
-    from .samples import generate
-
-    failed = 0
-    with Client(SiteInfo((), grpc=args.grpc, source="--grpc"), "grpc", "site") as client:
-        for model in args.models:
-            sample = generate(model, args.events, seed=7)
-            result = client.stream(model, sample.spec, batch=args.events).run(
-                sample, lambda lo, hi, outputs, s=sample: s.check(lo, hi, outputs)
-            )
-            ok = result.events_ok == args.events and not result.failed
-            failed += not ok
-            print(
-                f"{model}: {result.events_ok}/{args.events} events answered and checked"
-                + ("" if ok else f"; failed: {result.failed}")
-            )
-    return 1 if failed else 0
-
-
-def _positive_list(text: str, option: str) -> tuple[int, ...] | None:
-    """Comma-separated positive integers, or None after saying what was wrong."""
+def _positive_list(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers (an argparse type)."""
     try:
         values = tuple(int(v) for v in text.split(","))
-        if all(v > 0 for v in values):
-            return values
     except ValueError:
-        pass
-    print(
-        f"sonicsite bench: {option}: expected comma-separated positive integers, got {text!r}",
-        file=sys.stderr,
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}"
+        )
+    return values
+
+
+def _bench(args: argparse.Namespace) -> dict:
+    if args.bench_command == "client":
+        from .bench import client
+
+        return client.run(args.json, args.repeats, args.sizes, args.build_dir)
+    if args.bench_command == "dataplane":
+        from .bench import dataplane
+
+        return dataplane.run(args.json, args.repeats, args.build_dir)
+    if args.bench_command == "gateway":
+        from .bench import gateway
+
+        return gateway.run(args.json, args.repeats, args.build_dir)
+    from .bench import balancing
+
+    return balancing.run(
+        args.json,
+        args.repeats,
+        args.delay_ms,
+        concurrencies=args.concurrency,
+        build_dir=args.build_dir,
     )
-    return None
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    if args.bench_command in ("dataplane", "balancing", "gateway"):
-        from .bench import balancing, dataplane, gateway
+def _models(args: argparse.Namespace) -> int:
+    from .models.builders import build
+    from .models.repository import copy_configs
 
-        if args.bench_command == "dataplane":
-            result = dataplane.run(args.json, args.repeats, args.build_dir)
-        elif args.bench_command == "gateway":
-            result = gateway.run(args.json, args.repeats, args.build_dir)
-        else:
-            concurrencies = _positive_list(args.concurrency, "--concurrency")
-            if concurrencies is None:
-                return 2
-            result = balancing.run(
-                args.json,
-                args.repeats,
-                args.delay_ms,
-                concurrencies=concurrencies,
-                build_dir=args.build_dir,
-            )
-        print(json.dumps(result["summary"], indent=2))
-        print(f"written: {args.json}")
-        return 0
-    from .bench import client as bench_client
-
-    sizes = _positive_list(args.sizes, "--sizes")
-    if sizes is None:
-        return 2
-    result = bench_client.run(args.json, args.repeats, sizes, args.build_dir)
-    print(json.dumps(result["summary"], indent=2))
-    print(f"written: {args.json}")
+    manifest = build(args.out, args.only)
+    for name, files in sorted(manifest.items()):
+        for fname, digest in files.items():
+            print(f"{name}/1/{fname}  sha256 {digest[:16]}")
+    if args.configs:
+        for path in copy_configs(args.out, args.only):
+            print(f"{path.relative_to(args.out)}")
     return 0
 
 
-def _print_report(report: dict, out: Path) -> None:
-    keys = [
-        "events_total",
-        "events_ok",
-        "events_failed",
-        "events_duplicated",
-        "throughput_eps",
-        "latency_ms",
-        "per_server",
-        "retries",
-        "duration_s",
-    ]
-    print(json.dumps({k: report[k] for k in keys}, indent=2))
-    for model, summary in report["per_model"].items():
-        print(
-            f"  {model}: {summary['events_ok']}/{summary['events_total']} ok, "
-            f"{summary['throughput_eps']} events/s, p99 {summary['latency_ms']['p99']} ms"
-        )
-    if "links" in report:
-        print(f"site status page: {report['links']['status_page']}")
-    print(f"report: {out / 'report.json'} and {out / 'report.png'}")
-
-
-def _submit(args: argparse.Namespace, models: list[str]) -> dict:
-    from .jobs import StreamSpec, progress_bar, submit
+def _submit(args: argparse.Namespace, models: list[str]) -> bool:
+    """Run the job stream; True when every event was answered exactly once."""
+    from .jobs.driver import StreamSpec, progress_bar, submit
+    from .jobs.report import print_summary
 
     spec = StreamSpec(
         site_dir=args.dir.resolve(),
@@ -330,77 +260,69 @@ def _submit(args: argparse.Namespace, models: list[str]) -> dict:
         mode=args.mode,
     )
     report = submit(spec, progress_bar())
-    _print_report(report, args.out)
-    return report
-
-
-def _stream_ok(report: dict) -> bool:
+    print_summary(report, args.out)
     return report["events_ok"] == report["events_total"]
+
+
+def _site(args: argparse.Namespace) -> int:
+    """up, down, submit and demo: the commands that start or use a local site."""
+    from .local.launcher import down, up
+    from .local.status import print_status
+
+    def start(models: list[str] | None):
+        return up(
+            args.dir,
+            args.servers,
+            models,
+            args.build_dir,
+            args.ort_threads,
+            balancing=args.balancing,
+        )
+
+    if args.command == "up":
+        state = start(args.models)
+        print(f"site up in {state.site_dir}: {len(state.servers)} servers")
+        return print_status(args.dir)
+    if args.command == "down":
+        stopped = down(args.dir)
+        print(f"stopped {len(stopped)} server(s): {' '.join(map(str, stopped))}")
+        return 0
+    if args.command == "submit":
+        return 0 if _submit(args, args.model) else 1
+    start(DEMO_MODELS)  # demo
+    try:
+        print_status(args.dir)
+        ok = _submit(args, DEMO_MODELS)
+    finally:
+        stopped = down(args.dir)
+        print(f"site stopped ({len(stopped)} servers)")
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "models":
-        from .models.builders import build
-
-        manifest = build(args.out, args.only)
-        for name, files in sorted(manifest.items()):
-            for fname, digest in files.items():
-                print(f"{name}/1/{fname}  sha256 {digest[:16]}")
-        if args.configs:
-            from .models.repository import copy_configs
-
-            for path in copy_configs(args.out, args.only):
-                print(f"{path.relative_to(args.out)}")
-        return 0
+        return _models(args)
     if args.command == "check":
-        return cmd_check(args)
-    if args.command == "status":
-        return cmd_status(args)
-    if args.command == "bench":
-        return cmd_bench(args)
+        from .jobs.check import check
 
-    from .site import SiteError, down, up
-    from .triton import TritonError
+        return check(args.grpc, args.models, args.events)
+    if args.command == "status":
+        from .local.status import print_status
+
+        return print_status(args.dir, args.json)
+    if args.command == "bench":
+        result = _bench(args)
+        print(json.dumps(result["summary"], indent=2))
+        print(f"written: {args.json}")
+        return 0
+    from .local.errors import SiteError
 
     try:
-        if args.command == "up":
-            state = up(
-                args.dir,
-                args.servers,
-                args.models,
-                args.build_dir,
-                args.ort_threads,
-                balancing=args.balancing,
-            )
-            print(f"site up in {state.site_dir}: {len(state.servers)} servers")
-            return cmd_status(argparse.Namespace(dir=args.dir, json=False))
-        if args.command == "down":
-            stopped = down(args.dir)
-            print(f"stopped {len(stopped)} server(s): {' '.join(map(str, stopped))}")
-            return 0
-        if args.command == "submit":
-            return 0 if _stream_ok(_submit(args, args.model)) else 1
-        if args.command == "demo":
-            up(
-                args.dir,
-                args.servers,
-                DEMO_MODELS,
-                args.build_dir,
-                args.ort_threads,
-                balancing=args.balancing,
-            )
-            try:
-                cmd_status(argparse.Namespace(dir=args.dir, json=False))
-                report = _submit(args, DEMO_MODELS)
-            finally:
-                stopped = down(args.dir)
-                print(f"site stopped ({len(stopped)} servers)")
-            return 0 if _stream_ok(report) else 1
-    except (SiteError, TritonError, FileNotFoundError, ValueError) as exc:
+        return _site(args)
+    except (SiteError, FileNotFoundError, ValueError) as exc:
         print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
         return 1
-    return 2
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from sonicsite.models.builders import build
 
-from sonicsite import site as site_launcher
-from sonicsite.state import SiteState
+from sonicsite.local import launcher as site_launcher
+from sonicsite.local.processes import alive
+from sonicsite.local.state import SiteState
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "build" / "models"
@@ -46,4 +47,4 @@ def site(tmp_path_factory: pytest.TempPathFactory, built_models: Path) -> SiteSt
     state = site_launcher.up(site_dir, servers=2, build_dir=built_models)
     yield state
     site_launcher.down(site_dir)
-    assert not [s.pid for s in state.servers if site_launcher.alive(s.pid)]
+    assert not [s.pid for s in state.servers if alive(s.pid)]

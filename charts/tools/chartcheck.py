@@ -1,0 +1,195 @@
+"""`make chart-check`: the chart proven without a cluster, by the real tools.
+
+For every site profile in `charts/sonicsite/ci/` (and the defaults): strict lint with the
+Helm engine (helm-python-sdk) for Kubernetes 1.29 and 1.37; render; every built-in object
+against the Kubernetes schemas (kubernetes-validate, strict); every ScaledObject,
+ServiceMonitor, PodMonitor and PrometheusRule against its CRD's schema and CEL rules
+(crdcheck.py); the rendered Envoy bootstrap through `envoy --mode validate`; the rendered
+Prometheus configuration and rules through promtool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+CHART = Path("charts/sonicsite")
+CRDS = Path("charts/crds")  # copies of the CRDs, see its README
+KUBE_VERSIONS = ("1.29", "1.37")
+CUSTOM_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+@dataclass
+class ProfileReport:
+    profile: str
+    objects: int = 0
+    kinds: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def profiles(chart: Path = CHART) -> dict[str, dict]:
+    """The site profiles' values by name, with the chart's defaults as `default`."""
+    found = {"default": {}}
+    for path in sorted((chart / "ci").glob("*.yaml")):
+        found[path.stem] = yaml.safe_load(path.read_text()) or {}
+    return found
+
+
+def render(values: dict, chart: Path = CHART, name: str = "site", namespace: str = "hep") -> dict:
+    """Template path -> rendered text, with the real Helm engine (schema enforced)."""
+    import helm_python
+
+    helm_python.disable_logging()
+    with helm_python.Chart.load(chart) as loaded:
+        return loaded.render(values, name=name, namespace=namespace, is_install=True)
+
+
+def objects(rendered: dict) -> list[dict]:
+    return [
+        doc
+        for path, text in sorted(rendered.items())
+        if path.endswith((".yaml", ".yml"))
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def lint(values: dict, chart: Path = CHART) -> list[str]:
+    import helm_python
+
+    errors = []
+    for version in KUBE_VERSIONS:
+        report = helm_python.lint(chart, values, strict=True, kube_version=f"v{version}.0")
+        errors += [
+            f"lint (Kubernetes {version}): {m.get('path', '')}: {m['error']}"
+            for m in report["messages"]
+            if m["severity"] >= 2
+        ]
+        errors += [f"lint (Kubernetes {version}): {e}" for e in report.get("errors", [])]
+    return errors
+
+
+def validate_builtin(docs: list[dict]) -> list[str]:
+    import kubernetes_validate
+
+    errors = []
+    for doc in docs:
+        if doc["kind"] in CUSTOM_KINDS:
+            continue
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                path = ".".join(str(p) for p in exc.path)
+                errors.append(f"{where} (Kubernetes {version}): {path}: {exc.message}")
+            except kubernetes_validate.SchemaNotFoundError as exc:
+                errors.append(f"{where} (Kubernetes {version}): no schema: {exc}")
+    return errors
+
+
+def validate_custom(docs: list[dict], crds_dir: Path = CRDS) -> list[str]:
+    from crdcheck import load_crds, validate
+
+    crds = load_crds(crds_dir)
+    errors = []
+    for doc in docs:
+        if doc["kind"] in CUSTOM_KINDS:
+            where = f"{doc['kind']}/{doc['metadata']['name']}"
+            errors += [f"{where}: {e}" for e in validate(doc, crds)]
+    return errors
+
+
+def _configmap(docs: list[dict], component: str) -> dict | None:
+    for doc in docs:
+        labels = doc.get("metadata", {}).get("labels", {})
+        if doc["kind"] == "ConfigMap" and labels.get("app.kubernetes.io/component") == component:
+            return doc
+    return None
+
+
+def check_envoy(docs: list[dict], workdir: Path) -> list[str]:
+    from sonicsite.local.envoy import EnvoyError, validate
+
+    configmap = _configmap(docs, "envoy")
+    if configmap is None:
+        return ["no Envoy bootstrap ConfigMap rendered"]
+    path = workdir / "envoy.json"
+    path.write_text(configmap["data"]["envoy.json"])
+    try:
+        validate(path)
+    except EnvoyError as exc:
+        return [str(exc)]
+    return []
+
+
+def _promtool(*args: str) -> str:
+    tool = shutil.which("promtool")
+    if tool is None:
+        return "promtool not found (Debian's prometheus package; `make system` installs it)"
+    out = subprocess.run([tool, *args], capture_output=True, text=True, timeout=60)
+    return "" if out.returncode == 0 else f"promtool {args[0]} {args[1]}: {out.stdout}{out.stderr}"
+
+
+def check_prometheus(docs: list[dict], workdir: Path) -> list[str]:
+    errors = []
+    for doc in docs:
+        if doc["kind"] == "PrometheusRule":
+            rules = workdir / f"{doc['metadata']['name']}.rules.yaml"
+            rules.write_text(yaml.safe_dump(doc["spec"]))
+            errors.append(_promtool("check", "rules", str(rules)))
+    configmap = _configmap(docs, "prometheus")
+    if configmap is not None:
+        for name, text in configmap["data"].items():
+            (workdir / name).write_text(text)
+        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
+        config["rule_files"] = [str(workdir / Path(f).name) for f in config["rule_files"]]
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        errors.append(_promtool("check", "config", str(workdir / "prometheus.yml")))
+    return [e for e in errors if e]
+
+
+def check_profile(name: str, values: dict, chart: Path = CHART) -> ProfileReport:
+    report = ProfileReport(name)
+    report.errors += lint(values, chart)
+    try:
+        docs = objects(render(values, chart))
+    except Exception as exc:  # a render failure is this profile's finding
+        report.errors.append(f"render: {exc}")
+        return report
+    report.objects = len(docs)
+    report.kinds = sorted({d["kind"] for d in docs})
+    report.errors += validate_builtin(docs)
+    report.errors += validate_custom(docs)
+    with tempfile.TemporaryDirectory(prefix="sonicsite-chart-") as tmp:
+        report.errors += check_envoy(docs, Path(tmp))
+        report.errors += check_prometheus(docs, Path(tmp))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sonicsite-chartcheck")
+    parser.add_argument("chart", type=Path, nargs="?", default=CHART)
+    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    args = parser.parse_args(argv)
+    reports = [check_profile(n, v, args.chart) for n, v in profiles(args.chart).items()]
+    if args.json:
+        print(json.dumps([r.__dict__ for r in reports], indent=2))
+    for r in reports:
+        status = "ok" if not r.errors else f"{len(r.errors)} error(s)"
+        print(f"{r.profile}: {r.objects} objects ({', '.join(r.kinds)}): {status}")
+        for e in r.errors:
+            print(f"  {e}")
+    return 1 if any(r.errors for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Sending a request on to a Triton server: pick one per request (balancer.py), retry once
+on another server when the connection fails before anything was processed, and answer in
+KServe v2's error shape when no server can. Also the model contracts the infer route checks
+requests against, and statistics summed over a model's servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from fastapi import Response
+from fastapi.responses import JSONResponse
+from sonicsite.client.balancer import Endpoint
+
+from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
+
+from .balancer import Upstreams
+from .kserve import ModelContract
+from .metrics import GatewayMetrics
+from .siteview import SiteView
+from .statistics import merge_statistics
+from .upstream import BodyMismatch, ConnectFailed, Reply, Upstream
+
+PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH)
+CONTRACT_TTL_S = 60.0
+
+
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    """An error in KServe v2's shape, {"error": ...}, which stock clients read."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def version_path(model: str, version: str | None) -> str:
+    """The server's path for a model (and version), names percent-encoded again: what
+    arrived decoded goes on as one path segment, whatever it holds."""
+    path = f"/v2/models/{quote(model, safe='')}"
+    return path + (f"/versions/{quote(version, safe='')}" if version else "")
+
+
+@dataclass
+class Forwarder:
+    view: SiteView
+    metrics: GatewayMetrics
+    timeout_s: float = 60.0
+    upstreams: Upstreams = field(init=False)
+    upstream: Upstream = field(default_factory=Upstream)
+    contracts: dict[str, tuple[float, ModelContract]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.upstreams = Upstreams(self.view)
+
+    async def send(
+        self,
+        method: str,
+        model: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict | None = None,
+        rest: AsyncIterator[bytes] | None = None,
+        length: int | None = None,
+    ) -> Response:
+        """One request to a server of `model` ('' = any server); retried once elsewhere
+        when the connection fails. `rest`: the body's remaining chunks, streamed on."""
+        tried, last = "", ""
+        for attempt in range(2):
+            endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
+            if endpoint is None:
+                if attempt:
+                    break
+                served = self.view.site.models
+                if model and model not in served:
+                    self.metrics.rejections.labels(model, "unknown_model").inc()
+                    return error(404, f"unknown model {model!r}: the site serves {served}")
+                return error(503, f"no ready server serves {model or 'requests'} now")
+            started = time.perf_counter()
+            try:
+                reply = await self.upstream.request(
+                    endpoint.transport, method, path, headers, body, self.timeout_s, rest, length
+                )
+            except ConnectFailed as exc:
+                self.upstreams.done(endpoint, None)
+                self.metrics.upstream_errors.labels(endpoint.id, "connect").inc()
+                if not attempt:
+                    self.metrics.retries.labels(model).inc()
+                tried, last = endpoint.id, f"{endpoint.id}: {exc}"
+                continue
+            except TimeoutError:
+                self.upstreams.done(endpoint, None)
+                self.metrics.upstream_errors.labels(endpoint.id, "timeout").inc()
+                return error(504, f"{endpoint.id}: no answer within {self.timeout_s} s")
+            except BodyMismatch as exc:
+                self.upstreams.done(endpoint, None)
+                return error(400, str(exc))
+            except (ConnectionError, OSError, ValueError) as exc:  # failed mid-reply
+                self.upstreams.done(endpoint, None)
+                self.metrics.upstream_errors.labels(endpoint.id, "broken").inc()
+                return error(502, f"{endpoint.id}: the reply broke off: {exc!r}")
+            self.upstreams.done(endpoint, time.perf_counter() - started)
+            if reply.status >= 500:
+                self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
+            passed = {k: v for k, v in reply.headers.items() if k in PASSED_HEADERS}
+            passed[SERVER_HEADER] = endpoint.id
+            return Response(reply.body, reply.status, headers=passed)
+        return error(502, f"no server could be reached: {last}")
+
+    def _any(self, avoid: str) -> Endpoint | None:
+        for model in self.view.site.models:
+            endpoint = self.upstreams.pick(model, avoid)
+            if endpoint is not None:
+                return endpoint
+        return None
+
+    async def contract(self, model: str) -> ModelContract | Response:
+        """What the model takes (metadata and config, cached for a minute), or the reply
+        that says why it cannot be had."""
+        cached = self.contracts.get(model)
+        if cached and time.monotonic() - cached[0] < CONTRACT_TTL_S:
+            return cached[1]
+        metadata = await self.send("GET", model, version_path(model, None))
+        if metadata.status_code != 200:
+            return metadata
+        config = await self.send("GET", model, version_path(model, None) + "/config")
+        if config.status_code != 200:
+            return config
+        found = ModelContract.from_triton(json.loads(metadata.body), json.loads(config.body))
+        self.contracts[model] = (time.monotonic(), found)
+        return found
+
+    async def statistics(self, model: str, version: str | None) -> Response:
+        """Triton's statistics summed over every server of the model: the site's view."""
+        servers = self.view.serving(model)
+        path = version_path(model, version) + "/stats"
+        if not servers:
+            return await self.send("GET", model, path)
+        replies = await asyncio.gather(
+            *(self.upstream.request(s.http, "GET", path, timeout=10.0) for s in servers),
+            return_exceptions=True,
+        )
+        good = [json.loads(r.body) for r in replies if isinstance(r, Reply) and r.status == 200]
+        if not good:
+            answered = [r for r in replies if isinstance(r, Reply)]
+            if answered:  # the servers refused the request (e.g. no such version): say why
+                kind = answered[0].headers.get("content-type", "application/json")
+                return Response(answered[0].body, answered[0].status, media_type=kind)
+            return error(502, f"no server of {model!r} answered its statistics")
+        return JSONResponse(merge_statistics(good))
+
+    def close(self) -> None:
+        self.upstream.close()

@@ -1,0 +1,331 @@
+"""Grafana dashboards, built in code with grafana-foundation-sdk (Grafana 11.6).
+
+`python -P -m sonicsite.dashboards` writes them to monitoring/dashboards/*.json, which the
+chart ships as ConfigMaps for Grafana's sidecar. Servers are counted from the operator's
+view (`sonicsite_server_up`), never from GPUs, so CPU-only sites are right. Every query
+takes the namespace, release and model variables; with "All" they match series without
+those labels too (the local site), because the regex `.*` matches an empty label.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SITE = 'namespace=~"$namespace", release=~"$release"'
+MODEL = f'{SITE}, model=~"$model"'
+WINDOW = "$__rate_interval"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    unit: str
+    queries: tuple[Query, ...]
+    kind: str = "timeseries"  # or "stat"
+    description: str = ""
+
+
+def _rate(metric: str, by: str, selector: str = MODEL) -> str:
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{WINDOW}]))"
+
+
+def _per_request(counter: str, by: str) -> str:
+    """Seconds per request of one of Triton's duration counters (µs)."""
+    return (
+        f"{_rate(counter, by)} / 1e6 / clamp_min({_rate('nv_inference_request_success', by)}, 1e-9)"
+    )
+
+
+def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
+    """Rows of the site overview: (row title, panels)."""
+    stages = (
+        ("queue", "nv_inference_queue_duration_us"),
+        ("input", "nv_inference_compute_input_duration_us"),
+        ("compute", "nv_inference_compute_infer_duration_us"),
+        ("output", "nv_inference_compute_output_duration_us"),
+    )
+    return [
+        (
+            "Servers",
+            [
+                PanelSpec(
+                    "Servers taking work",
+                    "none",
+                    (Query(f"sum(sonicsite_server_up{{{SITE}}})", "ready"),),
+                    "stat",
+                    "Servers whose metrics the operator reads (CPU and GPU alike).",
+                ),
+                PanelSpec(
+                    "Servers: current vs desired",
+                    "none",
+                    (
+                        Query(f"max(sonicsite_autoscaler_current_servers{{{SITE}}})", "current"),
+                        Query(f"max(sonicsite_autoscaler_desired_servers{{{SITE}}})", "desired"),
+                    ),
+                ),
+                PanelSpec(
+                    "Endpoint weights",
+                    "none",
+                    (
+                        Query(
+                            f"max by (server) (sonicsite_endpoint_weight{{{SITE}}})", "{{server}}"
+                        ),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Throughput",
+            [
+                PanelSpec(
+                    "Requests per second by model",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "model"), "{{model}}"),),
+                ),
+                PanelSpec(
+                    "Requests per second by server",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "instance"), "{{instance}}"),),
+                ),
+                PanelSpec(
+                    "Pending requests",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model) (nv_inference_pending_request_count{{{MODEL}}})",
+                            "{{model}}",
+                        ),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Latency",
+            [
+                PanelSpec(
+                    "Time per request in Triton: queue, input, compute, output",
+                    "s",
+                    tuple(Query(_per_request(c, "model"), f"{{{{model}}}} {s}") for s, c in stages),
+                ),
+                PanelSpec(
+                    "Latency at Envoy (p50, p99)",
+                    "ms",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le) (rate("
+                            f"envoy_cluster_upstream_rq_time_bucket{{{SITE}}}[{WINDOW}])))",
+                            f"p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                ),
+                PanelSpec(
+                    "Latency at the gateway (p50, p99)",
+                    "s",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le, model) (rate("
+                            f"sonicsite_gateway_request_duration_seconds_bucket{{{MODEL}}}"
+                            f"[{WINDOW}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Admission and failures",
+            [
+                PanelSpec(
+                    "Models shed",
+                    "none",
+                    (Query(f"max by (model) (sonicsite_admission_shed{{{MODEL}}})", "{{model}}"),),
+                    description="1 while the operator sheds new work for the model.",
+                ),
+                PanelSpec(
+                    "Admission decisions",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model, state) (sonicsite_admission_changes_total{{{MODEL}}})",
+                            "{{model}} → {{state}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Rejections per second (Envoy shed, gateway)",
+                    "reqps",
+                    (
+                        Query(
+                            f"sum(rate(envoy_http_fault_aborts_injected{{{SITE}}}[{WINDOW}]))",
+                            "Envoy (RESOURCE_EXHAUSTED)",
+                        ),
+                        Query(
+                            f"sum by (reason) (rate("
+                            f"sonicsite_gateway_rejections_total{{{MODEL}}}[{WINDOW}]))",
+                            "gateway {{reason}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Failures per second",
+                    "reqps",
+                    (
+                        Query(_rate("nv_inference_request_failure", "model"), "{{model}} Triton"),
+                        Query(
+                            f"sum by (kind) (rate(sonicsite_gateway_upstream_errors_total"
+                            f"{{{SITE}}}[{WINDOW}]))",
+                            "gateway upstream {{kind}}",
+                        ),
+                    ),
+                ),
+            ],
+        ),
+    ]
+
+
+def model_panels() -> list[tuple[str, list[PanelSpec]]]:
+    return [
+        (
+            "Model",
+            [
+                PanelSpec(
+                    "Requests per second by server",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "instance"), "{{instance}}"),),
+                ),
+                PanelSpec(
+                    "Queue time per request by server",
+                    "s",
+                    (
+                        Query(
+                            _per_request("nv_inference_queue_duration_us", "instance"),
+                            "{{instance}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Mean batch size",
+                    "none",
+                    (
+                        Query(
+                            f"{_rate('nv_inference_count', 'model')} / "
+                            f"clamp_min({_rate('nv_inference_exec_count', 'model')}, 1e-9)",
+                            "{{model}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Operator's queue time per request",
+                    "s",
+                    (
+                        Query(
+                            f"max by (server) "
+                            f"(sonicsite_model_queue_seconds_per_request{{{MODEL}}})",
+                            "{{server}}",
+                        ),
+                    ),
+                ),
+            ],
+        )
+    ]
+
+
+def _variable(name: str, query: str) -> dashboard.QueryVariable:
+    return (
+        dashboard.QueryVariable(name)
+        .label(name)
+        .datasource(DATASOURCE)
+        .query(query)
+        .include_all(True)
+        .all_value(".*")
+        .multi(True)
+        .refresh(2)  # on time range change
+    )
+
+
+def build(uid: str, title: str, rows: list[tuple[str, list[PanelSpec]]]):
+    board = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .tags(["sonicsite", "triton"])
+        .refresh("10s")
+        .time("now-1h", "now")
+        .timezone("browser")
+        .with_variable(
+            dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+        )
+        .with_variable(_variable("namespace", "label_values(sonicsite_server_up, namespace)"))
+        .with_variable(_variable("release", "label_values(sonicsite_server_up, release)"))
+        .with_variable(_variable("model", "label_values(nv_inference_request_success, model)"))
+    )
+    for row, panels in rows:
+        board = board.with_row(dashboard.Row(row))
+        for spec in panels:
+            builder = stat.Panel() if spec.kind == "stat" else timeseries.Panel()
+            builder = builder.title(spec.title).unit(spec.unit).datasource(DATASOURCE).height(8)
+            builder = builder.span(8 if spec.kind == "timeseries" else 6)
+            if spec.description:
+                builder = builder.description(spec.description)
+            for k, q in enumerate(spec.queries):
+                target = (
+                    prometheus.Dataquery()
+                    .expr(q.expr)
+                    .legend_format(q.legend or "__auto")
+                    .ref_id(chr(ord("A") + k))
+                    .datasource(DATASOURCE)
+                )
+                builder = builder.with_target(target)
+            board = board.with_panel(builder)
+    return board.build()
+
+
+def dashboards() -> dict[str, object]:
+    """File name -> built dashboard model."""
+    return {
+        "sonicsite-overview.json": build(
+            "sonicsite-overview", "sonicsite: site", overview_panels()
+        ),
+        "sonicsite-model.json": build("sonicsite-model", "sonicsite: model", model_panels()),
+    }
+
+
+def to_json(model: object) -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(model)
+
+
+def panel_queries(board: dict) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every query of a dashboard's JSON."""
+    return [
+        (panel["title"], target["expr"])
+        for panel in board["panels"]
+        if panel.get("type") != "row"
+        for target in panel.get("targets", [])
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = Path(argv[0]) if argv else OUT
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in dashboards().items():
+        (out / name).write_text(to_json(model) + "\n")
+        print(out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,144 @@
+"""The operator's own Prometheus metrics: per model and server the load it measured, the
+endpoint weights it published, admission and autoscaling; gauges of servers that are gone
+are dropped, so that a removed server is not reported down forever."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from sonicsite.contract.wire import SHED, AdmissionRecord
+
+from .loadview import ModelLoad
+
+
+def _forget_servers(gauge: Gauge, names: tuple[str, ...], known: set[str]) -> None:
+    """Drop the gauge's series of servers that are gone, so that a removed server is not
+    reported down (or ready) forever."""
+    stale = {
+        tuple(sample.labels[n] for n in names)
+        for family in gauge.collect()
+        for sample in family.samples
+        if sample.labels.get("server") not in known
+    }
+    for labels in stale:
+        gauge.remove(*labels)
+
+
+@dataclass
+class OperatorMetrics:
+    """The operator's own Prometheus metrics, in a registry of its own."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        labels = ["model", "server"]
+        r = self.registry
+        self.queue = Gauge(
+            "sonicsite_model_queue_seconds_per_request",
+            "Triton queue time per request over the last interval",
+            labels,
+            registry=r,
+        )
+        self.compute = Gauge(
+            "sonicsite_model_compute_seconds_per_request",
+            "Triton compute time per request over the last interval",
+            labels,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "sonicsite_model_pending_requests", "Requests waiting in Triton", labels, registry=r
+        )
+        self.throughput = Gauge(
+            "sonicsite_model_requests_per_second",
+            "Successful requests per second",
+            labels,
+            registry=r,
+        )
+        self.failures = Gauge(
+            "sonicsite_model_failures_per_second", "Failed requests per second", labels, registry=r
+        )
+        self.weight = Gauge(
+            "sonicsite_endpoint_weight", "Envoy endpoint weight", ["cluster", "server"], registry=r
+        )
+        self.up = Gauge(
+            "sonicsite_server_up", "1 if the server's metrics were read", ["server"], registry=r
+        )
+        self.scrape_errors = Counter(
+            "sonicsite_operator_scrape_errors",
+            "Metrics scrapes that failed",
+            ["server"],
+            registry=r,
+        )
+        self.steps = Counter("sonicsite_operator_steps", "Control loop steps", registry=r)
+        self.shed = Gauge(
+            "sonicsite_admission_shed", "1 while the model sheds new work", ["model"], registry=r
+        )
+        self.fail_open = Gauge(
+            "sonicsite_admission_fail_open",
+            "1 while admission fails open for lack of metrics",
+            ["model"],
+            registry=r,
+        )
+        self.scaling_metric = Gauge(
+            "sonicsite_autoscaler_queue_seconds_per_request",
+            "The scaling metric: highest per-model queue time per request over the site",
+            registry=r,
+        )
+        self.desired = Gauge(
+            "sonicsite_autoscaler_desired_servers", "Servers the autoscaler wants", registry=r
+        )
+        self.current = Gauge(
+            "sonicsite_autoscaler_current_servers", "Servers taking new work", registry=r
+        )
+        self.max_servers = Gauge(
+            "sonicsite_autoscaler_max_servers",
+            "The most servers the autoscaler may run",
+            registry=r,
+        )
+        self.scale_events = Counter(
+            "sonicsite_autoscaler_scale_events", "Scale actions started", ["direction"], registry=r
+        )
+        self.changes = Counter(
+            "sonicsite_admission_changes",
+            "Admission decisions that changed the state",
+            ["model", "state"],
+            registry=r,
+        )
+
+    def export(
+        self,
+        health: dict[str, bool],
+        loads: list[ModelLoad],
+        admissions: dict[str, AdmissionRecord],
+        cluster_weights: dict[str, dict[str, int]],
+    ) -> None:
+        """Set every gauge from one step's view: `health` is server -> metrics readable,
+        `cluster_weights` Envoy cluster -> server -> weight."""
+        for gauge, names in (
+            (self.up, ("server",)),
+            (self.queue, ("model", "server")),
+            (self.compute, ("model", "server")),
+            (self.pending, ("model", "server")),
+            (self.throughput, ("model", "server")),
+            (self.failures, ("model", "server")),
+            (self.weight, ("cluster", "server")),
+        ):
+            _forget_servers(gauge, names, set(health))
+        for server, up in health.items():
+            self.up.labels(server).set(1 if up else 0)
+        for load in loads:
+            key = (load.model, load.server)
+            if load.queue_us_per_request is not None:
+                self.queue.labels(*key).set(load.queue_us_per_request / 1e6)
+                self.compute.labels(*key).set((load.compute_us_per_request or 0.0) / 1e6)
+            self.pending.labels(*key).set(load.pending)
+            self.throughput.labels(*key).set(load.throughput_rps)
+            self.failures.labels(*key).set(load.failure_rps)
+        for model, admission in admissions.items():
+            self.shed.labels(model).set(1 if admission.state == SHED else 0)
+            self.fail_open.labels(model).set(1 if admission.fail_open else 0)
+        for cluster, table in cluster_weights.items():
+            for server, weight in table.items():
+                self.weight.labels(cluster, server).set(weight)

@@ -1,0 +1,315 @@
+"""Envoy's resources, built from the operator's view: listener, routes, clusters, endpoints.
+
+Envoy's bootstrap (sonicsite/local/envoy.py, the chart's ConfigMap) names only its admin port
+and the operator; everything else is built here and served by xds_snapshot.py. One cluster
+holds every server and one per model holds the servers that load it; a request with the
+model header (set by the sonicsite client) takes its model's route, any other (stock
+tritonclient, perf_analyzer) the default route to every server. Connection failures are
+retried once on another host; draining servers receive nothing new; a shed model's route
+answers RESOURCE_EXHAUSTED with a retry-after at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sonicsite.contract.wire import (
+    ADMISSION_HEADER,
+    FULL_WEIGHT,
+    MODEL_HEADER,
+    RETRY_AFTER_HEADER,
+    SERVER_HEADER,
+    ServerRecord,
+)
+
+TYPE_URLS = {
+    "listeners": "type.googleapis.com/envoy.config.listener.v3.Listener",
+    "routes": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+    "clusters": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "endpoints": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+}
+GOOGLE = "type.googleapis.com/envoy.extensions"
+OPERATOR_CLUSTER = "sonicsite_operator"
+ALL_SERVERS = "triton"
+ROUTE_CONFIG = "sonicsite"
+LISTENER = "sonicsite_grpc"
+LIMIT = 100_000  # circuit breakers sized for thousands of clients
+RETRY_BUFFER_BYTES = 64 << 20  # a request is kept this far so that it can be retried
+HTTP_FAULT = f"{GOOGLE}.filters.http.fault.v3.HTTPFault"
+
+
+def model_cluster(model: str) -> str:
+    return f"model_{model}"
+
+
+def rest_source(refresh: str = "0.5s") -> dict:
+    return {
+        "resource_api_version": "V3",
+        "api_config_source": {
+            "api_type": "REST",
+            "transport_api_version": "V3",
+            "cluster_names": [OPERATOR_CLUSTER],
+            "refresh_delay": refresh,
+        },
+    }
+
+
+def _cluster(name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUEST") -> dict:
+    return {
+        "@type": TYPE_URLS["clusters"],
+        "name": name,
+        "type": "EDS",
+        "eds_cluster_config": {"eds_config": rest_source(), "service_name": name},
+        "connect_timeout": "1s",
+        "lb_policy": lb_policy,
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{GOOGLE}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {
+                    "http2_protocol_options": {
+                        "initial_stream_window_size": 16 << 20,
+                        "initial_connection_window_size": 64 << 20,
+                    }
+                },
+            }
+        },
+        "health_checks": [
+            {
+                "timeout": "1s",
+                "interval": "1s",
+                "no_traffic_interval": "1s",
+                "unhealthy_threshold": 2,
+                "healthy_threshold": 1,
+                "http_health_check": {"path": "/v2/health/ready", "codec_client_type": "HTTP1"},
+            }
+        ],
+        "outlier_detection": {
+            "consecutive_gateway_failure": 2,
+            "consecutive_local_origin_failure": 2,
+            "split_external_local_origin_errors": True,
+            "interval": "1s",
+            "base_ejection_time": "2s",
+            "max_ejection_percent": 100,
+        },
+        "circuit_breakers": {
+            "thresholds": [
+                {
+                    "max_connections": LIMIT,
+                    "max_pending_requests": LIMIT,
+                    "max_requests": max_requests,
+                    "max_retries": LIMIT,
+                }
+            ]
+        },
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
+        "ignore_health_on_host_removal": True,
+    }
+
+
+def clusters(
+    models: list[str], caps: dict[str, int] | None = None, lb_policy: str = "LEAST_REQUEST"
+) -> list[dict]:
+    """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
+    `lb_policy`: Envoy's choice among the endpoints (operator/balancing.py)."""
+    caps = caps or {}
+    return [_cluster(ALL_SERVERS, LIMIT, lb_policy)] + [
+        _cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy) for m in models
+    ]
+
+
+def load_assignment(cluster: str, servers: list[ServerRecord], weights: dict[str, int]) -> dict:
+    endpoints = []
+    for s in servers:
+        endpoints.append(
+            {
+                "endpoint": {
+                    "address": {"socket_address": {"address": s.host, "port_value": s.grpc_port}},
+                    "health_check_config": {"port_value": s.http_port},
+                    "hostname": s.id,
+                },
+                "metadata": {"filter_metadata": {"sonicsite": {"server": s.id}}},
+                "load_balancing_weight": max(1, int(weights.get(s.id, FULL_WEIGHT))),
+                "health_status": "DRAINING" if s.draining else "UNKNOWN",
+            }
+        )
+    return {
+        "@type": TYPE_URLS["endpoints"],
+        "cluster_name": cluster,
+        "endpoints": [{"lb_endpoints": endpoints}] if endpoints else [],
+    }
+
+
+def shed_reply(retry_after_s: int) -> dict:
+    """Replies to requests the fault filter refused (response flag FI) carry the retry-after."""
+    return {
+        "mappers": [
+            {
+                "filter": {"response_flag_filter": {"flags": ["FI"]}},
+                "headers_to_add": [
+                    {
+                        "header": {"key": RETRY_AFTER_HEADER, "value": str(retry_after_s)},
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    },
+                    {
+                        "header": {"key": ADMISSION_HEADER, "value": "shed"},
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    },
+                ],
+                "body": {
+                    "inline_string": f"model shed by sonicsite admission: its queue time per "
+                    f"request is over the threshold; retry after {retry_after_s} s"
+                },
+            }
+        ]
+    }
+
+
+@dataclass(frozen=True)
+class JwtPolicy:
+    """Envoy requires a valid bearer JWT on every request (jwt_authn): from `issuer`, for
+    one of `audiences` (any when empty), signed by a key of the JWKS file Envoy reads."""
+
+    issuer: str
+    jwks_file: str
+    audiences: tuple[str, ...] = ()
+
+    def http_filter(self) -> dict:
+        provider = {
+            "issuer": self.issuer,
+            "local_jwks": {"filename": self.jwks_file},
+            "forward": False,
+        }
+        if self.audiences:
+            provider["audiences"] = list(self.audiences)
+        return {
+            "name": "envoy.filters.http.jwt_authn",
+            "typed_config": {
+                "@type": f"{GOOGLE}.filters.http.jwt_authn.v3.JwtAuthentication",
+                "providers": {"sonicsite": provider},
+                "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "sonicsite"}}],
+            },
+        }
+
+
+def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None = None) -> dict:
+    """`jwt`: check a bearer JWT before anything else (401 / UNAUTHENTICATED without one)."""
+    return {
+        "@type": TYPE_URLS["listeners"],
+        "name": LISTENER,
+        "address": {"socket_address": {"address": host, "port_value": port}},
+        "per_connection_buffer_limit_bytes": RETRY_BUFFER_BYTES,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                            "http_connection_manager.v3.HttpConnectionManager",
+                            "stat_prefix": "sonicsite",
+                            "codec_type": "AUTO",
+                            "http2_protocol_options": {
+                                "max_concurrent_streams": 10_000,
+                                "initial_stream_window_size": 16 << 20,
+                                "initial_connection_window_size": 64 << 20,
+                            },
+                            "stream_idle_timeout": "0s",
+                            "local_reply_config": shed_reply(retry_after_s),
+                            "rds": {
+                                "config_source": rest_source(),
+                                "route_config_name": ROUTE_CONFIG,
+                            },
+                            "http_filters": [
+                                *([jwt.http_filter()] if jwt else []),
+                                {
+                                    "name": "envoy.filters.http.fault",
+                                    "typed_config": {"@type": HTTP_FAULT},
+                                },
+                                {
+                                    "name": "envoy.filters.http.router",
+                                    "typed_config": {
+                                        "@type": f"{GOOGLE}.filters.http.router.v3.Router"
+                                    },
+                                },
+                            ],
+                        },
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def _route_action(cluster: str) -> dict:
+    return {
+        "cluster": cluster,
+        "timeout": "0s",
+        "retry_policy": {
+            "retry_on": "connect-failure,refused-stream,reset,unavailable",
+            "num_retries": 2,
+            "retry_host_predicate": [
+                {
+                    "name": "envoy.retry_host_predicates.previous_hosts",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.retry.host."
+                        "previous_hosts.v3.PreviousHostsPredicate"
+                    },
+                }
+            ],
+            "host_selection_retry_max_attempts": 5,
+        },
+    }
+
+
+def shed_filter_config() -> dict:
+    """Per-route fault abort: every gRPC request on a shed model's route gets
+    RESOURCE_EXHAUSTED at once (the listener's local-reply mapper adds the retry-after),
+    and Triton sees nothing."""
+    return {
+        "envoy.filters.http.fault": {
+            "@type": HTTP_FAULT,
+            "abort": {"grpc_status": 8, "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
+        }
+    }
+
+
+def route_configuration(models: list[str], shed: set[str] | None = None) -> dict:
+    """`shed`: models whose route refuses new work."""
+    shed = shed or set()
+    routes = []
+    for m in models:
+        route = {
+            "name": f"model-{m}",
+            "match": {
+                "prefix": "/",
+                "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}],
+            },
+            "route": _route_action(model_cluster(m)),
+        }
+        if m in shed:
+            route["typed_per_filter_config"] = shed_filter_config()
+        routes.append(route)
+    routes.append(
+        {"name": "default", "match": {"prefix": "/"}, "route": _route_action(ALL_SERVERS)}
+    )
+    return {
+        "@type": TYPE_URLS["routes"],
+        "name": ROUTE_CONFIG,
+        "virtual_hosts": [
+            {
+                "name": "sonicsite",
+                "domains": ["*"],
+                "routes": routes,
+                "request_body_buffer_limit": RETRY_BUFFER_BYTES,
+                "response_headers_to_add": [
+                    {
+                        "header": {
+                            "key": SERVER_HEADER,
+                            "value": "%UPSTREAM_METADATA(sonicsite:server)%",
+                        },
+                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                    }
+                ],
+            }
+        ],
+    }

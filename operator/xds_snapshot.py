@@ -1,0 +1,71 @@
+"""The xDS snapshot: one consistent set of Envoy's resources with a version per type, and
+the REST-JSON discovery responses the operator's API serves from it (api.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from sonicsite.contract.wire import ServerRecord
+
+from .xds_resources import (
+    ALL_SERVERS,
+    TYPE_URLS,
+    JwtPolicy,
+    clusters,
+    listener,
+    load_assignment,
+    model_cluster,
+    route_configuration,
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent set of resources; each type has the version Envoy acknowledges."""
+
+    resources: dict[str, list[dict]]
+    versions: dict[str, str]
+
+    @classmethod
+    def build(
+        cls,
+        servers: list[ServerRecord],
+        weights: dict[str, dict[str, int]],
+        listen_host: str,
+        listen_port: int,
+        shed: set[str] | None = None,
+        caps: dict[str, int] | None = None,
+        retry_after_s: int = 1,
+        lb_policy: str = "LEAST_REQUEST",
+        jwt: JwtPolicy | None = None,
+    ) -> Snapshot:
+        models = sorted({m for s in servers for m in s.models})
+        assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
+        for m in models:
+            holding = [s for s in servers if m in s.models]
+            assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
+        resources = {
+            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt)],
+            "routes": [route_configuration(models, shed)],
+            "clusters": clusters(models, caps, lb_policy),
+            "endpoints": assignments,
+        }
+        versions = {
+            kind: hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
+            for kind, items in resources.items()
+        }
+        return cls(resources, versions)
+
+    def response(self, kind: str, names: list[str] | None = None) -> dict:
+        """A DiscoveryResponse for `kind` (only the named resources, when Envoy names them)."""
+        items = self.resources[kind]
+        if names:
+            key = "cluster_name" if kind == "endpoints" else "name"
+            items = [r for r in items if r[key] in names]
+        return {
+            "version_info": self.versions[kind],
+            "resources": items,
+            "type_url": TYPE_URLS[kind],
+        }

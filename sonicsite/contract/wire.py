@@ -1,0 +1,160 @@
+"""The wire contract between worker, client, Envoy, gateway, operator and launcher.
+
+One definition of each: the request and reply headers, the record of a Triton server (the
+local state file, the operator's `/v1/state`, the gateway's `/v1/site` and the client's
+discovery all read and write this one), a model's admission, and the site as a client sees
+it. Every record is plain data with `to_dict` / `from_dict`; readers ignore keys they do not
+know, so that a newer writer never breaks an older reader.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+# -- headers ------------------------------------------------------------------------------
+
+MODEL_HEADER = "sonicsite-model"  # set by the sonicsite client: Envoy routes on it per model
+SERVER_HEADER = "sonicsite-server"  # on every reply: which server answered (Envoy, gateway)
+ADMISSION_HEADER = "sonicsite-admission"  # "shed" on a reply refused by admission
+RETRY_AFTER_HEADER = "retry-after"  # seconds to wait before the next request (shed, 429)
+# KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
+INFERENCE_HEADER_LENGTH = "inference-header-content-length"
+
+# -- records ------------------------------------------------------------------------------
+
+FULL_WEIGHT = 1000  # a server's weight when it is (one of) the fastest; the slowest get 1
+OPEN, SHED = "open", "shed"  # a model's admission state
+STATE_FILE = "state.json"  # the local site's state file, in its site directory
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """One Triton server: where it listens, what it serves, whether it takes new work."""
+
+    id: str
+    host: str
+    grpc_port: int
+    http_port: int
+    metrics_port: int
+    models: tuple[str, ...] = ()  # empty: unknown, any model may be asked of it
+    ready: bool = True
+    draining: bool = False  # finishing its in-flight requests; no new ones
+    weight: int = FULL_WEIGHT  # the operator's weight for the server in Envoy
+    error: str = ""  # why the operator cannot read the server, when it cannot
+
+    @property
+    def grpc(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def http(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    def takes(self, model: str) -> bool:
+        """True when the server takes new requests for `model` now."""
+        return self.ready and not self.draining and (not self.models or model in self.models)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record, with its addresses spelt out for people and curl."""
+        data = asdict(self)
+        data["models"] = list(self.models)
+        return data | {"grpc": self.grpc, "http": self.http, "metrics_url": self.metrics_url}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerRecord:
+        known = _known(cls, data)
+        known["models"] = tuple(known.get("models", ()))
+        return cls(**known)
+
+    @classmethod
+    def at(cls, server_id: str, grpc: str) -> ServerRecord:
+        """A server known only by its gRPC address (endpoints given by hand)."""
+        host, _, port = grpc.rpartition(":")
+        return cls(server_id, host, int(port), 0, 0)
+
+
+@dataclass(frozen=True)
+class AdmissionRecord:
+    """Whether a model takes new work, since when and why."""
+
+    state: str = OPEN  # OPEN or SHED
+    since: float = 0.0
+    reason: str = ""
+    retry_after_s: int = 0  # what clients are told to wait while SHED
+    fail_open: bool = False  # no metrics: open, bounded by an in-flight cap
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AdmissionRecord:
+        return cls(**_known(cls, data))
+
+
+@dataclass(frozen=True)
+class SiteRecord:
+    """The site as a client finds it: `/v1/site` (gateway), the same fields of `/v1/state`
+    (operator) and of the local state file."""
+
+    grpc: str = ""  # the balanced gRPC endpoint (Envoy)
+    http: str = ""  # the HTTP endpoint (the gateway: KServe v2, /v1/site, status page)
+    servers: tuple[ServerRecord, ...] = ()
+    admission: dict[str, AdmissionRecord] = field(default_factory=dict)
+    updated_at: float = 0.0
+    source: str = field(default="", compare=False)  # where it was read; not on the wire
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({m for s in self.servers for m in s.models})
+
+    def serving(self, model: str) -> list[ServerRecord]:
+        """Servers that take new requests for `model` now."""
+        return [s for s in self.servers if s.takes(model)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "grpc": self.grpc,
+            "http": self.http,
+            "servers": [s.to_dict() for s in self.servers],
+            "admission": {m: a.to_dict() for m, a in sorted(self.admission.items())},
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "") -> SiteRecord:
+        return cls(
+            grpc=data.get("grpc", ""),
+            http=data.get("http", ""),
+            servers=tuple(ServerRecord.from_dict(s) for s in data.get("servers", [])),
+            admission={
+                m: AdmissionRecord.from_dict(a) for m, a in data.get("admission", {}).items()
+            },
+            updated_at=data.get("updated_at", 0.0),
+            source=source,
+        )
+
+
+def read_state_file(site: Path) -> SiteRecord:
+    """The site record in a local site's state file (`site` is the site directory or the
+    file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
+    the launcher replaces it atomically."""
+    path = Path(site)
+    if path.is_dir() or not path.suffix:
+        path = path / STATE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no site at {path.parent}: {path} does not exist (start one with `sonicsite up`)"
+        )
+    return SiteRecord.from_dict(json.loads(path.read_text()), source=str(path))

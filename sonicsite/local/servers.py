@@ -1,0 +1,151 @@
+"""The local site's Triton servers: start one, add one to a running site, drain and remove
+one, and the actuator that lets the operator's autoscaler do both."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sonicsite.operator.loadview import parse_metrics
+
+from .errors import SiteError, TritonError
+from .ports import free_ports
+from .processes import stop_group
+from .prometheus import write_targets
+from .state import LocalServer, SiteState
+from .triton import (
+    ServerPorts,
+    TritonInstall,
+    command,
+    remove_shm_regions,
+    shm_prefix,
+    start,
+    wait_ready,
+)
+
+# Slows every execution on one server (models/onnx_runner.py reads it, as DELAY_ENV): the
+# knob behind `sonicsite bench balancing`.
+MODEL_DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
+PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
+
+
+def start_server(
+    site_dir: Path, server_id: str, install: TritonInstall, models: list[str], delay_ms: float = 0.0
+) -> tuple[subprocess.Popen, LocalServer]:
+    """Start one `tritonserver` on free ports, serving the site's repository; not waited for."""
+    http, grpc, metrics = free_ports(3)
+    log = site_dir / "logs" / f"{server_id}.log"
+    cmd = command(
+        install,
+        site_dir / "repository",
+        site_dir / "backends",
+        ServerPorts(http, grpc, metrics),
+        server_id,
+    )
+    env = install.environment()
+    if delay_ms:
+        env[MODEL_DELAY_ENV] = str(delay_ms)
+    proc = start(cmd, env, log, cwd=site_dir)
+    return proc, LocalServer(
+        id=server_id,
+        host="127.0.0.1",
+        grpc_port=grpc,
+        http_port=http,
+        metrics_port=metrics,
+        models=tuple(models),
+        pid=proc.pid,
+        log=str(log),
+        delay_ms=delay_ms,
+    )
+
+
+def stop_server(server: LocalServer) -> None:
+    """Stop a server's process group and remove what it left behind."""
+    stop_group(server.pid)
+    remove_leftovers(server)
+
+
+def remove_leftovers(server: LocalServer) -> None:
+    """Remove the Python backend's /dev/shm regions of a stopped (or killed) server."""
+    ports = ServerPorts(server.http_port, server.grpc_port, server.metrics_port)
+    remove_shm_regions(shm_prefix(server.id, ports))
+
+
+def update_targets(state: SiteState) -> None:
+    """Tell the site's Prometheus (if any) which servers exist now."""
+    if state.prometheus:
+        targets = {s.id: f"{s.host}:{s.metrics_port}" for s in state.servers}
+        write_targets(Path(state.site_dir) / "prometheus" / "triton.json", targets)
+
+
+def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0.0) -> LocalServer:
+    """Start one more server with the site's models; it joins Envoy through the operator."""
+    site_dir = Path(site_dir).resolve()
+    state = SiteState.load(site_dir)
+    taken = {s.id for s in state.servers}
+    server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
+    proc, info = start_server(site_dir, server_id, TritonInstall.find(), state.models, delay_ms)
+    try:
+        wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
+    except TritonError:
+        stop_group(info.pid)
+        raise
+    state = SiteState.load(site_dir)  # re-read: nothing else may have changed it meanwhile
+    state.servers.append(info)
+    state.save()
+    update_targets(state)
+    return info
+
+
+def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None:
+    """Drain a server, then stop it: it is marked draining, Envoy stops sending to it (the
+    change takes up to PROPAGATION_S), its in-flight requests finish (Triton's pending count
+    reaches zero), then the process stops."""
+    site_dir = Path(site_dir).resolve()
+    state = SiteState.load(site_dir)
+    server = state.server(server_id)
+    if server is None:
+        raise SiteError(f"no server {server_id!r}; the site has {[s.id for s in state.servers]}")
+    state.servers = [replace(s, draining=True) if s.id == server_id else s for s in state.servers]
+    state.save()
+    if state.grpc:
+        time.sleep(PROPAGATION_S)
+    deadline = time.monotonic() + drain_s
+    while time.monotonic() < deadline and in_flight(server) > 0:
+        time.sleep(0.1)
+    stop_server(server)
+    state = SiteState.load(site_dir)
+    state.servers = [s for s in state.servers if s.id != server_id]
+    state.save()
+    update_targets(state)
+
+
+def in_flight(server: LocalServer) -> float:
+    """Requests the server has accepted and not answered (Triton's pending count)."""
+    try:
+        with urllib.request.urlopen(server.metrics_url, timeout=1) as reply:
+            models = parse_metrics(reply.read().decode())
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0.0
+    return sum(values.get("pending", 0.0) for values in models.values())
+
+
+@dataclass(frozen=True)
+class LocalActuator:
+    """What the local site hands its operator's autoscaler: bring the site to `desired`
+    servers, starting new ones or draining and stopping the newest. Blocking; the operator
+    runs one action at a time in the background."""
+
+    site_dir: Path
+
+    def __call__(self, desired: int) -> None:
+        servers = [s for s in SiteState.load(self.site_dir).servers if not s.draining]
+        for _ in range(desired - len(servers)):
+            add_server(self.site_dir)
+        newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
+        for server in newest[: max(len(servers) - desired, 0)]:
+            remove_server(self.site_dir, server.id)

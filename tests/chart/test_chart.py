@@ -1,0 +1,207 @@
+"""The Helm chart, proven offline with the real Helm engine and the real schemas and tools
+(what `make chart-check` runs), plus the chart's own promises."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from sonicsite.chartcheck import CHART, check_profile, objects, profiles, render
+
+from sonicsite.local import envoy
+
+RULES = Path("monitoring/rules/autoscaling.rules.yaml")
+
+
+@pytest.mark.parametrize("profile", sorted(profiles()))
+def test_every_profile_lints_renders_and_passes_every_schema_and_tool(profile):
+    report = check_profile(profile, profiles()[profile])
+    assert report.errors == [], "\n".join(report.errors)
+    assert report.objects > 10 and "Deployment" in report.kinds
+
+
+def _docs(values: dict) -> list[dict]:
+    return objects(render(values))
+
+
+def _one(docs: list[dict], kind: str, component: str | None = None) -> dict:
+    found = [
+        d
+        for d in docs
+        if d["kind"] == kind
+        and (
+            component is None or d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        )
+    ]
+    assert len(found) == 1, f"{len(found)} {kind} for {component}"
+    return found[0]
+
+
+def _render_error(values: dict) -> str:
+    with pytest.raises(Exception) as caught:
+        render(values)
+    return str(caught.value)
+
+
+def test_the_schema_rejects_misspelt_keys_wrong_types_and_min_over_max():
+    assert "at '/triton': additional properties 'replicsa' not allowed" in _render_error(
+        {"triton": {"replicsa": 2}}
+    )
+    assert "at '/autoscaling/maxReplicas': got string, want integer" in _render_error(
+        {"autoscaling": {"maxReplicas": "four"}}
+    )
+    too_many = {
+        "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2},
+        "monitoring": {"prometheus": {"enabled": True}},
+    }
+    assert "autoscaling.minReplicas: expected at most autoscaling.maxReplicas (2), got 5" in (
+        _render_error(too_many)
+    )
+    assert "at '/triton/gpu/vendor'" in _render_error({"triton": {"gpu": {"vendor": "intel"}}})
+    short = {"triton": {"terminationGracePeriodSeconds": 10}}
+    assert "triton.terminationGracePeriodSeconds: expected at least" in _render_error(short)
+
+
+def test_the_scaled_object_query_is_the_recording_rules_expression():
+    docs = _docs(profiles()["gpu-keda-values"])
+    trigger = _one(docs, "ScaledObject")["spec"]["triggers"][0]
+    rules = {
+        r["record"]: r["expr"] for r in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
+    }
+    per_model = rules["sonicsite:model_queue_seconds_per_request:30s"]
+    # the rule for the site's metric is max() over the per-model rule; KEDA computes it inline
+    assert rules["sonicsite:queue_seconds_per_request:max"] == (
+        "max(sonicsite:model_queue_seconds_per_request:30s)"
+    )
+    assert trigger["metadata"]["query"] == f"max({per_model.strip()})"
+    assert trigger["metricType"] == "Value"
+    # and the rules the chart ships (PrometheusRule, its own Prometheus) are the same file
+    rule = _one(_docs(profiles()["prometheus-operator-values"]), "PrometheusRule")
+    every = sorted(RULES.parent.glob("*.yaml"))
+    groups = [g for path in every for g in yaml.safe_load(path.read_text())["groups"]]
+    assert rule["spec"] == {"groups": groups}  # every monitoring rule, unchanged
+    config = _one(docs, "ConfigMap", "prometheus")
+    for path in every:
+        assert config["data"][path.name].strip() == path.read_text().strip()
+
+
+def test_min_zero_renders_zero_and_the_fallback_is_set():
+    spec = _one(_docs(profiles()["gpu-keda-values"]), "ScaledObject")["spec"]
+    assert spec["minReplicaCount"] == 0 and spec["maxReplicaCount"] == 8
+    assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2}
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 120
+
+
+def test_the_envoy_bootstrap_is_the_local_sites():
+    docs = _docs({})
+    rendered = json.loads(_one(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
+    assert rendered == envoy.bootstrap(9901, "site-sonicsite-operator.hep.svc", 8080)
+
+
+def test_triton_drains_runs_non_root_and_requests_gpus_by_vendor():
+    for vendor, resource, image in (
+        ("nvidia", "nvidia.com/gpu", "nvcr.io/nvidia/tritonserver"),
+        ("amd", "amd.com/gpu", "rocm/tritonserver"),
+    ):
+        docs = _docs({"triton": {"gpu": {"vendor": vendor, "count": 2}}})
+        pod = _one(docs, "Deployment", "triton")["spec"]["template"]["spec"]
+        triton = pod["containers"][0]
+        assert triton["resources"]["limits"][resource] == 2
+        assert triton["image"].startswith(image)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert triton["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert triton["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "10"]
+    assert pod["terminationGracePeriodSeconds"] >= 10 + 30
+    assert "--exit-timeout-secs=30" in triton["args"]
+    cpu = _one(_docs({}), "Deployment", "triton")["spec"]["template"]["spec"]["containers"][0]
+    assert not any("gpu" in k for k in cpu["resources"].get("limits", {}))
+
+
+def test_every_container_requests_resources_and_no_pod_runs_as_root():
+    for name, values in profiles().items():
+        for doc in _docs(values):
+            spec = doc.get("spec", {})
+            pod = spec.get("template", {}).get("spec") if "template" in spec else spec
+            if doc["kind"] not in ("Deployment", "Pod"):
+                continue
+            assert pod["securityContext"]["runAsNonRoot"] is True, (name, doc["metadata"])
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                assert c["resources"]["requests"], (name, c["name"])
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_operator_may_only_read_pods_and_endpoint_slices():
+    role = _one(_docs({}), "Role", "operator")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    ]
+
+
+def test_every_value_is_documented_in_the_readme():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    documented = set(re.findall(r"^\| `([^`]+)` \|", (CHART / "README.md").read_text(), re.M))
+
+    def leaves(node, path):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                yield from leaves(v, [*path, k])
+        else:
+            yield ".".join(path)
+
+    missing = [
+        leaf
+        for leaf in leaves(values, [])
+        if not any(leaf == d or leaf.startswith(d + ".") for d in documented)
+    ]
+    assert missing == []
+
+
+def test_notes_tell_the_admin_the_endpoints_and_how_to_test():
+    notes = render(profiles()["auth-ingress-values"])["sonicsite/templates/NOTES.txt"]
+    assert "site-sonicsite-envoy.hep.svc:8001" in notes
+    assert "grpc.sonic.example.org" in notes and "https://sonic.example.org" in notes
+    assert "helm test site -n hep" in notes
+
+
+def test_jwt_at_envoy_wires_the_operator_the_jwks_and_the_test_token():
+    docs = _docs(profiles()["auth-ingress-values"])
+    operator = _one(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]
+    assert "--jwt-issuer=https://idp.example.org" in operator["args"]
+    assert "--jwt-jwks-file=/etc/envoy/jwks/jwks.json" in operator["args"]
+    assert "--jwt-audiences=sonicsite" in operator["args"]
+    envoy_pod = _one(docs, "Deployment", "envoy")["spec"]["template"]["spec"]
+    assert {"name": "jwks", "secret": {"secretName": "sonic-jwks"}} in envoy_pod["volumes"]
+    test_pod = _one(docs, "Pod", "test")["spec"]["containers"][0]
+    assert test_pod["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "sonic-test-token"
+    without = _docs({})
+    assert not any(
+        a.startswith("--jwt")
+        for a in _one(without, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][
+            0
+        ]["args"]
+    )
+
+
+def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar():
+    docs = _docs({})
+    maps = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
+    ]
+    shipped = {name: text for m in maps for name, text in m["data"].items()}
+    built = sorted(Path("monitoring/dashboards").glob("*.json"))
+    assert sorted(shipped) == [p.name for p in built]
+    for path in built:
+        assert shipped[path.name] == path.read_text()
+        assert json.loads(shipped[path.name])["uid"].startswith("sonicsite-")
+    assert all(m["metadata"]["labels"]["grafana_dashboard"] == "1" for m in maps)

@@ -1,0 +1,192 @@
+"""Job streams: every event answered exactly once, across servers, even when one dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sonicsite.jobs.driver import StreamSpec, submit
+from sonicsite.local import envoy, launcher
+
+
+def _answers(out: Path) -> Counter:
+    counts: Counter = Counter()
+    for path in sorted((out / "jobs").glob("job-*.json")):
+        counts.update({int(k): v for k, v in json.loads(path.read_text())["answered"].items()})
+    return counts
+
+
+def test_stream_answers_every_event_exactly_once(site, tmp_path):
+    spec = StreamSpec(
+        site_dir=Path(site.site_dir),
+        models=["particlenet_ak4", "simple", "gnn_linking", "deepmet"],
+        jobs=8,
+        wave=4,
+        events=30,
+        out=tmp_path / "out",
+        batch=0,
+    )
+    report = submit(spec)
+    total = 8 * 30
+    assert report["events_total"] == total
+    assert report["events_ok"] == total and report["events_failed"] == 0
+    assert report["events_duplicated"] == 0
+    answers = _answers(spec.out)
+    assert set(answers) == set(range(total)) and set(answers.values()) == {1}
+    assert set(report["per_server"]) == {"triton-0", "triton-1"}
+    assert sum(report["per_server"].values()) == total
+    assert {m: s["events_ok"] for m, s in report["per_model"].items()} == {
+        "particlenet_ak4": 60,
+        "simple": 60,
+        "gnn_linking": 60,
+        "deepmet": 60,
+    }
+    client = report["client"]
+    assert client["pack_s"] > 0 and client["network_s"] > 0
+    assert set(client["server_times_us"]) == {"triton-0", "triton-1"}
+    for times in client["server_times_us"].values():
+        assert times["requests"] > 0 and times["compute_infer_us"] > 0
+    saved = json.loads((spec.out / "report.json").read_text())
+    assert (
+        saved["events_ok"] == total and saved["latency_ms"]["p99"] >= saved["latency_ms"]["p50"] > 0
+    )
+    assert (spec.out / "report.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("mode", ["site", "direct"])
+def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_models, mode):
+    """Through Envoy (site) Envoy retries on the other server; direct, the client fails over.
+    Either way every event is answered exactly once and the dead server gets nothing more."""
+    site_dir = tmp_path / "site"
+    state = launcher.up(site_dir, servers=2, models=["particlenet_ak4"], build_dir=built_models)
+    victim = state.servers[1]
+    try:
+        spec = StreamSpec(
+            site_dir=site_dir,
+            models=["particlenet_ak4"],
+            jobs=4,
+            wave=4,
+            events=120,
+            out=tmp_path / "out",
+            batch=8,
+            mode=mode,
+        )
+        progress: list[int] = [0]
+        result: dict = {}
+        runner = threading.Thread(
+            target=lambda: result.update(submit(spec, lambda d, t: progress.__setitem__(0, d)))
+        )
+        runner.start()
+        deadline = time.monotonic() + 120
+        while progress[0] < 80 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress[0] >= 80, "the stream did not start"
+        os.killpg(victim.pid, signal.SIGKILL)
+        runner.join(timeout=300)
+        assert not runner.is_alive()
+        envoy_retries = envoy.counter(
+            state.envoy_admin, "cluster.model_particlenet_ak4.upstream_rq_retry"
+        )
+        deadline = time.monotonic() + 5  # two failed health checks, one second apart
+        while time.monotonic() < deadline:
+            hosts_after = envoy.healthy_hosts(state.envoy_admin, "model_particlenet_ak4")
+            if len(hosts_after) == 1:
+                break
+            time.sleep(0.1)
+        # A SIGKILLed server leaves its Python-backend regions in /dev/shm ...
+        regions = f"sonicsite_{victim.id}_{victim.grpc_port}_*"
+        assert list(Path("/dev/shm").glob(regions))
+    finally:
+        launcher.down(site_dir)
+    # ... and `down` removes exactly those.
+    assert not list(Path("/dev/shm").glob(regions))
+    assert result["events_ok"] == result["events_total"] == 480
+    assert result["events_duplicated"] == 0
+    answers = _answers(spec.out)
+    assert set(answers) == set(range(480)) and set(answers.values()) == {1}
+    if mode == "direct":
+        assert result["retries"] > 0  # the client failed over
+    else:
+        assert envoy_retries + result["retries"] > 0  # Envoy retried on the other server
+    # Envoy no longer sends to the dead server: only the live one is healthy there.
+    assert hosts_after == [f"127.0.0.1:{state.servers[0].grpc_port}"]
+
+
+def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "sonicsite.cli",
+            "demo",
+            "--dir",
+            str(tmp_path / "site"),
+            "--build-dir",
+            str(built_models),
+            "--jobs",
+            "2",
+            "--wave",
+            "2",
+            "--events",
+            "40",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["events_ok"] == report["events_total"] == 80
+    assert "site stopped (2 servers)" in out.stdout
+    # where to look while it runs: the gateway's status page and Prometheus
+    assert re.search(r"status page: http://127\.0\.0\.1:\d+/", out.stdout)
+    assert re.search(
+        r"Prometheus \(site rules, every target\): http://127\.0\.0\.1:\d+/", out.stdout
+    )
+    pids = [int(m) for m in re.findall(r"pid (\d+)", out.stdout)]
+    assert len(pids) == 2 and not [p for p in pids if alive(p)]
+
+
+def test_worker_exports_its_counters_as_prometheus_text(site, tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "sonicsite.jobs.worker",
+            "--site",
+            site.site_dir,
+            "--model",
+            "simple",
+            "--job",
+            "3",
+            "--events",
+            "20",
+            "--out",
+            str(tmp_path / "r.json"),
+            "--metrics-textfile",
+            str(tmp_path / "job.prom"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "job.prom").read_text()
+    assert 'sonicsite_client_requests_total{job="simple-3"} 3' in text  # 20 events, 8 per request
+    assert 'sonicsite_client_requests_failed_total{job="simple-3"} 0' in text
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(map(int, result["answered"])) == list(range(60, 80))

@@ -1,0 +1,226 @@
+"""Admission: decided by the operator from queue time per request, enforced by Envoy."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sonicsite.client import Client, InferError
+from sonicsite.client.discovery import ServerEndpoint, SiteInfo, from_site_file
+from sonicsite.client.errors import OVERLOADED
+from sonicsite.client.plan import make_plan
+from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.models.samples import generate
+from sonicsite.operator.admission import OPEN, SHED, AdmissionPolicy, decide
+from sonicsite.operator.discovery import Server
+from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.xds_snapshot import Snapshot
+from stock import kserve_json
+
+from sonicsite.local import launcher
+
+POLICY = AdmissionPolicy(
+    shed_above_ms=100, open_below_ms=40, min_hold_s=2, retry_after_s=1, inflight_cap=32
+)
+
+
+def _load(server: str, queue_ms: float | None) -> ModelLoad:
+    queue = None if queue_ms is None else queue_ms * 1e3
+    return ModelLoad("m", server, queue, 1e3, 0.0, 5.0, 0.0, 1.0)
+
+
+def test_shed_only_when_every_server_is_saturated_with_hysteresis_and_hold():
+    servers = ["a", "b"]
+    start = decide(POLICY, None, [_load("a", 10), _load("b", 10)], servers, now=100.0)
+    assert start.state == OPEN
+    one_busy = decide(POLICY, start, [_load("a", 500), _load("b", 10)], servers, now=101.0)
+    assert one_busy.state == OPEN  # one server with room is enough
+    both = decide(POLICY, one_busy, [_load("a", 500), _load("b", 300)], servers, now=102.0)
+    assert both.state == SHED and both.retry_after_s == 1
+    assert "above 100 ms on every server (a 500 ms, b 300 ms)" in both.reason
+    between = decide(POLICY, both, [_load("a", 60), _load("b", 80)], servers, now=105.0)
+    assert between.state == SHED  # below the shed threshold, not below the open one
+    early = decide(POLICY, both, [_load("a", 10), _load("b", 300)], servers, now=103.0)
+    assert early.state == SHED  # held at least min_hold_s
+    reopened = decide(POLICY, both, [_load("a", 10), _load("b", 300)], servers, now=104.5)
+    assert reopened.state == OPEN and "below 40 ms on ['a']" in reopened.reason
+    idle = decide(POLICY, both, [_load("a", None), _load("b", None)], servers, now=104.5)
+    assert idle.state == OPEN  # nothing completes while shed: nothing is queued either
+
+
+def test_no_metrics_fails_open_with_an_in_flight_cap_enforced_by_envoy():
+    decision = decide(POLICY, None, [], ["a", "b"], now=10.0)
+    assert decision.state == OPEN and decision.fail_open
+    assert "no metrics from ['a', 'b']: failing open, at most 32 requests in flight" in (
+        decision.reason
+    )
+    snapshot = Snapshot.build(
+        [Server("a", "127.0.0.1", 1, 2, 3, ("m",))],
+        {},
+        "127.0.0.1",
+        9,
+        shed={},
+        caps={"m": POLICY.inflight_cap},
+    )
+    cluster = next(c for c in snapshot.resources["clusters"] if c["name"] == "model_m")
+    assert cluster["circuit_breakers"]["thresholds"][0]["max_requests"] == 32
+    with pytest.raises(ValueError, match="open_below_ms: expected at most shed_above_ms"):
+        AdmissionPolicy(shed_above_ms=10, open_below_ms=20)
+
+
+def _admission(site_state, model: str) -> dict:
+    with urllib.request.urlopen(f"http://{site_state.operator}/v1/state", timeout=5) as reply:
+        return json.loads(reply.read())["models"][model]["admission"]
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.1)
+
+
+def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    state = launcher.up(
+        site_dir,
+        servers=2,
+        models=["particle_transformer", "simple"],
+        build_dir=built_models,
+        admission=POLICY,
+    )
+    try:
+        jets = generate("particle_transformer", 480, seed=8)
+        done = threading.Event()
+
+        def saturate() -> None:  # straight to the servers, as load that arrived before
+            with Client(from_site_file(site_dir), "grpc", "direct") as client:
+                client.stream("particle_transformer", jets.spec, batch=8, window=12).run(
+                    jets, lambda *a: None
+                )
+            done.set()
+
+        load = threading.Thread(target=saturate)
+        load.start()
+        _wait(lambda: _admission(state, "particle_transformer")["state"] == SHED, 30, "shed")
+        assert "on every server" in _admission(state, "particle_transformer")["reason"]
+        envoy = GrpcTransport(state.grpc, "site")
+        info = envoy.model_info("particle_transformer")
+        plan = make_plan(jets.spec, info, jets.request(0, 2))
+        refused = None
+        deadline = time.monotonic() + 2.0  # the decision reaches Envoy within 2 s
+        while refused is None and time.monotonic() < deadline:
+            try:
+                envoy.infer(plan, timeout=10)
+            except InferError as exc:
+                refused = exc
+        assert refused is not None, "Envoy still admits the shed model after 2 s"
+        assert refused.kind == OVERLOADED and refused.status == "RESOURCE_EXHAUSTED"
+        assert refused.retry_after == 1.0 and "model shed by sonicsite admission" in refused.message
+        # The gateway refuses it too, with 429, Retry-After and the reason.
+        body = kserve_json(jets.reference_inputs(0, 1))
+        url = f"http://{state.http}/v2/models/particle_transformer/infer"
+        shed_reply = None
+        deadline = time.monotonic() + 2.0
+        while shed_reply is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30).read()
+            except urllib.error.HTTPError as exc:
+                shed_reply = exc
+        assert shed_reply is not None, "the gateway still admits the shed model after 2 s"
+        assert shed_reply.code == 429 and shed_reply.headers["Retry-After"] == "1"
+        assert "is shed: queue time" in json.loads(shed_reply.read())["error"]
+        # Other models are not affected.
+        simple = generate("simple", 4, seed=1)
+        simple_info = envoy.model_info("simple")
+        envoy.infer(make_plan(simple.spec, simple_info, simple.request(0, 4)), timeout=10)
+        load.join(timeout=120)
+        assert done.is_set()
+        _wait(lambda: _admission(state, "particle_transformer")["state"] == OPEN, 30, "reopen")
+        reply = None
+        deadline = time.monotonic() + 2.0  # the reopening reaches Envoy within 2 s
+        while reply is None:
+            try:
+                reply = envoy.infer(plan, timeout=30)
+            except InferError:
+                if time.monotonic() > deadline:
+                    raise
+        assert reply.outputs["softmax"].shape == (2, 10)
+        with urllib.request.urlopen(f"http://{state.operator}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        # the decisions are counted (the load may push it over the threshold more than once)
+        shed = re.search(
+            r'sonicsite_admission_changes_total\{model="particle_transformer",state="shed"\} '
+            r"([0-9.]+)",
+            metrics,
+        )
+        assert shed and float(shed.group(1)) >= 1
+        assert 'sonicsite_admission_changes_total{model="particle_transformer",state="open"}' in (
+            metrics
+        )
+        envoy.close()
+    finally:
+        launcher.down(site_dir)
+
+
+def _wait_until_envoy_sheds(state, sample, timeout: float = 10.0) -> None:
+    envoy = GrpcTransport(state.grpc, "site")
+    try:
+        plan = make_plan(sample.spec, envoy.model_info(sample.spec.model), sample.request(0, 1))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                envoy.infer(plan, timeout=30)  # admitted: about a second under this load
+            except InferError as exc:
+                if exc.kind == OVERLOADED:
+                    return
+        raise AssertionError(f"Envoy does not shed {sample.spec.model} after {timeout} s")
+    finally:
+        envoy.close()
+
+
+def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, built_models):
+    """A stream through Envoy while its model is shed: it backs off by the retry-after and
+    every event is answered once the model reopens."""
+    site_dir = tmp_path / "site"
+    policy = AdmissionPolicy(
+        shed_above_ms=100, open_below_ms=40, min_hold_s=1, retry_after_s=1, inflight_cap=32
+    )
+    state = launcher.up(
+        site_dir,
+        servers=1,
+        models=["particle_transformer"],
+        build_dir=built_models,
+        admission=policy,
+    )
+    try:
+        jets = generate("particle_transformer", 240, seed=4)
+        site = SiteInfo((ServerEndpoint("triton-0", f"127.0.0.1:{state.servers[0].grpc_port}"),))
+        with (
+            Client(site, "grpc", "direct") as direct,
+            Client(from_site_file(Path(site_dir)), "grpc") as through,
+        ):
+            load = threading.Thread(
+                target=lambda: direct.stream(
+                    "particle_transformer", jets.spec, batch=8, window=8
+                ).run(jets, lambda *a: None)
+            )
+            load.start()
+            _wait(lambda: _admission(state, "particle_transformer")["state"] == SHED, 30, "shed")
+            sample = generate("particle_transformer", 16, seed=5)
+            _wait_until_envoy_sheds(state, sample)  # the decision takes up to 2 s to get there
+            result = through.stream(
+                "particle_transformer", sample.spec, batch=4, window=2, max_tries=60
+            ).run(sample, lambda *a: None)
+            load.join(timeout=120)
+        assert result.events_ok == 16 and result.failed == {}
+        assert result.overloaded > 0
+    finally:
+        launcher.down(site_dir)

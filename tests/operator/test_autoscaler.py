@@ -1,0 +1,120 @@
+"""The local autoscaler: KEDA's metric and the HPA's policy, and scaling under load."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from sonicsite.client import Client
+from sonicsite.client.discovery import from_site_file
+from sonicsite.models.samples import generate
+from sonicsite.operator.admission import AdmissionPolicy
+from sonicsite.operator.autoscaler import (
+    Autoscaler,
+    ScalingPolicy,
+    queue_ms_per_request,
+    recommend,
+)
+from sonicsite.operator.loadview import ModelLoad
+
+from sonicsite.local import launcher
+from sonicsite.local.state import SiteState
+
+POLICY = ScalingPolicy(min_servers=1, max_servers=4, target_ms=100, up_window_s=0, down_window_s=10)
+
+
+def test_metric_is_queue_time_per_request_over_the_site_worst_model():
+    loads = [
+        ModelLoad("a", "s0", 300e3, 0, 0, 0, 0, 1, requests=10),  # 10 requests at 300 ms
+        ModelLoad("a", "s1", 100e3, 0, 0, 0, 0, 1, requests=30),  # 30 requests at 100 ms
+        ModelLoad("b", "s0", 50e3, 0, 0, 0, 0, 4, requests=5),
+        ModelLoad("b", "s1", None, 0, 0, 0, 0, None, requests=0),  # nothing completed there
+    ]
+    # model a: (10*300 + 30*100) / 40 = 150 ms (per request, not per execution); b: 50 ms
+    assert queue_ms_per_request(loads) == pytest.approx(150.0)
+    assert queue_ms_per_request([]) is None
+
+
+def test_recommendation_follows_the_hpa_rule():
+    assert recommend(POLICY, 2, 300.0) == 4  # ceil(2 * 3) = 6, clamped to max 4
+    assert recommend(POLICY, 2, 150.0) == 3
+    assert recommend(POLICY, 2, 105.0) == 2  # within the 10 % tolerance
+    assert recommend(POLICY, 3, 20.0) == 1
+    assert recommend(POLICY, 3, None) == 1  # idle: down to the minimum
+    with pytest.raises(ValueError, match="min_servers: expected 0 ≤ min_servers ≤ max_servers"):
+        ScalingPolicy(min_servers=3, max_servers=2)
+
+
+def test_stabilisation_windows():
+    scaler = Autoscaler(POLICY)
+    assert scaler.desired(0.0, 1, 250.0) == 3  # up at once (up window 0)
+    assert scaler.desired(1.0, 3, 10.0) == 3  # down waits: 3 recommended 1 s ago
+    assert scaler.desired(9.0, 3, 10.0) == 3
+    assert scaler.desired(11.5, 3, 10.0) == 1  # the window holds only low recommendations
+
+
+def _state(site_state) -> dict:
+    with urllib.request.urlopen(f"http://{site_state.operator}/v1/state", timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    scaling = ScalingPolicy(
+        min_servers=1, max_servers=2, target_ms=50, up_window_s=0, down_window_s=3, window_s=3
+    )
+    state = launcher.up(
+        site_dir,
+        servers=1,
+        models=["particle_transformer", "simple"],
+        build_dir=built_models,
+        scaling=scaling,
+        admission=AdmissionPolicy(shed_above_ms=1e6, open_below_ms=1e5),
+    )
+    errors: list[str] = []
+    trickle_ok = [0]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        """A stock client's steady light load, through scale-up and the drain."""
+        client = grpcclient.InferenceServerClient(state.grpc)
+        a = np.ones((1, 16), np.int32)
+        while not stop.is_set():
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(a)
+            try:
+                client.infer("simple", inputs)
+                trickle_ok[0] += 1
+            except Exception as exc:  # any failure is what the test looks for
+                errors.append(repr(exc))
+            time.sleep(0.05)
+
+    light = threading.Thread(target=trickle)
+    light.start()
+    try:
+        jets = generate("particle_transformer", 480, seed=3)
+        with Client(from_site_file(site_dir), "grpc") as client:
+            result = client.stream("particle_transformer", jets.spec, batch=8, window=8).run(
+                jets, lambda *a: None
+            )
+        assert result.events_ok == 480 and result.failed == {}
+        assert not [r for r in result.stats.records if not r.ok], "a request failed"
+        events = _state(state)["scale_events"]
+        assert events and events[0]["direction"] == "up" and events[0]["to"] == 2
+        deadline = time.monotonic() + 60
+        while len(SiteState.load(site_dir).servers) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [s.id for s in SiteState.load(site_dir).servers] == ["triton-0"]
+        assert [e["direction"] for e in _state(state)["scale_events"]][-1] == "down"
+        time.sleep(1.0)  # the light load goes on after the drain
+    finally:
+        stop.set()
+        light.join(timeout=30)
+        launcher.down(site_dir)
+    assert errors == [] and trickle_ok[0] > 20

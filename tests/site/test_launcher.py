@@ -1,0 +1,97 @@
+"""The local site's lifecycle and the command line's handling of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sonicsite.local import launcher
+from sonicsite.local.errors import SiteError
+from sonicsite.local.processes import alive, group_members
+from sonicsite.local.state import SiteState
+
+SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_status_json_lists_every_ready_server(site):
+    out = _cli("status", "--json", "--dir", site.site_dir)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [s["id"] for s in data["servers"]] == ["triton-0", "triton-1"]
+    assert all(s["ready"] for s in data["servers"])
+    assert len({s["grpc_port"] for s in data["servers"]}) == 2
+    assert set(data["models"]) == set(site.models)
+
+
+def test_up_refuses_a_second_site_in_the_same_directory(site):
+    with pytest.raises(SiteError, match="already running"):
+        launcher.up(Path(site.site_dir), servers=1)
+
+
+def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_models):
+    state = launcher.up(
+        tmp_path / "s", servers=1, models=["simple", "identity"], build_dir=built_models
+    )
+    pid = state.servers[0].pid
+    members = group_members(pid)
+    assert pid in members and len(members) >= 3  # the server and one stub per model
+    stopped = launcher.down(tmp_path / "s")
+    assert stopped == [pid]
+    assert not group_members(pid)
+    assert not (tmp_path / "s" / "state.json").exists()
+
+
+def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
+    """A model that cannot load: `up` fails with Triton's reason and stops what it started."""
+    broken = tmp_path / "built"
+    (broken / "simple" / "1").mkdir(parents=True)
+    (broken / "simple" / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    with pytest.raises(SiteError, match="failed to load 'simple'") as caught:
+        launcher.up(
+            tmp_path / "s", servers=1, models=["simple"], build_dir=broken, ready_timeout=60
+        )
+    pid = int(str(caught.value).split("pid ")[1].split(")")[0])
+    assert not alive(pid) and not group_members(pid)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["up", "--servers", "0"], "argument --servers: expected an integer ≥ 1, got 0"),
+        (
+            ["submit", "--model", "simple", "--jobs", "x"],
+            "argument --jobs: expected an integer ≥ 1, got 'x'",
+        ),
+        (["submit", "--model", "resnet50"], "unknown model(s) ['resnet50']"),
+        (
+            ["submit", "--model", "simple", "--wave", "-2"],
+            "argument --wave: expected an integer ≥ 1, got -2",
+        ),
+    ],
+)
+def test_bad_command_line_is_named(args, fragment):
+    out = _cli(*args)
+    assert out.returncode == 2
+    assert fragment in out.stderr, out.stderr
+
+
+def test_commands_on_a_missing_site_say_how_to_start_one(tmp_path):
+    for command in (["status"], ["down"], ["submit", "--model", "simple"]):
+        out = _cli(*command, "--dir", str(tmp_path / "nothing"))
+        assert out.returncode == 1
+        assert "sonicsite up" in out.stderr, out.stderr
+
+
+def test_state_file_round_trips(site):
+    loaded = SiteState.load(Path(site.site_dir))
+    assert loaded.servers == site.servers
+    assert all(os.path.exists(s.log) for s in loaded.servers)
