@@ -146,8 +146,8 @@ class SiteRecord:
         )
 
 
-def read_state_file(site: Path) -> SiteRecord:
-    """The site record in a local site's state file (`site` is the site directory or the
+def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
+    """A local site's state file as JSON, and its path (`site` is the site directory or the
     file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
     the launcher replaces it atomically."""
     path = Path(site)
@@ -157,4 +157,10 @@ def read_state_file(site: Path) -> SiteRecord:
         raise FileNotFoundError(
             f"no site at {path.parent}: {path} does not exist (start one with `sonicsite up`)"
         )
-    return SiteRecord.from_dict(json.loads(path.read_text()), source=str(path))
+    return json.loads(path.read_text()), path
+
+
+def read_state_file(site: Path) -> SiteRecord:
+    """The site record in a local site's state file (the launcher writes more: its PIDs)."""
+    data, path = load_state_file(site)
+    return SiteRecord.from_dict(data, source=str(path))

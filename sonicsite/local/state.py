@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.wire import STATE_FILE, ServerRecord
+from sonicsite.contract.wire import STATE_FILE, ServerRecord, load_state_file
 
 DEFAULT_SITE_DIR = Path(".sonicsite")
 
@@ -67,12 +67,7 @@ class SiteState:
 
     @classmethod
     def load(cls, site_dir: Path) -> SiteState:
-        path = Path(site_dir) / STATE_FILE
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"no site at {site_dir}: {path} does not exist (start one with `sonicsite up`)"
-            )
-        data = json.loads(path.read_text())
+        data, _ = load_state_file(Path(site_dir))
         return cls(
             site_dir=data["site_dir"],
             servers=[LocalServer.from_dict(s) for s in data["servers"]],

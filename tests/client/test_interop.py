@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import awkward as ak
 import numpy as np
 import pyarrow as pa
@@ -82,7 +80,7 @@ def test_a_table_goes_to_the_server_as_it_is(site):
     soa = soa_from_arrow(table)
     spec = TensorSpec("identity").append_block("INPUT0", "block").append_output("OUTPUT0")
     answers = {}
-    with Client(from_site_file(Path(site.site_dir)), "http", "direct") as client:
+    with Client(from_site_file(site.site_dir), "http", "direct") as client:
         stream = client.stream("identity", spec, batch=4, strict=True)
         result = stream.run(soa, lambda lo, hi, out: answers.update({lo: np.array(out["OUTPUT0"])}))
     assert result.events_ok == 8 and result.stats.summary()["payload_copies"] == 0

@@ -9,14 +9,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.local import envoy, launcher
+from sonicsite.local.processes import alive
 
 
 def _answers(out: Path) -> Counter:
@@ -87,22 +88,22 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             target=lambda: result.update(submit(spec, lambda d, t: progress.__setitem__(0, d)))
         )
         runner.start()
-        deadline = time.monotonic() + 120
-        while progress[0] < 80 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert progress[0] >= 80, "the stream did not start"
+        wait_until(lambda: progress[0] >= 80, "the stream to answer 80 events", timeout=180)
         os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
         envoy_retries = envoy.counter(
             state.envoy_admin, "cluster.model_particlenet_ak4.upstream_rq_retry"
         )
-        deadline = time.monotonic() + 5  # two failed health checks, one second apart
-        while time.monotonic() < deadline:
-            hosts_after = envoy.healthy_hosts(state.envoy_admin, "model_particlenet_ak4")
-            if len(hosts_after) == 1:
-                break
-            time.sleep(0.1)
+        # Envoy no longer sends to the dead server (two failed health checks): only the
+        # live one is healthy there.
+        hosts_after = wait_until(
+            lambda: (
+                envoy.healthy_hosts(state.envoy_admin, "model_particlenet_ak4")
+                == [state.servers[0].grpc]
+            ),
+            "Envoy to take the killed server out",
+        )
         # A SIGKILLed server leaves its Python-backend regions in /dev/shm ...
         regions = f"sonicsite_{victim.id}_{victim.grpc_port}_*"
         assert list(Path("/dev/shm").glob(regions))
@@ -118,8 +119,7 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
         assert result["retries"] > 0  # the client failed over
     else:
         assert envoy_retries + result["retries"] > 0  # Envoy retried on the other server
-    # Envoy no longer sends to the dead server: only the live one is healthy there.
-    assert hosts_after == [f"127.0.0.1:{state.servers[0].grpc_port}"]
+    assert hosts_after
 
 
 def test_demo_command_runs_and_stops_everything(tmp_path, built_models):

@@ -19,7 +19,7 @@ from sonicsite.models.repository import (
 )
 from tritonclient.grpc import model_config_pb2 as mc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = {
     "simple",
     "identity",

@@ -10,6 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
@@ -30,10 +31,10 @@ POLICY = ScalingPolicy(min_servers=1, max_servers=4, target_ms=100, up_window_s=
 
 def test_metric_is_queue_time_per_request_over_the_site_worst_model():
     loads = [
-        ModelLoad("a", "s0", 300e3, 0, 0, 0, 0, 1, requests=10),  # 10 requests at 300 ms
-        ModelLoad("a", "s1", 100e3, 0, 0, 0, 0, 1, requests=30),  # 30 requests at 100 ms
-        ModelLoad("b", "s0", 50e3, 0, 0, 0, 0, 4, requests=5),
-        ModelLoad("b", "s1", None, 0, 0, 0, 0, None, requests=0),  # nothing completed there
+        ModelLoad("a", "s0", 10, 10 * 300e3, 0, 0, 0, 0, 1),  # 10 requests at 300 ms
+        ModelLoad("a", "s1", 30, 30 * 100e3, 0, 0, 0, 0, 1),  # 30 requests at 100 ms
+        ModelLoad("b", "s0", 5, 5 * 50e3, 0, 0, 0, 0, 4),
+        ModelLoad("b", "s1", 0, 0, 0, 0, 0, 0, None),  # nothing completed there
     ]
     # model a: (10*300 + 30*100) / 40 = 150 ms (per request, not per execution); b: 50 ms
     assert queue_ms_per_request(loads) == pytest.approx(150.0)
@@ -107,12 +108,15 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
         assert not [r for r in result.stats.records if not r.ok], "a request failed"
         events = _state(state)["scale_events"]
         assert events and events[0]["direction"] == "up" and events[0]["to"] == 2
-        deadline = time.monotonic() + 60
-        while len(SiteState.load(site_dir).servers) > 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(
+            lambda: len(SiteState.load(site_dir).servers) == 1,
+            "the autoscaler to drain back to one server",
+            timeout=120,
+        )
         assert [s.id for s in SiteState.load(site_dir).servers] == ["triton-0"]
         assert [e["direction"] for e in _state(state)["scale_events"]][-1] == "down"
-        time.sleep(1.0)  # the light load goes on after the drain
+        after_drain = trickle_ok[0]  # the light load goes on after the drain
+        wait_until(lambda: trickle_ok[0] >= after_drain + 10, "the light load to go on")
     finally:
         stop.set()
         light.join(timeout=30)

@@ -9,15 +9,19 @@ import urllib.request
 import pytest
 from sonicsite.bench.balancing import set_policy, stream
 from sonicsite.client.discovery import from_site_file
-from sonicsite.operator.balancing import SCALE, Balancing, check_policy
+from sonicsite.operator.balancing import Balancing, check_policy
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds_resources import model_cluster
 
+from sonicsite.contract.wire import FULL_WEIGHT as SCALE
 from sonicsite.local import envoy, launcher
 
 
 def _load(server: str, queue_us: float | None, compute_us: float | None = 0.0) -> ModelLoad:
-    return ModelLoad("m", server, queue_us, compute_us, 0.0, 1.0, 0.0, 1.0, requests=1.0)
+    """One request in the interval with these times (None: no request completed)."""
+    if queue_us is None:
+        return ModelLoad("m", server, 0, 0.0, 0.0, 0.0, 0.0, 0.0, None)
+    return ModelLoad("m", server, 1, queue_us, compute_us or 0.0, 0.0, 1.0, 0.0, 1.0)
 
 
 def test_load_aware_weights_follow_measured_time_per_request():

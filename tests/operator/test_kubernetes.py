@@ -6,12 +6,12 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from polling import wait_until
 from sonicsite.models.samples import generate
 from sonicsite.operator.api import make_server
 from sonicsite.operator.controller import Operator
@@ -19,8 +19,8 @@ from sonicsite.operator.discovery import KubernetesDiscovery, kubernetes_api
 from stock import stock_infer
 
 from sonicsite.local import envoy
-from sonicsite.local.processes import stop_group
 from sonicsite.local.ports import free_ports
+from sonicsite.local.processes import stop_group
 
 NAMESPACE, SERVICE = "hep", "sonicsite-triton"
 
@@ -191,10 +191,10 @@ def test_envoy_routes_to_the_servers_kubernetes_names(site, api, tmp_path):
     try:
         envoy.wait_ready(proc, f"127.0.0.1:{admin}", tmp_path / "envoy.log")
         wanted = sorted(f"127.0.0.1:{s.grpc_port}" for s in site.servers)
-        deadline = time.monotonic() + 10
-        while envoy.healthy_hosts(f"127.0.0.1:{admin}", "triton") != wanted:
-            assert time.monotonic() < deadline, "Envoy never saw both servers healthy"
-            time.sleep(0.1)
+        wait_until(
+            lambda: envoy.healthy_hosts(f"127.0.0.1:{admin}", "triton") == wanted,
+            "Envoy to see both servers healthy",
+        )
         sample = generate("simple", 2, seed=1)
         got = stock_infer(
             f"127.0.0.1:{listen}", "simple", sample.reference_inputs(0, 2), ["OUTPUT0"]

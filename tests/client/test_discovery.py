@@ -1,0 +1,63 @@
+"""Discovery (where the site is) and the per-request pick (which server a request goes to),
+without a site: explicit endpoints, the state file, what is said when nothing is found."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from sonicsite.client.balancer import Balancer, Endpoint, power_of_two
+from sonicsite.client.discovery import DiscoveryError, discover, from_site_file
+
+from sonicsite.contract.wire import STATE_FILE, ServerRecord
+
+
+def test_explicit_endpoints_come_first_then_the_state_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("SONICSITE_URL", raising=False)
+    site = discover(endpoints=["h1:8001", "h2:8001"])
+    assert [(s.id, s.grpc) for s in site.servers] == [
+        ("server-0", "h1:8001"),
+        ("server-1", "h2:8001"),
+    ]
+    servers = [
+        ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, ("simple",)).to_dict(),
+        ServerRecord("triton-1", "127.0.0.1", 4, 5, 6, ("simple",), draining=True).to_dict(),
+    ]
+    (tmp_path / STATE_FILE).write_text(json.dumps({"grpc": "127.0.0.1:9", "servers": servers}))
+    found = discover(site=tmp_path)
+    assert found.grpc == "127.0.0.1:9" and found.source == str(tmp_path / STATE_FILE)
+    assert [s.id for s in found.servers] == ["triton-0"]  # draining servers take no new work
+    assert from_site_file(tmp_path) == found
+
+
+def test_nothing_found_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv("SONICSITE_URL", raising=False)
+    monkeypatch.setenv("SONICSITE_SITE", str(tmp_path / "nowhere"))
+    with pytest.raises(DiscoveryError, match=r"no site file at .*nowhere.*sonicsite up"):
+        discover()
+
+
+def test_power_of_two_prefers_the_cheaper_of_two_and_counts_weight():
+    fast = Endpoint("fast", None, latency_s=0.01)
+    slow = Endpoint("slow", None, latency_s=0.1)
+    rng = random.Random(1)
+    assert {power_of_two([fast, slow], rng).id for _ in range(20)} == {"fast"}
+    busy = Endpoint("busy", None, in_flight=20, latency_s=0.01)
+    assert power_of_two([busy, slow], rng).id == "slow"  # 21 x 10 ms > 1 x 100 ms
+    slow.weight = 0.01  # the operator finds it far slower than it looks
+    assert power_of_two([busy, slow], rng).id == "busy"
+
+
+def test_the_balancer_avoids_servers_that_are_down_or_asked_for_a_pause():
+    a, b = Endpoint("a", None), Endpoint("b", None)
+    balancer = Balancer([a, b], random.Random(2))
+    balancer.mark_down(a)
+    assert {balancer.acquire().id for _ in range(10)} == {"b"}
+    assert b.in_flight == 10
+    for _ in range(10):
+        balancer.done(b, 0.01)
+    assert b.in_flight == 0 and b.latency_s == pytest.approx(0.01)
+    balancer.hold(b, 60)
+    a.down_until = 0.0  # a is back
+    assert balancer.acquire(avoid="b").id == "a"

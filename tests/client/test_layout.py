@@ -1,0 +1,44 @@
+"""SoA layouts: aligned columns, adjacency, ragged collections, columns of several layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sonicsite.client import Column, Columns, LayoutError, Ragged, SoA
+
+
+def test_ragged_collections():
+    content = SoA.from_arrays({"pt": np.arange(10, dtype=np.float32)})
+    jets = Ragged(content, [0, 3, 3, 7, 10])
+    assert len(jets) == 4 and list(jets.counts()) == [3, 0, 4, 3]
+    part = jets.collections(1, 3)
+    assert list(part.offsets) == [0, 0, 4]
+    np.testing.assert_array_equal(part.content["pt"], [3, 4, 5, 6])
+    assert np.shares_memory(part.content["pt"], content["pt"])  # views, not copies
+    with pytest.raises(LayoutError, match="offsets end at 9, the content has 10 rows"):
+        Ragged(content, [0, 4, 9])
+    with pytest.raises(LayoutError, match="must not decrease"):
+        Ragged(content, [0, 6, 4, 10])
+
+
+def test_layout_alignment_and_adjacency():
+    soa = SoA.allocate(
+        [Column("a", np.float32), Column("b", np.float32), Column("m", np.float32, (3,))], 1000
+    )
+    assert all(soa[n].ctypes.data % 128 == 0 for n in soa.names)
+    assert soa.contiguous_block(["a", "b"]) is None  # 4000 B: padded to the next 128 B
+    aligned = SoA.allocate([Column("a", np.float32), Column("b", np.float32)], 1024)
+    block = aligned.contiguous_block(["a", "b"])
+    assert block is not None and block.nbytes == 8192
+    assert aligned.contiguous_block(["b", "a"]) is None
+    with pytest.raises(LayoutError, match="no column 'c'"):
+        aligned.contiguous_block(["a", "c"])
+
+
+def test_columns_from_several_layouts_feed_one_request():
+    nodes = SoA.from_arrays({"e": np.ones(5, np.float32)})
+    edges = SoA.from_arrays({"src": np.zeros(7, np.int64)})
+    merged = Columns.merge(nodes, edges)
+    assert merged.names == ["e", "src"] and merged["src"].shape == (7,)
+    with pytest.raises(LayoutError, match="column 'e' is in more than one layout"):
+        Columns.merge(nodes, nodes)
