@@ -38,26 +38,10 @@ def start_control_plane(
     state.operator = f"127.0.0.1:{op_port}"
     state.grpc = f"127.0.0.1:{listen}"
     state.envoy_admin = f"127.0.0.1:{admin}"
-    op_log = site_dir / "logs" / "operator.log"
-    cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "sonicsite.local.operator_main",
-        "--site",
-        str(site_dir),
-        "--port",
-        str(op_port),
-        "--envoy-listen",
-        state.grpc,
-        "--balancing",
-        balancing,
-        *operator_args(policy, scaling, jwt),
-    ]
-    operator = start_process(cmd, op_log, cwd=site_dir)
-    state.processes.append(ProcessInfo("operator", operator.pid, str(op_log)))
-    state.save()
-    wait_for_http(f"http://{state.operator}/healthz", operator, op_log, timeout, SiteError)
+    args = [f"--site={site_dir}", f"--port={op_port}", f"--envoy-listen={state.grpc}"]
+    args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt)]
+    health = f"http://{state.operator}/healthz"
+    _start_python(state, "operator", "sonicsite.local.operator_main", args, health, timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
@@ -105,25 +89,25 @@ def operator_args(
 
 def start_gateway(state: SiteState, timeout: float, tokens: Path | None = None) -> None:
     """The gateway (KServe v2 over HTTP, /v1/site, the status page), following the operator."""
-    site_dir = Path(state.site_dir)
     (port,) = free_ports(1)
     state.http = f"127.0.0.1:{port}"
-    log = site_dir / "logs" / "gateway.log"
-    cmd = [
-        sys.executable,
-        "-P",
-        "-m",
-        "sonicsite.gateway.main",
-        "--operator",
-        f"http://{state.operator}",
-        "--port",
-        str(port),
-        *(["--tokens", str(tokens)] if tokens else []),
-    ]
-    gateway = start_process(cmd, log, cwd=site_dir)
-    state.processes.append(ProcessInfo("gateway", gateway.pid, str(log)))
+    args = [f"--operator=http://{state.operator}", f"--port={port}"]
+    args += [f"--tokens={tokens}"] if tokens else []
+    health = f"http://{state.http}/healthz"
+    _start_python(state, "gateway", "sonicsite.gateway.main", args, health, timeout)
+
+
+def _start_python(
+    state: SiteState, name: str, module: str, args: list[str], health: str, timeout: float
+) -> None:
+    """One of our own Python services (the operator, the gateway), recorded in the state
+    file at once and waited for until `health` answers."""
+    site_dir = Path(state.site_dir)
+    log = site_dir / "logs" / f"{name}.log"
+    proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
+    state.processes.append(ProcessInfo(name, proc.pid, str(log)))
     state.save()
-    wait_for_http(f"http://{state.http}/healthz", gateway, log, timeout, SiteError)
+    wait_for_http(health, proc, log, timeout, SiteError)
 
 
 def start_prometheus(state: SiteState, timeout: float) -> None:
