@@ -4,9 +4,14 @@ grpc-python copies a request into its own buffer and a reply into a fresh `bytes
 HTTP/2 stack is tuned for many small messages; for tensors of many megabytes that is most of
 the client's time. Here a request is a list of buffers (the protobuf header, then the raw
 column views) sent with `sendmsg` as DATA frames, never joined; a reply's gRPC message is
-read straight from the socket into one `bytes` object that numpy then views. HPACK comes
+read straight from the socket into one buffer that numpy then views (a `bytes` object, or
+from 1 MB an anonymous mapping on huge pages: wire.receive_buffer). HPACK comes
 from the `hpack` package; the rest of HTTP/2 (RFC 9113) that a unary client needs is here:
 settings, flow control both ways, PING, GOAWAY, RST_STREAM, trailers.
+
+This module holds the connection and the pool; the wire format (frame types, flags,
+encoders, Http2Error) is in http2_frames.py, and gRPC's statuses and how a reply is put
+together from headers, trailers and message are in grpc_status.py.
 
 One stream at a time per connection; concurrency comes from a pool of connections, so a
 slow reply never blocks another request's frames.
@@ -14,102 +19,45 @@ slow reply never blocks another request's frames.
 
 from __future__ import annotations
 
-import mmap
 import socket
 import struct
 import threading
 import time
-import urllib.parse
-from dataclasses import dataclass, field
 
 import hpack
 
+from .grpc_status import GrpcReply, Reading, assemble_reply, grpc_timeout
+from .http2_frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_WINDOW,
+    OUR_MAX_FRAME,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW,
+    SETTINGS_MAX_FRAME,
+    WINDOW_UPDATE,
+    Http2Error,
+    frame_header,
+    settings_frame,
+    window_update_frame,
+)
 from .wire import receive_buffer
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    range(10)
-)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW, SETTINGS_MAX_FRAME = 0x2, 0x4, 0x5
-MAX_WINDOW = 2**31 - 1
-OUR_MAX_FRAME = 2**24 - 1  # the server may send us frames this large
-REFUSED_STREAM = 0x7
+__all__ = ["Connection", "ConnectionPool", "GrpcReply", "Http2Error"]
+
 IOV_BATCH = 512  # buffers per sendmsg call (IOV_MAX is 1024 on Linux)
-# HTTP status without grpc-status -> gRPC status name (gRPC's HTTP-to-gRPC mapping)
-HTTP_TO_GRPC = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}
-HTTP_TO_GRPC |= {404: "UNIMPLEMENTED", 429: "UNAVAILABLE", 502: "UNAVAILABLE"}
-HTTP_TO_GRPC |= {503: "UNAVAILABLE", 504: "UNAVAILABLE"}
-
-
-class Http2Error(ConnectionError):
-    """The connection failed or the stream was reset. `unprocessed`: the server said it did
-    not act on the request (REFUSED_STREAM, or GOAWAY below our stream), so any retry is safe."""
-
-    def __init__(self, message: str, unprocessed: bool = False):
-        super().__init__(message)
-        self.unprocessed = unprocessed
-
-
-@dataclass
-class GrpcReply:
-    status: int  # gRPC status code, 0 = OK
-    status_name: str  # as grpc.StatusCode names it ("" when status is a number we don't know)
-    details: str
-    metadata: dict[str, str]  # response headers and trailers (not the pseudo-headers)
-    message: bytes | mmap.mmap | None  # the reply's gRPC message; None when there was none
-
-
-STATUS_NAMES = {
-    0: "OK",
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    6: "ALREADY_EXISTS",
-    7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION",
-    10: "ABORTED",
-    11: "OUT_OF_RANGE",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-    15: "DATA_LOSS",
-    16: "UNAUTHENTICATED",
-}
-_CODES = {name: code for code, name in STATUS_NAMES.items()}
-
-
-def _frame_header(length: int, kind: int, flags: int, stream: int) -> bytes:
-    return struct.pack(">IBBI", length, kind, flags, stream)[1:]
-
-
-def _settings(*pairs: tuple[int, int]) -> bytes:
-    payload = b"".join(struct.pack(">HI", k, v) for k, v in pairs)
-    return _frame_header(len(payload), SETTINGS, 0, 0) + payload
-
-
-def _window_update(stream: int, increment: int) -> bytes:
-    return _frame_header(4, WINDOW_UPDATE, 0, stream) + struct.pack(">I", increment)
-
-
-def grpc_timeout(seconds: float) -> str:
-    return f"{max(1, int(seconds * 1000))}m"
-
-
-@dataclass
-class _Reading:
-    """A reply being assembled: headers, trailers and the gRPC message."""
-
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    trailers: list[tuple[str, str]] = field(default_factory=list)
-    prefix: bytes = b""
-    message: bytes | mmap.mmap | None = None
-    view: memoryview | None = None
-    filled: int = 0
-    done: bool = False
 
 
 class Connection:
@@ -132,12 +80,12 @@ class Connection:
         self.closed = False
         self.sock.sendall(
             PREFACE
-            + _settings(
+            + settings_frame(
                 (SETTINGS_ENABLE_PUSH, 0),
                 (SETTINGS_INITIAL_WINDOW, MAX_WINDOW),
                 (SETTINGS_MAX_FRAME, OUR_MAX_FRAME),
             )
-            + _window_update(0, MAX_WINDOW - 65535)
+            + window_update_frame(0, MAX_WINDOW - 65535)
         )
 
     @property
@@ -177,9 +125,9 @@ class Connection:
                     self._peer_initial_window = value
                 elif ident == SETTINGS_MAX_FRAME:
                     self._peer_max_frame = value
-            self.sock.sendall(_frame_header(0, SETTINGS, ACK, 0))
+            self.sock.sendall(frame_header(0, SETTINGS, ACK, 0))
         elif kind == PING and not flags & ACK:
-            self.sock.sendall(_frame_header(8, PING, ACK, 0) + payload)
+            self.sock.sendall(frame_header(8, PING, ACK, 0) + payload)
         elif kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             if stream == 0:
@@ -199,7 +147,7 @@ class Connection:
 
     # -- frames out --------------------------------------------------------------------------
 
-    def _send_data(self, stream: int, parts: list[memoryview], r: _Reading) -> bool:
+    def _send_data(self, stream: int, parts: list[memoryview], r: Reading) -> bool:
         """Every part as DATA frames, within the server's windows and frame size. False when
         the server answered before taking it all (an early error reply, e.g. shed at Envoy)."""
         remaining = sum(p.nbytes for p in parts)
@@ -216,7 +164,7 @@ class Connection:
                 size = min(self._peer_max_frame, budget)
                 remaining -= size
                 budget -= size
-                iov.append(_frame_header(size, DATA, 0 if remaining else END_STREAM, stream))
+                iov.append(frame_header(size, DATA, 0 if remaining else END_STREAM, stream))
                 while size:
                     part = parts[index]
                     take = min(size, part.nbytes - offset)
@@ -269,8 +217,8 @@ class Connection:
                 *metadata,
             ]
             block = self._encoder.encode(headers)
-            self.sock.sendall(_frame_header(len(block), HEADERS, END_HEADERS, stream) + block)
-            r = _Reading()
+            self.sock.sendall(frame_header(len(block), HEADERS, END_HEADERS, stream) + block)
+            r = Reading()
             whole = self._send_data(
                 stream, [memoryview(b"\x00" + struct.pack(">I", size)), *views], r
             )
@@ -284,11 +232,11 @@ class Connection:
         if not whole:  # the stream was left half-sent: start afresh next time
             self.close()
         elif self._received > MAX_WINDOW // 2:
-            self.sock.sendall(_window_update(0, self._received))
+            self.sock.sendall(window_update_frame(0, self._received))
             self._received = 0
-        return _reply(r)
+        return assemble_reply(r)
 
-    def _pump(self, stream: int, r: _Reading) -> bool:
+    def _pump(self, stream: int, r: Reading) -> bool:
         """Read one frame: the current reply's headers or data go into `r`; True once the
         reply is complete."""
         length, kind, flags, sid = self._next_frame()
@@ -319,7 +267,7 @@ class Connection:
             block += self._read_exact(length)
         return block
 
-    def _read_data(self, length: int, flags: int, r: _Reading) -> None:
+    def _read_data(self, length: int, flags: int, r: Reading) -> None:
         self._received += length
         pad = 0
         if flags & PADDED:
@@ -346,29 +294,6 @@ class Connection:
             length -= got
         if pad:
             self._read_exact(pad)
-
-
-def _reply(r: _Reading) -> GrpcReply:
-    pseudo = dict(r.headers)
-    metadata = {k: v for k, v in r.headers + r.trailers if not k.startswith(":")}
-    if "grpc-status" in metadata:
-        status = int(metadata["grpc-status"])
-        name = STATUS_NAMES.get(status, "")
-    else:
-        http = int(pseudo.get(":status", "0") or 0)
-        name = HTTP_TO_GRPC.get(http, "UNKNOWN")
-        status = _CODES[name]
-        metadata.setdefault("grpc-message", f"HTTP {http} without grpc-status")
-    complete = r.view is not None and r.filled == r.view.nbytes
-    if status == 0 and not complete:
-        raise Http2Error("the reply ended before its message was complete")
-    return GrpcReply(
-        status,
-        name,
-        urllib.parse.unquote(metadata.get("grpc-message", "")),
-        metadata,
-        r.message if complete else None,
-    )
 
 
 class ConnectionPool:
