@@ -13,7 +13,7 @@ STRICT := --config-settings editable_mode=strict
 # headless Chromium loads the gateway's status page in the tests.
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
 
-.PHONY: run test lint format models install system clean chart-check
+.PHONY: run test lint format models install system clean chart-check chart-docs
 
 run: install models
 	$(BIN)/sonicsite demo
@@ -22,9 +22,15 @@ test: install models
 	$(BIN)/pytest -q
 
 # The Helm chart: lint, render, Kubernetes and CRD schemas, Envoy and promtool, per profile
-# (tests/test_chart.py runs the same checks inside `make test`).
+# (tests/chart runs the same checks inside `make test`). The chart's tools are scripts in
+# charts/tools: run as scripts, their own folder (not the repository root) is on the path.
 chart-check: install
-	$(PY) -P -m sonicsite.chartcheck charts/sonicsite
+	$(PY) charts/tools/chartcheck.py charts/sonicsite
+
+# The chart README's values table, generated from the `# --` comments in values.yaml
+# (tests/chart fails when the table is stale).
+chart-docs: install
+	$(PY) charts/tools/values_doc.py charts/sonicsite
 
 lint: install
 	$(BIN)/ruff check .

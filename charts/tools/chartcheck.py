@@ -6,6 +6,9 @@ against the Kubernetes schemas (kubernetes-validate, strict); every ScaledObject
 ServiceMonitor, PodMonitor and PrometheusRule against its CRD's schema and CEL rules
 (crdcheck.py); the rendered Envoy bootstrap through `envoy --mode validate`; the rendered
 Prometheus configuration and rules through promtool.
+
+Usage: python charts/tools/chartcheck.py [CHART] [--json]  (from the repository root after
+`make install`; the script's own folder is on the path, so crdcheck.py is found beside it).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from pathlib import Path
 
 import yaml
 
-CHART = Path("charts/sonicsite")
-CRDS = Path("charts/crds")  # copies of the CRDs, see its README
+CHARTS = Path(__file__).resolve().parents[1]
+CHART = CHARTS / "sonicsite"
+CRDS = CHARTS / "crds"  # copies of the CRDs, see its README
 KUBE_VERSIONS = ("1.29", "1.37")
 CUSTOM_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
@@ -176,7 +180,7 @@ def check_profile(name: str, values: dict, chart: Path = CHART) -> ProfileReport
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sonicsite-chartcheck")
+    parser = argparse.ArgumentParser(prog="python charts/tools/chartcheck.py")
     parser.add_argument("chart", type=Path, nargs="?", default=CHART)
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""sonicsite.crdcheck against the real KEDA and prometheus-operator CRDs, plus small made-up
+"""charts/tools/crdcheck.py against the real KEDA and prometheus-operator CRDs, plus small made-up
 CRDs for the Kubernetes schema features those do not use (nullable, CEL on list items, ...).
 
 No cluster and no network: the CRD files are the copies in charts/crds.
@@ -14,20 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sonicsite.crdcheck import (
-    NOT_CHECKED,
-    cel_name,
-    format_path,
-    go_regex,
-    load_crds,
-    load_yaml_documents,
-    main,
-    rule_problems,
-    validate,
-)
+from crd_cel import cel_name, rule_problems
+from crd_formats import go_regex
+from crd_loading import load_crds, load_yaml_documents
+from crd_messages import format_path
+from crdcheck import NOT_CHECKED, main, validate
 
-CRDS = Path(__file__).resolve().parents[1] / "charts" / "crds"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+CRDS = ROOT / "charts" / "crds"
+SCRIPT = ROOT / "charts" / "tools" / "crdcheck.py"
 
 
 def parse(text: str) -> dict:
@@ -515,9 +510,9 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "1 object(s) checked, 1 skipped, 1 error(s)" in out
 
 
-def test_cli_as_a_module(tmp_path: Path) -> None:
+def test_cli_as_a_script(tmp_path: Path) -> None:
     good, bad = write_manifests(tmp_path)
-    command = [sys.executable, "-P", "-m", "sonicsite.crdcheck", "--crds", str(CRDS)]
+    command = [sys.executable, str(SCRIPT.relative_to(ROOT)), "--crds", str(CRDS)]
     ok = subprocess.run([*command, str(good)], capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     failed = subprocess.run(
@@ -525,3 +520,5 @@ def test_cli_as_a_module(tmp_path: Path) -> None:
     )
     assert failed.returncode == 1
     assert "spec.maxReplicaCont: unknown field" in failed.stdout
+    usage = subprocess.run([*command[:2], "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert usage.stdout.startswith("usage: python charts/tools/crdcheck.py [-h] --crds CRDS")

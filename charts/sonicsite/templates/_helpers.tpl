@@ -61,6 +61,59 @@ seccompProfile:
 {{- include "sonicsite.component" (dict "root" . "component" "triton") -}}
 {{- end -}}
 
+{{/* Envoy's bootstrap as JSON, the same few lines as the local site's
+(sonicsite/local/envoy.py): the admin port and where the operator is; listeners, routes,
+clusters and endpoints come over xDS. The ConfigMap holds it; the Deployment's checksum
+annotation rolls the pods when it changes. */}}
+{{- define "sonicsite.envoyBootstrap" -}}
+{{- $e := .Values.envoy -}}
+{{- $rest := dict "resource_api_version" "V3" "api_config_source" (dict "api_type" "REST" "transport_api_version" "V3" "cluster_names" (list "sonicsite_operator") "refresh_delay" "0.5s") -}}
+{{- $operator := dict "address" (include "sonicsite.operatorHost" .) "port_value" (int .Values.operator.port) -}}
+{{- $bootstrap := dict
+  "node" (dict "id" "sonicsite-envoy" "cluster" "sonicsite")
+  "admin" (dict "address" (dict "socket_address" (dict "address" "127.0.0.1" "port_value" (int $e.adminPort))))
+  "dynamic_resources" (dict "lds_config" $rest "cds_config" $rest)
+  "static_resources" (dict "clusters" (list (dict
+    "name" "sonicsite_operator"
+    "type" "STRICT_DNS"
+    "connect_timeout" "1s"
+    "load_assignment" (dict "cluster_name" "sonicsite_operator" "endpoints" (list (dict "lb_endpoints" (list (dict "endpoint" (dict "address" (dict "socket_address" $operator))))))))))
+-}}
+{{- toJson $bootstrap -}}
+{{- end -}}
+
+{{/* The Secret holding the gateway's tokens: given, or the one the chart creates. */}}
+{{- define "sonicsite.gatewayTokensSecret" -}}
+{{- .Values.gateway.auth.existingSecret | default (printf "%s-tokens" (include "sonicsite.component" (dict "root" . "component" "gateway"))) -}}
+{{- end -}}
+
+{{/* Every pod of the release, whatever its component (for NetworkPolicy peers). */}}
+{{- define "sonicsite.releasePods" -}}
+{{- toYaml (dict "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/name" .Chart.Name) -}}
+{{- end -}}
+
+{{/* A ServiceMonitor for prometheus-operator on a component's `http` Service port. */}}
+{{- define "sonicsite.serviceMonitor" -}}
+{{- $m := .root.Values.monitoring.prometheusOperator -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ include "sonicsite.component" . }}
+  labels:
+    {{- include "sonicsite.labels" . | nindent 4 }}
+    {{- with $m.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "sonicsite.selectorLabels" . | nindent 6 }}
+  endpoints:
+    - port: http
+      path: /metrics
+      interval: {{ $m.interval }}
+{{- end -}}
+
 {{/* The Prometheus that KEDA queries: given, or the chart's own. */}}
 {{- define "sonicsite.prometheusAddress" -}}
 {{- if .Values.monitoring.prometheusAddress -}}
