@@ -13,7 +13,7 @@ STRICT := --config-settings editable_mode=strict
 # headless Chromium loads the gateway's status page in the tests.
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
 
-.PHONY: run test lint format models install system clean chart-check chart-docs
+.PHONY: run test lint format models install system clean chart-check chart-docs dashboards
 
 run: install models
 	$(BIN)/sonicsite demo
@@ -31,6 +31,12 @@ chart-check: install
 # (tests/chart fails when the table is stale).
 chart-docs: install
 	$(PY) charts/tools/values_doc.py charts/sonicsite
+
+# The Grafana dashboards' JSON (monitoring/dashboards), built in code by
+# monitoring/tools/dashboards.py, run as a script (tests/monitoring fails when the committed
+# JSON is not a fresh build).
+dashboards: install
+	$(PY) monitoring/tools/dashboards.py
 
 lint: install
 	$(BIN)/ruff check .

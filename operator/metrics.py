@@ -130,9 +130,9 @@ class OperatorMetrics:
             self.up.labels(server).set(1 if up else 0)
         for load in loads:
             key = (load.model, load.server)
-            if load.queue_us_per_request is not None:
-                self.queue.labels(*key).set(load.queue_us_per_request / 1e6)
-                self.compute.labels(*key).set((load.compute_us_per_request or 0.0) / 1e6)
+            # nothing completed in the interval: nothing waited either (as the rule reads it)
+            self.queue.labels(*key).set((load.queue_us_per_request or 0.0) / 1e6)
+            self.compute.labels(*key).set((load.compute_us_per_request or 0.0) / 1e6)
             self.pending.labels(*key).set(load.pending)
             self.throughput.labels(*key).set(load.throughput_rps)
             self.failures.labels(*key).set(load.failure_rps)

@@ -1,5 +1,6 @@
-"""Monitoring rules: promtool's checks and unit tests, and the scaling metric proven equal to
-the autoscaler's on the same live data in a real Prometheus."""
+"""Monitoring rules: promtool's checks and unit tests, and the scaling metric (queue time per
+request, defined once in PromQL by its recording rule) proven equal to the autoscaler's (the
+Python definition) on the same live data in a real Prometheus."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
@@ -18,15 +20,21 @@ from sonicsite.operator.autoscaler import ScalingPolicy, queue_ms_per_request
 from sonicsite.operator.loadview import _Scrape, compute_loads
 
 from sonicsite.local import prometheus
-from sonicsite.local.processes import stop_group
 from sonicsite.local.ports import free_ports
+from sonicsite.local.processes import stop_group
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "monitoring" / "rules").glob("*.yaml"))
 AUTOSCALING = ROOT / "monitoring" / "rules" / "autoscaling.rules.yaml"
+QUEUE_RULE = "sonicsite:model_queue_seconds_per_request:30s"
 
 
 def test_rules_pass_promtool_check_and_unit_tests():
+    assert [p.name for p in RULES] == [
+        "alerts.rules.yaml",
+        "autoscaling.rules.yaml",
+        "sonicsite.rules.yaml",
+    ]  # the chart's files/rules link to these names
     out = subprocess.run(
         ["promtool", "check", "rules", *map(str, RULES)], capture_output=True, text=True
     )
@@ -43,6 +51,19 @@ def test_rules_pass_promtool_check_and_unit_tests():
     assert out.stdout.count("SUCCESS") == len(tests)
 
 
+def test_queue_time_per_request_is_recorded_by_one_rule_only():
+    # Its one definition in PromQL; the other rules read it (or the operator's gauge, the
+    # Python definition), never Triton's queue counter.
+    uses = {
+        (path.name, rule.get("record") or rule.get("alert"))
+        for path in RULES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+        if "nv_inference_queue_duration_us" in rule["expr"]
+    }
+    assert uses == {("autoscaling.rules.yaml", QUEUE_RULE)}
+
+
 @pytest.fixture
 def live_prometheus(site, tmp_path):
     address = f"127.0.0.1:{free_ports(1)[0]}"
@@ -55,8 +76,8 @@ def live_prometheus(site, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     proc = prometheus.start(config, tmp_path / "data", address, tmp_path / "prometheus.log")
     try:
-        prometheus.wait_ready(proc, address, tmp_path / "prometheus.log")
-        yield address
+        prometheus.wait_ready(proc, address, tmp_path / "prometheus.log", timeout=120)
+        yield address, set(targets)
     finally:
         stop_group(proc.pid)
         proc.wait(timeout=30)
@@ -77,58 +98,95 @@ def _scrapes(address: str, at: float) -> dict[str, _Scrape]:
     return scrapes
 
 
-def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_prometheus):
-    window = ScalingPolicy().window_s
-    assert "offset 30s" in AUTOSCALING.read_text() and window == 30.0
-    jets = generate("particlenet_ak4", 64, seed=2)
-    simple = generate("simple", 64, seed=2)
-    stop = threading.Event()
+def _newest_scrapes(address: str) -> dict[str, float]:
+    """Per Triton target, the timestamp of the newest scrape Prometheus has stored. A target's
+    scrapes are stored in order, so every sample of it up to that instant has landed."""
+    return {
+        s["metric"]["instance"]: float(s["value"][1])
+        for s in prometheus.query(address, 'timestamp(up{job="triton"})')
+    }
 
-    def load() -> None:  # two models, through Envoy, for longer than the window
-        with Client(from_site_file(Path(site.site_dir)), "grpc") as client:
-            while not stop.is_set():
-                client.stream("particlenet_ak4", jets.spec, batch=16, window=4).run(
-                    jets, lambda *a: None
-                )
-                client.stream("simple", simple.spec, batch=8, window=2).run(simple, lambda *a: None)
 
-    worker = threading.Thread(target=load)
-    worker.start()
-    try:
-        started = time.monotonic()
-        recorded: list[dict] = []
-        while time.monotonic() - started < 90:
-            time.sleep(2)
-            if time.monotonic() - started < window + 15:
-                continue  # a full window of samples (the first scrape lands ~5 s after start)
-            recorded = prometheus.query(live_prometheus, "sonicsite:queue_seconds_per_request:max")
-            if recorded and float(recorded[0]["value"][1]) > 0:
-                break
-    finally:
-        stop.set()
-        worker.join(timeout=120)
-    assert recorded, "the recording rule produced nothing"
-    # Evaluate the rule's own expression at an instant whose scrapes have all landed (a scrape
-    # that began before a rule ran can be stored after it), on exactly the samples our
-    # function is given.
-    at = time.time() - 5
+def _scaling_expression() -> str:
+    """The site's scaling metric with the per-model rule's own expression inlined."""
     rules = {
         r["record"]: r["expr"]
         for g in yaml.safe_load(AUTOSCALING.read_text())["groups"]
         for r in g["rules"]
     }
-    per_model = rules["sonicsite:model_queue_seconds_per_request:30s"]
-    expr = rules["sonicsite:queue_seconds_per_request:max"].replace(
-        "sonicsite:model_queue_seconds_per_request:30s", f"({per_model})"
+    return rules["sonicsite:queue_seconds_per_request:max"].replace(
+        QUEUE_RULE, f"({rules[QUEUE_RULE]})"
     )
-    value = float(prometheus.query(live_prometheus, expr, at)[0]["value"][1])
-    now, then = _scrapes(live_prometheus, at), _scrapes(live_prometheus, at - window)
+
+
+def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_prometheus):
+    address, targets = live_prometheus
+    window = ScalingPolicy().window_s
+    assert "offset 30s" in AUTOSCALING.read_text() and window == 30.0
+    jets = generate("particlenet_ak4", 64, seed=2)
+    simple = generate("simple", 64, seed=2)
+    stop, loading, errors = threading.Event(), threading.Event(), []
+
+    def load() -> None:  # two models, through Envoy, until a full window is measured
+        try:
+            with Client(from_site_file(Path(site.site_dir)), "grpc") as client:
+                loading.set()
+                while not stop.is_set():
+                    client.stream("particlenet_ak4", jets.spec, batch=16, window=4).run(
+                        jets, lambda *a: None
+                    )
+                    client.stream("simple", simple.spec, batch=8, window=2).run(
+                        simple, lambda *a: None
+                    )
+        except Exception as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    expression = _scaling_expression()
+    try:
+        wait_until(lambda: loading.is_set() or errors, "the load to start", timeout=120)
+        assert errors == []
+        load_started = time.time()  # a timestamp on Prometheus' clock (the same host)
+
+        def a_full_window_behind() -> tuple[float, float] | None:
+            """(at, the rule's expression at `at`) once `at` is an instant whose scrapes have
+            all landed, with every server scraped a whole window of load before it, and the
+            rule, as Prometheus records it, reads queueing."""
+            assert errors == [], errors
+            newest = _newest_scrapes(address)
+            if set(newest) != targets:
+                return None
+            at = min(newest.values())
+            if at - window < load_started or set(_scrapes(address, at - window)) != targets:
+                return None
+            recorded = prometheus.query(address, "sonicsite:queue_seconds_per_request:max")
+            if not recorded or float(recorded[0]["value"][1]) <= 0:
+                return None
+            answer = prometheus.query(address, expression, at)
+            value = float(answer[0]["value"][1]) if answer else 0.0
+            return (at, value) if value > 0 else None
+
+        at, value = wait_until(
+            a_full_window_behind,
+            "a full window of load behind an instant whose scrapes have all landed",
+            timeout=240,
+            interval=0.5,
+        )
+    finally:
+        stop.set()
+        worker.join(timeout=120)
+    assert not worker.is_alive() and errors == []
+    # Our function, on exactly the samples the rule's expression read at `at`.
+    now, then = _scrapes(address, at), _scrapes(address, at - window)
     loads = [
         load
         for instance in now
         if instance in then
         for load in compute_loads(instance, then[instance], now[instance])
     ]
+    served = {load.model for load in loads if load.requests > 0}
+    assert {"particlenet_ak4", "simple"} <= served
     ours = queue_ms_per_request(loads)
     assert ours is not None and ours > 0
     assert value * 1e3 == pytest.approx(ours, rel=1e-9)  # the same quantity, the same data

@@ -1,10 +1,20 @@
 """Grafana dashboards, built in code with grafana-foundation-sdk (Grafana 11.6).
 
-`python -P -m sonicsite.dashboards` writes them to monitoring/dashboards/*.json, which the
-chart ships as ConfigMaps for Grafana's sidecar. Servers are counted from the operator's
-view (`sonicsite_server_up`), never from GPUs, so CPU-only sites are right. Every query
-takes the namespace, release and model variables; with "All" they match series without
-those labels too (the local site), because the regex `.*` matches an empty label.
+`make dashboards` (or `python monitoring/tools/dashboards.py [OUT]`, run as a script from the
+repository root) writes them to monitoring/dashboards/*.json, which the chart ships as
+ConfigMaps for Grafana's sidecar; tests/monitoring checks that the committed JSON is a fresh
+build. Servers are counted from the operator's view (`sonicsite_server_up`), never from GPUs,
+so CPU-only sites are right. Queries of raw series take the namespace, release and model
+variables; with "All" they match series without those labels too (the local site), because
+the regex `.*` matches an empty label.
+
+Queue time per request is not computed here. The site's value per model is the recording
+rule `sonicsite:model_queue_seconds_per_request:30s` (monitoring/rules/autoscaling.rules.yaml,
+the scaling metric: its one definition in PromQL), which sums away every label but `model`,
+so only the model variable applies to it; per server it is the operator's gauge
+`sonicsite_model_queue_seconds_per_request{model, server}` (operator/loadview.py
+`per_request`, its one definition in Python). The other stages (compute input, infer,
+output) are per request over the rate interval here.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-OUT = Path(__file__).resolve().parent / "dashboards"
+OUT = Path(__file__).resolve().parents[1] / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SITE = 'namespace=~"$namespace", release=~"$release"'
 MODEL = f'{SITE}, model=~"$model"'
@@ -42,17 +52,27 @@ def _rate(metric: str, by: str, selector: str = MODEL) -> str:
     return f"sum by ({by}) (rate({metric}{{{selector}}}[{WINDOW}]))"
 
 
-def _per_request(counter: str, by: str) -> str:
-    """Seconds per request of one of Triton's duration counters (µs)."""
+def _stage_per_request(counter: str, by: str) -> str:
+    """Seconds per request of one of Triton's compute-stage duration counters (µs). Not for
+    the queue: queue time per request is the recording rule (QUEUE_SITE) or the operator's
+    gauge (QUEUE_BY_SERVER)."""
+    if counter == "nv_inference_queue_duration_us":
+        raise ValueError("queue time per request: use QUEUE_SITE or QUEUE_BY_SERVER")
     return (
         f"{_rate(counter, by)} / 1e6 / clamp_min({_rate('nv_inference_request_success', by)}, 1e-9)"
     )
 
 
+# Queue time per request, from its two definitions (never recomputed from Triton's counters):
+# per model over the site, the scaling metric's recording rule (labels: model only); per
+# model and server, the operator's gauge.
+QUEUE_SITE = 'sonicsite:model_queue_seconds_per_request:30s{model=~"$model"}'
+QUEUE_BY_SERVER = f"max by (model, server) (sonicsite_model_queue_seconds_per_request{{{MODEL}}})"
+
+
 def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
     """Rows of the site overview: (row title, panels)."""
     stages = (
-        ("queue", "nv_inference_queue_duration_us"),
         ("input", "nv_inference_compute_input_duration_us"),
         ("compute", "nv_inference_compute_infer_duration_us"),
         ("output", "nv_inference_compute_output_duration_us"),
@@ -118,7 +138,18 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                 PanelSpec(
                     "Time per request in Triton: queue, input, compute, output",
                     "s",
-                    tuple(Query(_per_request(c, "model"), f"{{{{model}}}} {s}") for s, c in stages),
+                    (
+                        Query(QUEUE_SITE, "{{model}} queue"),
+                        *(
+                            Query(_stage_per_request(c, "model"), f"{{{{model}}}} {s}")
+                            for s, c in stages
+                        ),
+                    ),
+                    description=(
+                        "Queue: the scaling metric's recording rule "
+                        "sonicsite:model_queue_seconds_per_request:30s (over the site, the last "
+                        "30 s). Input, compute, output: over the rate interval."
+                    ),
                 ),
                 PanelSpec(
                     "Latency at Envoy (p50, p99)",
@@ -209,13 +240,22 @@ def model_panels() -> list[tuple[str, list[PanelSpec]]]:
                     (Query(_rate("nv_inference_request_success", "instance"), "{{instance}}"),),
                 ),
                 PanelSpec(
+                    "Queue time per request over the site (scaling metric)",
+                    "s",
+                    (Query(QUEUE_SITE, "{{model}}"),),
+                    description=(
+                        "The recording rule sonicsite:model_queue_seconds_per_request:30s: "
+                        "Σ queue time / Σ requests over the model's servers in the last 30 s, "
+                        "what the autoscaler (or KEDA) scales on."
+                    ),
+                ),
+                PanelSpec(
                     "Queue time per request by server",
                     "s",
-                    (
-                        Query(
-                            _per_request("nv_inference_queue_duration_us", "instance"),
-                            "{{instance}}",
-                        ),
+                    (Query(QUEUE_BY_SERVER, "{{model}} on {{server}}"),),
+                    description=(
+                        "The operator's measure (sonicsite_model_queue_seconds_per_request), "
+                        "over its last step, which its admission and balancing read."
                     ),
                 ),
                 PanelSpec(
@@ -226,17 +266,6 @@ def model_panels() -> list[tuple[str, list[PanelSpec]]]:
                             f"{_rate('nv_inference_count', 'model')} / "
                             f"clamp_min({_rate('nv_inference_exec_count', 'model')}, 1e-9)",
                             "{{model}}",
-                        ),
-                    ),
-                ),
-                PanelSpec(
-                    "Operator's queue time per request",
-                    "s",
-                    (
-                        Query(
-                            f"max by (server) "
-                            f"(sonicsite_model_queue_seconds_per_request{{{MODEL}}})",
-                            "{{server}}",
                         ),
                     ),
                 ),
