@@ -9,12 +9,13 @@ from 1 MB an anonymous mapping on huge pages: wire.receive_buffer). HPACK comes
 from the `hpack` package; the rest of HTTP/2 (RFC 9113) that a unary client needs is here:
 settings, flow control both ways, PING, GOAWAY, RST_STREAM, trailers.
 
-This module holds the connection and the pool; the wire format (frame types, flags,
-encoders, Http2Error) is in http2_frames.py, and gRPC's statuses and how a reply is put
-together from headers, trailers and message are in grpc_status.py.
+This module holds the connection and the pool; the wire format (frame types, flags, encoders,
+decoders, Http2Error) is in http2_frames.py, and gRPC's statuses, request headers and how a
+reply is put together from headers, trailers and message are in grpc_status.py.
 
 One stream at a time per connection; concurrency comes from a pool of connections, so a
-slow reply never blocks another request's frames.
+slow reply never blocks another request's frames. An idle connection the server has retired
+(GOAWAY, close) is replaced before reuse; receive window is given back while a reply is read.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 
 import hpack
 
-from .grpc_status import GrpcReply, Reading, assemble_reply, grpc_timeout
+from .grpc_status import GrpcReply, Reading, assemble_reply, request_headers
 from .http2_frames import (
     ACK,
     CONTINUATION,
@@ -36,21 +37,21 @@ from .http2_frames import (
     GOAWAY,
     HEADERS,
     MAX_WINDOW,
-    OUR_MAX_FRAME,
     PADDED,
     PING,
-    PREFACE,
     PRIORITY_FLAG,
+    PUSH,
     REFUSED_STREAM,
     RST_STREAM,
     SETTINGS,
-    SETTINGS_ENABLE_PUSH,
     SETTINGS_INITIAL_WINDOW,
     SETTINGS_MAX_FRAME,
     WINDOW_UPDATE,
     Http2Error,
+    client_preface,
     frame_header,
-    settings_frame,
+    parse_frame_header,
+    parse_settings,
     window_update_frame,
 )
 from .wire import receive_buffer
@@ -58,15 +59,22 @@ from .wire import receive_buffer
 __all__ = ["Connection", "ConnectionPool", "GrpcReply", "Http2Error"]
 
 IOV_BATCH = 512  # buffers per sendmsg call (IOV_MAX is 1024 on Linux)
+READ_CHUNK = 1 << 22  # a DATA frame is read this much at a time, each with the time left
+STREAM_FRAMES = (DATA, HEADERS, PUSH, CONTINUATION)  # no place on an idle connection
 
 
 class Connection:
-    """One HTTP/2 connection to a gRPC server; one call at a time."""
+    """One HTTP/2 connection to a gRPC server; one call at a time. `window`: the receive
+    window granted to the server, for the connection and each stream (65,535 B at least)."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float = 5.0):
+    def __init__(
+        self, host: str, port: int, connect_timeout: float = 5.0, window: int = MAX_WINDOW
+    ):
+        preface = client_preface(window)
         self.authority = f"{host}:{port}"
+        self.window = window
+        self._connect_timeout = connect_timeout
         self.sock = socket.create_connection((host, port), timeout=connect_timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = self.sock.makefile("rb", buffering=1 << 16)
         self._encoder = hpack.Encoder()
         self._decoder = hpack.Decoder()
@@ -75,18 +83,18 @@ class Connection:
         self._peer_initial_window = 65535
         self._peer_max_frame = 16384
         self._received = 0  # bytes of DATA since our last connection WINDOW_UPDATE
+        self._stream_received = 0  # and on the current stream, since its last one
         self._next_stream = 1
         self._goaway_last: int | None = None
+        self._deadline: float | None = None  # the current call's, on the monotonic clock
+        self._sending = False  # the current request is not all written yet
         self.closed = False
-        self.sock.sendall(
-            PREFACE
-            + settings_frame(
-                (SETTINGS_ENABLE_PUSH, 0),
-                (SETTINGS_INITIAL_WINDOW, MAX_WINDOW),
-                (SETTINGS_MAX_FRAME, OUR_MAX_FRAME),
-            )
-            + window_update_frame(0, MAX_WINDOW - 65535)
-        )
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock.sendall(preface)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def usable(self) -> bool:
@@ -100,26 +108,56 @@ class Connection:
         except OSError:
             pass
 
+    def reusable(self) -> bool:
+        """Whether this idle connection can take another call. What the server sent since
+        the last one is read without waiting and handled (SETTINGS, PING, WINDOW_UPDATE);
+        a GOAWAY, the connection's end or reset, a frame cut short, or a frame that belongs
+        to a stream retire the connection: it is closed, and the answer is False."""
+        try:
+            while self.usable:
+                self.sock.settimeout(0.0)  # the reads below return what is there, or None
+                head = self._reader.read(9)
+                if head is None:
+                    return True
+                if len(head) < 9:
+                    break
+                length, kind, flags, stream = parse_frame_header(head)
+                payload = self._reader.read(length) if length else b""
+                if payload is None or len(payload) < length or kind in STREAM_FRAMES:
+                    break
+                self.sock.settimeout(self._connect_timeout)  # for an ACK, if one is due
+                self._control(kind, flags, stream, payload, 0)
+        except OSError:
+            pass
+        self.close()
+        return False
+
     # -- frames in ---------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """Give the next socket operation what is left of the call's deadline."""
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            self.sock.settimeout(left)
 
     def _read_exact(self, n: int) -> bytes:
         data = self._reader.read(n)
         if len(data) < n:
-            raise Http2Error("the server closed the connection")
+            raise self._gone()
         return data
 
-    def _next_frame(self) -> tuple[int, int, int, int]:
-        head = self._read_exact(9)
-        length = int.from_bytes(head[:3], "big")
-        stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
-        return length, head[3], head[4], stream
+    def _gone(self) -> Http2Error:
+        """The server closed the connection (unprocessed while the request is going out)."""
+        if self._sending:
+            return Http2Error("the server closed the connection before the request was sent", True)
+        return Http2Error("the server closed the connection")
 
-    def _control(self, length: int, kind: int, flags: int, stream: int, current: int) -> None:
+    def _control(self, kind: int, flags: int, stream: int, payload: bytes, current: int) -> None:
         """A frame that is not part of the current reply's headers or data."""
-        payload = self._read_exact(length) if length else b""
         if kind == SETTINGS and not flags & ACK:
-            for k in range(0, length - length % 6, 6):
-                ident, value = struct.unpack(">HI", payload[k : k + 6])
+            for ident, value in parse_settings(payload):
                 if ident == SETTINGS_INITIAL_WINDOW:
                     self._stream_window += value - self._peer_initial_window
                     self._peer_initial_window = value
@@ -143,9 +181,39 @@ class Connection:
             code = int.from_bytes(payload[:4], "big")
             raise Http2Error(f"stream reset by the server (code {code})", code == REFUSED_STREAM)
         elif kind == DATA:  # a stream we gave up on: its bytes still count against the window
-            self._received += length
+            self._consumed(len(payload), stream, current, True)
+
+    def _consumed(self, length: int, stream: int, current: int, ended: bool) -> None:
+        """`length` bytes of DATA read: past half of a window used, it is given back."""
+        self._received += length
+        updates = b""
+        if self._received > self.window // 2:
+            updates, self._received = window_update_frame(0, self._received), 0
+        if stream == current and not ended:
+            self._stream_received += length
+            if self._stream_received > self.window // 2:
+                updates += window_update_frame(stream, self._stream_received)
+                self._stream_received = 0
+        if updates:
+            self.sock.sendall(updates)
 
     # -- frames out --------------------------------------------------------------------------
+
+    def _send_request(self, stream: int, headers: list, parts: list, r: Reading) -> bool:
+        """The request's headers, then its message as DATA; False when the server answered
+        before taking it all. A connection that fails meanwhile (closed or reset by the
+        server) never gave the server the whole request: Http2Error, `unprocessed`."""
+        self._sending = True
+        try:
+            block = self._encoder.encode(headers)
+            self._sendmsg([frame_header(len(block), HEADERS, END_HEADERS, stream) + block])
+            return self._send_data(stream, parts, r)
+        except OSError as exc:
+            if isinstance(exc, (TimeoutError, Http2Error)):
+                raise
+            raise Http2Error(f"the request could not be sent: {exc}", True) from exc
+        finally:
+            self._sending = False
 
     def _send_data(self, stream: int, parts: list[memoryview], r: Reading) -> bool:
         """Every part as DATA frames, within the server's windows and frame size. False when
@@ -178,6 +246,7 @@ class Connection:
 
     def _sendmsg(self, iov: list) -> None:
         while iov:
+            self._arm()
             sent = self.sock.sendmsg(iov[:IOV_BATCH])
             while sent:
                 first = iov[0]
@@ -200,56 +269,40 @@ class Connection:
         stream = self._next_stream
         self._next_stream += 2
         self._stream_window = self._peer_initial_window
-        deadline = time.monotonic() + timeout if timeout else None
+        self._stream_received = 0
+        self._deadline = time.monotonic() + timeout if timeout else None
         try:
             self.sock.settimeout(timeout)
             views = [memoryview(p).cast("B") for p in parts]
-            size = sum(v.nbytes for v in views)
-            headers = [
-                (":method", "POST"),
-                (":scheme", "http"),
-                (":path", path),
-                (":authority", self.authority),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-                ("grpc-accept-encoding", "identity"),
-                *([("grpc-timeout", grpc_timeout(timeout))] if timeout else []),
-                *metadata,
-            ]
-            block = self._encoder.encode(headers)
-            self.sock.sendall(frame_header(len(block), HEADERS, END_HEADERS, stream) + block)
+            prefix = memoryview(b"\x00" + struct.pack(">I", sum(v.nbytes for v in views)))
+            headers = request_headers(path, self.authority, timeout, metadata)
             r = Reading()
-            whole = self._send_data(
-                stream, [memoryview(b"\x00" + struct.pack(">I", size)), *views], r
-            )
+            whole = self._send_request(stream, headers, [prefix, *views], r)
             while not r.done:
-                if deadline is not None:
-                    self.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
                 self._pump(stream, r)
+            reply = assemble_reply(r)
         except BaseException:
             self.close()
             raise
         if not whole:  # the stream was left half-sent: start afresh next time
             self.close()
-        elif self._received > MAX_WINDOW // 2:
-            self.sock.sendall(window_update_frame(0, self._received))
-            self._received = 0
-        return assemble_reply(r)
+        return reply
 
     def _pump(self, stream: int, r: Reading) -> bool:
         """Read one frame: the current reply's headers or data go into `r`; True once the
         reply is complete."""
-        length, kind, flags, sid = self._next_frame()
+        self._arm()
+        length, kind, flags, sid = parse_frame_header(self._read_exact(9))
         if sid != stream or kind not in (HEADERS, DATA):
-            self._control(length, kind, flags, sid, stream)
+            self._control(kind, flags, sid, self._read_exact(length) if length else b"", stream)
             return False
+        r.done = bool(flags & END_STREAM)
         if kind == HEADERS:
             block = self._header_block(length, flags, stream)
-            decoded = [(str(k), str(v)) for k, v in self._decoder.decode(block, raw=False)]
-            (r.trailers if r.headers else r.headers).extend(decoded)
+            r.add_headers([(str(k), str(v)) for k, v in self._decoder.decode(block, raw=False)])
         else:
             self._read_data(length, flags, r)
-        r.done = bool(flags & END_STREAM)
+            self._consumed(length, stream, stream, r.done)
         return r.done
 
     def _header_block(self, length: int, flags: int, stream: int) -> bytes:
@@ -261,18 +314,21 @@ class Connection:
             start += 5
         block = payload[start:end]
         while not flags & END_HEADERS:
-            length, kind, flags, sid = self._next_frame()
+            length, kind, flags, sid = parse_frame_header(self._read_exact(9))
             if kind != CONTINUATION or sid != stream:
                 raise Http2Error("protocol error: header block interrupted")
             block += self._read_exact(length)
         return block
 
     def _read_data(self, length: int, flags: int, r: Reading) -> None:
-        self._received += length
         pad = 0
         if flags & PADDED:
             pad = self._read_exact(1)[0]
             length -= 1 + pad
+        while length and not r.grpc:  # an error page, say: kept for the details, not parsed
+            chunk = self._read_exact(min(length, 1 << 16))
+            r.keep_body(chunk)
+            length -= len(chunk)
         while length:
             if r.view is None:
                 chunk = self._read_exact(min(5 - len(r.prefix), length))
@@ -284,37 +340,35 @@ class Connection:
                     r.message, array = receive_buffer(int.from_bytes(r.prefix[1:], "big"))
                     r.view = memoryview(array)
                 continue
-            take = min(length, r.view.nbytes - r.filled)
+            take = min(length, r.view.nbytes - r.filled, READ_CHUNK)
             if take == 0:
                 raise Http2Error("protocol error: more than one message in a unary reply")
             got = self._reader.readinto(r.view[r.filled : r.filled + take])
             if not got:
-                raise Http2Error("the server closed the connection")
+                raise self._gone()
             r.filled += got
             length -= got
+            if length:
+                self._arm()
         if pad:
             self._read_exact(pad)
 
 
 class ConnectionPool:
     """Connections to one server, each used by one call at a time; as many as there are
-    calls in flight, kept for reuse."""
+    calls in flight, kept for reuse (`window`: each connection's receive window)."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, window: int = MAX_WINDOW):
         host, port = address.rsplit(":", 1)
         self.host, self.port = host.strip("[]"), int(port)
+        self.window = window
         self._idle: list[Connection] = []
         self._lock = threading.Lock()
 
     def unary(
         self, path: str, parts: list, metadata: list[tuple[str, str]], timeout: float | None
     ) -> GrpcReply:
-        with self._lock:
-            while self._idle and not self._idle[-1].usable:
-                self._idle.pop().close()
-            connection = self._idle.pop() if self._idle else None
-        if connection is None:
-            connection = Connection(self.host, self.port, min(timeout or 5.0, 5.0))
+        connection = self._take(timeout)
         reply = connection.unary(path, parts, metadata, timeout)
         with self._lock:
             if connection.usable:
@@ -322,6 +376,16 @@ class ConnectionPool:
             else:
                 connection.close()
         return reply
+
+    def _take(self, timeout: float | None) -> Connection:
+        """The most recently used idle connection the server has not retired, else a new one."""
+        while True:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return Connection(self.host, self.port, min(timeout or 5.0, 5.0), self.window)
+            if connection.reusable():
+                return connection
 
     @property
     def idle(self) -> int:

@@ -1,14 +1,18 @@
 """The hand-framed HTTP/2 client (sonicsite.client.http2) against a real HTTP/2 peer:
 hyper-h2 serving on a free loopback port in this process (tests/support/http2_peer.py),
 scripted per test. Flow control both ways, connection reuse and concurrency, PING, GOAWAY,
-RST_STREAM, Trailers-Only, CONTINUATION, the HTTP-to-gRPC mapping, large replies, timeouts,
-and connections that die. No test depends on how long anything takes: each waits for an
-outcome (the peer's own waits are conditions with generous deadlines) and asserts it."""
+RST_STREAM, Trailers-Only, CONTINUATION, the HTTP-to-gRPC mapping (error pages included),
+large replies and replies many times the receive window, timeouts, connections that die
+mid-call or while idle in the pool, and every connection closed, whatever became of its
+call. No test depends on how long anything takes: each waits for an outcome (the peer's own
+waits are conditions with generous deadlines) and asserts it."""
 
 from __future__ import annotations
 
 import mmap
 import random
+import select
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -17,14 +21,17 @@ from h2.settings import SettingCodes
 from http2_peer import (
     CONTINUATION,
     DATA,
+    DEADLINE,
     HEADERS,
     PING,
+    SETTINGS,
     WINDOW_UPDATE,
     Call,
     Http2Peer,
 )
 from polling import wait_until
-from sonicsite.client.http2 import ConnectionPool, GrpcReply, Http2Error
+from sonicsite.client import http2
+from sonicsite.client.http2 import Connection, ConnectionPool, GrpcReply, Http2Error
 
 PATH = "/inference.GRPCInferenceService/ModelInfer"
 BOUND = 120.0  # a call's timeout where the test expects an answer: it only bounds a hang
@@ -33,14 +40,34 @@ REFUSED_STREAM, INTERNAL_ERROR, CANCEL = 0x7, 0x2, 0x8
 
 
 @pytest.fixture
-def serve():
-    """Start a peer with a handler and a pool pointed at it; both closed after the test,
-    every peer thread joined, and any error inside the peer fails the test."""
+def opened(monkeypatch) -> list[Connection]:
+    """Every connection the pools open during the test, in order."""
+    connections: list[Connection] = []
+
+    class Recorded(Connection):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            connections.append(self)
+
+    monkeypatch.setattr(http2, "Connection", Recorded)
+    return connections
+
+
+def closed(connection: Connection) -> bool:
+    """The connection is closed and so is its socket (no file descriptor left)."""
+    return connection.closed and connection.sock.fileno() == -1
+
+
+@pytest.fixture
+def serve(opened):
+    """Start a peer with a handler and a pool pointed at it (`window`: the pool's receive
+    window); both closed after the test, every peer thread joined, and any error inside the
+    peer fails the test, as does a connection the pool opened and left unclosed."""
     started: list[tuple[Http2Peer, ConnectionPool]] = []
 
-    def start(handler, **options) -> tuple[Http2Peer, ConnectionPool]:
+    def start(handler, window=None, **options) -> tuple[Http2Peer, ConnectionPool]:
         peer = Http2Peer(handler, **options)
-        pool = ConnectionPool(peer.address)
+        pool = ConnectionPool(peer.address, **({"window": window} if window else {}))
         started.append((peer, pool))
         return peer, pool
 
@@ -50,6 +77,7 @@ def serve():
         peer.stop()
     for peer, _ in started:
         assert not peer.errors, "\n".join(peer.errors)
+    assert [closed(c) for c in opened] == [True] * len(opened), "a socket was left open"
 
 
 def payload(size: int, seed: int) -> bytes:
@@ -62,6 +90,11 @@ def unary(pool: ConnectionPool, *parts, timeout: float | None = BOUND, metadata=
 
 def echo_reversed(call: Call) -> None:
     call.respond(call.message[::-1])
+
+
+def readable(connection: Connection) -> bool:
+    """The client's socket has something to read (bytes, the end, or a reset)."""
+    return bool(select.select([connection.sock], [], [], 0)[0])
 
 
 def ok(reply: GrpcReply) -> bytes:
@@ -353,25 +386,78 @@ def test_http_status_without_grpc_status(serve, http, code, name):
     assert reply.message is None
 
 
-def test_http_error_with_a_body_is_read_as_a_grpc_message(serve):
-    """Reported, not fixed: a non-gRPC error reply with a body (a proxy's 503 page) is read
-    as if it were a gRPC message, so the call fails with a misleading 'compressed message'
-    Http2Error instead of UNAVAILABLE from the HTTP-to-gRPC table (and a 401 or 429 with a
-    body loses its mapping the same way). This pins today's behaviour."""
+def error_page(http: int, content_type: str, *chunks: bytes, trailers=()):
+    """A handler that answers with an HTTP status and a body in DATA frames (`chunks`),
+    then `trailers` if any, as a proxy's local reply or an HTTP server would."""
 
-    def proxy_page(call: Call) -> None:
-        call.send_headers([(":status", "503"), ("content-type", "text/plain")])
-        call.send_data(b"upstream connect error", end_stream=True)
+    def answer(call: Call) -> None:
+        call.send_headers([(":status", str(http)), ("content-type", content_type)])
+        for k, chunk in enumerate(chunks):
+            call.send_data(chunk, end_stream=not trailers and k == len(chunks) - 1)
+        if trailers:
+            call.send_headers(list(trailers), end_stream=True)
 
-    _, pool = serve(proxy_page)
-    with pytest.raises(Http2Error, match="compressed message"):
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("http", "chunks", "code", "name", "said"),
+    [
+        (
+            503,
+            (b"upstream connect error or disconnect/", b"reset before headers"),
+            14,
+            "UNAVAILABLE",
+            "upstream connect error or disconnect/reset before headers",
+        ),
+        (401, (b"Jwt is missing",), 16, "UNAUTHENTICATED", "Jwt is missing"),
+        (429, (b"local_rate", b"_limited\n"), 14, "UNAVAILABLE", "local_rate_limited"),
+        (200, (b"<p>not\n  gRPC</p>",), 2, "UNKNOWN", "<p>not gRPC</p>"),
+    ],
+)
+def test_an_error_page_maps_its_http_status_and_is_quoted(serve, http, chunks, code, name, said):
+    """A reply that is not gRPC (text/plain or text/html) with a body: the body is not read
+    as a gRPC message (it was, and failed as a 'compressed message'); the status maps as
+    the HTTP-to-gRPC table says and the details quote what the server said, whitespace
+    collapsed. The stream ended cleanly, so the connection is kept and reused."""
+    content_type = "text/html" if http == 200 else "text/plain"
+    peer, pool = serve(error_page(http, content_type, *chunks))
+    reply = unary(pool, b"x")
+    assert (reply.status, reply.status_name) == (code, name)
+    assert reply.details == f"HTTP {http} without grpc-status: {said}"
+    assert reply.message is None
+    assert pool.idle == 1
+    assert unary(pool, b"y").details == reply.details
+    assert len(peer.connections) == 1
+
+
+def test_a_long_error_page_is_quoted_in_part(serve):
+    """A 100 kB page, in several DATA frames: the details quote its first 200 characters."""
+    page = b"<html>\n<body>100% " + b"busy " * 20_000 + b"</body></html>"
+    _, pool = serve(error_page(502, "text/html", page[:70_000], page[70_000:]))
+    reply = unary(pool, b"x")
+    said = "HTTP 502 without grpc-status: "
+    assert reply.status_name == "UNAVAILABLE"
+    assert reply.details.startswith(said + "<html> <body>100% busy busy")
+    assert reply.details.endswith("\u2026") and len(reply.details) == len(said) + 200
+    assert pool.idle == 1
+
+
+def test_an_ok_status_on_a_reply_that_is_not_grpc_is_an_error(serve):
+    """grpc-status 0 in the trailers of a text/plain reply: no gRPC message came, so the
+    call fails, and the connection is closed."""
+    handler = error_page(200, "text/plain", b"hello", trailers=[("grpc-status", "0")])
+    _, pool = serve(handler)
+    with pytest.raises(Http2Error, match="an OK reply that is not gRPC"):
         unary(pool, b"x")
+    assert pool.idle == 0
 
 
 @pytest.mark.parametrize("status", [0, 13])
-def test_a_truncated_message(serve, status):
-    """The stream ends with the message short of its prefix's length: an error for OK, and
-    for an error status the reply without a message."""
+def test_a_truncated_message(serve, opened, status):
+    """The stream ends with the message short of its prefix's length: an error for OK (and
+    its connection closed at once: it was left open, an unclosed socket), and for an error
+    status the reply without a message."""
 
     def truncated(call: Call) -> None:
         call.send_headers([(":status", "200"), ("content-type", "application/grpc")])
@@ -382,6 +468,8 @@ def test_a_truncated_message(serve, status):
     if status == 0:
         with pytest.raises(Http2Error, match="ended before its message was complete"):
             unary(pool, b"x")
+        (connection,) = opened
+        assert closed(connection) and pool.idle == 0
         return
     reply = unary(pool, b"x")
     assert (reply.status_name, reply.message) == ("INTERNAL", None)
@@ -452,13 +540,13 @@ def test_a_server_that_closes_mid_reply(serve):
     assert pool.idle == 0
 
 
-@pytest.mark.parametrize("how", ["goaway", "close"])
-def test_a_dead_pooled_connection_fails_one_call_then_is_replaced(serve, how):
-    """The peer retires the idle pooled connection (a GOAWAY, or a GOAWAY and a close, as
-    Envoy's idle timeout or a restart does). Today the pool cannot tell while it is idle: the
-    next call on it fails (a connection error; unprocessed when the GOAWAY is read), and
-    only the call after that gets a fresh connection. Reported: the pool could check an
-    idle connection for a pending GOAWAY or EOF before reusing it."""
+@pytest.mark.parametrize("how", ["goaway", "goaway and close", "close", "reset"])
+def test_a_pooled_connection_the_server_retired_is_replaced_before_use(serve, opened, how):
+    """The peer retires the idle pooled connection: a GOAWAY (a drain), a GOAWAY and a
+    close (Envoy's idle timeout), a close alone, or a TCP reset. Once the client's socket
+    has something to read, the pool sees it before reusing the connection (it used to send
+    the call there, and the call failed), closes it, and the call succeeds on a fresh
+    connection; the retired one never had a second request."""
 
     def first_only(call: Call) -> None:
         if call.stream_id == 1:
@@ -466,17 +554,101 @@ def test_a_dead_pooled_connection_fails_one_call_then_is_replaced(serve, how):
 
     peer, pool = serve(first_only)
     assert ok(unary(pool, b"one")) == b"eno"
-    assert pool.idle == 1
-    first = peer.connections[0]
-    first.goaway(last_stream_id=1)
-    if how == "close":
+    (first,), (client,) = peer.connections, opened
+    if "goaway" in how:
+        first.goaway(last_stream_id=1)
+    if "close" in how:
         first.close()
-        wait_until(lambda: first.ended, "the peer to close the connection")
-    with pytest.raises(OSError) as failed:
-        unary(pool, b"two")
-    if how == "goaway":
-        assert isinstance(failed.value, Http2Error) and failed.value.unprocessed
+    if how == "reset":
+        first.abort()
+    wait_until(lambda: readable(client), "the client's socket to have something to read")
+    assert ok(unary(pool, b"two")) == b"owt"
+    assert len(peer.connections) == len(opened) == 2
+    assert [c.stream_id for c in peer.calls] == [1, 1]
+    assert closed(client) and pool.idle == 1
+
+
+def test_an_idle_connection_answers_ping_and_takes_new_settings(serve, opened):
+    """While the connection is idle the peer pings it and sends new SETTINGS (1 MiB stream
+    window and frames) with more connection window: the pool answers the PING before the
+    next request, keeps the connection, and the request follows the new settings."""
+    peer, pool = serve(echo_reversed)
+    assert ok(unary(pool, b"one")) == b"eno"
+    (conn,), (client,) = peer.connections, opened
+    conn.ping(b"idle-001", wait=False)
+    settings = {SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20, SettingCodes.MAX_FRAME_SIZE: 1 << 20}
+    conn.update_settings(settings, connection_window=16 << 20)
+    wait_until(lambda: readable(client), "the client's socket to have the PING")
+    request = payload(1 << 20, 6)
+    assert ok(unary(pool, request)) == request[::-1]
+    assert len(peer.connections) == 1 and pool.idle == 1
+    frames = [(f.kind, f.flags, f.stream) for f in conn.received.frames]
+    assert frames.index((PING, ACK, 0)) < frames.index((HEADERS, 0x4, 3))
+    assert frames.count((SETTINGS, ACK, 0)) == 2  # the peer's first SETTINGS, and these
+    assert max(f.length for f in conn.received.of(DATA) if f.stream == 3) > 16_384
+    assert conn.ping_acks == [b"idle-001"]
+
+
+def test_a_request_written_to_a_connection_the_server_reset_is_unprocessed(serve):
+    """A connection used directly (no pool to look at it first) that the server has reset:
+    writing the request fails, and as the server never had it, the error is an Http2Error
+    that says so (unprocessed; it was a bare ConnectionResetError), the connection closed."""
+    peer, _ = serve(echo_reversed)
+    host, port = peer.address.rsplit(":", 1)
+    connection = Connection(host, int(port))
+    try:
+        assert ok(connection.unary(PATH, [b"one"], [], BOUND)) == b"eno"
+        peer.connections[0].abort()
+        wait_until(lambda: readable(connection), "the reset to reach the client")
+        with pytest.raises(Http2Error, match="the request could not be sent") as failed:
+            connection.unary(PATH, [b"two"], [], BOUND)
+        assert failed.value.unprocessed
+        assert isinstance(failed.value.__cause__, OSError)
+        assert closed(connection)
+    finally:
+        connection.close()
+    assert [c.stream_id for c in peer.calls] == [1]
+
+
+# -- receive window, deadline ----------------------------------------------------------------
+
+
+def test_replies_many_times_the_receive_window_stream(serve):
+    """A pool whose connections grant a 200,000 B receive window: a 90 kB reply, then a
+    150 kB one on the same connection (together more than the window: it is given back
+    while a reply is read, not only between calls, when it stalled until the timeout), then
+    a 1 MB reply, five times its stream's window too."""
+    sizes = {b"a": 90_000, b"b": 150_000, b"c": 1_000_000}
+
+    def sized(call: Call) -> None:
+        call.respond(payload(sizes[call.message], call.message[0]))
+
+    peer, pool = serve(sized, window=200_000)
+    for key, size in sizes.items():
+        assert ok(unary(pool, key)) == payload(size, key[0])
+    (conn,) = peer.connections
+    assert conn.h2.remote_settings.initial_window_size == 200_000
+    assert {0, 5} <= {f.stream for f in conn.received.of(WINDOW_UPDATE)}
+
+
+def test_a_call_waiting_for_send_window_keeps_one_deadline(serve):
+    """The peer grants no window for a 100 kB request and keeps the connection busy with
+    PINGs meanwhile (for up to DEADLINE / 2 s). Each frame read while the request waits
+    gets what is left of the call's timeout, not the whole timeout again (so a chatty
+    server held the call for as long as it chatted): the call times out at its deadline and
+    closes the connection while the peer is still pinging."""
+    outcome: list[str] = []
+
+    def chatty(call: Call) -> None:
+        conn, k = call.connection, 0
+        until = time.monotonic() + DEADLINE / 2
+        while not conn.ended and time.monotonic() < until:
+            conn.ping(k.to_bytes(8, "big"))
+            k += 1
+        outcome.append("the client closed" if conn.ended else "the peer stopped")
+
+    _, pool = serve(chatty, on="headers", ack_data=False)
+    with pytest.raises(TimeoutError):
+        unary(pool, payload(100_000, 7), timeout=0.5)
+    assert wait_until(lambda: outcome, "the peer to stop pinging") == ["the client closed"]
     assert pool.idle == 0
-    assert ok(unary(pool, b"three")) == b"eerht"
-    assert len(peer.connections) == 2
-    assert pool.idle == 1

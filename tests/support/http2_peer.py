@@ -7,6 +7,8 @@ SETTINGS, the test's handler gets it as a `Call` in a thread of its own and scri
 answer: a reply, a Trailers-Only error, a reset, a GOAWAY, a PING, a close, or nothing.
 Waiting for the client's ACK first means the client has nothing left to write once it has
 sent the request, so a peer that closes the connection never races the client's writes.
+Between calls the test can script an idle connection too: a GOAWAY, a PING, new SETTINGS,
+a close, or an abortive close (a TCP reset).
 
 Everything the peer waits on is a condition with a generous deadline, never a sleep, and
 every frame in either direction is logged (type, flags, stream, length) for the assertions.
@@ -19,6 +21,7 @@ import contextlib
 import queue
 import select
 import socket
+import struct
 import threading
 import traceback
 from collections.abc import Callable
@@ -210,6 +213,7 @@ class PeerConnection:
         self.ping_acks: list[bytes] = []
         self.settings_acked = False
         self.ended = False  # the reader is done: the client closed, or the peer did
+        self._abort = False  # close with a TCP reset (RST), not a FIN
         self._pending: list[Call] = []  # ready for the handler once SETTINGS are acknowledged
         self._out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -248,27 +252,46 @@ class PeerConnection:
         with self.peer.cond:
             self.send_raw(frame.serialize())
 
-    def ping(self, opaque: bytes) -> None:
-        """Send a PING and wait for the client's ACK of it."""
+    def ping(self, opaque: bytes, wait: bool = True) -> None:
+        """Send a PING and (unless not `wait`) wait for the client's ACK of it."""
         with self.peer.cond:
             self.h2.ping(opaque)
             self.flush()
-            self.peer.wait_for(lambda: self.ended or opaque in self.ping_acks, "the PING's ACK")
+            if wait:
+                self.peer.wait_for(lambda: self.ended or opaque in self.ping_acks, "the PING's ACK")
+
+    def update_settings(self, settings: dict[int, int], connection_window: int = 0) -> None:
+        """New SETTINGS (and more connection window) for the client, without waiting."""
+        with self.peer.cond:
+            self.h2.update_settings(settings)
+            if connection_window:
+                self.h2.increment_flow_control_window(connection_window)
+            self.flush()
 
     def close(self) -> None:
         """Close the connection once everything queued before has been written."""
         self._out.put(None)
 
+    def abort(self) -> None:
+        """Close the connection with a TCP reset once everything queued has been written."""
+        self._abort = True
+        self._out.put(None)
+
     def _write(self) -> None:
         """Write what is queued, in order; at the close (or once the reader is done), shut
-        the socket, wake the reader, and close the socket once the reader has let go of it."""
+        the socket, wake the reader, and close the socket once the reader has let go of it
+        (after `abort`: no shutdown, and a zero linger, so that the close sends a reset)."""
         while (data := self._out.get()) is not None:
             try:
                 self.sock.sendall(data)
             except OSError:
                 break  # the client is gone; the reader sees it too
         with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
+            if self._abort:
+                linger = struct.pack("ii", 1, 0)
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            else:
+                self.sock.shutdown(socket.SHUT_RDWR)
         self._wake_w.send(b"x")
         self.threads[0].join()
         self.sock.close()
