@@ -46,6 +46,9 @@ class StreamOptions:
     backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
     backoff_max_s: float = 2.0
     strict: bool = False  # refuse any payload copy
+    # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers may
+    # log): a job sets it to name itself, so that executions can be traced to its events.
+    request_tag: str = ""
 
     def __post_init__(self) -> None:
         for name in ("batch", "window", "max_tries"):
@@ -122,7 +125,7 @@ class Stream:
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
                 reply = endpoint.transport.infer(
-                    plan, self.options.timeout_s, request_id=f"{lo}-{hi}"
+                    plan, self.options.timeout_s, request_id=f"{self.options.request_tag}{lo}-{hi}"
                 )
                 latency = time.perf_counter() - t0
             except InferError as exc:

@@ -30,6 +30,9 @@ from .triton import (
 # Slows every execution on one server (models/onnx_runner.py reads it, as DELAY_ENV): the
 # knob behind `sonicsite bench balancing`.
 MODEL_DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
+# Which server and site a server's model runners belong to (the runners inherit the
+# server's environment), e.g. for records they keep per server.
+SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
 PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
 
 
@@ -46,7 +49,7 @@ def start_server(
         ServerPorts(http, grpc, metrics),
         server_id,
     )
-    env = install.environment()
+    env = install.environment() | {SERVER_ID_ENV: server_id, SITE_DIR_ENV: str(site_dir)}
     if delay_ms:
         env[MODEL_DELAY_ENV] = str(delay_ms)
     proc = start(cmd, env, log, cwd=site_dir)
