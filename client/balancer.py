@@ -4,7 +4,10 @@ the site, shared by the client's direct mode and the gateway.
 Of two endpoints drawn at random, the one with the lower (in flight + 1) × recent latency /
 weight: cheap, needs no global view, and keeps a slow or busy server from being chosen
 while leaving it some traffic to measure. Endpoints that failed are held down for a short,
-growing while; endpoints that asked for a pause (retry-after) get nothing until it ends.
+growing while (0.25 s, doubling per failure in a row, at most 5 s); once that has passed,
+one request at a time probes the endpoint while the others go elsewhere, and its first
+answer brings it back: a dead endpoint is not hammered, a revived one is found within
+seconds. Endpoints that asked for a pause (retry-after) get nothing until it ends.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+
+DOWN_FIRST_S = 0.25  # how long a failed endpoint gets nothing; doubles per failure in a row
+DOWN_MAX_S = 5.0  # ... up to this: a revived endpoint is probed again within 5 s
 
 
 @dataclass
@@ -25,8 +31,14 @@ class Endpoint:
     latency_s: float = 0.0  # exponentially weighted recent latency
     down_until: float = 0.0  # after a connection failure
     not_before: float = 0.0  # after RESOURCE_EXHAUSTED / 429: wait the retry-after
-    failures: int = 0
+    failures: int = 0  # in a row, since the last answer
     weight: float = 1.0  # the operator's view of the server, 1.0 = the fastest (gateway)
+    path: str = "direct"  # how requests reach the model: "envoy", "gateway" or "direct"
+    probing: bool = False  # after failures: the one request allowed to try it is out
+
+    def available(self, now: float) -> bool:
+        """Whether a request may go here now: up, not paused, and not already probed."""
+        return self.down_until <= now and self.not_before <= now and not self.probing
 
     def cost(self) -> float:
         return (self.in_flight + 1) * max(self.latency_s, 1e-4) / self.weight
@@ -54,25 +66,41 @@ class Balancer:
     rng: random.Random = field(default_factory=random.Random)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def try_acquire(self, avoid: str = "") -> Endpoint | None:
+        """An endpoint to send to now (counted in flight), or None when none may take a
+        request now. `avoid`: the endpoint a chunk just failed on, unless it is the only one."""
+        with self._lock:
+            now = time.monotonic()
+            ready = [e for e in self.endpoints if e.available(now)]
+            if len(ready) > 1 and avoid:
+                ready = [e for e in ready if e.id != avoid] or ready
+            if not ready:
+                return None
+            chosen = power_of_two(ready, self.rng)
+            chosen.in_flight += 1
+            chosen.probing = chosen.failures > 0
+            return chosen
+
+    def wake_at(self) -> float:
+        """When an endpoint may next be available (monotonic clock)."""
+        with self._lock:
+            now = time.monotonic()
+            times = [
+                now + 0.05 if e.probing else max(e.down_until, e.not_before) for e in self.endpoints
+            ]
+            return min(times, default=now + 0.5)
+
     def acquire(self, avoid: str = "") -> Endpoint:
-        """An endpoint to send to now, waiting if every one is holding requests back."""
-        while True:
-            with self._lock:
-                now = time.monotonic()
-                ready = [e for e in self.endpoints if e.down_until <= now and e.not_before <= now]
-                if len(ready) > 1 and avoid:
-                    ready = [e for e in ready if e.id != avoid] or ready
-                if ready:
-                    chosen = power_of_two(ready, self.rng)
-                    chosen.in_flight += 1
-                    return chosen
-                up = [e.not_before for e in self.endpoints if e.down_until <= now]
-                wake = min(up) if up else min(e.down_until for e in self.endpoints)
-            time.sleep(min(max(wake - time.monotonic(), 0.001), 0.5))
+        """An endpoint to send to now, waiting if every one is down or holding requests back."""
+        while (chosen := self.try_acquire(avoid)) is None:
+            time.sleep(min(max(self.wake_at() - time.monotonic(), 0.001), 0.5))
+        return chosen
 
     def done(self, endpoint: Endpoint, latency_s: float | None) -> None:
+        """The request is over: answered in `latency_s`, or failed (None)."""
         with self._lock:
             endpoint.in_flight -= 1
+            endpoint.probing = False
             if latency_s is not None:
                 endpoint.observe(latency_s)
 
@@ -82,7 +110,9 @@ class Balancer:
             endpoint.not_before = max(endpoint.not_before, time.monotonic() + seconds)
 
     def mark_down(self, endpoint: Endpoint) -> None:
+        """The endpoint failed (unreachable, or no answer in time): none of our requests go
+        there until its cool-down has passed, then one probes it."""
         with self._lock:
             endpoint.failures += 1
-            cool = min(0.25 * 2 ** (endpoint.failures - 1), 5.0)
+            cool = min(DOWN_FIRST_S * 2 ** (endpoint.failures - 1), DOWN_MAX_S)
             endpoint.down_until = time.monotonic() + cool

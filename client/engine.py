@@ -1,11 +1,30 @@
 """The async engine: a job's events streamed through the site as requests of `batch` rows,
 `window` requests in flight.
 
-Retry rule (one place): a request that fails because the server is down or slow goes to
-another server after an exponential back-off with jitter; RESOURCE_EXHAUSTED / HTTP 429
-hold the whole stream off that endpoint for at least the retry-after, so a rejected stream
-never storms; an invalid request fails at once. Every chunk of events is delivered to
-`on_result` exactly once, or reported failed with its last error: none is lost.
+Retry rule (one place; every chunk of events is delivered to `on_result` exactly once, or
+reported failed with its last error: none is lost):
+
+- Deadline of an attempt: 4 × the 99th percentile of the last 100 latencies answered on the
+  endpoint's path (envoy, gateway or direct) for this client's model and batch, at least
+  2 s and at most `timeout_s` (60 s by default: the cap a user sets); the cap until 5 have
+  been answered on the path. Each timeout a chunk has had doubles its next deadline (still at
+  most the cap). A hung server costs a chunk one deadline, seconds, and loses nothing: the
+  chunk is retried elsewhere (timeouts.py `TimeoutRule`).
+- Down: an attempt that timed out, or an endpoint that is unreachable (connection refused,
+  reset, closed; UNAVAILABLE), marks the endpoint down for 0.25 s, doubling per failure in a
+  row up to 5 s; then one request at a time probes it and its first answer brings it back
+  (balancer.py). The chunk goes to another endpoint after an exponential back-off with
+  jitter (`backoff_s` doubling up to `backoff_max_s`).
+- Unprocessed: an attempt the server certainly did not act on (REFUSED_STREAM, a GOAWAY
+  below its stream, a request that could not be written) is retried at once, on a fresh
+  connection or another endpoint, without marking the endpoint down; a second one in a row
+  from the same endpoint counts as unreachable.
+- Overloaded: RESOURCE_EXHAUSTED / HTTP 429 (admission, or Envoy's in-flight cap) hold the
+  stream off that endpoint, and in site mode off every path, for at least the retry-after,
+  so a rejected stream never storms and a shed model is never sent around Envoy.
+- Invalid: fails the chunk at once. Internal: back-off, then retried.
+- Site mode fails over Envoy → gateway → servers directly, and returns to Envoy when it
+  answers again (failover.py). Every attempt is recorded with its path and its deadline.
 """
 
 from __future__ import annotations
@@ -13,7 +32,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,10 +41,13 @@ import numpy as np
 
 from .balancer import Balancer, Endpoint
 from .errors import OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
+from .failover import Failover
 from .layout import Columns
-from .plan import make_plan
+from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
 from .stats import RequestRecord, StreamStats, server_time_deltas
+from .timeouts import PathLatencies
+from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 from .wire import OutputTensor
 
 
@@ -41,7 +63,7 @@ class Source(Protocol):
 class StreamOptions:
     batch: int = 16  # events per request
     window: int = 4  # requests in flight
-    timeout_s: float = 60.0  # deadline of one attempt
+    timeout_s: float = 60.0  # the cap of one attempt's deadline (learnt below it: see above)
     max_tries: int = 8
     backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
     backoff_max_s: float = 2.0
@@ -81,27 +103,34 @@ OnResult = Callable[[int, int, dict[str, np.ndarray]], None]
 class Stream:
     def __init__(
         self,
-        balancer: Balancer,
+        balancer: Balancer | Failover,
         model: str,
         spec: TensorSpec,
         options: StreamOptions = StreamOptions(),
         statistics: dict | None = None,
+        latencies: PathLatencies | None = None,
     ):
-        """`statistics`: server id -> a transport to read that server's Triton statistics
-        from (by default the endpoints themselves; behind a balancer, each server directly)."""
+        """`balancer`: the servers (direct mode) or the site's paths in order (site mode).
+        `statistics`: server id -> a transport to read that server's Triton statistics from
+        (by default the endpoints themselves; behind a balancer, each server directly).
+        `latencies`: what deadlines are learnt from (shared by the streams of a client)."""
         self.balancer = balancer
         self.model = model
         self.spec = spec
         self.options = options
+        self.latencies = latencies if latencies is not None else PathLatencies()
         self._infos: dict[str, ModelInfo] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
-        self.statistics = statistics or {e.id: e.transport for e in balancer.endpoints}
+        if statistics is None:
+            statistics = {e.id: e.transport for e in balancer.endpoints}
+        self.statistics = statistics
 
-    def model_info(self, endpoint: Endpoint) -> ModelInfo:
+    def model_info(self, endpoint: Endpoint, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
+        """The model's metadata and config as `endpoint` serves them (fetched once)."""
         info = self._infos.get(endpoint.id)
         if info is None:
-            info = endpoint.transport.model_info(self.model)
+            info = endpoint.transport.model_info(self.model, timeout)
             self._infos[endpoint.id] = info
         return info
 
@@ -110,27 +139,40 @@ class Stream:
         return max(at_least, base) + base * self._rng.random()
 
     def _chunk(
-        self, lo: int, hi: int, source: Source, on_result: OnResult, result: StreamResult
+        self,
+        lo: int,
+        hi: int,
+        source: Source,
+        on_result: OnResult,
+        result: StreamResult,
+        arrival: float = 0.0,
     ) -> None:
+        if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
+            time.sleep(max(0.0, arrival - time.time()))
         tries, avoid, error = 0, "", ""
+        timeouts = 0  # of this chunk: each doubles its next deadline
+        unprocessed_from = ""  # the endpoint whose last failure was unprocessed
         while tries < self.options.max_tries:
             tries += 1
             endpoint = self.balancer.acquire(avoid)
+            deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             start, t0 = time.time(), time.perf_counter()
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
-            latency = None
+            record.path, record.timeout_s = endpoint.path, deadline
             try:
-                info = self.model_info(endpoint)
+                info = self.model_info(endpoint, deadline)
                 columns = source.request(lo, hi)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
+                sent = time.perf_counter()
                 reply = endpoint.transport.infer(
-                    plan, self.options.timeout_s, request_id=f"{self.options.request_tag}{lo}-{hi}"
+                    plan, deadline, request_id=f"{self.options.request_tag}{lo}-{hi}"
                 )
-                latency = time.perf_counter() - t0
+                answered = time.perf_counter()
             except InferError as exc:
                 error = str(exc)
                 record.latency_s, record.error = time.perf_counter() - t0, exc.kind
+                record.unprocessed = exc.unprocessed
                 with self._lock:
                     result.stats.records.append(record)
                 self.balancer.done(endpoint, None)
@@ -144,6 +186,12 @@ class Stream:
                     wait = self._backoff(tries, at_least=exc.retry_after)
                     self.balancer.hold(endpoint, wait)
                     continue  # the balancer holds every request of this stream back
+                if exc.unprocessed and unprocessed_from != endpoint.id:
+                    unprocessed_from = endpoint.id
+                    continue  # at once: the failed connection is closed, the endpoint is fine
+                unprocessed_from = ""
+                if exc.kind == TIMEOUT:
+                    timeouts += 1
                 if exc.kind in (UNAVAILABLE, TIMEOUT):
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id
@@ -152,41 +200,64 @@ class Stream:
             except Exception:
                 self.balancer.done(endpoint, None)
                 raise
-            self.balancer.done(endpoint, latency)
-            record.latency_s, record.ok = latency, True
-            record.server = reply.server  # behind a balancer: the server that answered
-            record.serialize_s, record.network_s = reply.serialize_s, reply.round_trip_s
-            outputs = {}
-            copies = reply.copies
-            for out in plan.outputs:
-                value = reply.outputs.get(out.name)
-                if isinstance(value, OutputTensor) or value is None:
-                    continue  # written by the server into the output's columns
-                copies += out.deliver(value)
-                outputs[out.name] = value
-            record.copies = copies
-            with self._lock:
-                result.stats.records.append(record)
-                result.delivered.append((lo, hi))
-            try:
-                on_result(lo, hi, outputs)
-            finally:
-                reply.close()
+            self.latencies.observe(endpoint.path, answered - sent)
+            self.balancer.done(endpoint, answered - t0)
+            record.latency_s, record.ok = answered - t0, True
+            self._deliver(lo, hi, plan, reply, record, on_result, result)
             return
         with self._lock:
             result.failed[(lo, hi)] = error
 
-    def run(self, source: Source, on_result: OnResult) -> StreamResult:
-        """Stream every event of `source`; returns what was delivered and what failed."""
+    def _deliver(
+        self,
+        lo: int,
+        hi: int,
+        plan: CopyPlan,
+        reply: Reply,
+        record: RequestRecord,
+        on_result: OnResult,
+        result: StreamResult,
+    ) -> None:
+        """An answered attempt: outputs into their columns, the record, then `on_result`."""
+        record.server = reply.server  # behind a balancer: the server that answered
+        record.serialize_s, record.network_s = reply.serialize_s, reply.round_trip_s
+        outputs = {}
+        copies = reply.copies
+        for out in plan.outputs:
+            value = reply.outputs.get(out.name)
+            if isinstance(value, OutputTensor) or value is None:
+                continue  # written by the server into the output's columns
+            copies += out.deliver(value)
+            outputs[out.name] = value
+        record.copies = copies
+        with self._lock:
+            result.stats.records.append(record)
+            result.delivered.append((lo, hi))
+        try:
+            on_result(lo, hi, outputs)
+        finally:
+            reply.close()
+
+    def run(
+        self, source: Source, on_result: OnResult, arrivals: Sequence[float] | None = None
+    ) -> StreamResult:
+        """Stream every event of `source`; returns what was delivered and what failed.
+        `arrivals`: an open-loop schedule, the time (epoch s) each chunk of `batch` events
+        is sent at the earliest (one per chunk, in order); by default each chunk goes as
+        soon as one of the `window` requests in flight is answered (closed loop)."""
         result = StreamResult()
         before = self._server_statistics()
         chunks = [
             (lo, min(lo + self.options.batch, len(source)))
             for lo in range(0, len(source), self.options.batch)
         ]
+        if arrivals is not None and len(arrivals) != len(chunks):
+            raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
+        times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
         with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
             futures = [
-                pool.submit(self._chunk, lo, hi, source, on_result, result) for lo, hi in chunks
+                pool.submit(self._chunk, lo, hi, source, on_result, result, at)
+                for (lo, hi), at in zip(chunks, times, strict=True)
             ]
             for future in futures:
                 future.result()

@@ -14,8 +14,18 @@ INTERNAL = "internal"  # the server failed on this request: retry a bounded numb
 
 
 class InferError(Exception):
+    """`unprocessed`: the server certainly did not act on the request (HTTP/2 REFUSED_STREAM,
+    a GOAWAY below its stream, a request that could not be written), so a retry is safe and
+    says nothing about the endpoint's health."""
+
     def __init__(
-        self, kind: str, message: str, server: str = "", retry_after: float = 0.0, status: str = ""
+        self,
+        kind: str,
+        message: str,
+        server: str = "",
+        retry_after: float = 0.0,
+        status: str = "",
+        unprocessed: bool = False,
     ):
         super().__init__(f"{server}: {status or kind}: {message}" if server else message)
         self.kind = kind
@@ -23,6 +33,7 @@ class InferError(Exception):
         self.server = server
         self.retry_after = retry_after
         self.status = status
+        self.unprocessed = unprocessed
 
     @property
     def retryable(self) -> bool:

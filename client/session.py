@@ -19,9 +19,11 @@ from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
 from .discovery import discover
 from .engine import Stream, StreamOptions
+from .failover import PATHS, Failover
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
 from .spec import TensorSpec
+from .timeouts import PathLatencies
 from .transport_grpc import GrpcTransport
 from .transport_http import HttpTransport
 
@@ -57,12 +59,7 @@ class Client:
         self._endpoints: list[Endpoint] = []
         self.pool: RegionPool | CudaRegionPool | None = None
         if mode == "site":
-            t = (
-                GrpcTransport(balanced, "site", token)
-                if transport == "grpc"
-                else HttpTransport(balanced, "site", token=token)
-            )
-            self._endpoints.append(Endpoint("site", t))
+            self._endpoints = _site_endpoints(site, transport, token)
         else:
             grpcs = [GrpcTransport(s.grpc, s.id) for s in site.servers]
             if transport in SHARED_MEMORY:
@@ -86,7 +83,8 @@ class Client:
                     Endpoint(s.id, HttpTransport(s.http, s.id)) for s in site.servers
                 ]
         self._models = {s.id: s.models for s in site.servers}
-        self._statistics: dict[str, GrpcTransport] = {}
+        self._failovers: dict[str, Failover] = {}  # per model: its shed holds every path
+        self._latencies: dict[tuple[str, int], PathLatencies] = {}  # per model and batch
 
     @classmethod
     def connect(
@@ -110,33 +108,42 @@ class Client:
         slot = self.pool.acquire(size)
         return SoA.allocate(schema, rows, buffer=slot.buffer)
 
-    def balancer(self, model: str) -> Balancer:
+    def balancer(self, model: str) -> Balancer | Failover:
+        """Where the requests of `model` go: in direct mode the servers serving it; in site
+        mode Envoy, the gateway, then those servers (failover.py), one Failover per model."""
         serving = [
             e
             for e in self._endpoints
-            if e.id == "site" or not self._models.get(e.id) or model in self._models[e.id]
+            if e.path != "direct" or not self._models.get(e.id) or model in self._models[e.id]
         ]
         if not serving:
             raise ValueError(f"model: no server of the site serves {model!r}")
-        return Balancer(serving)
+        if self.mode == "direct":
+            return Balancer(serving)
+        if model not in self._failovers:
+            paths = {
+                name: Balancer([e for e in serving if e.path == name])
+                for name in PATHS
+                if any(e.path == name for e in serving)
+            }
+            self._failovers[model] = Failover(paths)
+        return self._failovers[model]
 
     def stream(self, model: str, spec: TensorSpec, **options) -> Stream:
+        """A stream of `model`'s events; `options` are StreamOptions. Its per-attempt
+        deadlines are learnt from the latencies this client saw for the model and batch."""
+        stream_options = StreamOptions(**options)
+        balancer = self.balancer(model)
         statistics = None
-        if self.mode == "site":  # behind Envoy: read each server's statistics directly
-            if not self._statistics:
-                self._statistics = {
-                    s.id: GrpcTransport(s.grpc, s.id)
-                    for s in self.site.servers
-                    if s.grpc and (not s.models or model in s.models)
-                }
-            statistics = self._statistics
-        return Stream(self.balancer(model), model, spec, StreamOptions(**options), statistics)
+        if isinstance(balancer, Failover):  # behind Envoy: read each server's statistics directly
+            direct = balancer.paths.get("direct")
+            statistics = {e.id: e.transport for e in direct.endpoints} if direct else {}
+        latencies = self._latencies.setdefault((model, stream_options.batch), PathLatencies())
+        return Stream(balancer, model, spec, stream_options, statistics, latencies)
 
     def close(self) -> None:
         for endpoint in self._endpoints:
             endpoint.transport.close()
-        for transport in self._statistics.values():
-            transport.close()
         if self.pool is not None:
             self.pool.close()
 
@@ -145,3 +152,20 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _site_endpoints(site: SiteRecord, transport: str, token: str) -> list[Endpoint]:
+    """Site mode's endpoints in order of preference: Envoy (gRPC), the gateway (HTTP), then
+    every server directly over the same transport (no token: servers take none)."""
+    endpoints = []
+    if transport == "grpc" and site.grpc:
+        endpoints.append(Endpoint("envoy", GrpcTransport(site.grpc, "envoy", token), path="envoy"))
+    if site.http:
+        gateway = HttpTransport(site.http, "gateway", token=token)
+        endpoints.append(Endpoint("gateway", gateway, path="gateway"))
+    for s in site.servers:
+        if transport == "grpc" and s.grpc_port:
+            endpoints.append(Endpoint(s.id, GrpcTransport(s.grpc, s.id), path="direct"))
+        elif transport == "http" and s.http_port:
+            endpoints.append(Endpoint(s.id, HttpTransport(s.http, s.id), path="direct"))
+    return endpoints

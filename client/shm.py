@@ -23,7 +23,7 @@ from .errors import INVALID, InferError
 from .layout import contiguous_bytes
 from .plan import CopyPlan, CopyRefused, InputPlan
 from .spec import TRITON_DTYPES
-from .transport_grpc import GrpcTransport, Placement, Reply
+from .transport_grpc import CONTROL_TIMEOUT_S, GrpcTransport, Placement, Reply
 from .wire import OutputTensor
 
 SHM_DIR = "/dev/shm"
@@ -159,11 +159,11 @@ class ShmTransport:
         self.strict = strict
         self.server = transport.server
 
-    def model_info(self, model: str):
-        return self.grpc.model_info(model)
+    def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S):
+        return self.grpc.model_info(model, timeout)
 
-    def statistics(self, model: str):
-        return self.grpc.statistics(model)
+    def statistics(self, model: str, timeout: float = CONTROL_TIMEOUT_S):
+        return self.grpc.statistics(model, timeout)
 
     def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
         placements: dict[str, Placement] = {}

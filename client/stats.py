@@ -27,6 +27,9 @@ class RequestRecord:
     network_s: float = 0.0
     copies: int = 0
     error: str = ""
+    path: str = "direct"  # how it reached the model: "envoy", "gateway" or "direct"
+    timeout_s: float = 0.0  # the attempt's deadline (engine.py: learnt from latencies)
+    unprocessed: bool = False  # failed, and the server certainly did not act on it
 
 
 def server_time_deltas(before: dict, after: dict) -> dict[str, float]:
@@ -54,9 +57,10 @@ class StreamStats:
         ok = [r for r in self.records if r.ok]
         latencies = np.array([r.latency_s * 1e3 for r in ok]) if ok else np.zeros(1)
         p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
-        rows = Counter()
+        rows, paths = Counter(), Counter()
         for r in ok:
             rows[r.server] += r.rows
+            paths[r.path] += r.rows
         return {
             "requests": len(self.records),
             "requests_ok": len(ok),
@@ -67,6 +71,7 @@ class StreamStats:
                 "p99": round(float(p99), 3),
             },
             "rows_per_server": dict(sorted(rows.items())),
+            "rows_per_path": dict(sorted(paths.items())),  # envoy, gateway, direct
             "pack_s": round(sum(r.pack_s for r in self.records), 6),
             "serialize_s": round(sum(r.serialize_s for r in self.records), 6),
             "network_s": round(sum(r.network_s for r in self.records), 6),

@@ -26,6 +26,8 @@ from .wire import (
 )
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+ENVOY_OVERLOADED_HEADER = "x-envoy-overloaded"  # Envoy's circuit breaker refused the request
+CONTROL_TIMEOUT_S = 10.0  # metadata and statistics calls: a hung server must not hang them
 
 _KINDS = {  # gRPC status -> what it means for the request (errors.py)
     "UNAVAILABLE": UNAVAILABLE,
@@ -74,9 +76,15 @@ class Reply:
 
 
 def reply_error(reply: GrpcReply, server: str) -> InferError:
+    """The reply's status as an InferError. Envoy's circuit breakers (the in-flight cap of a
+    model whose admission fails open) answer UNAVAILABLE with `x-envoy-overloaded`: that is
+    admission speaking, OVERLOADED, never a reason to go around Envoy."""
     retry_after = RetryAfter.parse(reply.metadata.get(RETRY_AFTER_HEADER)).seconds
     status = reply.status_name or str(reply.status)
-    return InferError(_KINDS.get(status, INTERNAL), reply.details, server, retry_after, status)
+    kind = _KINDS.get(status, INTERNAL)
+    if kind == UNAVAILABLE and reply.metadata.get(ENVOY_OVERLOADED_HEADER):
+        kind = OVERLOADED
+    return InferError(kind, reply.details, server, retry_after, status)
 
 
 class GrpcTransport:
@@ -97,26 +105,42 @@ class GrpcTransport:
             self._control = grpcclient.InferenceServerClient(self.address)
         return self._control
 
-    def model_info(self, model: str) -> ModelInfo:
+    def _control_failed(self, exc: grpcclient.InferenceServerException) -> InferError:
+        """A control call's failure as an InferError. The channel to an unreachable server
+        is dropped: gRPC's own reconnect back-off (up to minutes) must not outlast the
+        server's return, so the next call starts a fresh channel."""
+        refused = ("unknown model", "UNAUTHENTICATED", "PERMISSION_DENIED")
+        kind = INVALID if any(r in f"{exc} {exc.status()}" for r in refused) else UNAVAILABLE
+        kind = TIMEOUT if "DEADLINE_EXCEEDED" in str(exc.status()) else kind
+        if "UNAVAILABLE" in str(exc.status()):
+            # not closed here: another thread may be calling on it; tritonclient closes a
+            # client when it is collected, once the last call has let go of it
+            self._control = None
+        return InferError(kind, exc.message() or str(exc), self.server, status=str(exc.status()))
+
+    def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
+        control = self.control
         try:
-            metadata = self.control.get_model_metadata(model, headers=self._auth, as_json=True)
-            config = self.control.get_model_config(model, headers=self._auth, as_json=True)
+            metadata = control.get_model_metadata(
+                model, headers=self._auth, as_json=True, client_timeout=timeout
+            )
+            config = control.get_model_config(
+                model, headers=self._auth, as_json=True, client_timeout=timeout
+            )
             config = config["config"]
         except grpcclient.InferenceServerException as exc:
-            refused = ("unknown model", "UNAUTHENTICATED", "PERMISSION_DENIED")
-            raise InferError(
-                INVALID if any(r in f"{exc} {exc.status()}" for r in refused) else UNAVAILABLE,
-                exc.message() or str(exc),
-                self.server,
-                status=str(exc.status()),
-            ) from exc
+            raise self._control_failed(exc) from exc
         return ModelInfo.from_triton(metadata, config)
 
-    def statistics(self, model: str) -> dict[str, tuple[int, int]]:
+    def statistics(
+        self, model: str, timeout: float = CONTROL_TIMEOUT_S
+    ) -> dict[str, tuple[int, int]]:
         try:
-            data = self.control.get_inference_statistics(model, headers=self._auth, as_json=True)
+            data = self.control.get_inference_statistics(
+                model, headers=self._auth, as_json=True, client_timeout=timeout
+            )
         except grpcclient.InferenceServerException as exc:
-            raise InferError(UNAVAILABLE, exc.message() or str(exc), self.server) from exc
+            raise self._control_failed(exc) from exc
         return parse_statistics(data["model_stats"][0])
 
     def infer(
@@ -159,8 +183,15 @@ class GrpcTransport:
         except TimeoutError as exc:
             message = f"no reply within {timeout} s"
             raise InferError(TIMEOUT, message, self.server, status="DEADLINE_EXCEEDED") from exc
-        except (Http2Error, OSError) as exc:
-            raise InferError(UNAVAILABLE, str(exc), self.server, status="UNAVAILABLE") from exc
+        except (Http2Error, OSError) as exc:  # connection refused, reset, closed, GOAWAY
+            unprocessed = getattr(exc, "unprocessed", False)
+            raise InferError(
+                UNAVAILABLE,
+                f"{exc} (unprocessed: safe to retry)" if unprocessed else str(exc),
+                self.server,
+                status="UNAVAILABLE",
+                unprocessed=unprocessed,
+            ) from exc
         t2 = time.perf_counter()
         if reply.status != 0:
             raise reply_error(reply, self.server)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import socket
 import time
 
 import numpy as np
@@ -25,7 +26,24 @@ from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferEr
 from .plan import CopyPlan
 from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
-from .transport_grpc import Reply
+from .transport_grpc import CONTROL_TIMEOUT_S, Reply
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Whether an idle keep-alive connection can take a request: nothing to read on it (a
+    server that closed it, as uvicorn does after a few idle seconds, left an end or a reset
+    there). Reusing a closed one would fail a request the server never saw."""
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        finally:
+            sock.setblocking(True)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False  # the end of the connection, or bytes no request asked for
 
 
 class HttpTransport:
@@ -41,14 +59,18 @@ class HttpTransport:
         self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(pool)
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        try:
-            conn = self._idle.get_nowait()
+        """The most recent idle connection the server has not closed, else a new one."""
+        while True:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            if conn.sock is None or not _still_open(conn.sock):
+                conn.close()
+                continue
             conn.timeout = timeout
-            if conn.sock is not None:
-                conn.sock.settimeout(timeout)
+            conn.sock.settimeout(timeout)
             return conn
-        except queue.Empty:
-            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _give_back(self, conn: http.client.HTTPConnection) -> None:
         try:
@@ -56,7 +78,7 @@ class HttpTransport:
         except queue.Full:
             conn.close()
 
-    def _get_json(self, path: str, timeout: float = 10.0) -> dict:
+    def _get_json(self, path: str, timeout: float = CONTROL_TIMEOUT_S) -> dict:
         conn = self._connection(timeout)
         try:
             conn.request("GET", path, headers=self._auth)
@@ -70,13 +92,16 @@ class HttpTransport:
             raise self._error(response, data)
         return json.loads(data)
 
-    def model_info(self, model: str) -> ModelInfo:
-        metadata = self._get_json(f"/v2/models/{model}")
-        config = self._get_json(f"/v2/models/{model}/config")
+    def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
+        metadata = self._get_json(f"/v2/models/{model}", timeout)
+        config = self._get_json(f"/v2/models/{model}/config", timeout)
         return ModelInfo.from_triton(metadata, config)
 
-    def statistics(self, model: str) -> dict[str, tuple[int, int]]:
-        return parse_statistics(self._get_json(f"/v2/models/{model}/stats")["model_stats"][0])
+    def statistics(
+        self, model: str, timeout: float = CONTROL_TIMEOUT_S
+    ) -> dict[str, tuple[int, int]]:
+        stats = self._get_json(f"/v2/models/{model}/stats", timeout)
+        return parse_statistics(stats["model_stats"][0])
 
     def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
         if placements:

@@ -27,6 +27,7 @@ class GatewayConfig:
     operator: str  # base URL of the operator's API, e.g. http://127.0.0.1:8081
     http: str = ""  # this gateway's own address as clients reach it (published in /v1/site)
     tokens: Path | None = None  # bearer tokens file; None disables authentication
+    site_state: Path | None = None  # a local site's state file: its processes for /v1/status
     refresh_s: float = 0.5  # how often the operator's state is read
     timeout_s: float = 60.0  # per upstream request
     max_body_bytes: int = 1 << 30

@@ -22,15 +22,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokens", type=Path, default=None, help="bearer tokens file, one per line (enables auth)"
     )
+    parser.add_argument(
+        "--site-state",
+        type=Path,
+        default=None,
+        help="a local site's state file: /v1/status and the status page list the site's "
+        "processes (leave out on Kubernetes, where the cluster restarts pods)",
+    )
     parser.add_argument("--refresh", type=float, default=0.5, help="seconds between state reads")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per upstream request")
     args = parser.parse_args(argv)
     if args.tokens is not None and not args.tokens.is_file():
         parser.error(f"--tokens: expected a file of bearer tokens, {args.tokens} does not exist")
+    if args.site_state is not None and not args.site_state.is_file():
+        parser.error(
+            f"--site-state: expected a site's state.json, {args.site_state} does not exist"
+        )
     config = GatewayConfig(
         operator=args.operator,
         http=args.public or f"{args.host}:{args.port}",
         tokens=args.tokens,
+        site_state=args.site_state,
         refresh_s=args.refresh,
         timeout_s=args.timeout,
     )

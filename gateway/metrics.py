@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .siteview import SiteView
 
 BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -12,6 +15,7 @@ BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 
 @dataclass
 class GatewayMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    _following: SiteView | None = None
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -40,3 +44,28 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.admission_lapsed = Counter(
+            "sonicsite_gateway_admission_lapsed",
+            "Requests admitted although the operator's last decision for the model was shed: "
+            "the shed expired (no operator renewed it) or the operator's state is stale",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.state_age = Gauge(
+            "sonicsite_gateway_operator_state_age_seconds",
+            "Seconds since the gateway last read the operator's state",
+            registry=r,
+        )
+        self.state_stale = Gauge(
+            "sonicsite_gateway_operator_state_stale",
+            "1 while the operator's state is too old to follow its sheds (every model open)",
+            registry=r,
+        )
+
+    def follow(self, view: SiteView) -> None:
+        """Report the age of `view`'s operator state, read whenever /metrics is scraped."""
+        if self._following is view:
+            return
+        self._following = view
+        self.state_age.set_function(lambda: time.time() - view.updated_at)
+        self.state_stale.set_function(lambda: float(view.stale(time.time())))

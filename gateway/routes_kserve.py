@@ -1,8 +1,9 @@
 """KServe v2 over REST: health, server and model metadata, config, statistics, inference.
 
 Every inference request is checked against the model (kserve.py), refused at once with 429
-and Retry-After while the operator sheds its model, then sent on to one server chosen per
-request (forwarding.py) with its body as received, binary tensors and all.
+and Retry-After while the operator's shed of its model is in force (siteview.py: not
+expired, state not stale), then sent on to one server chosen per request (forwarding.py)
+with its body as received, binary tensors and all.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER, SHED
+from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER
 
 from .forwarding import PASSED_HEADERS, Forwarder, error, version_path
 from .kserve import BadRequest, check_infer, split_body
@@ -109,8 +110,11 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
 async def _infer_reply(request: Request, model: str, version: str | None) -> Response:
     forwarder = _forwarder(request)
     metrics = forwarder.metrics
-    admission = forwarder.view.site.admission.get(model)
-    if admission is not None and admission.state == SHED:
+    metrics.follow(forwarder.view)
+    admission, lapsed = forwarder.view.shed(model, time.time())
+    if lapsed:  # the operator's shed expired or its state is stale: open, and counted
+        metrics.admission_lapsed.labels(model, lapsed).inc()
+    if admission is not None:
         metrics.rejections.labels(model, "shed").inc()
         wait = max(1, admission.retry_after_s)
         return error(

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sonicsite.contract.wire import SiteRecord
 
-from .status import STATUS_PAGE
+from .status import STATUS_PAGE, site_processes
 
 router = APIRouter(tags=["site"])
 
@@ -33,9 +33,13 @@ async def site(request: Request) -> dict:
 
 @router.get("/v1/status")
 async def status(request: Request) -> dict:
-    """The operator's state as the status page shows it, and how fresh it is."""
+    """The operator's state as the status page shows it, and how fresh it is; and the
+    site's processes with their state and restarts (a local site's state file, when the
+    gateway was given one; on Kubernetes processes are the cluster's job)."""
     view = request.app.state.view
-    return {"state": view.state, "updated_at": view.updated_at, "error": view.error}
+    processes = site_processes(request.app.state.config.site_state)
+    body = {"state": view.state, "updated_at": view.updated_at, "error": view.error}
+    return body | {"processes": processes}
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -51,10 +55,19 @@ async def prometheus_metrics(request: Request) -> Response:
 
 @router.get("/healthz")
 async def healthz(request: Request) -> Response:
-    view, refresh_s = request.app.state.view, request.app.state.config.refresh_s
-    age = time.time() - view.updated_at
-    fresh = age < 10 * refresh_s + 5
-    body = {"ok": fresh, "operator_state_age_s": round(age, 3)}
+    """200 once the gateway has read the operator's state (it can route): an operator that
+    is down does not make the gateway unhealthy, and the gateway's liveness is
+    /v2/health/live. The body says how old the state is and which sheds are not followed."""
+    view, now = request.app.state.view, time.time()
+    request.app.state.metrics.follow(view)
+    has_state = view.updated_at > 0
+    body = {
+        "ok": has_state,
+        "operator_state_age_s": round(now - view.updated_at, 3) if has_state else None,
+        "operator_state_stale": view.stale(now),
+        "admission": view.following(now),
+        "sheds_not_followed": view.lapsed(now),
+    }
     if view.error:
         body["error"] = view.error
-    return JSONResponse(body, status_code=200 if fresh else 503)
+    return JSONResponse(body, status_code=200 if has_state else 503)

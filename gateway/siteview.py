@@ -5,6 +5,11 @@ gateway follows it rather than deciding anything itself, so Envoy and the gatewa
 agree on which servers take work and which models are shed. The state's servers and
 admission are the site record of the wire contract. When the operator cannot be read the
 last state is kept (and `/healthz` says how old it is).
+
+No shed outlives the operator that decided it: a shed is followed only until its expiry (the
+operator renews it while it holds) and while the state was read less than `STALE_AFTER_S`
+ago; past either, the model is open here as it is at Envoy, and `/healthz` and the
+gateway's metrics say so.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sonicsite.contract.wire import ServerRecord, SiteRecord
+from sonicsite.contract.wire import SHED, SHED_TTL_S, AdmissionRecord, ServerRecord, SiteRecord
+
+STALE_AFTER_S = SHED_TTL_S  # an operator state read longer ago than this: no shed is followed
+EXPIRED, STALE = "expired", "stale"  # why a shed is not followed
 
 
 @dataclass
@@ -31,6 +39,40 @@ class SiteView:
         self.state = state
         self.updated_at = time.time()
         self.error = ""
+
+    def stale(self, now: float) -> bool:
+        """True when the operator's state was last read more than `STALE_AFTER_S` ago (or
+        never): its sheds are no longer followed."""
+        return now - self.updated_at > STALE_AFTER_S
+
+    def shed(self, model: str, now: float) -> tuple[AdmissionRecord | None, str]:
+        """The model's shed when it is in force, else None; and why a shed the operator
+        last decided is not followed (EXPIRED, STALE), else ""."""
+        admission = self.site.admission.get(model)
+        if admission is None or admission.state != SHED:
+            return None, ""
+        if self.stale(now):
+            return None, STALE
+        if not admission.sheds(now):
+            return None, EXPIRED
+        return admission, ""
+
+    def following(self, now: float) -> str:
+        """Whether the operator's sheds are followed, in words."""
+        if not self.updated_at:
+            return "no operator state read yet: every model is open"
+        if self.stale(now):
+            return (
+                f"not following the operator's sheds: its state was read "
+                f"{now - self.updated_at:.0f} s ago (over {STALE_AFTER_S:g} s); every model "
+                f"is open"
+            )
+        return "following the operator's sheds until their expiry"
+
+    def lapsed(self, now: float) -> dict[str, str]:
+        """Every model whose last decided shed is not followed now, with why."""
+        found = {m: self.shed(m, now)[1] for m in self.site.admission}
+        return {m: why for m, why in sorted(found.items()) if why}
 
     def serving(self, model: str) -> list[ServerRecord]:
         """Servers that take new requests for `model` now."""

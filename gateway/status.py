@@ -1,9 +1,48 @@
 """The status page: one HTML document that reads `/v1/status` every two seconds.
 
 Servers (ready, draining, weight, models), per-model load (queue and compute time per
-request, throughput, pending) and admission, and the recent scale events; readable at a
-glance, no assets to serve.
+request, throughput, pending) and admission, the recent scale events, and the site's
+processes with their state and restarts (a local site's state file, read through the
+contract's `read_processes`; on Kubernetes the cluster restarts pods and the page says so);
+readable at a glance, no assets to serve.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sonicsite.contract.wire import RUNNING, SUPERVISOR, read_processes
+
+CLUSTER_NOTE = (
+    "processes are the cluster's job: Kubernetes restarts a container that exits or fails "
+    "its liveness probe (kubectl get pods shows restarts)"
+)
+
+
+def site_processes(state_file: Path | None) -> dict:
+    """`/v1/status`'s `processes`: every process of a local site with its state now, or,
+    without a state file (Kubernetes), a note that says who restarts them."""
+    if state_file is None:
+        return {"local": False, "records": [], "supervised": False, "note": CLUSTER_NOTE}
+    try:
+        records = read_processes(state_file)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {
+            "local": True,
+            "records": [],
+            "supervised": False,
+            "note": f"the site's state file {state_file} is unreadable: {exc}",
+        }
+    supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
+    supervised = supervisor is not None and supervisor.state == RUNNING
+    note = (
+        f"supervised by pid {supervisor.pid}: a process that dies is restarted"
+        if supervised
+        else "NOT supervised: a process that dies stays dead"
+    )
+    rows = [r.to_dict() for r in records]
+    return {"local": True, "records": rows, "supervised": supervised, "note": note}
+
 
 STATUS_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sonicsite</title>
@@ -26,6 +65,10 @@ STATUS_PAGE = """<!doctype html>
 <table id="models"><thead><tr><th>model</th><th>admission</th><th>server</th>
 <th>queue ms/req</th><th>compute ms/req</th><th>req/s</th><th>pending</th></tr></thead>
 <tbody></tbody></table>
+<h2>Processes</h2>
+<div id="processes-note"></div>
+<table id="processes"><thead><tr><th>process</th><th>kind</th><th>pid</th><th>state</th>
+<th>restarts</th><th>last exit</th><th>in state for</th></tr></thead><tbody></tbody></table>
 <h2>Scale events</h2>
 <table id="scale"><thead><tr><th>when</th><th>from</th><th>to</th><th>metric ms</th></tr>
 </thead><tbody></tbody></table>
@@ -35,11 +78,26 @@ function cell(text, cls) {
   const td = document.createElement("td"); td.textContent = text;
   if (cls) td.className = cls; return td;
 }
-function fill(id, rows) {
+function fill(id, rows, data) {
   const body = document.querySelector("#" + id + " tbody"); body.replaceChildren();
-  for (const r of rows) {
-    const tr = document.createElement("tr"); tr.append(...r); body.append(tr);
-  }
+  rows.forEach((r, k) => {
+    const tr = document.createElement("tr"); tr.append(...r);
+    Object.assign(tr.dataset, data ? data[k] : {}); body.append(tr);
+  });
+}
+const STATE_CLASS = {running: "ok", restarting: "warn", dead: "bad", stopped: ""};
+function processes(p) {
+  const note = document.getElementById("processes-note");
+  note.textContent = p ? p.note : "processes unknown to this gateway";
+  note.className = p && p.local && !p.supervised ? "warn" : "";
+  const records = p ? p.records : [];
+  const now = Date.now() / 1000;
+  fill("processes", records.map(r => [
+    cell(r.name), cell(r.kind), cell(r.pid, "num"),
+    cell(r.state === "stopped" ? "stopped (on purpose)" : r.state, STATE_CLASS[r.state]),
+    cell(r.restarts, "num"), cell(r.last_exit || "–"),
+    cell(r.since ? (now - r.since).toFixed(0) + " s" : "–", "num")]),
+    records.map(r => ({process: r.name, state: r.state, restarts: r.restarts})));
 }
 async function refresh() {
   try {
@@ -70,6 +128,7 @@ async function refresh() {
         cell(l.pending == null ? "–" : l.pending, "num")]));
     }
     fill("models", rows);
+    processes(data.processes);
     fill("scale", (st.scale_events || []).slice().reverse().map(e => [
       cell(new Date(e.at * 1000).toLocaleTimeString()), cell(e.from, "num"), cell(e.to, "num"),
       cell(e.metric_ms == null ? "–" : e.metric_ms.toFixed(1), "num")]));

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from .controller import Operator
 
 XDS_PREFIX = "/v3/discovery:"
+HEALTHY_STEPS = 5  # /healthz answers 503 once no step completed for this many intervals
 
 
 def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer:
@@ -31,9 +32,11 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
 
         def do_GET(self) -> None:
             snapshot, state, last = operator.view()
-            if self.path == "/healthz":
-                fresh = snapshot is not None and time.time() - last < 5 * operator.interval_s
-                self._json(200 if fresh else 503, {"ok": fresh, "last_step": last})
+            if self.path == "/healthz":  # the loop steps: 503 once it has not for a while
+                age, bound = time.time() - last, HEALTHY_STEPS * operator.interval_s
+                fresh = snapshot is not None and age < bound
+                body = {"ok": fresh, "last_step": last, "step_age_s": round(age, 3)}
+                self._json(200 if fresh else 503, body | {"stale_after_s": bound})
             elif self.path == "/v1/state":
                 self._json(200 if state else 503, state or {"error": "no state yet"})
             elif self.path == "/metrics":

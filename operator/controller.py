@@ -1,18 +1,22 @@
-"""The operator's loop: discover servers, scrape their load, weigh them, decide admission
-and scaling, publish to Envoy.
+"""The operator's loop: discover servers, scrape their load, weigh them, decide admission,
+per-try timeouts and scaling, publish to Envoy.
 
 Each step builds one new xDS snapshot and one site state from the same view, so Envoy and
-`/v1/state` never disagree. Runs every `interval_s` (1 s by default).
+`/v1/state` never disagree. Runs every `interval_s` (1 s by default); a step that fails is
+counted and logged and the next one runs, while `/healthz` reports how long ago the last
+step completed (a loop that no longer steps is what a liveness probe catches).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sonicsite.contract.wire import SHED, AdmissionRecord, ServerRecord, SiteRecord
+from sonicsite.contract.wire import SHED, SHED_TTL_S, AdmissionRecord, ServerRecord, SiteRecord
 
 from .admission import AdmissionPolicy, decide
 from .autoscaler import Autoscaler, queue_ms_per_request
@@ -20,6 +24,7 @@ from .balancing import Balancing, check_policy
 from .discovery import Discovery
 from .loadview import LoadView
 from .metrics import OperatorMetrics
+from .try_timeouts import TryTimeouts
 from .xds_resources import ALL_SERVERS, JwtPolicy, model_cluster
 from .xds_snapshot import Snapshot
 
@@ -42,6 +47,8 @@ class Operator:
     actuate: Actuate | None = None  # handed in by the site (the local launcher's actuator)
     scale_events: list[dict] = field(default_factory=list)
     loadview: LoadView = field(default_factory=LoadView)
+    tries: TryTimeouts = field(default_factory=TryTimeouts)
+    shed_ttl_s: float = SHED_TTL_S  # a shed lapses this long after its last renewal
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
@@ -55,16 +62,20 @@ class Operator:
         for gone in set(self.loadview.health) - known:
             self.loadview.forget(gone)
             self.balancing.forget(gone)
+        self.loadview.scrape_all({s.id: s.metrics_url for s in servers})
         for s in servers:
-            self.loadview.scrape(s.id, s.metrics_url)
             if not self.loadview.health[s.id].up:
                 self.metrics.scrape_errors.labels(s.id).inc()
         models = sorted({m for s in servers for m in s.models})
         weights = self._weigh(servers, models)
         now = time.time()
         self._admit(servers, models, now)
-        shed = {m for m, a in self.admissions.items() if a.state == SHED}
+        for gone in set(self.admissions) - set(models):
+            del self.admissions[gone]
+        shed = {m: a.expires_at for m, a in self.admissions.items() if a.state == SHED}
         caps = {m: self.policy.inflight_cap for m, a in self.admissions.items() if a.fail_open}
+        self.tries.forget(set(models))
+        per_try = {m: self.tries.observe(m, self.loadview.model_loads(m)) for m in models}
         snapshot = Snapshot.build(
             servers,
             weights,
@@ -75,15 +86,18 @@ class Operator:
             self.policy.retry_after_s,
             self.balancing.lb_policy,
             self.jwt,
+            per_try,
+            self.tries.policy,
         )
         self._autoscale(servers, now)
-        state = self._state(servers, models, weights)
+        state = self._state(servers, models, weights, per_try)
         self.metrics.export(
             {s.id: self.loadview.health[s.id].up for s in servers},
             [load for loads in self.loadview.loads.values() for load in loads],
             self.admissions,
             {c if c == ALL_SERVERS else model_cluster(c): table for c, table in weights.items()},
         )
+        self.metrics.export_view({s.id: self.loadview.in_view(s.id) for s in servers}, per_try)
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
         self.metrics.steps.inc()
@@ -102,11 +116,15 @@ class Operator:
         return weights
 
     def _admit(self, servers: list[ServerRecord], models: list[str], now: float) -> None:
+        """Each model's admission from the servers holding it that the load view can see;
+        the others are named in the reason, and neither hold back nor force the decision."""
         for m in models:
             holding = [s.id for s in servers if m in s.models and not s.draining]
-            loads = [x for x in self.loadview.model_loads(m) if self.loadview.health[x.server].up]
-            decision = decide(self.policy, self.admissions.get(m), loads, holding, now)
+            seen = [s for s in holding if self.loadview.in_view(s)]
+            unseen = [s for s in holding if s not in seen]
+            loads = [x for x in self.loadview.model_loads(m) if x.server in seen]
             previous = self.admissions.get(m)
+            decision = decide(self.policy, previous, loads, seen, now, unseen, self.shed_ttl_s)
             if previous is None or previous.state != decision.state:
                 self.metrics.changes.labels(m, decision.state).inc()
             self.admissions[m] = decision
@@ -133,9 +151,12 @@ class Operator:
         self._scaling = threading.Thread(target=self.actuate, args=(desired,), daemon=True)
         self._scaling.start()
 
-    def _state(self, servers: list[ServerRecord], models: list[str], weights) -> dict:
+    def _state(
+        self, servers: list[ServerRecord], models: list[str], weights, per_try: dict[str, float]
+    ) -> dict:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
-        and weight as this step saw them, plus the load, weights, policy and scale events."""
+        and weight as this step saw them, plus the load, weights, per-try timeouts, policy
+        and scale events."""
         health = self.loadview.health
         site = SiteRecord(
             grpc=self.envoy_grpc,
@@ -158,6 +179,7 @@ class Operator:
                 m: {
                     "load": [load.to_dict() for load in self.loadview.model_loads(m)],
                     "weights": weights[m],
+                    "per_try_timeout_s": per_try[m],
                 }
                 for m in models
             },
@@ -175,5 +197,9 @@ class Operator:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            self.step()
+            try:
+                self.step()
+            except Exception:  # the next step may succeed; /healthz shows if none does
+                self.metrics.step_errors.inc()
+                print(f"operator step failed:\n{traceback.format_exc()}", file=sys.stderr)
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))

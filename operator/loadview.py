@@ -2,8 +2,13 @@
 
 Per model and server: queue time per *request* (Δqueue_us / Δrequest_success — not per
 execution, which batching inflates), compute time per request, pending requests,
-throughput, failure rate and mean batch size (Δinferences / Δexecutions). A server whose
-metrics cannot be read is reported unhealthy with the reason; its last figures are dropped.
+throughput, failure rate and mean batch size (Δinferences / Δexecutions).
+
+A server whose metrics cannot be read (killed, hung) is reported down with the reason at
+once, keeps its last figures for a short grace (`SCRAPE_GRACE` failed scrapes in a row, so
+that one lost scrape changes nothing), then leaves the view: its figures are dropped and
+the policies decide on the servers they can see. Every server is scraped at the same time,
+so a hung one costs a step one scrape timeout, not one per server.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,6 +33,7 @@ COUNTERS = {
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
 GAUGES = {"nv_inference_pending_request_count": "pending"}
+SCRAPE_GRACE = 3  # failed scrapes in a row after which a server leaves the load view
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
@@ -85,9 +92,10 @@ class ModelLoad:
 @dataclass(frozen=True)
 class ServerHealth:
     server: str
-    up: bool
+    up: bool  # the last scrape read the server's metrics
     scraped_at: float
     error: str = ""
+    failures: int = 0  # failed scrapes in a row
 
 
 @dataclass
@@ -135,21 +143,47 @@ class LoadView:
 
     timeout_s: float = 0.5
     keep_s: float = 120.0  # history kept for window_loads
+    grace: int = SCRAPE_GRACE  # failed scrapes in a row before a server leaves the view
     _last: dict[str, _Scrape] = field(default_factory=dict)
     _history: dict[str, deque] = field(default_factory=dict)
     loads: dict[str, list[ModelLoad]] = field(default_factory=dict)
     health: dict[str, ServerHealth] = field(default_factory=dict)
 
-    def scrape(self, server: str, metrics_url: str) -> None:
-        now = time.time()
+    def __post_init__(self) -> None:
+        if self.grace < 1:
+            raise ValueError(f"grace: expected at least 1 failed scrape, got {self.grace}")
+
+    def _fetch(self, metrics_url: str) -> str | Exception:
         try:
             with urllib.request.urlopen(metrics_url, timeout=self.timeout_s) as reply:
-                text = reply.read().decode()
+                return reply.read().decode()
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-            self.health[server] = ServerHealth(server, False, now, f"metrics unreadable: {exc}")
-            self.loads.pop(server, None)
-            self._last.pop(server, None)
-            self._history.pop(server, None)
+            return exc
+
+    def scrape(self, server: str, metrics_url: str) -> None:
+        self.record(server, time.time(), self._fetch(metrics_url))
+
+    def scrape_all(self, targets: dict[str, str]) -> None:
+        """Scrape every server (id: metrics URL) at the same time."""
+        if not targets:
+            return
+        now = time.time()
+        with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+            texts = dict(zip(targets, pool.map(self._fetch, targets.values()), strict=True))
+        for server, text in texts.items():
+            self.record(server, now, text)
+
+    def record(self, server: str, now: float, text: str | Exception) -> None:
+        """One scrape's outcome: the metrics' text, or why they could not be read."""
+        if isinstance(text, Exception):
+            previous = self.health.get(server)
+            failures = (previous.failures if previous else 0) + 1
+            error = f"metrics unreadable ({failures} failed scrapes in a row): {text}"
+            self.health[server] = ServerHealth(server, False, now, error, failures)
+            if failures >= self.grace:  # out of the view: no figure of it is used any more
+                self.loads.pop(server, None)
+                self._last.pop(server, None)
+                self._history.pop(server, None)
             return
         current = _Scrape(now, parse_metrics(text))
         previous = self._last.get(server)
@@ -162,6 +196,12 @@ class LoadView:
             history.popleft()
         self.health[server] = ServerHealth(server, True, now)
 
+    def in_view(self, server: str) -> bool:
+        """True while the server's figures are used: read at least once, and fewer than
+        `grace` failed scrapes in a row since."""
+        health = self.health.get(server)
+        return server in self._last and health is not None and health.failures < self.grace
+
     def window_loads(self, window_s: float) -> list[ModelLoad]:
         """Loads between each server's latest scrape and its last scrape at least `window_s`
         older (Prometheus' `x - x offset window`); servers without one are left out."""
@@ -169,7 +209,7 @@ class LoadView:
         for server, history in self._history.items():
             latest = history[-1]
             older = [s for s in history if s.at <= latest.at - window_s]
-            if older and self.health.get(server, ServerHealth(server, False, 0)).up:
+            if older and self.in_view(server):
                 loads.extend(compute_loads(server, older[-1], latest))
         return loads
 

@@ -16,6 +16,8 @@ from .autoscaler import Autoscaler, ScalingPolicy
 from .balancing import DEFAULT_POLICY, POLICIES, Balancing
 from .controller import STEP_INTERVAL_S, Actuate, Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
+from .loadview import SCRAPE_GRACE, LoadView
+from .try_timeouts import TryPolicy, TryTimeouts
 from .xds_resources import JwtPolicy
 
 
@@ -100,6 +102,38 @@ def parser() -> argparse.ArgumentParser:
         help="requests in flight per model while failing open",
     )
     parser.add_argument(
+        "--scrape-grace",
+        type=int,
+        default=SCRAPE_GRACE,
+        help="failed scrapes in a row after which a server leaves the load view",
+    )
+    tries = TryPolicy()
+    parser.add_argument(
+        "--per-try-floor",
+        type=float,
+        default=tries.floor_s,
+        help="Envoy's shortest per-try timeout in seconds",
+    )
+    parser.add_argument(
+        "--per-try-cap",
+        type=float,
+        default=tries.cap_s,
+        help="Envoy's longest per-try timeout in seconds (models never measured get it)",
+    )
+    parser.add_argument(
+        "--per-try-multiplier",
+        type=float,
+        default=tries.multiplier,
+        help="per-try timeout: this many times the model's time per request",
+    )
+    parser.add_argument(
+        "--hedge",
+        action="store_true",
+        default=tries.hedge,
+        help="on a per-try timeout, send a second copy to another server (first answer "
+        "wins) instead of abandoning the first try",
+    )
+    parser.add_argument(
         "--autoscale",
         default="",
         help="min,max servers: scale the local site on queue time per request",
@@ -156,6 +190,8 @@ def build(
             args.retry_after,
             args.inflight_cap,
         )
+        tries = TryPolicy(args.per_try_floor, args.per_try_cap, args.per_try_multiplier, args.hedge)
+        loadview = LoadView(grace=args.scrape_grace)
     except ValueError as exc:
         parser.error(str(exc))
     jwt = None
@@ -186,6 +222,8 @@ def build(
         jwt=jwt,
         scaler=scaler,
         actuate=actuate if scaler else None,
+        loadview=loadview,
+        tries=TryTimeouts(tries),
     )
     operator.step()  # serve a full snapshot from the first request on
     return operator

@@ -71,13 +71,30 @@ class OperatorMetrics:
             ["server"],
             registry=r,
         )
+        self.in_view = Gauge(
+            "sonicsite_server_in_load_view",
+            "1 while the server's figures are used (read, and fewer failed scrapes in a row "
+            "than the grace)",
+            ["server"],
+            registry=r,
+        )
         self.steps = Counter("sonicsite_operator_steps", "Control loop steps", registry=r)
+        self.step_errors = Counter(
+            "sonicsite_operator_step_errors", "Control loop steps that failed", registry=r
+        )
+        self.per_try = Gauge(
+            "sonicsite_envoy_per_try_timeout_seconds",
+            "Envoy's per-try timeout of the model's route",
+            ["model"],
+            registry=r,
+        )
         self.shed = Gauge(
             "sonicsite_admission_shed", "1 while the model sheds new work", ["model"], registry=r
         )
         self.fail_open = Gauge(
             "sonicsite_admission_fail_open",
-            "1 while admission fails open for lack of metrics",
+            "1 while admission fails open (no server of the model can be measured; Envoy "
+            "caps its requests in flight; the reason is in /v1/state)",
             ["model"],
             registry=r,
         )
@@ -118,6 +135,7 @@ class OperatorMetrics:
         `cluster_weights` Envoy cluster -> server -> weight."""
         for gauge, names in (
             (self.up, ("server",)),
+            (self.in_view, ("server",)),
             (self.queue, ("model", "server")),
             (self.compute, ("model", "server")),
             (self.pending, ("model", "server")),
@@ -142,3 +160,11 @@ class OperatorMetrics:
         for cluster, table in cluster_weights.items():
             for server, weight in table.items():
                 self.weight.labels(cluster, server).set(weight)
+
+    def export_view(self, in_view: dict[str, bool], per_try: dict[str, float]) -> None:
+        """Which servers the load view uses (server -> in view), and each model's per-try
+        timeout at Envoy."""
+        for server, seen in in_view.items():
+            self.in_view.labels(server).set(1 if seen else 0)
+        for model, seconds in per_try.items():
+            self.per_try.labels(model).set(seconds)

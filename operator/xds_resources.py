@@ -1,12 +1,15 @@
-"""Envoy's resources, built from the operator's view: listener, routes, clusters, endpoints.
+"""Envoy's resources, built from the operator's view: listener, clusters, endpoints (routes:
+xds_routes.py).
 
 Envoy's bootstrap (sonicsite/local/envoy.py, the chart's ConfigMap) names only its admin port
 and the operator; everything else is built here and served by xds_snapshot.py. One cluster
-holds every server and one per model holds the servers that load it; a request with the
-model header (set by the sonicsite client) takes its model's route, any other (stock
-tritonclient, perf_analyzer) the default route to every server. Connection failures are
-retried once on another host; draining servers receive nothing new; a shed model's route
-answers RESOURCE_EXHAUSTED with a retry-after at once.
+holds every server and one per model holds the servers that load it. A server whose health
+check fails leaves its clusters' rotation; one that fails or times out twice in a row is
+ejected for a while (outlier detection, at most half of a cluster's servers at once);
+draining servers receive nothing new. The listener answers `HEALTH_PATH` itself (Envoy's
+liveness) and runs the filters that enforce admission: the Lua script that says whether a
+shed is still in force, the fault filter that refuses, the local-reply mapper that adds the
+retry-after.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ from dataclasses import dataclass
 from sonicsite.contract.wire import (
     ADMISSION_HEADER,
     FULL_WEIGHT,
-    MODEL_HEADER,
     RETRY_AFTER_HEADER,
-    SERVER_HEADER,
     ServerRecord,
 )
 
@@ -36,6 +37,22 @@ LISTENER = "sonicsite_grpc"
 LIMIT = 100_000  # circuit breakers sized for thousands of clients
 RETRY_BUFFER_BYTES = 64 << 20  # a request is kept this far so that it can be retried
 HTTP_FAULT = f"{GOOGLE}.filters.http.fault.v3.HTTPFault"
+HEALTH_PATH = "/healthz/envoy"  # Envoy answers it itself on the listener: liveness probes
+
+LUA_FILTER = "envoy.filters.http.lua"
+SHED_SCRIPT = "shed"  # the listener's named Lua source a shed route runs
+SHED_IN_FORCE = "x-sonicsite-shed-in-force"  # set by the script, matched by the abort
+# Marks the request while the route's shed has not expired (Envoy's clock, ms since epoch);
+# a client cannot force or dodge it: the header is removed first.
+SHED_LUA = f"""
+function envoy_on_request(handle)
+  handle:headers():remove("{SHED_IN_FORCE}")
+  local until_ms = handle:filterContext():get("until_ms")
+  if until_ms ~= nil and handle:timestamp() < until_ms then
+    handle:headers():add("{SHED_IN_FORCE}", "1")
+  end
+end
+"""
 
 
 def model_cluster(model: str) -> str:
@@ -89,7 +106,7 @@ def _cluster(name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUE
             "split_external_local_origin_errors": True,
             "interval": "1s",
             "base_ejection_time": "2s",
-            "max_ejection_percent": 100,
+            "max_ejection_percent": 50,  # a site-wide slowdown must not eject every server
         },
         "circuit_breakers": {
             "thresholds": [
@@ -191,8 +208,33 @@ class JwtPolicy:
         }
 
 
+def health_filter() -> dict:
+    """Envoy answers `HEALTH_PATH` itself (200, nothing forwarded): a probe of Envoy's own
+    liveness, which a hung (SIGSTOPped) Envoy cannot answer, unlike a TCP connect."""
+    return {
+        "name": "envoy.filters.http.health_check",
+        "typed_config": {
+            "@type": f"{GOOGLE}.filters.http.health_check.v3.HealthCheck",
+            "pass_through_mode": False,
+            "headers": [{"name": ":path", "string_match": {"exact": HEALTH_PATH}}],
+        },
+    }
+
+
+def lua_filter() -> dict:
+    """The shed script, run only by the routes of shed models (xds_routes.py)."""
+    return {
+        "name": LUA_FILTER,
+        "typed_config": {
+            "@type": f"{GOOGLE}.filters.http.lua.v3.Lua",
+            "source_codes": {SHED_SCRIPT: {"inline_string": SHED_LUA}},
+        },
+    }
+
+
 def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None = None) -> dict:
-    """`jwt`: check a bearer JWT before anything else (401 / UNAUTHENTICATED without one)."""
+    """`jwt`: check a bearer JWT on every request but Envoy's own health path (401 /
+    UNAUTHENTICATED without one)."""
     return {
         "@type": TYPE_URLS["listeners"],
         "name": LISTENER,
@@ -220,7 +262,9 @@ def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None
                                 "route_config_name": ROUTE_CONFIG,
                             },
                             "http_filters": [
+                                health_filter(),
                                 *([jwt.http_filter()] if jwt else []),
+                                lua_filter(),
                                 {
                                     "name": "envoy.filters.http.fault",
                                     "typed_config": {"@type": HTTP_FAULT},
@@ -235,81 +279,6 @@ def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None
                         },
                     }
                 ]
-            }
-        ],
-    }
-
-
-def _route_action(cluster: str) -> dict:
-    return {
-        "cluster": cluster,
-        "timeout": "0s",
-        "retry_policy": {
-            "retry_on": "connect-failure,refused-stream,reset,unavailable",
-            "num_retries": 2,
-            "retry_host_predicate": [
-                {
-                    "name": "envoy.retry_host_predicates.previous_hosts",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.retry.host."
-                        "previous_hosts.v3.PreviousHostsPredicate"
-                    },
-                }
-            ],
-            "host_selection_retry_max_attempts": 5,
-        },
-    }
-
-
-def shed_filter_config() -> dict:
-    """Per-route fault abort: every gRPC request on a shed model's route gets
-    RESOURCE_EXHAUSTED at once (the listener's local-reply mapper adds the retry-after),
-    and Triton sees nothing."""
-    return {
-        "envoy.filters.http.fault": {
-            "@type": HTTP_FAULT,
-            "abort": {"grpc_status": 8, "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
-        }
-    }
-
-
-def route_configuration(models: list[str], shed: set[str] | None = None) -> dict:
-    """`shed`: models whose route refuses new work."""
-    shed = shed or set()
-    routes = []
-    for m in models:
-        route = {
-            "name": f"model-{m}",
-            "match": {
-                "prefix": "/",
-                "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}],
-            },
-            "route": _route_action(model_cluster(m)),
-        }
-        if m in shed:
-            route["typed_per_filter_config"] = shed_filter_config()
-        routes.append(route)
-    routes.append(
-        {"name": "default", "match": {"prefix": "/"}, "route": _route_action(ALL_SERVERS)}
-    )
-    return {
-        "@type": TYPE_URLS["routes"],
-        "name": ROUTE_CONFIG,
-        "virtual_hosts": [
-            {
-                "name": "sonicsite",
-                "domains": ["*"],
-                "routes": routes,
-                "request_body_buffer_limit": RETRY_BUFFER_BYTES,
-                "response_headers_to_add": [
-                    {
-                        "header": {
-                            "key": SERVER_HEADER,
-                            "value": "%UPSTREAM_METADATA(sonicsite:server)%",
-                        },
-                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                    }
-                ],
             }
         ],
     }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from sonicsite.contract.wire import ServerRecord
 
+from .try_timeouts import TryPolicy
 from .xds_resources import (
     ALL_SERVERS,
     TYPE_URLS,
@@ -17,8 +18,8 @@ from .xds_resources import (
     listener,
     load_assignment,
     model_cluster,
-    route_configuration,
 )
+from .xds_routes import route_configuration
 
 
 @dataclass(frozen=True)
@@ -35,20 +36,28 @@ class Snapshot:
         weights: dict[str, dict[str, int]],
         listen_host: str,
         listen_port: int,
-        shed: set[str] | None = None,
+        shed: dict[str, float] | None = None,
         caps: dict[str, int] | None = None,
         retry_after_s: int = 1,
         lb_policy: str = "LEAST_REQUEST",
         jwt: JwtPolicy | None = None,
+        per_try: dict[str, float] | None = None,
+        tries: TryPolicy | None = None,
     ) -> Snapshot:
+        """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
+        model's per-try timeout in seconds (the cap of `tries` when missing); the default
+        route, which carries every model, takes the longest."""
         models = sorted({m for s in servers for m in s.models})
+        tries = tries or TryPolicy()
+        per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
+        default_per_try = max(per_try.values(), default=tries.cap_s)
         assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
         for m in models:
             holding = [s for s in servers if m in s.models]
             assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
         resources = {
             "listeners": [listener(listen_host, listen_port, retry_after_s, jwt)],
-            "routes": [route_configuration(models, shed)],
+            "routes": [route_configuration(models, shed, per_try, tries.hedge, default_per_try)],
             "clusters": clusters(models, caps, lb_policy),
             "endpoints": assignments,
         }

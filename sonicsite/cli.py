@@ -86,6 +86,19 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
     p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
     p.add_argument(
+        "--max-attempts",
+        type=_at_least(1),
+        default=3,
+        help="runs of a job in all when its worker dies (the rerun sends only what is left)",
+    )
+    p.add_argument(
+        "--rate",
+        type=_non_negative,
+        default=0.0,
+        help="open loop: events per second offered by each wave, in requests at Poisson "
+        "arrivals (latency counts from each request's arrival); 0: closed loop (--window)",
+    )
+    p.add_argument(
         "--mode",
         choices=["site", "direct"],
         default=None,
@@ -112,11 +125,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated models to serve (default: all)",
     )
+    p.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="start no supervisor: a process of the site that dies stays dead",
+    )
 
     p = sub.add_parser("down", help="stop the local site")
     _site_args(p)
 
-    p = sub.add_parser("status", help="show the local site")
+    from .local.status import EXIT_HELP
+
+    p = sub.add_parser(
+        "status",
+        help="show the local site: every process with its state and restarts",
+        epilog=EXIT_HELP,
+    )
     _site_args(p)
     p.add_argument("--json", action="store_true", help="print the site state as JSON")
 
@@ -129,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="model, or comma-separated models that jobs take in turn",
     )
     _stream_args(p, jobs=4, wave=2, events=100)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the stream in --out that a killed submit left: jobs with every "
+        "event answered are kept, the others rerun for the events without a result",
+    )
 
     p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
     _site_args(p)
@@ -171,6 +201,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--build-dir", type=Path, default=Path("build/models"))
 
+    b = bsub.add_parser(
+        "faults", help="strike each process of a local site mid-stream: lost, twice, recovery"
+    )
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    b.add_argument(
+        "--scenarios",
+        type=lambda t: tuple(x for x in t.split(",") if x),
+        default=(),
+        help="comma-separated scenarios (default: all)",
+    )
+    b.add_argument(
+        "--duration", type=_at_least(20), default=40, help="seconds of arrivals per scenario"
+    )
+    b.add_argument(
+        "--rate",
+        type=_non_negative,
+        default=0.0,
+        help="offered events per second (default: half the capacity measured first)",
+    )
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
     b = msub.add_parser("build", help="build the ONNX files deterministically")
@@ -188,6 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", type=_model_list, required=True, help="comma-separated models")
     p.add_argument("--events", type=_at_least(1), default=4, help="events per model")
     return parser
+
+
+def _non_negative(text: str) -> float:
+    """A number ≥ 0 (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return value
 
 
 def _positive_list(text: str) -> tuple[int, ...]:
@@ -216,6 +278,10 @@ def _bench(args: argparse.Namespace) -> dict:
         from .bench import gateway
 
         return gateway.run(args.json, args.repeats, args.build_dir)
+    if args.bench_command == "faults":
+        from .bench import faults
+
+        return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
     from .bench import balancing
 
     return balancing.run(
@@ -241,8 +307,11 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _submit(args: argparse.Namespace, models: list[str]) -> bool:
-    """Run the job stream; True when every event was answered exactly once."""
+def _submit(args: argparse.Namespace, models: list[str]) -> int:
+    """Run the job stream; 0 when every event was answered exactly once, 1 otherwise, and
+    128 + the signal when SIGINT or SIGTERM stopped it."""
+    import signal
+
     from .jobs.driver import StreamSpec, progress_bar, submit
     from .jobs.report import print_summary
 
@@ -258,10 +327,23 @@ def _submit(args: argparse.Namespace, models: list[str]) -> bool:
         transport=args.transport,
         window=args.window,
         mode=args.mode,
+        max_attempts=args.max_attempts,
+        rate=args.rate,
+        resume=getattr(args, "resume", False),
     )
-    report = submit(spec, progress_bar())
+    bar = progress_bar()
+    report = submit(spec, bar, bar.note)
+    bar.end()
     print_summary(report, args.out)
-    return report["events_ok"] == report["events_total"]
+    if report["stopped_by"]:
+        print(
+            f"sonicsite {args.command}: stopped by {report['stopped_by']} after "
+            f"{report['events_ok']}/{report['events_total']} events; every worker was "
+            f"stopped; the report of what was done: {args.out / 'report.json'}",
+            file=sys.stderr,
+        )
+        return 128 + signal.Signals[report["stopped_by"]].value
+    return 0 if report["events_ok"] == report["events_total"] else 1
 
 
 def _site(args: argparse.Namespace) -> int:
@@ -277,6 +359,7 @@ def _site(args: argparse.Namespace) -> int:
             args.build_dir,
             args.ort_threads,
             balancing=args.balancing,
+            supervise=not getattr(args, "no_supervise", False),
         )
 
     if args.command == "up":
@@ -288,15 +371,15 @@ def _site(args: argparse.Namespace) -> int:
         print(f"stopped {len(stopped)} server(s): {' '.join(map(str, stopped))}")
         return 0
     if args.command == "submit":
-        return 0 if _submit(args, args.model) else 1
+        return _submit(args, args.model)
     start(DEMO_MODELS)  # demo
     try:
         print_status(args.dir)
-        ok = _submit(args, DEMO_MODELS)
+        code = _submit(args, DEMO_MODELS)
     finally:
         stopped = down(args.dir)
         print(f"site stopped ({len(stopped)} servers)")
-    return 0 if ok else 1
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ know, so that a newer writer never breaks an older reader.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,15 +85,27 @@ class ServerRecord:
         return cls(server_id, host, int(port), 0, 0)
 
 
+# A shed lapses this many seconds after the operator last renewed it: Envoy and the gateway
+# reopen the model by themselves when the operator is dead or hung (no decision outlives its
+# decider); a live operator renews it while the model stays saturated.
+SHED_TTL_S = 10.0
+
+
 @dataclass(frozen=True)
 class AdmissionRecord:
-    """Whether a model takes new work, since when and why."""
+    """Whether a model takes new work, since when and why, and until when a shed holds."""
 
     state: str = OPEN  # OPEN or SHED
     since: float = 0.0
     reason: str = ""
     retry_after_s: int = 0  # what clients are told to wait while SHED
     fail_open: bool = False  # no metrics: open, bounded by an in-flight cap
+    expires_at: float = 0.0  # SHED: open again from this time (epoch s) unless renewed
+
+    def sheds(self, now: float) -> bool:
+        """True while the model is shed and the shed has not lapsed (a record without an
+        expiry, from an older operator, holds until the reader's own staleness bound)."""
+        return self.state == SHED and (not self.expires_at or now < self.expires_at)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +158,51 @@ class SiteRecord:
         )
 
 
+# -- processes of a local site --------------------------------------------------------------
+
+# A process's state: RUNNING (alive and answering), RESTARTING (its supervisor is starting it
+# again: waiting out the back-off or for the new process to answer), DEAD (gone and nothing
+# brings it back: no supervisor, or the supervisor is dead too), STOPPED (stopped on purpose:
+# a server scaled down or removed, everything at `sonicsite down`; never restarted).
+RUNNING, RESTARTING, DEAD, STOPPED = "running", "restarting", "dead", "stopped"
+SERVER, SUPERVISOR = "server", "supervisor"  # kinds the readers single out
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One process of a local site (a Triton server, the operator, Envoy, the gateway,
+    Prometheus, the supervisor), as the state file's `processes` records it: the status
+    command and the gateway's status page read this one."""
+
+    name: str  # a server's id, or the kind for the site's single processes
+    kind: str  # SERVER, "operator", "envoy", "gateway", "prometheus", SUPERVISOR
+    pid: int
+    state: str = RUNNING
+    restarts: int = 0  # restarts by the supervisor since `up`
+    last_exit: str = ""  # why it last ended: an exit code, a signal, a hang
+    since: float = 0.0  # when it entered `state` (time.time)
+    restart_delays_s: tuple[float, ...] = ()  # the back-off before each recent restart
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
+        known = _known(cls, data)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in known.items()})
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists on this machine and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return pid > 0 and f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     """A local site's state file as JSON, and its path (`site` is the site directory or the
     file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
@@ -164,3 +221,19 @@ def read_state_file(site: Path) -> SiteRecord:
     """The site record in a local site's state file (the launcher writes more: its PIDs)."""
     data, path = load_state_file(site)
     return SiteRecord.from_dict(data, source=str(path))
+
+
+def read_processes(site: Path) -> tuple[ProcessRecord, ...]:
+    """Every process of a local site (the state file's `processes`), each in its state as of
+    now: one recorded RUNNING whose PID is gone is DEAD, and so is one RESTARTING whose PID
+    is gone when no live supervisor is there to restart it. Read on the site's machine (the
+    PIDs are its own)."""
+    data, _ = load_state_file(site)
+    records = [ProcessRecord.from_dict(p) for p in data.get("processes", [])]
+    supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
+    supervised = supervisor is not None and supervisor.state == RUNNING
+    supervised = supervised and pid_alive(supervisor.pid)
+    gone = {RUNNING} if supervised else {RUNNING, RESTARTING}
+    return tuple(
+        replace(r, state=DEAD) if r.state in gone and not pid_alive(r.pid) else r for r in records
+    )

@@ -1,5 +1,15 @@
-"""The job-stream report: `report.json` (numbers) and `report.png` (throughput and latency
-over time, share per server)."""
+"""The job-stream report: `report.json` (numbers) and `report.png` (report_plot.py), and the
+console summary.
+
+Figures for the whole stream and per model (`per_model`, the same keys): events ok, failed,
+answered twice (`events_duplicated`, as the client saw it) and executed twice
+(`events_executed_twice`, as the servers' execution logs saw it; None when the site keeps no
+logs), throughput (the stream's over its whole duration; a model's over its own active time,
+`active_s`: from its first request to its last answer), latency, events per server and per
+path (`per_path`: envoy, gateway or direct, when the client reports `rows_per_path`),
+retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured), reruns of jobs
+whose worker died. `errors`: every worker failure (type, message, jobs) and event error.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .executions import Executions, summarize
+from .report_plot import plot
+
 
 def _percentiles(latencies_ms: list[float]) -> dict[str, float]:
     if not latencies_ms:
@@ -17,7 +30,23 @@ def _percentiles(latencies_ms: list[float]) -> dict[str, float]:
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
 
-def _summary(results: list[dict], duration: float) -> dict:
+def _events(results: list[dict]) -> set[int]:
+    return {e for r in results for e in range(r["first_event"], r["first_event"] + r["events"])}
+
+
+def active_seconds(results: list[dict]) -> float:
+    """From the first request's start to the last answer over these jobs (0 without any)."""
+    spans = [r["span"] for r in results if r.get("span")]
+    if not spans:
+        return 0.0
+    return max(s[1] for s in spans) - min(s[0] for s in spans)
+
+
+def _summary(
+    results: list[dict], duration: float, executions: Executions | None, own_time: bool
+) -> dict:
+    """The figures of `results`; throughput over `duration`, or over their own active time
+    when `own_time` (a model's)."""
     expected = sum(r["events"] for r in results)
     answered: Counter[int] = Counter()
     for r in results:
@@ -26,22 +55,35 @@ def _summary(results: list[dict], duration: float) -> dict:
     duplicated = sum(1 for v in answered.values() if v > 1)
     requests = [q for r in results for q in r["requests"]]
     good = [q for q in requests if q[4]]
-    per_server = Counter()
+    per_server: Counter[str] = Counter()
     for q in good:
         per_server[q[2]] += q[3]
+    per_path: Counter[str] = Counter()
+    for r in results:
+        per_path.update(r.get("client", {}).get("rows_per_path", {}))
+    active = active_seconds(results)
+    over = active if own_time and active > 0 else duration
+    checked = summarize(executions, set(answered), _events(results)) if executions else None
     return {
         "events_total": expected,
         "events_ok": ok,
         "events_failed": expected - ok,
         "events_duplicated": duplicated,
-        "throughput_eps": round(ok / duration, 2) if duration > 0 else 0.0,
+        "events_executed_twice": checked["events_executed_twice"]
+        if checked and checked["checked"]
+        else None,
+        "throughput_eps": round(ok / over, 2) if over > 0 else 0.0,
+        "active_s": round(active, 3),
         "latency_ms": _percentiles([q[1] * 1e3 for q in good]),
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
         "retries": sum(r["retries"] for r in results),
         "overloaded": sum(r.get("overloaded", 0) for r in results),
+        "reruns": sum(max(r.get("attempt", 1) - 1, 0) for r in results),
         "per_server": dict(sorted(per_server.items())),
+        "per_path": dict(sorted(per_path.items())),
         "client": _client_totals(results),
+        **({"executions": checked} if checked else {}),
     }
 
 
@@ -50,7 +92,7 @@ def _client_totals(results: list[dict]) -> dict:
     payload copies, and Triton's queue and compute time per request on each server."""
     stats = [r["client"] for r in results if r.get("client")]
     totals = {
-        key: round(sum(s[key] for s in stats), 6)
+        key: round(sum(s.get(key, 0) for s in stats), 6)
         for key in ("pack_s", "serialize_s", "network_s", "payload_copies")
     }
     servers: dict[str, dict[str, float]] = {}
@@ -71,54 +113,63 @@ def _client_totals(results: list[dict]) -> dict:
     return totals
 
 
-def build_report(results: list[dict], started: float, finished: float, spec: dict) -> dict:
+def _errors(results: list[dict]) -> list[dict]:
+    """Worker failures first (type, message, jobs), then event errors, most events first."""
+    groups: dict[str, dict] = {}
+    for r in results:
+        if r.get("error"):
+            e = r["error"]
+            key = f"{e['type']}: {e['message']}"
+            group = groups.setdefault(
+                key, {"error": key, "type": e["type"], "message": e["message"], "events": 0}
+            )
+            group.setdefault("jobs", set()).add(r["job"])
+            group.setdefault("models", set()).add(r["model"])
+        for error, n in Counter(r["failed"].values()).items():
+            group = groups.setdefault(error, {"error": error, "events": 0})
+            group["events"] += n
+            group.setdefault("jobs", set()).add(r["job"])
+            group.setdefault("models", set()).add(r["model"])
+    ordered = sorted(groups.values(), key=lambda g: ("type" not in g, -g["events"]))
+    for group in ordered:
+        group["jobs_total"] = len(group["jobs"])
+        group["jobs"] = sorted(group["jobs"])[:20]
+        group["models"] = sorted(group["models"])
+    return ordered[:10]
+
+
+def build_report(
+    results: list[dict],
+    started: float,
+    finished: float,
+    spec: dict,
+    executions: Executions | None = None,
+) -> dict:
+    """The report of a stream from its jobs' results (and the servers' executions of it)."""
     duration = finished - started
-    report = {"spec": spec, "duration_s": round(duration, 3), **_summary(results, duration)}
+    report = {
+        "spec": spec,
+        "duration_s": round(duration, 3),
+        **_summary(results, duration, executions, own_time=False),
+    }
     by_model: dict[str, list[dict]] = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
-    report["per_model"] = {m: _summary(rs, duration) for m, rs in sorted(by_model.items())}
-    report["jobs_without_result"] = [r["job"] for r in results if "exit_code" in r]
-    errors = Counter(e for r in results for e in r["failed"].values())
-    report["errors"] = [{"error": e, "events": n} for e, n in errors.most_common(10)]
+    report["per_model"] = {
+        m: _summary(rs, duration, executions, own_time=True) for m, rs in sorted(by_model.items())
+    }
+    report["reruns_per_job"] = {
+        str(r["job"]): r["attempt"] - 1 for r in results if r.get("attempt", 1) > 1
+    }
+    report["jobs_without_result"] = [r["job"] for r in results if r.get("from_journal")]
+    report["errors"] = _errors(results)
     return report
 
 
 def write_report(report: dict, results: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    _plot(report, results, out / "report.png")
-
-
-def _plot(report: dict, results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    requests = [q for r in results for q in r["requests"] if q[4]]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    if requests:
-        t0 = min(q[0] for q in requests)
-        ends = np.array([q[0] + q[1] - t0 for q in requests])
-        sizes = np.array([q[3] for q in requests])
-        bins = np.arange(0, max(ends.max(), 1.0) + 1.0, 1.0)
-        counts, _ = np.histogram(ends, bins=bins, weights=sizes)
-        axes[0].step(bins[:-1], counts, where="post")
-        starts = np.array([q[0] - t0 for q in requests])
-        axes[1].scatter(starts, [q[1] * 1e3 for q in requests], s=4, alpha=0.5)
-    axes[0].set(title="throughput", xlabel="time [s]", ylabel="events / s")
-    axes[1].set(title="request latency", xlabel="time [s]", ylabel="ms")
-    servers = report["per_server"]
-    axes[2].bar(list(servers), list(servers.values()))
-    axes[2].set(title="events per server", ylabel="events")
-    fig.suptitle(
-        f"{report['events_ok']}/{report['events_total']} events ok, "
-        f"{report['throughput_eps']} events/s, p99 {report['latency_ms']['p99']} ms"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    plot(report, results, out / "report.png")
 
 
 CONSOLE_KEYS = (
@@ -126,23 +177,48 @@ CONSOLE_KEYS = (
     "events_ok",
     "events_failed",
     "events_duplicated",
+    "events_executed_twice",
     "throughput_eps",
     "latency_ms",
     "per_server",
     "retries",
+    "overloaded",
+    "reruns",
     "duration_s",
 )
 
 
 def print_summary(report: dict, out: Path) -> None:
-    """The report as the console shows it: the headline figures, a line per model, where
-    the files are."""
+    """The report as the console shows it, on one screen: the headline figures, a line per
+    model, the first errors, where the files are."""
     print(json.dumps({k: report[k] for k in CONSOLE_KEYS}, indent=2))
-    for model, summary in report["per_model"].items():
+    if report.get("per_path"):
+        print(f"per path: {json.dumps(report['per_path'])}")
+    for model, s in report["per_model"].items():
+        twice = s["events_executed_twice"]
         print(
-            f"  {model}: {summary['events_ok']}/{summary['events_total']} ok, "
-            f"{summary['throughput_eps']} events/s, p99 {summary['latency_ms']['p99']} ms"
+            f"  {model}: {s['events_ok']}/{s['events_total']} ok, {s['events_failed']} failed, "
+            f"{s['throughput_eps']} events/s over {s['active_s']} s active, "
+            f"p99 {s['latency_ms']['p99']} ms, {s['retries']} retries, "
+            f"{s['overloaded']} shed, {s['reruns']} reruns"
+            + ("" if twice is None else f", {twice} executed twice")
         )
+    checked = report.get("executions", {})
+    if checked.get("checked"):
+        print(
+            f"executions (servers' logs): {checked['events_executed_once']} events once, "
+            f"{checked['events_executed_twice']} twice or more, "
+            f"{checked['events_answered_not_logged']} answered but not logged"
+        )
+    elif checked:
+        print(f"executions not checked: {checked['reason']}")
+    for error in report["errors"][:5]:
+        text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
+        print(f"error: {text} ({error['events']} events; jobs {error['jobs'][:8]})")
+    if len(report["errors"]) > 5:
+        print(f"... {len(report['errors']) - 5} more error(s) in report.json")
+    if report.get("stopped_by"):
+        print(f"stopped by {report['stopped_by']}: the report holds what was done until then")
     if "links" in report:
         print(f"site status page: {report['links']['status_page']}")
     print(f"report: {out / 'report.json'} and {out / 'report.png'}")

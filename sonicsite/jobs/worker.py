@@ -1,40 +1,56 @@
 """One worker job: stream a sample's events through the site with the sonicsite client and
 check every answer.
 
-Run as `python -P -m sonicsite.worker ...` by the job-stream driver, as a batch job would be.
-The client balances per request (or sends to the site's balanced endpoint), retries on
-another server when one fails, and honours retry-after: a server that dies costs retries,
-never events. Progress goes to stdout, one line per answered request; the result (every
-event id answered, every request's timing) goes to a JSON file.
+Run as `python -P -m sonicsite.jobs.worker ...` by the job-stream driver, as a batch job
+would be. The client balances per request (or sends to the site's balanced endpoint),
+retries on another server when one fails, and honours retry-after: a server that dies costs
+retries, never events. Every chunk's result goes to the job's journal as it arrives
+(journal.py), so a rerun of a killed job (`--attempt 2`) sends only the events without one.
+Progress goes to stdout (`progress OK FAILED`, the job's totals); the result (every event
+answered or failed, every request's timing, the worker's own exception if it failed) goes
+to a JSON file. A worker whose driver dies (the pipe `--parent-fd` closes) stops at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sonicsite.client import Client
+from sonicsite.client.engine import Source
+from sonicsite.client.layout import Columns
 from sonicsite.client.stats import StreamStats
 from sonicsite.models.samples import DEFAULT_BATCH, AnswerError, generate
 
+from .arrivals import schedule
+from .executions import request_tag
+from .journal import Journal, JournalState, read_journal
+from .result import JobResult, write_result
+
+EXIT_FAILED = 2  # the worker caught an exception and reported it in its result
+EXIT_ORPHANED = 3  # the driver is gone
+
 
 @dataclass
-class JobResult:
-    job: int
-    model: str
-    first_event: int
-    events: int
-    transport: str
-    answered: dict[int, int] = field(default_factory=dict)  # event id -> verified answers
-    failed: dict[int, str] = field(default_factory=dict)  # event id -> last error
-    requests: list[tuple[float, float, str, int, bool]] = field(default_factory=list)
-    retries: int = 0
-    overloaded: int = 0
-    client: dict = field(default_factory=dict)  # the stream's stats summary
+class _Range:
+    """Events [offset, offset + size) of a sample, as a source of their own."""
+
+    sample: Source
+    offset: int
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def request(self, lo: int, hi: int) -> Columns:
+        return self.sample.request(self.offset + lo, self.offset + hi)
 
 
 def run_job(
@@ -45,42 +61,106 @@ def run_job(
     batch: int,
     seed: int,
     window: int = 2,
-    progress=None,
+    progress: Callable[[int, int], None] | None = None,
+    journal: Journal | None = None,
+    attempt: int = 1,
+    stream: str = "local",
+    prior: JournalState | None = None,
+    rate: float = 0.0,
+    start_at: float = 0.0,
 ) -> tuple[JobResult, StreamStats]:
-    """Send events [job*events, (job+1)*events) in requests of `batch` events."""
+    """Send the job's events [job*events, (job+1)*events) that have no result in `prior`
+    (all of them by default) in requests of `batch` events; `progress(ok, failed)`. With
+    `rate` (events per second), open loop: each request at its Poisson arrival from
+    `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise."""
+    prior = prior or JournalState()
+    times = schedule(events, batch, rate, seed + job, start_at or time.time()) if rate else None
     sample = generate(model, events, seed + job, allocate=client.allocate)
     first = job * events
-    result = JobResult(job, model, first, events, client.transport)
+    result = JobResult(job, model, first, events, client.transport, attempt=attempt)
     lock = threading.Lock()
-    done = [0]
+    counts = [len(prior.answered), len(prior.failed)]
+    merged = StreamStats()
 
-    def on_result(lo: int, hi: int, outputs) -> None:
-        try:
-            sample.check(lo, hi, outputs)
-        except AnswerError as exc:
+    def tell() -> None:
+        if progress:
+            progress(counts[0], counts[1])
+
+    if journal:
+        journal.started(attempt)
+    for offset, end in prior.missing(events):
+
+        def on_result(lo: int, hi: int, outputs, offset: int = offset) -> None:
+            lo, hi = offset + lo, offset + hi
+            try:
+                sample.check(lo, hi, outputs)
+            except AnswerError as exc:
+                with lock:
+                    result.failed.update({first + i: str(exc) for i in range(lo, hi)})
+                    counts[1] += hi - lo
+                if journal:
+                    journal.failed(attempt, lo, hi, str(exc))
+                tell()
+                return
+            if journal:
+                journal.answered(attempt, lo, hi)
             with lock:
-                result.failed.update({first + i: str(exc) for i in range(lo, hi)})
-            return
-        with lock:
-            for i in range(first + lo, first + hi):
-                result.answered[i] = result.answered.get(i, 0) + 1
-            done[0] += hi - lo
-            if progress:
-                progress(done[0])
+                for i in range(first + lo, first + hi):
+                    result.answered[i] = result.answered.get(i, 0) + 1
+                counts[0] += hi - lo
+            tell()
 
-    stream = client.stream(model, sample.spec, batch=batch, window=window)
-    outcome = stream.run(sample, on_result)
-    for (lo, hi), error in outcome.failed.items():
-        result.failed.update({first + i: error for i in range(lo, hi)})
-    result.retries, result.overloaded = outcome.retries, outcome.overloaded
-    result.requests = [
-        (r.start, r.latency_s, r.server, r.rows, r.ok) for r in outcome.stats.records
-    ]
-    result.client = outcome.stats.summary()
-    return result, outcome.stats
+        tag = request_tag(stream, job, attempt, offset)
+        run = client.stream(model, sample.spec, batch=batch, window=window, request_tag=tag)
+        arrivals = None
+        if times is not None:
+            arrivals = [times[(offset + lo) // batch] for lo in range(0, end - offset, batch)]
+        outcome = run.run(_Range(sample, offset, end - offset), on_result, arrivals)
+        for (lo, hi), error in outcome.failed.items():
+            lo, hi = offset + lo, offset + hi
+            result.failed.update({first + i: error for i in range(lo, hi)})
+            counts[1] += hi - lo
+            if journal:
+                journal.failed(attempt, lo, hi, error)
+        tell()
+        result.retries += outcome.retries
+        result.overloaded += outcome.overloaded
+        _merge(merged, outcome.stats)
+    result.requests = [(r.start, r.latency_s, r.server, r.rows, r.ok) for r in merged.records]
+    result.client = merged.summary()
+    return result, merged
 
 
-def main(argv: list[str] | None = None) -> int:
+def _merge(into: StreamStats, stats: StreamStats) -> None:
+    """Add a range's stream stats: records appended, Triton's per-request means weighted."""
+    into.records.extend(stats.records)
+    for server, times in stats.server_times.items():
+        mine = into.server_times.setdefault(server, {"requests": 0.0})
+        n, m = times.get("requests", 0.0), mine["requests"]
+        for key, value in times.items():
+            if key != "requests":
+                mean = (mine.get(key, 0.0) * m + value * n) / (m + n) if m + n else 0.0
+                mine[key] = round(mean, 1)
+        mine["requests"] = m + n
+
+
+def watch_parent(fd: int, job: int) -> None:
+    """Stop this process when the driver dies: it holds the pipe's write end, so a read
+    here returns end-of-file the moment it is gone (SIGKILL included)."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:
+            pass
+        os.write(2, f"job {job}: the driver is gone (its pipe closed); stopping\n".encode())
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="watch-driver", daemon=True).start()
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonicsite.jobs.worker")
     parser.add_argument("--site", type=Path, required=True)
     parser.add_argument("--model", required=True)
@@ -96,29 +176,92 @@ def main(argv: list[str] | None = None) -> int:
         help="through the site's balancer (default when it has one) or direct",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="open loop: events per second, in requests at Poisson arrivals (0: closed loop)",
+    )
+    parser.add_argument(
+        "--start-at",
+        type=float,
+        default=0.0,
+        help="open loop: when the job's arrivals start (epoch s; a rerun keeps its schedule)",
+    )
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--journal", type=Path, default=None, help="the job's journal (default: OUT.journal)"
+    )
+    parser.add_argument("--attempt", type=int, default=1, help="1 + the reruns before this one")
+    parser.add_argument("--stream", default="local", help="names the stream in request ids")
+    parser.add_argument(
+        "--parent-fd", type=int, default=None, help="a pipe from the driver: stop on its EOF"
+    )
     parser.add_argument(
         "--metrics-textfile",
         type=Path,
         default=None,
         help="also write the stream's counters in Prometheus text format here",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.parent_fd is not None:
+        watch_parent(args.parent_fd, args.job)
+    journal_path = args.journal or args.out.with_suffix(".journal")
     batch = args.batch or DEFAULT_BATCH.get(args.model, 8)
 
-    def progress(done: int) -> None:
-        print(f"progress {done}", flush=True)
+    def progress(ok: int, failed: int) -> None:
+        print(f"progress {ok} {failed}", flush=True)
 
-    with Client.connect(transport=args.transport, mode=args.mode, site=args.site) as client:
-        result, stats = run_job(
-            client, args.model, args.job, args.events, batch, args.seed, args.window, progress
-        )
-    if args.metrics_textfile:
-        args.metrics_textfile.write_text(stats.to_prometheus(job=f"{args.model}-{args.job}"))
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(result)))
-    tmp.replace(args.out)
-    return 0
+    first = args.job * args.events
+    result = JobResult(
+        args.job, args.model, first, args.events, args.transport, attempt=args.attempt
+    )
+    try:
+        prior = read_journal(journal_path)
+        if prior.missing(args.events):
+            with (
+                Journal(journal_path) as journal,
+                Client.connect(transport=args.transport, mode=args.mode, site=args.site) as client,
+            ):
+                result, stats = run_job(
+                    client,
+                    args.model,
+                    args.job,
+                    args.events,
+                    batch,
+                    args.seed,
+                    args.window,
+                    progress,
+                    journal,
+                    args.attempt,
+                    args.stream,
+                    prior,
+                    args.rate,
+                    args.start_at,
+                )
+            if args.metrics_textfile:
+                args.metrics_textfile.write_text(
+                    stats.to_prometheus(job=f"{args.model}-{args.job}")
+                )
+    except Exception as exc:  # reported, never lost: the result and the console say it
+        message = str(exc) or repr(exc)
+        result.error = {
+            "type": type(exc).__name__,
+            "message": message,
+            "job": args.job,
+            "attempt": args.attempt,
+        }
+        print(f"job {args.job} ({args.model}): {type(exc).__name__}: {message}", file=sys.stderr)
+        traceback.print_exc()
+    state = read_journal(journal_path)
+    reason = f"{result.error['type']}: {result.error['message']}" if result.error else ""
+    result.fill(state, reason)
+    write_result(result, args.out)
+    return EXIT_FAILED if result.error else 0
 
 
 if __name__ == "__main__":

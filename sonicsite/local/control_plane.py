@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+from sonicsite.contract.wire import STATE_FILE
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
@@ -20,11 +22,11 @@ from .errors import EnvoyError, SiteError
 from .ports import free_ports
 from .processes import start_process, wait_for_http
 from .servers import update_targets
-from .state import ProcessInfo, SiteState
+from .state import LocalProcess, SiteState, edit
 
 
 def start_control_plane(
-    state: SiteState,
+    site_dir: Path,
     policy: AdmissionPolicy,
     scaling: ScalingPolicy | None = None,
     balancing: str = DEFAULT_POLICY,
@@ -32,31 +34,30 @@ def start_control_plane(
     timeout: float = 60.0,
 ) -> None:
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
-    every server."""
-    site_dir = Path(state.site_dir)
+    every server. Each is recorded in the state file as soon as it is started."""
     op_port, listen, admin = free_ports(3)
-    state.operator = f"127.0.0.1:{op_port}"
-    state.grpc = f"127.0.0.1:{listen}"
-    state.envoy_admin = f"127.0.0.1:{admin}"
+    with edit(site_dir) as state:
+        state.operator = f"127.0.0.1:{op_port}"
+        state.grpc = f"127.0.0.1:{listen}"
+        state.envoy_admin = f"127.0.0.1:{admin}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--envoy-listen={state.grpc}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt)]
     health = f"http://{state.operator}/healthz"
-    _start_python(state, "operator", "sonicsite.local.operator_main", args, health, timeout)
+    _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
     proxy = envoy.start(config, envoy_log)
-    state.processes.append(ProcessInfo("envoy", proxy.pid, str(envoy_log)))
-    state.save()
+    _record(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    wanted = sorted(s.grpc for s in state.servers)
+    wanted = sorted(s.grpc for s in SiteState.load(site_dir).servers)
     deadline = time.monotonic() + timeout
     while envoy.healthy_hosts(state.envoy_admin, ALL_SERVERS) != wanted:
         if time.monotonic() > deadline:
             raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
         time.sleep(0.1)
-    start_gateway(state, timeout)
-    start_prometheus(state, timeout)
+    start_gateway(site_dir, timeout)
+    start_prometheus(site_dir, timeout)
 
 
 def operator_args(
@@ -87,51 +88,69 @@ def operator_args(
     return args
 
 
-def start_gateway(state: SiteState, timeout: float, tokens: Path | None = None) -> None:
-    """The gateway (KServe v2 over HTTP, /v1/site, the status page), following the operator."""
+def start_gateway(site_dir: Path, timeout: float, tokens: Path | None = None) -> None:
+    """The gateway (KServe v2 over HTTP, /v1/site, the status page), following the operator
+    and reading the site's processes from the state file for its status page."""
     (port,) = free_ports(1)
-    state.http = f"127.0.0.1:{port}"
+    with edit(site_dir) as state:
+        state.http = f"127.0.0.1:{port}"
     args = [f"--operator=http://{state.operator}", f"--port={port}"]
+    args += [f"--site-state={site_dir / STATE_FILE}"]
     args += [f"--tokens={tokens}"] if tokens else []
     health = f"http://{state.http}/healthz"
-    _start_python(state, "gateway", "sonicsite.gateway.main", args, health, timeout)
+    _start_python(site_dir, "gateway", "sonicsite.gateway.main", args, health, timeout)
 
 
 def _start_python(
-    state: SiteState, name: str, module: str, args: list[str], health: str, timeout: float
+    site_dir: Path, name: str, module: str, args: list[str], health: str, timeout: float
 ) -> None:
     """One of our own Python services (the operator, the gateway), recorded in the state
     file at once and waited for until `health` answers."""
-    site_dir = Path(state.site_dir)
     log = site_dir / "logs" / f"{name}.log"
     proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
-    state.processes.append(ProcessInfo(name, proc.pid, str(log)))
-    state.save()
+    _record(site_dir, name, proc, log, health)
     wait_for_http(health, proc, log, timeout, SiteError)
 
 
-def start_prometheus(state: SiteState, timeout: float) -> None:
-    """Prometheus with every monitoring rule, when the binary is installed (Debian's)."""
+def _record(site_dir: Path, name: str, proc: subprocess.Popen, log: Path, health: str) -> None:
+    """Record a started process (its command, so that the supervisor can start it again)."""
+    with edit(site_dir) as state:
+        state.put_process(
+            LocalProcess(
+                name=name,
+                kind=name,
+                pid=proc.pid,
+                since=time.time(),
+                log=str(log),
+                command=tuple(str(a) for a in proc.args),
+                cwd=str(site_dir),
+                health=health,
+            )
+        )
+
+
+def start_prometheus(site_dir: Path, timeout: float) -> None:
+    """Prometheus with every monitoring rule, when the binary is installed (Debian's),
+    scraping the servers, the operator, the gateway, Envoy and the supervisor (if any)."""
     if shutil.which("prometheus") is None:
         return
-    site_dir = Path(state.site_dir)
     folder = site_dir / "prometheus"
     folder.mkdir(exist_ok=True)
     (port,) = free_ports(1)
-    state.prometheus = f"127.0.0.1:{port}"
+    with edit(site_dir) as state:
+        state.prometheus = f"127.0.0.1:{port}"
     update_targets(state)
-    config = prometheus.site_config(
-        folder / "triton.json",
-        {
-            "operator": (state.operator, "/metrics"),
-            "gateway": (state.http, "/metrics"),
-            "envoy": (state.envoy_admin, "/stats/prometheus"),
-        },
-        sorted(prometheus.RULES_DIR.glob("*.yaml")),
-    )
+    jobs = {
+        "operator": (state.operator, "/metrics"),
+        "gateway": (state.http, "/metrics"),
+        "envoy": (state.envoy_admin, "/stats/prometheus"),
+    }
+    if state.supervisor:
+        jobs["supervisor"] = (state.supervisor, "/metrics")
+    rules = sorted(prometheus.RULES_DIR.glob("*.yaml"))
+    config = prometheus.site_config(folder / "triton.json", jobs, rules)
     (folder / "prometheus.yml").write_text(json.dumps(config, indent=1))
     log = site_dir / "logs" / "prometheus.log"
     proc = prometheus.start(folder / "prometheus.yml", folder / "data", state.prometheus, log)
-    state.processes.append(ProcessInfo("prometheus", proc.pid, str(log)))
-    state.save()
+    _record(site_dir, "prometheus", proc, log, f"http://{state.prometheus}/-/healthy")
     prometheus.wait_ready(proc, state.prometheus, log, timeout)

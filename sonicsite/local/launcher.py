@@ -1,18 +1,20 @@
 """The local site launcher: `sonicsite up` and `sonicsite down`.
 
 `up` writes the local model repository, starts the Triton servers, waits until every model
-is ready, then starts the control plane (control_plane.py). `down` stops everything the
+is ready, then starts the control plane (control_plane.py) and, last, the supervisor
+(supervision.py) that restarts a process of the site that dies. `down` stops everything the
 state file names, by PID (its process group, so the Python-backend stubs go with their
-server); nothing is looked up by name.
+server); nothing is looked up by name, and nothing depends on the supervisor being alive.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from sonicsite.contract.wire import STATE_FILE
+from sonicsite.contract.wire import SERVER, STATE_FILE, STOPPED, SUPERVISOR
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
@@ -21,9 +23,11 @@ from sonicsite.operator.xds_resources import JwtPolicy
 
 from .control_plane import start_control_plane
 from .errors import SiteError
+from .ports import free_ports
 from .processes import alive, group_members, is_triton_server, runs_for_site, stop_group
 from .servers import remove_leftovers, start_server
-from .state import SiteState
+from .state import SiteState, create, edit
+from .supervision import SupervisionPolicy, start_supervisor
 from .triton import TritonInstall, wait_ready
 
 DEFAULT_BUILD_DIR = Path("build/models")
@@ -42,10 +46,14 @@ def up(
     delay_ms: dict[str, float] | None = None,
     balancing: str = DEFAULT_POLICY,
     jwt: JwtPolicy | None = None,
+    supervise: bool = True,
+    supervision: SupervisionPolicy | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
-    then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server.
-    `delay_ms` slows chosen servers (by id, `triton-N`): a test knob."""
+    then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
+    then (with `supervise`) the supervisor. `delay_ms` slows chosen servers (by id,
+    `triton-N`): a test knob. Without `supervise` a process that dies stays dead: what the
+    fault bench runs to show that the site's own mechanisms carry it."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -53,7 +61,7 @@ def up(
     site_dir = Path(site_dir).resolve()
     if (site_dir / STATE_FILE).exists():
         existing = SiteState.load(site_dir)
-        if any(alive(s.pid) for s in existing.servers):
+        if any(alive(p.pid) for p in [*existing.servers, *existing.processes]):
             raise SiteError(
                 f"a site is already running in {site_dir}; stop it with `sonicsite down`"
             )
@@ -69,34 +77,50 @@ def up(
     (site_dir / "logs").mkdir(parents=True, exist_ok=True)
 
     state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
-    procs = []
+    if supervise:  # chosen now: Prometheus, started before it, scrapes it
+        state.supervisor = f"127.0.0.1:{free_ports(1)[0]}"
+    create(state)
+    started = []
     try:
         for index in range(servers):
             server_id = f"triton-{index}"
             delay = (delay_ms or {}).get(server_id, 0.0)
             proc, info = start_server(site_dir, server_id, install, names, delay)
-            procs.append(proc)
-            state.servers.append(info)
-            state.save()  # record PIDs at once: a failed start can still be stopped
-        for proc, server in zip(procs, state.servers, strict=True):
+            started.append((proc, info))
+            with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
+                current.put_server(info)
+        for proc, server in started:
             wait_ready(proc, server.pid, server.http, Path(server.log), ready_timeout)
         if balancer:
-            start_control_plane(state, admission or AdmissionPolicy(), scaling, balancing, jwt)
+            policy = admission or AdmissionPolicy()
+            start_control_plane(site_dir, policy, scaling, balancing, jwt)
+        if supervise:
+            start_supervisor(site_dir, supervision)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
         if isinstance(exc, (SiteError, KeyboardInterrupt)):
             raise
         raise SiteError(str(exc)) from exc
-    state.save()
-    return state
+    return SiteState.load(site_dir)
 
 
 def down(site_dir: Path) -> list[int]:
-    """Stop every process of the site (Envoy and the operator first, then the servers);
-    returns the PIDs of the servers that were stopped."""
-    state = SiteState.load(Path(site_dir))
+    """Stop every process of the site: first mark it stopping (under the state lock, so
+    the supervisor starts nothing more), then the supervisor, the gateway, Envoy and the
+    operator, then the servers; returns the PIDs of the servers that were stopped. Works
+    the same whether the supervisor is alive, dead or was never started."""
+    site_dir = Path(site_dir)
+    with edit(site_dir) as state:
+        state.stopping = True
+        for record in state.processes:
+            why = "stopped by `sonicsite down`"
+            state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
+    supervisor = state.process(SUPERVISOR)
+    if supervisor is not None and runs_for_site(supervisor.pid, state.site_dir):
+        stop_group(supervisor.pid)
+    state = SiteState.load(site_dir)  # every PID the supervisor recorded before it stopped
     for process in reversed(state.processes):
-        if runs_for_site(process.pid, state.site_dir):
+        if process.kind not in (SERVER, SUPERVISOR) and runs_for_site(process.pid, state.site_dir):
             stop_group(process.pid)
     stopped = []
     for server in state.servers:
@@ -104,5 +128,5 @@ def down(site_dir: Path) -> list[int]:
             stop_group(server.pid)
             stopped.append(server.pid)
         remove_leftovers(server)
-    (Path(site_dir) / STATE_FILE).unlink(missing_ok=True)
+    (site_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped

@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from sonicsite.contract.wire import pid_alive
+
 
 def start_process(
     cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
@@ -53,12 +55,45 @@ def wait_for_http(
 
 
 def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
+    """True while the process exists and is not a zombie (the contract's one definition)."""
+    return pid_alive(pid)
+
+
+def exit_reason(pid: int, proc: subprocess.Popen | None = None) -> str:
+    """Why process `pid` ended, in words: from its exit status when it is our child (`proc`)
+    or still a zombie (/proc/PID/stat keeps the status until its parent reaps it)."""
+    if proc is not None and proc.poll() is not None:
+        code = proc.returncode
+        return f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        fields = []
+    if len(fields) >= 50 and fields[0] == "Z":
+        status = int(fields[49])  # exit_code, in waitpid's form
+        if os.WIFSIGNALED(status):
+            return f"killed by {_signal_name(os.WTERMSIG(status))}"
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return "gone (its parent collected the exit status; it was not started by the supervisor)"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL what is left of the process group led by `pid` (a hung process, or the
+    children of one that crashed) and wait until it is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    while group_members(pid):
+        _reap(pid)
+        time.sleep(0.05)
+    _reap(pid)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -10,13 +10,14 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sonicsite.contract.wire import STOPPED
 from sonicsite.operator.loadview import parse_metrics
 
 from .errors import SiteError, TritonError
-from .ports import free_ports
-from .processes import stop_group
+from .ports import free_ports, port_free
+from .processes import kill_group, stop_group
 from .prometheus import write_targets
-from .state import LocalServer, SiteState
+from .state import LocalServer, SiteState, edit
 from .triton import (
     ServerPorts,
     TritonInstall,
@@ -37,10 +38,16 @@ PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (ope
 
 
 def start_server(
-    site_dir: Path, server_id: str, install: TritonInstall, models: list[str], delay_ms: float = 0.0
+    site_dir: Path,
+    server_id: str,
+    install: TritonInstall,
+    models: list[str],
+    delay_ms: float = 0.0,
+    ports: ServerPorts | None = None,
 ) -> tuple[subprocess.Popen, LocalServer]:
-    """Start one `tritonserver` on free ports, serving the site's repository; not waited for."""
-    http, grpc, metrics = free_ports(3)
+    """Start one `tritonserver` serving the site's repository, on `ports` or free ones; not
+    waited for."""
+    http, grpc, metrics = (ports.http, ports.grpc, ports.metrics) if ports else free_ports(3)
     log = site_dir / "logs" / f"{server_id}.log"
     cmd = command(
         install,
@@ -64,6 +71,27 @@ def start_server(
         log=str(log),
         delay_ms=delay_ms,
     )
+
+
+def restart_server(site_dir: Path, server: LocalServer) -> tuple[subprocess.Popen, LocalServer]:
+    """Start a server that died again under its id: on its old ports when they are free
+    (Envoy and the operator find it where it was), else on new ones (the caller records
+    them; the operator publishes them). What the dead one left (its Python-backend stubs,
+    its /dev/shm regions) goes first. Not waited for."""
+    kill_group(server.pid)
+    remove_leftovers(server)
+    ports = ServerPorts(server.http_port, server.grpc_port, server.metrics_port)
+    if not all(port_free(p, server.host) for p in (ports.http, ports.grpc, ports.metrics)):
+        ports = None
+    install = TritonInstall.find()
+    models = list(server.models)
+    proc, fresh = start_server(site_dir, server.id, install, models, server.delay_ms, ports)
+    moved = {
+        "http_port": fresh.http_port,
+        "grpc_port": fresh.grpc_port,
+        "metrics_port": fresh.metrics_port,
+    }
+    return proc, replace(server, pid=fresh.pid, log=fresh.log, **moved)
 
 
 def stop_server(server: LocalServer) -> None:
@@ -94,12 +122,13 @@ def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0
     proc, info = start_server(site_dir, server_id, TritonInstall.find(), state.models, delay_ms)
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
-    except TritonError:
-        stop_group(info.pid)
+        with edit(site_dir) as state:
+            if state.stopping or state.server(server_id) is not None:
+                raise SiteError(f"{server_id} not added: the site is stopping or has one")
+            state.put_server(info)
+    except (TritonError, SiteError, FileNotFoundError):
+        stop_server(info)
         raise
-    state = SiteState.load(site_dir)  # re-read: nothing else may have changed it meanwhile
-    state.servers.append(info)
-    state.save()
     update_targets(state)
     return info
 
@@ -109,21 +138,24 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None
     change takes up to PROPAGATION_S), its in-flight requests finish (Triton's pending count
     reaches zero), then the process stops."""
     site_dir = Path(site_dir).resolve()
-    state = SiteState.load(site_dir)
-    server = state.server(server_id)
-    if server is None:
-        raise SiteError(f"no server {server_id!r}; the site has {[s.id for s in state.servers]}")
-    state.servers = [replace(s, draining=True) if s.id == server_id else s for s in state.servers]
-    state.save()
+    with edit(site_dir) as state:  # stopped on purpose: the supervisor never restarts it
+        server = state.server(server_id)
+        if server is None:
+            have = [s.id for s in state.servers]
+            raise SiteError(f"no server {server_id!r}; the site has {have}")
+        state.put_server(replace(server, draining=True))
+        record = state.process(server_id)
+        if record is not None:
+            why = "removed: drained and stopped by the site (scale-down or remove_server)"
+            state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
     if state.grpc:
         time.sleep(PROPAGATION_S)
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline and in_flight(server) > 0:
         time.sleep(0.1)
     stop_server(server)
-    state = SiteState.load(site_dir)
-    state.servers = [s for s in state.servers if s.id != server_id]
-    state.save()
+    with edit(site_dir) as state:
+        state.drop_server(server_id)
     update_targets(state)
 
 

@@ -1,21 +1,41 @@
 """The local site's state: what `sonicsite up` started, where it listens, and its PIDs.
 
-Written to `<site dir>/state.json` by the launcher. Its servers and endpoints are the site
-record of the wire contract (sonicsite.contract.wire), which the operator's local discovery
-and the client read; the PIDs and logs are the launcher's own, so that a later
-`sonicsite down` needs nothing but the site directory.
+Written to `<site dir>/state.json`. Its servers and endpoints are the site record of the wire
+contract (sonicsite.contract.wire), which the operator's local discovery and the client read;
+its `processes` are the contract's process records (every process of the site, servers
+included, with its state and restarts), which `status` and the gateway's status page read.
+The PIDs, logs and commands are the launcher's own, so that a later `sonicsite down` needs
+nothing but the site directory.
+
+Several processes change the file while the site runs: the launcher, the operator's
+autoscaler (add_server / remove_server) and the supervisor. Every change is a read, modify,
+write under one lock (`edit`: fcntl.flock on `<site dir>/state.lock`), and every write
+replaces the file atomically, so no writer loses another's change and no reader sees half a
+file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from sonicsite.contract.wire import STATE_FILE, ServerRecord, load_state_file
+from sonicsite.contract.wire import (
+    RUNNING,
+    SERVER,
+    STATE_FILE,
+    ProcessRecord,
+    ServerRecord,
+    load_state_file,
+)
 
 DEFAULT_SITE_DIR = Path(".sonicsite")
+LOCK_FILE = "state.lock"  # beside the state file; flock'ed by every writer, never removed
 
 
 @dataclass(frozen=True)
@@ -27,13 +47,26 @@ class LocalServer(ServerRecord):
     delay_ms: float = 0.0  # the balancing bench's slowdown knob (servers.MODEL_DELAY_ENV)
 
 
-@dataclass
-class ProcessInfo:
-    """A process of the site other than a Triton server (the operator, Envoy, ...)."""
+@dataclass(frozen=True)
+class LocalProcess(ProcessRecord):
+    """A process of the site: the contract's record, plus how to start it again."""
 
-    name: str
-    pid: int
-    log: str
+    command: tuple[str, ...] = ()  # empty for a server: servers.restart_server starts those
+    cwd: str = ""
+    health: str = ""  # a URL that answers (any HTTP status) while the process lives
+
+
+def server_process(server: LocalServer, state: str = RUNNING) -> LocalProcess:
+    """A new server's process record."""
+    return LocalProcess(
+        name=server.id,
+        kind=SERVER,
+        pid=server.pid,
+        state=state,
+        since=time.time(),
+        log=server.log,
+        health=f"http://{server.http}/v2/health/live",
+    )
 
 
 @dataclass
@@ -47,20 +80,53 @@ class SiteState:
     operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, xDS)
     envoy_admin: str = ""
     prometheus: str = ""  # the site's Prometheus (when installed): rules, every target
-    processes: list[ProcessInfo] = field(default_factory=list)
+    supervisor: str = ""  # the supervisor's HTTP address (/metrics, /healthz); "": unsupervised
+    stopping: bool = False  # set first by `down`: nothing is started or restarted any more
+    processes: list[LocalProcess] = field(default_factory=list)
 
     def server(self, server_id: str) -> LocalServer | None:
         return next((s for s in self.servers if s.id == server_id), None)
 
+    def process(self, name: str) -> LocalProcess | None:
+        return next((p for p in self.processes if p.name == name), None)
+
+    def put_process(self, record: LocalProcess) -> None:
+        """Add a process record, or replace the one of the same name in place."""
+        at = next((k for k, p in enumerate(self.processes) if p.name == record.name), None)
+        if at is None:
+            self.processes.append(record)
+        else:
+            self.processes[at] = record
+
+    def put_server(self, server: LocalServer) -> None:
+        """Add a server, or replace the one of the same id, with its process record: a
+        server's PID and log are written to both in the same change."""
+        at = next((k for k, s in enumerate(self.servers) if s.id == server.id), None)
+        if at is None:
+            self.servers.append(server)
+        else:
+            self.servers[at] = server
+        known = self.process(server.id)
+        fresh = server_process(server)
+        self.put_process(
+            fresh if known is None else replace(known, pid=server.pid, health=fresh.health)
+        )
+
+    def drop_server(self, server_id: str) -> None:
+        self.servers = [s for s in self.servers if s.id != server_id]
+        self.processes = [p for p in self.processes if p.name != server_id]
+
     def to_json(self) -> str:
         data = asdict(self)
         data["servers"] = [s.to_dict() for s in self.servers]
+        data["processes"] = [p.to_dict() for p in self.processes]
         return json.dumps(data, indent=2)
 
     def save(self) -> Path:
-        """Write atomically: readers never see a half-written file."""
+        """Write atomically: readers never see a half-written file. A running site's file
+        is changed through `edit`, which holds the lock around the read and this write."""
         path = Path(self.site_dir) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         tmp.write_text(self.to_json())
         os.replace(tmp, path)
         return path
@@ -78,5 +144,36 @@ class SiteState:
             operator=data.get("operator", ""),
             envoy_admin=data.get("envoy_admin", ""),
             prometheus=data.get("prometheus", ""),
-            processes=[ProcessInfo(**p) for p in data.get("processes", [])],
+            supervisor=data.get("supervisor", ""),
+            stopping=data.get("stopping", False),
+            processes=[LocalProcess.from_dict(p) for p in data.get("processes", [])],
         )
+
+
+@contextlib.contextmanager
+def locked(site_dir: Path) -> Iterator[None]:
+    """Hold the site's state lock. Not re-entrant: never nest it (or `edit`) in one process."""
+    with open(Path(site_dir) / LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def edit(site_dir: Path) -> Iterator[SiteState]:
+    """The one way to change a site's state file: lock, read, let the caller change the
+    state, write it back atomically. FileNotFoundError when there is no site (nothing is
+    written then); an exception in the caller's block leaves the file as it was."""
+    load_state_file(Path(site_dir))  # no site: say how to start one (and take no lock)
+    with locked(site_dir):
+        state = SiteState.load(Path(site_dir))
+        yield state
+        state.save()
+
+
+def create(state: SiteState) -> None:
+    """Write a new site's first state file, under the lock."""
+    with locked(Path(state.site_dir)):
+        state.save()

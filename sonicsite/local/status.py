@@ -1,4 +1,11 @@
-"""`sonicsite status`: what the local site runs, where it listens, and whether it answers."""
+"""`sonicsite status`: what the local site runs, where it listens, and whether it answers.
+
+Every process of the site (its servers, the operator, Envoy, the gateway, Prometheus, the
+supervisor) with its PID, state, restarts and last exit, as the contract's reader sees it
+now (`read_processes`: the gateway's status page reads the same); a line that starts DEAD,
+RESTARTING or NOT READY for each process that does not serve; and an exit status that says
+whether anything is down (EXIT_* below, also in the command's help).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +13,89 @@ import json
 import sys
 from pathlib import Path
 
-from .processes import alive
+from sonicsite.contract.wire import (
+    DEAD,
+    RESTARTING,
+    RUNNING,
+    SERVER,
+    STOPPED,
+    SUPERVISOR,
+    ProcessRecord,
+    read_processes,
+)
+
 from .state import SiteState
 from .triton import is_ready
 
+EXIT_OK = 0  # every process runs and every server is ready (or was stopped on purpose)
+EXIT_NO_SITE = 1  # no site in the directory
+EXIT_DOWN = 3  # something is down: a process dead or restarting, or a server not ready
+EXIT_HELP = (
+    "exit status: 0 when every process runs and every server is ready; 1 when there is no "
+    "site in DIR; 3 when something is down (a process dead or restarting, a server not ready)"
+)
+
+
+def problems(
+    records: tuple[ProcessRecord, ...], ready: dict[str, bool], supervised: bool
+) -> list[str]:
+    """One line per process that does not serve now."""
+    lines = []
+    for r in records:
+        if r.state == DEAD and r.kind == SUPERVISOR:
+            lines.append(
+                f"DEAD: supervisor (pid {r.pid}): nothing restarts the site's processes now; "
+                "`sonicsite down` still stops them all"
+            )
+        elif r.state == DEAD:
+            fate = "the supervisor restarts it" if supervised else "nothing restarts it"
+            lines.append(f"DEAD: {r.name} (pid {r.pid}): {r.last_exit or 'gone'}; {fate}")
+        elif r.state == RESTARTING:
+            lines.append(
+                f"RESTARTING: {r.name} (restart {r.restarts}): last exit {r.last_exit or '?'}"
+            )
+        elif r.kind == SERVER and r.state == RUNNING and not ready.get(r.name, False):
+            lines.append(f"NOT READY: {r.name} (pid {r.pid}): /v2/health/ready does not say 200")
+    return lines
+
 
 def print_status(site_dir: Path, as_json: bool = False) -> int:
-    """Print the site's servers and endpoints (or its state as JSON, readiness checked
-    live); 1 when there is no site."""
+    """Print the site's processes, servers and endpoints (or all of it as JSON, states and
+    readiness checked live); the exit status is one of EXIT_*."""
     try:
         state = SiteState.load(site_dir)
+        records = read_processes(site_dir)
     except FileNotFoundError as exc:
         print(exc, file=sys.stderr)
-        return 1
-    live = {s.id: alive(s.pid) and is_ready(s.http) for s in state.servers}
+        return EXIT_NO_SITE
+    states = {r.name: r.state for r in records}
+    ready = {s.id: states.get(s.id, RUNNING) == RUNNING and is_ready(s.http) for s in state.servers}
+    supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
+    supervised = supervisor is not None and supervisor.state == RUNNING
+    trouble = problems(records, ready, supervised)
+    code = EXIT_DOWN if trouble else EXIT_OK
     if as_json:
         data = json.loads(state.to_json())
         for server in data["servers"]:
-            server["ready"] = live[server["id"]]
+            server["ready"] = ready[server["id"]]
+        data["processes"] = [r.to_dict() for r in records]
+        data |= {"supervised": supervised, "down": trouble, "exit_status": code}
         print(json.dumps(data, indent=2))
-        return 0
-    print(f"site {state.site_dir}: {sum(live.values())}/{len(state.servers)} servers ready")
+        return code
+    running = sum(r.state == RUNNING for r in records)
+    watching = (
+        f"supervised by pid {supervisor.pid}"
+        if supervised
+        else "NOT supervised: a process that dies stays dead"
+    )
+    print(
+        f"site {state.site_dir}: {sum(ready.values())}/{len(state.servers)} servers ready, "
+        f"{running}/{len(records)} processes running, {watching}"
+    )
     for s in state.servers:
         print(
             f"  {s.id:<10} pid {s.pid:<7} grpc {s.grpc:<22} http {s.http:<22} "
-            f"metrics {s.metrics_url}  {'ready' if live[s.id] else 'NOT READY'}"
+            f"metrics {s.metrics_url}  {'ready' if ready[s.id] else 'NOT READY'}"
         )
     print(f"  models: {', '.join(state.models)}")
     if state.grpc:
@@ -43,4 +108,20 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
         )
     if state.prometheus:
         print(f"  Prometheus (site rules, every target): http://{state.prometheus}/")
-    return 0
+    if state.supervisor:
+        print(f"  supervisor: http://{state.supervisor}/metrics   log {supervisor_log(state)}")
+    print(f"  {'process':<12} {'kind':<11} {'pid':<8} {'state':<11} restarts  last exit")
+    for r in records:
+        shown = "stopped (on purpose)" if r.state == STOPPED else r.state
+        print(
+            f"  {r.name:<12} {r.kind:<11} {r.pid:<8} {shown:<11} {r.restarts:<9} "
+            f"{r.last_exit or '-'}"
+        )
+    for line in trouble:
+        print(line)
+    return code
+
+
+def supervisor_log(state: SiteState) -> str:
+    record = state.process(SUPERVISOR)
+    return record.log if record else "-"

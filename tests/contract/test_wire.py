@@ -4,15 +4,24 @@ not know, and the state file's reader says how to start a site when there is non
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
 from sonicsite.contract.wire import (
+    DEAD,
+    RESTARTING,
+    RUNNING,
     SHED,
     STATE_FILE,
+    STOPPED,
+    SUPERVISOR,
     AdmissionRecord,
+    ProcessRecord,
     ServerRecord,
     SiteRecord,
+    read_processes,
     read_state_file,
 )
 
@@ -42,7 +51,7 @@ def test_which_servers_take_a_model():
 
 
 def test_a_site_record_is_the_v1_site_document():
-    shed = AdmissionRecord(SHED, since=5.0, reason="queue time", retry_after_s=2)
+    shed = AdmissionRecord(SHED, since=5.0, reason="queue time", retry_after_s=2, expires_at=15.0)
     site = SiteRecord("envoy:8001", "gateway:80", (SERVER,), {"deepmet": shed}, 12.5, "here")
     data = site.to_dict()
     assert set(data) == {"grpc", "http", "servers", "admission", "updated_at"}
@@ -52,10 +61,23 @@ def test_a_site_record_is_the_v1_site_document():
         "reason": "queue time",
         "retry_after_s": 2,
         "fail_open": False,
+        "expires_at": 15.0,
     }
     back = SiteRecord.from_dict(json.loads(json.dumps(data)), source="there")
     assert back == site and back.source == "there"  # where it was read is not compared
     assert SiteRecord.from_dict({}) == SiteRecord()
+
+
+def test_a_shed_is_in_force_until_its_expiry_and_readers_ignore_unknown_keys():
+    shed = AdmissionRecord(SHED, since=5.0, reason="saturated", retry_after_s=1, expires_at=15.0)
+    assert shed.sheds(14.999) and not shed.sheds(15.0)  # lapses by itself, unrenewed
+    assert AdmissionRecord(SHED, since=5.0).sheds(1e12)  # an older writer's record: no expiry
+    assert not AdmissionRecord().sheds(0.0)  # open is never in force as a shed
+    data = shed.to_dict()
+    assert AdmissionRecord.from_dict(data) == shed
+    assert AdmissionRecord.from_dict(data | {"renewed_by": "a newer operator"}) == shed
+    older = {k: v for k, v in data.items() if k != "expires_at"}  # an older writer's record
+    assert AdmissionRecord.from_dict(older).expires_at == 0.0
 
 
 def test_the_state_file_reader(tmp_path):
@@ -67,3 +89,47 @@ def test_the_state_file_reader(tmp_path):
         site = read_state_file(where)
         assert site.servers == (SERVER,) and site.grpc == "127.0.0.1:1"
         assert site.source == str(tmp_path / STATE_FILE)
+
+
+def test_a_process_record_round_trips_and_ignores_what_it_does_not_know():
+    record = ProcessRecord(
+        "operator", "operator", 42, RESTARTING, 2, "killed by SIGKILL", 5.0, (0.5, 1.0)
+    )
+    data = record.to_dict()
+    assert data["restart_delays_s"] == [0.5, 1.0]
+    json.dumps(data)  # plain JSON
+    assert ProcessRecord.from_dict(data) == record
+    assert ProcessRecord.from_dict(data | {"command": ["envoy"], "cpu": 3}) == record
+
+
+def test_the_process_reader_says_what_is_dead_now(tmp_path):
+    """A PID that is gone is DEAD unless a live supervisor is restarting it; a process
+    stopped on purpose stays STOPPED."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = os.getpid()
+
+    def write(*records: ProcessRecord) -> dict[str, str]:
+        data = {"site_dir": str(tmp_path), "processes": [r.to_dict() for r in records]}
+        (tmp_path / STATE_FILE).write_text(json.dumps(data))
+        return {r.name: r.state for r in read_processes(tmp_path)}
+
+    live = ProcessRecord(SUPERVISOR, SUPERVISOR, me)
+    dead = ProcessRecord(SUPERVISOR, SUPERVISOR, gone.pid)
+    running_gone = ProcessRecord("envoy", "envoy", gone.pid)
+    restarting = ProcessRecord("operator", "operator", gone.pid, RESTARTING)
+    stopped = ProcessRecord("triton-1", "server", gone.pid, STOPPED)
+    server = ProcessRecord("triton-0", "server", me)
+    assert write(live, running_gone, restarting, stopped, server) == {
+        SUPERVISOR: RUNNING,
+        "envoy": DEAD,  # until the supervisor marks it restarting
+        "operator": RESTARTING,
+        "triton-1": STOPPED,
+        "triton-0": RUNNING,
+    }
+    assert write(dead, restarting, server) == {
+        SUPERVISOR: DEAD,
+        "operator": DEAD,  # nothing is there to restart it
+        "triton-0": RUNNING,
+    }
+    assert write(running_gone) == {"envoy": DEAD}  # a site without a supervisor

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from polling import wait_until
 
-from sonicsite.jobs.driver import StreamSpec, submit
+from sonicsite.jobs.driver import Progress, StreamSpec, submit
+from sonicsite.jobs.executions import EXECUTIONS_DIR, RequestId, parse_request_id
 from sonicsite.local import envoy, launcher
 from sonicsite.local.processes import alive
 
@@ -25,6 +26,19 @@ def _answers(out: Path) -> Counter:
     for path in sorted((out / "jobs").glob("job-*.json")):
         counts.update({int(k): v for k, v in json.loads(path.read_text())["answered"].items()})
     return counts
+
+
+def _executions(site_dir: Path, stream: str) -> list[tuple[str, RequestId]]:
+    """The stream's requests as the servers' logs have them: (server, request), each
+    server's in the order it executed them."""
+    found = []
+    for path in sorted((site_dir / EXECUTIONS_DIR).glob("*.log")):
+        for line in path.read_text().splitlines():
+            fields = line.split("\t")
+            rid = parse_request_id(fields[4])
+            if rid is not None and rid.stream == stream:
+                found.append((fields[1], rid))
+    return found
 
 
 def test_stream_answers_every_event_exactly_once(site, tmp_path):
@@ -57,6 +71,13 @@ def test_stream_answers_every_event_exactly_once(site, tmp_path):
     assert set(client["server_times_us"]) == {"triton-0", "triton-1"}
     for times in client["server_times_us"].values():
         assert times["requests"] > 0 and times["compute_infer_us"] > 0
+    # Counted where they happen: every event executed exactly once on the servers.
+    executions = report["executions"]
+    assert executions["checked"] and executions["events_executed_once"] == total
+    assert executions["events_answered_not_logged"] == 0
+    assert report["events_executed_twice"] == 0
+    assert {s["events_executed_twice"] for s in report["per_model"].values()} == {0}
+    assert report["reruns"] == 0 and report["errors"] == [] and report["stopped_by"] is None
     saved = json.loads((spec.out / "report.json").read_text())
     assert (
         saved["events_ok"] == total and saved["latency_ms"]["p99"] >= saved["latency_ms"]["p50"] > 0
@@ -69,7 +90,10 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
     """Through Envoy (site) Envoy retries on the other server; direct, the client fails over.
     Either way every event is answered exactly once and the dead server gets nothing more."""
     site_dir = tmp_path / "site"
-    state = launcher.up(site_dir, servers=2, models=["particlenet_ak4"], build_dir=built_models)
+    # supervise=False: the data plane alone carries the stream (no restart of the victim)
+    state = launcher.up(
+        site_dir, servers=2, models=["particlenet_ak4"], build_dir=built_models, supervise=False
+    )
     victim = state.servers[1]
     try:
         spec = StreamSpec(
@@ -82,13 +106,13 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             batch=8,
             mode=mode,
         )
-        progress: list[int] = [0]
+        progress: list[Progress] = [Progress(0, 0, 0)]
         result: dict = {}
         runner = threading.Thread(
-            target=lambda: result.update(submit(spec, lambda d, t: progress.__setitem__(0, d)))
+            target=lambda: result.update(submit(spec, lambda p: progress.__setitem__(0, p)))
         )
         runner.start()
-        wait_until(lambda: progress[0] >= 80, "the stream to answer 80 events", timeout=180)
+        wait_until(lambda: progress[0].ok >= 80, "the stream to answer 80 events", timeout=180)
         os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
@@ -115,6 +139,20 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
     assert result["events_duplicated"] == 0
     answers = _answers(spec.out)
     assert set(answers) == set(range(480)) and set(answers.values()) == {1}
+    # The servers' logs: an event executed twice was in flight on the killed server when it
+    # died (executed, never answered); at most the requests in flight then (jobs × window).
+    executions = result["executions"]
+    assert executions["checked"] and executions["events_answered_not_logged"] == 0
+    assert result["events_executed_twice"] == executions["events_executed_twice"]
+    in_flight = spec.jobs * spec.window
+    assert result["events_executed_twice"] <= in_flight * spec.batch
+    lines = _executions(site_dir, result["spec"]["stream"])
+    counts = Counter((r.job, e) for _, r in lines for e in range(r.lo, r.hi))
+    on_victim = [r for server, r in lines if server == victim.id]
+    repeated = [r for r in on_victim if any(counts[(r.job, e)] > 1 for e in range(r.lo, r.hi))]
+    assert set(repeated) <= set(on_victim[-in_flight:])  # its last ones: in flight at its death
+    if result["events_executed_twice"]:
+        assert victim.id in executions["executions_of_repeated_events_by_server"]
     if mode == "direct":
         assert result["retries"] > 0  # the client failed over
     else:
@@ -156,8 +194,12 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     assert re.search(
         r"Prometheus \(site rules, every target\): http://127\.0\.0\.1:\d+/", out.stdout
     )
-    pids = [int(m) for m in re.findall(r"pid (\d+)", out.stdout)]
-    assert len(pids) == 2 and not [p for p in pids if alive(p)]
+    servers = re.findall(r"triton-\d+\s+pid (\d+)", out.stdout)
+    pids = [int(m) for m in re.findall(r"\bpid (\d+)", out.stdout)]
+    assert len(servers) == 2 and not [p for p in pids if alive(p)]
+    # the workers too: every PID the driver recorded is gone
+    workers = json.loads((tmp_path / "out" / "jobs" / "workers.json").read_text())["workers"]
+    assert len(workers) == 2 and not [w["pid"] for w in workers if alive(w["pid"])]
 
 
 def test_worker_exports_its_counters_as_prometheus_text(site, tmp_path):

@@ -56,7 +56,7 @@ def test_shed_only_when_every_server_is_saturated_with_hysteresis_and_hold():
 
 
 def test_no_metrics_fails_open_with_an_in_flight_cap_enforced_by_envoy():
-    decision = decide(POLICY, None, [], ["a", "b"], now=10.0)
+    decision = decide(POLICY, None, [], [], now=10.0, unseen=["b", "a"])
     assert decision.state == OPEN and decision.fail_open
     assert "no metrics from ['a', 'b']: failing open, at most 32 requests in flight" in (
         decision.reason

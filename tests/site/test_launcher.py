@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
@@ -95,3 +97,34 @@ def test_state_file_round_trips(site):
     loaded = SiteState.load(Path(site.site_dir))
     assert loaded.servers == site.servers
     assert all(os.path.exists(s.log) for s in loaded.servers)
+
+
+def test_status_help_says_what_its_exit_status_means():
+    out = _cli("status", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "1 when there is no site in DIR; 3 when something is down" in text
+
+
+def test_an_unsupervised_site_reports_a_dead_process_and_leaves_it_dead(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    args = ["--dir", str(site_dir), "--servers", "1", "--models", "simple"]
+    up = _cli("up", *args, "--build-dir", str(built_models), "--no-supervise")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "NOT supervised: a process that dies stays dead" in up.stdout
+        state = SiteState.load(site_dir)
+        assert state.supervisor == "" and state.process("supervisor") is None
+        envoy = state.process("envoy")
+        os.kill(envoy.pid, signal.SIGKILL)
+        wait_until(lambda: not alive(envoy.pid), "Envoy to be gone")
+        out = _cli("status", "--dir", str(site_dir))
+        assert out.returncode == 3
+        assert f"DEAD: envoy (pid {envoy.pid}): " in out.stdout
+        assert "nothing restarts it" in out.stdout
+        after = SiteState.load(site_dir).process("envoy")
+        assert after.pid == envoy.pid and after.restarts == 0
+    finally:
+        down = _cli("down", "--dir", str(site_dir))
+    assert down.returncode == 0, down.stderr
+    assert not any(alive(p.pid) for p in state.processes)

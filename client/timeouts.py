@@ -1,0 +1,79 @@
+"""Per-attempt deadlines from the latency a stream observes, not a fixed 60 s.
+
+A hung server (SIGSTOP, a wedged backend) answers nothing, so the only sign of it is time:
+an attempt that has waited several times longer than the model has ever taken on that path
+is given up and retried elsewhere. The deadline is learnt per path (Envoy, the gateway, the
+servers directly), since a path through a proxy that retries on its own takes longer than a
+server reached directly. The numbers are the defaults of `TimeoutRule`; the engine's
+docstring states them as the retry rule.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TimeoutRule:
+    """deadline = clamp(factor × the `percentile` of the last `window` answered latencies,
+    floor_s, cap); the cap until `min_samples` answers have been seen on the path. Each
+    timeout a chunk has had doubles its next attempt's deadline (still at most the cap), so
+    a path that became slower for good is relearnt instead of timing out forever."""
+
+    factor: float = 4.0
+    percentile: float = 99.0
+    window: int = 100
+    min_samples: int = 5
+    floor_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.factor < 1:
+            raise ValueError(f"factor: expected a number ≥ 1, got {self.factor}")
+        if not 0 < self.percentile <= 100:
+            raise ValueError(f"percentile: expected a number in (0, 100], got {self.percentile}")
+        for name in ("window", "min_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
+        if self.min_samples > self.window:
+            raise ValueError(
+                f"min_samples: expected at most window ({self.window}), got {self.min_samples}"
+            )
+        if self.floor_s <= 0:
+            raise ValueError(f"floor_s: expected a positive number, got {self.floor_s}")
+
+    def deadline(self, latencies: list[float], cap: float, timeouts: int = 0) -> float:
+        """The deadline of an attempt, given the path's recent answered latencies (seconds),
+        the user's cap (StreamOptions.timeout_s) and how many times this chunk timed out."""
+        if len(latencies) < self.min_samples:
+            return cap
+        ranked = sorted(latencies[-self.window :])
+        high = ranked[max(0, math.ceil(self.percentile / 100 * len(ranked)) - 1)]
+        base = min(max(self.factor * high, self.floor_s), cap)
+        return min(base * 2**timeouts, cap)
+
+
+@dataclass
+class PathLatencies:
+    """The recent answered latencies of a stream, per path; shared by its threads."""
+
+    rule: TimeoutRule = field(default_factory=TimeoutRule)
+    _samples: dict[str, deque[float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(self, path: str, latency_s: float) -> None:
+        """One answered attempt on `path`: its time from sending to the whole reply."""
+        with self._lock:
+            samples = self._samples.setdefault(path, deque(maxlen=self.rule.window))
+            samples.append(latency_s)
+
+    def deadline(self, path: str, cap: float, timeouts: int = 0) -> float:
+        with self._lock:
+            samples = list(self._samples.get(path, ()))
+        return self.rule.deadline(samples, cap, timeouts)
+
+    def answered(self, path: str) -> int:
+        with self._lock:
+            return len(self._samples.get(path, ()))

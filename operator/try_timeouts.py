@@ -1,0 +1,89 @@
+"""Envoy's per-try timeouts, from each model's observed latency.
+
+A hung server (SIGSTOP, a wedged backend) answers nothing: the only sign of it is time. Envoy
+gives up a try that has waited `multiplier` times the model's current time per request
+(Triton's queue + compute per request, or the wait its pending requests imply by Little's
+law when that is longer, on its slowest server that can be measured), at least `floor_s`
+and at most `cap_s`, and retries it on another server; a model never measured gets the cap.
+The multiplier stands for a high percentile of the latency: the figure is a mean over the
+last step. With `hedge`, Envoy sends a second copy to another server after that time
+instead of abandoning the first try, and the first answer wins.
+
+The timeout, a multiple of `STEP_S`, grows at once when the model slows down; it shrinks at
+once to a target half as long or less, and to a lower target only once it has stayed lower
+for `SHRINK_AFTER` observations in a row: Envoy's routes do not change every step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .loadview import ModelLoad
+
+STEP_S = 0.5  # per-try timeouts are multiples of this
+SHRINK_AFTER = 10  # observations in a row with a lower target before the timeout follows it
+
+
+@dataclass(frozen=True)
+class TryPolicy:
+    floor_s: float = 3.0
+    cap_s: float = 15.0
+    multiplier: float = 5.0
+    hedge: bool = False  # hedge on per-try timeout (a second copy) instead of retrying
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor_s <= self.cap_s:
+            raise ValueError(
+                f"per-try timeout: expected 0 < floor ≤ cap, got floor {self.floor_s} s, "
+                f"cap {self.cap_s} s"
+            )
+        if self.multiplier < 1:
+            raise ValueError(f"per-try multiplier: expected ≥ 1, got {self.multiplier}")
+
+
+def latency_s(loads: list[ModelLoad]) -> float | None:
+    """The model's time per request on its slowest measured server, in seconds: queue and
+    compute per request over the last interval, or the wait the requests pending there imply
+    (pending / throughput) plus compute, whichever is longer; None when nothing completed."""
+    worst = None
+    for load in loads:
+        if not load.requests:
+            continue
+        compute = load.compute_us / load.requests / 1e6
+        queue = load.queue_us / load.requests / 1e6
+        if load.throughput_rps > 0:
+            queue = max(queue, load.pending / load.throughput_rps)
+        worst = max(worst or 0.0, queue + compute)
+    return worst
+
+
+@dataclass
+class TryTimeouts:
+    policy: TryPolicy = field(default_factory=TryPolicy)
+    current: dict[str, float] = field(default_factory=dict)  # measured model: timeout (s)
+    _lower: dict[str, int] = field(default_factory=dict)  # observations in a row below it
+
+    def target(self, latency: float) -> float:
+        raw = min(max(self.policy.multiplier * latency, self.policy.floor_s), self.policy.cap_s)
+        return min(math.ceil(raw / STEP_S) * STEP_S, self.policy.cap_s)
+
+    def observe(self, model: str, loads: list[ModelLoad]) -> float:
+        """Update the model's per-try timeout from its loads of the last step; returns it."""
+        latency = latency_s(loads)
+        if latency is not None:
+            wanted, now = self.target(latency), self.current.get(model)
+            lower = self._lower.get(model, 0) + 1 if now and wanted < now else 0
+            if now is None or wanted > now or wanted <= now / 2 or lower >= SHRINK_AFTER:
+                self.current[model], lower = wanted, 0
+            self._lower[model] = lower
+        return self.timeout(model)
+
+    def timeout(self, model: str) -> float:
+        return self.current.get(model, self.policy.cap_s)
+
+    def forget(self, models: set[str]) -> None:
+        """Drop the models no server holds any more."""
+        for gone in set(self.current) - models:
+            del self.current[gone]
+            self._lower.pop(gone, None)

@@ -1,0 +1,61 @@
+"""A job's result file (`jobs/job-<job>.json`): what the report is built from.
+
+The worker writes it at the end of an attempt (answered and failed events read back from the
+job's journal, its requests' timings, its exception if it failed); the driver writes the same
+shape from the journal for a job whose last attempt left none (killed, or stopped).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .journal import JournalState
+
+
+@dataclass
+class JobResult:
+    job: int
+    model: str
+    first_event: int
+    events: int
+    transport: str
+    answered: dict[int, int] = field(default_factory=dict)  # event id -> verified answers
+    failed: dict[int, str] = field(default_factory=dict)  # event id -> last error
+    requests: list[tuple[float, float, str, int, bool]] = field(default_factory=list)
+    retries: int = 0
+    overloaded: int = 0
+    client: dict = field(default_factory=dict)  # the stream's stats summary
+    attempt: int = 1  # the attempt that wrote this result (reruns: attempt - 1)
+    error: dict | None = None  # the worker's failure: type, message, job, attempt
+    span: list[float] = field(default_factory=list)  # first request start, last answer
+    from_journal: bool = False  # written by the driver: the last attempt left no result
+
+    def fill(self, state: JournalState, reason: str = "") -> None:
+        """Answered and failed events from the journal; events without a result fail with
+        `reason` (the worker's exception, say)."""
+        first = self.first_event
+        self.answered = {first + i: n for i, n in sorted(state.answered.items())}
+        self.failed = {first + i: e for i, e in sorted(state.failed.items())}
+        for lo, hi in state.missing(self.events):
+            self.failed.update({first + i: reason or "no result" for i in range(lo, hi)})
+        starts = [r[0] for r in self.requests] + ([state.first_start] if state.first_start else [])
+        ends = [r[0] + r[1] for r in self.requests if r[4]] + [state.last_answer]
+        if starts and max(ends) > 0:
+            self.span = [min(starts), max(ends)]
+
+
+def write_result(result: JobResult, out: Path) -> None:
+    """Atomically: the driver never reads half a file."""
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(result)))
+    tmp.replace(out)
+
+
+def read_result(path: Path) -> dict | None:
+    """A result file as the report reads it, or None when there is none."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None

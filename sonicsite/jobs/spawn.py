@@ -1,0 +1,145 @@
+"""The stream's worker processes: started, watched, stopped, never left behind.
+
+Each worker runs in a session (and process group) of its own, so that a Ctrl-C on the
+terminal reaches the driver alone, which then stops the workers itself (SIGTERM to each
+group, SIGKILL after a grace). Every worker holds the read end of one pipe whose write end
+only the driver holds: when the driver dies, even by SIGKILL, the kernel closes it and each
+worker reads end-of-file and exits (worker.watch_parent). A pipe, not PR_SET_PDEATHSIG:
+that fires when the *thread* that started the child exits, and the driver may run in a
+thread that ends before its workers do. The PIDs go to `jobs/workers.json` as they start,
+so that anyone can check that none survives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORKERS_FILE = "workers.json"
+
+
+@dataclass
+class WorkerRun:
+    """One attempt of one job, as a process."""
+
+    job: int
+    model: str
+    attempt: int
+    proc: subprocess.Popen
+    ok: int = 0  # the job's events answered so far (all attempts), from its progress lines
+    failed: int = 0
+    reported: bool = False  # a progress line has come
+
+    def read_progress(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "progress":
+                self.ok, self.failed = int(parts[1]), int(parts[2])
+                self.reported = True
+
+
+@dataclass
+class Workers:
+    """Starts workers with `command(job, model, attempt)`; stops every one it started."""
+
+    jobs_dir: Path
+    stream: str
+    command: Callable[[int, str, int, int], list[str]]  # job, model, attempt, pipe fd
+    running: list[WorkerRun] = field(default_factory=list)
+    started: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._read, self._write = os.pipe()  # both close-on-exec; the read end is passed on
+
+    def start(self, job: int, model: str, attempt: int) -> WorkerRun:
+        cmd = self.command(job, model, attempt, self._read)
+        with open(self.jobs_dir / f"job-{job:05d}.log", "a") as log:
+            log.write(f"--- attempt {attempt} ---\n")
+            log.flush()
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+                pass_fds=(self._read,),
+            )
+        run = WorkerRun(job, model, attempt, proc)
+        threading.Thread(target=run.read_progress, daemon=True).start()
+        self.running.append(run)
+        self.started.append(
+            {"job": job, "attempt": attempt, "pid": proc.pid, "started": time.time()}
+        )
+        self._save()
+        return run
+
+    def _save(self) -> None:
+        record = {"driver": os.getpid(), "stream": self.stream, "workers": self.started}
+        path = self.jobs_dir / WORKERS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(path)
+
+    def reap(self) -> list[WorkerRun]:
+        """The workers that have exited since the last call (their exit status collected)."""
+        done = [r for r in self.running if r.proc.poll() is not None]
+        self.running = [r for r in self.running if r not in done]
+        return done
+
+    def stop(self, grace: float = 10.0) -> list[WorkerRun]:
+        """SIGTERM every running worker's group, SIGKILL what is left after `grace` s."""
+        self._signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(r.proc.poll() is None for r in self.running):
+            time.sleep(0.05)
+        self._signal(signal.SIGKILL)
+        for r in self.running:
+            r.proc.wait()
+        return self.reap()
+
+    def _signal(self, sig: int) -> None:
+        for r in self.running:
+            if r.proc.poll() is None:  # not reaped: its PID (and group) is still its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(r.proc.pid, sig)
+
+    def close(self) -> None:
+        """Leave nothing behind, whatever happened to the driver's loop."""
+        if self.running:
+            self._signal(signal.SIGKILL)
+            for r in self.running:
+                r.proc.wait()
+            self.running = []
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def worker_command(args: list[str], fd: int) -> list[str]:
+    """`python -P -m sonicsite.jobs.worker ARGS --parent-fd FD`."""
+    return [
+        sys.executable,
+        "-P",  # never import from the working directory (the repository root)
+        "-m",
+        "sonicsite.jobs.worker",
+        *args,
+        "--parent-fd",
+        str(fd),
+    ]

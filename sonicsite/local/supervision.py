@@ -1,0 +1,94 @@
+"""How the local site supervises its processes: the policy (back-off, hang bound) and how
+the supervisor is started.
+
+The supervisor (supervisor.py) is one process of the site, started last by `up`. It watches
+every other process of the state file by PID and starts again one that died, after an
+exponential back-off with a cap; our own HTTP services (the operator, the gateway) are also
+probed, and one that has not answered for `hang_after_s` is SIGKILLed and restarted. A
+process the site stopped on purpose (state STOPPED: a server being removed, everything at
+`down`) is never restarted. Envoy, Prometheus and the Triton servers are restarted when they
+die, not when they are slow: a slow or hung server is the data plane's job (timeouts,
+retries on another server, outlier ejection), and killing a busy server would lose its work.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonicsite.contract.wire import SUPERVISOR
+
+from .errors import SiteError
+from .processes import start_process, wait_for_http
+from .state import LocalProcess, SiteState, edit
+
+HANG_KINDS = ("operator", "gateway")  # probed for hangs; the others are watched by PID only
+HISTORY = 8  # back-off delays kept per process in its record
+
+
+@dataclass(frozen=True)
+class SupervisionPolicy:
+    """The supervisor's timings. A dead process is noticed within `interval_s`; a hung
+    operator or gateway is SIGKILLed at most `hang_after_s + probe_timeout_s + interval_s`
+    after its last answer; each is then started again after its back-off."""
+
+    interval_s: float = 0.5  # how often every PID is checked
+    backoff_initial_s: float = 0.5  # the wait before the first restart
+    backoff_factor: float = 2.0  # each further failure in a row multiplies it
+    backoff_max_s: float = 30.0  # the cap
+    stable_s: float = 30.0  # a process that ran this long starts its back-off afresh
+    hang_after_s: float = 10.0  # operator/gateway: no answer for this long means hung
+    probe_timeout_s: float = 2.0  # one probe's wait for an answer
+    start_timeout_s: float = 180.0  # a restarted process must answer within this
+
+    def delay(self, failures: int) -> float:
+        """The back-off before the restart that follows `failures` failures in a row."""
+        raw = self.backoff_initial_s * self.backoff_factor ** max(failures - 1, 0)
+        return round(min(raw, self.backoff_max_s), 3)
+
+    def args(self) -> list[str]:
+        """The supervisor's command-line options for this policy."""
+        return [
+            f"--interval={self.interval_s}",
+            f"--backoff-initial={self.backoff_initial_s}",
+            f"--backoff-factor={self.backoff_factor}",
+            f"--backoff-max={self.backoff_max_s}",
+            f"--stable={self.stable_s}",
+            f"--hang-after={self.hang_after_s}",
+            f"--probe-timeout={self.probe_timeout_s}",
+            f"--start-timeout={self.start_timeout_s}",
+        ]
+
+
+def start_supervisor(
+    site_dir: Path, policy: SupervisionPolicy | None = None, timeout: float = 60.0
+) -> LocalProcess:
+    """Start the site's supervisor on the address the state file names (chosen by `up`
+    before Prometheus, which scrapes it), record it, and wait until it answers."""
+    site_dir = Path(site_dir)
+    state = SiteState.load(site_dir)
+    if not state.supervisor:
+        raise SiteError(f"{site_dir}: the state file names no supervisor address")
+    host, _, port = state.supervisor.rpartition(":")
+    log = site_dir / "logs" / "supervisor.log"
+    args = [f"--site={site_dir}", f"--host={host}", f"--port={port}"]
+    args += (policy or SupervisionPolicy()).args()
+    cmd = [sys.executable, "-P", "-m", "sonicsite.local.supervisor", *args]
+    health = f"http://{state.supervisor}/healthz"
+    with edit(site_dir) as state:  # started and recorded under the lock: `down` sees it
+        proc = start_process(cmd, log, cwd=site_dir)
+        record = LocalProcess(
+            name=SUPERVISOR,
+            kind=SUPERVISOR,
+            pid=proc.pid,
+            since=time.time(),
+            log=str(log),
+            command=tuple(cmd),
+            cwd=str(site_dir),
+            health=health,
+        )
+        state.put_process(record)
+    wait_for_http(health, proc, log, timeout, SiteError)
+    return record

@@ -1,0 +1,304 @@
+"""`python -P -m sonicsite.local.supervisor --site DIR --port P`: the local site's supervisor.
+
+Every `interval_s` it reads the state file and checks each process of the site by PID (and
+the operator and the gateway by their health URL, for hangs). A process that died, or hung,
+is started again after its back-off (supervision.py): the same command for the operator,
+Envoy, the gateway and Prometheus, the same id and, when free, the same ports for a Triton
+server. Each restart is counted in the process's record (restarts, last exit, the delays),
+logged, and served at /metrics. A process recorded STOPPED is never restarted.
+
+Every change to the state file goes through `state.edit` (the lock); a restart starts the
+new process and records its PID in one locked change, so `down`, which first marks the site
+stopping under the same lock, either sees the new PID or prevents the start. The supervisor
+exits when the state file is gone, belongs to another site, or says the site is stopping,
+and on SIGTERM; what it started is recorded and stopped by `down`, never by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sonicsite.contract.wire import RESTARTING, RUNNING, SERVER, STOPPED, SUPERVISOR
+
+from .processes import exit_reason, is_triton_server, kill_group, runs_for_site, start_process
+from .servers import restart_server, update_targets
+from .state import LocalProcess, SiteState, edit
+from .supervision import HANG_KINDS, HISTORY, SupervisionPolicy
+from .supervisor_http import serve
+
+log = logging.getLogger("sonicsite.supervisor")
+
+
+@dataclass
+class Watch:
+    """What the supervisor remembers of one process between sweeps (not in the file)."""
+
+    pid: int
+    answered_at: float  # monotonic: its health URL last answered (or it was first seen)
+    up_since: float  # monotonic: since when it has been RUNNING
+    failures: int = 0  # failed runs in a row, for the back-off
+    proc: subprocess.Popen | None = None  # when the supervisor started it: its exit status
+    spawned_at: float = 0.0  # monotonic: when the supervisor started it; 0: not started
+    restart_at: float = 0.0  # monotonic: when the pending restart is due; 0: none pending
+    delay: float = 0.0  # the back-off before the pending restart
+
+
+class Supervisor:
+    def __init__(self, site_dir: Path, policy: SupervisionPolicy) -> None:
+        self.site_dir = Path(site_dir).resolve()
+        self.policy = policy
+        self.started_at = SiteState.load(self.site_dir).started_at  # the site it belongs to
+        self.watches: dict[str, Watch] = {}
+        self.records: tuple[LocalProcess, ...] = ()  # the latest sweep's view, for /metrics
+        self.sweeps = 0
+        self.last_sweep = 0.0
+        self.stop = threading.Event()
+        self.probes = ThreadPoolExecutor(4, thread_name_prefix="probe")
+
+    def run(self) -> int:
+        log.info("supervising %s (pid %d): %s", self.site_dir, os.getpid(), self.policy)
+        while not self.stop.is_set():
+            why = self.sweep()
+            if why:
+                log.info("exiting: %s", why)
+                return 0
+            self.stop.wait(self.policy.interval_s)
+        log.info("exiting: stopped by a signal")
+        return 0
+
+    def sweep(self) -> str:
+        """Check every process once; returns why the supervisor must exit, or ""."""
+        try:
+            state = SiteState.load(self.site_dir)
+        except FileNotFoundError:
+            return "the site's state file is gone (`sonicsite down`)"
+        if state.stopping:
+            return "the site is stopping (`sonicsite down`)"
+        if state.started_at != self.started_at:
+            return "the state file belongs to another site now"
+        me = state.process(SUPERVISOR)
+        if me is not None and me.pid != os.getpid():
+            return f"the site's supervisor is pid {me.pid} now"
+        now = time.monotonic()
+        watched = [p for p in state.processes if p.kind != SUPERVISOR and p.state != STOPPED]
+        self.watches = {p.name: self._watch(p, now) for p in watched}
+        answered = self._probe(watched)
+        for record in watched:
+            self._check(state, record, answered.get(record.name, False), now)
+        try:  # /metrics shows this sweep's changes too
+            self.records = tuple(SiteState.load(self.site_dir).processes)
+        except FileNotFoundError:
+            return "the site's state file is gone (`sonicsite down`)"
+        self.sweeps += 1
+        self.last_sweep = time.time()
+        return ""
+
+    # -- one process --------------------------------------------------------------------
+
+    def _watch(self, record: LocalProcess, now: float) -> Watch:
+        watch = self.watches.get(record.name)
+        if watch is None or watch.pid != record.pid:  # new to us, or started by someone else
+            failures = watch.failures if watch else 0
+            watch = Watch(record.pid, answered_at=now, up_since=now, failures=failures)
+            self.watches[record.name] = watch
+        return watch
+
+    def _lives(self, state: SiteState, record: LocalProcess) -> bool:
+        """Alive, and still the site's process (not a PID reused by another)."""
+        if record.kind == SERVER:
+            return is_triton_server(record.pid, record.name)
+        return runs_for_site(record.pid, state.site_dir)
+
+    def _check(self, state: SiteState, record: LocalProcess, answered: bool, now: float) -> None:
+        watch = self.watches[record.name]
+        if answered:
+            watch.answered_at = now
+        if record.state == RUNNING:
+            if not self._lives(state, record):
+                self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
+            elif record.kind in HANG_KINDS and now - watch.answered_at >= self.policy.hang_after_s:
+                kill_group(record.pid)
+                bound = self.policy.hang_after_s
+                why = f"hung: no answer from {record.health} for {bound:g} s or more, SIGKILLed"
+                self._failed(record, watch, why, now)
+            return
+        if record.state != RESTARTING:
+            return
+        if watch.spawned_at:  # started again: wait until it answers
+            if not self._lives(state, record):
+                self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
+            elif answered or not record.health:  # no health URL: alive is running
+                self._running(record, watch, now)
+            elif now - watch.spawned_at > self.policy.start_timeout_s:
+                kill_group(record.pid)
+                limit = self.policy.start_timeout_s
+                why = f"did not answer {record.health} within {limit:.0f} s of its start, SIGKILLed"
+                self._failed(record, watch, why, now)
+            return
+        if not watch.restart_at:  # found RESTARTING (e.g. by a supervisor started anew)
+            watch.failures += 1
+            watch.delay = self.policy.delay(watch.failures)
+            watch.restart_at = now + watch.delay
+        if now >= watch.restart_at:
+            self._restart(record, watch, now)
+
+    def _failed(self, record: LocalProcess, watch: Watch, why: str, now: float) -> None:
+        """It died (or hung, or never answered): record why and schedule its restart."""
+        stable = record.state == RUNNING and now - watch.up_since >= self.policy.stable_s
+        watch.failures = 1 if stable else watch.failures + 1
+        watch.delay = self.policy.delay(watch.failures)
+        watch.restart_at = now + watch.delay
+        watch.spawned_at = 0.0
+        watch.proc = None
+        with edit(self.site_dir) as state:
+            current = state.process(record.name)
+            if state.stopping or current is None or current.state == STOPPED:
+                return  # stopped on purpose meanwhile: not ours to restart
+            if current.pid != record.pid:
+                return  # someone else started it meanwhile
+            changed = replace(current, state=RESTARTING, last_exit=why, since=time.time())
+            state.put_process(changed)
+        log.warning(
+            "%s (pid %d) %s; restart %d in %.2f s",
+            record.name,
+            record.pid,
+            why,
+            record.restarts + 1,
+            watch.delay,
+        )
+
+    def _restart(self, record: LocalProcess, watch: Watch, now: float) -> None:
+        """Start it again; the new PID is recorded in the same locked change."""
+        moved = False
+        with edit(self.site_dir) as state:
+            current = state.process(record.name)
+            if state.stopping or current is None or current.state != RESTARTING:
+                return
+            if current.pid != record.pid:
+                return
+            if record.kind == SERVER:
+                server = state.server(record.name)
+                if server is None:
+                    return
+                proc, fresh = restart_server(self.site_dir, server)
+                moved = fresh.grpc_port != server.grpc_port
+                state.put_server(fresh)
+            else:
+                kill_group(record.pid)  # whatever the dead one left in its group
+                cwd = Path(record.cwd or self.site_dir)
+                proc = start_process(list(record.command), Path(record.log), cwd=cwd)
+            delays = (*current.restart_delays_s, watch.delay)[-HISTORY:]
+            restarts = current.restarts + 1
+            changed = replace(
+                state.process(record.name),
+                pid=proc.pid,
+                restarts=restarts,
+                restart_delays_s=delays,
+                since=time.time(),
+            )
+            state.put_process(changed)
+        if moved:
+            update_targets(state)
+        self.watches[record.name] = replace(
+            watch, pid=proc.pid, proc=proc, spawned_at=now, restart_at=0.0, answered_at=now
+        )
+        where = " on new ports" if moved else ""
+        log.warning(
+            "%s restarted as pid %d%s (restart %d, after %.2f s)",
+            record.name,
+            proc.pid,
+            where,
+            restarts,
+            watch.delay,
+        )
+
+    def _running(self, record: LocalProcess, watch: Watch, now: float) -> None:
+        with edit(self.site_dir) as state:
+            current = state.process(record.name)
+            if current is None or current.pid != record.pid or current.state != RESTARTING:
+                return
+            state.put_process(replace(current, state=RUNNING, since=time.time()))
+        watch.up_since = now
+        log.warning("%s (pid %d) is running again", record.name, record.pid)
+
+    # -- probes -------------------------------------------------------------------------
+
+    def _probe(self, records: list[LocalProcess]) -> dict[str, bool]:
+        """Probe, side by side, the processes whose answer matters now: the operator and
+        the gateway (hangs), and every process started again (is it up yet?)."""
+        wanted = [
+            r
+            for r in records
+            if r.health
+            and (
+                (r.state == RUNNING and r.kind in HANG_KINDS)
+                or (r.state == RESTARTING and self.watches[r.name].spawned_at)
+            )
+        ]
+        timeout = self.policy.probe_timeout_s
+        futures = {r.name: self.probes.submit(answers, r.health, timeout) for r in wanted}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def answers(url: str, timeout: float) -> bool:
+    """True when `url` gives any HTTP answer: a process that answers 503 is alive."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = SupervisionPolicy()
+    p = argparse.ArgumentParser(prog="sonicsite-supervisor", description=__doc__)
+    p.add_argument("--site", type=Path, required=True, help="the site directory")
+    p.add_argument("--host", default="127.0.0.1", help="where /metrics and /healthz listen")
+    p.add_argument("--port", type=int, required=True)
+    options = {
+        "--interval": ("interval_s", "seconds between checks of every process"),
+        "--backoff-initial": ("backoff_initial_s", "seconds before the first restart"),
+        "--backoff-factor": ("backoff_factor", "each failure in a row multiplies the wait"),
+        "--backoff-max": ("backoff_max_s", "the longest wait before a restart"),
+        "--stable": ("stable_s", "seconds of running after which the back-off starts afresh"),
+        "--hang-after": ("hang_after_s", "seconds without an answer: operator/gateway hung"),
+        "--probe-timeout": ("probe_timeout_s", "seconds one health probe waits"),
+        "--start-timeout": ("start_timeout_s", "seconds a restarted process has to answer"),
+    }
+    for flag, (name, text) in options.items():
+        p.add_argument(flag, dest=name, type=float, default=getattr(defaults, name), help=text)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s supervisor: %(message)s", stream=sys.stderr
+    )
+    fields = {k: v for k, v in vars(args).items() if k not in ("site", "host", "port")}
+    supervisor = Supervisor(args.site, SupervisionPolicy(**fields))
+    signal.signal(signal.SIGTERM, lambda *_: supervisor.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: supervisor.stop.set())
+    server = serve(supervisor, args.host, args.port)
+    try:
+        return supervisor.run()
+    finally:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

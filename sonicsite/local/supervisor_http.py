@@ -1,0 +1,92 @@
+"""The supervisor's HTTP endpoint: `/metrics` (Prometheus text, scraped by the site's
+Prometheus as job `supervisor`) and `/healthz` (it sweeps; how many times, when last).
+
+Hand-written exposition: the local site's room carries no metrics library, and four metric
+families do not need one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from sonicsite.contract.wire import RUNNING, STOPPED, SUPERVISOR, ProcessRecord
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Watched(Protocol):
+    records: tuple[ProcessRecord, ...]
+    sweeps: int
+    last_sweep: float
+
+
+def metrics_text(records: tuple[ProcessRecord, ...], sweeps: int) -> str:
+    """The supervisor's metrics: per process (not the supervisor, not those stopped on
+    purpose) whether it runs, its restarts and its latest back-off; and the sweeps."""
+    watched = [r for r in records if r.kind != SUPERVISOR and r.state != STOPPED]
+    families = [
+        (
+            "sonicsite_process_up",
+            "gauge",
+            "1 while a process of the local site runs, 0 while it is dead or restarting.",
+            lambda r: 1 if r.state == RUNNING else 0,
+        ),
+        (
+            "sonicsite_process_restarts_total",
+            "counter",
+            "Times the supervisor started a process of the local site again.",
+            lambda r: r.restarts,
+        ),
+        (
+            "sonicsite_process_restart_backoff_seconds",
+            "gauge",
+            "The back-off the supervisor waited before the process's latest restart.",
+            lambda r: r.restart_delays_s[-1] if r.restart_delays_s else 0,
+        ),
+    ]
+    lines = []
+    for name, kind, text, value in families:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        for r in watched:
+            lines.append(f'{name}{{process="{r.name}",kind="{r.kind}"}} {value(r)}')
+    lines += [
+        "# HELP sonicsite_supervisor_sweeps_total Checks of every process of the local site.",
+        "# TYPE sonicsite_supervisor_sweeps_total counter",
+        f"sonicsite_supervisor_sweeps_total {sweeps}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def serve(supervisor: Watched, host: str, port: int) -> ThreadingHTTPServer:
+    """Serve /metrics and /healthz in a background thread; `.shutdown()` stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body = metrics_text(supervisor.records, supervisor.sweeps).encode()
+                self._send(200, body, CONTENT_TYPE)
+            elif self.path == "/healthz":
+                age = time.time() - supervisor.last_sweep if supervisor.last_sweep else None
+                data = {"ok": True, "sweeps": supervisor.sweeps, "last_sweep_age_s": age}
+                self._send(200, json.dumps(data).encode(), "application/json")
+            else:
+                self._send(404, f"no route GET {self.path}".encode(), "text/plain")
+
+        def _send(self, status: int, body: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:  # scrapes every 2 s: no access log
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,124 @@
+"""Per-attempt deadlines learnt from observed latency: the rule on its own, and a real server
+stopped with SIGSTOP mid-stream costing a learnt deadline, not the 60 s cap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from sonicsite.client import Client, StreamOptions
+from sonicsite.client import engine as engine_module
+from sonicsite.client.balancer import DOWN_FIRST_S, DOWN_MAX_S
+from sonicsite.client.discovery import from_site_file
+from sonicsite.client.timeouts import PathLatencies, TimeoutRule
+from sonicsite.models.samples import generate
+
+CAP = StreamOptions().timeout_s
+
+
+def test_the_deadline_is_the_cap_until_measured_then_a_multiple_of_the_p99():
+    rule = TimeoutRule(factor=4.0, percentile=99.0, window=100, min_samples=5, floor_s=2.0)
+    assert rule.deadline([], CAP) == CAP
+    assert rule.deadline([0.1] * 4, CAP) == CAP  # 4 answers: not yet measured
+    assert rule.deadline([0.1] * 5, CAP) == 2.0  # 4 × 0.1 s is below the floor
+    latencies = [0.5] * 98 + [1.0, 3.0]  # the 99th percentile of 100 is the 99th value
+    assert rule.deadline(latencies, CAP) == 4.0
+    assert rule.deadline([0.5] * 99 + [3.0], CAP) == 2.0  # one outlier in 100 is above p99
+    assert rule.deadline([20.0] * 5, CAP) == CAP  # never above the user's cap
+    assert rule.deadline([20.0] * 5, 30.0) == 30.0
+
+
+def test_each_timeout_of_a_chunk_doubles_its_next_deadline_up_to_the_cap():
+    rule = TimeoutRule()
+    measured = [0.05] * 10
+    assert [rule.deadline(measured, CAP, k) for k in range(7)] == [2, 4, 8, 16, 32, CAP, CAP]
+    assert rule.deadline([], CAP, 3) == CAP  # unmeasured: the cap already
+
+
+def test_latencies_are_learnt_per_path_over_a_recent_window():
+    latencies = PathLatencies(TimeoutRule(window=10, min_samples=5))
+    for _ in range(10):
+        latencies.observe("envoy", 3.0)
+    assert latencies.deadline("envoy", CAP) == 12.0
+    assert latencies.deadline("gateway", CAP) == CAP  # nothing answered there yet
+    for _ in range(10):  # the slow answers leave the window
+        latencies.observe("envoy", 0.1)
+    assert latencies.deadline("envoy", CAP) == 2.0
+    assert latencies.answered("envoy") == 10 and latencies.answered("direct") == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("factor", 0.5, "factor: expected a number ≥ 1, got 0.5"),
+        ("percentile", 0, "percentile: expected a number in (0, 100], got 0"),
+        ("window", 0, "window: expected an integer ≥ 1, got 0"),
+        ("min_samples", 200, "min_samples: expected at most window (100), got 200"),
+        ("floor_s", 0, "floor_s: expected a positive number, got 0"),
+    ],
+)
+def test_a_bad_rule_is_refused_by_name(field, value, message):
+    with pytest.raises(ValueError) as refused:
+        TimeoutRule(**{field: value})
+    assert str(refused.value) == message
+
+
+def test_the_engine_states_the_rules_numbers():
+    """The retry rule's one place says what the code does."""
+    rule, doc = TimeoutRule(), " ".join(engine_module.__doc__.split())
+    assert f"{rule.factor:g} × the {rule.percentile:g}th percentile" in doc
+    assert f"the last {rule.window} latencies" in doc
+    assert f"at least {rule.floor_s:g} s and at most `timeout_s` ({CAP:g} s" in doc
+    assert f"the cap until {rule.min_samples} have been answered" in doc
+    down = f"down for {DOWN_FIRST_S:g} s, doubling per failure in a row up to {DOWN_MAX_S:g} s"
+    assert down in doc
+
+
+def test_a_stopped_server_costs_a_learnt_deadline_and_loses_no_event(own_site):
+    """Direct mode, two servers; once 40 requests have been answered, the server with the
+    most requests of the stream in flight is SIGSTOPped (hung, not dead). Every event is
+    answered exactly once; the attempts on the stopped server time out at the deadline
+    learnt from the answers (seconds), never the 60 s cap, and go to the other server."""
+    state = own_site(servers=2, models=["simple"], balancer=False)
+    pids = {s.id: s.pid for s in state.servers}
+    hung: list[str] = []  # the stopped server's id
+    stopped_at: list[float] = []
+    try:
+        with Client(from_site_file(state.site_dir), "grpc", "direct") as client:
+            sample = generate("simple", 1600, seed=21)
+            stream = client.stream("simple", sample.spec, batch=8, window=8)
+            answers: Counter[tuple[int, int]] = Counter()
+            lock = threading.Lock()
+
+            def on_result(lo, hi, outputs) -> None:
+                sample.check(lo, hi, outputs)
+                with lock:
+                    answers[(lo, hi)] += 1
+                    busiest = max(stream.balancer.endpoints, key=lambda e: e.in_flight)
+                    if len(answers) >= 40 and busiest.in_flight and not hung:
+                        os.kill(pids[busiest.id], signal.SIGSTOP)
+                        hung.append(busiest.id)
+                        stopped_at.append(time.time())
+
+            result = stream.run(sample, on_result)
+    finally:
+        for server in hung:
+            os.kill(pids[server], signal.SIGCONT)  # launcher.down (the fixture) stops it
+    assert hung, "no server had a request in flight after 40 answers"
+    chunks = [(lo, min(lo + 8, 1600)) for lo in range(0, 1600, 8)]
+    assert sorted(answers) == chunks and set(answers.values()) == {1}
+    assert result.failed == {} and result.events_ok == 1600
+    records = result.stats.records
+    timed_out = [r for r in records if r.error == "timeout"]
+    assert timed_out, f"no attempt on {hung[0]} timed out"
+    assert {r.server for r in timed_out} == set(hung)
+    # Learnt, not the cap: 4 × p99 of answers taking milliseconds is the 2 s floor; a chunk
+    # that timed out before gets twice that, and on this machine's worst day a few times more.
+    assert all(r.timeout_s < CAP / 4 for r in timed_out), [r.timeout_s for r in timed_out]
+    assert all(r.path == "direct" for r in records)
+    answered_after = [r for r in records if r.ok and r.start > stopped_at[0]]
+    assert answered_after and {r.server for r in answered_after} == set(pids) - set(hung)

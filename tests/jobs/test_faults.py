@@ -1,0 +1,238 @@
+"""Job streams under faults of their own processes: a worker killed mid-job is rerun for what
+is left, a killed or stopped `submit` leaves no worker behind, a worker that fails says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from polling import wait_until
+
+from sonicsite.jobs.driver import StreamSpec, submit
+from sonicsite.jobs.journal import read_journal
+from sonicsite.local.processes import alive
+
+
+def _workers(out: Path) -> dict:
+    path = out / "jobs" / "workers.json"
+    return json.loads(path.read_text()) if path.exists() else {"workers": []}
+
+
+def _is_our_worker(pid: int, out: Path) -> bool:
+    """Guard against PID reuse: the process is a worker of this stream."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return b"sonicsite.jobs.worker" in cmdline and str(out).encode() in cmdline
+
+
+def _answered(out: Path, job: int) -> int:
+    return len(read_journal(out / "jobs" / f"job-{job:05d}.journal").answered)
+
+
+def _answers(out: Path) -> Counter:
+    counts: Counter = Counter()
+    for path in sorted((out / "jobs").glob("job-*.json")):
+        counts.update({int(k): v for k, v in json.loads(path.read_text())["answered"].items()})
+    return counts
+
+
+def _kill_job_0_mid_job(spec: StreamSpec) -> tuple[dict, list[str], int]:
+    """Run `spec` and SIGKILL job 0's first worker once it has answered 48 events; returns
+    the report, the driver's notes, and how many events the killed worker had left."""
+    notes: list[str] = []
+    report: dict = {}
+    runner = threading.Thread(target=lambda: report.update(submit(spec, note=notes.append)))
+    runner.start()
+    try:
+        wait_until(lambda: _answered(spec.out, 0) >= 48, "job 0 to answer 48 events", 180)
+        victim = next(w["pid"] for w in _workers(spec.out)["workers"] if w["job"] == 0)
+        assert _is_our_worker(victim, spec.out)
+        os.kill(victim, signal.SIGSTOP)  # hold it mid-job, then kill it there
+        left = spec.events - _answered(spec.out, 0)
+        assert left > 0 and not (spec.out / "jobs" / "job-00000.json").exists()
+        os.kill(victim, signal.SIGKILL)
+    finally:
+        runner.join(timeout=600)
+    assert not runner.is_alive()
+    return report, notes, left
+
+
+def _spec(site, tmp_path: Path, max_attempts: int = 3) -> StreamSpec:
+    return StreamSpec(
+        site_dir=Path(site.site_dir),
+        models=["particlenet_ak4"],
+        jobs=2,
+        wave=2,
+        events=320,
+        out=tmp_path / "out",
+        batch=16,
+        window=2,
+        max_attempts=max_attempts,
+    )
+
+
+def test_worker_killed_mid_job_is_rerun_for_the_rest_and_every_event_answered_once(site, tmp_path):
+    spec = _spec(site, tmp_path)
+    report, notes, left = _kill_job_0_mid_job(spec)
+    assert report["events_ok"] == report["events_total"] == 640
+    answers = _answers(spec.out)
+    assert set(answers) == set(range(640)) and set(answers.values()) == {1}
+    assert report["reruns"] == 1 and report["reruns_per_job"] == {"0": 1}
+    assert report["per_model"]["particlenet_ak4"]["reruns"] == 1
+    assert report["errors"] == [] and report["jobs_without_result"] == []
+    said = "job 0 (particlenet_ak4): worker killed by SIGKILL without a result on attempt 1 of 3"
+    assert any(n.startswith(f"{said}; rerunning its {left} events left") for n in notes), notes
+    # The rerun sent only what was left: the servers executed each event once, but for the
+    # requests the killed worker had in flight (executed, never received).
+    executions = report["executions"]
+    assert executions["checked"] and executions["events_answered_not_logged"] == 0
+    assert executions["events_executed"] == 640
+    assert report["events_executed_twice"] <= spec.window * spec.batch
+
+
+def test_a_job_out_of_attempts_fails_its_events_left_and_says_so(site, tmp_path):
+    spec = _spec(site, tmp_path, max_attempts=1)
+    report, notes, left = _kill_job_0_mid_job(spec)
+    why = "worker killed by SIGKILL without a result on attempt 1 of 1"
+    assert f"job 0 (particlenet_ak4): {why}; its {left} events left failed" in notes
+    assert report["events_failed"] == left and report["events_ok"] == 640 - left
+    assert report["reruns"] == 0 and report["jobs_without_result"] == [0]
+    (error,) = report["errors"]
+    assert (error["type"], error["message"]) == ("WorkerKilled", why)
+    assert error["events"] == left and error["jobs"] == [0]
+
+
+def _submit_cli(site_dir: str, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "sonicsite.cli",
+            "submit",
+            "--dir",
+            site_dir,
+            "--model",
+            "particlenet_ak4",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _streaming_workers(out: Path, jobs: int) -> list[int]:
+    """The PIDs of `jobs` workers once each has answered some events."""
+    workers = _workers(out)["workers"]
+    if len(workers) == jobs and all(_answered(out, w["job"]) > 0 for w in workers):
+        return [w["pid"] for w in workers]
+    return []
+
+
+def test_submit_killed_by_sigkill_leaves_no_worker_alive(site, tmp_path):
+    out = tmp_path / "out"
+    proc = _submit_cli(site.site_dir, out, "--jobs", "2", "--wave", "2", "--events", "3000")
+    try:
+        pids = wait_until(lambda: _streaming_workers(out, 2), "2 workers streaming", 180)
+        assert _workers(out)["driver"] == proc.pid
+        assert all(_is_our_worker(p, out) for p in pids)
+        proc.kill()
+        proc.communicate(timeout=60)
+        wait_until(lambda: not [p for p in pids if alive(p)], "the orphaned workers to exit", 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    logs = [(out / "jobs" / f"job-{j:05d}.log").read_text() for j in (0, 1)]
+    assert all("the driver is gone (its pipe closed); stopping" in log for log in logs), logs
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_or_sigint_to_submit_stops_its_workers_and_says_so(site, tmp_path, sig):
+    out = tmp_path / "out"
+    proc = _submit_cli(site.site_dir, out, "--jobs", "3", "--wave", "2", "--events", "3000")
+    try:
+        pids = wait_until(lambda: _streaming_workers(out, 2), "2 workers streaming", 180)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + sig, stdout + stderr
+    assert f"submit: got {sig.name}; stopped 2 running worker(s)" in stderr
+    assert f"sonicsite submit: stopped by {sig.name} after " in stderr
+    assert "every worker was stopped" in stderr
+    assert not [p for p in pids if alive(p)]
+    report = json.loads((out / "report.json").read_text())
+    assert report["stopped_by"] == sig.name
+    assert 0 < report["events_ok"] < report["events_total"] == 9000
+    kinds = {e.get("type") for e in report["errors"]}
+    assert kinds == {"Stopped", "NotStarted"}, report["errors"]
+    assert f"stopped by {sig.name}" in stdout
+
+
+def test_a_worker_with_bad_options_says_why_in_the_report_and_on_stderr(site, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "sonicsite.cli",
+            "submit",
+            "--dir",
+            site.site_dir,
+            "--model",
+            "simple",
+            "--jobs",
+            "2",
+            "--events",
+            "32",
+            "--batch",
+            "999",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["events_failed"] == 64 and report["reruns"] == 0
+    (error,) = report["errors"]
+    assert error["type"] == "SpecError" and error["jobs"] == [0, 1] and error["events"] == 64
+    assert "expected at most max_batch_size 8" in error["message"]
+    for job in (0, 1):
+        assert f"job {job} (simple) failed on attempt 1: SpecError: " in proc.stderr
+    assert "error: SpecError: " in proc.stdout  # the console summary
+
+
+def test_a_worker_without_a_gpu_for_cuda_says_so(site, tmp_path, capsys):
+    spec = StreamSpec(
+        site_dir=Path(site.site_dir),
+        models=["simple"],
+        jobs=1,
+        wave=1,
+        events=16,
+        out=tmp_path / "out",
+        transport="cuda",
+    )
+    report = submit(spec)
+    (error,) = report["errors"]
+    assert error["type"] == "CudaUnavailable" and "no usable GPU" in error["message"]
+    assert report["events_failed"] == 16 and report["reruns"] == 0
+    assert "job 0 (simple) failed on attempt 1: CudaUnavailable: " in capsys.readouterr().err

@@ -1,0 +1,247 @@
+"""No decision outlives its decider: every shed carries an expiry the operator renews while
+the model stays saturated; with the operator dead (SIGKILL) or hung (SIGSTOP), Envoy and the
+gateway reopen the model by themselves at that expiry (≤ SHED_TTL_S = 10 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+import grpc
+from polling import wait_until
+from sonicsite.client import Client, InferError
+from sonicsite.client.errors import OVERLOADED
+from sonicsite.client.plan import make_plan
+from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.models.samples import generate
+from sonicsite.operator.admission import AdmissionPolicy, decide, with_expiry
+from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.xds_resources import LUA_FILTER, SHED_IN_FORCE, SHED_LUA, SHED_SCRIPT
+from sonicsite.operator.xds_snapshot import Snapshot
+from stock import kserve_json
+
+from sonicsite.contract.wire import (
+    ADMISSION_HEADER,
+    MODEL_HEADER,
+    OPEN,
+    RETRY_AFTER_HEADER,
+    SHED,
+    SHED_TTL_S,
+    AdmissionRecord,
+    ServerRecord,
+    SiteRecord,
+)
+from sonicsite.local import launcher
+from sonicsite.local.processes import alive
+
+# Reopens only when a server is idle: under the sustained overload of these tests a shed
+# ends by its expiry alone, never by the operator's own decision.
+POLICY = AdmissionPolicy(
+    shed_above_ms=100, open_below_ms=0, min_hold_s=2, retry_after_s=1, inflight_cap=32
+)
+MODEL = "particle_transformer"
+
+
+def _load(server: str, queue_ms: float) -> ModelLoad:
+    return ModelLoad("m", server, 5, queue_ms * 5e3, 5e3, 0.0, 5.0, 0.0, 1.0)
+
+
+def test_a_shed_expires_unless_renewed_and_is_renewed_at_half_its_life():
+    saturated = [_load("a", 900), _load("b", 900)]
+    shed = decide(POLICY, None, saturated, ["a", "b"], now=100.0, ttl_s=10.0)
+    assert shed.state == SHED and shed.expires_at == 110.0
+    assert shed.sheds(109.9) and not shed.sheds(110.0)
+    kept = decide(POLICY, shed, saturated, ["a", "b"], now=104.0, ttl_s=10.0)
+    assert kept.expires_at == 110.0  # more than half left: Envoy's routes stay as they are
+    renewed = decide(POLICY, kept, saturated, ["a", "b"], now=105.5, ttl_s=10.0)
+    assert renewed.expires_at == 115.5 and renewed.since == shed.since  # the same shed
+    idle = [_load("a", 900), ModelLoad("m", "b", 0, 0.0, 0.0, 0.0, 0.0, 0.0, None)]
+    reopened = decide(POLICY, renewed, idle, ["a", "b"], now=107.0, ttl_s=10.0)
+    assert reopened.state == OPEN and reopened.expires_at == 0.0
+    late = AdmissionRecord(SHED, 90.0, "saturated", 1, expires_at=95.0)  # a lapsed shed
+    assert with_expiry(late, late, 100.0, 10.0).expires_at == 110.0
+
+
+def test_envoy_enforces_a_shed_only_until_its_expiry():
+    servers = [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n"))]
+    snapshot = Snapshot.build(servers, {}, "127.0.0.1", 9, shed={"m": 1234.5678})
+    (routes,) = snapshot.resources["routes"]
+    by_name = {r["name"]: r for r in routes["virtual_hosts"][0]["routes"]}
+    shed = by_name["model-m"]["typed_per_filter_config"]
+    assert shed[LUA_FILTER]["name"] == SHED_SCRIPT
+    assert shed[LUA_FILTER]["filter_context"] == {"until_ms": 1234568}
+    fault = shed["envoy.filters.http.fault"]
+    assert fault["abort"]["grpc_status"] == 8  # RESOURCE_EXHAUSTED
+    assert fault["headers"] == [{"name": SHED_IN_FORCE, "present_match": True}]
+    assert "typed_per_filter_config" not in by_name["model-n"]
+    assert "typed_per_filter_config" not in by_name["default"]
+    (listener,) = snapshot.resources["listeners"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names.index(LUA_FILTER) < names.index("envoy.filters.http.fault")
+    lua = hcm["http_filters"][names.index(LUA_FILTER)]["typed_config"]
+    assert lua["source_codes"] == {SHED_SCRIPT: {"inline_string": SHED_LUA}}
+    assert "default_source_code" not in lua  # open routes run no script at all
+
+
+# -- a real site: the operator killed or hung while a model is shed -----------------------
+
+
+def _admission(site) -> dict:
+    with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=5) as reply:
+        return json.loads(reply.read())["admission"][MODEL]
+
+
+def _refusal(envoy: GrpcTransport, plan) -> InferError | None:
+    try:
+        envoy.infer(plan, timeout=120)
+    except InferError as exc:
+        if exc.kind == OVERLOADED:
+            return exc
+        raise
+    return None
+
+
+def _gateway_status(site, body: bytes) -> int:
+    url = f"http://{site.http}/v2/models/{MODEL}/infer"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=120) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _raw_shed_reply(site) -> tuple[grpc.StatusCode, dict[str, str]]:
+    """A gRPC call on the model's route as any gRPC client sees a refusal: the status and
+    the reply's metadata (a refusal is trailers-only)."""
+    with grpc.insecure_channel(site.grpc) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        try:
+            call(b"", metadata=[(MODEL_HEADER, MODEL)], timeout=30)
+        except grpc.RpcError as exc:
+            return exc.code(), dict(exc.trailing_metadata() or ())
+    raise AssertionError("the shed route answered an empty request")
+
+
+@contextmanager
+def _overload(servers, model: str):
+    """Two streams of `model` straight to the servers, over and over until the block ends:
+    one's gap between runs is covered by the other, so the overload never pauses."""
+    stop = threading.Event()
+    jets = generate(model, 480, seed=8)
+
+    def run() -> None:
+        with Client(SiteRecord(servers=tuple(servers)), "grpc", "direct") as client:
+            while not stop.is_set():
+                client.stream(model, jets.spec, batch=8, window=8).run(jets, lambda *a: None)
+
+    loads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+    for load in loads:
+        load.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for load in loads:
+            load.join(timeout=300)
+
+
+def _up(tmp_path, built_models):
+    return launcher.up(
+        tmp_path / "site",
+        servers=2,
+        models=[MODEL],
+        build_dir=built_models,
+        admission=POLICY,
+        supervise=False,  # nothing restarts the operator: the data plane is on its own
+    )
+
+
+def _wait_for_shed(state, envoy: GrpcTransport, plan, body: bytes) -> dict:
+    shed = wait_until(
+        lambda: (a := _admission(state))["state"] == SHED and a, "the operator to shed the model"
+    )
+    wait_until(lambda: _refusal(envoy, plan), "Envoy to refuse the shed model")
+    wait_until(lambda: _gateway_status(state, body) == 429, "the gateway to refuse it (429)")
+    return shed
+
+
+def _wait_until_reopened_without_operator(state, envoy, plan, body: bytes) -> None:
+    wait_until(lambda: _refusal(envoy, plan) is None, "Envoy to reopen the model by itself")
+    wait_until(lambda: _gateway_status(state, body) == 200, "the gateway to stop refusing it")
+    health = _get_json(f"http://{state.http}/healthz")
+    assert health["ok"] and health["sheds_not_followed"].get(MODEL) in ("expired", "stale")
+    with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=10) as reply:
+        metrics = reply.read().decode()
+    assert f'sonicsite_gateway_admission_lapsed_total{{model="{MODEL}",reason=' in metrics
+
+
+def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
+    tmp_path, built_models
+):
+    """Renewal: the shed holds well past its first expiry while the operator lives. SIGSTOP:
+    Envoy and the gateway reopen by themselves; SIGCONT: the operator sheds again."""
+    state = _up(tmp_path, built_models)
+    operator = state.process("operator").pid
+    envoy = GrpcTransport(state.grpc, "site")
+    stopped = False
+    try:
+        jets = generate(MODEL, 4, seed=5)
+        plan = make_plan(jets.spec, envoy.model_info(MODEL), jets.request(0, 2))
+        body = kserve_json(jets.reference_inputs(0, 1))
+        with _overload(state.servers, MODEL):
+            first = _wait_for_shed(state, envoy, plan, body)
+            assert first["expires_at"] <= time.time() + SHED_TTL_S
+            code, reply = _raw_shed_reply(state)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert reply[RETRY_AFTER_HEADER] == "1" and reply[ADMISSION_HEADER] == "shed"
+            # past the first expiry the same shed still holds: the operator renewed it
+            wait_until(lambda: time.time() > first["expires_at"] + 1, "the first expiry to pass")
+            refused = _refusal(envoy, plan)
+            assert refused is not None and refused.status == "RESOURCE_EXHAUSTED"
+            assert "model shed by sonicsite admission" in refused.message
+            now = _admission(state)
+            assert now["since"] == first["since"] and now["expires_at"] > first["expires_at"]
+            os.kill(operator, signal.SIGSTOP)
+            stopped = True
+            _wait_until_reopened_without_operator(state, envoy, plan, body)
+            os.kill(operator, signal.SIGCONT)
+            stopped = False
+            wait_until(lambda: _refusal(envoy, plan), "the resumed operator to shed again")
+    finally:
+        if stopped:
+            os.kill(operator, signal.SIGCONT)
+        envoy.close()
+        launcher.down(tmp_path / "site")
+
+
+def test_a_shed_lapses_when_the_operator_is_killed(tmp_path, built_models):
+    state = _up(tmp_path, built_models)
+    operator = state.process("operator").pid
+    envoy = GrpcTransport(state.grpc, "site")
+    try:
+        jets = generate(MODEL, 4, seed=6)
+        plan = make_plan(jets.spec, envoy.model_info(MODEL), jets.request(0, 2))
+        body = kserve_json(jets.reference_inputs(0, 1))
+        with _overload(state.servers, MODEL):
+            _wait_for_shed(state, envoy, plan, body)
+            os.kill(operator, signal.SIGKILL)
+            wait_until(lambda: not alive(operator), "the operator to die")
+            _wait_until_reopened_without_operator(state, envoy, plan, body)
+            assert not alive(operator)  # nobody brought it back: Envoy did it alone
+            health = _get_json(f"http://{state.http}/healthz")
+            assert health["error"].startswith("operator state unreadable")
+    finally:
+        envoy.close()
+        launcher.down(tmp_path / "site")

@@ -1,0 +1,204 @@
+"""A supervised local site with the real processes: each kind killed comes back (restarts
+shown in `status --json`, the state file, the supervisor's metrics and Prometheus) and the
+site serves again; a hung operator is killed and restarted; a removed server is not
+restarted; `down` leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from polling import wait_until
+from sonicsite.models.samples import generate
+from stock import stock_infer
+
+from sonicsite.contract.wire import STATE_FILE, STOPPED, pid_alive
+from sonicsite.local import envoy, launcher, prometheus
+from sonicsite.local.processes import group_members
+from sonicsite.local.servers import add_server, remove_server
+from sonicsite.local.state import SiteState
+from sonicsite.local.supervision import HANG_KINDS, SupervisionPolicy
+
+KINDS = ["triton-1", "operator", "envoy", "gateway", "prometheus"]
+EVERY = {"triton-0", "triton-1", "operator", "envoy", "gateway", "prometheus", "supervisor"}
+
+
+@pytest.fixture(scope="module")
+def supervised(tmp_path_factory, built_models):
+    site_dir = tmp_path_factory.mktemp("supervised") / "site"
+    state = launcher.up(site_dir, servers=2, models=["simple"], build_dir=built_models)
+    yield state
+    if (site_dir / STATE_FILE).exists():
+        launcher.down(site_dir)
+
+
+def _serves(state: SiteState) -> bool:
+    """A stock tritonclient request answered right through Envoy (gRPC) and the gateway."""
+    sample = generate("simple", 2, seed=5)
+    arrays = sample.reference_inputs(0, 2)
+    want = arrays["INPUT0"] + arrays["INPUT1"]
+    try:
+        for address, module in ((state.grpc, grpcclient), (state.http, httpclient)):
+            out = stock_infer(address, "simple", arrays, ["OUTPUT0"], module)
+            if not np.array_equal(out["OUTPUT0"], want):
+                return False
+    except Exception:  # any failure means "not yet"
+        return False
+    return True
+
+
+def _metrics(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
+        return reply.read().decode()
+
+
+def _sweeps(address: str) -> int:
+    lines = _metrics(address).splitlines()
+    return int(next(ln for ln in lines if ln.startswith("sonicsite_supervisor_sweeps")).split()[1])
+
+
+def test_status_names_every_process_with_its_state_and_restarts(supervised, status_json):
+    code, data, _ = status_json(supervised.site_dir)
+    assert code == 0 and data["supervised"] and data["down"] == []
+    assert set(data["by_name"]) == EVERY
+    for record in data["by_name"].values():
+        assert record["state"] == "running" and record["restarts"] == 0, record
+        assert pid_alive(record["pid"])
+    # the servers' process records carry the servers' PIDs
+    assert {s["id"]: s["pid"] for s in data["servers"]} == {
+        name: data["by_name"][name]["pid"] for name in ("triton-0", "triton-1")
+    }
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_a_killed_process_is_restarted_and_the_site_serves_again(supervised, status_json, name):
+    site_dir = Path(supervised.site_dir)
+    before = SiteState.load(site_dir).process(name)
+    os.kill(before.pid, signal.SIGKILL)  # the process itself: what it leaves is cleaned up
+
+    def restarted():
+        code, data, _ = status_json(site_dir)
+        record = data["by_name"][name]
+        again = record["state"] == "running" and record["restarts"] == before.restarts + 1
+        return again and code == 0 and record
+
+    record = wait_until(restarted, f"{name} running again, restarted once", timeout=240)
+    assert record["restarts"] == 1 and record["pid"] != before.pid
+    assert record["last_exit"] and record["restart_delays_s"] == [0.5]
+    after = SiteState.load(site_dir)
+    assert after.process(name).restarts == 1 and after.process(name).pid == record["pid"]
+    assert not group_members(before.pid)  # nothing of the killed one is left (stubs too)
+    wait_until(lambda: _serves(after), "the site to serve through Envoy and the gateway")
+    if name.startswith("triton-"):
+        server = after.server(name)
+        assert server.pid == record["pid"]
+        wait_until(
+            lambda: server.grpc in envoy.healthy_hosts(after.envoy_admin, "model_simple"),
+            "Envoy to send to the restarted server where the state file says it is",
+        )
+    log = Path(after.process("supervisor").log).read_text()
+    assert f"{name} (pid {before.pid})" in log and f"{name} restarted as pid {record['pid']}" in log
+
+
+def test_restarts_are_in_the_supervisors_metrics_and_in_prometheus(supervised):
+    text = _metrics(supervised.supervisor)
+    for name in KINDS:
+        kind = "server" if name.startswith("triton-") else name
+        series = f'sonicsite_process_restarts_total{{process="{name}",kind="{kind}"}} 1'
+        assert series in text, text
+
+    def scraped():
+        found = prometheus.query(supervised.prometheus, "sonicsite_process_restarts_total")
+        return {r["metric"]["process"]: float(r["value"][1]) for r in found}
+
+    wait_until(
+        lambda: all(scraped().get(name) == 1 for name in KINDS),
+        "the site's Prometheus to scrape every restart from the supervisor",
+    )
+
+
+def test_a_hung_operator_is_killed_and_restarted(supervised):
+    assert "operator" in HANG_KINDS
+    site_dir = Path(supervised.site_dir)
+    before = SiteState.load(site_dir).process("operator")
+    os.kill(before.pid, signal.SIGSTOP)  # alive, answers nothing
+    try:
+
+        def restarted():
+            record = SiteState.load(site_dir).process("operator")
+            return record.restarts == before.restarts + 1 and record.state == "running" and record
+
+        bound = SupervisionPolicy().hang_after_s
+        record = wait_until(restarted, "the hung operator to be replaced", timeout=240)
+    finally:
+        if pid_alive(before.pid):
+            os.kill(before.pid, signal.SIGCONT)
+    assert record.last_exit.startswith("hung: ") and "SIGKILLed" in record.last_exit
+    assert f"for {bound:g} s or more" in record.last_exit  # the configured bound
+    assert not pid_alive(before.pid)
+    wait_until(lambda: _serves(SiteState.load(site_dir)), "the site to serve again")
+
+
+def test_a_removed_server_is_not_restarted(supervised):
+    site_dir = Path(supervised.site_dir)
+    added = add_server(site_dir)
+    wait_until(
+        lambda: SiteState.load(site_dir).process(added.id).state == "running",
+        "the added server to be recorded",
+    )
+    remover = threading.Thread(target=remove_server, args=(site_dir, added.id))
+    remover.start()
+    # while it drains it is STOPPED (on purpose); even dying then does not bring it back
+    wait_until(
+        lambda: (r := SiteState.load(site_dir).process(added.id)) is None or r.state == STOPPED,
+        "the removed server to be marked stopped",
+    )
+    if pid_alive(added.pid):
+        os.killpg(added.pid, signal.SIGKILL)
+    remover.join(timeout=120)
+    assert not remover.is_alive()
+    seen = _sweeps(supervised.supervisor)
+    wait_until(lambda: _sweeps(supervised.supervisor) >= seen + 5, "five more sweeps")
+    state = SiteState.load(site_dir)
+    assert state.server(added.id) is None and state.process(added.id) is None
+    assert not pid_alive(added.pid) and not group_members(added.pid)
+    log = Path(state.process("supervisor").log).read_text()
+    assert added.id not in log
+    assert f'process="{added.id}"' not in _metrics(supervised.supervisor)
+
+
+def test_down_after_restarts_leaves_nothing_running(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    state = launcher.up(site_dir, servers=1, models=["simple"], build_dir=built_models)
+    pids: set[int] = set()
+    try:
+        for name in ("triton-0", "gateway"):
+            before = SiteState.load(site_dir).process(name)
+            pids |= {before.pid, *group_members(before.pid)}
+            os.kill(before.pid, signal.SIGKILL)
+            wait_until(
+                lambda n=name: (
+                    SiteState.load(site_dir).process(n).state == "running"
+                    and SiteState.load(site_dir).process(n).restarts == 1
+                ),
+                f"{name} restarted",
+                timeout=240,
+            )
+        state = SiteState.load(site_dir)
+        for record in state.processes:  # the supervisor's children and the rest
+            pids |= {record.pid, *group_members(record.pid)}
+        server = state.server("triton-0")
+        shm = f"sonicsite_triton-0_{server.grpc_port}_*"
+        assert list(Path("/dev/shm").glob(shm))  # the restarted server's regions
+    finally:
+        launcher.down(site_dir)
+    assert sorted(p for p in pids if pid_alive(p)) == []
+    assert not list(Path("/dev/shm").glob(shm))
+    assert not (site_dir / STATE_FILE).exists()
