@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,10 +38,34 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e3, 4)
 
 
+def meta() -> dict:
+    """Where and when a result was measured: the commit, the cores, the machine's load."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", ""
+    return {
+        "commit": commit or "unknown (not a git checkout)",
+        "uncommitted_changes": bool(dirty),
+        "cores": os.cpu_count(),
+        "load_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
 def write_result(path: Path, name: str, summary: dict, details: dict) -> dict:
     result = {
         "benchmark": name,
         "summary": summary,
+        "meta": meta(),
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),

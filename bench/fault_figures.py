@@ -1,0 +1,150 @@
+"""What a fault run measured, read back from the stream's own files.
+
+A `submit --rate` stream leaves, per job, a journal (one line per answered chunk of events,
+with the time it was answered) and `stream.json` (each job's open-loop start); the arrivals
+are drawn again from the job's seed (sonicsite.jobs.arrivals), so each chunk's latency counts
+from its scheduled arrival, retries, failover and reruns included. The report adds the
+executions counted in the servers' logs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sonicsite.jobs.arrivals import schedule
+from sonicsite.jobs.executions import EXECUTIONS_DIR, parse_request_id
+
+RECOVERED = 0.8  # completed/offered over a 1 s window at which a stream counts as recovered
+
+
+@dataclass
+class StreamFigures:
+    """One stream's events, as its journals and report say."""
+
+    events_total: int = 0
+    events_ok: int = 0
+    events_lost: int = 0  # no verified answer at the end
+    delivered_twice: int = 0  # answered more than once (the client's view)
+    executed_twice: int = 0  # executed more than once (the servers' logs)
+    executions_checked: bool = False
+    per_path: dict[str, int] = field(default_factory=dict)  # events answered via envoy, ...
+    latencies_s: list[float] = field(default_factory=list)  # per answered chunk
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # (scheduled, events)
+    completions: list[tuple[float, int]] = field(default_factory=list)  # (answered, events)
+
+
+def read_stream(out: Path, spec: dict) -> StreamFigures:
+    """`spec`: events per job, jobs, batch, seed, each job's rate (events/s)."""
+    record = json.loads((out / "stream.json").read_text())
+    figures = StreamFigures()
+    events, batch = spec["events"], spec["batch"]
+    for job in range(spec["jobs"]):
+        start_at = record["start_at"].get(str(job))
+        figures.events_total += events
+        if start_at is None:
+            figures.events_lost += events
+            continue
+        times = schedule(events, batch, spec["job_rate"], spec["seed"] + job, start_at)
+        figures.arrivals += [(t, min(batch, events - i * batch)) for i, t in enumerate(times)]
+        answers: dict[int, int] = {}
+        journal = out / "jobs" / f"job-{job:05d}.journal"
+        lines = journal.read_text().splitlines() if journal.exists() else []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "t" not in entry:
+                continue
+            lo, hi, t = entry["lo"], entry["hi"], float(entry["t"])
+            for i in range(lo, hi):
+                answers[i] = answers.get(i, 0) + 1
+            figures.latencies_s.append(t - times[lo // batch])
+            figures.completions.append((t, hi - lo))
+        figures.events_ok += len(answers)
+        figures.events_lost += events - len(answers)
+        figures.delivered_twice += sum(1 for n in answers.values() if n > 1)
+    report = json.loads((out / "report.json").read_text())
+    executions = report.get("executions", {})
+    figures.executions_checked = bool(executions.get("checked"))
+    figures.executed_twice = int(report.get("events_executed_twice") or 0)
+    figures.per_path = report.get("per_path", {})
+    return figures
+
+
+def percentiles_ms(latencies_s: list[float]) -> dict[str, float | None]:
+    if not latencies_s:
+        return {"p50": None, "p99": None}
+    p50, p99 = np.percentile(np.array(latencies_s) * 1e3, [50, 99])
+    return {"p50": round(float(p50), 1), "p99": round(float(p99), 1)}
+
+
+def recovery_s(figures: StreamFigures, strike: float, window_s: float = 1.0) -> float | None:
+    """Seconds from the strike until events completed per 1 s window are at least 80% of
+    the events that arrived in it, and stay so until the arrivals end; None if never."""
+    if not figures.arrivals:
+        return None
+    last = max(t for t, _ in figures.arrivals)
+    windows = max(1, math.floor((last - strike) / window_s))
+    offered = np.zeros(windows)
+    done = np.zeros(windows)
+    for t, n in figures.arrivals:
+        k = math.floor((t - strike) / window_s)
+        if 0 <= k < windows:
+            offered[k] += n
+    for t, n in figures.completions:
+        k = math.floor((t - strike) / window_s)
+        if 0 <= k < windows:
+            done[k] += n
+    good = done >= RECOVERED * offered
+    if not good[-1]:
+        return None
+    bad = np.flatnonzero(~good)
+    return 0.0 if not len(bad) else round(float((bad[-1] + 1) * window_s), 1)
+
+
+def in_flight_at(results_dir: Path, when: float) -> tuple[int, int]:
+    """Requests (and their events) the stream's workers had in flight at `when`, from the
+    attempts their result files record (a worker killed before writing its result is not
+    counted)."""
+    requests = events = 0
+    for path in sorted(results_dir.glob("job-*.json")):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for start, latency, _server, rows, _ok in result.get("requests", []):
+            if start <= when < start + latency:
+                requests += 1
+                events += rows
+    return requests, events
+
+
+def killed_attempts_executions(site_dir: Path, out: Path, jobs: int) -> int:
+    """Events a job attempt had executed but never got the answer of: the requests in flight
+    in a worker (or a `submit`) killed mid-job, which its rerun must send again. From the
+    servers' execution logs (request ids name the job's attempt) and the jobs' journals."""
+    stream = json.loads((out / "stream.json").read_text())["stream"]
+    answered: set[tuple[int, int, int]] = set()  # (job, attempt, event)
+    for job in range(jobs):
+        journal = out / "jobs" / f"job-{job:05d}.journal"
+        for line in journal.read_text().splitlines() if journal.exists() else []:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "t" in entry:
+                answered.update((job, entry["a"], i) for i in range(entry["lo"], entry["hi"]))
+    executed: set[tuple[int, int, int]] = set()
+    for path in sorted((site_dir / EXECUTIONS_DIR).glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            fields = line.split("\t")
+            rid = parse_request_id(fields[4]) if len(fields) == 5 else None
+            if rid is not None and rid.stream == stream:
+                executed.update((rid.job, rid.attempt, i) for i in range(rid.lo, rid.hi))
+    return len({(job, event) for job, attempt, event in executed - answered})

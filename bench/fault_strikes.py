@@ -1,0 +1,126 @@
+"""The fault bench's hands: a flood that gets a model shed, the strike itself, and what the
+bench asks the site around it (in flight at Envoy, shed or not, when a shed lapses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from sonicsite.contract.wire import MODEL_HEADER, SHED
+from sonicsite.jobs.spawn import WORKERS_FILE
+from sonicsite.local.processes import alive
+from sonicsite.local.state import SiteState
+
+
+def flood(site_dir: Path, out: Path, model: str) -> subprocess.Popen:
+    """A closed-loop stream of `model` with 64 requests in flight, far above what the site
+    answers: its queue time grows until the operator sheds it. Stopped by SIGTERM."""
+    command = [sys.executable, "-P", "-m", "sonicsite.cli", "submit", "--dir", str(site_dir)]
+    command += ["--model", model, "--jobs", "2", "--wave", "2", "--events", "200000"]
+    command += ["--batch", "1", "--window", "32", "--out", str(out)]
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out.parent / f"{out.name}.log", "w")  # noqa: SIM115 - the child holds it
+    try:
+        return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _admission(state: SiteState, model: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=2) as reply:
+            site = json.loads(reply.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    return site.get("admission", {}).get(model, {}).get("state")
+
+
+def wait_shed(state: SiteState, model: str, timeout: float) -> bool:
+    """True once the operator sheds `model`; False if it has not within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _admission(state, model) == SHED:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def envoy_in_flight(state: SiteState) -> int | None:
+    """Requests Envoy has in flight to the servers now (every cluster), or None."""
+    url = f"http://{state.envoy_admin}/stats?filter=upstream_rq_active$&format=json"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            stats = json.loads(reply.read()).get("stats", [])
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    pattern = re.compile(r"^cluster\.model_.*\.upstream_rq_active$")
+    return sum(int(s.get("value", 0)) for s in stats if pattern.match(s.get("name", "")))
+
+
+def wait_in_flight(state: SiteState, wanted: int, timeout: float) -> int | None:
+    """Wait (up to `timeout` s) until Envoy has `wanted` requests in flight; the count seen
+    last (the strike follows at once)."""
+    deadline = time.monotonic() + timeout
+    seen = envoy_in_flight(state)
+    while (seen or 0) < wanted and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen = envoy_in_flight(state)
+    return seen
+
+
+def strike_target(scenario, state: SiteState, out: Path, submit: subprocess.Popen) -> tuple:
+    """Send the scenario's signal; (what was struck, when (epoch s), its PID)."""
+    if scenario.target == "submit":
+        pid = submit.pid
+    elif scenario.target == "worker":
+        workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
+        pid = next(w["pid"] for w in reversed(workers) if alive(w["pid"]))
+    elif scenario.target.startswith("triton-"):
+        pid = next(s.pid for s in state.servers if s.id == scenario.target)
+    else:
+        record = SiteState.load(Path(state.site_dir)).process(scenario.target)
+        if record is None:
+            raise RuntimeError(f"the site has no {scenario.target} to strike")
+        pid = record.pid
+    when = time.time()
+    os.kill(pid, scenario.sig)
+    return scenario.target, when, pid
+
+
+def admitted(envoy: str, model: str) -> bool | None:
+    """One request for `model` through Envoy, routed by the sonicsite client's header: True
+    when answered, False when refused by admission, None when Envoy does not answer."""
+    try:
+        client = grpcclient.InferenceServerClient(envoy)
+    except InferenceServerException:
+        return None
+    try:
+        data = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        data.set_data_from_numpy(np.ones((1, 4), np.float32))
+        client.infer(model, [data], headers={MODEL_HEADER: model}, client_timeout=10)
+        return True
+    except InferenceServerException as exc:
+        return False if "RESOURCE_EXHAUSTED" in str(exc.status()) else None
+    finally:
+        client.close()
+
+
+def shed_lapse_s(state: SiteState, model: str, since: float, timeout: float) -> float | None:
+    """Seconds from `since` until Envoy admits `model` again; None if not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if admitted(state.grpc, model):
+            return round(time.time() - since, 2)
+        time.sleep(0.2)
+    return None

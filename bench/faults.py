@@ -1,0 +1,326 @@
+"""`sonicsite bench faults`: strike each part of a local site mid-stream and count the damage.
+
+Per scenario: a fresh local site of 3 Triton servers (the `simple` model, every execution
+taking at least `delay_ms`, as a GPU model's would, so that requests overlap on 2 cores),
+and one open-loop job stream (`sonicsite submit --rate`: Poisson arrivals at half the
+capacity measured at the start of the run, on a site like it). Once the stream runs with
+requests in flight, the bench sends the scenario's signal to one process and lets the stream
+finish. A scenario with a shed model floods `identity` until the operator sheds it, then
+strikes the operator; the bench then asks Envoy for the shed model until it answers.
+
+Figures per scenario (fault_figures.py): events total, ok, lost, delivered twice, executed
+twice (the servers' execution logs), requests and events in flight at the strike, processes
+left behind (workers after the stream, site processes after `down`), latency p50/p99 from
+each request's scheduled arrival, and `recovery_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonicsite.operator.admission import AdmissionPolicy
+
+from sonicsite.contract.wire import SHED_TTL_S
+from sonicsite.jobs.spawn import WORKERS_FILE
+from sonicsite.local import launcher
+from sonicsite.local.processes import alive, group_members
+from sonicsite.local.state import SiteState
+
+from .common import write_result
+from .fault_figures import (
+    in_flight_at,
+    killed_attempts_executions,
+    percentiles_ms,
+    read_stream,
+    recovery_s,
+)
+from .fault_strikes import admitted, flood, shed_lapse_s, strike_target, wait_in_flight, wait_shed
+
+MODEL = "simple"  # the stream's model
+FLOODED = "identity"  # the model shed before an operator strike
+DELAY_MS = 50.0  # per execution, every server
+JOBS = 4
+BATCH = 1
+SERVER_FAULTS = ("server-kill", "server-stop", "blind-server-overload")
+# Faults of a process on the request path: a request it had in flight may have executed on a
+# server while its answer was lost with the process, so the client must send it again (no
+# server could answer it otherwise). Those executions are counted, and allowed; any other
+# duplicate is a defect.
+PATH_FAULTS = (*SERVER_FAULTS, "envoy-kill", "envoy-kill-unsupervised", "gateway-kill")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    target: str  # a server id, or operator | envoy | gateway | prometheus | worker | submit
+    sig: int
+    supervise: bool = True
+    stop_s: float = 0.0  # SIGSTOP: SIGCONT after this long
+    transport: str = "grpc"
+    shed: bool = False  # flood FLOODED until it is shed, then strike
+    overload: bool = False  # flood FLOODED during the strike (admission with a blind spot)
+
+
+SCENARIOS = (
+    Scenario("server-kill", "triton-1", signal.SIGKILL),
+    Scenario("server-stop", "triton-1", signal.SIGSTOP, stop_s=30.0),
+    Scenario("operator-kill", "operator", signal.SIGKILL, shed=True),
+    Scenario("operator-kill-unsupervised", "operator", signal.SIGKILL, False, shed=True),
+    Scenario("operator-stop", "operator", signal.SIGSTOP, stop_s=20.0, shed=True),
+    Scenario("operator-stop-unsupervised", "operator", signal.SIGSTOP, False, 20.0, shed=True),
+    Scenario("envoy-kill", "envoy", signal.SIGKILL),
+    Scenario("envoy-kill-unsupervised", "envoy", signal.SIGKILL, False),
+    Scenario("gateway-kill", "gateway", signal.SIGKILL, transport="http"),
+    Scenario("prometheus-kill", "prometheus", signal.SIGKILL),
+    Scenario("blind-server-overload", "triton-1", signal.SIGSTOP, stop_s=30.0, overload=True),
+    Scenario("worker-kill", "worker", signal.SIGKILL),
+    Scenario("submit-kill", "submit", signal.SIGKILL),
+)
+
+
+def submit_command(site: Path, out: Path, events: int, rate: float, transport: str) -> list:
+    command = [sys.executable, "-P", "-m", "sonicsite.cli", "submit", "--dir", str(site)]
+    command += ["--model", MODEL, "--jobs", str(JOBS), "--wave", str(JOBS)]
+    command += ["--events", str(events), "--batch", str(BATCH), "--window", "32"]
+    command += ["--transport", transport, "--out", str(out)]
+    return command + (["--rate", f"{rate:.3f}"] if rate else [])
+
+
+def measure_capacity(site: Path, out: Path, events: int = 600) -> float:
+    """Events per second the site answers to a closed loop of 4 jobs, 16 in flight each."""
+    command = submit_command(site, out, events, 0.0, "grpc")
+    command[command.index("--window") + 1] = "16"
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    report = json.loads((out / "report.json").read_text())
+    if report["events_ok"] < JOBS * events:
+        raise RuntimeError(f"capacity run lost events: {report['events_ok']} ok")
+    return report["throughput_eps"]
+
+
+def measure_site_capacity(build_dir: Path) -> float:
+    """The capacity of a site like each scenario's, measured on a site of its own."""
+    with tempfile.TemporaryDirectory(prefix="sonicsite-fault-capacity-") as tmp:
+        site_dir = Path(tmp) / "site"
+        launcher.up(
+            site_dir,
+            servers=3,
+            models=[MODEL, FLOODED],
+            build_dir=build_dir,
+            delay_ms={f"triton-{i}": DELAY_MS for i in range(3)},
+        )
+        try:
+            return measure_capacity(site_dir, Path(tmp) / "out")
+        finally:
+            launcher.down(site_dir)
+
+
+def run_scenario(scenario: Scenario, rate: float, duration_s: float, build_dir: Path) -> dict:
+    events = int(rate / JOBS * duration_s)
+    with tempfile.TemporaryDirectory(prefix=f"sonicsite-fault-{scenario.name}-") as tmp:
+        site_dir, out = Path(tmp) / "site", Path(tmp) / "out"
+        launcher.up(
+            site_dir,
+            servers=3,
+            models=[MODEL, FLOODED],
+            build_dir=build_dir,
+            delay_ms={f"triton-{i}": DELAY_MS for i in range(3)},
+            admission=AdmissionPolicy(shed_above_ms=200.0, open_below_ms=50.0, min_hold_s=2.0),
+            supervise=scenario.supervise,
+        )
+        state = SiteState.load(site_dir)
+        pids = _site_pids(state)
+        flooding = None
+        figures: dict = {}
+        try:
+            command = submit_command(site_dir, out, events, rate, scenario.transport)
+            log = open(Path(tmp) / "submit.log", "w")  # noqa: SIM115 - closed below
+            submit = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+            _wait_for(lambda: (out / "jobs" / WORKERS_FILE).exists(), 120, "the stream's workers")
+            time.sleep(max(3.0, duration_s / 4))  # mid-stream: well past the warm-up
+            if scenario.shed or scenario.overload:
+                flooding = flood(site_dir, Path(tmp) / "flood", FLOODED)
+            figures["envoy_active_at_strike"] = wait_in_flight(state, 8, 10.0)
+            if scenario.shed:  # strike the moment the operator sheds the model
+                figures["shed_at_strike"] = wait_shed(state, FLOODED, 60)
+            _, when, pid = strike_target(scenario, state, out, submit)
+            figures["struck_pid"] = pid
+            if scenario.shed:
+                flooding = _stop(flooding)  # the shed now outlives its cause: does it lapse?
+                figures["envoy_refused_after_strike"] = admitted(state.grpc, FLOODED) is False
+                figures["shed_lapse_s"] = shed_lapse_s(state, FLOODED, when, 60)
+            if scenario.overload:
+                figures["shed_with_blind_server"] = wait_shed(state, FLOODED, 25)
+                flooding = _stop(flooding)
+            if scenario.stop_s:
+                time.sleep(max(0.0, when + scenario.stop_s - time.time()))
+                os.kill(pid, signal.SIGCONT)
+            if scenario.target == "submit":
+                first = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
+                figures["orphan_workers"] = _survivors([w["pid"] for w in first], 30)
+                log = open(Path(tmp) / "resume.log", "w")  # noqa: SIM115 - closed below
+                submit = subprocess.Popen([*command, "--resume"], stdout=log, stderr=log)
+            submit.wait(timeout=900)
+            log.close()
+            workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
+            figures["orphan_workers"] = figures.get("orphan_workers", 0) + _survivors(
+                [w["pid"] for w in workers], 30
+            )
+        finally:
+            _stop(flooding)
+            pids |= _site_pids(SiteState.load(site_dir))
+            launcher.down(site_dir)
+        figures["orphan_site_processes"] = _survivors(sorted(pids), 30)
+        spec = {
+            "events": events,
+            "jobs": JOBS,
+            "batch": BATCH,
+            "seed": 1,
+            "job_rate": rate / JOBS,
+        }
+        stream = read_stream(out, spec)
+        requests, in_flight_events = in_flight_at(out / "jobs", when)
+        killed = killed_attempts_executions(site_dir, out, JOBS)
+        allowance = killed + (in_flight_events if scenario.name in PATH_FAULTS else 0)
+        return {
+            "scenario": scenario.name,
+            "target": scenario.target,
+            "signal": signal.Signals(scenario.sig).name,
+            "supervised": scenario.supervise,
+            "transport": scenario.transport,
+            "events_total": stream.events_total,
+            "events_ok": stream.events_ok,
+            "events_lost": stream.events_lost,
+            "delivered_twice": stream.delivered_twice,
+            "executed_twice": stream.executed_twice,
+            "executions_checked": stream.executions_checked,
+            "requests_in_flight_at_fault": requests,
+            "events_in_flight_at_fault": in_flight_events,
+            "events_in_flight_in_killed_workers": killed,
+            "executed_twice_beyond_in_flight": max(0, stream.executed_twice - allowance),
+            "processes_left_behind": figures["orphan_workers"] + figures["orphan_site_processes"],
+            "latency_ms": percentiles_ms(stream.latencies_s),
+            "events_per_path": stream.per_path,
+            "recovery_s": recovery_s(stream, when),
+            **figures,
+        }
+
+
+def _site_pids(state: SiteState) -> set[int]:
+    pids = {p.pid for p in [*state.servers, *state.processes] if p.pid}
+    return pids | {m for p in list(pids) for m in group_members(p)}
+
+
+def _survivors(pids: list[int], within_s: float) -> int:
+    """Processes of `pids` still alive after waiting up to `within_s` for them to go."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    return sum(1 for p in pids if alive(p))
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return None
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not there after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def run(
+    json_path: Path,
+    scenarios: tuple[str, ...] = (),
+    duration_s: float = 40.0,
+    build_dir: Path = Path("build/models"),
+    rate: float = 0.0,
+) -> dict:
+    """`rate`: the offered events per second; by default half the capacity measured first."""
+    chosen = [s for s in SCENARIOS if not scenarios or s.name in scenarios]
+    unknown = set(scenarios) - {s.name for s in SCENARIOS}
+    if unknown:
+        raise ValueError(f"scenarios: unknown {sorted(unknown)}; known: {_names()}")
+    capacity = 2 * rate if rate else measure_site_capacity(build_dir)
+    rate = capacity / 2
+    rows = []
+    for scenario in chosen:
+        print(f"bench faults: {scenario.name} at {rate:.0f} events/s ...", file=sys.stderr)
+        rows.append(run_scenario(scenario, rate, duration_s, build_dir))
+        print(f"  {_line(rows[-1])}", file=sys.stderr)
+    bound = SHED_TTL_S + 2.0  # the stated bound, plus Envoy's and the bench's own polling
+    stuck = [
+        r["scenario"]
+        for r in rows
+        if r["target"] == "operator" and not r["supervised"]
+        if r.get("shed_lapse_s") is None or r["shed_lapse_s"] > bound
+    ]
+    recoveries = [r["recovery_s"] for r in rows]
+    summary = {
+        "events_lost_total": sum(r["events_lost"] for r in rows),
+        "executed_twice_beyond_in_flight_total": sum(
+            r["executed_twice_beyond_in_flight"] for r in rows
+        ),
+        "executed_twice_total": sum(r["executed_twice"] for r in rows),
+        "executed_twice_without_server_fault": sum(
+            r["executed_twice"] for r in rows if r["scenario"] not in SERVER_FAULTS
+        ),
+        "delivered_twice_total": sum(r["delivered_twice"] for r in rows),
+        "orphans_total": sum(r["processes_left_behind"] for r in rows),
+        "stuck_shed_after_operator_kill": len(stuck),
+        "max_recovery_s": None if None in recoveries else max(recoveries, default=0.0),
+        "scenarios": len(rows),
+        "capacity_events_per_s": round(capacity, 1),
+        "offered_events_per_s": round(rate, 1),
+        "targets": {
+            "events_lost_total": "= 0",
+            "executed_twice_beyond_in_flight_total": "= 0",
+            "orphans_total": "= 0",
+            "stuck_shed_after_operator_kill": f"= 0 (a shed lapses within {bound:g} s)",
+            "max_recovery_s": "<= 15",
+        },
+        "table": [
+            {k: r[k] for k in ("scenario", "events_lost", "executed_twice", "recovery_s")}
+            for r in rows
+        ],
+    }
+    return write_result(
+        json_path,
+        "faults",
+        summary,
+        {
+            "site": f"3 Triton servers, {MODEL} and {FLOODED}, every execution at least "
+            f"{DELAY_MS:g} ms; admission sheds above 200 ms of queue per request",
+            "stream": f"sonicsite submit --rate: {JOBS} jobs at once, {BATCH} event per "
+            f"request, Poisson arrivals at half the measured capacity, {duration_s:g} s",
+            "scenarios": rows,
+        },
+    )
+
+
+def _names() -> list[str]:
+    return [s.name for s in SCENARIOS]
+
+
+def _line(row: dict) -> str:
+    return (
+        f"{row['events_ok']}/{row['events_total']} ok, {row['events_lost']} lost, "
+        f"{row['executed_twice']} executed twice ({row['events_in_flight_at_fault']} in "
+        f"flight), recovery {row['recovery_s']} s, left behind {row['processes_left_behind']}"
+    )
