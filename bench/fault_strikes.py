@@ -116,6 +116,16 @@ def admitted(envoy: str, model: str) -> bool | None:
         client.close()
 
 
+def wait_envoy_sheds(state: SiteState, model: str, timeout: float) -> bool:
+    """True once Envoy refuses `model` (the operator shed it and Envoy has the route)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _admission(state, model) == SHED and admitted(state.grpc, model) is False:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def shed_lapse_s(state: SiteState, model: str, since: float, timeout: float) -> float | None:
     """Seconds from `since` until Envoy admits `model` again; None if not within `timeout`."""
     deadline = time.monotonic() + timeout
