@@ -28,7 +28,7 @@ from .processes import alive, group_members, is_triton_server, runs_for_site, st
 from .servers import remove_leftovers, start_server
 from .state import SiteState, create, edit
 from .supervision import SupervisionPolicy, start_supervisor
-from .triton import TritonInstall, wait_ready
+from .triton import ServerPorts, TritonInstall, wait_ready
 
 DEFAULT_BUILD_DIR = Path("build/models")
 
@@ -82,10 +82,14 @@ def up(
     create(state)
     started = []
     try:
+        # every server's ports from one call: distinct, where separate calls could be handed
+        # a port again that an earlier server has not bound yet
+        chosen = free_ports(3 * servers)
         for index in range(servers):
             server_id = f"triton-{index}"
             delay = (delay_ms or {}).get(server_id, 0.0)
-            proc, info = start_server(site_dir, server_id, install, names, delay)
+            ports = ServerPorts(*chosen[3 * index : 3 * index + 3])
+            proc, info = start_server(site_dir, server_id, install, names, delay, ports)
             started.append((proc, info))
             with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
                 current.put_server(info)

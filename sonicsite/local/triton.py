@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 
 from .errors import TritonError
@@ -164,6 +165,8 @@ def is_ready(http: str) -> bool:
         with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=2) as reply:
             return reply.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+    except HTTPException:  # not an HTTP/1.1 server there (yet): not ready
         return False
 
 
