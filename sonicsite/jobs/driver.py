@@ -303,9 +303,9 @@ def submit(
     run = _Run(spec, jobs_dir, note)
     if spec.resume:
         record = StreamRecord.load(spec)
-        done = run.resumed()
+        complete = run.resumed()
         note(
-            f"submit: resuming stream {record.stream}: {len(done)} of {spec.jobs} jobs done, "
+            f"submit: resuming stream {record.stream}: {len(complete)} of {spec.jobs} jobs done, "
             f"the others rerun for their events without a result"
         )
     else:
@@ -313,7 +313,7 @@ def submit(
             run.clear(job)
         record = StreamRecord(uuid.uuid4().hex[:8], log_sizes(Path(state.site_dir)), time.time())
         record.shape = _shape(spec)
-        done = set()
+        complete: set[int] = set()
     run.record = record
     record.save(spec.out)
     stream, since, started = record.stream, record.since, record.started
@@ -323,11 +323,11 @@ def submit(
         with Workers(jobs_dir, stream, partial(run.command, stream)) as workers:
             for first in range(0, spec.jobs, spec.wave):
                 for job in range(first, min(first + spec.wave, spec.jobs)):
-                    if job not in done:
+                    if job not in complete:
                         run.start(workers, job, run.next_attempt(job))
                 while workers.running and stop.signum is None:
-                    for done in workers.reap():
-                        run.settle(done, workers)
+                    for exited in workers.reap():
+                        run.settle(exited, workers)
                     run.show(workers, progress)
                     time.sleep(0.2)
                 if stop.signum is not None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,32 @@ def test_a_worker_without_a_gpu_for_cuda_says_so(site, tmp_path, capsys):
     assert error["type"] == "CudaUnavailable" and "no usable GPU" in error["message"]
     assert report["events_failed"] == 16 and report["reruns"] == 0
     assert "job 0 (simple) failed on attempt 1: CudaUnavailable: " in capsys.readouterr().err
+
+
+def test_resume_reruns_only_the_jobs_left_across_waves(site, tmp_path):
+    """A stream whose submit died after its first wave: `--resume` keeps the stream (its
+    request ids, its executions), keeps the complete jobs and runs the others."""
+    spec = StreamSpec(
+        site_dir=Path(site.site_dir),
+        models=["simple"],
+        jobs=4,
+        wave=2,
+        events=40,
+        out=tmp_path / "out",
+        batch=8,
+    )
+    first = submit(spec)
+    assert first["events_ok"] == 160
+    jobs = spec.out / "jobs"
+    for suffix in (".json", ".journal"):  # jobs 2 and 3 never ran, as if submit died there
+        for job in (2, 3):
+            (jobs / f"job-{job:05d}{suffix}").unlink()
+    notes: list[str] = []
+    resumed = submit(replace(spec, resume=True), note=notes.append)
+    assert "2 of 4 jobs done" in notes[0]
+    assert resumed["events_ok"] == resumed["events_total"] == 160
+    assert resumed["spec"]["stream"] == first["spec"]["stream"]
+    assert {w["job"] for w in _workers(spec.out)["workers"]} == {2, 3}
+    assert set(_answers(spec.out).values()) == {1}
+    with pytest.raises(ValueError, match="holds a stream of"):
+        submit(replace(spec, resume=True, jobs=5))

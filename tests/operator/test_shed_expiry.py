@@ -206,13 +206,26 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
             code, reply = _raw_shed_reply(state)
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert reply[RETRY_AFTER_HEADER] == "1" and reply[ADMISSION_HEADER] == "shed"
-            # past the first expiry the same shed still holds: the operator renewed it
-            wait_until(lambda: time.time() > first["expires_at"] + 1, "the first expiry to pass")
-            refused = _refusal(envoy, plan)
-            assert refused is not None and refused.status == "RESOURCE_EXHAUSTED"
+            # a shed that holds is renewed: its expiry moves past the one it was decided with
+            # (a busy machine may let the overload ebb and the model reopen in between; any
+            # shed that lasts shows the renewal)
+            renewed = wait_until(
+                lambda: (
+                    (a := _admission(state))["state"] == SHED
+                    and a["expires_at"] > a["since"] + SHED_TTL_S + 0.01
+                    and a
+                ),
+                "the operator to renew a shed that holds",
+                180,
+            )
+            assert renewed["expires_at"] > first["expires_at"]
+            refused = wait_until(
+                lambda: time.time() > first["expires_at"] + 1 and _refusal(envoy, plan),
+                "Envoy to refuse the model past the shed's first expiry",
+                180,
+            )
+            assert refused.status == "RESOURCE_EXHAUSTED"
             assert "model shed by sonicsite admission" in refused.message
-            now = _admission(state)
-            assert now["since"] == first["since"] and now["expires_at"] > first["expires_at"]
             os.kill(operator, signal.SIGSTOP)
             stopped = True
             _wait_until_reopened_without_operator(state, envoy, plan, body)
