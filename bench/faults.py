@@ -113,17 +113,31 @@ def measure_capacity(site: Path, out: Path, events: int = 600) -> float:
     return report["throughput_eps"]
 
 
+SHEDDING = AdmissionPolicy(shed_above_ms=200.0, open_below_ms=50.0, min_hold_s=2.0)
+
+
+def _up(
+    site_dir: Path, build_dir: Path, supervise: bool, admission: AdmissionPolicy | None = None
+) -> None:
+    """A site like every scenario's: 3 servers, each execution at least DELAY_MS; the
+    scenarios shed above 200 ms of queue per request (SHEDDING: the flood reaches it, the
+    stream does not), the capacity run sheds as a default site does."""
+    launcher.up(
+        site_dir,
+        servers=3,
+        models=[MODEL, FLOODED],
+        build_dir=build_dir,
+        delay_ms={f"triton-{i}": DELAY_MS for i in range(3)},
+        admission=admission,
+        supervise=supervise,
+    )
+
+
 def measure_site_capacity(build_dir: Path) -> float:
     """The capacity of a site like each scenario's, measured on a site of its own."""
     with tempfile.TemporaryDirectory(prefix="sonicsite-fault-capacity-") as tmp:
         site_dir = Path(tmp) / "site"
-        launcher.up(
-            site_dir,
-            servers=3,
-            models=[MODEL, FLOODED],
-            build_dir=build_dir,
-            delay_ms={f"triton-{i}": DELAY_MS for i in range(3)},
-        )
+        _up(site_dir, build_dir, supervise=True)
         try:
             return measure_capacity(site_dir, Path(tmp) / "out")
         finally:
@@ -134,15 +148,7 @@ def run_scenario(scenario: Scenario, rate: float, duration_s: float, build_dir: 
     events = int(rate / JOBS * duration_s)
     with tempfile.TemporaryDirectory(prefix=f"sonicsite-fault-{scenario.name}-") as tmp:
         site_dir, out = Path(tmp) / "site", Path(tmp) / "out"
-        launcher.up(
-            site_dir,
-            servers=3,
-            models=[MODEL, FLOODED],
-            build_dir=build_dir,
-            delay_ms={f"triton-{i}": DELAY_MS for i in range(3)},
-            admission=AdmissionPolicy(shed_above_ms=200.0, open_below_ms=50.0, min_hold_s=2.0),
-            supervise=scenario.supervise,
-        )
+        _up(site_dir, build_dir, scenario.supervise, SHEDDING)
         state = SiteState.load(site_dir)
         pids = _site_pids(state)
         flooding = None

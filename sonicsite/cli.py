@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -167,29 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks that write JSON with a summary of ratios")
     bsub = p.add_subparsers(dest="bench_command", required=True)
-    b = bsub.add_parser("client", help="the sonicsite client vs the stock tritonclient way")
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
-    b.add_argument("--repeats", type=_at_least(1), default=7, help="timed repeats per case")
+    b = _bench_parser(bsub, "client", "the sonicsite client vs the stock tritonclient way", 7)
     b.add_argument(
         "--sizes",
         type=_positive_list,
         default=(1, 16, 64),
         help="payload sizes in MB, comma-separated",
     )
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
-    b = bsub.add_parser("dataplane", help="direct to Triton vs through Envoy")
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
-    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
-    b = bsub.add_parser("gateway", help="direct Triton HTTP vs through the gateway")
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
-    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per case")
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
-    b = bsub.add_parser(
-        "balancing", help="round robin vs least request vs load-aware weights, one slow server"
+    _bench_parser(bsub, "dataplane", "direct to Triton vs through Envoy", 3)
+    _bench_parser(bsub, "gateway", "direct Triton HTTP vs through the gateway", 3)
+    b = _bench_parser(
+        bsub, "balancing", "round robin vs least request vs load-aware weights, one slow server", 3
     )
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
-    b.add_argument("--repeats", type=_at_least(1), default=3, help="repeats per policy")
     b.add_argument(
         "--delay-ms", type=_at_least(1), default=40, help="how much slower the slow server is"
     )
@@ -199,12 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=(2, 8),
         help="requests the stream keeps in flight, comma-separated",
     )
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
-
-    b = bsub.add_parser(
-        "faults", help="strike each process of a local site mid-stream: lost, twice, recovery"
+    b = _bench_parser(
+        bsub, "faults", "strike each process of a local site mid-stream: lost, twice, recovery"
     )
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
     b.add_argument(
         "--scenarios",
         type=lambda t: tuple(x for x in t.split(",") if x),
@@ -220,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="offered events per second (default: half the capacity measured first)",
     )
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
 
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
@@ -239,6 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", type=_model_list, required=True, help="comma-separated models")
     p.add_argument("--events", type=_at_least(1), default=4, help="events per model")
     return parser
+
+
+def _bench_parser(bsub, name: str, help: str, repeats: int = 0) -> argparse.ArgumentParser:
+    """A bench's parser with what every bench takes: --json, --build-dir (and --repeats)."""
+    b = bsub.add_parser(name, help=help)
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    if repeats:
+        b.add_argument("--repeats", type=_at_least(1), default=repeats, help="timed repeats")
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    return b
 
 
 def _non_negative(text: str) -> float:
@@ -310,26 +306,18 @@ def _models(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace, models: list[str]) -> int:
     """Run the job stream; 0 when every event was answered exactly once, 1 otherwise, and
     128 + the signal when SIGINT or SIGTERM stopped it."""
-    import signal
-
-    from .jobs.driver import StreamSpec, progress_bar, submit
+    from .jobs.driver import StreamSpec, submit
+    from .jobs.progress import progress_bar
     from .jobs.report import print_summary
 
+    same = ("jobs", "wave", "events", "out", "batch", "seed", "transport", "window", "mode")
     spec = StreamSpec(
         site_dir=args.dir.resolve(),
         models=models,
-        jobs=args.jobs,
-        wave=args.wave,
-        events=args.events,
-        out=args.out,
-        batch=args.batch,
-        seed=args.seed,
-        transport=args.transport,
-        window=args.window,
-        mode=args.mode,
         max_attempts=args.max_attempts,
         rate=args.rate,
-        resume=getattr(args, "resume", False),
+        resume=getattr(args, "resume", False),  # submit only
+        **{name: getattr(args, name) for name in same},
     )
     bar = progress_bar()
     report = submit(spec, bar, bar.note)
