@@ -38,6 +38,21 @@ class StreamFigures:
     completions: list[tuple[float, int]] = field(default_factory=list)  # (answered, events)
 
 
+def answered_chunks(out: Path, job: int) -> list[tuple[int, int, int, float]]:
+    """(attempt, lo, hi, answered at) of each chunk the job's journal holds an answer for
+    (journal.py's lines; a line cut short by a kill is skipped)."""
+    journal = out / "jobs" / f"job-{job:05d}.journal"
+    chunks = []
+    for line in journal.read_text().splitlines() if journal.exists() else []:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "t" in entry:
+            chunks.append((entry["a"], entry["lo"], entry["hi"], float(entry["t"])))
+    return chunks
+
+
 def read_stream(out: Path, spec: dict) -> StreamFigures:
     """`spec`: events per job, jobs, batch, seed, each job's rate (events/s)."""
     record = json.loads((out / "stream.json").read_text())
@@ -52,16 +67,7 @@ def read_stream(out: Path, spec: dict) -> StreamFigures:
         times = schedule(events, batch, spec["job_rate"], spec["seed"] + job, start_at)
         figures.arrivals += [(t, min(batch, events - i * batch)) for i, t in enumerate(times)]
         answers: dict[int, int] = {}
-        journal = out / "jobs" / f"job-{job:05d}.journal"
-        lines = journal.read_text().splitlines() if journal.exists() else []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "t" not in entry:
-                continue
-            lo, hi, t = entry["lo"], entry["hi"], float(entry["t"])
+        for _attempt, lo, hi, t in answered_chunks(out, job):
             for i in range(lo, hi):
                 answers[i] = answers.get(i, 0) + 1
             figures.latencies_s.append(t - times[lo // batch])
@@ -130,16 +136,12 @@ def killed_attempts_executions(site_dir: Path, out: Path, jobs: int) -> int:
     in a worker (or a `submit`) killed mid-job, which its rerun must send again. From the
     servers' execution logs (request ids name the job's attempt) and the jobs' journals."""
     stream = json.loads((out / "stream.json").read_text())["stream"]
-    answered: set[tuple[int, int, int]] = set()  # (job, attempt, event)
-    for job in range(jobs):
-        journal = out / "jobs" / f"job-{job:05d}.journal"
-        for line in journal.read_text().splitlines() if journal.exists() else []:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "t" in entry:
-                answered.update((job, entry["a"], i) for i in range(entry["lo"], entry["hi"]))
+    answered = {
+        (job, attempt, i)
+        for job in range(jobs)
+        for attempt, lo, hi, _t in answered_chunks(out, job)
+        for i in range(lo, hi)
+    }
     executed: set[tuple[int, int, int]] = set()
     for path in sorted((site_dir / EXECUTIONS_DIR).glob("*.log")):
         for line in path.read_text(errors="replace").splitlines():

@@ -120,12 +120,8 @@ def stop_group(pid: int, grace: float = 15.0) -> None:
     while time.monotonic() < deadline and group_members(pid):
         _reap(pid)
         time.sleep(0.1)
-    if group_members(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        while group_members(pid):
-            _reap(pid)
-            time.sleep(0.05)
+    if group_members(pid):  # what is left after the grace
+        kill_group(pid)
     _reap(pid)
 
 
