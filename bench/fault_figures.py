@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from sonicsite.jobs.arrivals import schedule
-from sonicsite.jobs.executions import EXECUTIONS_DIR, parse_request_id
 
 RECOVERED = 0.8  # completed/offered over a 1 s window at which a stream counts as recovered
 
@@ -31,6 +30,7 @@ class StreamFigures:
     events_lost: int = 0  # no verified answer at the end
     delivered_twice: int = 0  # answered more than once (the client's view)
     executed_twice: int = 0  # executed more than once (the servers' logs)
+    answered_from_kept: int = 0  # resends a server answered from the answer it kept
     executions_checked: bool = False
     per_path: dict[str, int] = field(default_factory=dict)  # events answered via envoy, ...
     latencies_s: list[float] = field(default_factory=list)  # per answered chunk
@@ -79,6 +79,7 @@ def read_stream(out: Path, spec: dict) -> StreamFigures:
     executions = report.get("executions", {})
     figures.executions_checked = bool(executions.get("checked"))
     figures.executed_twice = int(report.get("events_executed_twice") or 0)
+    figures.answered_from_kept = int(executions.get("events_answered_from_kept") or 0)
     figures.per_path = report.get("per_path", {})
     return figures
 
@@ -129,24 +130,3 @@ def in_flight_at(results_dir: Path, when: float) -> tuple[int, int]:
                 requests += 1
                 events += rows
     return requests, events
-
-
-def killed_attempts_executions(site_dir: Path, out: Path, jobs: int) -> int:
-    """Events a job attempt had executed but never got the answer of: the requests in flight
-    in a worker (or a `submit`) killed mid-job, which its rerun must send again. From the
-    servers' execution logs (request ids name the job's attempt) and the jobs' journals."""
-    stream = json.loads((out / "stream.json").read_text())["stream"]
-    answered = {
-        (job, attempt, i)
-        for job in range(jobs)
-        for attempt, lo, hi, _t in answered_chunks(out, job)
-        for i in range(lo, hi)
-    }
-    executed: set[tuple[int, int, int]] = set()
-    for path in sorted((site_dir / EXECUTIONS_DIR).glob("*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            fields = line.split("\t")
-            rid = parse_request_id(fields[4]) if len(fields) == 5 else None
-            if rid is not None and rid.stream == stream:
-                executed.update((rid.job, rid.attempt, i) for i in range(rid.lo, rid.hi))
-    return len({(job, event) for job, attempt, event in executed - answered})

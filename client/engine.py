@@ -25,6 +25,15 @@ reported failed with its last error: none is lost):
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
 - Site mode fails over Envoy → gateway → servers directly, and returns to Envoy when it
   answers again (failover.py). Every attempt is recorded with its path and its deadline.
+
+At most once: with a `request_tag`, a request's id names its events (`<tag><lo>-<hi>`) and
+it is sent as idempotent: a server executes an id once and keeps its answer for a while
+(models/onnx_runner.py). A chunk whose attempt may have run although its answer was lost (the
+connection dropped or timed out after the request went out: Envoy, the gateway or a server
+died) first asks each server directly for the kept answer (a lookup, never executed); only
+when none has it is it sent again. A rerun of a killed job does the same for the chunks its
+journal says were sent (`run(..., resent=...)`). The servers that do not run a request whose
+caller went away (Triton's cancellation) make the rest.
 """
 
 from __future__ import annotations
@@ -32,12 +41,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 
 from .balancer import Balancer, Endpoint
 from .errors import OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
@@ -45,7 +56,7 @@ from .failover import Failover
 from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
-from .stats import RequestRecord, StreamStats, server_time_deltas
+from .stats import KEPT, RequestRecord, StreamStats, server_time_deltas
 from .timeouts import PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 from .wire import OutputTensor
@@ -68,9 +79,11 @@ class StreamOptions:
     backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
     backoff_max_s: float = 2.0
     strict: bool = False  # refuse any payload copy
-    # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers may
-    # log): a job sets it to name itself, so that executions can be traced to its events.
+    # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers log):
+    # a job sets it to name itself, so that executions can be traced to its events. Tagged
+    # requests are idempotent: the id names the inputs (see "At most once" above).
     request_tag: str = ""
+    request_offset: int = 0  # added to lo and hi in request ids (a range of a job's events)
 
     def __post_init__(self) -> None:
         for name in ("batch", "window", "max_tries"):
@@ -146,9 +159,17 @@ class Stream:
         on_result: OnResult,
         result: StreamResult,
         arrival: float = 0.0,
+        maybe_run: bool = False,
+        on_send: Callable[[int, int], None] | None = None,
     ) -> None:
+        """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk)."""
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
             time.sleep(max(0.0, arrival - time.time()))
+        tag = self.options.request_tag
+        offset = self.options.request_offset
+        request_id = f"{tag}{offset + lo}-{offset + hi}" if tag else ""
+        parameters = {IDEMPOTENT_PARAMETER: True} if tag else None
+        maybe_run = maybe_run and bool(tag)
         tries, avoid, error = 0, "", ""
         timeouts = 0  # of this chunk: each doubles its next deadline
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
@@ -164,9 +185,18 @@ class Stream:
                 columns = source.request(lo, hi)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
+                kept = self._look_up(plan, request_id, deadline) if maybe_run else None
+                if kept is not None:
+                    self.balancer.done(endpoint, None)
+                    record.latency_s, record.ok, record.path = time.perf_counter() - t0, True, KEPT
+                    self._deliver(lo, hi, plan, kept, record, on_result, result)
+                    return
+                if on_send is not None:
+                    on_send(lo, hi)
+                    on_send = None
                 sent = time.perf_counter()
                 reply = endpoint.transport.infer(
-                    plan, deadline, request_id=f"{self.options.request_tag}{lo}-{hi}"
+                    plan, deadline, request_id=request_id, parameters=parameters
                 )
                 answered = time.perf_counter()
             except InferError as exc:
@@ -190,6 +220,8 @@ class Stream:
                     unprocessed_from = endpoint.id
                     continue  # at once: the failed connection is closed, the endpoint is fine
                 unprocessed_from = ""
+                if exc.kind in (UNAVAILABLE, TIMEOUT):
+                    maybe_run = bool(tag)  # it went out: a server may have run it
                 if exc.kind == TIMEOUT:
                     timeouts += 1
                 if exc.kind in (UNAVAILABLE, TIMEOUT):
@@ -207,6 +239,18 @@ class Stream:
             return
         with self._lock:
             result.failed[(lo, hi)] = error
+
+    def _look_up(self, plan: CopyPlan, request_id: str, deadline: float) -> Reply | None:
+        """Ask each server directly for the answer it kept of `request_id` (it ran the request
+        but the answer was lost on the way); the first that has it answers. None when none
+        has it, or none could be asked: then the chunk is sent again."""
+        parameters = {IDEMPOTENT_PARAMETER: True, LOOKUP_PARAMETER: True}
+        for transport in self.statistics.values():
+            try:
+                return transport.infer(plan, deadline, request_id=request_id, parameters=parameters)
+            except InferError:
+                continue  # not kept there (NOT_FOUND), or that server does not answer
+        return None
 
     def _deliver(
         self,
@@ -239,12 +283,20 @@ class Stream:
             reply.close()
 
     def run(
-        self, source: Source, on_result: OnResult, arrivals: Sequence[float] | None = None
+        self,
+        source: Source,
+        on_result: OnResult,
+        arrivals: Sequence[float] | None = None,
+        on_send: Callable[[int, int], None] | None = None,
+        resent: Collection[tuple[int, int]] = (),
     ) -> StreamResult:
         """Stream every event of `source`; returns what was delivered and what failed.
         `arrivals`: an open-loop schedule, the time (epoch s) each chunk of `batch` events
         is sent at the earliest (one per chunk, in order); by default each chunk goes as
-        soon as one of the `window` requests in flight is answered (closed loop)."""
+        soon as one of the `window` requests in flight is answered (closed loop).
+        `on_send(lo, hi)`: called once per chunk, just before it first goes out (a job's
+        journal records it); `resent`: chunks that went out before (a killed job's, by its
+        journal), whose kept answers are looked up first (see "At most once")."""
         result = StreamResult()
         before = self._server_statistics()
         chunks = [
@@ -256,7 +308,9 @@ class Stream:
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
         with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
             futures = [
-                pool.submit(self._chunk, lo, hi, source, on_result, result, at)
+                pool.submit(
+                    self._chunk, lo, hi, source, on_result, result, at, (lo, hi) in resent, on_send
+                )
                 for (lo, hi), at in zip(chunks, times, strict=True)
             ]
             for future in futures:

@@ -165,7 +165,14 @@ class ShmTransport:
     def statistics(self, model: str, timeout: float = CONTROL_TIMEOUT_S):
         return self.grpc.statistics(model, timeout)
 
-    def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
+    def infer(
+        self,
+        plan: CopyPlan,
+        timeout: float,
+        placements=None,
+        request_id: str = "",
+        parameters: dict | None = None,
+    ) -> Reply:
         placements: dict[str, Placement] = {}
         staged = []
         readback = []  # outputs the server writes into a staged slot, copied back after
@@ -196,7 +203,7 @@ class ShmTransport:
                     placed = Placement(slot.region.name, 0, nbytes)
                 if placed is not None:
                     placements[o.name] = placed
-            reply = self.grpc.infer(plan, timeout, placements, request_id)
+            reply = self.grpc.infer(plan, timeout, placements, request_id, parameters)
             for name, slot, view, nbytes in readback:
                 header = reply.outputs[name]
                 if view is not None:  # straight into the SoA column; the engine skips it

@@ -27,7 +27,9 @@ class RequestRecord:
     network_s: float = 0.0
     copies: int = 0
     error: str = ""
-    path: str = "direct"  # how it reached the model: "envoy", "gateway" or "direct"
+    # how it reached the model: "envoy", "gateway" or "direct"; KEPT: answered by a server
+    # from the answer it kept of an earlier attempt (engine.py, "At most once")
+    path: str = "direct"
     timeout_s: float = 0.0  # the attempt's deadline (engine.py: learnt from latencies)
     unprocessed: bool = False  # failed, and the server certainly did not act on it
 
@@ -46,6 +48,9 @@ def parse_statistics(model_stats: dict) -> dict[str, tuple[int, int]]:
     """Triton's inference_stats JSON as {stage: (count, ns)}."""
     stats = model_stats.get("inference_stats", {})
     return {k: (int(v.get("count", 0)), int(v.get("ns", 0))) for k, v in stats.items()}
+
+
+KEPT = "kept"
 
 
 @dataclass
@@ -71,7 +76,7 @@ class StreamStats:
                 "p99": round(float(p99), 3),
             },
             "rows_per_server": dict(sorted(rows.items())),
-            "rows_per_path": dict(sorted(paths.items())),  # envoy, gateway, direct
+            "rows_per_path": dict(sorted(paths.items())),  # envoy, gateway, direct, kept
             "pack_s": round(sum(r.pack_s for r in self.records), 6),
             "serialize_s": round(sum(r.serialize_s for r in self.records), 6),
             "network_s": round(sum(r.network_s for r in self.records), 6),

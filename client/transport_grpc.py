@@ -149,7 +149,9 @@ class GrpcTransport:
         timeout: float,
         placements: dict[str, Placement] | None = None,
         request_id: str = "",
+        parameters: dict | None = None,
     ) -> Reply:
+        """`parameters`: the request's own (Triton request parameters)."""
         placements = placements or {}
         t0 = time.perf_counter()
         inputs, parts, copies = [], [], 0
@@ -175,7 +177,7 @@ class GrpcTransport:
             )
             for o in plan.outputs
         ]
-        parts.insert(0, request_header(plan.model, inputs, outputs, request_id))
+        parts.insert(0, request_header(plan.model, inputs, outputs, request_id, parameters))
         t1 = time.perf_counter()
         try:
             metadata = [(MODEL_HEADER, plan.model), *(self._auth or {}).items()]

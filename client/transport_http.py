@@ -103,7 +103,14 @@ class HttpTransport:
         stats = self._get_json(f"/v2/models/{model}/stats", timeout)
         return parse_statistics(stats["model_stats"][0])
 
-    def infer(self, plan: CopyPlan, timeout: float, placements=None, request_id: str = "") -> Reply:
+    def infer(
+        self,
+        plan: CopyPlan,
+        timeout: float,
+        placements=None,
+        request_id: str = "",
+        parameters: dict | None = None,
+    ) -> Reply:
         if placements:
             raise ValueError("shared-memory placements go through the gRPC transport")
         t0 = time.perf_counter()
@@ -116,6 +123,8 @@ class HttpTransport:
         }
         if request_id:
             header["id"] = request_id
+        if parameters:
+            header["parameters"] = dict(parameters)
         for i in plan.inputs:
             header["inputs"].append(
                 {

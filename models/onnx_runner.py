@@ -5,15 +5,26 @@ outputs from the model's own config, so one runner serves every model: requests 
 Triton's dynamic batcher hands over together are concatenated along the batch dimension,
 run once, and split back.
 
-Every executed request is recorded where it ran: one line per request (time, server, model,
-rows, request id) appended to `<site dir>/executions/<server id>.log` (EXECUTIONS_DIR) when
-the server's environment names its site and server (the local launcher sets both; a runner
-without them records nothing). The lines of one execution go out in one write(2) on an
-O_APPEND descriptor after the model ran and before the answers are returned, so a server
-killed at any moment has recorded every request it answered; what the kernel had accepted
-survives the process (no fsync: only a crash of the machine itself could lose the last
-lines). Request ids are whatever the client sent (sonicsite workers name their job, attempt
-and events; sonicsite/jobs/executions.py reads the logs back).
+Executed at most once per request id (for clients that ask for it): a request that carries
+the parameter `sonicsite-idempotent` promises that its id names its inputs (sonicsite workers
+name their job and events). Its answer is kept by id for a while (KEPT_TTL_S, at most
+KEPT_MAX_BYTES per model instance); the same id again (a resend after the answer was lost
+with Envoy, the gateway or the worker) is answered from it, not executed. A request with
+`sonicsite-lookup` as well is only answered from what is kept (a client asking each server
+"did you run this?", see client/engine.py), never executed. A request whose caller went away
+before it ran (Triton's request cancellation: the connection that carried it closed) is not
+executed at all. Stock clients send neither parameter and are served as by any Triton.
+
+Every request is recorded where it ran: one line per request (time, server, model, rows,
+outcome, request id) appended to `<site dir>/executions/<server id>.log` (EXECUTIONS_DIR)
+when the server's environment names its site and server (the local launcher sets both; a
+runner without them records nothing). Outcomes: `executed`, `replayed` (a resend answered
+from the kept answer), `found` / `missed` (a lookup), `cancelled` (not executed: its caller
+was gone). The lines of one execution go out in one write(2) on an O_APPEND descriptor after
+the model ran and before the answers are returned, so a server killed at any moment has
+recorded every request it answered; what the kernel had accepted survives the process (no
+fsync: only a crash of the machine itself could lose the last lines).
+sonicsite/jobs/executions.py reads the logs back.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import json
 import os
 import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 # A test knob for `sonicsite bench balancing`: every execution on this server sleeps this long
@@ -30,6 +42,18 @@ DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
 # Where executions are recorded (set by the local launcher, sonicsite/local/servers.py).
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
 EXECUTIONS_DIR = "executions"
+# Request parameters (as sonicsite/contract/wire.py names them; a test checks they agree)
+IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER = "sonicsite-idempotent", "sonicsite-lookup"
+# How long, and how much of, the answers are kept (per model instance): long enough for a
+# stream to fail over or a job to be rerun; env SONICSITE_KEPT_TTL_S / SONICSITE_KEPT_MAX_MB.
+KEPT_TTL_S, KEPT_MAX_BYTES = 300.0, 64 << 20
+EXECUTED, REPLAYED, FOUND, MISSED, CANCELLED = (
+    "executed",
+    "replayed",
+    "found",
+    "missed",
+    "cancelled",
+)
 
 # The Python-backend stub runs an isolated interpreter that ignores PYTHONPATH; the launcher
 # writes the serving environment's package folders beside this file.
@@ -42,6 +66,41 @@ if _PATHS.is_file():
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class KeptAnswers:
+    """Answers of idempotent requests by id, oldest first: dropped after `ttl_s`, or sooner
+    when they would hold more than `max_bytes`. One per model instance (Triton calls an
+    instance's `execute` one batch at a time, so no lock)."""
+
+    def __init__(self, ttl_s: float, max_bytes: int):
+        self.ttl_s, self.max_bytes = ttl_s, max_bytes
+        self._answers: OrderedDict[str, tuple[float, list[np.ndarray], int]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, request_id: str) -> list[np.ndarray] | None:
+        self._expire(time.monotonic())
+        kept = self._answers.get(request_id)
+        return None if kept is None else kept[1]
+
+    def put(self, request_id: str, outputs: list[np.ndarray]) -> None:
+        size = sum(o.nbytes for o in outputs)
+        if size > self.max_bytes:
+            return  # larger than the whole store: a resend of it executes again
+        if request_id in self._answers:
+            self._bytes -= self._answers.pop(request_id)[2]
+        self._answers[request_id] = (time.monotonic() + self.ttl_s, outputs, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            self._bytes -= self._answers.popitem(last=False)[1][2]
+
+    def _expire(self, now: float) -> None:
+        while self._answers:
+            key, (expires, _, size) = next(iter(self._answers.items()))
+            if expires > now:
+                return
+            del self._answers[key]
+            self._bytes -= size
 
 
 class TritonPythonModel:
@@ -65,6 +124,10 @@ class TritonPythonModel:
         self.name = str(args.get("model_name", config.get("name", "")))
         self.log_fd = _open_log(os.environ.get(SITE_DIR_ENV), os.environ.get(SERVER_ID_ENV))
         self.server = os.environ.get(SERVER_ID_ENV, "")
+        self.kept = KeptAnswers(
+            float(os.environ.get("SONICSITE_KEPT_TTL_S") or KEPT_TTL_S),
+            int(float(os.environ.get("SONICSITE_KEPT_MAX_MB") or KEPT_MAX_BYTES / 2**20) * 2**20),
+        )
         session_inputs = {i.name for i in self.session.get_inputs()}
         missing = [n for n in self.inputs if n not in session_inputs]
         if missing:
@@ -77,14 +140,14 @@ class TritonPythonModel:
             os.close(self.log_fd)
             self.log_fd = None
 
-    def _record(self, requests, rows: list[int]) -> None:
+    def _record(self, requests, rows: list[int], outcomes: list[str]) -> None:
         """One line per request, all of this execution's lines in one write."""
         if self.log_fd is None:
             return
         now = f"{time.time():.6f}"
         lines = "".join(
-            f"{now}\t{self.server}\t{self.name}\t{n}\t{_clean(r.request_id())}\n"
-            for r, n in zip(requests, rows, strict=True)
+            f"{now}\t{self.server}\t{self.name}\t{n}\t{how}\t{_clean(r.request_id())}\n"
+            for r, n, how in zip(requests, rows, outcomes, strict=True)
         )
         os.write(self.log_fd, lines.encode())
 
@@ -103,25 +166,86 @@ class TritonPythonModel:
         tensors = [pb_utils.Tensor(n, r) for (n, _), r in zip(self.outputs, results, strict=True)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
-    def execute(self, requests):
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        arrays = [self._arrays(r) for r in requests]
-        # rows: the batch (leading) dimension of a batching model; 1 for a model that does
-        # not batch (its request is one tensor set, a graph say)
-        sizes = [a[self.inputs[0]].shape[0] if self.batching else 1 for a in arrays]
+    def _rows(self, request) -> int:
+        """The batch (leading) dimension of a batching model's request; 1 for a model that
+        does not batch (its request is one tensor set, a graph say)."""
+        if not self.batching:
+            return 1
+        return int(pb_utils.get_input_tensor_by_name(request, self.inputs[0]).as_numpy().shape[0])
+
+    def _compute(self, arrays: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+        """Each request's outputs: batched together where the shapes allow."""
+        sizes = [a[self.inputs[0]].shape[0] for a in arrays] if self.batching else []
         inner = {tuple(a[n].shape[1:] for n in self.inputs) for a in arrays}
-        if not self.batching or len(requests) == 1 or len(inner) > 1:
-            responses = [self._response(self._run(a)) for a in arrays]
-            self._record(requests, sizes)
-            return responses
+        if not self.batching or len(arrays) == 1 or len(inner) > 1:
+            return [self._run(a) for a in arrays]
         feeds = {n: np.concatenate([a[n] for a in arrays]) for n in self.inputs}
         results = self._run(feeds)
         bounds = np.cumsum(sizes)[:-1]
-        per_request = zip(*(np.split(r, bounds) for r in results), strict=True)
-        responses = [self._response(list(parts)) for parts in per_request]
-        self._record(requests, sizes)
-        return responses
+        return [list(parts) for parts in zip(*(np.split(r, bounds) for r in results), strict=True)]
+
+    def execute(self, requests):
+        """Execute what must be, answer the rest from what is kept (see the module's doc)."""
+        n = len(requests)
+        ids = [r.request_id() for r in requests]
+        flags = [_flags(r) for r in requests]
+        outcomes, answers = [""] * n, [None] * n
+        arrays = {}
+        for i, r in enumerate(requests):
+            idempotent, lookup = flags[i]
+            if lookup:
+                continue  # answered below, after this batch's executions
+            kept = self.kept.get(ids[i]) if idempotent and ids[i] else None
+            if kept is not None:
+                outcomes[i], answers[i] = REPLAYED, kept
+            elif r.is_cancelled():
+                outcomes[i] = CANCELLED
+            elif not (idempotent and ids[i] in {ids[k] for k in arrays if flags[k][0]}):
+                arrays[i] = self._arrays(r)  # (a second copy in one batch waits for the first)
+        if arrays:
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            for i, outputs in zip(arrays, self._compute(list(arrays.values())), strict=True):
+                outcomes[i], answers[i] = EXECUTED, outputs
+                if flags[i][0] and ids[i]:
+                    self.kept.put(ids[i], outputs)
+        for i in range(n):
+            if not outcomes[i]:  # a lookup, or the same id again within this batch
+                kept = self.kept.get(ids[i]) if ids[i] else None
+                if kept is not None:
+                    outcomes[i], answers[i] = (FOUND if flags[i][1] else REPLAYED), kept
+                else:
+                    outcomes[i] = MISSED
+        self._record(requests, [self._rows(r) for r in requests], outcomes)
+        replies = zip(outcomes, answers, ids, strict=True)
+        return [self._reply(how, answer, rid) for how, answer, rid in replies]
+
+    def _reply(self, outcome: str, answer, request_id: str):
+        if answer is not None:
+            return self._response(answer)
+        if outcome == CANCELLED:
+            message = f"request {request_id!r}: not executed, its caller had gone (cancelled)"
+            return pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(message, pb_utils.TritonError.CANCELLED)
+            )
+        message = f"request {request_id!r}: no answer kept on {self.server or 'this server'}"
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(message, pb_utils.TritonError.NOT_FOUND)
+        )
+
+
+def _flags(request) -> tuple[bool, bool]:
+    """(idempotent, lookup) from the request's parameters; a lookup is idempotent."""
+    try:
+        params = json.loads(request.parameters() or "{}")
+    except (ValueError, AttributeError):
+        return False, False
+    lookup = _true(params.get(LOOKUP_PARAMETER))
+    return lookup or _true(params.get(IDEMPOTENT_PARAMETER)), lookup
+
+
+def _true(value) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
 def _open_log(site_dir: str | None, server: str | None) -> int | None:

@@ -23,6 +23,14 @@ RETRY_AFTER_HEADER = "retry-after"  # seconds to wait before the next request (s
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"
 
+# -- request parameters (Triton's; models/onnx_runner.py reads them) -----------------------
+
+# The request's id names its inputs: a server executes it at most once and keeps its answer
+# for a while, answering the same id again from it (a resend after a lost answer).
+IDEMPOTENT_PARAMETER = "sonicsite-idempotent"
+# Answer only from a kept answer, never execute: "did this server run this request?"
+LOOKUP_PARAMETER = "sonicsite-lookup"
+
 # -- records ------------------------------------------------------------------------------
 
 FULL_WEIGHT = 1000  # a server's weight when it is (one of) the fastest; the slowest get 1

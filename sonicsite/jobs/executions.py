@@ -1,14 +1,16 @@
 """Executions counted where they happen: the request ids a job stream sends, and the servers'
 execution logs read back into executions per event.
 
-Each Triton server of the local site appends one line per executed request to
+Each Triton server of the local site appends one line per request to
 `<site dir>/executions/<server id>.log` (models/onnx_runner.py writes them:
-`time<TAB>server<TAB>model<TAB>rows<TAB>request id`). A worker names every request
-`<stream>/job-<job>.a<attempt>/<offset>+<lo>-<hi>`: the stream (one `submit`), the job, the
-attempt (a rerun is a new attempt), and events [offset+lo, offset+hi) of the job. So the log
-says how many times each event of a stream was executed, on which servers, whatever the
-client saw: a request executed by a server that died before answering, then again on
-another, shows as two executions.
+`time<TAB>server<TAB>model<TAB>rows<TAB>outcome<TAB>request id`); only the outcome
+`executed` ran the model (the others: answered from a kept answer, or not run at all). A
+worker names every request `<stream>/job-<job>/<lo>-<hi>`: the stream (one `submit`), the
+job, and its events [lo, hi): the same id in every attempt and rerun, so that a server
+answers a resend from the answer it kept instead of executing it again. So the log says how
+many times each event of a stream was executed, on which servers, whatever the client saw:
+a request executed by a server that died before answering, then again on another, shows as
+two executions.
 """
 
 from __future__ import annotations
@@ -19,24 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXECUTIONS_DIR = "executions"  # as models/onnx_runner.py names it
-_ID = re.compile(
-    r"^(?P<stream>[^/\s]+)/job-(?P<job>\d+)\.a(?P<attempt>\d+)/(?P<offset>\d+)\+(?P<lo>\d+)-(?P<hi>\d+)$"
-)
+EXECUTED, REPLAYED, FOUND = "executed", "replayed", "found"  # outcomes, as the runner writes
+_ID = re.compile(r"^(?P<stream>[^/\s]+)/job-(?P<job>\d+)/(?P<lo>\d+)-(?P<hi>\d+)$")
 
 
-def request_tag(stream: str, job: int, attempt: int, offset: int) -> str:
-    """The client's `request_tag` for events starting at `offset` of a job's attempt; the
-    client appends `<lo>-<hi>` (relative to `offset`)."""
+def request_tag(stream: str, job: int) -> str:
+    """The client's `request_tag` for a job's events; the client appends `<lo>-<hi>`
+    (events of the job: StreamOptions.request_offset makes a range's ids the job's)."""
     if "/" in stream or not stream:
         raise ValueError(f"stream: expected a non-empty name without '/', got {stream!r}")
-    return f"{stream}/job-{job:05d}.a{attempt}/{offset}+"
+    return f"{stream}/job-{job:05d}/"
 
 
 @dataclass(frozen=True)
 class RequestId:
     stream: str
     job: int
-    attempt: int
     lo: int  # events [lo, hi) of the job
     hi: int
 
@@ -46,10 +46,28 @@ def parse_request_id(text: str) -> RequestId | None:
     m = _ID.match(text)
     if m is None:
         return None
-    offset = int(m["offset"])
-    return RequestId(
-        m["stream"], int(m["job"]), int(m["attempt"]), offset + int(m["lo"]), offset + int(m["hi"])
-    )
+    return RequestId(m["stream"], int(m["job"]), int(m["lo"]), int(m["hi"]))
+
+
+@dataclass(frozen=True)
+class LogLine:
+    time: float
+    server: str
+    model: str
+    rows: int
+    outcome: str
+    request_id: str
+
+
+def parse_log_line(line: str) -> LogLine | None:
+    """One line of an execution log; None for a line cut short by a crash of the machine."""
+    fields = line.split("\t")
+    if len(fields) != 6:
+        return None
+    try:
+        return LogLine(float(fields[0]), fields[1], fields[2], int(fields[3]), *fields[4:])
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -60,7 +78,8 @@ class Executions:
     reason: str = ""  # why nothing could be checked
     per_event: Counter[int] = field(default_factory=Counter)
     servers: dict[int, list[str]] = field(default_factory=dict)  # event -> servers, in order
-    requests: int = 0  # log lines of this stream
+    requests: int = 0  # requests of this stream executed
+    from_kept: Counter[int] = field(default_factory=Counter)  # event -> answers from kept
     logs: list[str] = field(default_factory=list)
 
     def twice(self, events: range | None = None) -> list[int]:
@@ -93,18 +112,20 @@ def read_executions(
         with open(path, "rb") as f:
             f.seek((since or {}).get(path.name, 0))
             data = f.read().decode(errors="replace")
-        for line in data.splitlines():
-            fields = line.split("\t")
-            if len(fields) != 5:
-                continue  # a line cut short by a crash of the machine
-            rid = parse_request_id(fields[4])
-            if rid is None or rid.stream != stream or rid.job not in first_event:
+        for text in data.splitlines():
+            line = parse_log_line(text)
+            rid = parse_request_id(line.request_id) if line else None
+            if line is None or rid is None or rid.stream != stream or rid.job not in first_event:
+                continue
+            base = first_event[rid.job]
+            if line.outcome in (REPLAYED, FOUND):
+                found.from_kept.update(range(base + rid.lo, base + rid.hi))
+            if line.outcome != EXECUTED:
                 continue
             found.requests += 1
-            base = first_event[rid.job]
             for event in range(base + rid.lo, base + rid.hi):
                 found.per_event[event] += 1
-                found.servers.setdefault(event, []).append(fields[1])
+                found.servers.setdefault(event, []).append(line.server)
     return found
 
 
@@ -125,6 +146,8 @@ def summarize(found: Executions, answered: set[int], events: range | set[int]) -
         "events_executed_twice": len(twice),
         "extra_executions": sum(n - 1 for n in mine.values() if n > 1),
         "executions_of_repeated_events_by_server": dict(sorted(where.items())),
+        # resends answered from the answer a server kept, instead of executing them again
+        "events_answered_from_kept": sum(n for e, n in found.from_kept.items() if e in events),
         "events_answered_not_logged": len([e for e in answered if e in events and e not in mine]),
         "repeated_events": _ranges(twice)[:20],
     }

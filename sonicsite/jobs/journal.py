@@ -4,8 +4,10 @@ only the events without one.
 
 Lines are JSON, each written with one write(2) on an O_APPEND descriptor (`jobs/
 job-<job>.journal`): `{"attempt": a, "start": t}` when an attempt starts streaming,
-`{"a": a, "lo": i, "hi": j, "t": t}` for answered events [i, j) of the job (checked), and
-`{"a": a, "lo": i, "hi": j, "error": "..."}` for events that failed for good. The job's result
+`{"a": a, "lo": i, "hi": j, "sent": t}` when a chunk first goes out (a rerun looks up the
+answers servers kept of those: client/engine.py, "At most once"), `{"a": a, "lo": i,
+"hi": j, "t": t}` for answered events [i, j) of the job (checked), and `{"a": a, "lo": i,
+"hi": j, "error": "..."}` for events that failed for good. The job's result
 (answered and failed events) is read back from it, by the worker at its end, or by the
 driver for a worker that left no result.
 """
@@ -36,6 +38,9 @@ class Journal:
     def started(self, attempt: int) -> None:
         self._write({"attempt": attempt, "start": time.time()})
 
+    def sent(self, attempt: int, lo: int, hi: int) -> None:
+        self._write({"a": attempt, "lo": lo, "hi": hi, "sent": time.time()})
+
     def answered(self, attempt: int, lo: int, hi: int) -> None:
         self._write({"a": attempt, "lo": lo, "hi": hi, "t": time.time()})
 
@@ -58,6 +63,7 @@ class JournalState:
 
     answered: dict[int, int] = field(default_factory=dict)  # event -> answers
     failed: dict[int, str] = field(default_factory=dict)  # event -> error
+    sent: set[tuple[int, int]] = field(default_factory=set)  # chunks [lo, hi) that went out
     attempts: int = 0  # attempts that started streaming
     first_start: float = 0.0
     last_answer: float = 0.0
@@ -92,6 +98,8 @@ def read_journal(path: Path) -> JournalState:
             state.attempts = max(state.attempts, int(record["attempt"]))
             start = float(record["start"])
             state.first_start = min(state.first_start, start) if state.first_start else start
+        elif "sent" in record:
+            state.sent.add((int(record["lo"]), int(record["hi"])))
         elif "error" in record:
             for i in range(record["lo"], record["hi"]):
                 state.failed.setdefault(i, record["error"])

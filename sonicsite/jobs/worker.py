@@ -110,12 +110,25 @@ def run_job(
                 counts[0] += hi - lo
             tell()
 
-        tag = request_tag(stream, job, attempt, offset)
-        run = client.stream(model, sample.spec, batch=batch, window=window, request_tag=tag)
+        def on_send(lo: int, hi: int, offset: int = offset) -> None:
+            if journal:
+                journal.sent(attempt, offset + lo, offset + hi)
+
+        run = client.stream(
+            model,
+            sample.spec,
+            batch=batch,
+            window=window,
+            request_tag=request_tag(stream, job),
+            request_offset=offset,
+        )
         arrivals = None
         if times is not None:
             arrivals = [times[(offset + lo) // batch] for lo in range(0, end - offset, batch)]
-        outcome = run.run(_Range(sample, offset, end - offset), on_result, arrivals)
+        resent = {(lo - offset, hi - offset) for lo, hi in prior.sent if offset <= lo < end}
+        outcome = run.run(
+            _Range(sample, offset, end - offset), on_result, arrivals, on_send, resent
+        )
         for (lo, hi), error in outcome.failed.items():
             lo, hi = offset + lo, offset + hi
             result.failed.update({first + i: error for i in range(lo, hi)})

@@ -27,6 +27,7 @@ from sonicsite.client.errors import OVERLOADED, UNAVAILABLE
 from sonicsite.client.failover import Failover
 from sonicsite.client.http2 import ConnectionPool, GrpcReply
 from sonicsite.client.plan import make_plan
+from sonicsite.client.stats import KEPT
 from sonicsite.client.transport_grpc import INFER_METHOD, GrpcTransport, reply_error
 from sonicsite.client.transport_http import HttpTransport
 from sonicsite.models.samples import generate
@@ -35,6 +36,7 @@ from sonicsite.operator.xds_resources import ALL_SERVERS
 from stock import kserve_json
 
 from sonicsite.contract.wire import SHED, ServerRecord, SiteRecord
+from sonicsite.jobs.executions import read_executions
 from sonicsite.local import envoy
 from sonicsite.local.processes import alive, stop_group
 from sonicsite.local.state import SiteState
@@ -141,6 +143,38 @@ def test_envoy_killed_mid_stream_every_event_is_answered_once_on_other_paths(own
     assert sum(paths.values()) == EVENTS
     failed_at_envoy = [r for r in result.stats.records if r.path == "envoy" and not r.ok]
     assert failed_at_envoy and {r.error for r in failed_at_envoy} <= {"unavailable", "timeout"}
+
+
+def test_answers_lost_with_envoy_are_found_on_the_server_not_executed_again(own_site):
+    """Idempotent requests (a job's request tag): Envoy killed while the servers run batches
+    (200 ms each). Those answers die with Envoy, the requests queued behind them are
+    cancelled, not run; each resend first asks every server for a kept answer, so that one
+    run on triton-0 is not run again on triton-1. The servers' own logs: every event executed
+    exactly once, some answered from what a server kept."""
+    slow = {"triton-0": 200, "triton-1": 200}
+    state = own_site(servers=2, models=["simple"], delay_ms=slow)
+    sample = generate("simple", 40, seed=35)
+    answers: Counter[int] = Counter()
+    killed = threading.Event()
+
+    def on_result(lo, hi, outputs) -> None:
+        sample.check(lo, hi, outputs)
+        answers.update(range(lo, hi))
+        if sum(answers.values()) == 10 and not killed.is_set():
+            time.sleep(0.05)  # the next batch is running on the server now
+            os.kill(_pid(state.site_dir, "envoy"), signal.SIGKILL)
+            killed.set()
+
+    with Client(from_site_file(state.site_dir), "grpc") as client:
+        tag = "t35/job-00000/"
+        stream = client.stream("simple", sample.spec, batch=1, window=4, request_tag=tag)
+        result = stream.run(sample, on_result)
+    assert killed.is_set() and result.failed == {}
+    assert set(answers) == set(range(40)) and set(answers.values()) == {1}
+    found = read_executions(Path(state.site_dir), "t35", {0: 0})
+    assert dict(found.per_event) == {e: 1 for e in range(40)}  # executed exactly once
+    assert sum(found.from_kept.values()) >= 1
+    assert any(r.path == KEPT for r in result.stats.records)
 
 
 def test_failover_goes_envoy_gateway_servers_and_returns_to_envoy(own_site):

@@ -16,7 +16,13 @@ import pytest
 from polling import wait_until
 
 from sonicsite.jobs.driver import Progress, StreamSpec, submit
-from sonicsite.jobs.executions import EXECUTIONS_DIR, RequestId, parse_request_id
+from sonicsite.jobs.executions import (
+    EXECUTED,
+    EXECUTIONS_DIR,
+    RequestId,
+    parse_log_line,
+    parse_request_id,
+)
 from sonicsite.local import envoy, launcher
 from sonicsite.local.processes import alive
 
@@ -33,11 +39,11 @@ def _executions(site_dir: Path, stream: str) -> list[tuple[str, RequestId]]:
     server's in the order it executed them."""
     found = []
     for path in sorted((site_dir / EXECUTIONS_DIR).glob("*.log")):
-        for line in path.read_text().splitlines():
-            fields = line.split("\t")
-            rid = parse_request_id(fields[4])
-            if rid is not None and rid.stream == stream:
-                found.append((fields[1], rid))
+        for text in path.read_text().splitlines():
+            line = parse_log_line(text)
+            rid = parse_request_id(line.request_id) if line else None
+            if rid is not None and rid.stream == stream and line.outcome == EXECUTED:
+                found.append((line.server, rid))
     return found
 
 

@@ -43,22 +43,23 @@ def _result(job: int, model: str, events: int = 4, **extra) -> dict:
     return result
 
 
-def _log(site: Path, server: str, lines: list[tuple[str, str, int, str]]) -> None:
-    """Execution log lines as models/onnx_runner.py writes them."""
+def _log(site: Path, server: str, lines: list[tuple]) -> None:
+    """Execution log lines as models/onnx_runner.py writes them: (time, model, rows, id), or
+    (time, model, rows, id, outcome) for another outcome than `executed`."""
     folder = site / EXECUTIONS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{server}.log", "a") as f:
-        for t, model, rows, rid in lines:
-            f.write(f"{t}\t{server}\t{model}\t{rows}\t{rid}\n")
+        for t, model, rows, rid, *outcome in lines:
+            how = outcome[0] if outcome else "executed"
+            f.write(f"{t}\t{server}\t{model}\t{rows}\t{how}\t{rid}\n")
 
 
-def test_request_ids_name_stream_job_attempt_and_events():
-    tag = request_tag("ab12", 3, 2, 40)
-    rid = parse_request_id(f"{tag}0-8")
-    assert (rid.stream, rid.job, rid.attempt, rid.lo, rid.hi) == ("ab12", 3, 2, 40, 48)
+def test_request_ids_name_stream_job_and_events_the_same_in_every_attempt():
+    rid = parse_request_id(f"{request_tag('ab12', 3)}40-48")
+    assert (rid.stream, rid.job, rid.lo, rid.hi) == ("ab12", 3, 40, 48)
     assert parse_request_id("1") is None and parse_request_id("") is None  # stock clients
     with pytest.raises(ValueError, match="stream"):
-        request_tag("a/b", 0, 1, 0)
+        request_tag("a/b", 0)
 
 
 def test_per_path_is_summed_when_the_client_reports_it_and_empty_otherwise():
@@ -123,15 +124,18 @@ def test_reruns_per_job_and_model_and_jobs_left_without_result():
 
 def test_executions_twice_are_counted_from_the_servers_logs(tmp_path):
     site = tmp_path / "site"
-    a1, a2 = request_tag("s1", 0, 1, 0), request_tag("s1", 0, 2, 2)
+    a = request_tag("s1", 0)
     # job 0 (events 0-3): [0, 2) on triton-0; [2, 4) on triton-0, which died before
-    # answering, then again on triton-1 by the rerun; job 1 (events 4-7) once, on triton-1;
-    # another stream's and a stock client's requests do not count.
-    _log(site, "triton-0", [("1.0", "simple", 2, f"{a1}0-2"), ("1.1", "simple", 2, f"{a1}2-4")])
-    _log(site, "triton-1", [("2.0", "simple", 2, f"{a2}0-2")])
-    b = request_tag("s1", 1, 1, 0)
+    # answering, then again on triton-1 by the rerun; job 1 (events 4-7) once, on triton-1,
+    # then answered again from the answer it kept (a resend: not an execution), and once
+    # refused as cancelled; another stream's and a stock client's requests do not count.
+    _log(site, "triton-0", [("1.0", "simple", 2, f"{a}0-2"), ("1.1", "simple", 2, f"{a}2-4")])
+    _log(site, "triton-1", [("2.0", "simple", 2, f"{a}2-4")])
+    b = request_tag("s1", 1)
     _log(site, "triton-1", [("2.1", "deepmet", 4, f"{b}0-4"), ("2.2", "deepmet", 4, "1")])
-    _log(site, "triton-1", [("2.3", "deepmet", 4, f"{request_tag('s2', 1, 1, 0)}0-4")])
+    _log(site, "triton-1", [("2.4", "deepmet", 4, f"{b}0-4", "replayed")])
+    _log(site, "triton-1", [("2.5", "deepmet", 4, f"{b}0-4", "cancelled")])
+    _log(site, "triton-1", [("2.3", "deepmet", 4, f"{request_tag('s2', 1)}0-4")])
     found = read_executions(site, "s1", {0: 0, 1: 4})
     assert found.checked and found.requests == 4
     assert dict(found.per_event) == {0: 1, 1: 1, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1}
@@ -147,6 +151,7 @@ def test_executions_twice_are_counted_from_the_servers_logs(tmp_path):
         "triton-1": 2,
     }
     assert executions["events_answered_not_logged"] == 0
+    assert report["per_model"]["deepmet"]["executions"]["events_answered_from_kept"] == 4
     # lines before the stream's start are skipped; no logs at all: said, not guessed
     assert read_executions(site, "s1", {0: 0}, since={"triton-0.log": 10**6}).per_event[0] == 0
     none = read_executions(tmp_path, "s1", {})
