@@ -30,10 +30,11 @@ At most once: with a `request_tag`, a request's id names its events (`<tag><lo>-
 it is sent as idempotent: a server executes an id once and keeps its answer for a while
 (models/onnx_runner.py). A chunk whose attempt may have run although its answer was lost (the
 connection dropped or timed out after the request went out: Envoy, the gateway or a server
-died) first asks each server directly for the kept answer (a lookup, never executed); only
-when none has it is it sent again. A rerun of a killed job does the same for the chunks its
-journal says were sent (`run(..., resent=...)`). The servers that do not run a request whose
-caller went away (Triton's cancellation) make the rest.
+died) first asks each server directly for the kept answer (a lookup, never executed; only of
+a model whose config says its runner keeps answers); only when none has it is it sent
+again. A rerun of a killed job does the same for the chunks its journal says were sent
+(`run(..., resent=...)`). The servers that do not run a request whose caller went away
+(Triton's cancellation) make the rest.
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ class Stream:
                 columns = source.request(lo, hi)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
-                kept = self._look_up(plan, request_id, deadline) if maybe_run else None
+                asks = maybe_run and info.keeps_answers  # a runner that does not would run it
+                kept = self._look_up(plan, request_id, deadline) if asks else None
                 if kept is not None:
                     self.balancer.done(endpoint, None)
                     record.latency_s, record.ok, record.path = time.perf_counter() - t0, True, KEPT

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sonicsite.contract.wire import KEEPS_ANSWERS_PARAMETER
+
 TRITON_DTYPES = {
     "BOOL": np.bool_,
     "INT8": np.int8,
@@ -54,12 +56,14 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the server says about a model: its tensors and whether it batches."""
+    """What the server says about a model: its tensors, whether it batches, and whether its
+    runner keeps answers for lookups (KEEPS_ANSWERS_PARAMETER in its config)."""
 
     name: str
     max_batch_size: int
     inputs: dict[str, TensorInfo]
     outputs: dict[str, TensorInfo]
+    keeps_answers: bool = False
 
     @classmethod
     def from_triton(cls, metadata: dict, config: dict) -> ModelInfo:
@@ -74,8 +78,13 @@ class ModelInfo:
                 )
             return out
 
+        keeps = config.get("parameters", {}).get(KEEPS_ANSWERS_PARAMETER, {})
         return cls(
-            metadata["name"], batching, tensors(metadata["inputs"]), tensors(metadata["outputs"])
+            metadata["name"],
+            batching,
+            tensors(metadata["inputs"]),
+            tensors(metadata["outputs"]),
+            keeps.get("string_value", "").lower() == "true",
         )
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from sonicsite.contract.wire import KEEPS_ANSWERS_PARAMETER
+
 CONFIG_DIR = Path(__file__).resolve().parent
 RUNNER = CONFIG_DIR / "onnx_runner.py"
 ONNX_FILE = "model.onnx"
@@ -76,6 +78,7 @@ def local_config(config: mc.ModelConfig, ort_threads: int) -> mc.ModelConfig:
     group.kind = mc.ModelInstanceGroup.KIND_CPU
     group.count = 1
     local.parameters["ort_intra_op_threads"].string_value = str(ort_threads)
+    local.parameters[KEEPS_ANSWERS_PARAMETER].string_value = "true"  # the runner does
     return local
 
 

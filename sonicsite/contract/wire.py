@@ -30,6 +30,10 @@ INFERENCE_HEADER_LENGTH = "inference-header-content-length"
 IDEMPOTENT_PARAMETER = "sonicsite-idempotent"
 # Answer only from a kept answer, never execute: "did this server run this request?"
 LOOKUP_PARAMETER = "sonicsite-lookup"
+# A model config parameter ("true"): the serving runner keeps answers and takes lookups. A
+# backend without it (Triton's own onnxruntime or PyTorch backends) would run a lookup as an
+# ordinary request, so the client asks only models that say so.
+KEEPS_ANSWERS_PARAMETER = "sonicsite_keeps_answers"
 
 # -- records ------------------------------------------------------------------------------
 

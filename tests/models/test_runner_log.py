@@ -13,10 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from sonicsite.client.spec import ModelInfo
+from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
+from sonicsite.contract.wire import (
+    IDEMPOTENT_PARAMETER,
+    KEEPS_ANSWERS_PARAMETER,
+    LOOKUP_PARAMETER,
+)
 
 IDEMPOTENT = {IDEMPOTENT_PARAMETER: True}
 LOOKUP = {IDEMPOTENT_PARAMETER: True, LOOKUP_PARAMETER: True}
@@ -138,3 +144,17 @@ def test_the_runner_names_the_parameters_as_the_contract_does():
                     names[target.id] = value.value
     assert names["IDEMPOTENT_PARAMETER"] == IDEMPOTENT_PARAMETER
     assert names["LOOKUP_PARAMETER"] == LOOKUP_PARAMETER
+
+
+def test_a_model_served_by_the_runner_says_it_keeps_answers_and_a_stock_backend_does_not(site):
+    """The client looks up kept answers only of models whose config says so: Triton's own
+    backends would run a lookup as an ordinary request."""
+    transport = GrpcTransport(site.servers[0].grpc, site.servers[0].id)
+    try:
+        assert transport.model_info("simple").keeps_answers
+    finally:
+        transport.close()
+    metadata = {"name": "m", "inputs": [], "outputs": []}
+    assert not ModelInfo.from_triton(metadata, {"max_batch_size": 8}).keeps_answers
+    said = {"parameters": {KEEPS_ANSWERS_PARAMETER: {"string_value": "true"}}}
+    assert ModelInfo.from_triton(metadata, said).keeps_answers
