@@ -26,7 +26,7 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import envoy, launcher
 from sonicsite.local.state import SiteState
 
-from .common import median_runs, write_result
+from .common import load_now, median_runs, write_result
 
 MODEL = "identity"
 FLOATS = 2560  # 10 kB per request
@@ -92,6 +92,7 @@ def run(
     build_dir: Path = Path("build/models"),
 ) -> dict:
     """The summary takes, over the concurrencies, the load-aware policy's worst ratios."""
+    started = load_now()
     policies = [BASELINE] + [p for p in POLICIES if p != BASELINE]
     runs = {c: {p: [] for p in policies} for c in concurrencies}
     switch_s: list[float] = []
@@ -153,4 +154,5 @@ def run(
             "policy_switch_s": [round(s, 3) for s in switch_s],
             "load_aware_envoy_weights": weights,
         },
+        load_before=started,
     )

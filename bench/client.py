@@ -28,7 +28,7 @@ from sonicsite.client.wire import TensorHeader, request_header
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
-from .common import median_ms, time_repeats, write_result
+from .common import load_now, median_ms, time_repeats, write_result
 
 MODEL = "identity"
 COLUMNS = 16
@@ -212,6 +212,7 @@ def run(
     sizes: tuple[int, ...] = (1, 16, 64),
     build_dir: Path = Path("build/models"),
 ) -> dict:
+    started = load_now()
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         state = launcher.up(Path(tmp) / "site", servers=1, models=[MODEL], build_dir=build_dir)
@@ -263,4 +264,5 @@ def run(
             "malloc_tuned_16mb": tuned,
             "baseline": "np.stack(columns) + InferInput.set_data_from_numpy + infer + as_numpy",
         },
+        load_before=started,
     )

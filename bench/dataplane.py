@@ -25,7 +25,7 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 from sonicsite.local.triton import TritonInstall
 
-from .common import median_runs, write_result
+from .common import load_now, median_runs, write_result
 
 CASES = {  # name: (model, floats per row or None, rows per request)
     "identity_10kb": ("identity", 2560, 1),
@@ -127,6 +127,7 @@ def sonicsite_client(
 
 
 def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
+    started = load_now()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
@@ -181,4 +182,5 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
             "cases": results,
             "site": "one Triton server; Envoy configured by the operator over xDS",
         },
+        load_before=started,
     )

