@@ -222,11 +222,10 @@ class Stream:
                     unprocessed_from = endpoint.id
                     continue  # at once: the failed connection is closed, the endpoint is fine
                 unprocessed_from = ""
-                if exc.kind in (UNAVAILABLE, TIMEOUT):
-                    maybe_run = bool(tag)  # it went out: a server may have run it
                 if exc.kind == TIMEOUT:
                     timeouts += 1
                 if exc.kind in (UNAVAILABLE, TIMEOUT):
+                    maybe_run = bool(tag)  # it went out: a server may have run it
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id
                 time.sleep(self._backoff(tries))
