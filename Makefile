@@ -15,8 +15,15 @@ APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
 
 .PHONY: run test lint format models install system clean chart-check chart-docs dashboards
 
-run: install models
-	$(BIN)/sonicsite demo
+# The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
+# output (the site, the progress bar, the report) is what fits on a screen.
+SETUP_LOG := build/setup.log
+run:
+	@mkdir -p build
+	@echo "sonicsite: setting up (system packages, .venv, models); log: $(SETUP_LOG)"
+	@$(MAKE) --no-print-directory install models > $(SETUP_LOG) 2>&1 || \
+	  { tail -n 15 $(SETUP_LOG); echo "sonicsite: setup failed; the whole log: $(SETUP_LOG)"; exit 1; }
+	@$(BIN)/sonicsite demo
 
 test: install models
 	$(BIN)/pytest -q

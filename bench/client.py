@@ -1,37 +1,72 @@
-"""`sonicsite bench client`: the sonicsite client against the stock tritonclient way.
+"""`sonicsite bench client`: the sonicsite client against the stock tritonclient, like for like.
 
 One local server, the identity model, payloads of 1, 16 and 64 MB held as SoA columns
-(16 float32 columns). Baseline: stack the columns into an array, InferInput
-.set_data_from_numpy, infer, as_numpy. Measured in the same run: the sonicsite client over
-hand-framed gRPC, over HTTP binary, and over system shared memory (the SoA allocated in a
-registered region, the output written by the server into an SoA column). Payload copies are
-counted by the client, and the shared-memory result is checked to share memory with the
-region. Also the SoA→request conversion time at 10^3, 10^5 and 10^6 rows, for a zero-copy
-(feature-major) block and, for contrast, an event-major block that needs one gather.
+(16 float32 columns, adjacent in one buffer). Every path starts from the same SoA and runs in
+this process (same priority, same CPU affinity), the paths taking turns within each repeat:
 
-Much of the stock path's cost on these machines is faulting in a fresh 16 MB allocation per
-copy; a last pass repeats the 16 MB comparison with glibc keeping freed memory in the heap,
-so the JSON shows how much of the gain depends on that.
+- `stock_grpc`: tritonclient.grpc as its documentation recommends, fed one numpy view of
+  the SoA's buffer (the columns are adjacent; no `np.stack`): InferInput,
+  set_data_from_numpy, infer, as_numpy. Its copies are the ones the API forces.
+- `stock_http`: tritonclient.http with binary tensors, the same view.
+- `stock_shm`: tritonclient.grpc with `tritonclient.utils.shared_memory`: input and output
+  regions created and registered once, outside the timed loop; per call
+  set_shared_memory_region (the SoA into the region), infer with inputs and outputs in the
+  regions, get_contents_as_numpy.
+- `grpc`, `http`, `shm`: the sonicsite client over hand-framed gRPC, over HTTP binary, and
+  over system shared memory (the SoA allocated in a registered region, the output written by
+  the server into an SoA column).
+
+Like for like: grpc vs stock_grpc, http vs stock_http, shm vs stock_shm. Each call is timed
+in two layers, `prepare` (what the caller does before the request goes: the copy plan, or
+InferInput and its data) and `exchange` (the infer call to the decoded answer); the server's
+own time per call comes from its statistics (queue + compute stages), read around the call
+outside the timed window;
+`transfer` = exchange − server and `client` = total − server, so prepare + transfer + server
+= total; the bench checks that the server's time fits inside every exchange. Payload copies
+of the shm path are counted by the client, and its result is checked to share memory with
+the region. Also the
+SoA→request conversion time at 10^3, 10^5 and 10^6 rows, for a zero-copy (feature-major)
+block and, for contrast, an event-major block that needs one gather.
+
+Much of the stock gRPC path's cost on these machines is faulting in a fresh 16 MB allocation
+per copy; a last pass repeats the 16 MB gRPC comparison with glibc keeping freed memory in
+the heap, so the JSON shows how much of the gain depends on that.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import statistics
 import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from sonicsite.client import Client, Column, Columns, SoA, TensorSpec, make_plan
 from sonicsite.client.wire import TensorHeader, request_header
 
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
-from .common import load_now, median_ms, time_repeats, write_result
+from .common import figure, load_now, median_ms, time_repeats, write_result
+
+with warnings.catch_warnings():  # tritonclient 2.51 imports pkg_resources, deprecated
+    warnings.simplefilter("ignore", UserWarning)
+    import tritonclient.utils.shared_memory as stock_shm
 
 MODEL = "identity"
 COLUMNS = 16
+# The server's own time: the stages of Triton's statistics that lie inside the request's
+# handling. Its "success" duration also counts work after the reply has gone (releasing the
+# request), so it can exceed what the client timed; it is kept beside, not used.
+SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+LIKE_FOR_LIKE = {"grpc": "stock_grpc", "http": "stock_http", "shm": "stock_shm"}
 
 
 def _columns() -> list[Column]:
@@ -55,45 +90,125 @@ def _expected(soa: SoA) -> np.ndarray:
     return np.concatenate([soa[c.name] for c in _columns()])
 
 
+@dataclass
+class ClientPath:
+    """One way to get the identity's answer for the SoA: `prepare` builds what the call
+    sends, `exchange` sends it and returns the answer as an array."""
+
+    prepare: Callable[[], object]
+    exchange: Callable[[object], np.ndarray]
+
+
+@dataclass
+class CallTimes:
+    """One call, in seconds: the caller's layers, and the server's own time (statistics)."""
+
+    prepare: float
+    exchange: float
+    total: float
+    server: float  # Triton's stages: queue + compute input, infer, output
+    success: float  # Triton's success duration: also its work after the reply went out
+
+
+def _stock_paths(server_grpc: str, server_http: str, soa: SoA, rows: int, cleanup: list):
+    """The stock tritonclient's three paths, each as its documentation shows it."""
+    names = [c.name for c in _columns()]
+    block = soa.contiguous_block(names)
+    if block is None:
+        raise AssertionError("the SoA's columns are not adjacent: no one-view input")
+    x = block.view(np.float32).reshape(1, COLUMNS * rows)  # a view: no copy
+    nbytes = x.nbytes
+    grpc = grpcclient.InferenceServerClient(server_grpc)
+    http = httpclient.InferenceServerClient(server_http, network_timeout=120.0)
+    cleanup += [grpc.close, http.close]
+
+    def grpc_prepare():
+        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        return [tensor]
+
+    def http_prepare():
+        tensor = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x, binary_data=True)
+        return [tensor]
+
+    http_outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+
+    # shared memory: regions created and registered once, outside the timed loop
+    tag = f"bench_{os.getpid()}_{rows}"
+    grpc.unregister_system_shared_memory()
+    handle_in = stock_shm.create_shared_memory_region(f"{tag}_in", f"/{tag}_in", nbytes)
+    handle_out = stock_shm.create_shared_memory_region(f"{tag}_out", f"/{tag}_out", nbytes)
+    grpc.register_system_shared_memory(f"{tag}_in", f"/{tag}_in", nbytes)
+    grpc.register_system_shared_memory(f"{tag}_out", f"/{tag}_out", nbytes)
+
+    def release_regions():
+        grpc.unregister_system_shared_memory(f"{tag}_in")
+        grpc.unregister_system_shared_memory(f"{tag}_out")
+        stock_shm.destroy_shared_memory_region(handle_in)
+        stock_shm.destroy_shared_memory_region(handle_out)
+
+    cleanup.insert(0, release_regions)
+
+    def shm_prepare():
+        stock_shm.set_shared_memory_region(handle_in, [x])
+        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        tensor.set_shared_memory(f"{tag}_in", nbytes)
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory(f"{tag}_out", nbytes)
+        return [tensor], [output]
+
+    def shm_exchange(request):
+        inputs, outputs = request
+        result = grpc.infer(MODEL, inputs, outputs=outputs).get_output("OUTPUT0")
+        return stock_shm.get_contents_as_numpy(handle_out, np.float32, list(result.shape))
+
+    return {
+        "stock_grpc": ClientPath(
+            grpc_prepare, lambda inputs: grpc.infer(MODEL, inputs).as_numpy("OUTPUT0")
+        ),
+        "stock_http": ClientPath(
+            http_prepare,
+            lambda inputs: http.infer(MODEL, inputs, outputs=http_outputs).as_numpy("OUTPUT0"),
+        ),
+        "stock_shm": ClientPath(shm_prepare, shm_exchange),
+    }
+
+
 def bench_payload(
     site: SiteRecord,
     mbytes: int,
     repeats: int,
     rng: np.random.Generator,
-    paths: tuple[str, ...] = ("baseline", "grpc", "http", "shm"),
+    paths: tuple[str, ...] = ("stock_grpc", "grpc", "stock_http", "http", "stock_shm", "shm"),
 ) -> dict:
     rows = mbytes * (1 << 20) // 4 // COLUMNS
-    stock = grpcclient.InferenceServerClient(site.servers[0].grpc)
     soa = SoA.allocate(_columns(), rows)
     _fill(soa, rng)
     expected = _expected(soa)
-
-    def baseline():
-        x = np.stack([soa[c.name] for c in _columns()]).reshape(1, -1)
-        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
-        tensor.set_data_from_numpy(x)
-        return stock.infer(MODEL, [tensor]).as_numpy("OUTPUT0")
+    cleanup: list[Callable[[], object]] = []
+    server = site.servers[0]
+    every = _stock_paths(server.grpc, server.http, soa, rows, cleanup)
 
     grpc_client = Client(site, "grpc", "direct")
     grpc_endpoint = grpc_client.balancer(MODEL).endpoints[0]
     info = grpc_endpoint.transport.model_info(MODEL)
     spec = _spec(rows, None)
-
-    def framed():
-        plan = make_plan(spec, info, soa, strict=True)
-        return grpc_endpoint.transport.infer(plan, 120).outputs["OUTPUT0"]
-
+    every["grpc"] = ClientPath(
+        lambda: make_plan(spec, info, soa, strict=True),
+        lambda plan: grpc_endpoint.transport.infer(plan, 120).outputs["OUTPUT0"],
+    )
     http_client = Client(site, "http", "direct")
     http_endpoint = http_client.balancer(MODEL).endpoints[0]
-
-    def http():
-        plan = make_plan(spec, info, soa, strict=True)
-        return http_endpoint.transport.infer(plan, 120).outputs["OUTPUT0"]
+    every["http"] = ClientPath(
+        lambda: make_plan(spec, info, soa, strict=True),
+        lambda plan: http_endpoint.transport.infer(plan, 120).outputs["OUTPUT0"],
+    )
 
     shm_client = Client(site, "shm", "direct")
     shm_endpoint = shm_client.balancer(MODEL).endpoints[0]
     shm_endpoint.transport.strict = True
-    inputs = shm_client.allocate(_columns(), rows)
+    inputs = shm_client.allocate(_columns(), rows)  # the worker's SoA, in a registered region
     for name in soa.names:
         inputs[name][...] = soa[name]
     outputs = shm_client.allocate([Column("y", np.float32, (COLUMNS * rows,))], 1)
@@ -101,8 +216,7 @@ def bench_payload(
     shm_spec = _spec(rows, "y")
     copies: list[int] = []
 
-    def shm():
-        plan = make_plan(shm_spec, info, shm_columns, strict=True)
+    def shm_exchange(plan):
         reply = shm_endpoint.transport.infer(plan, 120)
         delivered = sum(
             o.deliver(reply.outputs[o.name])
@@ -112,37 +226,126 @@ def bench_payload(
         copies.append(reply.copies + delivered)
         return outputs["y"]
 
-    for name, fn in (("baseline", baseline), ("grpc", framed), ("http", http), ("shm", shm)):
-        got = np.asarray(fn()).reshape(-1)
-        if not np.array_equal(got, expected):
-            raise AssertionError(f"{name}: the identity model's answer differs from its input")
-    outputs["y"][...] = 0
-    shm()
-    if not np.array_equal(outputs["y"].reshape(-1), expected):
-        raise AssertionError("shm: the server did not write the answer into the SoA column")
-    region = shm_client.pool.locate(outputs["y"].reshape(-1).view(np.uint8))
-    every = {"baseline": baseline, "grpc": framed, "http": http, "shm": shm}
+    every["shm"] = ClientPath(
+        lambda: make_plan(shm_spec, info, shm_columns, strict=True), shm_exchange
+    )
     chosen = {name: every[name] for name in paths}
-    times = time_repeats(chosen, repeats)
-    server_ms = {name: _server_ms(grpc_endpoint.transport, fn) for name, fn in chosen.items()}
-    for c in (grpc_client, http_client, shm_client):
-        c.close()
-    stock.close()
-    medians = {k: median_ms(v) for k, v in times.items()}
-    client_ms = {k: max(medians[k] - server_ms[k], 1e-3) for k in medians}
+    try:
+        for name, path in chosen.items():
+            got = np.asarray(path.exchange(path.prepare())).reshape(-1)
+            if not np.array_equal(got, expected):
+                raise AssertionError(f"{name}: the identity model's answer differs from its input")
+        if "shm" in chosen:
+            outputs["y"][...] = 0
+            every["shm"].exchange(every["shm"].prepare())
+            if not np.array_equal(outputs["y"].reshape(-1), expected):
+                raise AssertionError("shm: the server did not write the answer into the SoA")
+        region = shm_client.pool.locate(outputs["y"].reshape(-1).view(np.uint8))
+        calls = _time_calls(chosen, grpc_endpoint.transport, repeats)
+    finally:
+        for c in (grpc_client, http_client, shm_client):
+            c.close()
+        for release in cleanup:
+            release()
+    layers = {name: _layers(times) for name, times in calls.items()}
     return {
         "mbytes": mbytes,
         "rows": rows,
         "columns": COLUMNS,
-        "median_ms": medians,
-        "speedup": {k: round(medians["baseline"] / medians[k], 3) for k in medians},
-        "server_ms": server_ms,
-        "client_side_speedup": {
-            k: round(client_ms["baseline"] / client_ms[k], 3) for k in client_ms
-        },
+        "paths": layers,
+        "median_ms": {name: f["total_ms"]["median"] for name, f in layers.items()},
+        "speedup": _ratios(calls, "total"),
+        "client_side_speedup": _ratios(calls, "client"),
+        "layers_add_up": _check_layers(calls),
         "payload_copies_shm": max(copies) if copies else None,
         "shm_output_in_region": region is not None,
-        "samples_ms": {k: [round(t * 1e3, 3) for t in v] for k, v in times.items()},
+    }
+
+
+def _time_calls(
+    chosen: dict[str, ClientPath], transport, repeats: int, warmup: int = 2
+) -> dict[str, list[CallTimes]]:
+    """Every path once per repeat, in turn; the server's time per call from its statistics
+    (read before and after the call, outside the timed window)."""
+    for _ in range(warmup):
+        for path in chosen.values():
+            path.exchange(path.prepare())
+    calls: dict[str, list[CallTimes]] = {name: [] for name in chosen}
+    for _ in range(repeats):
+        for name, path in chosen.items():
+            before = transport.statistics(MODEL)
+            t0 = time.perf_counter()
+            request = path.prepare()
+            t1 = time.perf_counter()
+            path.exchange(request)
+            t2 = time.perf_counter()
+            after = transport.statistics(MODEL)
+            done = after["success"][0] - before["success"][0]
+            if done != 1:
+                raise AssertionError(f"{name}: expected one request at the server, got {done}")
+            server = sum(after[s][1] - before[s][1] for s in SERVER_STAGES) / 1e9
+            success = (after["success"][1] - before["success"][1]) / 1e9
+            calls[name].append(CallTimes(t1 - t0, t2 - t1, t2 - t0, server, success))
+    return calls
+
+
+def _layers(times: list[CallTimes]) -> dict:
+    """Every layer of one path as a figure (ms, every repeat kept)."""
+    ms = lambda xs: figure([x * 1e3 for x in xs], 3)  # noqa: E731
+    return {
+        "total_ms": ms([t.total for t in times]),
+        "prepare_ms": ms([t.prepare for t in times]),
+        "exchange_ms": ms([t.exchange for t in times]),
+        "server_ms": ms([t.server for t in times]),
+        "server_success_ms": ms([t.success for t in times]),
+        "transfer_ms": ms([t.exchange - t.server for t in times]),
+        "client_ms": ms([t.total - t.server for t in times]),
+    }
+
+
+def _value(t: CallTimes, key: str) -> float:
+    return t.total if key == "total" else max(t.total - t.server, 1e-6)
+
+
+def _ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
+    """Like for like, ours vs the stock path: the ratio of medians, and the ratio within
+    each repeat (the two took turns) as a figure."""
+    out = {}
+    for ours, stock in LIKE_FOR_LIKE.items():
+        if ours not in calls or stock not in calls:
+            continue
+        mine = [_value(t, key) for t in calls[ours]]
+        theirs = [_value(t, key) for t in calls[stock]]
+        out[ours] = {
+            "vs": stock,
+            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
+            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
+        }
+    if "shm" in calls and "stock_grpc" in calls:
+        mine = [_value(t, key) for t in calls["shm"]]
+        theirs = [_value(t, key) for t in calls["stock_grpc"]]
+        out["shm_vs_stock_grpc"] = {
+            "vs": "stock_grpc",
+            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
+            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
+        }
+    return out
+
+
+def _check_layers(calls: dict[str, list[CallTimes]]) -> dict:
+    """The server's own time (its statistics) must fit inside the exchange the client timed
+    around it; else the two clocks disagree and the split into layers means nothing."""
+    for name, times in calls.items():
+        for t in times:
+            if t.server > t.exchange * 1.01 + 1e-4:
+                raise AssertionError(
+                    f"{name}: the server's time {t.server * 1e3:.3f} ms exceeds the exchange "
+                    f"{t.exchange * 1e3:.3f} ms that contains it"
+                )
+    return {
+        "total": "prepare + exchange (timed by the client)",
+        "exchange": "transfer + server (the server's time from its statistics)",
+        "server_within_exchange_every_call": True,
     }
 
 
@@ -151,15 +354,6 @@ def _keep_freed_memory_in_heap() -> None:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-3, 1 << 30)
     libc.mallopt(-1, 4 << 30)
-
-
-def _server_ms(transport, fn, calls: int = 3) -> float:
-    """Triton's own time per request on this path (its success duration, from statistics)."""
-    before = transport.statistics(MODEL)["success"]
-    for _ in range(calls):
-        fn()
-    after = transport.statistics(MODEL)["success"]
-    return round((after[1] - before[1]) / max(after[0] - before[0], 1) / 1e6, 3)
 
 
 def bench_conversion(info, repeats: int, rng: np.random.Generator) -> dict:
@@ -215,7 +409,10 @@ def run(
     started = load_now()
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
-        state = launcher.up(Path(tmp) / "site", servers=1, models=[MODEL], build_dir=build_dir)
+        # one server, no balancer: nothing between the client and Triton, so no admission
+        state = launcher.up(
+            Path(tmp) / "site", servers=1, models=[MODEL], build_dir=build_dir, balancer=False
+        )
         try:
             server = state.servers[0]
             site = SiteRecord(servers=(server,), source="bench")
@@ -226,28 +423,37 @@ def run(
             # Last, because it cannot be undone in this process: the same 16 MB comparison
             # with glibc keeping freed memory in the heap (no fresh pages per buffer).
             _keep_freed_memory_in_heap()
-            tuned = bench_payload(site, 16, repeats, rng, paths=("baseline", "grpc"))
+            tuned = bench_payload(site, 16, repeats, rng, paths=("stock_grpc", "grpc"))
         finally:
             launcher.down(Path(tmp) / "site")
     p16 = payloads.get("16mb") or next(iter(payloads.values()))
+
+    def ratio(payload: dict, kind: str, path: str) -> float:
+        return payload[kind][path]["ratio_of_medians"]
+
     summary = {
-        "speedup_grpc_16mb": p16["speedup"]["grpc"],
-        "speedup_shm_16mb": p16["speedup"]["shm"],
-        "speedup_http_16mb": p16["speedup"]["http"],
-        "speedup_grpc_64mb": payloads.get("64mb", p16)["speedup"]["grpc"],
-        "server_ms_grpc_16mb": p16["server_ms"]["grpc"],
-        "client_side_speedup_grpc_16mb": p16["client_side_speedup"]["grpc"],
+        "speedup_grpc_16mb": ratio(p16, "speedup", "grpc"),
+        "speedup_http_16mb": ratio(p16, "speedup", "http"),
+        "speedup_shm_vs_stock_shm_16mb": ratio(p16, "speedup", "shm"),
+        "client_side_speedup_shm_vs_stock_shm_16mb": ratio(p16, "client_side_speedup", "shm"),
+        "client_side_speedup_grpc_16mb": ratio(p16, "client_side_speedup", "grpc"),
+        "speedup_shm_vs_stock_grpc_16mb": ratio(p16, "speedup", "shm_vs_stock_grpc"),
+        "speedup_grpc_64mb": ratio(payloads["64mb"], "speedup", "grpc")
+        if "64mb" in payloads
+        else None,
+        "median_ms_16mb": p16["median_ms"],
+        "server_ms_16mb": {k: v["server_ms"]["median"] for k, v in p16["paths"].items()},
         "payload_copies_shm": max(p["payload_copies_shm"] for p in payloads.values()),
         "conversion_ratio_1e6_1e3": round(
             conversion["1000000"]["zero_copy"] / conversion["1000"]["zero_copy"], 3
         ),
-        "speedup_grpc_16mb_malloc_tuned": tuned["speedup"]["grpc"],
         "conversion_ratio_1e6_1e3_one_gather": round(
             conversion["1000000"]["one_gather"] / conversion["1000"]["one_gather"], 3
         ),
+        "speedup_grpc_16mb_malloc_tuned": ratio(tuned, "speedup", "grpc"),
         "targets": {
-            "speedup_grpc_16mb": ">= 3",
-            "speedup_shm_16mb": ">= 5",
+            "speedup_grpc_16mb": ">= 3 (quiet), >= 2.5 (one CPU hog beside)",
+            "client_side_speedup_shm_vs_stock_shm_16mb": ">= 5",
             "payload_copies_shm": "== 0",
             "conversion_ratio_1e6_1e3": "<= 2",
         },
@@ -262,7 +468,25 @@ def run(
             "payloads": payloads,
             "conversion_us": conversion,
             "malloc_tuned_16mb": tuned,
-            "baseline": "np.stack(columns) + InferInput.set_data_from_numpy + infer + as_numpy",
+            "process": {
+                "cpu_affinity": sorted(os.sched_getaffinity(0)),
+                "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                "note": "every path runs in this one process, taking turns within each repeat",
+            },
+            "stock_paths": {
+                "stock_grpc": "one numpy view of the SoA's buffer; grpcclient.InferInput + "
+                "set_data_from_numpy + infer + as_numpy",
+                "stock_http": "the same view; httpclient InferInput binary_data=True + "
+                "InferRequestedOutput binary_data=True + infer + as_numpy",
+                "stock_shm": "regions created and registered once; per call "
+                "set_shared_memory_region + infer (inputs, outputs in regions) + "
+                "get_contents_as_numpy",
+            },
         },
         load_before=started,
+        site={
+            "admission": "none: the client reaches the one server directly (no Envoy)",
+            "autoscaling": "off (one server)",
+            "sheds": 0,
+        },
     )

@@ -1,4 +1,5 @@
-"""What every benchmark shares: medians of interleaved repeats, and writing the result."""
+"""What every benchmark shares: interleaved repeats, every figure with its repeats, the site's
+admission and scaling a bench runs under and the sheds it saw, and writing the result."""
 
 from __future__ import annotations
 
@@ -6,11 +7,26 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+
+from sonicsite.local import envoy
+from sonicsite.local.state import SiteState
+from sonicsite.operator.admission import AdmissionPolicy
+from sonicsite.operator.autoscaler import ScalingPolicy
+
+# What a bench that measures speed runs under: admission at a stated threshold no bench
+# reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
+# the site protected itself, and it reports the sheds it saw (which must be 0).
+BENCH_ADMISSION = AdmissionPolicy(shed_above_ms=60_000.0, open_below_ms=30_000.0)
+BENCH_SCALING: ScalingPolicy | None = None
+ENVOY_SHEDS = "http.sonicsite.fault.aborts_injected"  # the fault filter's shed replies
 
 
 def time_repeats(
@@ -33,6 +49,55 @@ def time_repeats(
 def median_runs(runs: list[dict]) -> dict:
     """Key by key, the median of repeated runs' figures."""
     return {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
+
+
+def figure(samples: list[float], digits: int = 4) -> dict:
+    """One figure as a reviewer wants it: every repeat, the median, and the spread
+    ((max - min) / median) that says how far to trust the median."""
+    if not samples:
+        raise ValueError("figure: no samples")
+    median = statistics.median(samples)
+    spread = (max(samples) - min(samples)) / median if median else 0.0
+    return {
+        "median": round(median, digits),
+        "spread": round(spread, 4),
+        "min": round(min(samples), digits),
+        "max": round(max(samples), digits),
+        "repeats": [round(x, digits) for x in samples],
+    }
+
+
+def figures_of_runs(runs: list[dict]) -> dict:
+    """Key by key (numbers only), `figure` of repeated runs' values."""
+    return {
+        k: figure([float(r[k]) for r in runs])
+        for k, v in runs[0].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
+def conditions(
+    admission: AdmissionPolicy | None = BENCH_ADMISSION, scaling: ScalingPolicy | None = None
+) -> dict:
+    """The admission and scaling a bench set on its site, for its `meta`."""
+    return {
+        "admission": asdict(admission) if admission else "off (no operator)",
+        "autoscaling": asdict(scaling) if scaling else "off (fixed servers)",
+    }
+
+
+def sheds(state: SiteState) -> int:
+    """Requests the site refused to protect itself so far: Envoy's shed replies and the
+    gateway's 429s for a shed model (counters since the site started)."""
+    total = 0
+    if state.envoy_admin:
+        total += envoy.counter(state.envoy_admin, ENVOY_SHEDS)
+    if state.http:
+        with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        pattern = r'^sonicsite_gateway_rejections_total\{[^}]*reason="shed"[^}]*\} (\S+)$'
+        total += int(sum(float(v) for v in re.findall(pattern, text, re.MULTILINE)))
+    return total
 
 
 def median_ms(samples: list[float]) -> float:
@@ -83,13 +148,19 @@ def meta(load_before: list[float] | None = None) -> dict:
 
 
 def write_result(
-    path: Path, name: str, summary: dict, details: dict, load_before: list[float] | None = None
+    path: Path,
+    name: str,
+    summary: dict,
+    details: dict,
+    load_before: list[float] | None = None,
+    site: dict | None = None,
 ) -> dict:
-    """`load_before`: load_now() when the bench started."""
+    """`load_before`: load_now() when the bench started; `site`: the conditions it set
+    (`conditions()`) and the sheds it saw, put in `meta`."""
     result = {
         "benchmark": name,
         "summary": summary,
-        "meta": meta(load_before),
+        "meta": {**meta(load_before), **(site or {})},
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),

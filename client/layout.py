@@ -185,18 +185,24 @@ class SoA(Columns):
         return SoA({n: a[lo:hi] for n, a in self._columns.items()})
 
 
+def address(array: np.ndarray) -> int:
+    """Where an array's data starts (cheaper than `array.ctypes.data`, which builds an object
+    on every call: this runs per column per request)."""
+    return array.__array_interface__["data"][0]
+
+
 def contiguous_bytes(arrays: list[np.ndarray]) -> np.ndarray | None:
     """One uint8 view over arrays that lie back to back in one buffer, else None."""
     if not arrays or not all(a.flags.c_contiguous for a in arrays):
         return None
     for before, after in itertools.pairwise(arrays):
-        if before.ctypes.data + before.nbytes != after.ctypes.data:
+        if address(before) + before.nbytes != address(after):
             return None
     total = sum(a.nbytes for a in arrays)
     if len(arrays) == 1 or total == 0:
         return arrays[0].reshape(-1).view(np.uint8)
     base = np.frombuffer(_base_buffer(arrays[0]), dtype=np.uint8)
-    start = arrays[0].ctypes.data - base.ctypes.data
+    start = address(arrays[0]) - address(base)
     return base[start : start + total]
 
 

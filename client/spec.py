@@ -32,11 +32,15 @@ TRITON_DTYPES = {
 }
 
 
+_BY_DTYPE = {np.dtype(t): name for name, t in reversed(TRITON_DTYPES.items())}
+
+
 def triton_dtype(dtype: np.dtype) -> str:
-    for name, np_type in TRITON_DTYPES.items():
-        if np.dtype(np_type) == np.dtype(dtype):
-            return name
-    raise SpecError([f"dtype {np.dtype(dtype)} has no Triton datatype"])
+    """A dict lookup: it runs for every input of every request."""
+    name = _BY_DTYPE.get(np.dtype(dtype))
+    if name is None:
+        raise SpecError([f"dtype {np.dtype(dtype)} has no Triton datatype"])
+    return name
 
 
 class SpecError(ValueError):

@@ -1,9 +1,15 @@
 """Admission: which models take new work. Decided here, enforced by Envoy's routes.
 
-A model is shed when queue time per request is above `shed_above_ms` on every server that
+A model is shed when queue time per request is above its threshold on every server that
 holds it and that the operator can see (one server with room is enough to stay open). It
-reopens once some server is below `open_below_ms` (hysteresis), and no decision changes
-before `min_hold_s` has passed, so the site does not flap.
+reopens once some server is below its reopening threshold (hysteresis), and no decision
+changes before `min_hold_s` has passed, so the site does not flap.
+
+The thresholds are `shed_above_ms` and `open_below_ms`, raised for a slow model to
+`compute_multiple` times its own compute time per request on that server (the reopening one
+in the same proportion): a model that takes 200 ms per request on this machine is not
+overloaded when 500 ms of work waits, while one that takes 2 ms is. So the thresholds follow
+the models' measured latency on the machine they run on, without a number per model.
 
 Servers the operator cannot measure (out of the load view: killed, hung) neither hold a
 decision back nor force one; with none measurable, admission fails open, bounded by an
@@ -33,6 +39,7 @@ class AdmissionPolicy:
     min_hold_s: float = 5.0
     retry_after_s: int = 1
     inflight_cap: int = 256  # per model, while failing open
+    compute_multiple: float = 8.0  # thresholds ≥ this × compute per request; 0: ms alone
 
     def __post_init__(self) -> None:
         if self.open_below_ms > self.shed_above_ms:
@@ -42,6 +49,16 @@ class AdmissionPolicy:
             )
         if self.retry_after_s < 1 or self.inflight_cap < 1 or self.min_hold_s < 0:
             raise ValueError("retry_after_s and inflight_cap: expected ≥ 1; min_hold_s ≥ 0")
+        if self.compute_multiple < 0:
+            raise ValueError(f"compute_multiple: expected ≥ 0, got {self.compute_multiple}")
+
+    def thresholds_ms(self, compute_ms: float | None) -> tuple[float, float]:
+        """(shed above, open below) for a server whose compute time per request is
+        `compute_ms` (None: not measured, the thresholds in ms alone)."""
+        derived = self.compute_multiple * (compute_ms or 0.0)
+        if derived <= self.shed_above_ms:
+            return self.shed_above_ms, self.open_below_ms
+        return derived, derived * self.open_below_ms / self.shed_above_ms
 
 
 def decide(
@@ -96,6 +113,12 @@ def _decide(
         for s, x in seen.items()
         if x.queue_us_per_request is not None
     }
+    limits = {  # server: (shed above, open below), from its own compute time per request
+        s: policy.thresholds_ms(
+            None if seen[s].compute_us_per_request is None else seen[s].compute_us_per_request / 1e3
+        )
+        for s in measured
+    }
     # nothing completed and nothing waiting (or no figures yet): nothing is queued there
     idle = [s for s in servers if s not in measured and (s not in seen or not seen[s].pending)]
     held = now - previous.since >= policy.min_hold_s
@@ -103,14 +126,14 @@ def _decide(
     blind = f"; not measured: {', '.join(unseen)}" if unseen else ""
     if previous.state == OPEN:
         saturated = (
-            bool(measured) and not idle and all(q > policy.shed_above_ms for q in measured.values())
+            bool(measured) and not idle and all(q > limits[s][0] for s, q in measured.items())
         )
         if saturated and held:
+            above = _limit(limits, 0, policy.shed_above_ms)
             return AdmissionRecord(
                 SHED,
                 now,
-                f"queue time per request above {policy.shed_above_ms:g} "
-                f"ms on every server ({worst}){blind}",
+                f"queue time per request above {above} on every server ({worst}){blind}",
                 policy.retry_after_s,
             )
         return AdmissionRecord(
@@ -118,12 +141,21 @@ def _decide(
             previous.since if not previous.fail_open else now,
             f"queue time per request: {worst or 'idle'}{blind}",
         )
-    room = [s for s, q in measured.items() if q < policy.open_below_ms]
+    room = [s for s, q in measured.items() if q < limits[s][1]]
     if (room or idle) and held:
+        below = _limit({s: limits[s] for s in room}, 1, policy.open_below_ms)
         return AdmissionRecord(
             OPEN,
             now,
-            f"queue time per request below {policy.open_below_ms:g} ms on "
-            f"{sorted(room + idle)}{blind}",
+            f"queue time per request below {below} on {sorted(room + idle)}{blind}",
         )
     return AdmissionRecord(SHED, previous.since, previous.reason, policy.retry_after_s)
+
+
+def _limit(limits: dict[str, tuple[float, float]], which: int, default: float) -> str:
+    """A threshold as a reason names it: one number when every server has the same, else
+    each server's (they differ when derived from each server's compute time)."""
+    values = {s: limit[which] for s, limit in limits.items()}
+    if len(set(values.values())) <= 1:
+        return f"{next(iter(values.values()), default):g} ms"
+    return "(" + ", ".join(f"{s} {v:.0f} ms" for s, v in sorted(values.items())) + ")"

@@ -102,6 +102,13 @@ def parser() -> argparse.ArgumentParser:
         help="requests in flight per model while failing open",
     )
     parser.add_argument(
+        "--compute-multiple",
+        type=float,
+        default=defaults.compute_multiple,
+        help="thresholds at least this many times a model's compute time per request "
+        "(a slow model queues longer before it is overloaded); 0: the ms thresholds alone",
+    )
+    parser.add_argument(
         "--scrape-grace",
         type=int,
         default=SCRAPE_GRACE,
@@ -184,11 +191,12 @@ def build(
             parser.error(f"--autoscale: expected min,max servers: {exc}")
     try:
         policy = AdmissionPolicy(
-            args.shed_above_ms,
-            args.open_below_ms,
-            args.min_hold,
-            args.retry_after,
-            args.inflight_cap,
+            shed_above_ms=args.shed_above_ms,
+            open_below_ms=args.open_below_ms,
+            min_hold_s=args.min_hold,
+            retry_after_s=args.retry_after,
+            inflight_cap=args.inflight_cap,
+            compute_multiple=args.compute_multiple,
         )
         tries = TryPolicy(args.per_try_floor, args.per_try_cap, args.per_try_multiplier, args.hedge)
         loadview = LoadView(grace=args.scrape_grace)

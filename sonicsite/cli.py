@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="offered events per second (default: half the capacity measured first)",
     )
 
+    b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
+    b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
+    b.add_argument(
+        "--out", type=Path, default=Path("docs/bench"), help="where REPORT.md and the PNGs go"
+    )
+
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
     b = msub.add_parser("build", help="build the ONNX files deterministically")
@@ -382,6 +388,15 @@ def main(argv: list[str] | None = None) -> int:
         from .local.status import print_status
 
         return print_status(args.dir, args.json)
+    if args.command == "bench" and args.bench_command == "report":
+        from .bench import report
+
+        try:
+            print(f"written: {report.run(args.inputs, args.out)}")
+        except ValueError as exc:
+            print(f"sonicsite bench report: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "bench":
         result = _bench(args)
         print(json.dumps(result["summary"], indent=2))

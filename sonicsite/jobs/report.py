@@ -172,28 +172,27 @@ def write_report(report: dict, results: list[dict], out: Path) -> None:
     plot(report, results, out / "report.png")
 
 
-CONSOLE_KEYS = (
-    "events_total",
-    "events_ok",
-    "events_failed",
-    "events_duplicated",
-    "events_executed_twice",
-    "throughput_eps",
-    "latency_ms",
-    "per_server",
-    "retries",
-    "overloaded",
-    "reruns",
-    "duration_s",
-)
-
-
 def print_summary(report: dict, out: Path) -> None:
     """The report as the console shows it, on one screen: the headline figures, a line per
     model, the first errors, where the files are."""
-    print(json.dumps({k: report[k] for k in CONSOLE_KEYS}, indent=2))
-    if report.get("per_path"):
-        print(f"per path: {json.dumps(report['per_path'])}")
+    latency = report["latency_ms"]
+    print(
+        f"events: {report['events_ok']}/{report['events_total']} ok, "
+        f"{report['events_failed']} failed, {report['events_duplicated']} delivered twice"
+        + (
+            ""
+            if report["events_executed_twice"] is None
+            else f", {report['events_executed_twice']} executed twice"
+        )
+    )
+    print(
+        f"throughput {report['throughput_eps']} events/s over {report['duration_s']} s; latency "
+        f"p50 {latency['p50']} ms, p90 {latency['p90']} ms, p99 {latency['p99']} ms"
+    )
+    spread = ", ".join(f"{k} {v}" for k, v in report["per_server"].items())
+    paths = ", ".join(f"{k} {v}" for k, v in (report.get("per_path") or {}).items())
+    print(f"events per server: {spread or '-'}; per path: {paths or '-'}")
+    print(f"retries {report['retries']}, shed {report['overloaded']}, reruns {report['reruns']}")
     for model, s in report["per_model"].items():
         twice = s["events_executed_twice"]
         print(

@@ -70,6 +70,7 @@ def operator_args(
         f"--min-hold={policy.min_hold_s}",
         f"--retry-after={policy.retry_after_s}",
         f"--inflight-cap={policy.inflight_cap}",
+        f"--compute-multiple={policy.compute_multiple}",
     ]
     if scaling is not None:
         args += [

@@ -59,7 +59,7 @@ THIRD_PARTY = {
     },
     "sonicsite.local": {"envoy"},
     "sonicsite.jobs": {"numpy", "matplotlib"},
-    "sonicsite.bench": {"numpy", "tritonclient"},
+    "sonicsite.bench": {"numpy", "tritonclient", "matplotlib"},
     "sonicsite.cli": set(),
 }
 # Files not imported by Python but loaded by Triton's Python backend stub.

@@ -29,6 +29,7 @@ ADMISSION = {
     "minHoldSeconds": ("min_hold_s", "--min-hold", "min_hold"),
     "retryAfterSeconds": ("retry_after_s", "--retry-after", "retry_after"),
     "inflightCap": ("inflight_cap", "--inflight-cap", "inflight_cap"),
+    "computeMultiple": ("compute_multiple", "--compute-multiple", "compute_multiple"),
 }
 FLAGS = ("--interval", "--balancing", *(flag for _, flag, _ in ADMISSION.values()))
 
@@ -96,6 +97,7 @@ def test_the_operator_gets_the_sites_values_not_hard_coded_ones():
         "minHoldSeconds": 7,
         "retryAfterSeconds": 3,
         "inflightCap": 64,
+        "computeMultiple": 4,
     }
     values = {"operator": {"interval": 2, "balancing": "round-robin", "admission": admission}}
     parsed = operator_parser().parse_args(_operator_args(values))

@@ -248,7 +248,12 @@ def test_a_shed_model_waits_and_is_never_sent_around_envoy_or_the_gateway(own_si
     retry-after and are answered there once it reopens: no attempt goes to the server
     directly, although the client has that path."""
     policy = AdmissionPolicy(
-        shed_above_ms=100, open_below_ms=40, min_hold_s=1, retry_after_s=1, inflight_cap=32
+        shed_above_ms=100,
+        open_below_ms=40,
+        min_hold_s=1,
+        retry_after_s=1,
+        inflight_cap=32,
+        compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
     )
     state = own_site(servers=1, models=["particle_transformer"], admission=policy)
     load = generate("particle_transformer", 480, seed=4)

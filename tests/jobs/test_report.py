@@ -193,6 +193,7 @@ def test_report_files_and_the_console_summary_fit_one_screen(tmp_path, capsys):
     print_summary(report, tmp_path)
     out = capsys.readouterr().out
     assert len(out.splitlines()) <= 40
+    assert "events: 32/36 ok, 4 failed, 0 delivered twice\n" in out, out
     assert "error: CudaUnavailable: no usable GPU here (4 events; jobs [0])" in out
     assert "deepmet: 20/20 ok, 0 failed" in out and "15 retries, 10 shed, 0 reruns" in out
     assert "particlenet_ak4: 12/12 ok" in out and "3 reruns" in out

@@ -106,7 +106,12 @@ def busy_site(tmp_path_factory, built_models):
     """A one-server site with Prometheus and an admission threshold a short stream crosses."""
     site_dir = tmp_path_factory.mktemp("dashboards") / "site"
     policy = AdmissionPolicy(
-        shed_above_ms=5, open_below_ms=2, min_hold_s=1, retry_after_s=1, inflight_cap=64
+        shed_above_ms=5,
+        open_below_ms=2,
+        min_hold_s=1,
+        retry_after_s=1,
+        inflight_cap=64,
+        compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
     )
     state = launcher.up(
         site_dir,

@@ -7,6 +7,7 @@ import re
 import threading
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import pytest
 from polling import wait_until
@@ -25,7 +26,12 @@ from sonicsite.contract.wire import OPEN, SHED, ServerRecord, SiteRecord
 from sonicsite.local import launcher
 
 POLICY = AdmissionPolicy(
-    shed_above_ms=100, open_below_ms=40, min_hold_s=2, retry_after_s=1, inflight_cap=32
+    shed_above_ms=100,
+    open_below_ms=40,
+    min_hold_s=2,
+    retry_after_s=1,
+    inflight_cap=32,
+    compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
 
 
@@ -53,6 +59,42 @@ def test_shed_only_when_every_server_is_saturated_with_hysteresis_and_hold():
     assert reopened.state == OPEN and "below 40 ms on ['a']" in reopened.reason
     idle = decide(POLICY, both, [_load("a", None), _load("b", None)], servers, now=104.5)
     assert idle.state == OPEN  # nothing completes while shed: nothing is queued either
+
+
+DERIVED = replace(POLICY, compute_multiple=AdmissionPolicy().compute_multiple)
+
+
+def _slow_load(server: str, queue_ms: float, compute_ms: float) -> ModelLoad:
+    """Five requests, each `queue_ms` in the queue and `compute_ms` computed."""
+    return ModelLoad("m", server, 5, queue_ms * 5e3, compute_ms * 5e3, 0.0, 5.0, 0.0, 1.0)
+
+
+def test_a_slow_models_thresholds_follow_its_compute_time():
+    """The default multiple (8), 200 ms of compute per request: 600 ms of queue is three
+    requests' worth, not an overload; the thresholds become 8 × 200 = 1600 ms and
+    8 × 200 × 40 / 100 = 640 ms."""
+    servers = ["a", "b"]
+    slow = [_slow_load("a", 600, 200), _slow_load("b", 900, 200)]
+    start = decide(DERIVED, None, slow, servers, now=100.0)
+    assert start.state == OPEN
+    assert decide(POLICY, None, slow, servers, now=100.0).state == SHED  # ms alone
+    overloaded = [_slow_load("a", 1700, 200), _slow_load("b", 2500, 200)]
+    shed = decide(DERIVED, start, overloaded, servers, now=103.0)
+    assert shed.state == SHED and "above 1600 ms on every server" in shed.reason
+    still = decide(
+        DERIVED, shed, [_slow_load("a", 700, 200), _slow_load("b", 900, 200)], servers, now=106.0
+    )
+    assert still.state == SHED  # 700 ms is above the derived reopening threshold, 640 ms
+    reopened = decide(
+        DERIVED, shed, [_slow_load("a", 600, 200), _slow_load("b", 900, 200)], servers, now=106.0
+    )
+    assert reopened.state == OPEN and "below 640 ms on ['a']" in reopened.reason
+    # each server by its own compute time: where it is fast, the ms thresholds hold
+    mixed = [_slow_load("a", 1700, 200), _slow_load("b", 150, 2)]
+    both = decide(DERIVED, start, mixed, servers, now=103.0)
+    assert both.state == SHED and "above (a 1600 ms, b 100 ms) on every server" in both.reason
+    room = [_slow_load("a", 1500, 200), _slow_load("b", 150, 2)]
+    assert decide(DERIVED, start, room, servers, now=103.0).state == OPEN
 
 
 def test_no_metrics_fails_open_with_an_in_flight_cap_enforced_by_envoy():
@@ -194,7 +236,12 @@ def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, bui
     every event is answered once the model reopens."""
     site_dir = tmp_path / "site"
     policy = AdmissionPolicy(
-        shed_above_ms=100, open_below_ms=40, min_hold_s=1, retry_after_s=1, inflight_cap=32
+        shed_above_ms=100,
+        open_below_ms=40,
+        min_hold_s=1,
+        retry_after_s=1,
+        inflight_cap=32,
+        compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
     )
     state = launcher.up(
         site_dir,

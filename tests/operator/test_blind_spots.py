@@ -26,7 +26,12 @@ from sonicsite.contract.wire import OPEN, SHED, SiteRecord
 from sonicsite.local import launcher
 
 POLICY = AdmissionPolicy(
-    shed_above_ms=100, open_below_ms=40, min_hold_s=2, retry_after_s=1, inflight_cap=32
+    shed_above_ms=100,
+    open_below_ms=40,
+    min_hold_s=2,
+    retry_after_s=1,
+    inflight_cap=32,
+    compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
 MODEL = "particle_transformer"
 

@@ -43,7 +43,12 @@ from sonicsite.local.processes import alive
 # Reopens only when a server is idle: under the sustained overload of these tests a shed
 # ends by its expiry alone, never by the operator's own decision.
 POLICY = AdmissionPolicy(
-    shed_above_ms=100, open_below_ms=0, min_hold_s=2, retry_after_s=1, inflight_cap=32
+    shed_above_ms=100,
+    open_below_ms=0,
+    min_hold_s=2,
+    retry_after_s=1,
+    inflight_cap=32,
+    compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
 MODEL = "particle_transformer"
 
