@@ -41,25 +41,19 @@ import os
 import statistics
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from sonicsite.client import Client, Column, Columns, SoA, TensorSpec, make_plan
 from sonicsite.client.wire import TensorHeader, request_header
 
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
+from .client_stock import ClientPath, stock_paths
 from .common import figure, load_now, median_ms, time_repeats, write_result
-
-with warnings.catch_warnings():  # tritonclient 2.51 imports pkg_resources, deprecated
-    warnings.simplefilter("ignore", UserWarning)
-    import tritonclient.utils.shared_memory as stock_shm
 
 MODEL = "identity"
 COLUMNS = 16
@@ -70,8 +64,12 @@ SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 LIKE_FOR_LIKE = {"grpc": "stock_grpc", "http": "stock_http", "shm": "stock_shm"}
 
 
+def _names() -> list[str]:
+    return [f"c{k:02d}" for k in range(COLUMNS)]
+
+
 def _columns() -> list[Column]:
-    return [Column(f"c{k:02d}", np.float32) for k in range(COLUMNS)]
+    return [Column(name, np.float32) for name in _names()]
 
 
 def _spec(rows: int, output_column: str | None) -> TensorSpec:
@@ -92,15 +90,6 @@ def _expected(soa: SoA) -> np.ndarray:
 
 
 @dataclass
-class ClientPath:
-    """One way to get the identity's answer for the SoA: `prepare` builds what the call
-    sends, `exchange` sends it and returns the answer as an array."""
-
-    prepare: Callable[[], object]
-    exchange: Callable[[object], np.ndarray]
-
-
-@dataclass
 class CallTimes:
     """One call, in seconds: the caller's layers, and the server's own time (statistics)."""
 
@@ -109,71 +98,6 @@ class CallTimes:
     total: float
     server: float  # Triton's stages: queue + compute input, infer, output
     success: float  # Triton's success duration: also its work after the reply went out
-
-
-def _stock_paths(server_grpc: str, server_http: str, soa: SoA, rows: int, cleanup: list):
-    """The stock tritonclient's three paths, each as its documentation shows it."""
-    names = [c.name for c in _columns()]
-    block = soa.contiguous_block(names)
-    if block is None:
-        raise AssertionError("the SoA's columns are not adjacent: no one-view input")
-    x = block.view(np.float32).reshape(1, COLUMNS * rows)  # a view: no copy
-    nbytes = x.nbytes
-    grpc = grpcclient.InferenceServerClient(server_grpc)
-    http = httpclient.InferenceServerClient(server_http, network_timeout=120.0)
-    cleanup += [grpc.close, http.close]
-
-    def grpc_prepare():
-        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
-        tensor.set_data_from_numpy(x)
-        return [tensor]
-
-    def http_prepare():
-        tensor = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
-        tensor.set_data_from_numpy(x, binary_data=True)
-        return [tensor]
-
-    http_outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
-
-    # shared memory: regions created and registered once, outside the timed loop
-    tag = f"bench_{os.getpid()}_{rows}"
-    grpc.unregister_system_shared_memory()
-    handle_in = stock_shm.create_shared_memory_region(f"{tag}_in", f"/{tag}_in", nbytes)
-    handle_out = stock_shm.create_shared_memory_region(f"{tag}_out", f"/{tag}_out", nbytes)
-    grpc.register_system_shared_memory(f"{tag}_in", f"/{tag}_in", nbytes)
-    grpc.register_system_shared_memory(f"{tag}_out", f"/{tag}_out", nbytes)
-
-    def release_regions():
-        grpc.unregister_system_shared_memory(f"{tag}_in")
-        grpc.unregister_system_shared_memory(f"{tag}_out")
-        stock_shm.destroy_shared_memory_region(handle_in)
-        stock_shm.destroy_shared_memory_region(handle_out)
-
-    cleanup.insert(0, release_regions)
-
-    def shm_prepare():
-        stock_shm.set_shared_memory_region(handle_in, [x])
-        tensor = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
-        tensor.set_shared_memory(f"{tag}_in", nbytes)
-        output = grpcclient.InferRequestedOutput("OUTPUT0")
-        output.set_shared_memory(f"{tag}_out", nbytes)
-        return [tensor], [output]
-
-    def shm_exchange(request):
-        inputs, outputs = request
-        result = grpc.infer(MODEL, inputs, outputs=outputs).get_output("OUTPUT0")
-        return stock_shm.get_contents_as_numpy(handle_out, np.float32, list(result.shape))
-
-    return {
-        "stock_grpc": ClientPath(
-            grpc_prepare, lambda inputs: grpc.infer(MODEL, inputs).as_numpy("OUTPUT0")
-        ),
-        "stock_http": ClientPath(
-            http_prepare,
-            lambda inputs: http.infer(MODEL, inputs, outputs=http_outputs).as_numpy("OUTPUT0"),
-        ),
-        "stock_shm": ClientPath(shm_prepare, shm_exchange),
-    }
 
 
 def bench_payload(
@@ -189,7 +113,9 @@ def bench_payload(
     expected = _expected(soa)
     cleanup: list[Callable[[], object]] = []
     server = site.servers[0]
-    every = _stock_paths(server.grpc, server.http, soa, rows, cleanup)
+    every = stock_paths(
+        MODEL, server.grpc, server.http, soa.contiguous_block(_names()), rows, cleanup
+    )
 
     grpc_client = Client(site, "grpc", "direct")
     grpc_endpoint = grpc_client.balancer(MODEL).endpoints[0]

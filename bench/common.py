@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from sonicsite.local import envoy
-from sonicsite.local.state import SiteState
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
+
+from sonicsite.local import envoy
+from sonicsite.local.state import SiteState
 
 # What a bench that measures speed runs under: admission at a stated threshold no bench
 # reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
