@@ -1,142 +1,394 @@
 """`sonicsite bench balancing`: round robin vs least request vs sonicsite's load-aware weights.
 
-A three-server site serving the identity model; one server is slowed by the runner's delay
-knob (every execution sleeps `delay_ms`), as a server on a busy or older node would be. The
-same closed-loop stream (the sonicsite client through Envoy, 2 and 8 requests in flight) runs
-under each policy; the policies take turns within every repeat, switched at run
-time through the operator (`PUT /v1/balancing`), and each turn starts once Envoy runs the
-policy. p50, p99, throughput and the slow server's share of requests; medians of repeats.
+A three-server site serving the identity model, whose runner does `work_ms` of CPU work per
+request on every server (a stand-in for a GPU model's compute) and `factor` times as much on
+one server (an older GPU, a noisy neighbour): slowdowns of 1.25× to 5×, changed while the
+site runs (the runner's work knob, `servers.set_model_work`). On a machine with fewer cores
+than servers, the servers' CPU work competes for the cores, the slow server's extra work
+included (so is Envoy's, the operator's and the load generator's): the JSON says how many
+cores there were.
+
+Per slowdown, repeat and load, the three policies take turns (switched at run time through
+the operator, `PUT /v1/balancing`; each turn starts once Envoy runs the policy), all through
+Envoy with the sonicsite client:
+
+- closed loop: `concurrency` requests in flight, latency from a request's first send;
+- open loop at 70% and 90% of the site's capacity: Poisson arrivals whatever the site answers
+  (jobs/arrivals.py), the same arrivals for every policy of a repeat, latency from each
+  request's scheduled arrival to its answer, retries included, so that a stall is not hidden
+  by a load generator that waits. The capacity is measured first in the same run, on the
+  site with no slowdown (closed loop at high concurrency under least request): the offered
+  load of a job wave does not shrink when a server slows down.
+
+Each turn also measures how many cores other processes on the machine kept busy meanwhile;
+when that differs between the turns of a repeat by more than `OUTSIDE_TOLERANCE`, the turns
+are measured again (at most `MAX_REDO` times; `redone` in the JSON lists them), and each
+repeat's turns start once the others leave the cores mostly idle (`QUIET_CORES`, waiting at
+most `QUIET_WAIT_S`; `waited_for_quiet_s` lists the waits).
+
+Figures per slowdown × load × policy: p50, p99, throughput, the slow server's share, each
+with every repeat (`common.figure`), and the p50 and p99 of every repeat's latencies together
+(`all_repeats`). Ratios of p99 (load-aware to round robin, to least request) per repeat and
+of all repeats together; the summary takes the latter (the p99 of a few hundred requests is
+noisy; of every repeat's, less so).
+
+A recovery run (load-aware, open loop at 70%): the slow server is slowed 5×, then fast again
+mid-run; `recovery_s` is the time from then until its share of the requests answered in the
+last `SHARE_WINDOW_S` is within 10% of an equal share; the shares per server over time come
+with it. The site runs under `BENCH_ADMISSION` (no shed expected) and without autoscaling;
+the sheds it saw are reported.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import statistics
 import tempfile
+import threading
 import time
-import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from sonicsite.client import Client, Column, SoA, TensorSpec
 from sonicsite.client.discovery import from_site_file
-from sonicsite.operator.balancing import POLICIES
 from sonicsite.operator.xds_resources import model_cluster
 
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import envoy, launcher
+from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
-from .common import load_now, median_runs, write_result
+from .balancing_load import (
+    FLOATS,
+    MODEL,
+    OPEN_WINDOW,
+    SLOW,
+    Answers,
+    closed_loop,
+    open_loop,
+    set_policy,
+)
+from .common import (
+    BENCH_ADMISSION,
+    conditions,
+    figure,
+    figures_of_runs,
+    load_now,
+    sheds,
+    write_result,
+)
+from .outside_load import OutsideLoad
+from .shares import SHARE_TOLERANCE, SHARE_WINDOW_S, OperatorSeen, recovery_s, shares_over_time
 
-MODEL = "identity"
-FLOATS = 2560  # 10 kB per request
-SLOW = "triton-2"
+SERVERS = 3
 BASELINE = "round-robin"
+ORDER = ("round-robin", "least-request", "load-aware")  # the turns within a repeat
+SLOWDOWNS = (1.25, 1.5, 2.0, 3.0, 5.0)
+OPEN_LOADS = (0.7, 0.9)  # open-loop rates, as parts of the measured capacity
+RECOVERY_FACTOR = 5.0
+CAPACITY_CONCURRENCY = 16
+OUTSIDE_TOLERANCE = 0.25  # cores: how much the outside load may differ between turns
+MAX_REDO = 2  # times the turns of one repeat and load are measured again
+QUIET_CORES = 0.3  # a unit of turns starts once other processes use at most this many cores,
+QUIET_WAIT_S, QUIET_BUDGET_S = 30.0, 300.0  # or after waiting this long (per unit, per run)
 
 
-def set_policy(state: SiteState, policy: str, timeout: float = 10.0) -> float:
-    """Switch the operator's policy and wait until Envoy runs it: its lb_policy, and the
-    endpoint weights the operator publishes under it; seconds it took."""
-    request = urllib.request.Request(
-        f"http://{state.operator}/v1/balancing",
-        data=json.dumps({"policy": policy}).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5):
-        pass
-    started = time.monotonic()
-    while True:
-        with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=5) as reply:
-            site = json.loads(reply.read())
-        published = {s["grpc"]: site["models"][MODEL]["weights"][s["id"]] for s in site["servers"]}
-        running = envoy.lb_policies(state.envoy_admin).get(model_cluster(MODEL))
-        in_envoy = envoy.weights(state.envoy_admin, model_cluster(MODEL))
-        if site["balancing"] == policy and running == POLICIES[policy] and in_envoy == published:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise RuntimeError(
-                f"Envoy does not run {policy} after {timeout} s: {running}, weights {in_envoy}"
+@dataclass(frozen=True)
+class Options:
+    """What a run measures; the defaults take about 15 minutes on 2 cores."""
+
+    repeats: int = 3
+    work_ms: float = 10.0  # CPU work per request on every server
+    slowdowns: tuple[float, ...] = SLOWDOWNS
+    concurrency: int = 8  # closed loop
+    closed_requests: int = 400
+    open_s: float = 4.0  # seconds of arrivals per open-loop measurement
+    open_loads: tuple[float, ...] = OPEN_LOADS
+    warmup_s: float = 0.0  # closed loop under each policy before its turn is measured
+    settle_s: float = 5.0  # closed loop after each change of slowdown, before measuring
+    recovery_slow_s: float = 10.0  # the recovery run: slowed this long, then fast
+    recovery_fast_s: float = 20.0
+    build_dir: Path = Path("build/models")
+
+    def __post_init__(self) -> None:
+        if any(f < 1 for f in self.slowdowns):
+            raise ValueError(f"slowdowns: expected factors ≥ 1, got {self.slowdowns}")
+        if not all(0 < x < 1 for x in self.open_loads):
+            raise ValueError(
+                f"open_loads: expected parts of capacity in (0, 1), got {self.open_loads}"
             )
-        time.sleep(0.05)
+        if self.repeats < 1 or self.concurrency < 1 or self.work_ms <= 0 or self.open_s <= 0:
+            raise ValueError("repeats, concurrency, work_ms and open_s must be positive")
 
 
-def stream(site: SiteRecord, requests: int, concurrency: int, slow: str = SLOW) -> dict:
-    """One closed-loop stream; `slow_share` is the part of requests `slow` answered."""
-    source = SoA.allocate([Column("x", np.float32, (FLOATS,))], requests)
-    source["x"][...] = 1.0
-    spec = TensorSpec(MODEL).append_block("INPUT0", "x").append_output("OUTPUT0")
-    with Client(site, "grpc", "site") as client:
-        run = client.stream(MODEL, spec, batch=1, window=concurrency)
-        started = time.perf_counter()
-        result = run.run(source, lambda *a: None)
-        elapsed = time.perf_counter() - started
-    if result.failed:
-        raise RuntimeError(f"the stream lost events: {result.failed}")
-    ok = [r for r in result.stats.records if r.ok]
-    latencies = [r.latency_s * 1e3 for r in ok]
+@dataclass
+class Cell:
+    """One slowdown × load × policy: the figures of every repeat, and every latency."""
+
+    runs: list[dict] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)
+
+    def add(self, answers: Answers, outside_cores: float) -> None:
+        self.runs.append(answers.figures() | {"outside_cores": outside_cores})
+        self.latency_ms.extend(answers.latency_ms)
+
+    def figures(self) -> dict:
+        """Every repeat's figures, and the percentiles of all their latencies together
+        (p99 of a few hundred requests is noisy; of every repeat's, less so)."""
+        return figures_of_runs(self.runs) | {
+            "all_repeats": {
+                "requests": len(self.latency_ms),
+                "p50_ms": round(float(np.percentile(self.latency_ms, 50)), 3),
+                "p99_ms": round(float(np.percentile(self.latency_ms, 99)), 3),
+            }
+        }
+
+    @property
+    def p99_ms(self) -> float:
+        return float(np.percentile(self.latency_ms, 99))
+
+
+@dataclass
+class Bench:
+    """One run: the site, the options, the measurements as they come."""
+
+    state: SiteState
+    site: SiteRecord
+    options: Options
+    capacity: float = 0.0
+    switch_s: list[float] = field(default_factory=list)
+    weights: dict[str, list[dict]] = field(default_factory=dict)  # slowdown: Envoy's weights
+    redone: list[dict] = field(default_factory=list)  # turns measured again, and why
+    units: int = 0  # turns of every policy measured so far
+    waited_s: list[float] = field(default_factory=list)  # waits for a quiet machine
+    meter: OutsideLoad = field(init=False)
+
+    def __post_init__(self) -> None:
+        pids = [s.pid for s in self.state.servers] + [p.pid for p in self.state.processes]
+        self.meter = OutsideLoad([os.getpid(), *pids])
+
+    @property
+    def loads(self) -> list[str]:
+        return ["closed", *(f"open-{round(x * 100)}%" for x in self.options.open_loads)]
+
+    def slow_down(self, factor: float) -> None:
+        factors = {SLOW: factor} if factor != 1.0 else {}
+        set_model_work(Path(self.state.site_dir), self.options.work_ms, factors)
+
+    def turn(self, policy: str) -> None:
+        """Switch to `policy`; then, with `warmup_s`, a short closed loop under it."""
+        self.switch_s.append(set_policy(self.state, policy))
+        if self.options.warmup_s > 0:
+            requests = round(self.capacity * 0.7 * self.options.warmup_s)
+            closed_loop(self.site, max(10, requests), self.options.concurrency)
+
+    def measure_capacity(self) -> dict:
+        """Closed loop at high concurrency, least request, no slowdown: requests per second."""
+        self.slow_down(1.0)
+        set_policy(self.state, "least-request")
+        closed_loop(self.site, 200, CAPACITY_CONCURRENCY)
+        runs = [closed_loop(self.site, 600, CAPACITY_CONCURRENCY) for _ in range(3)]
+        result = figure([len(a.latency_ms) / a.elapsed_s for a in runs], 2)
+        self.capacity = result["median"]
+        return result
+
+    def wait_quiet(self) -> None:
+        """Before a unit of turns: wait (at most `QUIET_WAIT_S`, and `QUIET_BUDGET_S` over
+        the run) until other processes keep at most `QUIET_CORES` of the cores busy, so that
+        the policies are not measured while someone else's work takes the cores."""
+        started = time.monotonic()
+        while sum(self.waited_s) < QUIET_BUDGET_S and time.monotonic() - started < QUIET_WAIT_S:
+            self.meter.start()
+            time.sleep(1.0)
+            if self.meter.cores() <= QUIET_CORES:
+                break
+        waited = time.monotonic() - started
+        if waited > 1.5:
+            self.waited_s.append(round(waited, 1))
+
+    def measure(self, load: str, seed: int) -> Answers:
+        o = self.options
+        if load == "closed":
+            return closed_loop(self.site, o.closed_requests, o.concurrency)
+        part = o.open_loads[self.loads.index(load) - 1]
+        return open_loop(self.site, part * self.capacity, o.open_s, seed)
+
+    def point(self, factor: float, seed: int) -> dict[str, dict[str, Cell]]:
+        """Every load under every policy at one slowdown, `repeats` times. Per repeat and
+        load the policies take turns (in ORDER, then in reverse, and so on), offered the
+        same open-loop arrivals; the turns are measured again (at most `MAX_REDO` times) when
+        the other processes on the machine kept more cores busy in one turn than another
+        by over `OUTSIDE_TOLERANCE`."""
+        o = self.options
+        self.slow_down(factor)
+        if o.settle_s > 0:  # the load view learns the slowdown (under any policy)
+            requests = max(20, round(0.7 * self.capacity * o.settle_s))
+            closed_loop(self.site, requests, o.concurrency)
+        cells = {load: {p: Cell() for p in ORDER} for load in self.loads}
+        for repeat in range(o.repeats):
+            for k, load in enumerate(self.loads):
+                for attempt in range(MAX_REDO + 1):
+                    self.wait_quiet()
+                    turns = {}
+                    self.units += 1  # ORDER and back: a unit starts with the last one's policy
+                    for policy in ORDER if self.units % 2 else ORDER[::-1]:
+                        self.turn(policy)
+                        self.meter.start()
+                        answers = self.measure(load, seed + 10 * repeat + k)
+                        turns[policy] = (answers, self.meter.cores())
+                        if policy == "load-aware":
+                            weights = envoy.weights(self.state.envoy_admin, model_cluster(MODEL))
+                            self.weights.setdefault(_label(factor), []).append(weights)
+                    outside = [c for _, c in turns.values()]
+                    if max(outside) - min(outside) <= OUTSIDE_TOLERANCE or attempt == MAX_REDO:
+                        break
+                    self.redone.append(
+                        {"slowdown": factor, "repeat": repeat, "load": load, "outside": outside}
+                    )
+                for policy, (answers, cores) in turns.items():
+                    cells[load][policy].add(answers, cores)
+        return cells
+
+    def recovery(self, seed: int) -> dict:
+        """Load-aware, open loop at the lower load: SLOW slowed, then fast again mid-run;
+        what the operator saw meanwhile comes with it (its weights and compute times)."""
+        o = self.options
+        set_policy(self.state, "load-aware")
+        self.slow_down(RECOVERY_FACTOR)
+        rate = min(o.open_loads, default=0.7) * self.capacity
+        recovered_at = time.time() + 0.2 + o.recovery_slow_s
+        timer = threading.Timer(recovered_at - time.time(), self.slow_down, (1.0,))
+        seen = OperatorSeen(self.state.operator, MODEL, recovered_at)
+        timer.start()
+        seen.start()
+        try:
+            answers = open_loop(self.site, rate, o.recovery_slow_s + o.recovery_fast_s, seed)
+        finally:
+            timer.cancel()
+            seen.stop()
+        before = [
+            s
+            for at, s in zip(answers.done_at, answers.servers, strict=True)
+            if recovered_at - SHARE_WINDOW_S < at <= recovered_at
+        ]
+        return {
+            "recovery_s": recovery_s(answers.done_at, answers.servers, recovered_at, SLOW, SERVERS),
+            "slow_share_before": round(before.count(SLOW) / max(len(before), 1), 4),
+            "figures": answers.figures(),
+            "shares": shares_over_time(answers.done_at, answers.servers, recovered_at),
+            "operator": seen.rows,
+        }
+
+
+def _label(factor: float) -> str:
+    return f"{factor:g}x"
+
+
+def _paired(cells: dict[str, Cell], key: str, policy: str, versus: str) -> dict:
+    """`policy`'s figure over `versus`'s: repeat by repeat (they ran back to back), and of
+    all repeats' latencies together (`all_repeats`, what the summary takes)."""
+    pairs = zip(cells[policy].runs, cells[versus].runs, strict=True)
+    return figure([a[key] / b[key] for a, b in pairs]) | {
+        "all_repeats": round(cells[policy].p99_ms / cells[versus].p99_ms, 4)
+    }
+
+
+def _ratios(cells: dict[str, Cell]) -> dict:
     return {
-        "throughput": result.events_ok / elapsed,
-        "p50_ms": float(np.percentile(latencies, 50)),
-        "p99_ms": float(np.percentile(latencies, 99)),
-        "slow_share": sum(r.server == slow for r in ok) / len(ok),
+        "p99_load_aware_vs_round_robin": _paired(cells, "p99_ms", "load-aware", BASELINE),
+        "p99_load_aware_vs_least_request": _paired(cells, "p99_ms", "load-aware", "least-request"),
+        "p99_least_request_vs_round_robin": _paired(cells, "p99_ms", "least-request", BASELINE),
     }
 
 
 def run(
-    json_path: Path,
-    repeats: int = 3,
-    delay_ms: float = 40.0,
-    requests: int = 600,
-    concurrencies: tuple[int, ...] = (2, 8),
-    build_dir: Path = Path("build/models"),
+    json_path: Path, options: Options = Options(), progress: Callable[[str], None] = print
 ) -> dict:
-    """The summary takes, over the concurrencies, the load-aware policy's worst ratios."""
+    """The summary takes the load-aware policy's worst p99 ratio to least request over every
+    slowdown and load, and its ratios to round robin at 2×: of every repeat's latencies
+    together."""
     started = load_now()
-    policies = [BASELINE] + [p for p in POLICIES if p != BASELINE]
-    runs = {c: {p: [] for p in policies} for c in concurrencies}
-    switch_s: list[float] = []
-    weights: list[dict] = []
+    o = options
+    points: dict[str, dict[str, dict[str, Cell]]] = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         site_dir = Path(tmp) / "site"
         state = launcher.up(
-            site_dir, servers=3, models=[MODEL], build_dir=build_dir, delay_ms={SLOW: delay_ms}
+            site_dir,
+            servers=SERVERS,
+            models=[MODEL],
+            build_dir=o.build_dir,
+            admission=BENCH_ADMISSION,
         )
         try:
-            site = from_site_file(site_dir)
-            for policy in policies:  # warm-up: every policy once, measurements kept nowhere
+            bench = Bench(state, from_site_file(site_dir), o)
+            bench.slow_down(1.0)
+            for policy in ORDER:  # warm-up: every policy once, measurements kept nowhere
                 set_policy(state, policy)
-                stream(site, requests // 4, max(concurrencies))
-            for _ in range(repeats):
-                for policy in policies:
-                    switch_s.append(set_policy(state, policy))
-                    for c in concurrencies:
-                        runs[c][policy].append(stream(site, requests, c))
-                    if policy == "load-aware":
-                        weights.append(envoy.weights(state.envoy_admin, model_cluster(MODEL)))
+                closed_loop(bench.site, 200, o.concurrency)
+            capacity = bench.measure_capacity()
+            progress(f"capacity {capacity['median']} requests/s")
+            for k, factor in enumerate(o.slowdowns):
+                points[_label(factor)] = bench.point(factor, seed=1000 * (k + 1))
+                progress(f"{_label(factor)} measured")
+            recoveries = [bench.recovery(seed=7 + k) for k in range(o.repeats)]
+            progress(f"recovery_s {[r['recovery_s'] for r in recoveries]}")
+            shed = sheds(state)
+            restarts = {
+                p.name: {"restarts": p.restarts, "last_exit": p.last_exit}
+                for p in SiteState.load(site_dir).processes
+                if p.restarts
+            }
         finally:
             launcher.down(site_dir)
 
-    medians = {
-        f"c{c}": {p: median_runs(rs) for p, rs in by_policy.items()}
-        for c, by_policy in runs.items()
+    figures = {
+        label: {
+            load: {p: c.figures() for p, c in by_policy.items()} for load, by_policy in by.items()
+        }
+        for label, by in points.items()
+    }
+    ratios = {
+        label: {load: _ratios(by_policy) for load, by_policy in by.items()}
+        for label, by in points.items()
     }
 
-    def ratios(policy: str, key: str) -> list[float]:
-        return [round(m[policy][key] / m[BASELINE][key], 3) for m in medians.values()]
+    def pooled(label: str, load: str, name: str) -> float:
+        return ratios[label][load][name]["all_repeats"]
 
+    at_2x = _label(2.0)
+    recovered = [r["recovery_s"] for r in recoveries]
+    vs_lr = {
+        label: {load: pooled(label, load, "p99_load_aware_vs_least_request") for load in by}
+        for label, by in ratios.items()
+    }
+    vs_rr = {
+        label: {load: pooled(label, load, "p99_load_aware_vs_round_robin") for load in by}
+        for label, by in ratios.items()
+    }
+    open_at_2x = [v for load, v in vs_rr.get(at_2x, {}).items() if load != "closed"]
     summary = {
-        "p99_ratio_vs_round_robin": max(ratios("load-aware", "p99_ms")),
-        "throughput_ratio_vs_round_robin": min(ratios("load-aware", "throughput")),
-        "least_request_p99_ratio_vs_round_robin": max(ratios("least-request", "p99_ms")),
-        "least_request_throughput_ratio_vs_round_robin": min(ratios("least-request", "throughput")),
+        "p99_ratio_vs_round_robin_at_2x": vs_rr.get(at_2x, {}).get("closed"),
+        "open_loop_p99_ratio_vs_round_robin_at_2x": max(open_at_2x, default=None),
+        "worst_p99_ratio_vs_least_request": max(v for by in vs_lr.values() for v in by.values()),
+        "recovery_s": None if None in recovered else statistics.median(recovered),
+        "sheds": shed,
+        "capacity_rps": capacity["median"],
+        "p99_ratio_vs_least_request": vs_lr,
+        "p99_ratio_vs_round_robin": vs_rr,
         "slow_server_share": {
-            c: {p: m["slow_share"] for p, m in by_policy.items()}
-            for c, by_policy in medians.items()
+            label: {
+                load: {p: _median(c["slow_share"]) for p, c in by_policy.items()}
+                for load, by_policy in by.items()
+            }
+            for label, by in figures.items()
         },
         "targets": {
-            "p99_ratio_vs_round_robin": "<= 0.5",
-            "throughput_ratio_vs_round_robin": ">= 1.3",
+            "p99_ratio_vs_round_robin_at_2x": "<= 0.7",
+            "worst_p99_ratio_vs_least_request": "<= 1.05",
+            "open_loop_p99_ratio_vs_round_robin_at_2x": "<= 0.7",
+            "recovery_s": "<= 15",
+            "sheds": "== 0",
         },
     }
     return write_result(
@@ -144,15 +396,45 @@ def run(
         "balancing",
         summary,
         {
-            "repeats": repeats,
-            "site": f"3 Triton servers, {MODEL} at {FLOATS * 4} bytes per request; "
-            f"{SLOW} sleeps {delay_ms} ms per execution",
-            "driver": f"sonicsite client through Envoy, {requests} requests per measurement, "
-            f"concurrency {list(concurrencies)}",
-            "policies": medians,
-            "runs": {f"c{c}": by_policy for c, by_policy in runs.items()},
-            "policy_switch_s": [round(s, 3) for s in switch_s],
-            "load_aware_envoy_weights": weights,
+            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
+            "site": f"{SERVERS} Triton servers on {_cores()} cores, {MODEL} at {FLOATS * 4} "
+            f"bytes per request; every server's model does {o.work_ms} ms of CPU work per "
+            f"request (its thread's CPU time), {SLOW} `slowdown` times as much. The servers' "
+            "work competes for the cores, the slow server's extra work included; Envoy, the "
+            "operator and the load generator run on the same cores.",
+            "driver": f"sonicsite client through Envoy. closed: {o.closed_requests} requests, "
+            f"{o.concurrency} in flight, latency from the first send. open-N%: Poisson "
+            f"arrivals at N% of capacity for {o.open_s} s (the same arrivals for every policy "
+            f"within a repeat), at most {OPEN_WINDOW} in flight, latency from the scheduled "
+            "arrival to the answer (retries included). Policies take turns in the order "
+            f"{list(ORDER)} within each repeat. Ratios: per repeat (figure), and of the "
+            "p99 of every repeat's latencies together (`all_repeats`: what the summary takes).",
+            "capacity": f"closed loop, {CAPACITY_CONCURRENCY} in flight, least request, no "
+            "slowdown: requests per second (3 runs; the median sets the open-loop rates)",
+            "recovery": f"load-aware, open loop at {min(o.open_loads, default=0.7):.0%} of "
+            f"capacity; {SLOW} {RECOVERY_FACTOR:g}x slower for {o.recovery_slow_s} s, then "
+            f"fast; recovery_s: from then until its share of the answers of the last "
+            f"{SHARE_WINDOW_S} s is within {SHARE_TOLERANCE:.0%} of 1/{SERVERS}; shares: per "
+            "second of answers, t from the recovery",
+            "capacity_rps": capacity,
+            "figures": figures,
+            "ratios": ratios,
+            "recovery_s": figure([r for r in recovered if r is not None] or [-1.0]),
+            "recovery_runs": recoveries,
+            "policy_switch_s": [round(s, 3) for s in bench.switch_s],
+            "redone": bench.redone,
+            "waited_for_quiet_s": bench.waited_s,
+            "restarts": restarts,  # site processes the supervisor restarted during the run
+            "load_aware_envoy_weights": bench.weights,
         },
         load_before=started,
+        site={**conditions(BENCH_ADMISSION), "sheds": shed},
     )
+
+
+def _median(figures: dict) -> float:
+    return figures["median"]
+
+
+def _cores() -> int:
+    return os.cpu_count() or 0

@@ -1,9 +1,13 @@
 """`sonicsite bench gateway`: direct to Triton's HTTP endpoint vs through the gateway.
 
-A one-server site, so that both paths reach the same server. Identity at 10 kB, 200 kB and
-1 MB and ParticleNet at 16 jets per request, at concurrency 1 (latency) and 4 (throughput),
-driven by perf_analyzer over HTTP with binary tensors (the field's standard load generator,
-a stock client to the gateway); the paths take turns within each repeat; medians.
+A one-server site, so that both paths reach the same server, started with the benches'
+admission (`BENCH_ADMISSION`: a threshold no bench reaches) and no autoscaling; the sheds it
+saw are in `meta` and the summary (they must be 0). Identity at 10 kB, 200 kB and 1 MB and
+ParticleNet at 16 jets per request, at concurrency 1 (latency) and 4 (throughput), driven by
+perf_analyzer over HTTP with binary tensors (the field's standard load generator, a stock
+client to the gateway), stable at 10 % as in the dataplane bench; the paths take turns within
+each repeat. Every figure keeps its repeats, median and spread; the summary's ratios are of
+medians.
 """
 
 from __future__ import annotations
@@ -12,9 +16,37 @@ import tempfile
 from pathlib import Path
 
 from sonicsite.local import launcher
+from sonicsite.local.state import SiteState
 
-from .common import load_now, median_runs, write_result
-from .dataplane import CASES, CONCURRENCY, perf_analyzer, perf_analyzer_env
+from .common import BENCH_ADMISSION, conditions, load_now, sheds, write_result
+from .dataplane import (
+    CASES,
+    CONCURRENCY,
+    PERF_ANALYZER,
+    Case,
+    added_median_p50,
+    comparison,
+    failed_attempts,
+    path_figures,
+    perf_analyzer,
+    perf_analyzer_env,
+    ratio_of_medians,
+    unstable_runs,
+)
+
+
+def _measure_case(
+    state: SiteState, case: Case, concurrency: int, repeats: int, env: dict, workdir: Path
+) -> dict:
+    """Every repeat of one case and concurrency, the paths taking turns within each."""
+    targets = {"direct": state.servers[0].http, "gateway": state.http}
+    runs: dict[str, list[dict]] = {p: [] for p in targets}
+    for _ in range(repeats):
+        for path, target in targets.items():
+            runs[path].append(perf_analyzer(target, case, concurrency, env, workdir, "http"))
+    found = {k: path_figures(v) for k, v in runs.items()}
+    found["gateway_vs_direct"] = comparison(runs["direct"], runs["gateway"])
+    return found
 
 
 def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
@@ -24,38 +56,40 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
         workdir = Path(tmp)
         env = perf_analyzer_env(workdir)
         state = launcher.up(
-            workdir / "site", servers=1, models=["identity", "particlenet_ak4"], build_dir=build_dir
+            workdir / "site",
+            servers=1,
+            models=["identity", "particlenet_ak4"],
+            build_dir=build_dir,
+            admission=BENCH_ADMISSION,
         )
         try:
-            targets = {"direct": state.servers[0].http, "gateway": state.http}
-            for name, (model, floats, rows) in CASES.items():
+            for name, case in CASES.items():
                 for c in CONCURRENCY:
-                    runs: dict[str, list[dict]] = {p: [] for p in targets}
-                    for _ in range(repeats):
-                        for path, target in targets.items():
-                            runs[path].append(
-                                perf_analyzer(target, model, floats, rows, c, env, workdir, "http")
-                            )
-                    results[f"{name}/c{c}"] = {k: median_runs(v) for k, v in runs.items()}
+                    results[f"{name}/c{c}"] = _measure_case(state, case, c, repeats, env, workdir)
+            shed = sheds(state)  # before the site stops: its counters go with it
         finally:
             launcher.down(workdir / "site")
 
-    def ratio(case: str) -> float:
-        r = results[case]
-        return round(r["gateway"]["throughput"] / r["direct"]["throughput"], 3)
+    def ratio(case: str) -> float | None:
+        return ratio_of_medians(results[case], "direct", "gateway") if case in results else None
 
-    def added_p50(case: str) -> float:
-        r = results[case]
-        return round(r["gateway"]["p50_ms"] - r["direct"]["p50_ms"], 3)
+    def added_p50(case: str) -> float | None:
+        return added_median_p50(results[case], "direct", "gateway") if case in results else None
 
     summary = {
         "gateway_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1"),
         "gateway_throughput_ratio_particlenet": ratio("particlenet_16/c4"),
         "gateway_added_p50_ms_identity_1mb": added_p50("identity_1mb/c1"),
         "gateway_throughput_ratio_identity_1mb": ratio("identity_1mb/c4"),
+        "sheds": shed,
+        "perf_analyzer_unstable_runs": unstable_runs(results),
+        "perf_analyzer_failed_attempts": failed_attempts(results),
         "targets": {
             "gateway_added_p50_ms_identity_10kb": "<= 2",
             "gateway_throughput_ratio_particlenet": ">= 0.85",
+            "gateway_throughput_ratio_identity_1mb": ">= 0.8",
+            "sheds": "== 0",
+            "perf_analyzer_unstable_runs": "== 0",
         },
     }
     return write_result(
@@ -64,9 +98,14 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
         summary,
         {
             "repeats": repeats,
+            "perf_analyzer": PERF_ANALYZER,
             "cases": results,
             "driver": "perf_analyzer -i http (binary tensors)",
             "site": "one Triton server; the gateway follows the operator's state",
+            "figures": "each path: throughput (inferences/s), p50_ms, p99_ms as figures "
+            "(every repeat, median, spread) and its runs; gateway_vs_direct: the ratio and "
+            "added p50 repeat by repeat; the summary: ratios of medians",
         },
         load_before=started,
+        site={**conditions(BENCH_ADMISSION), "sheds": shed},
     )

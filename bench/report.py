@@ -174,8 +174,95 @@ def _client_speedups(result: dict, image: Path) -> bool:
     return True
 
 
+POLICY_ORDER = ("round-robin", "least-request", "load-aware")
+
+
+def _balancing_latency(result: dict, image: Path) -> bool:
+    """p99 (of every repeat's latencies together) against the slowdown, one panel per load
+    (closed loop, open loop at each rate), one line per policy."""
+    figures = result["details"].get("figures", {})
+    if not figures:
+        return False
+    labels = list(figures)
+    loads = list(next(iter(figures.values())))
+    fig, axes = plt.subplots(1, len(loads), figsize=(4.5 * len(loads), 4), squeeze=False)
+    for ax, load in zip(axes[0], loads, strict=True):
+        for policy in POLICY_ORDER:
+            ys = [figures[label][load][policy]["all_repeats"]["p99_ms"] for label in labels]
+            ax.plot(labels, ys, marker="o", label=policy)
+        ax.set_title(load)
+        ax.set_xlabel("slowdown of one server of three")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.legend(fontsize=8)
+    fig.suptitle("balancing: p99 latency against the slow server's slowdown")
+    fig.tight_layout()
+    fig.savefig(image, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _balancing_shares(result: dict, image: Path) -> bool:
+    """The recovery run: each server's share of the answers per second, t = 0 where the
+    slow server became fast again; the equal share as a line."""
+    runs = result["details"].get("recovery_runs") or []
+    if not runs or not runs[0].get("shares"):
+        return False
+    rows = runs[0]["shares"]
+    servers = sorted({s for row in rows for s in row["shares"]})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for server in servers:
+        ax.plot(
+            [row["t"] for row in rows],
+            [row["shares"].get(server, 0.0) for row in rows],
+            marker=".",
+            label=server,
+        )
+    ax.axhline(1 / len(servers), color="grey", lw=0.8, ls="--", label="equal share")
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_xlabel("seconds from the slow server's recovery")
+    ax.set_ylabel("share of the answers (per second)")
+    took = runs[0].get("recovery_s")
+    ax.set_title(f"balancing, recovery from a 5x slowdown (recovery_s {took})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(image, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _through_site(result: dict, image: Path) -> bool:
+    """Throughput through the site (Envoy or the gateway) over direct, per case, every
+    repeat's ratio as the bar's range."""
+    cases = result["details"].get("cases", {})
+    bars = {}
+    for case, paths in cases.items():
+        for key, value in paths.items():
+            if key.endswith("_vs_direct") and "throughput_ratio" in value:
+                bars[f"{case} ({key.split('/')[0]})" if "/" in key else case] = value
+    if not bars:
+        return False
+    names = list(bars)
+    figures = [bars[n]["throughput_ratio"] for n in names]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(names)), 4.5))
+    ax.bar(range(len(names)), [f["median"] for f in figures], yerr=_errors(figures), capsize=3)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("throughput through the site / direct")
+    ax.set_title(f"{result['benchmark']}: throughput against direct (median; range: repeats)")
+    fig.tight_layout()
+    fig.savefig(image, dpi=100)
+    plt.close(fig)
+    return True
+
+
 PLOTS: dict[str, list[tuple[str, Callable[[dict, Path], bool]]]] = {
     "client": [("speedup per payload", _client_speedups)],
+    "balancing": [
+        ("latency against slowdown", _balancing_latency),
+        ("share per server over time", _balancing_shares),
+    ],
+    "dataplane": [("throughput against direct", _through_site)],
+    "gateway": [("throughput against direct", _through_site)],
 }
 
 

@@ -74,6 +74,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         return error(422, f"{request.url.path}: {exc.errors()}")
 
+    app.add_middleware(routes_kserve.InferFastPath)  # inside authentication
     if tokens.enabled:
         app.add_middleware(BearerAuth, tokens=tokens, metrics=metrics)
     app.include_router(routes_kserve.router)

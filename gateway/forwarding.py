@@ -1,20 +1,24 @@
 """Sending a request on to a Triton server: pick one per request (balancer.py), retry once
 on another server when the connection fails before anything was processed, and answer in
-KServe v2's error shape when no server can. Also the model contracts the infer route checks
+KServe v2's error shape when no server can. An inference reply is passed through as the
+server sends it (StreamedReply), never joined; the replies the gateway reads itself
+(metadata, config, statistics) are whole. Also the model contracts the infer route checks
 requests against, and statistics summed over a model's servers."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from fastapi import Response
 from fastapi.responses import JSONResponse
 from sonicsite.client.balancer import Endpoint
+from starlette.types import Receive, Scope, Send
 
 from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
 
@@ -23,15 +27,52 @@ from .kserve import ModelContract
 from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .statistics import merge_statistics
-from .upstream import BodyMismatch, ConnectFailed, Reply, Upstream
+from .upstream import BodyMismatch, BodyStream, ConnectFailed, Reply, Upstream
 
 PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH)
 CONTRACT_TTL_S = 60.0
+LOG = logging.getLogger(__name__)
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
     """An error in KServe v2's shape, {"error": ...}, which stock clients read."""
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class StreamedReply(Response):
+    """A server's reply passed on while it arrives: its head at once, then its body in the
+    chunks the socket delivered, never joined. A reply that breaks off mid-body ends the
+    client's connection short of its Content-Length, as a proxy's must (the status went out
+    already); `broken` is told why. `finished` callbacks run once it is over, either way."""
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        first: bytes,
+        rest: BodyStream,
+        broken: Callable[[str], None],
+    ) -> None:
+        super().__init__(None, status, headers)  # headers hold Content-Length: kept
+        self.first, self.rest, self.broken = first, rest, broken
+        self.finished: list[Callable[[], None]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rest = self.rest
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            if self.first:
+                await send({"type": "http.response.body", "body": self.first, "more_body": True})
+            async for data in rest:
+                more = rest.remaining > 0
+                await send({"type": "http.response.body", "body": data, "more_body": more})
+        except (ConnectionError, TimeoutError) as exc:
+            self.broken(f"{exc!r}")  # returns unfinished: the server closes the connection
+        finally:
+            rest.close()
+            for callback in self.finished:
+                callback()
 
 
 def version_path(model: str, version: str | None) -> str:
@@ -62,9 +103,11 @@ class Forwarder:
         headers: dict | None = None,
         rest: AsyncIterator[bytes] | None = None,
         length: int | None = None,
+        stream: bool = False,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
-        when the connection fails. `rest`: the body's remaining chunks, streamed on."""
+        when the connection fails. `rest`: the body's remaining chunks, streamed on;
+        `stream`: the reply's body is passed on as it arrives (a StreamedReply)."""
         tried, last = "", ""
         for attempt in range(2):
             endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
@@ -99,13 +142,42 @@ class Forwarder:
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "broken").inc()
                 return error(502, f"{endpoint.id}: the reply broke off: {exc!r}")
+            except BaseException:  # the client went away mid-body, or the task was cancelled
+                self.upstreams.done(endpoint, None)
+                raise
+            # the server's part ends with its reply's head: the rest is the gateway's
             self.upstreams.done(endpoint, time.perf_counter() - started)
             if reply.status >= 500:
                 self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
-            passed = {k: v for k, v in reply.headers.items() if k in PASSED_HEADERS}
-            passed[SERVER_HEADER] = endpoint.id
-            return Response(reply.body, reply.status, headers=passed)
+            return await self._pass_on(reply, endpoint.id, stream)
         return error(502, f"no server could be reached: {last}")
+
+    async def _pass_on(self, reply: Reply, server: str, stream: bool) -> Response:
+        """The client's reply: the server's status, body and the headers clients read."""
+        passed = {k: v for k, v in reply.headers.items() if k in PASSED_HEADERS}
+        passed[SERVER_HEADER] = server
+        if reply.rest is None:
+            return Response(reply.body, reply.status, headers=passed)
+        if stream:
+            passed["content-length"] = str(len(reply.body) + reply.rest.remaining)
+            return StreamedReply(reply.status, passed, reply.body, reply.rest, self._broken(server))
+        try:
+            whole = await reply.whole()
+        except (ConnectionError, TimeoutError) as exc:
+            self.metrics.upstream_errors.labels(server, "broken").inc()
+            return error(502, f"{server}: the reply broke off: {exc!r}")
+        return Response(whole.body, whole.status, headers=passed)
+
+    def _broken(self, server: str) -> Callable[[str], None]:
+        """What a reply that broke off mid-body leaves: a count and a line in the log (the
+        client sees its connection end short of the body)."""
+        counter = self.metrics.upstream_errors.labels(server, "broken")
+
+        def broken(why: str) -> None:
+            counter.inc()
+            LOG.warning("%s: the reply broke off mid-body: %s", server, why)
+
+        return broken
 
     def _any(self, avoid: str) -> Endpoint | None:
         for model in self.view.site.models:
@@ -137,7 +209,7 @@ class Forwarder:
         if not servers:
             return await self.send("GET", model, path)
         replies = await asyncio.gather(
-            *(self.upstream.request(s.http, "GET", path, timeout=10.0) for s in servers),
+            *(self.upstream.fetch(s.http, "GET", path, timeout=10.0) for s in servers),
             return_exceptions=True,
         )
         good = [json.loads(r.body) for r in replies if isinstance(r, Reply) and r.status == 200]

@@ -1,4 +1,5 @@
-"""`python -P -m sonicsite.gateway.main`: run the gateway with uvicorn."""
+"""`python -P -m sonicsite.gateway.main`: run the gateway with uvicorn (server.py: bodies
+passed through, freed memory kept)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import uvicorn
 
 from .app import GatewayConfig, create_app
+from .server import PassThroughProtocol, keep_freed_memory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         refresh_s=args.refresh,
         timeout_s=args.timeout,
     )
+    keep_freed_memory()
     uvicorn.run(
         create_app(config),
         host=args.host,
         port=args.port,
+        http=PassThroughProtocol,
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,

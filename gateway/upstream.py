@@ -1,19 +1,25 @@
-"""HTTP/1.1 to the Triton servers over kept-alive asyncio connections.
+"""HTTP/1.1 to the Triton servers over kept-alive asyncio connections, bodies passed through.
 
 A general client (httpx) costs about a millisecond per request here, more than the whole
 gateway may add; Triton's HTTP endpoint needs little of it: one request at a time per
-connection, bodies with Content-Length, no redirects, no TLS on the pod network. The
-request head and what the gateway has read go out in one write, the rest of a large body
-is passed on chunk by chunk as it arrives; the reply's body is read in one piece.
+connection, bodies with Content-Length, no redirects, no TLS on the pod network. Bodies are
+neither joined nor copied here, each way: the request head and what the gateway has read go
+out in one write and the rest of a large body chunk by chunk as it arrives; the reply's head
+is parsed and its body handed on in the chunks the socket delivered, so a large reply
+streams to the client while it arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import collections
+import functools
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-MAX_HEAD = 64 << 10
+MAX_HEAD = 64 << 10  # a reply head longer than this is not Triton's
+HIGH_WATER = 1 << 20  # reply bytes held unread before the server is asked to wait
+CONNECT_TIMEOUT_S = 5.0
 
 
 class BodyMismatch(ValueError):
@@ -25,20 +31,213 @@ class ConnectFailed(ConnectionError):
     the request was not processed, so another server may take it."""
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+async def _within(waiter: asyncio.Future, timeout: float) -> None:
+    """Await `waiter`, TimeoutError after `timeout` seconds (a timer, not a task: this is
+    awaited for every chunk of every body)."""
+    timer = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to a server: the bytes it sends are kept as the socket delivered
+    them, in order, until taken; writing waits while the socket's buffer is full."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.held = 0  # bytes in `chunks`
+        self.ended = False  # the server closed its side (or the connection was lost)
+        self.reading_paused = False
+        self._waiter: asyncio.Future | None = None
+        self._writable: asyncio.Future | None = None
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.held += len(data)
+        if self.held > HIGH_WATER and not self.reading_paused and self.transport:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    # used by ServerPool and BodyStream
+
+    @property
+    def usable(self) -> bool:
+        """Open on both sides, nothing left over from an earlier reply."""
+        t = self.transport
+        return not self.ended and not self.chunks and t is not None and not t.is_closing()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def write(self, *parts: bytes) -> None:
+        """Hand `parts` to the socket in one call (one writev), no copy made here."""
+        self.transport.writelines(parts)  # type: ignore[union-attr]
+
+    async def drain(self, timeout: float) -> None:
+        """Wait while the socket's send buffer is full (the server reads slower than the
+        client sends); ConnectionError if the connection went meanwhile, TimeoutError if
+        the server took nothing for `timeout` seconds."""
+        if self._writable is not None:
+            await _within(self._writable, timeout)
+        if self.ended:
+            raise ConnectionError("the server closed the connection while the body was sent")
+
+    async def chunk(self, timeout: float) -> bytes:
+        """The next bytes the server sent; ConnectionError if it closed instead,
+        TimeoutError if none came within `timeout` seconds."""
+        while not self.chunks:
+            if self.ended:
+                raise ConnectionError("the server closed the connection")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await _within(self._waiter, timeout)
+            finally:
+                self._waiter = None
+        data = self.chunks.popleft()
+        self.held -= len(data)
+        if self.reading_paused and self.held <= HIGH_WATER // 2 and self.transport:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        return data
+
+    def unread(self, data: bytes) -> None:
+        """Put back bytes taken too early (they belong to what is read next)."""
+        if data:
+            self.chunks.appendleft(data)
+            self.held += len(data)
+
+    async def exactly(self, n: int, timeout: float) -> bytes:
+        """`n` bytes, joined (only for the small framing of a chunked reply)."""
+        parts, have = [], 0
+        while have < n:
+            data = await self.chunk(timeout)
+            if have + len(data) > n:
+                self.unread(data[n - have :])
+                data = data[: n - have]
+            parts.append(data)
+            have += len(data)
+        return b"".join(parts)
+
+    async def line(self, timeout: float) -> bytes:
+        """Up to and without the next CRLF."""
+        data = b""
+        while (end := data.find(b"\r\n")) < 0:
+            if len(data) > MAX_HEAD:
+                raise ConnectionError("a chunk-size line that never ends")
+            data += await self.chunk(timeout)
+        self.unread(data[end + 2 :])
+        return data[:end]
+
+    def close(self) -> None:
+        self.ended = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+@dataclass
+class BodyStream:
+    """The rest of a reply's body, chunk by chunk as the server sends it. The connection
+    goes back to its pool once the last byte is taken; `close()` before that closes it (the
+    rest of the reply is never read, so the connection cannot carry another request)."""
+
+    connection: _Connection
+    remaining: int
+    timeout: float
+    release: Callable[[_Connection], None]
+
+    def __aiter__(self) -> BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.remaining <= 0:
+            raise StopAsyncIteration
+        try:
+            data = await self.connection.chunk(self.timeout)
+        except ConnectionError as exc:
+            short = self.remaining
+            self.close()
+            raise ConnectionError(f"the reply broke off {short} bytes short") from exc
+        except BaseException:
+            self.close()
+            raise
+        if len(data) > self.remaining:  # more than the reply: never reused
+            self.connection.close()
+            data = data[: self.remaining]
+        self.remaining -= len(data)
+        if self.remaining == 0:
+            self.release(self.connection)
+        return data
+
+    async def read(self) -> bytes:
+        """The whole rest, joined: for replies the gateway reads itself (metadata)."""
+        return b"".join([data async for data in self])
+
+    def close(self) -> None:
+        if self.remaining > 0:
+            self.remaining = 0
+            self.connection.close()
+
+
 @dataclass
 class Reply:
     status: int
     headers: dict[str, str]  # lower-case names
-    body: bytes
+    body: bytes  # the whole body; with `rest`, what came with the head
+    rest: BodyStream | None = None  # the body's remaining bytes, still to arrive
+
+    async def whole(self) -> Reply:
+        """This reply with its body read to the end."""
+        if self.rest is None:
+            return self
+        rest = await self.rest.read()
+        return Reply(self.status, self.headers, self.body + rest)
 
 
-@dataclass
-class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-
-    def close(self) -> None:
-        self.writer.close()
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    status_line, _, fields = head.partition(b"\r\n")
+    try:
+        status = int(status_line.split(b" ", 2)[1])
+    except (ValueError, IndexError) as exc:
+        raise ConnectionError(f"not an HTTP reply: {status_line[:80]!r}") from exc
+    headers = {}
+    for line in fields.decode("latin-1").split("\r\n"):
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return status, headers
 
 
 @dataclass
@@ -50,22 +249,29 @@ class ServerPool:
 
     async def _connect(self, timeout: float) -> _Connection:
         host, port = self.address.rsplit(":", 1)
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, int(port), limit=MAX_HEAD), timeout
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(_Connection, host, int(port)), timeout
             )
         except (TimeoutError, OSError) as exc:
             raise ConnectFailed(f"{self.address}: cannot connect: {exc!r}") from exc
-        return _Connection(reader, writer)
+        return connection
 
     def _idle_connection(self) -> _Connection | None:
         """A kept-alive connection the server has not closed meanwhile, if any."""
         while self.idle:
             connection = self.idle.pop()
-            if not connection.reader.at_eof() and not connection.writer.is_closing():
+            if connection.usable:
                 return connection
             connection.close()
         return None
+
+    def _release(self, connection: _Connection, close: bool) -> None:
+        if close or not connection.usable:
+            connection.close()
+        else:
+            self.idle.append(connection)
 
     async def request(
         self,
@@ -78,25 +284,19 @@ class ServerPool:
         length: int | None = None,
     ) -> Reply:
         """Send `body` (then, if given, the chunks of `rest`, `length` bytes in all, as they
-        arrive) and read the reply. ConnectFailed: nothing reached the server; retry
+        arrive) and read the reply's head; its body is whole when it came with the head,
+        else the Reply's `rest` streams it. ConnectFailed: nothing reached the server; retry
         elsewhere. Other errors: the request may have been processed."""
         reused = self._idle_connection()
-        connection = reused or await self._connect(min(timeout, 5.0))
+        connection = reused or await self._connect(min(timeout, CONNECT_TIMEOUT_S))
         length = len(body) if length is None else length
         head = [f"{method} {path} HTTP/1.1\r\nHost: {self.address}\r\n"]
         head += [f"{k}: {v}\r\n" for k, v in headers.items()]
         head.append(f"Content-Length: {length}\r\n\r\n")
-        sent = len(body)
         try:
-            connection.writer.writelines([("".join(head)).encode("latin-1"), body])
-            if rest is not None:
-                async for chunk in rest:
-                    sent += len(chunk)
-                    connection.writer.write(chunk)
-                    await connection.writer.drain()
-            if sent != length:
-                raise BodyMismatch(f"body: {sent} bytes arrived, Content-Length said {length}")
-            reply = await asyncio.wait_for(self._read(connection), timeout)
+            head_bytes = "".join(head).encode("latin-1")
+            await self._send(connection, head_bytes, body, rest, length, timeout)
+            return await self._reply(connection, timeout)
         except ConnectFailed as exc:
             connection.close()
             if rest is not None:  # streamed: the body is gone, no retry
@@ -107,36 +307,63 @@ class ServerPool:
         except BaseException:
             connection.close()
             raise
-        if reply.headers.get("connection", "").lower() == "close":
-            connection.close()
-        else:
-            self.idle.append(connection)
-        return reply
 
     @staticmethod
-    async def _read(connection: _Connection) -> Reply:
-        reader = connection.reader
+    async def _send(
+        connection: _Connection,
+        head: bytes,
+        body: bytes,
+        rest: AsyncIterator[bytes] | None,
+        length: int,
+        timeout: float,
+    ) -> None:
+        connection.write(head, body)
+        sent = len(body)
+        if rest is not None:
+            async for data in rest:
+                sent += len(data)
+                if sent > length:
+                    break
+                connection.write(data)
+                await connection.drain(timeout)
+        if sent != length:
+            raise BodyMismatch(f"body: {sent} bytes arrived, Content-Length said {length}")
+
+    async def _reply(self, connection: _Connection, timeout: float) -> Reply:
+        """The reply's head, and its body as far as it came with the head."""
         try:
-            status_line = await reader.readuntil(b"\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise ConnectFailed(f"connection closed before the reply: {exc!r}") from exc
-        try:
-            status = int(status_line.split(b" ", 2)[1])
-            raw = await reader.readuntil(b"\r\n\r\n")
-        except (ValueError, IndexError) as exc:
-            raise ConnectionError(f"not an HTTP reply: {status_line[:80]!r}") from exc
-        headers = {}
-        for line in raw.decode("latin-1").split("\r\n"):
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
+            data = await connection.chunk(timeout)
+        except ConnectionError as exc:
+            raise ConnectFailed(f"connection closed before the reply: {exc}") from exc
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            if len(data) > MAX_HEAD:
+                raise ConnectionError(f"not an HTTP reply head: {data[:80]!r}")
+            data += await connection.chunk(timeout)
+        status, headers = _parse_head(data[:end])
+        first = data[end + 4 :] if len(data) > end + 4 else b""
+        close = headers.get("connection", "").lower() == "close"
         if "content-length" in headers:
-            body = await reader.readexactly(int(headers["content-length"]))
+            length = int(headers["content-length"])
         elif headers.get("transfer-encoding", "").lower() == "chunked":
-            body = await _read_chunked(reader)
-        else:
-            body = b""
-        return Reply(status, headers, body)
+            connection.unread(first)
+            body = await _read_chunked(connection, timeout)
+            self._release(connection, close)
+            return Reply(status, headers, body)
+        elif status in (204, 304) or status < 200:  # no body
+            length = 0
+        else:  # the body ends where the server closes its side
+            body = first + await _read_to_end(connection, timeout)
+            connection.close()
+            return Reply(status, headers, body)
+        if len(first) > length:  # more than the reply: never reused
+            first, close = first[:length], True
+        if len(first) == length:
+            self._release(connection, close)
+            return Reply(status, headers, first)
+        release = functools.partial(self._release, close=close)
+        return Reply(
+            status, headers, first, BodyStream(connection, length - len(first), timeout, release)
+        )
 
     def close(self) -> None:
         for connection in self.idle:
@@ -144,15 +371,24 @@ class ServerPool:
         self.idle.clear()
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+async def _read_to_end(connection: _Connection, timeout: float) -> bytes:
     parts = []
     while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")
+        try:
+            parts.append(await connection.chunk(timeout))
+        except ConnectionError:
             return b"".join(parts)
-        parts.append(await reader.readexactly(size))
-        await reader.readexactly(2)
+
+
+async def _read_chunked(connection: _Connection, timeout: float) -> bytes:
+    parts = []
+    while True:
+        size = int((await connection.line(timeout)).split(b";")[0], 16)
+        if size == 0:
+            await connection.line(timeout)
+            return b"".join(parts)
+        parts.append(await connection.exactly(size, timeout))
+        await connection.exactly(2, timeout)
 
 
 @dataclass
@@ -172,10 +408,16 @@ class Upstream:
         rest: AsyncIterator[bytes] | None = None,
         length: int | None = None,
     ) -> Reply:
+        """One request to the server at `address`; see ServerPool.request."""
         pool = self.pools.get(address)
         if pool is None:
             pool = self.pools[address] = ServerPool(address)
         return await pool.request(method, path, headers or {}, body, timeout, rest, length)
+
+    async def fetch(self, address: str, method: str, path: str, timeout: float = 60.0) -> Reply:
+        """A request without a body whose reply the gateway reads itself: whole."""
+        reply = await self.request(address, method, path, timeout=timeout)
+        return await reply.whole()
 
     def close(self) -> None:
         for pool in self.pools.values():

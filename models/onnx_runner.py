@@ -36,9 +36,14 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-# A test knob for `sonicsite bench balancing`: every execution on this server sleeps this long
-# (the launcher sets it per server; the stub inherits the server's environment).
+# A test knob: every execution on this server sleeps this long (the launcher sets it per
+# server; the stub inherits the server's environment).
 DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
+# The knob of `sonicsite bench balancing`: CPU work per executed request, read from the JSON
+# file this names ({"work_ms": W, "factors": {server id: F}}: W × F ms of this thread's CPU
+# time, F 1 for a server not named; no file, no work). Re-read whenever the file is replaced,
+# so a bench slows a server, or lets it recover, while the site runs.
+WORK_ENV = "SONICSITE_MODEL_WORK_FILE"
 # Where executions are recorded (set by the local launcher, sonicsite/local/servers.py).
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
 EXECUTIONS_DIR = "executions"
@@ -103,6 +108,47 @@ class KeptAnswers:
             self._bytes -= size
 
 
+class ModelWork:
+    """The CPU-work knob (WORK_ENV): seconds of CPU work per request on `server`, re-read
+    when the file changes (a stat per execution; the bench replaces the file atomically)."""
+
+    def __init__(self, path: str | None, server: str):
+        self.path, self.server = path, server
+        self._seen: tuple[int, int] | None = None
+        self._seconds = 0.0
+
+    def seconds(self) -> float:
+        if not self.path:
+            return 0.0
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            self._seen, self._seconds = None, 0.0
+            return 0.0
+        seen = (stat.st_ino, stat.st_mtime_ns)
+        if seen != self._seen:
+            self._seen, self._seconds = seen, _work_seconds(self.path, self.server)
+        return self._seconds
+
+
+def _work_seconds(path: str, server: str) -> float:
+    """W × F ms of the knob's file, in seconds; 0 for a file that cannot be read."""
+    try:
+        knob = json.loads(Path(path).read_text())
+        factor = float(knob.get("factors", {}).get(server, 1.0))
+        return max(float(knob.get("work_ms", 0.0)) * factor, 0.0) / 1e3
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
+def cpu_work(seconds: float) -> None:
+    """Keep this thread busy for `seconds` of its own CPU time (not wall time): a stand-in
+    for a model's compute, which takes longer in wall time when the cores are shared."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(range(100))
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
@@ -124,6 +170,7 @@ class TritonPythonModel:
         self.name = str(args.get("model_name", config.get("name", "")))
         self.log_fd = _open_log(os.environ.get(SITE_DIR_ENV), os.environ.get(SERVER_ID_ENV))
         self.server = os.environ.get(SERVER_ID_ENV, "")
+        self.work = ModelWork(os.environ.get(WORK_ENV), self.server)
         self.kept = KeptAnswers(
             float(os.environ.get("SONICSITE_KEPT_TTL_S") or KEPT_TTL_S),
             int(float(os.environ.get("SONICSITE_KEPT_MAX_MB") or KEPT_MAX_BYTES / 2**20) * 2**20),
@@ -205,6 +252,9 @@ class TritonPythonModel:
         if arrays:
             if self.delay_s:
                 time.sleep(self.delay_s)
+            work = self.work.seconds()
+            if work:
+                cpu_work(work * len(arrays))
             for i, outputs in zip(arrays, self._compute(list(arrays.values())), strict=True):
                 outcomes[i], answers[i] = EXECUTED, outputs
                 if flags[i][0] and ids[i]:

@@ -3,17 +3,39 @@
 Three policies, switchable at run time (`PUT /v1/balancing`):
 
 - `load-aware` (the default): Envoy's least-request choice, with endpoint weights from
-  measured time per request (Triton's queue + compute, smoothed over intervals). The fastest
-  server of a model gets weight 1000 and one k times as slow 1000 / k², floor 1: Envoy picks
-  in proportion to weight / (active requests + 1), and squaring brings that proportional
-  pick close to "the server that answers soonest", so a server 20 times slower gets a few
-  requests in a thousand rather than one in twenty. As the fast servers fill up their queue
-  time and active counts rise, and the others take the overflow.
+  each server's measured compute time per request (Triton's compute input + infer + output
+  over the requests it completed, smoothed over intervals): how fast the server is. How busy
+  it is, Envoy sees itself: it picks in proportion to weight / (active requests + 1). A
+  server k times as slow as the model's `reference` (its fastest server; with three or more,
+  the second fastest, so that one measurement low by luck is not everyone's yardstick) gets
+  weight 1000 / (k - TOLERANCE)^EXPONENT, at most 1000, floor 1. The steep exponent brings
+  that proportional pick close to "the server that answers soonest": a server twice as slow
+  gets a few requests in a hundred while the others have room (each request it answers is
+  one of the slowest, the p99), more as their active requests pile up; one five times as
+  slow, about none. Servers within `TOLERANCE` of the reference all get 1000, and equal
+  weights are exactly least request (Envoy's power of two choices): on shared cores one
+  interval's compute time differs from the next by more than that, and noise must not make
+  load-aware worse than least request.
+  The smoothing believes a faster measurement at once and a slower one over a few intervals
+  (`FASTER`, `SLOWER`): a server's time is the lower edge of what it showed lately. One
+  interval slow by bad luck (a core taken away) barely moves a weight; a server that became
+  slower for good is weighed down within seconds; and one that recovered gets its share back
+  as soon as it answers fast once, although a server sent few requests answers slower than a
+  busy one (its threads must be woken and scheduled for each request).
+  Queue time is left out of the weights: it is an effect of the weights themselves (a
+  server sent less has a shorter queue the next interval, then is sent more), and weights
+  that follow it swing from interval to interval; Envoy's active-request counts follow the
+  load at once.
 - `least-request`: Envoy's least-request choice, all weights equal.
 - `round-robin`: Envoy's round robin, all weights equal (the baseline of most charts).
 
-A server that completed no request of a model in the last interval keeps its last measured
-time: a slow server that gets little traffic must not look fast for lack of a measurement.
+A server that completed no request of a model in an interval while the model's other
+servers did keeps its measurement, aged: its excess over the reference shrinks by `AGING`
+per such interval (an interval in which no server of the model completed anything changes
+nothing). A slow server that gets little traffic does not look fast at once for lack of a
+measurement, yet one that was starved (weight 1) is sent requests again within a few
+intervals, is measured, and gets its share back if it has recovered (or its weight falls
+again if it has not).
 """
 
 from __future__ import annotations
@@ -30,7 +52,10 @@ POLICIES = {  # policy: Envoy's lb_policy
     "round-robin": "ROUND_ROBIN",
 }
 DEFAULT_POLICY = "load-aware"
-SMOOTHING = 0.5  # weight of the newest interval's measurement
+FASTER, SLOWER = 1.0, 0.2  # weight of the newest interval's measurement, if lower / higher
+AGING = 0.6  # per interval without a completed request: what is kept of the excess
+TOLERANCE = 0.25  # servers at most this much slower than the reference weigh as much as it
+EXPONENT = 6  # weight 1000 / (k - TOLERANCE) ** EXPONENT for a server k times as slow
 
 
 def check_policy(policy: object) -> str:
@@ -39,10 +64,43 @@ def check_policy(policy: object) -> str:
     return policy
 
 
+def weight(latency_us: float | None, fast_us: float | None) -> int:
+    """One server's load-aware weight from its time per request and the model's `reference`."""
+    if not latency_us or not fast_us:
+        return FULL_WEIGHT  # unmeasured: tried as the fastest
+    excess = max(1.0, latency_us / fast_us - TOLERANCE)
+    return max(1, round(FULL_WEIGHT / excess**EXPONENT))
+
+
+def reference(latencies_us: list[float]) -> float | None:
+    """What "fast" is for a model: its fastest server's time, or with three servers or more
+    the second fastest's (a measurement low by luck must not make every other server look
+    slow); None when none is measured."""
+    ranked = sorted(latencies_us)
+    return ranked[min(1, (len(ranked) - 1) // 2)] if ranked else None
+
+
+def smoothed(old_us: float | None, new_us: float) -> float:
+    """A measurement with the newest interval's: quick to follow a faster server, slow to
+    believe a slower one."""
+    if old_us is None:
+        return new_us
+    part = FASTER if new_us < old_us else SLOWER
+    return part * new_us + (1 - part) * old_us
+
+
+def aged(latency_us: float, fast_us: float) -> float:
+    """A measurement one interval older with no request completed: nearer the reference."""
+    if latency_us <= fast_us:
+        return latency_us
+    return fast_us + AGING * (latency_us - fast_us)
+
+
 @dataclass
 class Balancing:
     policy: str = DEFAULT_POLICY
-    # (model, server): the last measured time per request in µs, kept across intervals
+    # (model, server): the measured compute time per request in µs, kept (and aged) across
+    # intervals
     _latency_us: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -53,15 +111,26 @@ class Balancing:
         return POLICIES[self.policy]
 
     def observe(self, loads: list[ModelLoad]) -> None:
-        """Remember each (model, server)'s time per request from the last interval."""
+        """Smooth in each (model, server)'s compute time per request from the last interval;
+        age the measurement of each that completed no request in it while another server of
+        its model did (starved; when nothing ran anywhere, nothing is learnt)."""
+        idle, served = [], set()
         for load in loads:
-            if load.queue_us_per_request is None:
-                continue
-            value = load.queue_us_per_request + (load.compute_us_per_request or 0.0)
             key = (load.model, load.server)
+            value = load.compute_us_per_request
+            if value is None:
+                idle.append(key)
+                continue
+            served.add(load.model)
             if value > 0:
-                old = self._latency_us.get(key, value)
-                self._latency_us[key] = SMOOTHING * value + (1 - SMOOTHING) * old
+                self._latency_us[key] = smoothed(self._latency_us.get(key), value)
+        for key in idle:
+            if key in self._latency_us and key[0] in served:
+                fast = reference([v for (m, _), v in self._latency_us.items() if m == key[0]])
+                self._latency_us[key] = aged(self._latency_us[key], fast or 0.0)
+
+    def latency_us(self, model: str, server: str) -> float | None:
+        return self._latency_us.get((model, server))
 
     def forget(self, server: str) -> None:
         for key in [k for k in self._latency_us if k[1] == server]:
@@ -72,10 +141,5 @@ class Balancing:
         if self.policy != "load-aware":
             return {s: FULL_WEIGHT for s in servers}
         latency = {s: self._latency_us.get((model, s)) for s in servers}
-        fastest = min((v for v in latency.values() if v), default=None)
-        return {
-            s: FULL_WEIGHT
-            if not v or not fastest
-            else max(1, round(FULL_WEIGHT * (fastest / v) ** 2))
-            for s, v in latency.items()
-        }
+        fast = reference([v for v in latency.values() if v])
+        return {s: weight(v, fast) for s, v in latency.items()}

@@ -178,17 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_parser(bsub, "dataplane", "direct to Triton vs through Envoy", 3)
     _bench_parser(bsub, "gateway", "direct Triton HTTP vs through the gateway", 3)
     b = _bench_parser(
-        bsub, "balancing", "round robin vs least request vs load-aware weights, one slow server", 3
+        bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 3
     )
+    # defaults: bench/balancing.py's Options
     b.add_argument(
-        "--delay-ms", type=_at_least(1), default=40, help="how much slower the slow server is"
+        "--slowdowns",
+        type=lambda t: tuple(float(x) for x in t.split(",") if x),
+        help="how many times slower the slow server is, comma-separated (1.25,1.5,2,3,5)",
     )
-    b.add_argument(
-        "--concurrency",
-        type=_positive_list,
-        default=(2, 8),
-        help="requests the stream keeps in flight, comma-separated",
-    )
+    b.add_argument("--work-ms", type=_non_negative, help="CPU work per request, every server")
+    b.add_argument("--concurrency", type=_at_least(1), help="closed loop: requests in flight")
+    b.add_argument("--requests", type=_at_least(50), help="closed loop: requests per turn")
+    b.add_argument("--open-seconds", type=_non_negative, help="open loop: seconds per turn")
     b = _bench_parser(
         bsub, "faults", "strike each process of a local site mid-stream: lost, twice, recovery"
     )
@@ -286,13 +287,17 @@ def _bench(args: argparse.Namespace) -> dict:
         return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
     from .bench import balancing
 
-    return balancing.run(
-        args.json,
-        args.repeats,
-        args.delay_ms,
-        concurrencies=args.concurrency,
-        build_dir=args.build_dir,
-    )
+    given = {
+        "repeats": args.repeats,
+        "work_ms": args.work_ms,
+        "slowdowns": args.slowdowns,
+        "concurrency": args.concurrency,
+        "closed_requests": args.requests,
+        "open_s": args.open_seconds,
+        "build_dir": args.build_dir,
+    }
+    options = balancing.Options(**{k: v for k, v in given.items() if v is not None})
+    return balancing.run(args.json, options)
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@ one, and the actuator that lets the operator's autoscaler do both."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -31,6 +33,11 @@ from .triton import (
 # Slows every execution on one server (models/onnx_runner.py reads it, as DELAY_ENV): the
 # knob behind `sonicsite bench balancing`.
 MODEL_DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
+# CPU work per request, changeable while the site runs (models/onnx_runner.py reads the file
+# this names, as WORK_ENV): the knob behind `sonicsite bench balancing`. Every server is given
+# its site's file (a restarted one too); no file, no work.
+MODEL_WORK_ENV = "SONICSITE_MODEL_WORK_FILE"
+MODEL_WORK_FILE = "model_work.json"
 # Which server and site a server's model runners belong to (the runners inherit the
 # server's environment), e.g. for records they keep per server.
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
@@ -57,6 +64,7 @@ def start_server(
         server_id,
     )
     env = install.environment() | {SERVER_ID_ENV: server_id, SITE_DIR_ENV: str(site_dir)}
+    env[MODEL_WORK_ENV] = str(Path(site_dir) / MODEL_WORK_FILE)
     if delay_ms:
         env[MODEL_DELAY_ENV] = str(delay_ms)
     proc = start(cmd, env, log, cwd=site_dir)
@@ -71,6 +79,15 @@ def start_server(
         log=str(log),
         delay_ms=delay_ms,
     )
+
+
+def set_model_work(site_dir: Path, work_ms: float, factors: dict[str, float]) -> None:
+    """Every server's model does `work_ms` of CPU work per request, a server named in
+    `factors` that many times as much; replaced atomically (the runners re-read it)."""
+    path = Path(site_dir) / MODEL_WORK_FILE
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(json.dumps({"work_ms": work_ms, "factors": factors}))
+    os.replace(scratch, path)
 
 
 def restart_server(site_dir: Path, server: LocalServer) -> tuple[subprocess.Popen, LocalServer]:

@@ -58,3 +58,47 @@ def test_a_file_that_is_not_a_bench_result_is_named(tmp_path, capsys):
     assert main(["bench", "report", str(bad), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "notes.json: not a bench result (no benchmark, meta)" in err
+
+
+def _balancing_result(path: Path) -> Path:
+    """A balancing bench's result as bench/balancing.py writes it (two slowdowns, one load,
+    a recovery run with its shares over time)."""
+
+    def cell(p99: float) -> dict:
+        return {"p99_ms": figure([p99, p99 + 1]), "all_repeats": {"p99_ms": p99}}
+
+    figures = {
+        label: {"closed": {p: cell(10.0 * k) for k, p in enumerate(report.POLICY_ORDER, 1)}}
+        for label in ("1.25x", "2x")
+    }
+    shares = [
+        {"t": t, "requests": 50, "shares": {"triton-0": 0.45, "triton-1": 0.45, "triton-2": 0.1}}
+        for t in (-2.0, -1.0, 0.0, 1.0)
+    ]
+    write_result(
+        path,
+        "balancing",
+        {"recovery_s": 1.0, "targets": {"recovery_s": "<= 15"}},
+        {"figures": figures, "recovery_runs": [{"recovery_s": 1.0, "shares": shares}]},
+        load_before=[0.1, 0.1, 0.1],
+    )
+    return path
+
+
+def _gateway_result(path: Path) -> Path:
+    ratio = {"throughput_ratio": figure([0.8, 0.9]), "added_p50_ms": figure([0.1, 0.2])}
+    cases = {"identity_1mb/c4": {"gateway_vs_direct": ratio}, "tiny/c1": {"other": {}}}
+    write_result(path, "gateway", {"sheds": 0}, {"cases": cases}, load_before=[0.1, 0.1, 0.1])
+    return path
+
+
+def test_the_balancing_and_gateway_sections_plot_what_their_json_holds(tmp_path):
+    sources = [_gateway_result(tmp_path / "g.json"), _balancing_result(tmp_path / "b.json")]
+    page = report.run(sources, tmp_path / "out").read_text()
+    assert page.index("## balancing") < page.index("## gateway")  # the report's order
+    for image in (
+        "balancing_latency_against_slowdown.png",
+        "balancing_share_per_server_over_time.png",
+        "gateway_throughput_against_direct.png",
+    ):
+        assert f"]({image})" in page and (tmp_path / "out" / image).stat().st_size > 10_000

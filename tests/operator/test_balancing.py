@@ -7,9 +7,19 @@ import urllib.error
 import urllib.request
 
 import pytest
-from sonicsite.bench.balancing import set_policy, stream
+from sonicsite.bench.balancing_load import set_policy, stream
+from sonicsite.bench.shares import recovery_s, shares_over_time
 from sonicsite.client.discovery import from_site_file
-from sonicsite.operator.balancing import Balancing, check_policy
+from sonicsite.operator.balancing import (
+    EXPONENT,
+    TOLERANCE,
+    Balancing,
+    aged,
+    check_policy,
+    reference,
+    smoothed,
+    weight,
+)
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds_resources import model_cluster
 
@@ -24,18 +34,137 @@ def _load(server: str, queue_us: float | None, compute_us: float | None = 0.0) -
     return ModelLoad("m", server, 1, queue_us, compute_us or 0.0, 0.0, 1.0, 0.0, 1.0)
 
 
-def test_load_aware_weights_follow_measured_time_per_request():
+def _compute(**servers: float | None) -> list[ModelLoad]:
+    """One interval: each server's compute time per request (µs), None: nothing completed."""
+    return [_load(s, None if us is None else 0.0, us) for s, us in servers.items()]
+
+
+def test_load_aware_weights_follow_measured_compute_time_per_request():
     b = Balancing()
-    b.observe([_load("a", 500.0, 500.0), _load("b", 1000.0, 1000.0), _load("c", 0.0, 40_000.0)])
-    weights = b.weights("m", ["a", "b", "c", "new"])
+    b.observe(_compute(a=1000.0, a2=1000.0, b=2500.0, c=40_000.0))
+    weights = b.weights("m", ["a", "a2", "b", "c", "new"])
     assert weights["a"] == SCALE and weights["new"] == SCALE  # unmeasured: tried as fastest
-    assert weights["b"] == SCALE // 4  # twice as slow: a quarter
+    assert weights["b"] == round(SCALE / (2.5 - TOLERANCE) ** EXPONENT)  # 2.5 times as slow
     assert weights["c"] == 1  # 40 times slower: the floor
-    # no request completed on c in the next interval: it keeps its measurement
-    b.observe([_load("a", 500.0, 500.0), _load("c", None, None)])
-    assert b.weights("m", ["a", "c"])["c"] == 1
     b.forget("c")
     assert b.weights("m", ["a", "c"])["c"] == SCALE
+
+
+def test_one_server_measured_fast_by_luck_does_not_make_the_others_look_slow():
+    """With three servers or more, "fast" is the second fastest: one low measurement (a
+    lucky interval) is not the yardstick every other server is weighed against."""
+    b = Balancing()
+    b.observe(_compute(a=600.0, b=1000.0, c=1050.0))
+    assert b.weights("m", ["a", "b", "c"]) == {"a": SCALE, "b": SCALE, "c": SCALE}
+    assert reference([600.0, 1000.0, 1050.0]) == 1000.0 and reference([600.0, 1000.0]) == 600.0
+    assert reference([]) is None
+
+
+def test_queue_time_does_not_move_the_weights():
+    """A queue is an effect of the weights (sent less, it shortens): weights that followed
+    it would swing. Speed is compute time; Envoy's active counts see the queue."""
+    b = Balancing()
+    b.observe([_load("a", 50_000.0, 1000.0), _load("b", 0.0, 1000.0)])
+    assert b.weights("m", ["a", "b"]) == {"a": SCALE, "b": SCALE}
+
+
+def test_servers_within_the_tolerance_weigh_alike_so_load_aware_is_least_request():
+    """Noise between equal servers (or a slowdown smaller than the noise) gives every
+    server the full weight: Envoy's least request then runs its power of two choices."""
+    b = Balancing()
+    b.observe(_compute(a=1000.0, b=1000.0 * (1 + TOLERANCE), c=1100.0))
+    assert b.weights("m", ["a", "b", "c"]) == {"a": SCALE, "b": SCALE, "c": SCALE}
+    assert weight(1000.0 * (1 + TOLERANCE) + 1, 1000.0) < SCALE  # continuous beyond it
+    assert weight(1000.0 * (1 + TOLERANCE) + 1, 1000.0) > SCALE - 10
+
+
+def test_one_unlucky_interval_barely_moves_a_weight_a_faster_server_is_followed_at_once():
+    """On shared cores a server's compute time doubles for an interval now and then (a core
+    taken away): believed slowly. A server that got faster is believed at once."""
+    b = Balancing()
+    for _ in range(5):
+        b.observe(_compute(a=1000.0, b=1000.0))
+    b.observe(_compute(a=1000.0, b=2000.0))  # one unlucky interval
+    assert b.weights("m", ["a", "b"])["b"] == SCALE
+    for _ in range(6):
+        b.observe(_compute(a=1000.0, b=2000.0))  # slower for good: believed within seconds
+    assert b.weights("m", ["a", "b"])["b"] < SCALE // 10
+    assert smoothed(4000.0, 1000.0) < 2000.0 < smoothed(1000.0, 5000.0) + 1000.0
+
+
+def test_a_starved_server_ages_back_to_its_share_and_is_measured_again():
+    """A server 40 times slower gets weight 1 and may complete nothing for a while; its
+    measurement ages toward the fastest, so it is sent requests again and measured: fast
+    again, its weight is back; still slow, it falls again."""
+    b = Balancing()
+    b.observe(_compute(a=1000.0, c=40_000.0))
+    assert b.weights("m", ["a", "c"])["c"] == 1
+    b.observe(_compute(a=1000.0, c=None))  # one interval without an answer: still far down
+    assert b.weights("m", ["a", "c"])["c"] < 10
+    intervals = 1
+    while b.weights("m", ["a", "c"])["c"] < 100:
+        b.observe(_compute(a=1000.0, c=None))
+        intervals += 1
+    assert intervals <= 8  # sent a few in a hundred after a few seconds without an answer
+    slow_again = Balancing(_latency_us=dict(b._latency_us))
+    slow_again.observe(_compute(a=1000.0, c=40_000.0))  # measured: still slow
+    assert slow_again.weights("m", ["a", "c"])["c"] < 10
+    for _ in range(6):  # measured: recovered
+        b.observe(_compute(a=1000.0, c=1000.0))
+    assert b.weights("m", ["a", "c"])["c"] == SCALE
+    assert aged(900.0, 1000.0) == 900.0  # the fastest is never aged past
+
+
+def test_no_traffic_at_all_ages_nothing():
+    """Between job waves no server completes anything: that says nothing about the slow one,
+    which must not come back as fast when the next wave starts."""
+    b = Balancing()
+    b.observe(_compute(a=1000.0, c=5000.0))
+    before = b.weights("m", ["a", "c"])
+    for _ in range(20):
+        b.observe(_compute(a=None, c=None))
+    assert b.weights("m", ["a", "c"]) == before
+
+
+def test_a_server_five_times_slower_gets_its_weight_back_soon_after_it_recovers():
+    """What the recovery run measures, on the policy alone: 5x slower, then as fast as the
+    others; a trickle of requests measures it. Full weight within a few intervals."""
+    b = Balancing()
+    for _ in range(10):
+        b.observe(_compute(a=1000.0, b=1000.0, c=5000.0))
+    assert b.weights("m", ["a", "b", "c"])["c"] < SCALE // 10
+    steps = 0
+    while b.weights("m", ["a", "b", "c"])["c"] < SCALE:
+        b.observe(_compute(a=1000.0, b=1000.0, c=1000.0))
+        steps += 1
+    assert steps <= 7
+
+
+def _answers(shares: list[float], rate: int = 60) -> tuple[list[float], list[str]]:
+    """Answers over seconds 0, 1, ...: in second t, `shares[t]` of them from "slow", the
+    rest from "a" and "b" alike."""
+    done, servers = [], []
+    for t, share in enumerate(shares):
+        slow = round(rate * share)
+        names = ["slow"] * slow + ["a", "b"] * ((rate - slow) // 2)
+        for k, name in enumerate(names):
+            done.append(t + (k + 0.5) / len(names))
+            servers.append(name)
+    return done, servers
+
+
+def test_recovery_is_timed_until_the_slow_servers_share_is_back_within_ten_percent():
+    """The slow server gets 2% until t = 10 s, recovers there, and its share climbs back to a
+    third over 4 s: the window of the last 3 s reaches the band some seconds later."""
+    shares = [0.02] * 10 + [0.1, 0.2, 0.3, 0.33] + [1 / 3] * 10
+    done, servers = _answers(shares)
+    took = recovery_s(done, servers, 10.0, "slow", 3)
+    assert took is not None and 3.0 <= took <= 6.0
+    assert recovery_s(*_answers([0.02] * 20), 10.0, "slow", 3) is None  # never back
+    series = shares_over_time(done, servers, 10.0)
+    assert series[0]["t"] == -10.0 and series[0]["shares"]["slow"] == pytest.approx(0.02, abs=0.01)
+    assert series[-1]["shares"]["slow"] == pytest.approx(1 / 3, abs=0.02)
+    assert all(sum(row["shares"].values()) == pytest.approx(1.0, abs=1e-3) for row in series)
 
 
 def test_other_policies_weigh_every_server_alike():
