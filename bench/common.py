@@ -47,11 +47,6 @@ def time_repeats(
     return times
 
 
-def median_runs(runs: list[dict]) -> dict:
-    """Key by key, the median of repeated runs' figures."""
-    return {k: round(statistics.median(r[k] for r in runs), 4) for k in runs[0]}
-
-
 def figure(samples: list[float], digits: int = 4) -> dict:
     """One figure as a reviewer wants it: every repeat, the median, and the spread
     ((max - min) / median) that says how far to trust the median."""

@@ -70,7 +70,8 @@ def _section(result: dict, out: Path) -> list[str]:
     ]
     lines += _summary_table(result["summary"])
     for title, draw in PLOTS.get(name, ()):
-        image = out / f"{name}_{title.lower().replace(' ', '_')}.png"
+        # named after the file: two results of one bench (say quiet and loaded) keep both
+        image = out / f"{Path(result['_file']).stem}_{title.lower().replace(' ', '_')}.png"
         if draw(result, image):
             lines += ["", f"![{name}: {title}]({image.name})"]
     return [*lines, ""]

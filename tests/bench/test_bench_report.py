@@ -93,7 +93,10 @@ def _gateway_result(path: Path) -> Path:
 
 
 def test_the_balancing_and_gateway_sections_plot_what_their_json_holds(tmp_path):
-    sources = [_gateway_result(tmp_path / "g.json"), _balancing_result(tmp_path / "b.json")]
+    sources = [
+        _gateway_result(tmp_path / "gateway.json"),
+        _balancing_result(tmp_path / "balancing.json"),
+    ]
     page = report.run(sources, tmp_path / "out").read_text()
     assert page.index("## balancing") < page.index("## gateway")  # the report's order
     for image in (
