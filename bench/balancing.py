@@ -50,7 +50,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 from sonicsite.client.discovery import from_site_file
 from sonicsite.operator.xds_resources import model_cluster
 
@@ -59,6 +58,7 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
+from .balancing_figures import Cell, policy_ratios
 from .balancing_load import (
     FLOATS,
     MODEL,
@@ -73,7 +73,6 @@ from .common import (
     BENCH_ADMISSION,
     conditions,
     figure,
-    figures_of_runs,
     load_now,
     sheds,
     write_result,
@@ -82,7 +81,6 @@ from .outside_load import OutsideLoad
 from .shares import SHARE_TOLERANCE, SHARE_WINDOW_S, OperatorSeen, recovery_s, shares_over_time
 
 SERVERS = 3
-BASELINE = "round-robin"
 ORDER = ("round-robin", "least-request", "load-aware")  # the turns within a repeat
 SLOWDOWNS = (1.25, 1.5, 2.0, 3.0, 5.0)
 OPEN_LOADS = (0.7, 0.9)  # open-loop rates, as parts of the measured capacity
@@ -120,33 +118,6 @@ class Options:
             )
         if self.repeats < 1 or self.concurrency < 1 or self.work_ms <= 0 or self.open_s <= 0:
             raise ValueError("repeats, concurrency, work_ms and open_s must be positive")
-
-
-@dataclass
-class Cell:
-    """One slowdown × load × policy: the figures of every repeat, and every latency."""
-
-    runs: list[dict] = field(default_factory=list)
-    latency_ms: list[float] = field(default_factory=list)
-
-    def add(self, answers: Answers, outside_cores: float) -> None:
-        self.runs.append(answers.figures() | {"outside_cores": outside_cores})
-        self.latency_ms.extend(answers.latency_ms)
-
-    def figures(self) -> dict:
-        """Every repeat's figures, and the percentiles of all their latencies together
-        (p99 of a few hundred requests is noisy; of every repeat's, less so)."""
-        return figures_of_runs(self.runs) | {
-            "all_repeats": {
-                "requests": len(self.latency_ms),
-                "p50_ms": round(float(np.percentile(self.latency_ms, 50)), 3),
-                "p99_ms": round(float(np.percentile(self.latency_ms, 99)), 3),
-            }
-        }
-
-    @property
-    def p99_ms(self) -> float:
-        return float(np.percentile(self.latency_ms, 99))
 
 
 @dataclass
@@ -285,23 +256,6 @@ def _label(factor: float) -> str:
     return f"{factor:g}x"
 
 
-def _paired(cells: dict[str, Cell], key: str, policy: str, versus: str) -> dict:
-    """`policy`'s figure over `versus`'s: repeat by repeat (they ran back to back), and of
-    all repeats' latencies together (`all_repeats`, what the summary takes)."""
-    pairs = zip(cells[policy].runs, cells[versus].runs, strict=True)
-    return figure([a[key] / b[key] for a, b in pairs]) | {
-        "all_repeats": round(cells[policy].p99_ms / cells[versus].p99_ms, 4)
-    }
-
-
-def _ratios(cells: dict[str, Cell]) -> dict:
-    return {
-        "p99_load_aware_vs_round_robin": _paired(cells, "p99_ms", "load-aware", BASELINE),
-        "p99_load_aware_vs_least_request": _paired(cells, "p99_ms", "load-aware", "least-request"),
-        "p99_least_request_vs_round_robin": _paired(cells, "p99_ms", "least-request", BASELINE),
-    }
-
-
 def run(
     json_path: Path, options: Options = Options(), progress: Callable[[str], None] = print
 ) -> dict:
@@ -349,7 +303,7 @@ def run(
         for label, by in points.items()
     }
     ratios = {
-        label: {load: _ratios(by_policy) for load, by_policy in by.items()}
+        label: {load: policy_ratios(by_policy) for load, by_policy in by.items()}
         for label, by in points.items()
     }
 

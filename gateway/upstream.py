@@ -12,13 +12,12 @@ streams to the client while it arrives.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-MAX_HEAD = 64 << 10  # a reply head longer than this is not Triton's
-HIGH_WATER = 1 << 20  # reply bytes held unread before the server is asked to wait
+from .connection import MAX_HEAD, Connection
+
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -31,152 +30,16 @@ class ConnectFailed(ConnectionError):
     the request was not processed, so another server may take it."""
 
 
-def _expire(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-async def _within(waiter: asyncio.Future, timeout: float) -> None:
-    """Await `waiter`, TimeoutError after `timeout` seconds (a timer, not a task: this is
-    awaited for every chunk of every body)."""
-    timer = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-
-
-class _Connection(asyncio.Protocol):
-    """One connection to a server: the bytes it sends are kept as the socket delivered
-    them, in order, until taken; writing waits while the socket's buffer is full."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.chunks: collections.deque[bytes] = collections.deque()
-        self.held = 0  # bytes in `chunks`
-        self.ended = False  # the server closed its side (or the connection was lost)
-        self.reading_paused = False
-        self._waiter: asyncio.Future | None = None
-        self._writable: asyncio.Future | None = None
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.held += len(data)
-        if self.held > HIGH_WATER and not self.reading_paused and self.transport:
-            self.reading_paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> None:
-        self.ended = True
-        self._wake()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.ended = True
-        self._wake()
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        self._writable = None
-
-    # used by ServerPool and BodyStream
-
-    @property
-    def usable(self) -> bool:
-        """Open on both sides, nothing left over from an earlier reply."""
-        t = self.transport
-        return not self.ended and not self.chunks and t is not None and not t.is_closing()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def write(self, *parts: bytes) -> None:
-        """Hand `parts` to the socket in one call (one writev), no copy made here."""
-        self.transport.writelines(parts)  # type: ignore[union-attr]
-
-    async def drain(self, timeout: float) -> None:
-        """Wait while the socket's send buffer is full (the server reads slower than the
-        client sends); ConnectionError if the connection went meanwhile, TimeoutError if
-        the server took nothing for `timeout` seconds."""
-        if self._writable is not None:
-            await _within(self._writable, timeout)
-        if self.ended:
-            raise ConnectionError("the server closed the connection while the body was sent")
-
-    async def chunk(self, timeout: float) -> bytes:
-        """The next bytes the server sent; ConnectionError if it closed instead,
-        TimeoutError if none came within `timeout` seconds."""
-        while not self.chunks:
-            if self.ended:
-                raise ConnectionError("the server closed the connection")
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await _within(self._waiter, timeout)
-            finally:
-                self._waiter = None
-        data = self.chunks.popleft()
-        self.held -= len(data)
-        if self.reading_paused and self.held <= HIGH_WATER // 2 and self.transport:
-            self.reading_paused = False
-            self.transport.resume_reading()
-        return data
-
-    def unread(self, data: bytes) -> None:
-        """Put back bytes taken too early (they belong to what is read next)."""
-        if data:
-            self.chunks.appendleft(data)
-            self.held += len(data)
-
-    async def exactly(self, n: int, timeout: float) -> bytes:
-        """`n` bytes, joined (only for the small framing of a chunked reply)."""
-        parts, have = [], 0
-        while have < n:
-            data = await self.chunk(timeout)
-            if have + len(data) > n:
-                self.unread(data[n - have :])
-                data = data[: n - have]
-            parts.append(data)
-            have += len(data)
-        return b"".join(parts)
-
-    async def line(self, timeout: float) -> bytes:
-        """Up to and without the next CRLF."""
-        data = b""
-        while (end := data.find(b"\r\n")) < 0:
-            if len(data) > MAX_HEAD:
-                raise ConnectionError("a chunk-size line that never ends")
-            data += await self.chunk(timeout)
-        self.unread(data[end + 2 :])
-        return data[:end]
-
-    def close(self) -> None:
-        self.ended = True
-        if self.transport is not None:
-            self.transport.close()
-
-
 @dataclass
 class BodyStream:
     """The rest of a reply's body, chunk by chunk as the server sends it. The connection
     goes back to its pool once the last byte is taken; `close()` before that closes it (the
     rest of the reply is never read, so the connection cannot carry another request)."""
 
-    connection: _Connection
+    connection: Connection
     remaining: int
     timeout: float
-    release: Callable[[_Connection], None]
+    release: Callable[[Connection], None]
 
     def __aiter__(self) -> BodyStream:
         return self
@@ -245,20 +108,20 @@ class ServerPool:
     """Idle connections to one server (host:port), reused one request at a time."""
 
     address: str
-    idle: list[_Connection] = field(default_factory=list)
+    idle: list[Connection] = field(default_factory=list)
 
-    async def _connect(self, timeout: float) -> _Connection:
+    async def _connect(self, timeout: float) -> Connection:
         host, port = self.address.rsplit(":", 1)
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(_Connection, host, int(port)), timeout
+                loop.create_connection(Connection, host, int(port)), timeout
             )
         except (TimeoutError, OSError) as exc:
             raise ConnectFailed(f"{self.address}: cannot connect: {exc!r}") from exc
         return connection
 
-    def _idle_connection(self) -> _Connection | None:
+    def _idle_connection(self) -> Connection | None:
         """A kept-alive connection the server has not closed meanwhile, if any."""
         while self.idle:
             connection = self.idle.pop()
@@ -267,7 +130,7 @@ class ServerPool:
             connection.close()
         return None
 
-    def _release(self, connection: _Connection, close: bool) -> None:
+    def _release(self, connection: Connection, close: bool) -> None:
         if close or not connection.usable:
             connection.close()
         else:
@@ -310,7 +173,7 @@ class ServerPool:
 
     @staticmethod
     async def _send(
-        connection: _Connection,
+        connection: Connection,
         head: bytes,
         body: bytes,
         rest: AsyncIterator[bytes] | None,
@@ -329,7 +192,7 @@ class ServerPool:
         if sent != length:
             raise BodyMismatch(f"body: {sent} bytes arrived, Content-Length said {length}")
 
-    async def _reply(self, connection: _Connection, timeout: float) -> Reply:
+    async def _reply(self, connection: Connection, timeout: float) -> Reply:
         """The reply's head, and its body as far as it came with the head."""
         try:
             data = await connection.chunk(timeout)
@@ -371,7 +234,7 @@ class ServerPool:
         self.idle.clear()
 
 
-async def _read_to_end(connection: _Connection, timeout: float) -> bytes:
+async def _read_to_end(connection: Connection, timeout: float) -> bytes:
     parts = []
     while True:
         try:
@@ -380,7 +243,7 @@ async def _read_to_end(connection: _Connection, timeout: float) -> bytes:
             return b"".join(parts)
 
 
-async def _read_chunked(connection: _Connection, timeout: float) -> bytes:
+async def _read_chunked(connection: Connection, timeout: float) -> bytes:
     parts = []
     while True:
         size = int((await connection.line(timeout)).split(b";")[0], 16)
