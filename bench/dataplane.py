@@ -169,26 +169,6 @@ def _measure(
     )
 
 
-def _measure_once_more(
-    target: str,
-    case: Case,
-    concurrency: int,
-    env: dict[str, str],
-    workdir: Path,
-    protocol: str,
-    window: Window,
-) -> tuple[dict, dict | None]:
-    """`_measure`, and once more after a pause if perf_analyzer failed outright (say a
-    server restarting under it); the failure is kept with the attempt, and a second
-    failure ends the bench."""
-    try:
-        return _measure(target, case, concurrency, env, workdir, protocol, window)
-    except PerfAnalyzerFailed as exc:
-        time.sleep(RETRY_PAUSE_S)
-        attempt, figures = _measure(target, case, concurrency, env, workdir, protocol, window)
-        return {**attempt, "failed_before": str(exc)[-600:]}, figures
-
-
 def perf_analyzer(
     target: str,
     case: Case,
@@ -202,9 +182,13 @@ def perf_analyzer(
     attempts = []
     figures = None
     for window in (case.window, case.window.longer()):
-        attempt, figures = _measure_once_more(
-            target, case, concurrency, env, workdir, protocol, window
-        )
+        args = (target, case, concurrency, env, workdir, protocol, window)
+        try:
+            attempt, figures = _measure(*args)
+        except PerfAnalyzerFailed as exc:  # say a server restarting under it: once more
+            time.sleep(RETRY_PAUSE_S)
+            attempt, figures = _measure(*args)  # a second failure ends the bench
+            attempt = {**attempt, "failed_before": str(exc)[-600:]}
         attempts.append(attempt)
         if figures is not None:
             break
