@@ -32,36 +32,43 @@ block and, for contrast, an event-major block that needs one gather.
 Much of the stock gRPC path's cost on these machines is faulting in a fresh 16 MB allocation
 per copy; a last pass repeats the 16 MB gRPC comparison with glibc keeping freed memory in
 the heap, so the JSON shows how much of the gain depends on that.
+
+This module builds the paths, checks their answers and writes the result; the timing loop is
+`client_timing.py`, the layers, ratios and summary `client_figures.py`, the stock paths
+`client_stock.py`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sonicsite.client import Client, Column, Columns, SoA, TensorSpec, make_plan
+from sonicsite.client import (
+    Client,
+    Column,
+    Columns,
+    CopyPlan,
+    ModelInfo,
+    SoA,
+    TensorSpec,
+    make_plan,
+)
 from sonicsite.client.wire import TensorHeader, request_header
 
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
+from .client_figures import check_layers, layers, ratios, summary
 from .client_stock import ClientPath, stock_paths
-from .common import figure, load_now, median_ms, time_repeats, write_result
+from .client_timing import time_calls
+from .common import load_now, median_ms, time_repeats, write_result
 
 MODEL = "identity"
 COLUMNS = 16
-# The server's own time: the stages of Triton's statistics that lie inside the request's
-# handling. Its "success" duration also counts work after the reply has gone (releasing the
-# request), so it can exceed what the client timed; it is kept beside, not used.
-SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
-LIKE_FOR_LIKE = {"grpc": "stock_grpc", "http": "stock_http", "shm": "stock_shm"}
 
 
 def _names() -> list[str]:
@@ -87,17 +94,6 @@ def _fill(soa: SoA, rng: np.random.Generator) -> None:
 
 def _expected(soa: SoA) -> np.ndarray:
     return np.concatenate([soa[c.name] for c in _columns()])
-
-
-@dataclass
-class CallTimes:
-    """One call, in seconds: the caller's layers, and the server's own time (statistics)."""
-
-    prepare: float
-    exchange: float
-    total: float
-    server: float  # Triton's stages: queue + compute input, infer, output
-    success: float  # Triton's success duration: also its work after the reply went out
 
 
 def bench_payload(
@@ -143,7 +139,7 @@ def bench_payload(
     shm_spec = _spec(rows, "y")
     copies: list[int] = []
 
-    def shm_exchange(plan):
+    def shm_exchange(plan: CopyPlan) -> np.ndarray:
         reply = shm_endpoint.transport.infer(plan, 120)
         delivered = sum(
             o.deliver(reply.outputs[o.name])
@@ -168,149 +164,24 @@ def bench_payload(
             if not np.array_equal(outputs["y"].reshape(-1), expected):
                 raise AssertionError("shm: the server did not write the answer into the SoA")
         region = shm_client.pool.locate(outputs["y"].reshape(-1).view(np.uint8))
-        calls = _time_calls(chosen, grpc_endpoint.transport, repeats)
+        calls = time_calls(chosen, grpc_endpoint.transport, MODEL, repeats)
     finally:
         for c in (grpc_client, http_client, shm_client):
             c.close()
         for release in cleanup:
             release()
-    layers = {name: _layers(times) for name, times in calls.items()}
+    paths_layers = {name: layers(times) for name, times in calls.items()}
     return {
         "mbytes": mbytes,
         "rows": rows,
         "columns": COLUMNS,
-        "paths": layers,
-        "median_ms": {name: f["total_ms"]["median"] for name, f in layers.items()},
-        "speedup": _ratios(calls, "total"),
-        "client_side_speedup": _ratios(calls, "client"),
-        "layers_add_up": _check_layers(calls),
+        "paths": paths_layers,
+        "median_ms": {name: f["total_ms"]["median"] for name, f in paths_layers.items()},
+        "speedup": ratios(calls, "total"),
+        "client_side_speedup": ratios(calls, "client"),
+        "layers_add_up": check_layers(calls),
         "payload_copies_shm": max(copies) if copies else None,
         "shm_output_in_region": region is not None,
-    }
-
-
-def _time_calls(
-    chosen: dict[str, ClientPath], transport, repeats: int, warmup: int = 2
-) -> dict[str, list[CallTimes]]:
-    """Every path once per repeat, in turn; the server's time per call from its statistics
-    (read before and after the call, outside the timed window). Each call waits until the
-    server has counted it, so that no late count lands on the next call."""
-    count = _quiet_count(transport)
-    for _ in range(warmup):
-        for name, path in chosen.items():
-            path.exchange(path.prepare())
-            count += 1
-            _statistics_after(transport, count, name)
-    calls: dict[str, list[CallTimes]] = {name: [] for name in chosen}
-    for _ in range(repeats):
-        for name, path in chosen.items():
-            before = transport.statistics(MODEL)
-            t0 = time.perf_counter()
-            request = path.prepare()
-            t1 = time.perf_counter()
-            path.exchange(request)
-            t2 = time.perf_counter()
-            count += 1
-            after = _statistics_after(transport, count, name)
-            server = sum(after[s][1] - before[s][1] for s in SERVER_STAGES) / 1e9
-            success = (after["success"][1] - before["success"][1]) / 1e9
-            calls[name].append(CallTimes(t1 - t0, t2 - t1, t2 - t0, server, success))
-    return calls
-
-
-def _quiet_count(transport, settle_s: float = 0.2, deadline_s: float = 30.0) -> int:
-    """The model's request count once it stops changing (the checks before the timed loop
-    may still be counted late)."""
-    give_up = time.monotonic() + deadline_s
-    last = transport.statistics(MODEL)["success"][0]
-    while time.monotonic() < give_up:
-        time.sleep(settle_s)
-        now = transport.statistics(MODEL)["success"][0]
-        if now == last:
-            return now
-        last = now
-    raise AssertionError(f"the server's request count did not settle in {deadline_s} s")
-
-
-def _statistics_after(transport, count: int, name: str, deadline_s: float = 30.0) -> dict:
-    """The model's statistics once they count `count` requests: Triton records a request
-    when it releases it, which can be just after the client has the answer."""
-    give_up = time.monotonic() + deadline_s
-    while True:
-        stats = transport.statistics(MODEL)
-        if stats["success"][0] == count:
-            return stats
-        if stats["success"][0] > count or time.monotonic() > give_up:
-            raise AssertionError(
-                f"{name}: expected the server to count {count} requests, it counts "
-                f"{stats['success'][0]}"
-            )
-        time.sleep(0.001)
-
-
-def _layers(times: list[CallTimes]) -> dict:
-    """Every layer of one path as a figure (ms, every repeat kept)."""
-    ms = lambda xs: figure([x * 1e3 for x in xs], 3)  # noqa: E731
-    return {
-        "total_ms": ms([t.total for t in times]),
-        "prepare_ms": ms([t.prepare for t in times]),
-        "exchange_ms": ms([t.exchange for t in times]),
-        "server_ms": ms([t.server for t in times]),
-        "server_success_ms": ms([t.success for t in times]),
-        "transfer_ms": ms([t.exchange - t.server for t in times]),
-        "client_ms": ms([t.total - t.server for t in times]),
-    }
-
-
-def _value(t: CallTimes, key: str) -> float:
-    return t.total if key == "total" else max(t.total - t.server, 1e-6)
-
-
-def _ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
-    """Like for like, ours vs the stock path: the ratio of medians, and the ratio within
-    each repeat (the two took turns) as a figure."""
-    out = {}
-    for ours, stock in LIKE_FOR_LIKE.items():
-        if ours not in calls or stock not in calls:
-            continue
-        mine = [_value(t, key) for t in calls[ours]]
-        theirs = [_value(t, key) for t in calls[stock]]
-        out[ours] = {
-            "vs": stock,
-            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
-            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
-        }
-    if "shm" in calls and "stock_grpc" in calls:
-        mine = [_value(t, key) for t in calls["shm"]]
-        theirs = [_value(t, key) for t in calls["stock_grpc"]]
-        out["shm_vs_stock_grpc"] = {
-            "vs": "stock_grpc",
-            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
-            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
-        }
-    return out
-
-
-def _check_layers(calls: dict[str, list[CallTimes]]) -> dict:
-    """The server's own time (its statistics) must fit inside the exchange the client timed
-    around it, up to the two clocks' agreement: Triton stamps a stage's end as the reply
-    goes out, so it may pass the client's clock by a fraction of a millisecond. A larger
-    gap means the split into layers is wrong, and the bench stops."""
-    worst = 0.0
-    for name, times in calls.items():
-        for t in times:
-            over = t.server - t.exchange
-            worst = max(worst, over)
-            if over > 0.25 * t.exchange + 1e-3:
-                raise AssertionError(
-                    f"{name}: the server's time {t.server * 1e3:.3f} ms exceeds the exchange "
-                    f"{t.exchange * 1e3:.3f} ms that contains it"
-                )
-    return {
-        "total": "prepare + exchange (timed by the client)",
-        "exchange": "transfer + server (the server's time from its statistics)",
-        "server_within_exchange_every_call": True,
-        "worst_server_past_exchange_ms": round(worst * 1e3, 3),
     }
 
 
@@ -321,7 +192,7 @@ def _keep_freed_memory_in_heap() -> None:
     libc.mallopt(-1, 4 << 30)
 
 
-def bench_conversion(info, repeats: int, rng: np.random.Generator) -> dict:
+def bench_conversion(info: ModelInfo, repeats: int, rng: np.random.Generator) -> dict:
     """SoA → transport-ready request (copy plan + request header), without sending."""
     out = {}
     for rows in (1_000, 100_000, 1_000_000):
@@ -391,42 +262,10 @@ def run(
             tuned = bench_payload(site, 16, repeats, rng, paths=("stock_grpc", "grpc"))
         finally:
             launcher.down(Path(tmp) / "site")
-    p16 = payloads.get("16mb") or next(iter(payloads.values()))
-
-    def ratio(payload: dict, kind: str, path: str) -> float:
-        return payload[kind][path]["ratio_of_medians"]
-
-    summary = {
-        "speedup_grpc_16mb": ratio(p16, "speedup", "grpc"),
-        "speedup_http_16mb": ratio(p16, "speedup", "http"),
-        "speedup_shm_vs_stock_shm_16mb": ratio(p16, "speedup", "shm"),
-        "client_side_speedup_shm_vs_stock_shm_16mb": ratio(p16, "client_side_speedup", "shm"),
-        "client_side_speedup_grpc_16mb": ratio(p16, "client_side_speedup", "grpc"),
-        "speedup_shm_vs_stock_grpc_16mb": ratio(p16, "speedup", "shm_vs_stock_grpc"),
-        "speedup_grpc_64mb": ratio(payloads["64mb"], "speedup", "grpc")
-        if "64mb" in payloads
-        else None,
-        "median_ms_16mb": p16["median_ms"],
-        "server_ms_16mb": {k: v["server_ms"]["median"] for k, v in p16["paths"].items()},
-        "payload_copies_shm": max(p["payload_copies_shm"] for p in payloads.values()),
-        "conversion_ratio_1e6_1e3": round(
-            conversion["1000000"]["zero_copy"] / conversion["1000"]["zero_copy"], 3
-        ),
-        "conversion_ratio_1e6_1e3_one_gather": round(
-            conversion["1000000"]["one_gather"] / conversion["1000"]["one_gather"], 3
-        ),
-        "speedup_grpc_16mb_malloc_tuned": ratio(tuned, "speedup", "grpc"),
-        "targets": {
-            "speedup_grpc_16mb": ">= 3 (quiet), >= 2.5 (one CPU hog beside)",
-            "client_side_speedup_shm_vs_stock_shm_16mb": ">= 5",
-            "payload_copies_shm": "== 0",
-            "conversion_ratio_1e6_1e3": "<= 2",
-        },
-    }
     return write_result(
         json_path,
         "client",
-        summary,
+        summary(payloads, conversion, tuned),
         {
             "repeats": repeats,
             "model": MODEL,

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
+from .bench.arguments import at_least, non_negative
+from .bench.commands import add_bench_parser, run_bench
 from .local.state import DEFAULT_SITE_DIR
 from .operator.balancing import DEFAULT_POLICY, POLICIES
 
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
-
-
-def _at_least(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer ≥ {minimum}, got {text!r}"
-            ) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def _model_list(text: str) -> list[str]:
@@ -53,7 +39,7 @@ def _site_args(p: argparse.ArgumentParser) -> None:
 
 
 def _up_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--servers", type=_at_least(1), default=2, help="Triton servers to start")
+    p.add_argument("--servers", type=at_least(1), default=2, help="Triton servers to start")
     p.add_argument(
         "--build-dir",
         type=Path,
@@ -61,7 +47,7 @@ def _up_args(p: argparse.ArgumentParser) -> None:
         help="where `sonicsite models build` wrote the ONNX files",
     )
     p.add_argument(
-        "--ort-threads", type=_at_least(1), default=1, help="onnxruntime threads per model instance"
+        "--ort-threads", type=at_least(1), default=1, help="onnxruntime threads per model instance"
     )
     p.add_argument(
         "--balancing",
@@ -72,11 +58,11 @@ def _up_args(p: argparse.ArgumentParser) -> None:
 
 
 def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) -> None:
-    p.add_argument("--jobs", type=_at_least(1), default=jobs, help="worker jobs in the stream")
-    p.add_argument("--wave", type=_at_least(1), default=wave, help="jobs running at once")
-    p.add_argument("--events", type=_at_least(1), default=events, help="events per job")
+    p.add_argument("--jobs", type=at_least(1), default=jobs, help="worker jobs in the stream")
+    p.add_argument("--wave", type=at_least(1), default=wave, help="jobs running at once")
+    p.add_argument("--events", type=at_least(1), default=events, help="events per job")
     p.add_argument(
-        "--batch", type=_at_least(0), default=0, help="events per request (0: the model's default)"
+        "--batch", type=at_least(0), default=0, help="events per request (0: the model's default)"
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
@@ -85,16 +71,16 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         default="grpc",
         help="how workers send: hand-framed gRPC, HTTP binary, system or CUDA shared memory",
     )
-    p.add_argument("--window", type=_at_least(1), default=2, help="requests in flight per job")
+    p.add_argument("--window", type=at_least(1), default=2, help="requests in flight per job")
     p.add_argument(
         "--max-attempts",
-        type=_at_least(1),
+        type=at_least(1),
         default=3,
         help="runs of a job in all when its worker dies (the rerun sends only what is left)",
     )
     p.add_argument(
         "--rate",
-        type=_non_negative,
+        type=non_negative,
         default=0.0,
         help="open loop: events per second offered by each wave, in requests at Poisson "
         "arrivals (latency counts from each request's arrival); 0: closed loop (--window)",
@@ -166,54 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     _up_args(p)
     _stream_args(p, jobs=8, wave=4, events=300)
 
-    p = sub.add_parser("bench", help="benchmarks that write JSON with a summary of ratios")
-    bsub = p.add_subparsers(dest="bench_command", required=True)
-    b = _bench_parser(bsub, "client", "the sonicsite client vs the stock tritonclient way", 7)
-    b.add_argument(
-        "--sizes",
-        type=_positive_list,
-        default=(1, 16, 64),
-        help="payload sizes in MB, comma-separated",
-    )
-    _bench_parser(bsub, "dataplane", "direct to Triton vs through Envoy", 3)
-    _bench_parser(bsub, "gateway", "direct Triton HTTP vs through the gateway", 3)
-    b = _bench_parser(
-        bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 3
-    )
-    # defaults: bench/balancing.py's Options
-    b.add_argument(
-        "--slowdowns",
-        type=lambda t: tuple(float(x) for x in t.split(",") if x),
-        help="how many times slower the slow server is, comma-separated (1.25,1.5,2,3,5)",
-    )
-    b.add_argument("--work-ms", type=_non_negative, help="CPU work per request, every server")
-    b.add_argument("--concurrency", type=_at_least(1), help="closed loop: requests in flight")
-    b.add_argument("--requests", type=_at_least(50), help="closed loop: requests per turn")
-    b.add_argument("--open-seconds", type=_non_negative, help="open loop: seconds per turn")
-    b = _bench_parser(
-        bsub, "faults", "strike each process of a local site mid-stream: lost, twice, recovery"
-    )
-    b.add_argument(
-        "--scenarios",
-        type=lambda t: tuple(x for x in t.split(",") if x),
-        default=(),
-        help="comma-separated scenarios (default: all)",
-    )
-    b.add_argument(
-        "--duration", type=_at_least(20), default=40, help="seconds of arrivals per scenario"
-    )
-    b.add_argument(
-        "--rate",
-        type=_non_negative,
-        default=0.0,
-        help="offered events per second (default: half the capacity measured first)",
-    )
-
-    b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
-    b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
-    b.add_argument(
-        "--out", type=Path, default=Path("docs/bench"), help="where REPORT.md and the PNGs go"
-    )
+    add_bench_parser(sub)
 
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
@@ -230,74 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
     p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
     p.add_argument("--models", type=_model_list, required=True, help="comma-separated models")
-    p.add_argument("--events", type=_at_least(1), default=4, help="events per model")
+    p.add_argument("--events", type=at_least(1), default=4, help="events per model")
     return parser
-
-
-def _bench_parser(bsub, name: str, help: str, repeats: int = 0) -> argparse.ArgumentParser:
-    """A bench's parser with what every bench takes: --json, --build-dir (and --repeats)."""
-    b = bsub.add_parser(name, help=help)
-    b.add_argument("--json", type=Path, required=True, help="where to write the result")
-    if repeats:
-        b.add_argument("--repeats", type=_at_least(1), default=repeats, help="timed repeats")
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
-    return b
-
-
-def _non_negative(text: str) -> float:
-    """A number ≥ 0 (an argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
-    return value
-
-
-def _positive_list(text: str) -> tuple[int, ...]:
-    """Comma-separated positive integers (an argparse type)."""
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated positive integers, got {text!r}"
-        )
-    return values
-
-
-def _bench(args: argparse.Namespace) -> dict:
-    if args.bench_command == "client":
-        from .bench import client
-
-        return client.run(args.json, args.repeats, args.sizes, args.build_dir)
-    if args.bench_command == "dataplane":
-        from .bench import dataplane
-
-        return dataplane.run(args.json, args.repeats, args.build_dir)
-    if args.bench_command == "gateway":
-        from .bench import gateway
-
-        return gateway.run(args.json, args.repeats, args.build_dir)
-    if args.bench_command == "faults":
-        from .bench import faults
-
-        return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
-    from .bench import balancing
-
-    given = {
-        "repeats": args.repeats,
-        "work_ms": args.work_ms,
-        "slowdowns": args.slowdowns,
-        "concurrency": args.concurrency,
-        "closed_requests": args.requests,
-        "open_s": args.open_seconds,
-        "build_dir": args.build_dir,
-    }
-    options = balancing.Options(**{k: v for k, v in given.items() if v is not None})
-    return balancing.run(args.json, options)
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -393,20 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         from .local.status import print_status
 
         return print_status(args.dir, args.json)
-    if args.command == "bench" and args.bench_command == "report":
-        from .bench import report
-
-        try:
-            print(f"written: {report.run(args.inputs, args.out)}")
-        except ValueError as exc:
-            print(f"sonicsite bench report: {exc}", file=sys.stderr)
-            return 1
-        return 0
     if args.command == "bench":
-        result = _bench(args)
-        print(json.dumps(result["summary"], indent=2))
-        print(f"written: {args.json}")
-        return 0
+        return run_bench(args)
     from .local.errors import SiteError
 
     try:

@@ -1,0 +1,50 @@
+"""Value types for the command line's options (argparse types): an integer with a floor, a
+number ≥ 0, comma-separated positive integers. Here, in the bench room, because the bench's
+subcommands take them and the dependency rule lets the command line import the bench, never
+the other way round; `sonicsite.cli` takes them from here for the site's commands."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An integer ≥ `minimum` (an argparse type), so a bad count fails at parse time."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer ≥ {minimum}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def non_negative(text: str) -> float:
+    """A number ≥ 0 (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return value
+
+
+def positive_list(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers (an argparse type)."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, got {text!r}"
+        )
+    return values

@@ -1,0 +1,115 @@
+"""The client bench's figures from its timed calls: every layer of a path, the like-for-like
+ratios (ours vs the stock path), the check that the layers add up, and the run's summary."""
+
+from __future__ import annotations
+
+import statistics
+
+from .client_timing import CallTimes
+from .common import figure
+
+LIKE_FOR_LIKE = {"grpc": "stock_grpc", "http": "stock_http", "shm": "stock_shm"}
+
+
+def layers(times: list[CallTimes]) -> dict:
+    """Every layer of one path as a figure (ms, every repeat kept)."""
+    ms = lambda xs: figure([x * 1e3 for x in xs], 3)  # noqa: E731
+    return {
+        "total_ms": ms([t.total for t in times]),
+        "prepare_ms": ms([t.prepare for t in times]),
+        "exchange_ms": ms([t.exchange for t in times]),
+        "server_ms": ms([t.server for t in times]),
+        "server_success_ms": ms([t.success for t in times]),
+        "transfer_ms": ms([t.exchange - t.server for t in times]),
+        "client_ms": ms([t.total - t.server for t in times]),
+    }
+
+
+def _value(t: CallTimes, key: str) -> float:
+    """A call's total, or its client side (total − server, kept above zero for ratios)."""
+    return t.total if key == "total" else max(t.total - t.server, 1e-6)
+
+
+def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
+    """Like for like, ours vs the stock path: the ratio of medians, and the ratio within
+    each repeat (the two took turns) as a figure."""
+    out = {}
+    for ours, stock in LIKE_FOR_LIKE.items():
+        if ours not in calls or stock not in calls:
+            continue
+        mine = [_value(t, key) for t in calls[ours]]
+        theirs = [_value(t, key) for t in calls[stock]]
+        out[ours] = {
+            "vs": stock,
+            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
+            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
+        }
+    if "shm" in calls and "stock_grpc" in calls:
+        mine = [_value(t, key) for t in calls["shm"]]
+        theirs = [_value(t, key) for t in calls["stock_grpc"]]
+        out["shm_vs_stock_grpc"] = {
+            "vs": "stock_grpc",
+            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
+            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
+        }
+    return out
+
+
+def check_layers(calls: dict[str, list[CallTimes]]) -> dict:
+    """The server's own time (its statistics) must fit inside the exchange the client timed
+    around it, up to the two clocks' agreement: Triton stamps a stage's end as the reply
+    goes out, so it may pass the client's clock by a fraction of a millisecond. A larger
+    gap means the split into layers is wrong, and the bench stops."""
+    worst = 0.0
+    for name, times in calls.items():
+        for t in times:
+            over = t.server - t.exchange
+            worst = max(worst, over)
+            if over > 0.25 * t.exchange + 1e-3:
+                raise AssertionError(
+                    f"{name}: the server's time {t.server * 1e3:.3f} ms exceeds the exchange "
+                    f"{t.exchange * 1e3:.3f} ms that contains it"
+                )
+    return {
+        "total": "prepare + exchange (timed by the client)",
+        "exchange": "transfer + server (the server's time from its statistics)",
+        "server_within_exchange_every_call": True,
+        "worst_server_past_exchange_ms": round(worst * 1e3, 3),
+    }
+
+
+def summary(payloads: dict[str, dict], conversion: dict, tuned: dict) -> dict:
+    """The run's headline ratios (16 MB unless named otherwise) beside their targets; a
+    payload that was not measured gives None, never a made-up figure."""
+    p16 = payloads.get("16mb") or next(iter(payloads.values()))
+
+    def ratio(payload: dict, kind: str, path: str) -> float:
+        return payload[kind][path]["ratio_of_medians"]
+
+    return {
+        "speedup_grpc_16mb": ratio(p16, "speedup", "grpc"),
+        "speedup_http_16mb": ratio(p16, "speedup", "http"),
+        "speedup_shm_vs_stock_shm_16mb": ratio(p16, "speedup", "shm"),
+        "client_side_speedup_shm_vs_stock_shm_16mb": ratio(p16, "client_side_speedup", "shm"),
+        "client_side_speedup_grpc_16mb": ratio(p16, "client_side_speedup", "grpc"),
+        "speedup_shm_vs_stock_grpc_16mb": ratio(p16, "speedup", "shm_vs_stock_grpc"),
+        "speedup_grpc_64mb": ratio(payloads["64mb"], "speedup", "grpc")
+        if "64mb" in payloads
+        else None,
+        "median_ms_16mb": p16["median_ms"],
+        "server_ms_16mb": {k: v["server_ms"]["median"] for k, v in p16["paths"].items()},
+        "payload_copies_shm": max(p["payload_copies_shm"] for p in payloads.values()),
+        "conversion_ratio_1e6_1e3": round(
+            conversion["1000000"]["zero_copy"] / conversion["1000"]["zero_copy"], 3
+        ),
+        "conversion_ratio_1e6_1e3_one_gather": round(
+            conversion["1000000"]["one_gather"] / conversion["1000"]["one_gather"], 3
+        ),
+        "speedup_grpc_16mb_malloc_tuned": ratio(tuned, "speedup", "grpc"),
+        "targets": {
+            "speedup_grpc_16mb": ">= 3 (quiet), >= 2.5 (one CPU hog beside)",
+            "client_side_speedup_shm_vs_stock_shm_16mb": ">= 5",
+            "payload_copies_shm": "== 0",
+            "conversion_ratio_1e6_1e3": "<= 2",
+        },
+    }

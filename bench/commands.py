@@ -1,0 +1,128 @@
+"""`sonicsite bench ...`: the bench subcommands' parsers and what each one runs. Every bench
+writes its JSON and prints its summary; `report` turns those files into one page. The
+command line (`sonicsite.cli`) adds these parsers and hands a parsed `bench` over here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .arguments import at_least, non_negative, positive_list
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    """The `bench` command and its subcommands, under the command line's subparsers."""
+    p = sub.add_parser("bench", help="benchmarks that write JSON with a summary of ratios")
+    bsub = p.add_subparsers(dest="bench_command", required=True)
+    b = _bench_parser(bsub, "client", "the sonicsite client vs the stock tritonclient way", 7)
+    b.add_argument(
+        "--sizes",
+        type=positive_list,
+        default=(1, 16, 64),
+        help="payload sizes in MB, comma-separated",
+    )
+    _bench_parser(bsub, "dataplane", "direct to Triton vs through Envoy", 3)
+    _bench_parser(bsub, "gateway", "direct Triton HTTP vs through the gateway", 3)
+    b = _bench_parser(
+        bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 3
+    )
+    # defaults: bench/balancing.py's Options
+    b.add_argument(
+        "--slowdowns",
+        type=lambda t: tuple(float(x) for x in t.split(",") if x),
+        help="how many times slower the slow server is, comma-separated (1.25,1.5,2,3,5)",
+    )
+    b.add_argument("--work-ms", type=non_negative, help="CPU work per request, every server")
+    b.add_argument("--concurrency", type=at_least(1), help="closed loop: requests in flight")
+    b.add_argument("--requests", type=at_least(50), help="closed loop: requests per turn")
+    b.add_argument("--open-seconds", type=non_negative, help="open loop: seconds per turn")
+    b = _bench_parser(
+        bsub, "faults", "strike each process of a local site mid-stream: lost, twice, recovery"
+    )
+    b.add_argument(
+        "--scenarios",
+        type=lambda t: tuple(x for x in t.split(",") if x),
+        default=(),
+        help="comma-separated scenarios (default: all)",
+    )
+    b.add_argument(
+        "--duration", type=at_least(20), default=40, help="seconds of arrivals per scenario"
+    )
+    b.add_argument(
+        "--rate",
+        type=non_negative,
+        default=0.0,
+        help="offered events per second (default: half the capacity measured first)",
+    )
+
+    b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
+    b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
+    b.add_argument(
+        "--out", type=Path, default=Path("docs/bench"), help="where REPORT.md and the PNGs go"
+    )
+
+
+def _bench_parser(
+    bsub: argparse._SubParsersAction, name: str, help: str, repeats: int = 0
+) -> argparse.ArgumentParser:
+    """A bench's parser with what every bench takes: --json, --build-dir (and --repeats)."""
+    b = bsub.add_parser(name, help=help)
+    b.add_argument("--json", type=Path, required=True, help="where to write the result")
+    if repeats:
+        b.add_argument("--repeats", type=at_least(1), default=repeats, help="timed repeats")
+    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    return b
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run the parsed `bench` subcommand: print the summary and where the JSON went, or,
+    for `report`, where the page went (1 when an input is not a bench result)."""
+    if args.bench_command == "report":
+        from . import report
+
+        try:
+            print(f"written: {report.run(args.inputs, args.out)}")
+        except ValueError as exc:
+            print(f"sonicsite bench report: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    result = _bench(args)
+    print(json.dumps(result["summary"], indent=2))
+    print(f"written: {args.json}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> dict:
+    """The bench the arguments name, run; imported only here, so that the command line
+    starts without the benches' packages."""
+    if args.bench_command == "client":
+        from . import client
+
+        return client.run(args.json, args.repeats, args.sizes, args.build_dir)
+    if args.bench_command == "dataplane":
+        from . import dataplane
+
+        return dataplane.run(args.json, args.repeats, args.build_dir)
+    if args.bench_command == "gateway":
+        from . import gateway
+
+        return gateway.run(args.json, args.repeats, args.build_dir)
+    if args.bench_command == "faults":
+        from . import faults
+
+        return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
+    from . import balancing
+
+    given = {
+        "repeats": args.repeats,
+        "work_ms": args.work_ms,
+        "slowdowns": args.slowdowns,
+        "concurrency": args.concurrency,
+        "closed_requests": args.requests,
+        "open_s": args.open_seconds,
+        "build_dir": args.build_dir,
+    }
+    options = balancing.Options(**{k: v for k, v in given.items() if v is not None})
+    return balancing.run(args.json, options)
