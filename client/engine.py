@@ -85,13 +85,18 @@ class StreamOptions:
     # requests are idempotent: the id names the inputs (see "At most once" above).
     request_tag: str = ""
     request_offset: int = 0  # added to lo and hi in request ids (a range of a job's events)
+    # How long each server's statistics (read before and after the stream, for the servers'
+    # own times in StreamStats) are waited for; a server that does not answer in time (hung)
+    # is left out of them.
+    statistics_timeout_s: float = CONTROL_TIMEOUT_S
 
     def __post_init__(self) -> None:
         for name in ("batch", "window", "max_tries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s: expected a positive number, got {self.timeout_s}")
+        for name in ("timeout_s", "statistics_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)}")
 
 
 @dataclass
@@ -327,7 +332,9 @@ class Stream:
         snapshots = {}
         for server, transport in self.statistics.items():
             try:
-                snapshots[server] = transport.statistics(self.model)
+                snapshots[server] = transport.statistics(
+                    self.model, self.options.statistics_timeout_s
+                )
             except (InferError, OSError):
                 continue
         return snapshots

@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+from sonicsite.contract.wire import SHED_TTL_S
+
 from .admission import AdmissionPolicy
 from .api import make_server
 from .autoscaler import Autoscaler, ScalingPolicy
@@ -109,6 +111,13 @@ def parser() -> argparse.ArgumentParser:
         "(a slow model queues longer before it is overloaded); 0: the ms thresholds alone",
     )
     parser.add_argument(
+        "--shed-ttl",
+        type=float,
+        default=SHED_TTL_S,
+        help="seconds a shed holds unless the operator renews it (renewed at half of it); "
+        f"at most {SHED_TTL_S:g}, the bound Envoy, the gateway and clients rely on",
+    )
+    parser.add_argument(
         "--scrape-grace",
         type=int,
         default=SCRAPE_GRACE,
@@ -202,6 +211,8 @@ def build(
         loadview = LoadView(grace=args.scrape_grace)
     except ValueError as exc:
         parser.error(str(exc))
+    if not 0 < args.shed_ttl <= SHED_TTL_S:
+        parser.error(f"--shed-ttl: expected 0 < seconds ≤ {SHED_TTL_S:g}, got {args.shed_ttl:g}")
     jwt = None
     if args.jwt_issuer or args.jwt_jwks_file:
         if not (args.jwt_issuer and args.jwt_jwks_file):
@@ -232,6 +243,7 @@ def build(
         actuate=actuate if scaler else None,
         loadview=loadview,
         tries=TryTimeouts(tries),
+        shed_ttl_s=args.shed_ttl,
     )
     operator.step()  # serve a full snapshot from the first request on
     return operator

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from sonicsite.contract.wire import STATE_FILE
+from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
@@ -32,6 +32,7 @@ def start_control_plane(
     balancing: str = DEFAULT_POLICY,
     jwt: JwtPolicy | None = None,
     timeout: float = 60.0,
+    shed_ttl_s: float = SHED_TTL_S,
 ) -> None:
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
     every server. Each is recorded in the state file as soon as it is started."""
@@ -41,7 +42,7 @@ def start_control_plane(
         state.grpc = f"127.0.0.1:{listen}"
         state.envoy_admin = f"127.0.0.1:{admin}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--envoy-listen={state.grpc}"]
-    args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt)]
+    args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
     health = f"http://{state.operator}/healthz"
     _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
     config = site_dir / "envoy.json"
@@ -61,10 +62,15 @@ def start_control_plane(
 
 
 def operator_args(
-    policy: AdmissionPolicy, scaling: ScalingPolicy | None, jwt: JwtPolicy | None
+    policy: AdmissionPolicy,
+    scaling: ScalingPolicy | None,
+    jwt: JwtPolicy | None,
+    shed_ttl_s: float = SHED_TTL_S,
 ) -> list[str]:
-    """The operator's options for an admission policy, an autoscaling policy and JWT."""
+    """The operator's options for an admission policy, an autoscaling policy, JWT and how
+    long a shed holds unless renewed."""
     args = [
+        f"--shed-ttl={shed_ttl_s}",
         f"--shed-above-ms={policy.shed_above_ms}",
         f"--open-below-ms={policy.open_below_ms}",
         f"--min-hold={policy.min_hold_s}",

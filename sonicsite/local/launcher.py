@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sonicsite.contract.wire import SERVER, STATE_FILE, STOPPED, SUPERVISOR
+from sonicsite.contract.wire import SERVER, SHED_TTL_S, STATE_FILE, STOPPED, SUPERVISOR
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
@@ -24,7 +24,14 @@ from sonicsite.operator.xds_resources import JwtPolicy
 from .control_plane import start_control_plane
 from .errors import SiteError
 from .ports import free_ports
-from .processes import alive, group_members, is_triton_server, runs_for_site, stop_group
+from .processes import (
+    alive,
+    group_members,
+    is_triton_server,
+    runs_for_site,
+    stop_group,
+    stop_groups,
+)
 from .servers import remove_leftovers, start_server
 from .state import SiteState, create, edit
 from .supervision import SupervisionPolicy, start_supervisor
@@ -48,12 +55,14 @@ def up(
     jwt: JwtPolicy | None = None,
     supervise: bool = True,
     supervision: SupervisionPolicy | None = None,
+    shed_ttl_s: float = SHED_TTL_S,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
     then (with `supervise`) the supervisor. `delay_ms` slows chosen servers (by id,
     `triton-N`): a test knob. Without `supervise` a process that dies stays dead: what the
-    fault bench runs to show that the site's own mechanisms carry it."""
+    fault bench runs to show that the site's own mechanisms carry it. `shed_ttl_s`: how long
+    the operator's sheds hold unless it renews them (at most SHED_TTL_S)."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -97,7 +106,7 @@ def up(
             wait_ready(proc, server.pid, server.http, Path(server.log), ready_timeout)
         if balancer:
             policy = admission or AdmissionPolicy()
-            start_control_plane(site_dir, policy, scaling, balancing, jwt)
+            start_control_plane(site_dir, policy, scaling, balancing, jwt, shed_ttl_s=shed_ttl_s)
         if supervise:
             start_supervisor(site_dir, supervision)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
@@ -110,9 +119,10 @@ def up(
 
 def down(site_dir: Path) -> list[int]:
     """Stop every process of the site: first mark it stopping (under the state lock, so
-    the supervisor starts nothing more), then the supervisor, the gateway, Envoy and the
-    operator, then the servers; returns the PIDs of the servers that were stopped. Works
-    the same whether the supervisor is alive, dead or was never started."""
+    the supervisor starts nothing more), then the supervisor, then the gateway, Envoy, the
+    operator and Prometheus together, then the servers together; returns the PIDs of the
+    servers that were stopped. Works the same whether the supervisor is alive, dead or was
+    never started."""
     site_dir = Path(site_dir)
     with edit(site_dir) as state:
         state.stopping = True
@@ -123,14 +133,21 @@ def down(site_dir: Path) -> list[int]:
     if supervisor is not None and runs_for_site(supervisor.pid, state.site_dir):
         stop_group(supervisor.pid)
     state = SiteState.load(site_dir)  # every PID the supervisor recorded before it stopped
-    for process in reversed(state.processes):
-        if process.kind not in (SERVER, SUPERVISOR) and runs_for_site(process.pid, state.site_dir):
-            stop_group(process.pid)
-    stopped = []
+    stop_groups(  # the gateway, Envoy, the operator and Prometheus, all at once
+        [
+            process.pid
+            for process in reversed(state.processes)
+            if process.kind not in (SERVER, SUPERVISOR)
+            and runs_for_site(process.pid, state.site_dir)
+        ]
+    )
+    stopped = [
+        server.pid
+        for server in state.servers
+        if is_triton_server(server.pid, server.id) or group_members(server.pid)
+    ]
+    stop_groups(stopped)  # every server unloads its models at the same time
     for server in state.servers:
-        if is_triton_server(server.pid, server.id) or group_members(server.pid):
-            stop_group(server.pid)
-            stopped.append(server.pid)
         remove_leftovers(server)
     (site_dir / STATE_FILE).unlink(missing_ok=True)
     return stopped

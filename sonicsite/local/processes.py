@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from sonicsite.contract.wire import pid_alive
@@ -114,15 +115,28 @@ def group_members(pgid: int) -> list[int]:
 
 def stop_group(pid: int, grace: float = 15.0) -> None:
     """SIGTERM the process group led by `pid`, then SIGKILL what is left after `grace` s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+    stop_groups([pid], grace)
+
+
+def stop_groups(pids: Sequence[int], grace: float = 15.0) -> None:
+    """SIGTERM the process groups led by `pids` all at once, then SIGKILL what is left of
+    any of them after `grace` s. Together, not one after another: a Triton server takes a
+    second or two to unload its models and exit, and the servers of a site can all do that
+    at the same time."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_members(pid):
-        _reap(pid)
+    left = [pid for pid in pids if group_members(pid)]
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            _reap(pid)
         time.sleep(0.1)
-    if group_members(pid):  # what is left after the grace
+        left = [pid for pid in left if group_members(pid)]
+    for pid in left:  # what is left after the grace
         kill_group(pid)
-    _reap(pid)
+    for pid in pids:
+        _reap(pid)
 
 
 def _reap(pid: int) -> None:

@@ -25,14 +25,6 @@ def binary() -> str:
     return path
 
 
-def config(targets: list[str], rule_files: list[Path], scrape_interval: str = "1s") -> dict:
-    return {
-        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-        "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": "triton", "static_configs": [{"targets": targets}]}],
-    }
-
-
 RULES_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "rules"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from http2_calls import REFUSED_STREAM
 from http2_peer import Http2Peer
+from overload import overload
 from polling import wait_until
 from sonicsite.client import Client, InferError
 from sonicsite.client.balancer import Balancer, Endpoint
@@ -237,6 +238,17 @@ def _refused_by_gateway(state, sample) -> bool:
     return False
 
 
+def _refusals(state) -> tuple[int, float]:
+    """Requests refused so far by Envoy's shed routes (its fault filter's aborts) and by the
+    gateway's admission (429)."""
+    at_envoy = envoy.counter(state.envoy_admin, "http.sonicsite.fault.aborts_injected")
+    with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=10) as reply:
+        lines = reply.read().decode().splitlines()
+    shed = 'sonicsite_gateway_rejections_total{model="particle_transformer",reason="shed"} '
+    at_gateway = sum(float(line[len(shed) :]) for line in lines if line.startswith(shed))
+    return at_envoy, at_gateway
+
+
 def _shed(state, model: str) -> bool:
     with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=5) as reply:
         return json.loads(reply.read())["admission"][model]["state"] == SHED
@@ -256,26 +268,19 @@ def test_a_shed_model_waits_and_is_never_sent_around_envoy_or_the_gateway(own_si
         compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
     )
     state = own_site(servers=1, models=["particle_transformer"], admission=policy)
-    load = generate("particle_transformer", 480, seed=4)
     probe = generate("particle_transformer", 2, seed=6)
     results = {}
-    server_only = SiteRecord(servers=(state.servers[0],))
     with (
-        Client(server_only, "grpc", "direct") as direct,
         Client(from_site_file(state.site_dir), "grpc") as via_envoy,
         Client(from_site_file(state.site_dir), "http") as via_gateway,
     ):
         assert via_envoy.mode == via_gateway.mode == "site"
-        saturate = threading.Thread(
-            target=lambda: direct.stream("particle_transformer", load.spec, batch=8, window=12).run(
-                load, lambda *a: None
-            )
-        )
-        saturate.start()
-        try:
+        # load straight to the server until both streams have been refused
+        with overload(state.servers, "particle_transformer", window=12, seed=4):
             wait_until(lambda: _shed(state, "particle_transformer"), "the model to be shed")
             wait_until(lambda: _refused_by_envoy(state, probe), "Envoy to shed the model")
             wait_until(lambda: _refused_by_gateway(state, probe), "the gateway to shed it")
+            at_envoy, at_gateway = _refusals(state)  # the probes', before the streams'
 
             def send(name: str, client: Client) -> None:
                 sample = generate("particle_transformer", 16, seed=5)
@@ -288,10 +293,14 @@ def test_a_shed_model_waits_and_is_never_sent_around_envoy_or_the_gateway(own_si
             ]
             for thread in streams:
                 thread.start()
-            for thread in streams:
-                thread.join(timeout=300)
-        finally:
-            saturate.join(timeout=300)
+
+            def both_refused() -> bool:
+                envoy_now, gateway_now = _refusals(state)
+                return envoy_now > at_envoy and gateway_now > at_gateway
+
+            wait_until(both_refused, "Envoy and the gateway to refuse the streams")
+        for thread in streams:
+            thread.join(timeout=300)
     for path, result in results.items():
         assert result.events_ok == 16 and result.failed == {}
         assert result.overloaded > 0, f"the stream through {path} was never refused"

@@ -4,7 +4,6 @@ Python definition) on the same live data in a real Prometheus."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -20,8 +19,6 @@ from sonicsite.operator.autoscaler import ScalingPolicy, queue_ms_per_request
 from sonicsite.operator.loadview import _Scrape, compute_loads
 
 from sonicsite.local import prometheus
-from sonicsite.local.ports import free_ports
-from sonicsite.local.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "monitoring" / "rules").glob("*.yaml"))
@@ -64,25 +61,6 @@ def test_queue_time_per_request_is_recorded_by_one_rule_only():
     assert uses == {("autoscaling.rules.yaml", QUEUE_RULE)}
 
 
-@pytest.fixture
-def live_prometheus(site, tmp_path):
-    address = f"127.0.0.1:{free_ports(1)[0]}"
-    targets = [f"{s.host}:{s.metrics_port}" for s in site.servers]
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps(prometheus.config(targets, RULES)))
-    out = subprocess.run(
-        ["promtool", "check", "config", str(config)], capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    proc = prometheus.start(config, tmp_path / "data", address, tmp_path / "prometheus.log")
-    try:
-        prometheus.wait_ready(proc, address, tmp_path / "prometheus.log", timeout=120)
-        yield address, set(targets)
-    finally:
-        stop_group(proc.pid)
-        proc.wait(timeout=30)
-
-
 def _scrapes(address: str, at: float) -> dict[str, _Scrape]:
     """Triton's counters as Prometheus holds them at `at`, per scraped server."""
     names = {
@@ -119,15 +97,36 @@ def _scaling_expression() -> str:
     )
 
 
-def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_prometheus):
-    address, targets = live_prometheus
+def _loads(address: str, at: float, window: float) -> list:
+    """The load view's figures on exactly the samples the rule's expression reads at `at`:
+    Triton's counters at `at` and `window` seconds before, per server."""
+    now, then = _scrapes(address, at), _scrapes(address, at - window)
+    return [
+        load
+        for instance in now
+        if instance in then
+        for load in compute_loads(instance, then[instance], now[instance])
+    ]
+
+
+def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
+    """On the site's own Prometheus (every rule in monitoring/rules, scraping every server
+    since the site started, so a window of history is there already once the site has run
+    that long)."""
+    assert site.prometheus, "the local site starts Prometheus when it is installed"
+    address, targets = site.prometheus, {f"{s.host}:{s.metrics_port}" for s in site.servers}
+    config = Path(site.site_dir) / "prometheus" / "prometheus.yml"
+    out = subprocess.run(
+        ["promtool", "check", "config", str(config)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
     window = ScalingPolicy().window_s
     assert "offset 30s" in AUTOSCALING.read_text() and window == 30.0
     jets = generate("particlenet_ak4", 64, seed=2)
     simple = generate("simple", 64, seed=2)
     stop, loading, errors = threading.Event(), threading.Event(), []
 
-    def load() -> None:  # two models, through Envoy, until a full window is measured
+    def load() -> None:  # two models, through Envoy, until a window with it is measured
         try:
             with Client(from_site_file(Path(site.site_dir)), "grpc") as client:
                 loading.set()
@@ -149,16 +148,20 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_pro
         assert errors == []
         load_started = time.time()  # a timestamp on Prometheus' clock (the same host)
 
-        def a_full_window_behind() -> tuple[float, float] | None:
-            """(at, the rule's expression at `at`) once `at` is an instant whose scrapes have
-            all landed, with every server scraped a whole window of load before it, and the
-            rule, as Prometheus records it, reads queueing."""
+        def a_window_with_the_load() -> tuple[float, float] | None:
+            """(at, the rule's expression at `at`) once `at` is an instant after the load
+            started whose scrapes have all landed, with every server scraped a window before
+            it, both models served in that window, and the rule, as Prometheus records it,
+            reads queueing."""
             assert errors == [], errors
             newest = _newest_scrapes(address)
             if set(newest) != targets:
                 return None
             at = min(newest.values())
-            if at - window < load_started or set(_scrapes(address, at - window)) != targets:
+            if at <= load_started or set(_scrapes(address, at - window)) != targets:
+                return None
+            served = {load.model for load in _loads(address, at, window) if load.requests > 0}
+            if not {"particlenet_ak4", "simple"} <= served:
                 return None
             recorded = prometheus.query(address, "sonicsite:queue_seconds_per_request:max")
             if not recorded or float(recorded[0]["value"][1]) <= 0:
@@ -168,8 +171,8 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_pro
             return (at, value) if value > 0 else None
 
         at, value = wait_until(
-            a_full_window_behind,
-            "a full window of load behind an instant whose scrapes have all landed",
+            a_window_with_the_load,
+            "a window with the load behind an instant whose scrapes have all landed",
             timeout=240,
             interval=0.5,
         )
@@ -178,13 +181,7 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site, live_pro
         worker.join(timeout=120)
     assert not worker.is_alive() and errors == []
     # Our function, on exactly the samples the rule's expression read at `at`.
-    now, then = _scrapes(address, at), _scrapes(address, at - window)
-    loads = [
-        load
-        for instance in now
-        if instance in then
-        for load in compute_loads(instance, then[instance], now[instance])
-    ]
+    loads = _loads(address, at, window)
     served = {load.model for load in loads if load.requests > 0}
     assert {"particlenet_ak4", "simple"} <= served
     ours = queue_ms_per_request(loads)

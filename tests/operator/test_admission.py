@@ -10,6 +10,7 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
+from overload import overload
 from polling import wait_until
 from sonicsite.client import Client, InferError
 from sonicsite.client.discovery import from_site_file
@@ -22,7 +23,8 @@ from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json
 
-from sonicsite.contract.wire import OPEN, SHED, ServerRecord, SiteRecord
+from sonicsite.contract.wire import OPEN, SHED, ServerRecord
+from sonicsite.local import envoy as envoy_stats
 from sonicsite.local import launcher
 
 POLICY = AdmissionPolicy(
@@ -157,44 +159,34 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         build_dir=built_models,
         admission=POLICY,
     )
+    envoy = GrpcTransport(state.grpc, "site")
     try:
-        jets = generate("particle_transformer", 480, seed=8)
-        done = threading.Event()
-
-        def saturate() -> None:  # straight to the servers, as load that arrived before
-            with Client(from_site_file(site_dir), "grpc", "direct") as client:
-                client.stream("particle_transformer", jets.spec, batch=8, window=12).run(
-                    jets, lambda *a: None
-                )
-            done.set()
-
-        load = threading.Thread(target=saturate)
-        load.start()
-        _wait_for_admission(state, "particle_transformer", SHED)
-        assert "on every server" in _admission(state, "particle_transformer")["reason"]
-        envoy = GrpcTransport(state.grpc, "site")
-        info = envoy.model_info("particle_transformer")
-        plan = make_plan(jets.spec, info, jets.request(0, 2))
-        refused = wait_until(
-            lambda: _refusal(lambda: envoy.infer(plan, timeout=30)),
-            "Envoy to refuse the shed model",
-        )
-        assert refused.status == "RESOURCE_EXHAUSTED"
-        assert refused.retry_after == 1.0 and "model shed by sonicsite admission" in refused.message
-        # The gateway refuses it too, with 429, Retry-After and the reason.
-        body = kserve_json(jets.reference_inputs(0, 1))
-        url = f"http://{state.http}/v2/models/particle_transformer/infer"
-        shed_reply = wait_until(
-            lambda: _http_refusal(url, body), "the gateway to refuse the shed model"
-        )
-        assert shed_reply.code == 429 and shed_reply.headers["Retry-After"] == "1"
-        assert "is shed: queue time" in json.loads(shed_reply.read())["error"]
-        # Other models are not affected.
-        simple = generate("simple", 4, seed=1)
-        simple_info = envoy.model_info("simple")
-        envoy.infer(make_plan(simple.spec, simple_info, simple.request(0, 4)), timeout=10)
-        load.join(timeout=120)
-        assert done.is_set()
+        jets = generate("particle_transformer", 2, seed=8)
+        # load straight to the servers, as load that arrived before, until the shed is shown
+        with overload(state.servers, "particle_transformer", window=12):
+            _wait_for_admission(state, "particle_transformer", SHED)
+            assert "on every server" in _admission(state, "particle_transformer")["reason"]
+            info = envoy.model_info("particle_transformer")
+            plan = make_plan(jets.spec, info, jets.request(0, 2))
+            refused = wait_until(
+                lambda: _refusal(lambda: envoy.infer(plan, timeout=30)),
+                "Envoy to refuse the shed model",
+            )
+            assert refused.status == "RESOURCE_EXHAUSTED"
+            assert refused.retry_after == 1.0
+            assert "model shed by sonicsite admission" in refused.message
+            # The gateway refuses it too, with 429, Retry-After and the reason.
+            body = kserve_json(jets.reference_inputs(0, 1))
+            url = f"http://{state.http}/v2/models/particle_transformer/infer"
+            shed_reply = wait_until(
+                lambda: _http_refusal(url, body), "the gateway to refuse the shed model"
+            )
+            assert shed_reply.code == 429 and shed_reply.headers["Retry-After"] == "1"
+            assert "is shed: queue time" in json.loads(shed_reply.read())["error"]
+            # Other models are not affected.
+            simple = generate("simple", 4, seed=1)
+            simple_info = envoy.model_info("simple")
+            envoy.infer(make_plan(simple.spec, simple_info, simple.request(0, 4)), timeout=10)
         _wait_for_admission(state, "particle_transformer", OPEN)
         admitted = []
         wait_until(
@@ -214,9 +206,14 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         assert 'sonicsite_admission_changes_total{model="particle_transformer",state="open"}' in (
             metrics
         )
-        envoy.close()
     finally:
+        envoy.close()
         launcher.down(site_dir)
+
+
+def _envoy_refusals(state) -> int:
+    """Requests Envoy's shed routes have refused so far (its fault filter's aborts)."""
+    return envoy_stats.counter(state.envoy_admin, "http.sonicsite.fault.aborts_injected")
 
 
 def _wait_until_envoy_sheds(state, sample) -> None:
@@ -251,25 +248,26 @@ def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, bui
         admission=policy,
     )
     try:
-        jets = generate("particle_transformer", 240, seed=4)
-        site = SiteRecord(servers=(state.servers[0],))
-        with (
-            Client(site, "grpc", "direct") as direct,
-            Client(from_site_file(site_dir), "grpc") as through,
-        ):
-            load = threading.Thread(
-                target=lambda: direct.stream(
-                    "particle_transformer", jets.spec, batch=8, window=8
-                ).run(jets, lambda *a: None)
-            )
-            load.start()
-            _wait_for_admission(state, "particle_transformer", SHED)
-            sample = generate("particle_transformer", 16, seed=5)
-            _wait_until_envoy_sheds(state, sample)  # the decision takes a moment to get there
-            result = through.stream(
-                "particle_transformer", sample.spec, batch=4, window=2, max_tries=60
-            ).run(sample, lambda *a: None)
-            load.join(timeout=120)
+        sample = generate("particle_transformer", 16, seed=5)
+        results: dict = {}
+        with Client(from_site_file(site_dir), "grpc") as through:
+            # load straight to the server until the stream through Envoy has been refused
+            with overload(state.servers, "particle_transformer", events=240, seed=4):
+                _wait_for_admission(state, "particle_transformer", SHED)
+                _wait_until_envoy_sheds(state, sample)  # the decision takes a moment to get there
+                refused = _envoy_refusals(state)  # the probes' refusals, before the stream's
+                stream = threading.Thread(
+                    target=lambda: results.update(
+                        result=through.stream(
+                            "particle_transformer", sample.spec, batch=4, window=2, max_tries=60
+                        ).run(sample, lambda *a: None)
+                    )
+                )
+                stream.start()
+                wait_until(lambda: _envoy_refusals(state) > refused, "Envoy to refuse the stream")
+            stream.join(timeout=300)
+        assert not stream.is_alive()
+        result = results["result"]
         assert result.events_ok == 16 and result.failed == {}
         assert result.overloaded > 0
     finally:

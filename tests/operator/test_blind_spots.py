@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import socket
-import threading
 import urllib.request
-from contextlib import contextmanager
 
 import pytest
+from overload import overload
 from polling import wait_until
-from sonicsite.client import Client, InferError
+from sonicsite.client import InferError
 from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
@@ -22,7 +21,7 @@ from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy, decide
 from sonicsite.operator.loadview import LoadView, ModelLoad
 
-from sonicsite.contract.wire import OPEN, SHED, SiteRecord
+from sonicsite.contract.wire import OPEN, SHED
 from sonicsite.local import launcher
 
 POLICY = AdmissionPolicy(
@@ -145,27 +144,6 @@ def _refusal(envoy: GrpcTransport, plan) -> InferError | None:
     return None
 
 
-@contextmanager
-def _overload(server, model: str):
-    """Streams of `model` straight to one server until the block ends (load that arrived
-    before any admission decision)."""
-    stop = threading.Event()
-    jets = generate(model, 96, seed=8)
-
-    def run() -> None:
-        with Client(SiteRecord(servers=(server,)), "grpc", "direct") as client:
-            while not stop.is_set():
-                client.stream(model, jets.spec, batch=8, window=12).run(jets, lambda *a: None)
-
-    load = threading.Thread(target=run, daemon=True)
-    load.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        load.join(timeout=300)
-
-
 def _cluster_cap(site, cluster: str) -> int:
     url = f"http://{site.envoy_admin}/config_dump?resource=dynamic_active_clusters"
     with urllib.request.urlopen(url, timeout=10) as reply:
@@ -198,7 +176,8 @@ def test_one_hung_server_does_not_blind_admission(tmp_path, built_models):
             lambda: not _server(_operator_state(state), hung.id)["ready"],
             "the operator to see the hung server unreadable",
         )
-        with _overload(busy, MODEL):
+        # load straight to the one server it can see (as load that arrived before any decision)
+        with overload([busy], MODEL, events=96, window=12):
             decided = wait_until(
                 lambda: (a := _operator_state(state)["admission"][MODEL])["state"] == SHED and a,
                 "the operator to shed the model on the one server it can see",

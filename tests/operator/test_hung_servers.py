@@ -173,11 +173,16 @@ def test_a_server_hung_mid_stream_costs_a_per_try_timeout_and_loses_nothing(tmp_
     answered: list[str] = []
     errors: list[BaseException] = []
     try:
-        sample = generate(MODEL, 400, seed=3)
-        with Client(from_site_file(site_dir), "grpc") as client:  # measured: the floor
-            client.stream(MODEL, sample.spec, batch=4, window=4).run(sample, lambda *a: None)
+        sample = generate(MODEL, 200, seed=3)
         policy = TryPolicy()
-        wait_until(lambda: _per_try(state) < policy.cap_s, "the model's per-try timeout")
+        with Client(from_site_file(site_dir), "grpc") as client:  # measured: the floor
+            few = generate(MODEL, 40, seed=4)
+
+            def measured() -> bool:  # a short stream at a time until the operator measured it
+                client.stream(MODEL, few.spec, batch=4, window=4).run(few, lambda *a: None)
+                return _per_try(state) < policy.cap_s
+
+            wait_until(measured, "the model's per-try timeout")
 
         def calls() -> None:  # single tries with a long deadline: only Envoy can retry them
             transport = GrpcTransport(state.grpc, "site")
@@ -203,9 +208,12 @@ def test_a_server_hung_mid_stream_costs_a_per_try_timeout_and_loses_nothing(tmp_
                     os.kill(hung.pid, signal.SIGSTOP)  # requests are in flight on it
                     stopped = True
 
-            result = client.stream(MODEL, sample.spec, batch=4, window=8).run(sample, on_result)
+            # the hung server's statistics, read after the stream, are given up after 2 s
+            # rather than the 10 s default: they are not what this test is about
+            stream = client.stream(MODEL, sample.spec, batch=4, window=8, statistics_timeout_s=2.0)
+            result = stream.run(sample, on_result)
         assert stopped, "the stream ended before a request was in flight on the server"
-        assert result.events_ok == 400 and result.failed == {}
+        assert result.events_ok == 200 and result.failed == {}
         wait_until(
             lambda: "healthy" != _host_flags(state, hung) != "",
             "Envoy to take the hung server out of rotation",

@@ -1,27 +1,30 @@
 """No decision outlives its decider: every shed carries an expiry the operator renews while
 the model stays saturated; with the operator dead (SIGKILL) or hung (SIGSTOP), Envoy and the
-gateway reopen the model by themselves at that expiry (≤ SHED_TTL_S = 10 s)."""
+gateway reopen the model by themselves at that expiry (≤ SHED_TTL_S = 10 s; the sites here
+run their operator with a TTL of 5 s, the same mechanism in half the time)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import threading
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 
 import grpc
+import pytest
+from overload import overload
 from polling import wait_until
-from sonicsite.client import Client, InferError
+from sonicsite.client import InferError
 from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy, decide, with_expiry
 from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.main import build
+from sonicsite.operator.main import parser as operator_parser
 from sonicsite.operator.xds_resources import LUA_FILTER, SHED_IN_FORCE, SHED_LUA, SHED_SCRIPT
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json
@@ -35,7 +38,6 @@ from sonicsite.contract.wire import (
     SHED_TTL_S,
     AdmissionRecord,
     ServerRecord,
-    SiteRecord,
 )
 from sonicsite.local import launcher
 from sonicsite.local.processes import alive
@@ -51,6 +53,7 @@ POLICY = AdmissionPolicy(
     compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
 MODEL = "particle_transformer"
+TTL_S = SHED_TTL_S / 2  # the sites' sheds: renewed every 2.5 s, lapsing 5 s after the last
 
 
 def _load(server: str, queue_ms: float) -> ModelLoad:
@@ -93,6 +96,17 @@ def test_envoy_enforces_a_shed_only_until_its_expiry():
     lua = hcm["http_filters"][names.index(LUA_FILTER)]["typed_config"]
     assert lua["source_codes"] == {SHED_SCRIPT: {"inline_string": SHED_LUA}}
     assert "default_source_code" not in lua  # open routes run no script at all
+
+
+def test_the_operator_refuses_a_shed_ttl_beyond_the_contracts_bound(capsys):
+    options = operator_parser()
+    base = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=s"]
+    assert options.parse_args(base).shed_ttl == SHED_TTL_S
+    for ttl in (0.0, SHED_TTL_S + 1):
+        with pytest.raises(SystemExit):
+            build(options.parse_args([*base, f"--shed-ttl={ttl}"]), options)
+        expected = f"--shed-ttl: expected 0 < seconds ≤ {SHED_TTL_S:g}, got {ttl:g}"
+        assert expected in capsys.readouterr().err
 
 
 # -- a real site: the operator killed or hung while a model is shed -----------------------
@@ -139,29 +153,6 @@ def _raw_shed_reply(site) -> tuple[grpc.StatusCode, dict[str, str]]:
     raise AssertionError("the shed route answered an empty request")
 
 
-@contextmanager
-def _overload(servers, model: str):
-    """Two streams of `model` straight to the servers, over and over until the block ends:
-    one's gap between runs is covered by the other, so the overload never pauses."""
-    stop = threading.Event()
-    jets = generate(model, 480, seed=8)
-
-    def run() -> None:
-        with Client(SiteRecord(servers=tuple(servers)), "grpc", "direct") as client:
-            while not stop.is_set():
-                client.stream(model, jets.spec, batch=8, window=8).run(jets, lambda *a: None)
-
-    loads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
-    for load in loads:
-        load.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for load in loads:
-            load.join(timeout=300)
-
-
 def _up(tmp_path, built_models):
     return launcher.up(
         tmp_path / "site",
@@ -170,6 +161,7 @@ def _up(tmp_path, built_models):
         build_dir=built_models,
         admission=POLICY,
         supervise=False,  # nothing restarts the operator: the data plane is on its own
+        shed_ttl_s=TTL_S,
     )
 
 
@@ -205,9 +197,9 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
         jets = generate(MODEL, 4, seed=5)
         plan = make_plan(jets.spec, envoy.model_info(MODEL), jets.request(0, 2))
         body = kserve_json(jets.reference_inputs(0, 1))
-        with _overload(state.servers, MODEL):
+        with overload(state.servers, MODEL, streams=2):
             first = _wait_for_shed(state, envoy, plan, body)
-            assert first["expires_at"] <= time.time() + SHED_TTL_S
+            assert first["expires_at"] <= time.time() + TTL_S
             code, reply = _raw_shed_reply(state)
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert reply[RETRY_AFTER_HEADER] == "1" and reply[ADMISSION_HEADER] == "shed"
@@ -217,7 +209,7 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
             renewed = wait_until(
                 lambda: (
                     (a := _admission(state))["state"] == SHED
-                    and a["expires_at"] > a["since"] + SHED_TTL_S + 0.01
+                    and a["expires_at"] > a["since"] + TTL_S + 0.01
                     and a
                 ),
                 "the operator to renew a shed that holds",
@@ -252,7 +244,7 @@ def test_a_shed_lapses_when_the_operator_is_killed(tmp_path, built_models):
         jets = generate(MODEL, 4, seed=6)
         plan = make_plan(jets.spec, envoy.model_info(MODEL), jets.request(0, 2))
         body = kserve_json(jets.reference_inputs(0, 1))
-        with _overload(state.servers, MODEL):
+        with overload(state.servers, MODEL, streams=2):
             _wait_for_shed(state, envoy, plan, body)
             os.kill(operator, signal.SIGKILL)
             wait_until(lambda: not alive(operator), "the operator to die")

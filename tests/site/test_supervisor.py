@@ -27,13 +27,18 @@ from sonicsite.local.state import SiteState
 from sonicsite.local.supervision import HANG_KINDS, SupervisionPolicy
 
 KINDS = ["triton-1", "operator", "envoy", "gateway", "prometheus"]
+# The module's site: an operator or gateway that answers no probe for 5 s is hung (the
+# default bound is 10 s; half of it is still far beyond a busy machine's slowest answer).
+POLICY = SupervisionPolicy(hang_after_s=5.0)
 EVERY = {"triton-0", "triton-1", "operator", "envoy", "gateway", "prometheus", "supervisor"}
 
 
 @pytest.fixture(scope="module")
 def supervised(tmp_path_factory, built_models):
     site_dir = tmp_path_factory.mktemp("supervised") / "site"
-    state = launcher.up(site_dir, servers=2, models=["simple"], build_dir=built_models)
+    state = launcher.up(
+        site_dir, servers=2, models=["simple"], build_dir=built_models, supervision=POLICY
+    )
     yield state
     if (site_dir / STATE_FILE).exists():
         launcher.down(site_dir)
@@ -135,7 +140,7 @@ def test_a_hung_operator_is_killed_and_restarted(supervised):
             record = SiteState.load(site_dir).process("operator")
             return record.restarts == before.restarts + 1 and record.state == "running" and record
 
-        bound = SupervisionPolicy().hang_after_s
+        bound = POLICY.hang_after_s
         record = wait_until(restarted, "the hung operator to be replaced", timeout=240)
     finally:
         if pid_alive(before.pid):

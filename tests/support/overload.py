@@ -1,0 +1,64 @@
+"""Overload a model for as long as a test needs it, and not a moment longer.
+
+Streams of the model go straight to chosen servers (load that arrived before any admission
+decision, so admission never holds it back), each run again and again until the block ends.
+When it ends, no further request goes out (each stream's `on_send` refuses the next chunk)
+and only the requests already in flight are waited for: the load ends within about one
+request, not at the end of a whole run of events.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from sonicsite.client import Client
+from sonicsite.models.samples import generate
+
+from sonicsite.contract.wire import ServerRecord, SiteRecord
+
+
+class _Ended(Exception):
+    """Raised by a stream's `on_send` once the block has ended: the chunk is not sent."""
+
+
+@contextmanager
+def overload(
+    servers: Sequence[ServerRecord],
+    model: str,
+    *,
+    streams: int = 1,
+    events: int = 480,
+    batch: int = 8,
+    window: int = 8,
+    seed: int = 8,
+) -> Iterator[None]:
+    """`streams` streams of `events` events of `model` in requests of `batch`, `window` in
+    flight each, direct to `servers`, over and over until the block ends (with several,
+    one's gap between runs is covered by the others, so the load never pauses)."""
+    ended = threading.Event()
+    jets = generate(model, events, seed=seed)
+
+    def on_send(lo: int, hi: int) -> None:
+        if ended.is_set():
+            raise _Ended
+
+    def run() -> None:
+        with Client(SiteRecord(servers=tuple(servers)), "grpc", "direct") as client:
+            while not ended.is_set():
+                stream = client.stream(model, jets.spec, batch=batch, window=window)
+                try:
+                    stream.run(jets, lambda *a: None, on_send=on_send)
+                except _Ended:
+                    return
+
+    loads = [threading.Thread(target=run, daemon=True) for _ in range(streams)]
+    for load in loads:
+        load.start()
+    try:
+        yield
+    finally:
+        ended.set()
+        for load in loads:
+            load.join(timeout=300)
