@@ -38,6 +38,7 @@ def overload(
     flight each, direct to `servers`, over and over until the block ends (with several,
     one's gap between runs is covered by the others, so the load never pauses)."""
     ended = threading.Event()
+    failures: list[BaseException] = []  # a load that failed must not pass for a quiet one
     jets = generate(model, events, seed=seed)
 
     def on_send(lo: int, hi: int) -> None:
@@ -52,6 +53,9 @@ def overload(
                     stream.run(jets, lambda *a: None, on_send=on_send)
                 except _Ended:
                     return
+                except BaseException as exc:
+                    failures.append(exc)
+                    return
 
     loads = [threading.Thread(target=run, daemon=True) for _ in range(streams)]
     for load in loads:
@@ -62,3 +66,5 @@ def overload(
         ended.set()
         for load in loads:
             load.join(timeout=300)
+    if failures:
+        raise RuntimeError(f"overload of {model}: a load stream failed: {failures[0]!r}")
