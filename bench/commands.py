@@ -26,6 +26,20 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     _bench_parser(bsub, "dataplane", "direct to Triton vs through Envoy", 3)
     _bench_parser(bsub, "gateway", "direct Triton HTTP vs through the gateway", 3)
     b = _bench_parser(
+        bsub,
+        "stock-tools",
+        "perf_analyzer through Envoy (no header) and the gateway on a 3-server site",
+        3,
+    )
+    # defaults: bench/stock_tools.py's Options
+    b.add_argument("--runs", type=at_least(1), help="perf_analyzer runs in a row per path, model")
+    b.add_argument(
+        "--models",
+        type=lambda t: tuple(x for x in t.split(",") if x),
+        help="comma-separated, of simple,particlenet_ak4 (default: both)",
+    )
+    b.add_argument("--concurrency", type=at_least(1), help="perf_analyzer's concurrency")
+    b = _bench_parser(
         bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 3
     )
     # defaults: bench/balancing.py's Options
@@ -109,6 +123,18 @@ def _bench(args: argparse.Namespace) -> dict:
         from . import gateway
 
         return gateway.run(args.json, args.repeats, args.build_dir)
+    if args.bench_command == "stock-tools":
+        from . import stock_tools
+
+        given = {
+            "runs": args.runs,
+            "repeats": args.repeats,
+            "models": args.models,
+            "concurrency": args.concurrency,
+            "build_dir": args.build_dir,
+        }
+        options = stock_tools.Options(**{k: v for k, v in given.items() if v is not None})
+        return stock_tools.run(args.json, options)
     if args.bench_command == "faults":
         from . import faults
 

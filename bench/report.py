@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-ORDER = ("client", "balancing", "dataplane", "gateway", "faults")
+ORDER = ("client", "balancing", "dataplane", "gateway", "stock_tools", "faults")
 REPORT = "REPORT.md"
 
 

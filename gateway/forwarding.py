@@ -1,14 +1,11 @@
 """Sending a request on to a Triton server: pick one per request (balancer.py), retry once
 on another server when the connection fails before anything was processed, and answer in
-KServe v2's error shape when no server can. An inference reply is passed through as the
-server sends it (StreamedReply), never joined; the replies the gateway reads itself
-(metadata, config, statistics) are whole. Also the model contracts the infer route checks
-requests against, and statistics summed over a model's servers."""
+KServe v2's error shape when no server can (Triton's own texts when no server holds the
+model: triton_errors.py). An inference reply is passed through as the server sends it
+(StreamedReply), never joined; the other replies are whole."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,14 +20,12 @@ from starlette.types import Receive, Scope, Send
 from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
 
 from .balancer import Upstreams
-from .kserve import ModelContract
 from .metrics import GatewayMetrics
 from .siteview import SiteView
-from .statistics import merge_statistics
+from .triton_errors import MODEL, unknown_model, unready_model
 from .upstream import BodyMismatch, BodyStream, ConnectFailed, Reply, Upstream
 
 PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH)
-CONTRACT_TTL_S = 60.0
 LOG = logging.getLogger(__name__)
 
 
@@ -89,7 +84,6 @@ class Forwarder:
     timeout_s: float = 60.0
     upstreams: Upstreams = field(init=False)
     upstream: Upstream = field(default_factory=Upstream)
-    contracts: dict[str, tuple[float, ModelContract]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.upstreams = Upstreams(self.view)
@@ -104,21 +98,20 @@ class Forwarder:
         rest: AsyncIterator[bytes] | None = None,
         length: int | None = None,
         stream: bool = False,
+        kind: str = MODEL,
+        version: str | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
         when the connection fails. `rest`: the body's remaining chunks, streamed on;
-        `stream`: the reply's body is passed on as it arrives (a StreamedReply)."""
+        `stream`: the reply's body is passed on as it arrives (a StreamedReply). With no
+        server for the model, Triton's answer for the route's `kind` (and `version`)."""
         tried, last = "", ""
         for attempt in range(2):
             endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
             if endpoint is None:
                 if attempt:
                     break
-                served = self.view.site.models
-                if model and model not in served:
-                    self.metrics.rejections.labels(model, "unknown_model").inc()
-                    return error(404, f"unknown model {model!r}: the site serves {served}")
-                return error(503, f"no ready server serves {model or 'requests'} now")
+                return self.unserved(model, kind, version)
             started = time.perf_counter()
             try:
                 reply = await self.upstream.request(
@@ -151,6 +144,16 @@ class Forwarder:
                 self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
             return await self._pass_on(reply, endpoint.id, stream)
         return error(502, f"no server could be reached: {last}")
+
+    def unserved(self, model: str, kind: str = MODEL, version: str | None = None) -> Response:
+        """The reply when no server takes `model` now: Triton's, for a model unknown to the
+        site or one whose every server is out of the rotation."""
+        if not model:
+            return error(503, "no ready server takes requests now")
+        if model not in self.view.site.models:
+            self.metrics.rejections.labels(model, "unknown_model").inc()
+            return unknown_model(kind, model)
+        return unready_model(kind, model, version)
 
     async def _pass_on(self, reply: Reply, server: str, stream: bool) -> Response:
         """The client's reply: the server's status, body and the headers clients read."""
@@ -185,41 +188,6 @@ class Forwarder:
             if endpoint is not None:
                 return endpoint
         return None
-
-    async def contract(self, model: str) -> ModelContract | Response:
-        """What the model takes (metadata and config, cached for a minute), or the reply
-        that says why it cannot be had."""
-        cached = self.contracts.get(model)
-        if cached and time.monotonic() - cached[0] < CONTRACT_TTL_S:
-            return cached[1]
-        metadata = await self.send("GET", model, version_path(model, None))
-        if metadata.status_code != 200:
-            return metadata
-        config = await self.send("GET", model, version_path(model, None) + "/config")
-        if config.status_code != 200:
-            return config
-        found = ModelContract.from_triton(json.loads(metadata.body), json.loads(config.body))
-        self.contracts[model] = (time.monotonic(), found)
-        return found
-
-    async def statistics(self, model: str, version: str | None) -> Response:
-        """Triton's statistics summed over every server of the model: the site's view."""
-        servers = self.view.serving(model)
-        path = version_path(model, version) + "/stats"
-        if not servers:
-            return await self.send("GET", model, path)
-        replies = await asyncio.gather(
-            *(self.upstream.fetch(s.http, "GET", path, timeout=10.0) for s in servers),
-            return_exceptions=True,
-        )
-        good = [json.loads(r.body) for r in replies if isinstance(r, Reply) and r.status == 200]
-        if not good:
-            answered = [r for r in replies if isinstance(r, Reply)]
-            if answered:  # the servers refused the request (e.g. no such version): say why
-                kind = answered[0].headers.get("content-type", "application/json")
-                return Response(answered[0].body, answered[0].status, media_type=kind)
-            return error(502, f"no server of {model!r} answered its statistics")
-        return JSONResponse(merge_statistics(good))
 
     def close(self) -> None:
         self.upstream.close()

@@ -1,17 +1,20 @@
-"""KServe v2 inference requests checked against the model before they reach a server.
+"""KServe v2 inference requests checked for a well-formed body before they reach a server.
 
 The gateway forwards request bodies as they are (binary tensors are never decoded), but it
-reads the JSON part: every input named, typed and shaped as the model expects, the batch
-within max_batch_size, every tensor's data or binary size matching its shape, the binary
-part exactly as long as the inputs declare. A bad request gets a 400 naming the field and
-the expected value here, so no malformed body can make a server fail with a 5xx.
+reads the JSON part and checks it against itself: every input named, of a known datatype,
+shaped with non-negative integers, its data or binary size matching its own datatype and
+shape, the binary part exactly as long as the inputs declare. A malformed body gets a 400
+naming the field and the expected value here, so none can make a server fail with a 5xx.
+
+Whether the request fits the model (input names, datatypes, shapes, batch size, missing
+inputs, outputs) is not checked here: the server of the model says so, in Triton's own
+words, as one Triton server would.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 
 ITEM_BYTES = {
     "BOOL": 1,
@@ -38,34 +41,6 @@ class BadRequest(ValueError):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class TensorContract:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]  # -1: any size (the batch dimension when the model batches)
-    optional: bool = False
-
-
-@dataclass(frozen=True)
-class ModelContract:
-    name: str
-    inputs: dict[str, TensorContract]
-    outputs: frozenset[str]
-    max_batch_size: int
-
-    @classmethod
-    def from_triton(cls, metadata: dict, config: dict) -> ModelContract:
-        optional = {i["name"] for i in config.get("input", []) if i.get("optional")}
-        inputs = {
-            i["name"]: TensorContract(
-                i["name"], i["datatype"], tuple(int(d) for d in i["shape"]), i["name"] in optional
-            )
-            for i in metadata.get("inputs", [])
-        }
-        outputs = frozenset(o["name"] for o in metadata.get("outputs", []))
-        return cls(metadata["name"], inputs, outputs, int(config.get("max_batch_size", 0)))
 
 
 def split_body(
@@ -132,93 +107,67 @@ def _count_elements(data: object, datatype: str, where: str, limit: int) -> int:
     return count
 
 
-def check_infer(contract: ModelContract, request: dict, binary_bytes: int) -> None:
-    """Raise BadRequest naming the first field that does not fit the model."""
-    model = contract.name
-    inputs = request.get("inputs")
-    if not isinstance(inputs, list) or not inputs:
-        raise BadRequest(f"inputs: expected a non-empty list of the inputs of model {model!r}")
-    seen: set[str] = set()
-    declared_binary = 0
-    for k, item in enumerate(inputs):
-        where = f"inputs[{k}]"
-        if not isinstance(item, dict):
-            raise BadRequest(f"{where}: expected an object with name, datatype and shape")
-        name = item.get("name")
-        if name not in contract.inputs:
-            raise BadRequest(
-                f"{where}.name: expected one of {sorted(contract.inputs)} "
-                f"(inputs of model {model!r}), got {name!r}"
-            )
-        if name in seen:
-            raise BadRequest(f"{where}.name: input {name!r} given twice")
-        seen.add(name)
-        expected = contract.inputs[name]
-        if item.get("datatype") != expected.datatype:
-            raise BadRequest(
-                f"{where}.datatype: expected {expected.datatype} for input {name!r}, "
-                f"got {item.get('datatype')!r}"
-            )
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise BadRequest(f"{where}.shape: expected a list of non-negative integers")
-        if len(shape) != len(expected.shape) or any(
-            e != -1 and d != e for d, e in zip(shape, expected.shape, strict=False)
-        ):
-            raise BadRequest(
-                f"{where}.shape: expected {list(expected.shape)} for input {name!r} "
-                f"(-1: any), got {shape}"
-            )
-        if contract.max_batch_size and shape[0] > contract.max_batch_size:
-            raise BadRequest(
-                f"{where}.shape[0]: the batch {shape[0]} is over model {model!r}'s "
-                f"max_batch_size {contract.max_batch_size}"
-            )
-        elements = math.prod(shape)
-        item_bytes = ITEM_BYTES.get(expected.datatype, 0)
-        if elements * max(item_bytes, 1) > MAX_TENSOR_BYTES:
-            raise BadRequest(
-                f"{where}.shape: {shape} declares more than {MAX_TENSOR_BYTES} bytes", 413
-            )
-        parameters = item.get("parameters", {})
-        if not isinstance(parameters, dict):
-            raise BadRequest(f"{where}.parameters: expected an object")
-        if "binary_data_size" in parameters:
-            size = parameters["binary_data_size"]
-            if not _is_int(size) or size < 0:
-                raise BadRequest(f"{where}.parameters.binary_data_size: expected an integer ≥ 0")
-            if item_bytes and size != elements * item_bytes:
-                raise BadRequest(
-                    f"{where}.parameters.binary_data_size: expected {elements * item_bytes} "
-                    f"bytes for {expected.datatype}{shape}, got {size}"
-                )
-            if "data" in item:
-                raise BadRequest(f"{where}: give either data or binary_data_size, not both")
-            declared_binary += size
-        else:
-            if "data" not in item:
-                raise BadRequest(f"{where}.data: expected the tensor's data (or binary data)")
-            count = _count_elements(item["data"], expected.datatype, f"{where}.data", elements)
-            if count != elements:
-                raise BadRequest(
-                    f"{where}.data: expected {elements} elements for shape {shape}, got {count}"
-                )
-    missing = [n for n, t in contract.inputs.items() if n not in seen and not t.optional]
-    if missing:
-        raise BadRequest(f"inputs: model {model!r} also needs {missing}")
-    if declared_binary != binary_bytes:
+def _check_input(item: object, where: str) -> int:
+    """One input checked against its own name, datatype and shape; its binary size."""
+    if not isinstance(item, dict):
+        raise BadRequest(f"{where}: expected an object with name, datatype and shape")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"{where}.name: expected the input's name, got {name!r}"[:300])
+    datatype = item.get("datatype")
+    if datatype not in ITEM_BYTES:
         raise BadRequest(
-            f"body: the binary part is {binary_bytes} bytes, the inputs declare {declared_binary}"
+            f"{where}.datatype: expected one of {sorted(ITEM_BYTES)}, got {datatype!r}"[:300]
+        )
+    shape = item.get("shape")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise BadRequest(f"{where}.shape: expected a list of non-negative integers")
+    elements = math.prod(shape)
+    item_bytes = ITEM_BYTES[datatype]
+    if elements * max(item_bytes, 1) > MAX_TENSOR_BYTES:
+        raise BadRequest(f"{where}.shape: {shape} declares more than {MAX_TENSOR_BYTES} bytes", 413)
+    parameters = item.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise BadRequest(f"{where}.parameters: expected an object")
+    if "binary_data_size" not in parameters:
+        if "data" not in item:
+            raise BadRequest(f"{where}.data: expected the tensor's data (or binary data)")
+        count = _count_elements(item["data"], datatype, f"{where}.data", elements)
+        if count != elements:
+            raise BadRequest(
+                f"{where}.data: expected {elements} elements for shape {shape}, got {count}"
+            )
+        return 0
+    size = parameters["binary_data_size"]
+    if not _is_int(size) or size < 0:
+        raise BadRequest(f"{where}.parameters.binary_data_size: expected an integer ≥ 0")
+    if item_bytes and size != elements * item_bytes:
+        raise BadRequest(
+            f"{where}.parameters.binary_data_size: expected {elements * item_bytes} "
+            f"bytes for {datatype}{shape}, got {size}"
+        )
+    if "data" in item:
+        raise BadRequest(f"{where}: give either data or binary_data_size, not both")
+    return size
+
+
+def check_infer(request: dict, binary_bytes: int) -> None:
+    """Raise BadRequest naming the first field of a malformed request (one a server could
+    not parse); a well-formed request goes to the model's server, which checks the rest."""
+    inputs = request.get("inputs")
+    if not isinstance(inputs, list):
+        raise BadRequest("inputs: expected a list of the model's inputs")
+    declared = sum(_check_input(item, f"inputs[{k}]") for k, item in enumerate(inputs))
+    if declared != binary_bytes:
+        raise BadRequest(
+            f"body: the binary part is {binary_bytes} bytes, the inputs declare {declared}"
         )
     outputs = request.get("outputs", [])
     if not isinstance(outputs, list):
         raise BadRequest("outputs: expected a list")
     for k, item in enumerate(outputs):
-        if not isinstance(item, dict) or item.get("name") not in contract.outputs:
-            raise BadRequest(
-                f"outputs[{k}].name: expected one of {sorted(contract.outputs)} "
-                f"(outputs of model {model!r})"
-            )
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise BadRequest(f"outputs[{k}].name: expected the output's name")
         if not isinstance(item.get("parameters", {}), dict):
             raise BadRequest(f"outputs[{k}].parameters: expected an object")
     if not isinstance(request.get("id", ""), str):

@@ -16,8 +16,18 @@ from .server import PassThroughProtocol, keep_freed_memory
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sonicsite-gateway")
     parser.add_argument("--operator", required=True, help="the operator's API, http://host:port")
+    parser.add_argument(
+        "--name", default="sonicsite", help="the site's name: what stock tools see at /v2"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=0,
+        help="serve the site's one-server view over gRPC (server metadata, statistics, "
+        "repository index) on this port, for Envoy's routes (0: not served)",
+    )
     parser.add_argument(
         "--public", default="", help="host:port clients use for this gateway (default host:port)"
     )
@@ -42,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     config = GatewayConfig(
         operator=args.operator,
+        name=args.name,
+        grpc=f"{args.host}:{args.grpc_port}" if args.grpc_port else "",
         http=args.public or f"{args.host}:{args.port}",
         tokens=args.tokens,
         site_state=args.site_state,

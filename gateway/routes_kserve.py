@@ -1,10 +1,13 @@
-"""KServe v2 over REST: health, server and model metadata, config, statistics, inference.
+"""KServe v2 over REST: health, server and model metadata, config, statistics, the repository
+index, inference; the site answers as one Triton server (site_view_replies.py, Triton's own
+error texts in triton_errors.py).
 
-Every inference request is checked against the model (kserve.py), refused at once with 429
+Every inference request is checked for a well-formed body (kserve.py), refused at once with 429
 and Retry-After while the operator's shed of its model is in force (siteview.py: not
 expired, state not stale), then sent on to one server chosen per request (forwarding.py)
 with its body as received, binary tensors and all, and its reply passed back as the server
-sends it.
+sends it. Whether the request fits the model (input names, datatypes, shapes, batch size)
+is the server's to say, in Triton's own words.
 
 Inference requests do not go through FastAPI's router (`InferFastPath`, a plain ASGI layer
 inside authentication): its route matching, parameter solving and the send wrappers of its
@@ -25,8 +28,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER
 
+from . import site_view_replies
 from .forwarding import PASSED_HEADERS, Forwarder, StreamedReply, error, version_path
 from .kserve import BadRequest, check_infer, split_body
+from .triton_errors import MODEL, READY
 
 router = APIRouter(tags=["kserve"])
 # the two infer routes' paths, as the router would match them (a segment is anything but /)
@@ -66,11 +71,29 @@ async def ready(request: Request) -> Response:
 
 @router.get("/v2")
 async def server_metadata(request: Request) -> Response:
-    return await _forwarder(request).send("GET", "", "/v2")
+    """Triton's server metadata under the site's one name (never a server's)."""
+    name = request.app.state.config.name
+    return await site_view_replies.server_metadata(_forwarder(request), name)
 
 
-async def _model_get(request: Request, model: str, version: str | None, suffix: str) -> Response:
-    return await _forwarder(request).send("GET", model, version_path(model, version) + suffix)
+@router.post("/v2/repository/index")
+async def repository_index(request: Request) -> Response:
+    """Every model of the site, READY where any server holds it ready."""
+    return await site_view_replies.repository_index(_forwarder(request), await request.body())
+
+
+@router.get("/v2/models/stats")
+async def statistics(request: Request) -> Response:
+    """Every model's statistics, summed over the servers (declared before /v2/models/{model},
+    as Triton reads this path)."""
+    return await site_view_replies.statistics(_forwarder(request), "", None)
+
+
+async def _model_get(
+    request: Request, model: str, version: str | None, suffix: str, kind: str = MODEL
+) -> Response:
+    path = version_path(model, version) + suffix
+    return await _forwarder(request).send("GET", model, path, kind=kind, version=version)
 
 
 @router.get("/v2/models/{model}")
@@ -85,12 +108,12 @@ async def model_version_metadata(request: Request, model: str, version: str) -> 
 
 @router.get("/v2/models/{model}/ready")
 async def model_ready(request: Request, model: str) -> Response:
-    return await _model_get(request, model, None, "/ready")
+    return await _model_get(request, model, None, "/ready", READY)
 
 
 @router.get("/v2/models/{model}/versions/{version}/ready")
 async def model_version_ready(request: Request, model: str, version: str) -> Response:
-    return await _model_get(request, model, version, "/ready")
+    return await _model_get(request, model, version, "/ready", READY)
 
 
 @router.get("/v2/models/{model}/config")
@@ -105,12 +128,12 @@ async def model_version_config(request: Request, model: str, version: str) -> Re
 
 @router.get("/v2/models/{model}/stats")
 async def model_statistics(request: Request, model: str) -> Response:
-    return await _forwarder(request).statistics(model, None)
+    return await site_view_replies.statistics(_forwarder(request), model, None)
 
 
 @router.get("/v2/models/{model}/versions/{version}/stats")
 async def model_version_statistics(request: Request, model: str, version: str) -> Response:
-    return await _forwarder(request).statistics(model, version)
+    return await site_view_replies.statistics(_forwarder(request), model, version)
 
 
 @router.post("/v2/models/{model}/infer")
@@ -172,20 +195,21 @@ async def _infer_reply(
     if total is not None and total > limit:
         metrics.rejections.labels(model, "bad_request").inc()
         return error(413, f"body: over {limit} bytes")
-    found = await forwarder.contract(model)
-    if isinstance(found, Response):
-        return found
+    if not forwarder.view.serving(model):  # as Triton: the model before the body
+        return forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
     prefix, rest = await _head_of_body(request, header_length, total)
     try:
         parsed, binary = split_body(prefix, header_length, total)
-        check_infer(found, parsed, binary)
+        check_infer(parsed, binary)
     except BadRequest as exc:
         metrics.rejections.labels(model, "bad_request").inc()
         return error(exc.status, f"model {model!r}: {exc}")
     headers = {k: fields[k] for k in PASSED_HEADERS if k in fields}
     path = version_path(model, version) + "/infer"
-    return await forwarder.send("POST", model, path, prefix, headers, rest, total, stream=True)
+    return await forwarder.send(
+        "POST", model, path, prefix, headers, rest, total, stream=True, version=version
+    )
 
 
 async def _head_of_body(

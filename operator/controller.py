@@ -49,6 +49,8 @@ class Operator:
     loadview: LoadView = field(default_factory=LoadView)
     tries: TryTimeouts = field(default_factory=TryTimeouts)
     shed_ttl_s: float = SHED_TTL_S  # a shed lapses this long after its last renewal
+    site_view: str = ""  # host:port of the site's one-server view over gRPC (the gateway's)
+    site_view_http: str = ""  # host:port of the gateway's HTTP: the view's REST twins
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
@@ -88,6 +90,8 @@ class Operator:
             self.jwt,
             per_try,
             self.tries.policy,
+            self.site_view,
+            self.site_view_http,
         )
         self._autoscale(servers, now)
         state = self._state(servers, models, weights, per_try)

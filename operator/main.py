@@ -58,6 +58,18 @@ def parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=STEP_INTERVAL_S, help="seconds between steps"
     )
     parser.add_argument(
+        "--site-view",
+        default="",
+        help="host:port of the site's one-server view over gRPC (the gateway's --grpc-port): "
+        "Envoy sends server metadata, statistics and the repository index there",
+    )
+    parser.add_argument(
+        "--site-view-http",
+        default="",
+        help="host:port of the gateway's HTTP (without bearer tokens): Envoy sends the REST "
+        "server metadata, statistics and repository index there",
+    )
+    parser.add_argument(
         "--jwt-issuer", default="", help="Envoy requires bearer JWTs from this issuer"
     )
     parser.add_argument(
@@ -229,6 +241,9 @@ def build(
         discovery = KubernetesDiscovery(kubernetes_api(args.kube_api), namespace, service, models)
     else:
         discovery = LocalDiscovery(args.site)
+    for flag, value in (("--site-view", args.site_view), ("--site-view-http", args.site_view_http)):
+        if value and not value.rpartition(":")[2].isdigit():
+            parser.error(f"{flag}: expected host:port, got {value!r}")
     listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
     operator = Operator(
         discovery,
@@ -244,6 +259,8 @@ def build(
         loadview=loadview,
         tries=TryTimeouts(tries),
         shed_ttl_s=args.shed_ttl,
+        site_view=args.site_view,
+        site_view_http=args.site_view_http,
     )
     operator.step()  # serve a full snapshot from the first request on
     return operator

@@ -3,17 +3,20 @@ xds_routes.py).
 
 Envoy's bootstrap (sonicsite/local/envoy.py, the chart's ConfigMap) names only its admin port
 and the operator; everything else is built here and served by xds_snapshot.py. One cluster
-holds every server and one per model holds the servers that load it. A server whose health
+holds every server and one per model holds the servers that load it, each with a REST twin
+(the same servers and weights on their KServe v2 REST port) for REST clients. A server whose health
 check fails leaves its clusters' rotation; one that fails or times out twice in a row is
 ejected for a while (outlier detection, at most half of a cluster's servers at once);
 draining servers receive nothing new. The listener answers `HEALTH_PATH` itself (Envoy's
-liveness) and runs the filters that enforce admission: the Lua script that says whether a
+liveness) and runs the filters that find a stock gRPC client's model (xds_model_match.py)
+and that enforce admission: the Lua script that says whether a
 shed is still in force, the fault filter that refuses, the local-reply mapper that adds the
 retry-after.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from sonicsite.contract.wire import (
@@ -22,6 +25,8 @@ from sonicsite.contract.wire import (
     RETRY_AFTER_HEADER,
     ServerRecord,
 )
+
+from .xds_model_match import model_match_filter
 
 TYPE_URLS = {
     "listeners": "type.googleapis.com/envoy.config.listener.v3.Listener",
@@ -32,6 +37,7 @@ TYPE_URLS = {
 GOOGLE = "type.googleapis.com/envoy.extensions"
 OPERATOR_CLUSTER = "sonicsite_operator"
 ALL_SERVERS = "triton"
+ALL_SERVERS_REST = "triton_rest"  # the same servers on their KServe v2 REST (HTTP) port
 ROUTE_CONFIG = "sonicsite"
 LISTENER = "sonicsite_grpc"
 LIMIT = 100_000  # circuit breakers sized for thousands of clients
@@ -59,6 +65,11 @@ def model_cluster(model: str) -> str:
     return f"model_{model}"
 
 
+def rest_cluster(model: str) -> str:
+    """The model's servers on their REST port (a prefix of its own: no model name clashes)."""
+    return f"rest_{model}"
+
+
 def rest_source(refresh: str = "0.5s") -> dict:
     return {
         "resource_api_version": "V3",
@@ -71,8 +82,11 @@ def rest_source(refresh: str = "0.5s") -> dict:
     }
 
 
-def _cluster(name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUEST") -> dict:
-    return {
+def _cluster(
+    name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUEST", grpc: bool = True
+) -> dict:
+    """`grpc`: to the servers' gRPC port over HTTP/2; otherwise their REST port (HTTP/1.1)."""
+    cluster = {
         "@type": TYPE_URLS["clusters"],
         "name": name,
         "type": "EDS",
@@ -121,6 +135,9 @@ def _cluster(name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUE
         "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
         "ignore_health_on_host_removal": True,
     }
+    if not grpc:
+        del cluster["typed_extension_protocol_options"]
+    return cluster
 
 
 def clusters(
@@ -129,18 +146,25 @@ def clusters(
     """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
     `lb_policy`: Envoy's choice among the endpoints (operator/balancing.py)."""
     caps = caps or {}
-    return [_cluster(ALL_SERVERS, LIMIT, lb_policy)] + [
-        _cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy) for m in models
-    ]
+    return (
+        [_cluster(ALL_SERVERS, LIMIT, lb_policy)]
+        + [_cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy) for m in models]
+        + [_cluster(ALL_SERVERS_REST, LIMIT, lb_policy, grpc=False)]
+        + [_cluster(rest_cluster(m), caps.get(m, LIMIT), lb_policy, grpc=False) for m in models]
+    )
 
 
-def load_assignment(cluster: str, servers: list[ServerRecord], weights: dict[str, int]) -> dict:
+def load_assignment(
+    cluster: str, servers: list[ServerRecord], weights: dict[str, int], grpc: bool = True
+) -> dict:
+    """`grpc`: the servers' gRPC port; otherwise their REST port (a REST cluster)."""
     endpoints = []
     for s in servers:
+        port = s.grpc_port if grpc else s.http_port
         endpoints.append(
             {
                 "endpoint": {
-                    "address": {"socket_address": {"address": s.host, "port_value": s.grpc_port}},
+                    "address": {"socket_address": {"address": s.host, "port_value": port}},
                     "health_check_config": {"port_value": s.http_port},
                     "hostname": s.id,
                 },
@@ -157,26 +181,47 @@ def load_assignment(cluster: str, servers: list[ServerRecord], weights: dict[str
 
 
 def shed_reply(retry_after_s: int) -> dict:
-    """Replies to requests the fault filter refused (response flag FI) carry the retry-after."""
+    """Replies to requests the fault filter refused (response flag FI) carry the retry-after:
+    gRPC clients get RESOURCE_EXHAUSTED with the reason, REST clients 429 with it in a
+    KServe error body (as the gateway answers)."""
+    reason = (
+        "model shed by sonicsite admission: its queue time per request is over the "
+        f"threshold; retry after {retry_after_s} s"
+    )
+    headers = [
+        {
+            "header": {"key": RETRY_AFTER_HEADER, "value": str(retry_after_s)},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        },
+        {
+            "header": {"key": ADMISSION_HEADER, "value": "shed"},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        },
+    ]
+    shed = {"response_flag_filter": {"flags": ["FI"]}}
+    not_grpc = {
+        "header_filter": {
+            "header": {
+                "name": "content-type",
+                "string_match": {"prefix": "application/grpc"},
+                "invert_match": True,
+                "treat_missing_header_as_empty": True,  # a REST call may carry none
+            }
+        }
+    }
+    rest = {"and_filter": {"filters": [shed, not_grpc]}}
     return {
         "mappers": [
             {
-                "filter": {"response_flag_filter": {"flags": ["FI"]}},
-                "headers_to_add": [
-                    {
-                        "header": {"key": RETRY_AFTER_HEADER, "value": str(retry_after_s)},
-                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                    },
-                    {
-                        "header": {"key": ADMISSION_HEADER, "value": "shed"},
-                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                    },
-                ],
-                "body": {
-                    "inline_string": f"model shed by sonicsite admission: its queue time per "
-                    f"request is over the threshold; retry after {retry_after_s} s"
+                "filter": rest,
+                "headers_to_add": headers,
+                "body": {"inline_string": json.dumps({"error": reason})},
+                "body_format_override": {
+                    "text_format_source": {"inline_string": "%LOCAL_REPLY_BODY%"},
+                    "content_type": "application/json",
                 },
-            }
+            },
+            {"filter": shed, "headers_to_add": headers, "body": {"inline_string": reason}},
         ]
     }
 
@@ -264,6 +309,7 @@ def listener(host: str, port: int, retry_after_s: int = 1, jwt: JwtPolicy | None
                             "http_filters": [
                                 health_filter(),
                                 *([jwt.http_filter()] if jwt else []),
+                                model_match_filter(),
                                 lua_filter(),
                                 {
                                     "name": "envoy.filters.http.fault",

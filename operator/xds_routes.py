@@ -1,5 +1,7 @@
-"""Envoy's routes: one per model (the sonicsite client's header), a default one for any other
-client; per-try timeouts, retries on another server, optional hedging; and sheds that lapse.
+"""Envoy's routes: per model, one for its REST paths and one for gRPC with the sonicsite
+client's header (or the header Envoy sets from a stock client's message: xds_model_match.py);
+default ones for anything else; refusals of what must not go through a balancer; per-try
+timeouts, retries on another server, optional hedging; and sheds that lapse.
 
 A shed model's route refuses new work at once with RESOURCE_EXHAUSTED (the fault filter's
 abort; the listener's local-reply mapper adds the retry-after and the admission header).
@@ -14,8 +16,16 @@ from __future__ import annotations
 from sonicsite.contract.wire import MODEL_HEADER, SERVER_HEADER
 
 from .try_timeouts import TryPolicy
+from .xds_model_match import (
+    named_methods_regex,
+    refused_routes,
+    rest_model_regex,
+    stream_scan,
+    without_model_match,
+)
 from .xds_resources import (
     ALL_SERVERS,
+    ALL_SERVERS_REST,
     HTTP_FAULT,
     LUA_FILTER,
     RETRY_BUFFER_BYTES,
@@ -24,7 +34,9 @@ from .xds_resources import (
     SHED_SCRIPT,
     TYPE_URLS,
     model_cluster,
+    rest_cluster,
 )
+from .xds_site_view import view_routes
 
 LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
 
@@ -67,9 +79,19 @@ def route_action(cluster: str, per_try_s: float, hedge: bool = False) -> dict:
     return action
 
 
-def shed_filter_config(expires_at: float) -> dict:
+# the inference requests a shed refuses (gRPC methods; KServe v2 REST paths)
+GRPC_INFER = r"^/inference\.GRPCInferenceService/Model(Stream)?Infer$"
+REST_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
+
+
+def shed_filter_config(expires_at: float, grpc: bool = True) -> dict:
     """A shed route's filters: the Lua script marks requests until `expires_at` (epoch s),
-    and the fault filter aborts marked ones with RESOURCE_EXHAUSTED; Triton sees nothing."""
+    and the fault filter aborts marked inference requests with RESOURCE_EXHAUSTED (`grpc`;
+    a REST route: 429, since a gRPC status abort answers a REST client 200); Triton sees
+    nothing. Only inference is refused: a shed protects the model's compute, and a client
+    must still read the model's metadata, config and readiness to wait for its reopening."""
+    abort = {"grpc_status": 8} if grpc else {"http_status": 429}
+    inference = {"safe_regex": {"regex": GRPC_INFER if grpc else REST_INFER}}
     return {
         LUA_FILTER: {
             "@type": LUA_PER_ROUTE,
@@ -78,8 +100,11 @@ def shed_filter_config(expires_at: float) -> dict:
         },
         "envoy.filters.http.fault": {
             "@type": HTTP_FAULT,
-            "abort": {"grpc_status": 8, "percentage": {"numerator": 100, "denominator": "HUNDRED"}},
-            "headers": [{"name": SHED_IN_FORCE, "present_match": True}],
+            "abort": abort | {"percentage": {"numerator": 100, "denominator": "HUNDRED"}},
+            "headers": [
+                {"name": SHED_IN_FORCE, "present_match": True},
+                {"name": ":path", "string_match": inference},
+            ],
         },
     }
 
@@ -90,31 +115,52 @@ def route_configuration(
     per_try: dict[str, float] | None = None,
     hedge: bool = False,
     default_per_try_s: float = TryPolicy.cap_s,
+    site_view: tuple[bool, bool] = (False, False),
 ) -> dict:
-    """`shed`: models whose route refuses new work, with the expiry of each shed (epoch s);
+    """`site_view`: whether the pool's answers (server metadata, statistics, repository
+    index) come from the site's view (xds_site_view.py), over gRPC and over REST;
+    `shed`: models whose route refuses new work, with the expiry of each shed (epoch s);
     `per_try`: each model's per-try timeout (s; `default_per_try_s` for the others and for
     the default route, which carries every model)."""
     shed, per_try = shed or {}, per_try or {}
-    routes = []
-    for m in models:
+
+    def model_route(name: str, match: dict, cluster: str, m: str, grpc: bool = True) -> dict:
         route = {
-            "name": f"model-{m}",
-            "match": {
-                "prefix": "/",
-                "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}],
-            },
-            "route": route_action(model_cluster(m), per_try.get(m, default_per_try_s), hedge),
+            "name": name,
+            "match": match,
+            "route": route_action(cluster, per_try.get(m, default_per_try_s), hedge),
+            "typed_per_filter_config": without_model_match(),
         }
         if m in shed:
-            route["typed_per_filter_config"] = shed_filter_config(shed[m])
-        routes.append(route)
-    routes.append(
-        {
-            "name": "default",
-            "match": {"prefix": "/"},
-            "route": route_action(ALL_SERVERS, default_per_try_s, hedge),
-        }
+            route["typed_per_filter_config"] |= shed_filter_config(shed[m], grpc)
+        return route
+
+    def default_route(name: str, match: dict, cluster: str, find_model: bool = False) -> dict:
+        route = {"name": name, "match": match}
+        route["route"] = route_action(cluster, default_per_try_s, hedge)
+        if not find_model:
+            route["typed_per_filter_config"] = without_model_match()
+        return route
+
+    # first match wins: refusals, the site's view, REST by path, gRPC by header, then the defaults
+    routes = refused_routes() + view_routes(*site_view)
+    for m in models:
+        match = {"safe_regex": {"regex": rest_model_regex(m)}}
+        routes.append(model_route(f"rest-model-{m}", match, rest_cluster(m), m, grpc=False))
+    routes.append(default_route("default-rest", {"prefix": "/v2"}, ALL_SERVERS_REST))
+    for m in models:
+        match = {"prefix": "/", "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}]}
+        routes.append(model_route(f"model-{m}", match, model_cluster(m), m))
+    stream = default_route(
+        "default-find-model-stream",
+        {"safe_regex": {"regex": named_methods_regex(stream=True)}},
+        ALL_SERVERS,
+        find_model=True,
     )
+    stream["typed_per_filter_config"] = stream_scan()
+    named = {"safe_regex": {"regex": named_methods_regex()}}
+    routes += [stream, default_route("default-find-model", named, ALL_SERVERS, find_model=True)]
+    routes.append(default_route("default", {"prefix": "/"}, ALL_SERVERS))
     return {
         "@type": TYPE_URLS["routes"],
         "name": ROUTE_CONFIG,

@@ -10,16 +10,20 @@ from dataclasses import dataclass
 from sonicsite.contract.wire import ServerRecord
 
 from .try_timeouts import TryPolicy
+from .xds_model_match import check_cluster, check_listener
 from .xds_resources import (
     ALL_SERVERS,
+    ALL_SERVERS_REST,
     TYPE_URLS,
     JwtPolicy,
     clusters,
     listener,
     load_assignment,
     model_cluster,
+    rest_cluster,
 )
 from .xds_routes import route_configuration
+from .xds_site_view import view_clusters
 
 
 @dataclass(frozen=True)
@@ -43,22 +47,47 @@ class Snapshot:
         jwt: JwtPolicy | None = None,
         per_try: dict[str, float] | None = None,
         tries: TryPolicy | None = None,
+        site_view: str = "",
+        site_view_http: str = "",
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
-        route, which carries every model, takes the longest."""
+        route, which carries every model, takes the longest; `site_view`: the address of
+        the site's one-server view over gRPC (the gateway's), if any; `site_view_http`: the
+        gateway's HTTP address, for the view's REST twins."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
         default_per_try = max(per_try.values(), default=tries.cap_s)
-        assignments = [load_assignment(ALL_SERVERS, servers, weights.get(ALL_SERVERS, {}))]
+        everyone = weights.get(ALL_SERVERS, {})
+        assignments = [load_assignment(ALL_SERVERS, servers, everyone)]
+        rest = [load_assignment(ALL_SERVERS_REST, servers, everyone, grpc=False)]
         for m in models:
             holding = [s for s in servers if m in s.models]
             assignments.append(load_assignment(model_cluster(m), holding, weights.get(m, {})))
+            # the REST twin: the same servers and weights on their REST port
+            rest.append(load_assignment(rest_cluster(m), holding, weights.get(m, {}), grpc=False))
+        assignments += rest
         resources = {
-            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt)],
-            "routes": [route_configuration(models, shed, per_try, tries.hedge, default_per_try)],
-            "clusters": clusters(models, caps, lb_policy),
+            "listeners": [
+                listener(listen_host, listen_port, retry_after_s, jwt),
+                check_listener(listen_port),
+            ],
+            "routes": [
+                route_configuration(
+                    models,
+                    shed,
+                    per_try,
+                    tries.hedge,
+                    default_per_try,
+                    (bool(site_view), bool(site_view_http)),
+                )
+            ],
+            "clusters": [
+                *clusters(models, caps, lb_policy),
+                check_cluster(listen_port),
+                *view_clusters(site_view, site_view_http),
+            ],
             "endpoints": assignments,
         }
         versions = {

@@ -38,6 +38,17 @@ def _site_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _held(text: str) -> tuple[str, list[str]]:
+    """MODEL=SERVER[,SERVER...]: a model that only the named servers hold."""
+    model, sep, servers = text.partition("=")
+    chosen = [s for s in servers.split(",") if s]
+    if not sep or not model or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
+        )
+    return _model_list(model)[0], chosen
+
+
 def _up_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--servers", type=at_least(1), default=2, help="Triton servers to start")
     p.add_argument(
@@ -116,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-supervise",
         action="store_true",
         help="start no supervisor: a process of the site that dies stays dead",
+    )
+    p.add_argument(
+        "--hold",
+        type=_held,
+        action="append",
+        default=[],
+        metavar="MODEL=SERVER[,SERVER]",
+        help="a model only these servers load (repeatable; every server loads the others)",
     )
 
     p = sub.add_parser("down", help="stop the local site")
@@ -232,6 +251,7 @@ def _site(args: argparse.Namespace) -> int:
             args.ort_threads,
             balancing=args.balancing,
             supervise=not getattr(args, "no_supervise", False),
+            holding=dict(getattr(args, "hold", [])),
         )
 
     if args.command == "up":

@@ -20,6 +20,11 @@ MODEL_HEADER = "sonicsite-model"  # set by the sonicsite client: Envoy routes on
 SERVER_HEADER = "sonicsite-server"  # on every reply: which server answered (Envoy, gateway)
 ADMISSION_HEADER = "sonicsite-admission"  # "shed" on a reply refused by admission
 RETRY_AFTER_HEADER = "retry-after"  # seconds to wait before the next request (shed, 429)
+# the key of Triton's restricted protocols (model repository, trace, logging): only the
+# operator holds it (a file of the site's user locally, a Secret in the chart)
+ADMIN_KEY_HEADER = "sonicsite-admin-key"
+ADMIN_KEY_FILE = "admin.key"  # in the site's folder, readable by the site's user only
+RESTRICTED_PROTOCOLS = ("model-repository", "trace", "logging")
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"
 

@@ -36,12 +36,14 @@ def start_control_plane(
 ) -> None:
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
     every server. Each is recorded in the state file as soon as it is started."""
-    op_port, listen, admin = free_ports(3)
+    op_port, listen, admin, http, view = free_ports(5)
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
         state.grpc = f"127.0.0.1:{listen}"
         state.envoy_admin = f"127.0.0.1:{admin}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--envoy-listen={state.grpc}"]
+    # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
+    args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
     health = f"http://{state.operator}/healthz"
     _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
@@ -57,7 +59,7 @@ def start_control_plane(
         if time.monotonic() > deadline:
             raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
         time.sleep(0.1)
-    start_gateway(site_dir, timeout)
+    start_gateway(site_dir, timeout, ports=(http, view))
     start_prometheus(site_dir, timeout)
 
 
@@ -95,13 +97,20 @@ def operator_args(
     return args
 
 
-def start_gateway(site_dir: Path, timeout: float, tokens: Path | None = None) -> None:
-    """The gateway (KServe v2 over HTTP, /v1/site, the status page), following the operator
-    and reading the site's processes from the state file for its status page."""
-    (port,) = free_ports(1)
+def start_gateway(
+    site_dir: Path,
+    timeout: float,
+    tokens: Path | None = None,
+    ports: tuple[int, int] | None = None,
+) -> None:
+    """The gateway (KServe v2 over HTTP, /v1/site, the status page, and the one-server view
+    over gRPC that Envoy routes to), following the operator and reading the site's
+    processes from the state file for its status page. `ports`: its HTTP and gRPC ports
+    (free ones when not given)."""
+    port, view = ports or free_ports(2)
     with edit(site_dir) as state:
         state.http = f"127.0.0.1:{port}"
-    args = [f"--operator=http://{state.operator}", f"--port={port}"]
+    args = [f"--operator=http://{state.operator}", f"--port={port}", f"--grpc-port={view}"]
     args += [f"--site-state={site_dir / STATE_FILE}"]
     args += [f"--tokens={tokens}"] if tokens else []
     health = f"http://{state.http}/healthz"

@@ -21,6 +21,7 @@ from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.xds_resources import JwtPolicy
 
+from .admin_key import create_key
 from .control_plane import start_control_plane
 from .errors import SiteError
 from .ports import free_ports
@@ -56,13 +57,15 @@ def up(
     supervise: bool = True,
     supervision: SupervisionPolicy | None = None,
     shed_ttl_s: float = SHED_TTL_S,
+    holding: dict[str, list[str]] | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
     then (with `supervise`) the supervisor. `delay_ms` slows chosen servers (by id,
     `triton-N`): a test knob. Without `supervise` a process that dies stays dead: what the
     fault bench runs to show that the site's own mechanisms carry it. `shed_ttl_s`: how long
-    the operator's sheds hold unless it renews them (at most SHED_TTL_S)."""
+    the operator's sheds hold unless it renews them (at most SHED_TTL_S). `holding`: models
+    that only some servers hold (model: server ids); every server holds the others."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -75,6 +78,7 @@ def up(
                 f"a site is already running in {site_dir}; stop it with `sonicsite down`"
             )
     names = models or model_names()
+    held = placement(names, servers, holding or {})
     install = TritonInstall.find()
     repository = site_dir / "repository"
     if repository.exists():
@@ -84,6 +88,7 @@ def up(
     )
     install.prepare_backends(site_dir / "backends")
     (site_dir / "logs").mkdir(parents=True, exist_ok=True)
+    create_key(site_dir)
 
     state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
     if supervise:  # chosen now: Prometheus, started before it, scrapes it
@@ -98,7 +103,7 @@ def up(
             server_id = f"triton-{index}"
             delay = (delay_ms or {}).get(server_id, 0.0)
             ports = ServerPorts(*chosen[3 * index : 3 * index + 3])
-            proc, info = start_server(site_dir, server_id, install, names, delay, ports)
+            proc, info = start_server(site_dir, server_id, install, held[server_id], delay, ports)
             started.append((proc, info))
             with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
                 current.put_server(info)
@@ -115,6 +120,23 @@ def up(
             raise
         raise SiteError(str(exc)) from exc
     return SiteState.load(site_dir)
+
+
+def placement(
+    models: list[str], servers: int, holding: dict[str, list[str]]
+) -> dict[str, list[str]]:
+    """Which models each server (`triton-0`...) loads at start: every model, but those in
+    `holding` only on the servers named there. SiteError names a model or server that the
+    site does not have, and a model that no server would hold."""
+    ids = [f"triton-{k}" for k in range(servers)]
+    for model, chosen in holding.items():
+        if model not in models:
+            raise SiteError(f"holding: model {model!r} is not one of the site's {models}")
+        if not chosen:
+            raise SiteError(f"holding: model {model!r} is held by no server")
+        if unknown := [s for s in chosen if s not in ids]:
+            raise SiteError(f"holding: {model!r} on {unknown}: the site's servers are {ids}")
+    return {s: [m for m in models if m not in holding or s in holding[m]] for s in ids}
 
 
 def down(site_dir: Path) -> list[int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from sonicsite.contract.wire import STOPPED
 from sonicsite.operator.loadview import parse_metrics
 
+from .admin_key import read_key
 from .errors import SiteError, TritonError
 from .ports import free_ports, port_free
 from .processes import kill_group, stop_group
@@ -62,6 +63,8 @@ def start_server(
         site_dir / "backends",
         ServerPorts(http, grpc, metrics),
         server_id,
+        models,
+        read_key(site_dir),
     )
     env = install.environment() | {SERVER_ID_ENV: server_id, SITE_DIR_ENV: str(site_dir)}
     env[MODEL_WORK_ENV] = str(Path(site_dir) / MODEL_WORK_FILE)
@@ -130,13 +133,22 @@ def update_targets(state: SiteState) -> None:
         write_targets(Path(state.site_dir) / "prometheus" / "triton.json", targets)
 
 
+def common_models(state: SiteState) -> list[str]:
+    """The models a new server starts with: those every server holds (all of the site's
+    when it has no server), not those the site keeps on some servers only."""
+    held = [set(s.models) for s in state.servers]
+    return [m for m in state.models if all(m in h for h in held)]
+
+
 def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0.0) -> LocalServer:
-    """Start one more server with the site's models; it joins Envoy through the operator."""
+    """Start one more server with the models every server holds; it joins Envoy through
+    the operator."""
     site_dir = Path(site_dir).resolve()
     state = SiteState.load(site_dir)
     taken = {s.id for s in state.servers}
     server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
-    proc, info = start_server(site_dir, server_id, TritonInstall.find(), state.models, delay_ms)
+    models = common_models(state)
+    proc, info = start_server(site_dir, server_id, TritonInstall.find(), models, delay_ms)
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
         with edit(site_dir) as state:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
 
+from .admin_key import restriction_flags
 from .errors import TritonError
 from .processes import start_process
 
@@ -118,8 +119,13 @@ def command(
     backends: Path,
     ports: ServerPorts,
     server_id: str,
+    models: list[str],
+    admin_key: str,
     host: str = "127.0.0.1",
 ) -> list[str]:
+    """Model control `explicit`, loading `models` at start (the others in the repository
+    stay unloaded until the control plane loads them), with the restricted protocols keyed
+    by `admin_key`: as the chart runs Triton."""
     return [
         str(install.binary),
         f"--id={server_id}",
@@ -136,6 +142,9 @@ def command(
         "--metrics-interval-ms=1000",
         "--strict-readiness=true",
         "--exit-timeout-secs=5",
+        "--model-control-mode=explicit",
+        *(f"--load-model={m}" for m in models),
+        *restriction_flags(admin_key),
         # Large payloads (tens of MB) move between server and stub through shared memory.
         # The per-server prefix lets `down` remove the regions a killed server leaves behind.
         f"--backend-config=python,shm-region-prefix-name={shm_prefix(server_id, ports)}",

@@ -47,7 +47,17 @@ THIRD_PARTY = {
     "sonicsite.contract": set(),
     "sonicsite.client": {"numpy", "tritonclient", "hpack", "pyarrow", "awkward"},  # + interop
     "sonicsite.operator": {"prometheus_client", "kubernetes", "urllib3"},
-    "sonicsite.gateway": {"fastapi", "starlette", "uvicorn", "httpx", "prometheus_client"},
+    # + the one-server view over gRPC (grpc_view.py): Triton's messages, as the client has them
+    "sonicsite.gateway": {
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "httpx",
+        "prometheus_client",
+        "grpc",
+        "google",
+        "tritonclient",
+    },
     "sonicsite.models": {
         "numpy",
         "torch",

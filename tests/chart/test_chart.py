@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 from chartcheck import CHART, check_profile, objects, profiles, render
 
 from sonicsite.local import envoy
+from sonicsite.local.admin_key import restriction_flags
 
 ROOT = CHART.parents[1]
 RULES = ROOT / "monitoring" / "rules" / "autoscaling.rules.yaml"
@@ -231,3 +233,70 @@ def test_everything_on_passes_every_schema_and_tool():
     assert {"Secret", "Ingress", "ScaledObject", "PodMonitor", "PersistentVolumeClaim"} <= set(
         report.kinds
     )
+
+
+def _pod(docs: list[dict], component: str) -> dict:
+    return _one(docs, "Deployment", component)["spec"]["template"]["spec"]
+
+
+def test_triton_refuses_repository_trace_and_logging_without_the_operators_key():
+    """As the local site runs Triton (the same flags, the key from a Secret that only the
+    operator mounts besides the servers' own environment)."""
+    docs = _docs({})
+    secret = _one(docs, "Secret", "triton")
+    assert len(base64.b64decode(secret["data"]["admin-key"])) == 48
+    triton = _pod(docs, "triton")["containers"][0]
+    local = restriction_flags("$(SONICSITE_ADMIN_KEY)")  # the local site's flags
+    assert all(flag in triton["args"] for flag in local), triton["args"]
+    assert "--model-control-mode=explicit" in triton["args"]
+    (env,) = [e for e in triton["env"] if e["name"] == "SONICSITE_ADMIN_KEY"]
+    assert env["valueFrom"]["secretKeyRef"] == {
+        "name": secret["metadata"]["name"],
+        "key": "admin-key",
+    }
+    operator = _pod(docs, "operator")
+    (volume,) = operator["volumes"]
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert operator["containers"][0]["volumeMounts"][0]["readOnly"] is True
+    holders = [d for d in docs if secret["metadata"]["name"] in json.dumps(d.get("spec", {}))]
+    assert sorted(d["metadata"]["labels"]["app.kubernetes.io/component"] for d in holders) == [
+        "operator",
+        "triton",
+    ]
+
+    own = _docs({"triton": {"adminKey": {"existingSecret": "site-admin"}}})
+    assert not [d for d in own if d["kind"] == "Secret" and "admin-key" in d.get("data", {})]
+    assert _pod(own, "operator")["volumes"][0]["secret"]["secretName"] == "site-admin"
+
+    none = _docs({"triton": {"restrictedProtocols": []}})
+    args = _pod(none, "triton")["containers"][0]["args"]
+    assert not [a for a in args if "restricted" in a]
+    assert "volumes" not in _pod(none, "operator")
+    refused = _render_error({"triton": {"restrictedProtocols": ["nonsense"]}})
+    assert "at '/triton/restrictedProtocols/0': value must be one of" in refused
+
+
+def test_envoy_reaches_the_gateways_one_server_view_and_clients_do_not():
+    docs = _docs({"networkPolicy": {"enabled": True}})
+    service = _one(docs, "Service", "gateway")
+    (view,) = [p for p in service["spec"]["ports"] if p["name"] == "grpc-view"]
+    gateway = _pod(docs, "gateway")["containers"][0]
+    assert f"--grpc-port={view['port']}" in gateway["args"]
+    assert {"name": "grpc-view", "containerPort": view["port"]} in gateway["ports"]
+    host = f"{service['metadata']['name']}.hep.svc"  # the chart's tests render into hep
+    operator = _pod(docs, "operator")["containers"][0]
+    assert f"--site-view={host}:{view['port']}" in operator["args"]
+    http = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "http")
+    assert f"--site-view-http={host}:{http}" in operator["args"]
+    tokens = {"gateway": {"auth": {"enabled": True, "tokens": ["a-token-of-16-chars"]}}}
+    with_tokens = _pod(_docs(tokens), "operator")["containers"][0]["args"]
+    assert [a for a in with_tokens if a.startswith("--site-view=")]
+    assert not [a for a in with_tokens if a.startswith("--site-view-http")]
+    (entry,) = [
+        d for d in docs if d["kind"] == "NetworkPolicy" and "entry" in d["metadata"]["name"]
+    ]
+    rules = [r for r in entry["spec"]["ingress"] if {"port": view["port"]} in r["ports"]]
+    assert len(rules) == 1 and "namespaceSelector" not in json.dumps(rules[0]["from"])
+
+    without = _docs({"gateway": {"enabled": False}})
+    assert not [a for a in _pod(without, "operator")["containers"][0]["args"] if "site-view" in a]

@@ -20,6 +20,8 @@ from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.controller import STEP_INTERVAL_S
 from sonicsite.operator.main import parser as operator_parser
 
+from sonicsite.contract.wire import RESTRICTED_PROTOCOLS
+
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 
 # operator.admission.<value>: (AdmissionPolicy field, the operator's flag, its parsed name)
@@ -146,3 +148,7 @@ def test_keda_scales_with_the_chart_values_as_the_local_autoscaler_would(autosca
     # KEDA's query (the recording rule's expression) looks back as far as the local metric
     windows = {float(s) for s in re.findall(r"(?:offset |\[)(\d+)s\b", trigger["query"])}
     assert windows == {policy.window_s}
+
+
+def test_the_charts_restricted_protocols_are_the_local_sites():
+    assert tuple(VALUES["triton"]["restrictedProtocols"]) == RESTRICTED_PROTOCOLS

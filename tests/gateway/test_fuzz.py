@@ -8,15 +8,15 @@ import urllib.parse
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sonicsite.gateway import routes_kserve, routes_site
+from sonicsite.gateway import routes_kserve, routes_refused, routes_site
 
 
 def test_the_openapi_document_matches_the_routes(app_client):
     auth = {"Authorization": "Bearer first-token"}
     document = app_client.get("/openapi.json", headers=auth).json()
     routes = {
-        (method.lower(), route.path)
-        for router in (routes_kserve.router, routes_site.router)
+        (method.lower(), route.path_format)
+        for router in (routes_kserve.router, routes_site.router, routes_refused.router)
         for route in router.routes
         if route.include_in_schema
         for method in route.methods - {"HEAD"}

@@ -1,5 +1,6 @@
 """KServe v2 through the gateway against the live local site: the stock HTTP client on every
-model (binary and JSON tensors), bad input refused with a 4xx naming the problem."""
+model (binary and JSON tensors), a malformed body refused with a 4xx naming the problem
+(requests that do not fit the model get Triton's own answer: test_one_server_view.py)."""
 
 from __future__ import annotations
 
@@ -56,26 +57,16 @@ BINARY_HEADER = json.dumps(
 BAD = [  # (body, headers, words the error must contain)
     (b"{not json", {}, "body: expected a JSON inference request"),
     (b"[1, 2]", {}, "expected a JSON object"),
-    (b"{}", {}, "inputs: expected a non-empty list"),
+    (b"{}", {}, "inputs: expected a list"),
     (
-        b'{"inputs": [{"name": "INPUT9", "datatype": "INT32", "shape": [1, 16], "data": []}]}',
+        b'{"inputs": [{"name": "INPUT0", "datatype": "INT33", "shape": [1, 16], "data": []}]}',
         {},
-        "inputs[0].name: expected one of ['INPUT0', 'INPUT1']",
+        "inputs[0].datatype: expected one of",
     ),
     (
-        b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": []}]}',
+        b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": []}]}',
         {},
-        "inputs[0].datatype: expected INT32",
-    ),
-    (
-        b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 15], "data": []}]}',
-        {},
-        "inputs[0].shape: expected [-1, 16]",
-    ),
-    (
-        b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [9, 16], "data": []}]}',
-        {},
-        "max_batch_size 8",
+        "inputs[0].data: expected 16 elements for shape [1, 16], got 0",
     ),
     (
         b'{"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": [1.5]}]}',
@@ -100,7 +91,7 @@ def test_bad_requests_get_4xx_naming_the_problem(site, body, headers, words):
 
 def test_unknown_models_and_huge_shapes_are_refused(site):
     status, reply = _post(f"http://{site.http}/v2/models/nope/infer", b"{}")
-    assert status == 404 and "unknown model 'nope'" in reply["error"]
+    assert (status, reply) == _post(f"http://{site.servers[0].http}/v2/models/nope/infer", b"{}")
     huge = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2**40], "data": []}]}
     status, reply = _post(f"http://{site.http}/v2/models/identity/infer", json.dumps(huge).encode())
     assert status == 413 and "declares more than" in reply["error"]

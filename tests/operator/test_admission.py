@@ -21,7 +21,8 @@ from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy, decide
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds_snapshot import Snapshot
-from stock import kserve_json
+from stock import kserve_json, stock_infer
+from tritonclient.utils import InferenceServerException
 
 from sonicsite.contract.wire import OPEN, SHED, ServerRecord
 from sonicsite.local import envoy as envoy_stats
@@ -142,6 +143,13 @@ def _refusal(call) -> InferError | None:
     return None
 
 
+def _stock_refusal(address: str, inputs: dict) -> InferenceServerException:
+    """What a stock tritonclient (no sonicsite header) gets from a shed model through Envoy."""
+    with pytest.raises(InferenceServerException) as refused:
+        stock_infer(address, "particle_transformer", inputs, ["softmax"])
+    return refused.value
+
+
 def _http_refusal(url: str, body: bytes) -> urllib.error.HTTPError | None:
     try:
         urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30).read()
@@ -183,10 +191,17 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
             )
             assert shed_reply.code == 429 and shed_reply.headers["Retry-After"] == "1"
             assert "is shed: queue time" in json.loads(shed_reply.read())["error"]
-            # Other models are not affected.
+            # A stock client, which sends no model header, is refused the same way.
+            stock = _stock_refusal(state.grpc, jets.reference_inputs(0, 2))
+            assert stock.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            assert "model shed by sonicsite admission" in stock.message()
+            # Other models are not affected, for our client or a stock one.
             simple = generate("simple", 4, seed=1)
             simple_info = envoy.model_info("simple")
             envoy.infer(make_plan(simple.spec, simple_info, simple.request(0, 4)), timeout=10)
+            outputs = ["OUTPUT0", "OUTPUT1"]
+            answered = stock_infer(state.grpc, "simple", simple.reference_inputs(0, 4), outputs)
+            assert all(answered[n] is not None for n in outputs)
         _wait_for_admission(state, "particle_transformer", OPEN)
         admitted = []
         wait_until(

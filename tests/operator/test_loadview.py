@@ -34,7 +34,12 @@ def test_load_view_queue_time_per_request_matches_tritons_statistics(site):
         Stream(balancer, "particlenet_ak4", jets.spec, StreamOptions(batch=8, window=6)).run(
             jets, lambda *a: None
         )
-    after = transport.statistics("particlenet_ak4")
+
+    def statistics_caught_up() -> dict | None:  # Triton counts a request after its reply
+        now = transport.statistics("particlenet_ak4")
+        return now if now["success"][0] - before["success"][0] >= 12 else None
+
+    after = wait_until(statistics_caught_up, "Triton's statistics to count the 12 requests")
 
     def metrics_caught_up() -> bool:  # Triton refreshes its metrics every second
         view.scrape(server.id, server.metrics_url)

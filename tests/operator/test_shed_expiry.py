@@ -26,6 +26,7 @@ from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.main import build
 from sonicsite.operator.main import parser as operator_parser
 from sonicsite.operator.xds_resources import LUA_FILTER, SHED_IN_FORCE, SHED_LUA, SHED_SCRIPT
+from sonicsite.operator.xds_routes import GRPC_INFER, REST_INFER
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json
 
@@ -86,10 +87,18 @@ def test_envoy_enforces_a_shed_only_until_its_expiry():
     assert shed[LUA_FILTER]["filter_context"] == {"until_ms": 1234568}
     fault = shed["envoy.filters.http.fault"]
     assert fault["abort"]["grpc_status"] == 8  # RESOURCE_EXHAUSTED
-    assert fault["headers"] == [{"name": SHED_IN_FORCE, "present_match": True}]
-    assert "typed_per_filter_config" not in by_name["model-n"]
-    assert "typed_per_filter_config" not in by_name["default"]
-    (listener,) = snapshot.resources["listeners"]
+    assert fault["headers"] == [  # marked by the script, and an inference call
+        {"name": SHED_IN_FORCE, "present_match": True},
+        {"name": ":path", "string_match": {"safe_regex": {"regex": GRPC_INFER}}},
+    ]
+    rest = by_name["rest-model-m"]["typed_per_filter_config"]["envoy.filters.http.fault"]
+    assert rest["abort"]["http_status"] == 429
+    assert rest["headers"][1]["string_match"]["safe_regex"]["regex"] == REST_INFER
+    for open_route in ("model-n", "rest-model-n", "default"):  # no shed script or abort
+        assert {"envoy.filters.http.lua", "envoy.filters.http.fault"}.isdisjoint(
+            by_name[open_route].get("typed_per_filter_config", {})
+        )
+    listener = snapshot.resources["listeners"][0]  # [1]: xds_model_match.py's check
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
     assert names.index(LUA_FILTER) < names.index("envoy.filters.http.fault")

@@ -54,6 +54,10 @@ seccompProfile:
 {{- define "sonicsite.operatorHost" -}}
 {{- printf "%s.%s.svc" (include "sonicsite.component" (dict "root" . "component" "operator")) .Release.Namespace -}}
 {{- end -}}
+{{- define "sonicsite.gatewayHost" -}}
+{{- printf "%s.%s.svc" (include "sonicsite.component" (dict "root" . "component" "gateway")) .Release.Namespace -}}
+{{- end -}}
+
 {{- define "sonicsite.envoyHost" -}}
 {{- printf "%s.%s.svc" (include "sonicsite.component" (dict "root" . "component" "envoy")) .Release.Namespace -}}
 {{- end -}}
@@ -85,6 +89,11 @@ annotation rolls the pods when it changes. */}}
 {{/* The Secret holding the gateway's tokens: given, or the one the chart creates. */}}
 {{- define "sonicsite.gatewayTokensSecret" -}}
 {{- .Values.gateway.auth.existingSecret | default (printf "%s-tokens" (include "sonicsite.component" (dict "root" . "component" "gateway"))) -}}
+{{- end -}}
+
+{{/* The Secret holding the administrative key of Triton's restricted protocols. */}}
+{{- define "sonicsite.adminKeySecret" -}}
+{{- .Values.triton.adminKey.existingSecret | default (printf "%s-admin-key" (include "sonicsite.component" (dict "root" . "component" "triton"))) -}}
 {{- end -}}
 
 {{/* Every pod of the release, whatever its component (for NetworkPolicy peers). */}}

@@ -1,0 +1,85 @@
+"""The site's one-server view over gRPC: the RPCs whose true answer is the pool's, not one
+server's, served by the gateway for Envoy to route to (the operator's `site-view` routes):
+
+- `ServerMetadata`: the site's one name, the servers' version, the extensions usable
+  through the site;
+- `ModelStatistics`: counts and durations summed over the servers that hold the model, so
+  that the before/after differences a profiler (perf_analyzer) takes match the requests it
+  sent, whichever Envoy connection the call takes;
+- `RepositoryIndex`: the union over the pool, each model with its state.
+
+The answers are the HTTP routes' own (site_view_replies.py), turned into Triton's protobuf
+messages, and their errors into the status codes Triton gives for the same HTTP status:
+one definition, both protocols. Every other RPC goes to the servers; this service never
+sees them (gRPC's UNIMPLEMENTED if one came).
+"""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+from fastapi import Response
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from . import site_view_replies
+from .forwarding import Forwarder
+
+# Triton's HTTP status for an error -> its gRPC status for the same error
+GRPC_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ALREADY_EXISTS,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+VIEW_RPCS = ("ServerMetadata", "ModelStatistics", "RepositoryIndex")  # what Envoy sends here
+
+
+async def _answer(reply: Response, message: Message, context: grpc.aio.ServicerContext):
+    """The HTTP route's reply as `message`, or its error as Triton's gRPC status."""
+    body = json.loads(reply.body or b"{}")
+    if reply.status_code != 200:
+        code = GRPC_STATUS.get(reply.status_code, grpc.StatusCode.INTERNAL)
+        text = body.get("error", "") if isinstance(body, dict) else str(body)
+        await context.abort(code, text)
+    if isinstance(body, list):  # the repository index: a list of models
+        body = {"models": body}
+    return json_format.ParseDict(body, message, ignore_unknown_fields=True)
+
+
+class OneServerView(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, forwarder: Forwarder, name: str) -> None:
+        self.forwarder, self.name = forwarder, name
+
+    # gRPC's method names, as the generated servicer declares them
+    async def ServerMetadata(self, request, context):
+        reply = await site_view_replies.server_metadata(self.forwarder, self.name)
+        return await _answer(reply, service_pb2.ServerMetadataResponse(), context)
+
+    async def ModelStatistics(self, request, context):
+        version = request.version or None
+        reply = await site_view_replies.statistics(self.forwarder, request.name, version)
+        return await _answer(reply, service_pb2.ModelStatisticsResponse(), context)
+
+    async def RepositoryIndex(self, request, context):
+        body = json.dumps({"ready": True} if request.ready else {}).encode()
+        reply = await site_view_replies.repository_index(self.forwarder, body)
+        return await _answer(reply, service_pb2.RepositoryIndexResponse(), context)
+
+
+async def serve(forwarder: Forwarder, name: str, address: str) -> grpc.aio.Server:
+    """Start the view on `address` (host:port) in the running event loop."""
+    server = grpc.aio.server()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        OneServerView(forwarder, name), server
+    )
+    if not server.add_insecure_port(address):
+        raise OSError(f"gateway gRPC view: cannot listen on {address}")
+    await server.start()
+    return server

@@ -1,0 +1,94 @@
+"""Envoy's routes to the site's one-server view (the gateway's gRPC view, gateway/grpc_view.py):
+the gRPC calls whose true answer is the pool's, not one server's.
+
+Through a balancer, each call lands on one server: a profiler's before/after statistics come
+from different servers and do not match the requests it sent (perf_analyzer was seen to
+fail), the server metadata's name changes from call to call, and the repository index is one
+server's (and restricted: only the operator holds the key). These three methods go to the
+view instead, which sums statistics over the servers that hold the model, answers the
+site's one name and the pool's index. Their KServe v2 REST twins (`GET /v2`, the statistics
+paths, `POST /v2/repository/index`) go to the gateway's HTTP port, which answers the same
+(`--site-view-http`; not with the gateway's bearer tokens on, which Envoy's clients do not
+carry). Without a view (e.g. the chart without its gateway), they take the default routes:
+one server's answers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .xds_model_match import GRPC_SERVICE, without_model_match
+from .xds_resources import GOOGLE, TYPE_URLS
+
+VIEW_CLUSTER, VIEW_REST_CLUSTER = "site_view", "site_view_rest"
+VIEW_METHODS = ("ServerMetadata", "ModelStatistics", "RepositoryIndex")
+# the REST twins: server metadata, statistics (one model, one version, every model), index
+VIEW_REST_PATHS = r"^/v2(/models(/[^/]+(/versions/[^/]+)?)?/stats|/repository/index)?$"
+
+
+def view_cluster(address: str, name: str = VIEW_CLUSTER, http2: bool = True) -> dict:
+    """The view's address (host:port; a name is resolved, as a Service's), over HTTP/2
+    (gRPC) or HTTP/1.1 (REST)."""
+    host, port = address.rsplit(":", 1)
+    cluster = {
+        "@type": TYPE_URLS["clusters"],
+        "name": name,
+        "type": "STRICT_DNS",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {
+                                "address": {
+                                    "socket_address": {"address": host, "port_value": int(port)}
+                                }
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{GOOGLE}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+    }
+    if not http2:
+        del cluster["typed_extension_protocol_options"]
+    return cluster
+
+
+def _route(name: str, regex: str, cluster: str) -> dict:
+    """Retried on a failed connection (a gateway being restarted): they only read."""
+    return {
+        "name": name,
+        "match": {"safe_regex": {"regex": regex}},
+        "route": {
+            "cluster": cluster,
+            "timeout": "30s",
+            "retry_policy": {"retry_on": "connect-failure,reset", "num_retries": 3},
+        },
+        "typed_per_filter_config": without_model_match(),
+    }
+
+
+def view_routes(grpc: bool, rest: bool) -> list[dict]:
+    """The view's gRPC methods and (`rest`) REST paths to the gateway's clusters."""
+    methods = f"^{re.escape(GRPC_SERVICE)}({'|'.join(VIEW_METHODS)})$"
+    routes = [_route("site-view", methods, VIEW_CLUSTER)] if grpc else []
+    if rest:
+        routes.append(_route("site-view-rest", VIEW_REST_PATHS, VIEW_REST_CLUSTER))
+    return routes
+
+
+def view_clusters(grpc_address: str, http_address: str) -> list[dict]:
+    """The gateway's view over gRPC and its HTTP port, those that are given."""
+    clusters = [view_cluster(grpc_address)] if grpc_address else []
+    if http_address:
+        clusters.append(view_cluster(http_address, VIEW_REST_CLUSTER, http2=False))
+    return clusters

@@ -1,0 +1,387 @@
+"""To every stock tool the site is one Triton server: stock tritonclient (gRPC and REST, no
+sonicsite header) through a real Envoy reaches its model's route (cluster, weights, shed),
+and what must not go through a balancer is refused by Envoy with the reason.
+
+The session's site (2 real Triton servers, its operator and Envoy) shows the operator's own
+xDS at work; a second Envoy, fed a fixed snapshot over the same REST-JSON xDS (the
+operator's API serving it), shows a shed and a model held by one server only, without
+overloading anything."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from polling import wait_until
+from sonicsite.client import InferError
+from sonicsite.client.errors import OVERLOADED
+from sonicsite.client.plan import make_plan
+from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.models.samples import generate
+from sonicsite.operator.api import make_server
+from sonicsite.operator.xds_model_match import LOGGING, REPOSITORY, SHARED_MEMORY, TRACE
+from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
+from sonicsite.operator.xds_site_view import VIEW_CLUSTER, VIEW_REST_CLUSTER
+from sonicsite.operator.xds_snapshot import Snapshot
+from stock import kserve_json, stock_infer
+from tritonclient.utils import InferenceServerException
+
+from sonicsite.contract.wire import MODEL_HEADER, ServerRecord
+from sonicsite.local import envoy
+from sonicsite.local.ports import free_ports
+from sonicsite.local.processes import stop_group
+from sonicsite.local.state import SiteState
+
+SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32)[None], "INPUT1": np.ones((1, 16), np.int32)}
+SIMPLE_OUT = ["OUTPUT0", "OUTPUT1"]
+
+
+def _requests(admin: str, cluster: str) -> int:
+    return envoy.counter(admin, f"cluster.{cluster}.upstream_rq_total")
+
+
+class FedEnvoy:
+    """A real Envoy whose whole configuration is `snapshot`, served over REST-JSON xDS by the
+    operator's own API: `feed` a new snapshot, and it reaches Envoy within a poll."""
+
+    def __init__(self, servers: list[ServerRecord], work: Path) -> None:
+        self.servers = servers
+        admin, listen, xds = free_ports(3)
+        self.admin, self.grpc = f"127.0.0.1:{admin}", f"127.0.0.1:{listen}"
+        self.listen = listen
+        self.snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen)
+        self.api = make_server(self, "127.0.0.1", xds)
+        self.serving = threading.Thread(target=self.api.serve_forever, daemon=True)
+        self.serving.start()
+        config = work / "envoy.json"
+        config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds)))
+        log = work / "envoy.log"
+        self.proc = envoy.start(config, log)
+        envoy.wait_ready(self.proc, self.admin, log)
+
+    def view(self) -> tuple[Snapshot, None, float]:  # what the operator's API asks of it
+        return self.snapshot, None, time.time()
+
+    def feed(self, shed: dict[str, float] | None = None) -> None:
+        """A new snapshot; returns once Envoy runs it and sees every server healthy."""
+        self.snapshot = Snapshot.build(self.servers, {}, "127.0.0.1", self.listen, shed=shed)
+        self.wait_healthy()
+
+    def wait_healthy(self) -> None:
+        wanted = sorted(s.grpc for s in self.servers)
+        wait_until(lambda: envoy.healthy_hosts(self.admin, ALL_SERVERS) == wanted, "Envoy up")
+
+    def close(self) -> None:
+        stop_group(self.proc.pid)
+        self.api.shutdown()
+        self.api.server_close()
+
+
+@pytest.fixture(scope="module")
+def fed(site: SiteState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FedEnvoy]:
+    """The session's servers behind a second Envoy: `identity` held by the first only."""
+    first, second = site.servers[0], site.servers[1]
+    held = [
+        replace(first, models=tuple(site.models)),
+        replace(second, models=tuple(m for m in site.models if m != "identity")),
+    ]
+    proxy = FedEnvoy(held, tmp_path_factory.mktemp("fed-envoy"))
+    try:
+        proxy.wait_healthy()
+        yield proxy
+    finally:
+        proxy.close()
+
+
+# -- the configuration ------------------------------------------------------------------
+
+
+def _static(snapshot: Snapshot) -> dict:
+    """The snapshot as one static bootstrap (EDS clusters with their endpoints inline), so
+    that `envoy --mode validate` checks every resource the operator serves."""
+    boot = envoy.bootstrap(9901, "127.0.0.1", 8080)
+    del boot["dynamic_resources"]
+    static = boot["static_resources"]
+    plain = [{k: v for k, v in r.items() if k != "@type"} for r in snapshot.resources["listeners"]]
+    routes = {k: v for k, v in snapshot.resources["routes"][0].items() if k != "@type"}
+    manager = plain[0]["filter_chains"][0]["filters"][0]["typed_config"]
+    del manager["rds"]
+    manager["route_config"] = routes
+    static["listeners"] = plain
+    assignments = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
+    for cluster in snapshot.resources["clusters"]:
+        cluster = {k: v for k, v in cluster.items() if k != "@type"}
+        if cluster.pop("eds_cluster_config", None) is not None:
+            cluster["type"] = "STATIC"
+            loads = assignments[cluster["name"]]
+            cluster["load_assignment"] = {k: v for k, v in loads.items() if k != "@type"}
+        static["clusters"].append(cluster)
+    return boot
+
+
+def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path):
+    servers = [
+        ServerRecord("a", "127.0.0.1", 8001, 8000, 8002, ("simple", "identity")),
+        ServerRecord("b", "127.0.0.1", 9001, 9000, 9002, ("simple", "odd.name-1")),
+    ]
+    weights = {"simple": {"a": 1000, "b": 7}, "triton": {"a": 500, "b": 3}}
+    snapshot = Snapshot.build(servers, weights, "127.0.0.1", 10000, shed={"simple": 2e9})
+    config = tmp_path / "envoy.json"
+    config.write_text(json.dumps(_static(snapshot)))
+    envoy.validate(config)
+    # a REST cluster has the same servers and weights as its gRPC twin, on the REST port
+    loads = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
+    for grpc, rest in (
+        (model_cluster("simple"), rest_cluster("simple")),
+        ("triton", "triton_rest"),
+    ):
+        pairs = [
+            (e["endpoint"]["address"]["socket_address"]["port_value"], e["load_balancing_weight"])
+            for e in loads[rest]["endpoints"][0]["lb_endpoints"]
+        ]
+        twin = [e["load_balancing_weight"] for e in loads[grpc]["endpoints"][0]["lb_endpoints"]]
+        assert [p for p, _ in pairs] == [8000, 9000] and [w for _, w in pairs] == twin
+    # the model's REST paths, and only its own, match its route
+    routes = snapshot.resources["routes"][0]["virtual_hosts"][0]["routes"]
+    names = [r["name"] for r in routes]
+    assert names.index("refused-rest-trace") < names.index("rest-model-simple")
+    assert names.index("rest-model-odd.name-1") < names.index("default-rest")
+    assert names[-1] == "default" and "model-simple" in names
+    odd = re.compile(
+        next(r for r in routes if r["name"] == "rest-model-odd.name-1")["match"]["safe_regex"][
+            "regex"
+        ]
+    )
+    assert odd.match("/v2/models/odd.name-1/versions/3/infer")
+    assert odd.match("/v2/models/odd.name-1") and not odd.match("/v2/models/oddxname-1/ready")
+    assert not odd.match("/v2/models/odd.name-10/ready")
+    # the shed applies to both of the model's routes
+    for name in ("model-simple", "rest-model-simple"):
+        route = next(r for r in routes if r["name"] == name)
+        assert "envoy.filters.http.fault" in route["typed_per_filter_config"]
+
+
+# -- through the session's site (its operator's xDS) --------------------------------------
+
+
+def test_stock_grpc_without_the_header_takes_its_models_route(site):
+    admin = site.envoy_admin
+    client = grpcclient.InferenceServerClient(site.grpc)
+    clusters = ("model_simple", "model_identity", ALL_SERVERS, VIEW_CLUSTER)
+    before = {c: _requests(admin, c) for c in clusters}
+    assert client.is_model_ready("simple") and client.get_model_metadata("simple").name == "simple"
+    assert client.get_model_config("simple").config.name == "simple"
+    # statistics are the pool's: the site's view answers them (xds_site_view.py)
+    assert client.get_inference_statistics("simple").model_stats
+    assert _requests(admin, VIEW_CLUSTER) == before[VIEW_CLUSTER] + 1
+    via_envoy = stock_infer(site.grpc, "simple", SIMPLE, SIMPLE_OUT, client=client)
+    np.testing.assert_array_equal(via_envoy["OUTPUT0"], SIMPLE["INPUT0"] + SIMPLE["INPUT1"])
+    # the header still works unchanged
+    with_header = client.infer(
+        "simple",
+        _simple_inputs(),
+        headers={MODEL_HEADER: "simple"},
+    )
+    assert with_header.as_numpy("OUTPUT1") is not None
+    assert _requests(admin, "model_simple") == before["model_simple"] + 5
+    # a request with no model: the site's view (server metadata) or the default route
+    assert client.get_server_metadata().name == "sonicsite"
+    assert _requests(admin, VIEW_CLUSTER) == before[VIEW_CLUSTER] + 2
+    assert client.is_server_ready()
+    assert _requests(admin, ALL_SERVERS) == before[ALL_SERVERS] + 1
+    # the stream's first message names the model
+    answers: list = []
+    client.start_stream(callback=lambda result, error: answers.append((result, error)))
+    try:
+        client.async_stream_infer("simple", _simple_inputs())
+        wait_until(lambda: answers, "the stream's answer")
+    finally:
+        client.stop_stream()
+    result, error = answers[0]
+    assert error is None and result.as_numpy("OUTPUT0") is not None
+    assert _requests(admin, "model_simple") == before["model_simple"] + 6
+    client.close()
+
+
+def _simple_inputs() -> list:
+    inputs = []
+    for name, array in SIMPLE.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
+def test_stock_rest_through_envoy_takes_its_models_route(site):
+    admin = site.envoy_admin
+    client = httpclient.InferenceServerClient(site.grpc)
+    clusters = ("rest_simple", "triton_rest", VIEW_REST_CLUSTER)
+    before = {c: _requests(admin, c) for c in clusters}
+    assert client.is_model_ready("simple")
+    assert client.get_model_metadata("simple")["name"] == "simple"
+    assert client.get_model_metadata("simple", model_version="1")["name"] == "simple"
+    for binary in (True, False):
+        via_envoy = stock_infer(
+            site.grpc,
+            "simple",
+            SIMPLE,
+            SIMPLE_OUT,
+            module=httpclient,
+            client=client,
+            binary=binary,
+        )
+        np.testing.assert_array_equal(via_envoy["OUTPUT1"], SIMPLE["INPUT0"] - SIMPLE["INPUT1"])
+    assert _requests(admin, "rest_simple") == before["rest_simple"] + 5
+    assert client.is_server_ready()
+    assert _requests(admin, "triton_rest") == before["triton_rest"] + 1
+    # server metadata and statistics are the pool's: the gateway's view answers them
+    assert client.get_server_metadata()["name"] == "sonicsite"
+    assert client.get_inference_statistics("simple")["model_stats"][0]["version"] == "1"
+    assert _requests(admin, VIEW_REST_CLUSTER) == before[VIEW_REST_CLUSTER] + 2
+    client.close()
+
+
+def test_a_large_stock_grpc_request_is_routed_and_answered(site):
+    """16 MB through ext_authz's partial hold: only its first bytes wait for the route."""
+    before = _requests(site.envoy_admin, "model_identity")
+    big = np.arange((16 << 20) // 4, dtype=np.float32).reshape(1, -1)
+    out = stock_infer(site.grpc, "identity", {"INPUT0": big}, ["OUTPUT0"])
+    np.testing.assert_array_equal(out["OUTPUT0"], big)
+    assert _requests(site.envoy_admin, "model_identity") == before + 1
+
+
+def _grpc_refusal(call) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as refused:
+        call()
+    return refused.value
+
+
+def test_what_must_not_go_through_a_balancer_is_refused_with_the_reason(site):
+    client = grpcclient.InferenceServerClient(site.grpc)
+    refused = {
+        REPOSITORY: [
+            lambda: client.load_model("simple"),
+            lambda: client.unload_model("simple"),
+        ],
+        SHARED_MEMORY: [
+            lambda: client.register_system_shared_memory("r", "/r", 64),
+            lambda: client.get_system_shared_memory_status(),
+            lambda: client.unregister_system_shared_memory(),
+            lambda: client.get_cuda_shared_memory_status(),
+            lambda: client.unregister_cuda_shared_memory(),
+        ],
+        TRACE: [lambda: client.get_trace_settings(), lambda: client.update_trace_settings()],
+        LOGGING: [lambda: client.get_log_settings()],
+    }
+    for reason, calls in refused.items():
+        for call in calls:
+            error = _grpc_refusal(call)
+            assert error.status() == "StatusCode.PERMISSION_DENIED", error
+            assert error.message() == reason
+    # read-only repository index is not refused by Envoy (Triton decides)
+    try:
+        client.get_model_repository_index()
+    except InferenceServerException as exc:
+        assert "refused through the site's balancer" not in (exc.message() or "")
+    client.close()
+    rest = {
+        "/v2/repository/models/simple/load": REPOSITORY,
+        "/v2/repository/models/simple/unload": REPOSITORY,
+        "/v2/systemsharedmemory/region/r/register": SHARED_MEMORY,
+        "/v2/cudasharedmemory/status": SHARED_MEMORY,
+        "/v2/trace/setting": TRACE,
+        "/v2/models/simple/trace/setting": TRACE,
+        "/v2/logging": LOGGING,
+    }
+    for path, reason in rest.items():
+        request = urllib.request.Request(f"http://{site.grpc}{path}", data=b"{}")
+        with pytest.raises(urllib.error.HTTPError) as refusal:
+            urllib.request.urlopen(request, timeout=10)
+        assert refusal.value.code == 403, path
+        assert json.loads(refusal.value.read()) == {"error": reason}
+
+
+# -- through an Envoy fed a fixed snapshot --------------------------------------------------
+
+
+def test_a_model_held_by_one_server_is_asked_only_of_it(fed):
+    """`identity` is held by the first server only (in the fed snapshot): stock requests
+    without the header reach only that one."""
+    first, second = fed.servers
+
+    def served(server: ServerRecord) -> int:
+        stats = grpcclient.InferenceServerClient(server.grpc).get_inference_statistics(
+            "identity", as_json=True
+        )
+        return sum(
+            int(m["inference_stats"]["success"].get("count", 0)) for m in stats["model_stats"]
+        )
+
+    before = (served(first), served(second))
+    x = np.ones((1, 8), np.float32)
+    for _ in range(6):
+        stock_infer(fed.grpc, "identity", {"INPUT0": x}, ["OUTPUT0"])
+    assert (served(first), served(second)) == (before[0] + 6, before[1])
+
+
+def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(fed):
+    sample = generate("simple", 4, seed=3)
+    transport = GrpcTransport(fed.grpc, "site")
+    stock = grpcclient.InferenceServerClient(fed.grpc)
+    try:
+        plan = make_plan(sample.spec, transport.model_info("simple"), sample.request(0, 4))
+        fed.feed(shed={"simple": time.time() + 600})
+        refused = wait_until(
+            lambda: _refusal(lambda: transport.infer(plan, timeout=30)), "Envoy to shed simple"
+        )
+        assert refused.status == "RESOURCE_EXHAUSTED" and refused.retry_after == 1.0
+        error = _grpc_refusal(lambda: stock.infer("simple", _simple_inputs()))
+        assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert error.message() == refused.message
+        assert "model shed by sonicsite admission" in error.message()
+        # a REST client gets 429 with the retry-after and a KServe error body
+        url = f"http://{fed.grpc}/v2/models/simple/infer"
+        with pytest.raises(urllib.error.HTTPError) as shed:
+            urllib.request.urlopen(urllib.request.Request(url, data=kserve_json(SIMPLE)))
+        assert shed.value.code == 429 and shed.value.headers["Retry-After"] == "1"
+        assert json.loads(shed.value.read())["error"] == refused.message
+        # other models are not affected
+        stock_infer(fed.grpc, "identity", {"INPUT0": np.ones((1, 2), np.float32)}, ["OUTPUT0"])
+    finally:
+        fed.feed()
+        transport.close()
+        stock.close()
+    wait_until(
+        lambda: _refusal(lambda: transport_infer(fed.grpc, plan)) is None,
+        "Envoy to reopen simple",
+    )
+
+
+def transport_infer(address: str, plan) -> None:
+    transport = GrpcTransport(address, "site")
+    try:
+        transport.infer(plan, timeout=30)
+    finally:
+        transport.close()
+
+
+def _refusal(call) -> InferError | None:
+    """The OVERLOADED error `call` raises, or None when it is admitted."""
+    try:
+        call()
+    except InferError as exc:
+        if exc.kind == OVERLOADED:
+            return exc
+        raise
+    return None
