@@ -126,14 +126,14 @@ def _bench(args: argparse.Namespace) -> dict:
     if args.bench_command == "stock-tools":
         from . import stock_tools
 
-        given = {
-            "runs": args.runs,
-            "repeats": args.repeats,
-            "models": args.models,
-            "concurrency": args.concurrency,
-            "build_dir": args.build_dir,
-        }
-        options = stock_tools.Options(**{k: v for k, v in given.items() if v is not None})
+        options = _options(
+            stock_tools.Options,
+            runs=args.runs,
+            repeats=args.repeats,
+            models=args.models,
+            concurrency=args.concurrency,
+            build_dir=args.build_dir,
+        )
         return stock_tools.run(args.json, options)
     if args.bench_command == "faults":
         from . import faults
@@ -141,14 +141,19 @@ def _bench(args: argparse.Namespace) -> dict:
         return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
     from . import balancing
 
-    given = {
-        "repeats": args.repeats,
-        "work_ms": args.work_ms,
-        "slowdowns": args.slowdowns,
-        "concurrency": args.concurrency,
-        "closed_requests": args.requests,
-        "open_s": args.open_seconds,
-        "build_dir": args.build_dir,
-    }
-    options = balancing.Options(**{k: v for k, v in given.items() if v is not None})
+    options = _options(
+        balancing.Options,
+        repeats=args.repeats,
+        work_ms=args.work_ms,
+        slowdowns=args.slowdowns,
+        concurrency=args.concurrency,
+        closed_requests=args.requests,
+        open_s=args.open_seconds,
+        build_dir=args.build_dir,
+    )
     return balancing.run(args.json, options)
+
+
+def _options(cls, **given):
+    """A bench's Options from the command line: the options given, defaults for the rest."""
+    return cls(**{k: v for k, v in given.items() if v is not None})

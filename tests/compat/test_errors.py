@@ -6,6 +6,7 @@ missing input; and the unknown model's metadata, configuration and statistics.""
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 
@@ -64,12 +65,13 @@ def _refusal(call) -> tuple[str, str]:
     return str(refused.value.status()), refused.value.message()
 
 
-def _grpc_infer(address: str, case: str) -> tuple[str, str]:
+def _stock_infer(module, address: str, case: str) -> tuple[str, str]:
+    """A unary infer of tritonclient's gRPC or HTTP `module`: its error's status and text."""
     model, version, tensors = INFER_CASES[case]
-    client = grpcclient.InferenceServerClient(address)
+    client = module.InferenceServerClient(address)
     try:
         return _refusal(
-            lambda: client.infer(model, _inputs(grpcclient, tensors), model_version=version)
+            lambda: client.infer(model, _inputs(module, tensors), model_version=version)
         )
     finally:
         client.close()
@@ -90,17 +92,6 @@ def _grpc_stream(address: str, case: str) -> tuple[str, str]:
     return str(error.status()), error.message()
 
 
-def _http_infer(address: str, case: str) -> tuple[str, str]:
-    model, version, tensors = INFER_CASES[case]
-    client = httpclient.InferenceServerClient(address)
-    try:
-        return _refusal(
-            lambda: client.infer(model, _inputs(httpclient, tensors), model_version=version)
-        )
-    finally:
-        client.close()
-
-
 def _raw_infer(address: str, case: str) -> tuple[int, bytes]:
     model, version, tensors = INFER_CASES[case]
     body = {
@@ -115,9 +106,9 @@ def _raw_infer(address: str, case: str) -> tuple[int, bytes]:
 
 
 INFER_CALLERS = {
-    "grpc": _grpc_infer,
+    "grpc": functools.partial(_stock_infer, grpcclient),
     "grpc-stream": _grpc_stream,
-    "http": _http_infer,
+    "http": functools.partial(_stock_infer, httpclient),
     "raw": _raw_infer,
 }
 CASES = [(c, p) for c in ("grpc", "grpc-stream") for p in GRPC_PATHS if p != "direct"] + [

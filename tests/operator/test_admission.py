@@ -10,11 +10,10 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
-from overload import overload
+from overload import overload, refusal
 from polling import wait_until
-from sonicsite.client import Client, InferError
+from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
-from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
@@ -132,17 +131,6 @@ def _wait_for_admission(site_state, model: str, state: str) -> None:
     )
 
 
-def _refusal(call) -> InferError | None:
-    """The OVERLOADED error `call` raises, or None when it is admitted."""
-    try:
-        call()
-    except InferError as exc:
-        if exc.kind == OVERLOADED:
-            return exc
-        raise
-    return None
-
-
 def _stock_refusal(address: str, inputs: dict) -> InferenceServerException:
     """What a stock tritonclient (no sonicsite header) gets from a shed model through Envoy."""
     with pytest.raises(InferenceServerException) as refused:
@@ -177,7 +165,7 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
             info = envoy.model_info("particle_transformer")
             plan = make_plan(jets.spec, info, jets.request(0, 2))
             refused = wait_until(
-                lambda: _refusal(lambda: envoy.infer(plan, timeout=30)),
+                lambda: refusal(lambda: envoy.infer(plan, timeout=30)),
                 "Envoy to refuse the shed model",
             )
             assert refused.status == "RESOURCE_EXHAUSTED"
@@ -205,7 +193,7 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         _wait_for_admission(state, "particle_transformer", OPEN)
         admitted = []
         wait_until(
-            lambda: _refusal(lambda: admitted.append(envoy.infer(plan, timeout=30))) is None,
+            lambda: refusal(lambda: admitted.append(envoy.infer(plan, timeout=30))) is None,
             "Envoy to admit the reopened model",
         )
         assert admitted[0].outputs["softmax"].shape == (2, 10)
@@ -236,7 +224,7 @@ def _wait_until_envoy_sheds(state, sample) -> None:
     try:
         plan = make_plan(sample.spec, envoy.model_info(sample.spec.model), sample.request(0, 1))
         wait_until(
-            lambda: _refusal(lambda: envoy.infer(plan, timeout=30)),
+            lambda: refusal(lambda: envoy.infer(plan, timeout=30)),
             f"Envoy to shed {sample.spec.model}",
         )
     finally:

@@ -23,9 +23,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from overload import refusal
 from polling import wait_until
-from sonicsite.client import InferError
-from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
@@ -306,10 +305,10 @@ def test_what_must_not_go_through_a_balancer_is_refused_with_the_reason(site):
     }
     for path, reason in rest.items():
         request = urllib.request.Request(f"http://{site.grpc}{path}", data=b"{}")
-        with pytest.raises(urllib.error.HTTPError) as refusal:
+        with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
-        assert refusal.value.code == 403, path
-        assert json.loads(refusal.value.read()) == {"error": reason}
+        assert refused.value.code == 403, path
+        assert json.loads(refused.value.read()) == {"error": reason}
 
 
 # -- through an Envoy fed a fixed snapshot --------------------------------------------------
@@ -343,7 +342,7 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
         plan = make_plan(sample.spec, transport.model_info("simple"), sample.request(0, 4))
         fed.feed(shed={"simple": time.time() + 600})
         refused = wait_until(
-            lambda: _refusal(lambda: transport.infer(plan, timeout=30)), "Envoy to shed simple"
+            lambda: refusal(lambda: transport.infer(plan, timeout=30)), "Envoy to shed simple"
         )
         assert refused.status == "RESOURCE_EXHAUSTED" and refused.retry_after == 1.0
         error = _grpc_refusal(lambda: stock.infer("simple", _simple_inputs()))
@@ -363,7 +362,7 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
         transport.close()
         stock.close()
     wait_until(
-        lambda: _refusal(lambda: transport_infer(fed.grpc, plan)) is None,
+        lambda: refusal(lambda: transport_infer(fed.grpc, plan)) is None,
         "Envoy to reopen simple",
     )
 
@@ -374,14 +373,3 @@ def transport_infer(address: str, plan) -> None:
         transport.infer(plan, timeout=30)
     finally:
         transport.close()
-
-
-def _refusal(call) -> InferError | None:
-    """The OVERLOADED error `call` raises, or None when it is admitted."""
-    try:
-        call()
-    except InferError as exc:
-        if exc.kind == OVERLOADED:
-            return exc
-        raise
-    return None

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sonicsite.client import Client
+from sonicsite.client import Client, InferError
+from sonicsite.client.errors import OVERLOADED
 from sonicsite.models.samples import generate
 
 from sonicsite.contract.wire import ServerRecord, SiteRecord
@@ -68,3 +69,14 @@ def overload(
             load.join(timeout=300)
     if failures:
         raise RuntimeError(f"overload of {model}: a load stream failed: {failures[0]!r}")
+
+
+def refusal(call) -> InferError | None:
+    """The OVERLOADED error `call` raises (a shed model's refusal), or None when admitted."""
+    try:
+        call()
+    except InferError as exc:
+        if exc.kind == OVERLOADED:
+            return exc
+        raise
+    return None
