@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -115,6 +116,58 @@ def perf_analyzer_env(workdir: Path) -> dict[str, str]:
     return dict(os.environ, LD_LIBRARY_PATH=f"{workdir}:{libs}")
 
 
+@dataclass(frozen=True)
+class PerfRun:
+    """One perf_analyzer run as it came: its exit status and output, its windows
+    (throughput, p50 ms), and its CSV's figures when it got stable (else None)."""
+
+    rc: int | None  # None: timed out
+    text: str
+    windows: list[list[float]]
+    figures: dict | None
+
+
+def perf_analyzer_run(
+    target: str,
+    model: str,
+    protocol: str,
+    rows: int,
+    concurrency: int,
+    window: Window,
+    env: dict[str, str],
+    workdir: Path,
+    extra: tuple[str, ...] = (),
+) -> PerfRun:
+    """perf_analyzer at STABILITY_PERCENT within MAX_TRIALS windows, pinned (`_pinned`);
+    `extra`: more of its options (a shape, headers)."""
+    out_csv = workdir / "pa.csv"
+    out_csv.unlink(missing_ok=True)
+    cmd = [
+        str(Path(sys.executable).parent / "perf_analyzer"),
+        *("-m", model, "-u", target, "-i", protocol, "-b", str(rows)),
+        *("--concurrency-range", str(concurrency), *window.options(), "--percentile", "50"),
+        *("-s", str(STABILITY_PERCENT), "-r", str(MAX_TRIALS), "-v", "-f", str(out_csv)),
+        *extra,
+    ]
+    try:
+        out = subprocess.run(
+            _pinned(cmd), env=env, capture_output=True, text=True, timeout=900, cwd=workdir
+        )
+        rc, text = out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, text = None, f"timed out after {exc.timeout} s: {exc.output or ''}"
+    windows = [[float(t), int(p) / 1e3] for t, p in PASS.findall(text)]
+    figures = None
+    if rc == 0 and out_csv.exists():
+        row = next(csv.DictReader(out_csv.open()))
+        figures = {
+            "throughput": float(row["Inferences/Second"]),
+            "p50_ms": float(row["p50 latency"]) / 1e3,
+            "p99_ms": float(row["p99 latency"]) / 1e3,
+        }
+    return PerfRun(rc, text, windows, figures)
+
+
 def _pinned(cmd: list[str]) -> list[str]:
     """On two cores, the load generator on the second one (TOOLS.md)."""
     return ["taskset", "-c", "1", *cmd] if shutil.which("taskset") and os.cpu_count() > 1 else cmd
@@ -140,32 +193,17 @@ def _measure(
 ) -> tuple[dict, dict | None]:
     """One perf_analyzer run: its windows (throughput, p50 ms) and whether it got stable;
     the CSV's figures when it did, else None."""
-    out_csv = workdir / "pa.csv"
-    out_csv.unlink(missing_ok=True)
-    cmd = [
-        str(Path(sys.executable).parent / "perf_analyzer"),
-        *("-m", case.model, "-u", target, "-i", protocol, "-b", str(case.rows)),
-        *("--concurrency-range", str(concurrency), *window.options(), "--percentile", "50"),
-        *("-s", str(STABILITY_PERCENT), "-r", str(MAX_TRIALS), "-v", "-f", str(out_csv)),
-    ]
-    if case.floats:
-        cmd += ["--shape", f"INPUT0:{case.floats}"]
-    out = subprocess.run(_pinned(cmd), env=env, capture_output=True, text=True, timeout=900)
-    windows = [[float(t), int(p) / 1e3] for t, p in PASS.findall(out.stdout)]
-    attempt = {"window": str(window), "windows": windows}
-    if out.returncode == 0 and out_csv.exists():
-        row = next(csv.DictReader(out_csv.open()))
-        figures = {
-            "throughput": float(row["Inferences/Second"]),
-            "p50_ms": float(row["p50 latency"]) / 1e3,
-            "p99_ms": float(row["p99 latency"]) / 1e3,
-        }
-        return {**attempt, "stable": True}, figures
-    if UNSTABLE in out.stdout + out.stderr and len(windows) >= 3:
+    shape = ("--shape", f"INPUT0:{case.floats}") if case.floats else ()
+    run = perf_analyzer_run(
+        target, case.model, protocol, case.rows, concurrency, window, env, workdir, shape
+    )
+    attempt = {"window": str(window), "windows": run.windows}
+    if run.figures is not None:
+        return {**attempt, "stable": True}, run.figures
+    if UNSTABLE in run.text and len(run.windows) >= 3:
         return {**attempt, "stable": False}, None
     raise PerfAnalyzerFailed(
-        f"perf_analyzer failed ({out.returncode}) on {case.model} at {target}: "
-        f"{(out.stdout + out.stderr)[-800:]}"
+        f"perf_analyzer failed ({run.rc}) on {case.model} at {target}: {run.text[-800:]}"
     )
 
 

@@ -24,9 +24,7 @@ Two parts, in one run:
 
 from __future__ import annotations
 
-import csv
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,12 +41,11 @@ from sonicsite.local.state import SiteState
 from .common import conditions, figure, load_now, sheds, write_result
 from .dataplane import (
     MAX_TRIALS,
-    PASS,
     STABILITY_PERCENT,
     UNSTABLE,
     Window,
-    _pinned,
     perf_analyzer_env,
+    perf_analyzer_run,
 )
 
 SERVERS = 3
@@ -102,29 +99,22 @@ def run_perf_analyzer(
 ) -> dict:
     """One perf_analyzer run, as it came: rc, stable, windows, figures, and perf_analyzer's
     output when it did not end with its figures (or said `error`)."""
-    out_csv = workdir / "pa.csv"
-    out_csv.unlink(missing_ok=True)
-    window = options.windows[model]
-    cmd = [
-        str(Path(sys.executable).parent / "perf_analyzer"),
-        *("-m", model, "-u", target, "-i", protocol, "-b", str(options.batch[model])),
-        *("--concurrency-range", str(options.concurrency), *window.options()),
-        *("--percentile", "50", "-s", str(STABILITY_PERCENT), "-r", str(MAX_TRIALS)),
-        *("-v", "-f", str(out_csv)),
-    ]
-    for header in headers:
-        cmd += ["-H", header]
     started = time.perf_counter()
-    try:
-        out = subprocess.run(
-            _pinned(cmd), env=env, capture_output=True, text=True, timeout=900, cwd=workdir
-        )
-        rc, text = out.returncode, out.stdout + out.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, text = None, f"timed out after {exc.timeout} s: {exc.output or ''}"
+    extra = tuple(x for header in headers for x in ("-H", header))
+    run = perf_analyzer_run(
+        target,
+        model,
+        protocol,
+        options.batch[model],
+        options.concurrency,
+        options.windows[model],
+        env,
+        workdir,
+        extra,
+    )
     seconds = round(time.perf_counter() - started, 2)
-    windows = [[float(t), int(p) / 1e3] for t, p in PASS.findall(text)]
-    stable = rc == 0 and out_csv.exists()
+    rc, text, windows = run.rc, run.text, run.windows
+    stable = run.figures is not None
     record: dict = {
         "rc": rc,
         "stable": stable,
@@ -133,13 +123,8 @@ def run_perf_analyzer(
         "seconds": seconds,
         "error": None,
     }
-    if stable:
-        row = next(csv.DictReader(out_csv.open()))
-        record.update(
-            throughput=float(row["Inferences/Second"]),
-            p50_ms=float(row["p50 latency"]) / 1e3,
-            p99_ms=float(row["p99 latency"]) / 1e3,
-        )
+    if run.figures is not None:
+        record.update(run.figures)
     else:  # what its last windows measured, said as such (p99 not known)
         record.update(
             throughput=_last3_mean(windows, 0), p50_ms=_last3_mean(windows, 1), p99_ms=None
