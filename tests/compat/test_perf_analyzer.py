@@ -26,7 +26,10 @@ RUNS = [
 CLIENT = re.compile(r"Client:\s*\n\s*Request count: (\d+)")
 SERVER = re.compile(r"Server:\s*\n\s*Inference count: (\d+)")
 UNSTABLE = "Failed to obtain stable measurement"
-EDGE = 3  # a request in flight at each of the three windows' edges
+# perf_analyzer reads the server's counts at the start and end of each of its three windows,
+# and at concurrency 1 one request may be in flight at each of those six reads: counted by
+# the server but not the client, or the other way (seen on a direct server under load: 4)
+EDGE = 6
 
 
 @pytest.fixture(scope="module")
