@@ -19,7 +19,10 @@ Two parts, in one run:
   Through Envoy `simple` may spread over the three servers that hold it, while direct
   reaches one; so every Envoy run also keeps the requests Envoy sent to each server (its
   admin counters, per cluster and host), and the JSON says which servers each path could
-  use. `particlenet_ak4` can reach only triton-1 either way.
+  use. `particlenet_ak4` can reach only triton-1 either way. Beside them, in the same turns:
+  Envoy with the header (what finding the model in the body costs) and a bare Envoy, the
+  router alone over the same servers (`bare_envoy.py`): the floor any Envoy stands on here,
+  so that the JSON says how much of the gap to direct is Envoy itself.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
+from . import bare_envoy
 from .common import conditions, figure, load_now, sheds, write_result
 from .dataplane import (
     MAX_TRIALS,
@@ -53,7 +57,7 @@ MODELS = ["simple", "identity", "particlenet_ak4"]
 HELD = "particlenet_ak4"
 HOLDER = "triton-1"  # the one server that holds HELD
 MIN_WINDOWS = 3  # the issue's "3 measurement windows"
-RATIO_PATHS = ("direct", "envoy_no_header", "envoy_with_header")
+RATIO_PATHS = ("direct", "envoy_no_header", "envoy_with_header", "envoy_bare")
 
 
 @dataclass(frozen=True)
@@ -217,8 +221,37 @@ def _figures(runs: list[dict]) -> dict:
 
 def _ratio_of_medians(figures: dict, path: str) -> float | None:
     """Median throughput through `path` over median direct."""
-    direct, other = figures["direct"]["throughput"], figures[path]["throughput"]
-    return round(other["median"] / direct["median"], 3) if direct and other else None
+    return _over(figures, path, "direct")
+
+
+def _over(figures: dict, path: str, base: str) -> float | None:
+    """Median throughput through `path` over median through `base`."""
+    other, below = figures[path]["throughput"], figures[base]["throughput"]
+    return round(other["median"] / below["median"], 3) if below and other else None
+
+
+def _one_turn(
+    state: SiteState,
+    model: str,
+    direct: str,
+    bare: str,
+    runs: dict[str, list[dict]],
+    options: Options,
+    env: dict,
+    workdir: Path,
+) -> None:
+    """One repeat: direct, the site's Envoy without and with the header, the bare Envoy."""
+    runs["direct"].append(run_perf_analyzer(direct, model, "grpc", options, env, workdir))
+    for path, headers in (
+        ("envoy_no_header", ()),
+        ("envoy_with_header", (f"{MODEL_HEADER}:{model}",)),
+    ):
+        before = requests_per_host(state.envoy_admin)
+        record = run_perf_analyzer(state.grpc, model, "grpc", options, env, workdir, headers)
+        after = requests_per_host(state.envoy_admin)
+        record["envoy"] = envoy_share(state, before, after)
+        runs[path].append(record)
+    runs["envoy_bare"].append(run_perf_analyzer(bare, model, "grpc", options, env, workdir))
 
 
 def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict[str, dict]:
@@ -228,21 +261,10 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
     found: dict[str, dict] = {}
     for model in options.models:
         runs: dict[str, list[dict]] = {p: [] for p in RATIO_PATHS}
-        for _ in range(options.repeats):
-            runs["direct"].append(
-                run_perf_analyzer(direct_server.grpc, model, "grpc", options, env, workdir)
-            )
-            for path, headers in (
-                ("envoy_no_header", ()),
-                ("envoy_with_header", (f"{MODEL_HEADER}:{model}",)),
-            ):
-                before = requests_per_host(state.envoy_admin)
-                record = run_perf_analyzer(
-                    state.grpc, model, "grpc", options, env, workdir, headers
-                )
-                after = requests_per_host(state.envoy_admin)
-                record["envoy"] = envoy_share(state, before, after)
-                runs[path].append(record)
+        servers = [state.server(s).grpc for s in holders(state, model)]
+        with bare_envoy.running(workdir, servers) as bare:
+            for _ in range(options.repeats):
+                _one_turn(state, model, direct_server.grpc, bare, runs, options, env, workdir)
         figures = {path: _figures(r) for path, r in runs.items()}
 
         shares = [r["envoy"]["share_per_server"] for r in runs["envoy_no_header"]]
@@ -256,6 +278,8 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
             "with_header_throughput_ratio_of_medians": _ratio_of_medians(
                 figures, "envoy_with_header"
             ),
+            "bare_envoy_throughput_ratio_of_medians": _ratio_of_medians(figures, "envoy_bare"),
+            "no_header_over_bare_envoy": _over(figures, "envoy_no_header", "envoy_bare"),
             "envoy_share_per_server": {
                 s.id: figure([sh[s.id] or 0.0 for sh in shares]) for s in state.servers
             },
@@ -264,6 +288,8 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
                 "envoy_no_header": "none (perf_analyzer sends no sonicsite-model header)",
                 "envoy_with_header": f"{MODEL_HEADER}: <model> (-H), as the sonicsite client "
                 "does: what Envoy costs without finding the model in the body",
+                "envoy_bare": "none: a static Envoy with the router alone, least-request over "
+                "the same servers (bench/bare_envoy.py): the floor of any Envoy here",
             },
             **{path: {**figures[path], "runs": r} for path, r in runs.items()},
         }
@@ -309,6 +335,14 @@ def run(json_path: Path, options: Options | None = None) -> dict:
             f"envoy_with_header_throughput_ratio_{m}": ratio[m][
                 "with_header_throughput_ratio_of_medians"
             ]
+            for m in options.models
+        },
+        **{  # not a target: Envoy at its leanest, the floor any Envoy here stands on
+            f"bare_envoy_throughput_ratio_{m}": ratio[m]["bare_envoy_throughput_ratio_of_medians"]
+            for m in options.models
+        },
+        **{
+            f"envoy_no_header_over_bare_envoy_{m}": ratio[m]["no_header_over_bare_envoy"]
             for m in options.models
         },
         "ratio_runs_errors": sum(r["error"] is not None for r in ratio_runs),

@@ -39,6 +39,7 @@ again. A rerun of a killed job does the same for the chunks its journal says wer
 
 from __future__ import annotations
 
+import contextvars
 import random
 import threading
 import time
@@ -313,9 +314,20 @@ class Stream:
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
         with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
+            # each chunk runs in the caller's context: a span the worker has open is the
+            # parent of every call's span (tracing.py)
             futures = [
                 pool.submit(
-                    self._chunk, lo, hi, source, on_result, result, at, (lo, hi) in resent, on_send
+                    contextvars.copy_context().run,
+                    self._chunk,
+                    lo,
+                    hi,
+                    source,
+                    on_result,
+                    result,
+                    at,
+                    (lo, hi) in resent,
+                    on_send,
                 )
                 for (lo, hi), at in zip(chunks, times, strict=True)
             ]

@@ -24,6 +24,7 @@ from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
 from .spec import TensorSpec
 from .timeouts import PathLatencies
+from .tracing import ClientTracing
 from .transport_grpc import GrpcTransport
 from .transport_http import HttpTransport
 
@@ -41,9 +42,12 @@ class Client:
         slot_bytes: int = 1 << 22,
         cuda_device: int = 0,
         token: str | None = None,
+        tracing: ClientTracing | None = None,
     ):
         """`token`: a bearer token for a site that requires one (Envoy's JWT, the gateway's
-        tokens); default SONICSITE_TOKEN."""
+        tokens); default SONICSITE_TOKEN. `tracing`: spans of every call (tracing.py);
+        default: from the OpenTelemetry variables, off when they name no endpoint (a
+        tracing made here is closed with the client)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
@@ -56,12 +60,14 @@ class Client:
             raise ValueError(f"mode: the site ({site.source}) has no balanced {transport} endpoint")
         self.site, self.transport, self.mode = site, transport, mode
         token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
+        self._own_tracing = ClientTracing.from_environment() if tracing is None else None
+        self.tracing = tracing or self._own_tracing
         self._endpoints: list[Endpoint] = []
         self.pool: RegionPool | CudaRegionPool | None = None
         if mode == "site":
-            self._endpoints = _site_endpoints(site, transport, token)
+            self._endpoints = _site_endpoints(site, transport, token, self.tracing)
         else:
-            grpcs = [GrpcTransport(s.grpc, s.id) for s in site.servers]
+            grpcs = [GrpcTransport(s.grpc, s.id, tracing=self.tracing) for s in site.servers]
             if transport in SHARED_MEMORY:
                 try:
                     self.pool = (
@@ -80,7 +86,8 @@ class Client:
                 for g in grpcs:
                     g.close()
                 self._endpoints = [
-                    Endpoint(s.id, HttpTransport(s.http, s.id)) for s in site.servers
+                    Endpoint(s.id, HttpTransport(s.http, s.id, tracing=self.tracing))
+                    for s in site.servers
                 ]
         self._models = {s.id: s.models for s in site.servers}
         self._failovers: dict[str, Failover] = {}  # per model: its shed holds every path
@@ -146,6 +153,8 @@ class Client:
             endpoint.transport.close()
         if self.pool is not None:
             self.pool.close()
+        if self._own_tracing is not None:
+            self._own_tracing.close()
 
     def __enter__(self) -> Client:
         return self
@@ -154,18 +163,23 @@ class Client:
         self.close()
 
 
-def _site_endpoints(site: SiteRecord, transport: str, token: str) -> list[Endpoint]:
+def _site_endpoints(
+    site: SiteRecord, transport: str, token: str, tracing: ClientTracing | None = None
+) -> list[Endpoint]:
     """Site mode's endpoints in order of preference: Envoy (gRPC), the gateway (HTTP), then
     every server directly over the same transport (no token: servers take none)."""
     endpoints = []
     if transport == "grpc" and site.grpc:
-        endpoints.append(Endpoint("envoy", GrpcTransport(site.grpc, "envoy", token), path="envoy"))
+        envoy = GrpcTransport(site.grpc, "envoy", token, tracing)
+        endpoints.append(Endpoint("envoy", envoy, path="envoy"))
     if site.http:
-        gateway = HttpTransport(site.http, "gateway", token=token)
+        gateway = HttpTransport(site.http, "gateway", token=token, tracing=tracing)
         endpoints.append(Endpoint("gateway", gateway, path="gateway"))
     for s in site.servers:
         if transport == "grpc" and s.grpc_port:
-            endpoints.append(Endpoint(s.id, GrpcTransport(s.grpc, s.id), path="direct"))
+            direct = GrpcTransport(s.grpc, s.id, tracing=tracing)
+            endpoints.append(Endpoint(s.id, direct, path="direct"))
         elif transport == "http" and s.http_port:
-            endpoints.append(Endpoint(s.id, HttpTransport(s.http, s.id), path="direct"))
+            direct = HttpTransport(s.http, s.id, tracing=tracing)
+            endpoints.append(Endpoint(s.id, direct, path="direct"))
     return endpoints

@@ -16,6 +16,7 @@ from .http2 import ConnectionPool, GrpcReply, Http2Error
 from .plan import CopyPlan
 from .spec import ModelInfo
 from .stats import parse_statistics
+from .tracing import ClientTracing, RequestTrace
 from .wire import (
     RAW_INPUT_FIELD,
     OutputTensor,
@@ -90,9 +91,13 @@ def reply_error(reply: GrpcReply, server: str) -> InferError:
 class GrpcTransport:
     kind = "grpc"
 
-    def __init__(self, address: str, server: str = "", token: str = ""):
+    def __init__(
+        self, address: str, server: str = "", token: str = "", tracing: ClientTracing | None = None
+    ):
+        """`tracing`: each infer call's spans (tracing.py), its context sent on."""
         self.address = address
         self.server = server or address
+        self.tracing = tracing
         self._pool = ConnectionPool(address)
         # a bearer token for a site whose Envoy requires one (JWT)
         self._auth = {"authorization": f"Bearer {token}"} if token else None
@@ -152,6 +157,26 @@ class GrpcTransport:
         parameters: dict | None = None,
     ) -> Reply:
         """`parameters`: the request's own (Triton request parameters)."""
+        if self.tracing is None:
+            return self._infer(plan, timeout, placements, request_id, parameters, None)
+        traced = self.tracing.request(plan.model, self.server)
+        try:
+            reply = self._infer(plan, timeout, placements, request_id, parameters, traced)
+        except BaseException as exc:
+            traced.end(exc)
+            raise
+        traced.end()
+        return reply
+
+    def _infer(
+        self,
+        plan: CopyPlan,
+        timeout: float,
+        placements: dict[str, Placement] | None,
+        request_id: str,
+        parameters: dict | None,
+        traced: RequestTrace | None,
+    ) -> Reply:
         placements = placements or {}
         t0 = time.perf_counter()
         inputs, parts, copies = [], [], 0
@@ -181,6 +206,8 @@ class GrpcTransport:
         t1 = time.perf_counter()
         try:
             metadata = [(MODEL_HEADER, plan.model), *(self._auth or {}).items()]
+            if traced is not None:  # the send span's context, to Envoy or the server
+                metadata += traced.sending()
             reply = self._pool.unary(INFER_METHOD, parts, metadata, timeout)
         except TimeoutError as exc:
             message = f"no reply within {timeout} s"

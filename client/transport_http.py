@@ -26,6 +26,7 @@ from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferEr
 from .plan import CopyPlan
 from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
+from .tracing import ClientTracing, RequestTrace
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 
 
@@ -49,9 +50,18 @@ def _still_open(sock: socket.socket) -> bool:
 class HttpTransport:
     kind = "http"
 
-    def __init__(self, address: str, server: str = "", pool: int = 8, token: str = ""):
+    def __init__(
+        self,
+        address: str,
+        server: str = "",
+        pool: int = 8,
+        token: str = "",
+        tracing: ClientTracing | None = None,
+    ):
+        """`tracing`: each infer call's spans (tracing.py), its context sent on."""
         self.address = address
         self.server = server or address
+        self.tracing = tracing
         # a bearer token for a site that requires one (the gateway's tokens)
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._host, port = address.rsplit(":", 1)
@@ -113,6 +123,25 @@ class HttpTransport:
     ) -> Reply:
         if placements:
             raise ValueError("shared-memory placements go through the gRPC transport")
+        if self.tracing is None:
+            return self._infer(plan, timeout, request_id, parameters, None)
+        traced = self.tracing.request(plan.model, self.server)
+        try:
+            reply = self._infer(plan, timeout, request_id, parameters, traced)
+        except BaseException as exc:
+            traced.end(exc)
+            raise
+        traced.end()
+        return reply
+
+    def _infer(
+        self,
+        plan: CopyPlan,
+        timeout: float,
+        request_id: str,
+        parameters: dict | None,
+        traced: RequestTrace | None,
+    ) -> Reply:
         t0 = time.perf_counter()
         body: list = []
         header = {
@@ -150,6 +179,8 @@ class HttpTransport:
             MODEL_HEADER: plan.model,
             **self._auth,
         }
+        if traced is not None:  # the send span's context, to the gateway or the server
+            headers.update(traced.sending())
         t1 = time.perf_counter()
         conn = self._connection(timeout)
         try:

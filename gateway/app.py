@@ -17,10 +17,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from . import grpc_view, routes_kserve, routes_refused, routes_site
-from .auth import BearerAuth, Tokens
+from .auth import Authenticator, BearerAuth, Tokens
 from .forwarding import Forwarder, error
+from .jwks import JwksCache, JwksSettings
+from .jwt_auth import JwtVerifier
 from .metrics import GatewayMetrics
 from .siteview import SiteView
+from .tracing import GatewayTracing, TracingSettings
 
 
 @dataclass
@@ -29,24 +32,33 @@ class GatewayConfig:
     name: str = "sonicsite"  # the site's name: the one server name stock tools see at /v2
     http: str = ""  # this gateway's own address as clients reach it (published in /v1/site)
     tokens: Path | None = None  # bearer tokens file; None disables authentication
+    # bearer JWTs of the site's identity provider: its issuer ("" = no JWTs), the accepted
+    # audiences (empty: any) and where its keys are (a URI, refetched as keys rotate, or a file)
+    jwt_issuer: str = ""
+    jwt_audiences: tuple[str, ...] = ()
+    jwks: JwksSettings | None = None
     site_state: Path | None = None  # a local site's state file: its processes for /v1/status
     refresh_s: float = 0.5  # how often the operator's state is read
     timeout_s: float = 60.0  # per upstream request
     max_body_bytes: int = 1 << 30
     grpc: str = ""  # host:port of the one-server view over gRPC (grpc_view.py); "" = none
+    tracing: TracingSettings | None = None  # the gateway's own tracer (tracing.py); None: off
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
     view = SiteView(config.operator.rstrip("/"))
     metrics = GatewayMetrics()
-    forwarder = Forwarder(view, metrics, config.timeout_s)
-    tokens = Tokens(config.tokens)
+    tracing = GatewayTracing.start(config.tracing) if config.tracing else None
+    forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing)
+    auth = Authenticator(Tokens(config.tokens), _jwt_verifier(config))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=4)
         async with httpx.AsyncClient(limits=limits, timeout=config.timeout_s) as client:
             await view.refresh(client)
+            if auth.jwt is not None:
+                await auth.jwt.keys.refresh()  # the first request need not wait for the keys
             follower = asyncio.create_task(view.follow(client, config.refresh_s))
             served = (
                 await grpc_view.serve(forwarder, config.name, config.grpc) if config.grpc else None
@@ -58,6 +70,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 if served is not None:
                     await served.stop(grace=1.0)
                 forwarder.close()
+                if tracing is not None:
+                    tracing.close()
+                if auth.jwt is not None:
+                    await auth.jwt.keys.aclose()
 
     app = FastAPI(
         title="sonicsite gateway",
@@ -83,9 +99,17 @@ def create_app(config: GatewayConfig) -> FastAPI:
         return error(422, f"{request.url.path}: {exc.errors()}")
 
     app.add_middleware(routes_kserve.InferFastPath)  # inside authentication
-    if tokens.enabled:
-        app.add_middleware(BearerAuth, tokens=tokens, metrics=metrics)
+    if auth.enabled:
+        app.add_middleware(BearerAuth, auth=auth, metrics=metrics)
     app.include_router(routes_kserve.router)
     app.include_router(routes_site.router)
     app.include_router(routes_refused.router)
     return app
+
+
+def _jwt_verifier(config: GatewayConfig) -> JwtVerifier | None:
+    if not config.jwt_issuer:
+        return None
+    if config.jwks is None:
+        raise ValueError("jwt_issuer: expected the issuer's keys too (jwks: a URI or a file)")
+    return JwtVerifier(config.jwt_issuer, config.jwt_audiences, JwksCache(config.jwks))

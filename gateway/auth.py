@@ -1,7 +1,10 @@
-"""Bearer tokens: one per line in a file (a mounted Kubernetes Secret is such a file).
+"""Bearer tokens: one per line in a file (a mounted Kubernetes Secret is such a file), and/or
+JWTs of the site's identity provider (jwt_auth.py, keys from jwks.py).
 
-Re-read when the file changes, so a rotated Secret takes effect without a restart. Health
-endpoints stay open; everything else needs `Authorization: Bearer <token>` when enabled.
+The file is re-read when it changes, so a rotated Secret takes effect without a restart.
+Health endpoints stay open; everything else needs `Authorization: Bearer <token>` when
+enabled: a token shaped as a JWT is checked as one (when JWTs are accepted), any other
+against the file.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ from pathlib import Path
 
 from fastapi.responses import JSONResponse
 
+from .jwt_auth import JwtVerifier, looks_like_jwt
 from .metrics import GatewayMetrics
 
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
+MISSING = "authorization: expected 'Bearer <token>', got no Authorization header"
+NOT_BEARER = "authorization: expected 'Bearer <token>'"
 
 
 @dataclass
@@ -41,27 +47,58 @@ class Tokens:
         if not self.enabled or path in OPEN_PATHS:
             return ""
         if not authorization:
-            return "authorization: expected 'Bearer <token>', got no Authorization header"
+            return MISSING
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            return "authorization: expected 'Bearer <token>'"
+            return NOT_BEARER
         given = token.strip().encode()
         if any(hmac.compare_digest(given, t) for t in self._load()):
             return ""
         return "authorization: the bearer token is not valid"
 
 
+@dataclass
+class Authenticator:
+    """The tokens file, the identity provider's JWTs, or both (either kind passes)."""
+
+    tokens: Tokens
+    jwt: JwtVerifier | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.tokens.enabled or self.jwt is not None
+
+    async def check(self, path: str, authorization: str | None) -> str:
+        """'' when the request may pass, else why not (for the 401 body)."""
+        if not self.enabled or path in OPEN_PATHS:
+            return ""
+        if not authorization:
+            return MISSING
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return NOT_BEARER
+        if self.jwt is not None and looks_like_jwt(token):
+            why = await self.jwt.check(token)
+            if why and self.tokens.enabled and not self.tokens.check(path, authorization):
+                return ""  # a static token of the file that happens to look like a JWT
+            return why
+        if self.tokens.enabled:
+            return self.tokens.check(path, authorization)
+        return "authorization: expected 'Bearer <JWT>' from the site's identity provider"
+
+
 class BearerAuth:
     """Plain ASGI middleware (no body buffering): 401 unless the bearer token is valid."""
 
-    def __init__(self, app, tokens: Tokens, metrics: GatewayMetrics):
-        self.app, self.tokens, self.metrics = app, tokens, metrics
+    def __init__(self, app, auth: Authenticator, metrics: GatewayMetrics):
+        self.app, self.auth, self.metrics = app, auth, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             headers = dict(scope["headers"])
             authorization = headers.get(b"authorization", b"").decode("latin-1") or None
-            why = self.tokens.check(scope["path"], authorization)
+            why = await self.auth.check(scope["path"], authorization)
             if why:
                 self.metrics.rejections.labels("", "unauthorized").inc()
                 reply = JSONResponse(

@@ -6,14 +6,17 @@ model: triton_errors.py). An inference reply is passed through as the server sen
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from fastapi import Response
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import Span
 from sonicsite.client.balancer import Endpoint
 from starlette.types import Receive, Scope, Send
 
@@ -22,6 +25,7 @@ from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
 from .balancer import Upstreams
 from .metrics import GatewayMetrics
 from .siteview import SiteView
+from .tracing import GatewayTracing
 from .triton_errors import MODEL, unknown_model, unready_model
 from .upstream import BodyMismatch, BodyStream, ConnectFailed, Reply, Upstream
 
@@ -84,6 +88,7 @@ class Forwarder:
     timeout_s: float = 60.0
     upstreams: Upstreams = field(init=False)
     upstream: Upstream = field(default_factory=Upstream)
+    tracing: GatewayTracing | None = None  # the gateway's tracer (tracing.py), if tracing
 
     def __post_init__(self) -> None:
         self.upstreams = Upstreams(self.view)
@@ -100,11 +105,13 @@ class Forwarder:
         stream: bool = False,
         kind: str = MODEL,
         version: str | None = None,
+        span: Span | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
         when the connection fails. `rest`: the body's remaining chunks, streamed on;
         `stream`: the reply's body is passed on as it arrives (a StreamedReply). With no
-        server for the model, Triton's answer for the route's `kind` (and `version`)."""
+        server for the model, Triton's answer for the route's `kind` (and `version`).
+        `span`: the request's span (a traced gateway): each try is a child span of it."""
         tried, last = "", ""
         for attempt in range(2):
             endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
@@ -114,9 +121,10 @@ class Forwarder:
                 return self.unserved(model, kind, version)
             started = time.perf_counter()
             try:
-                reply = await self.upstream.request(
-                    endpoint.transport, method, path, headers, body, self.timeout_s, rest, length
-                )
+                with self._traced(span, endpoint.id, headers or {}) as sent:
+                    reply = await self.upstream.request(
+                        endpoint.transport, method, path, sent, body, self.timeout_s, rest, length
+                    )
             except ConnectFailed as exc:
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "connect").inc()
@@ -144,6 +152,12 @@ class Forwarder:
                 self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
             return await self._pass_on(reply, endpoint.id, stream)
         return error(502, f"no server could be reached: {last}")
+
+    def _traced(self, span: Span | None, server: str, headers: dict) -> AbstractContextManager:
+        """The headers to send to `server`, with a try's trace context when traced."""
+        if span is None or self.tracing is None:
+            return contextlib.nullcontext(headers)
+        return self.tracing.forward(span, server, headers)
 
     def unserved(self, model: str, kind: str = MODEL, version: str | None = None) -> Response:
         """The reply when no server takes `model` now: Triton's, for a model unknown to the

@@ -10,7 +10,9 @@ from pathlib import Path
 import uvicorn
 
 from .app import GatewayConfig, create_app
+from .jwks import JwksSettings
 from .server import PassThroughProtocol, keep_freed_memory
+from .tracing import TracingSettings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +37,22 @@ def main(argv: list[str] | None = None) -> int:
         "--tokens", type=Path, default=None, help="bearer tokens file, one per line (enables auth)"
     )
     parser.add_argument(
+        "--jwt-issuer", default="", help="accept bearer JWTs from this issuer (with a JWKS)"
+    )
+    parser.add_argument(
+        "--jwt-audiences", default="", help="comma-separated accepted audiences (default: any)"
+    )
+    parser.add_argument(
+        "--jwks-uri", default="", help="the issuer's JWKS URI (refetched as its keys rotate)"
+    )
+    parser.add_argument("--jwks-file", type=Path, default=None, help="the issuer's JWKS file")
+    parser.add_argument(
+        "--jwks-ca", type=Path, default=None, help="a CA file for the JWKS URI's host"
+    )
+    parser.add_argument(
+        "--jwks-max-age", type=float, default=300.0, help="seconds a fetched JWKS is kept"
+    )
+    parser.add_argument(
         "--site-state",
         type=Path,
         default=None,
@@ -43,6 +61,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--refresh", type=float, default=0.5, help="seconds between state reads")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per upstream request")
+    parser.add_argument(
+        "--tracing-endpoint",
+        default="",
+        help="export OpenTelemetry spans to this OTLP/HTTP traces URL "
+        "(http(s)://host:port/v1/traces); default: the gateway does not trace",
+    )
+    parser.add_argument(
+        "--tracing-sampling",
+        type=float,
+        default=1.0,
+        help="ratio (0 to 1) of requests without a W3C traceparent that are traced "
+        "(a request with one is traced as its caller decided)",
+    )
+    parser.add_argument(
+        "--tracing-service-name", default="sonicsite-gateway", help="service.name of its spans"
+    )
+    parser.add_argument(
+        "--tracing-export-delay-ms",
+        type=int,
+        default=5000,
+        help="milliseconds spans are batched before they are exported",
+    )
     args = parser.parse_args(argv)
     if args.tokens is not None and not args.tokens.is_file():
         parser.error(f"--tokens: expected a file of bearer tokens, {args.tokens} does not exist")
@@ -50,15 +90,43 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--site-state: expected a site's state.json, {args.site_state} does not exist"
         )
+    jwks = None
+    if args.jwt_issuer:
+        try:
+            jwks = JwksSettings(
+                uri=args.jwks_uri,
+                file=args.jwks_file,
+                max_age_s=args.jwks_max_age,
+                ca_file=args.jwks_ca,
+            )
+        except ValueError as exc:
+            parser.error(f"--jwks-uri/--jwks-file: {exc}")
+    elif args.jwks_uri or args.jwks_file:
+        parser.error("--jwks-uri/--jwks-file: expected --jwt-issuer too")
+    tracing = None
+    if args.tracing_endpoint:
+        try:
+            tracing = TracingSettings(
+                args.tracing_endpoint,
+                args.tracing_sampling,
+                args.tracing_service_name,
+                args.tracing_export_delay_ms,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     config = GatewayConfig(
         operator=args.operator,
         name=args.name,
         grpc=f"{args.host}:{args.grpc_port}" if args.grpc_port else "",
         http=args.public or f"{args.host}:{args.port}",
         tokens=args.tokens,
+        jwt_issuer=args.jwt_issuer,
+        jwt_audiences=tuple(a for a in args.jwt_audiences.split(",") if a),
+        jwks=jwks,
         site_state=args.site_state,
         refresh_s=args.refresh,
         timeout_s=args.timeout,
+        tracing=tracing,
     )
     keep_freed_memory()
     uvicorn.run(

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from opentelemetry.trace import Span
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER
@@ -31,6 +32,7 @@ from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER
 from . import site_view_replies
 from .forwarding import PASSED_HEADERS, Forwarder, StreamedReply, error, version_path
 from .kserve import BadRequest, check_infer, split_body
+from .tracing import TRACE_HEADERS
 from .triton_errors import MODEL, READY
 
 router = APIRouter(tags=["kserve"])
@@ -159,11 +161,20 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     started = time.perf_counter()
     fields = _header_fields(request)
     route = "infer_binary" if INFERENCE_HEADER_LENGTH in fields else "infer_json"
-    reply = await _infer_reply(request, fields, model, version)
+    tracing = _forwarder(request).tracing
+    span = tracing.request(fields, model, request.scope["path"]) if tracing else None
+    try:
+        reply = await _infer_reply(request, fields, model, version, span)
+    except BaseException:
+        if tracing and span:  # the client went away, or the task was cancelled
+            tracing.end(span, 499)
+        raise
     histogram = request.app.state.metrics.latency.labels(model, route, str(reply.status_code))
 
     def observe() -> None:
         histogram.observe(time.perf_counter() - started)
+        if tracing and span:  # the request's span ends with its reply's last byte
+            tracing.end(span, reply.status_code)
 
     if isinstance(reply, StreamedReply):  # its last byte is still to go out
         reply.finished.append(observe)
@@ -173,8 +184,13 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
 
 
 async def _infer_reply(
-    request: Request, fields: dict[str, str], model: str, version: str | None
+    request: Request,
+    fields: dict[str, str],
+    model: str,
+    version: str | None,
+    span: Span | None = None,
 ) -> Response:
+    """`span`: the request's span on a traced gateway (tracing.py)."""
     forwarder = _forwarder(request)
     metrics = forwarder.metrics
     metrics.follow(forwarder.view)
@@ -205,10 +221,11 @@ async def _infer_reply(
     except BadRequest as exc:
         metrics.rejections.labels(model, "bad_request").inc()
         return error(exc.status, f"model {model!r}: {exc}")
-    headers = {k: fields[k] for k in PASSED_HEADERS if k in fields}
+    # the caller's trace context goes on (a traced gateway's own replaces it)
+    headers = {k: fields[k] for k in (*PASSED_HEADERS, *TRACE_HEADERS) if k in fields}
     path = version_path(model, version) + "/infer"
     return await forwarder.send(
-        "POST", model, path, prefix, headers, rest, total, stream=True, version=version
+        "POST", model, path, prefix, headers, rest, total, stream=True, version=version, span=span
     )
 
 

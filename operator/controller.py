@@ -27,6 +27,7 @@ from .metrics import OperatorMetrics
 from .try_timeouts import TryTimeouts
 from .xds_resources import ALL_SERVERS, JwtPolicy, model_cluster
 from .xds_snapshot import Snapshot
+from .xds_tracing import EnvoyTracing
 
 Actuate = Callable[[int], None]  # brings the site to N servers (blocking)
 STEP_INTERVAL_S = 1.0  # seconds between steps: scrape, weigh, decide, publish
@@ -51,6 +52,7 @@ class Operator:
     shed_ttl_s: float = SHED_TTL_S  # a shed lapses this long after its last renewal
     site_view: str = ""  # host:port of the site's one-server view over gRPC (the gateway's)
     site_view_http: str = ""  # host:port of the gateway's HTTP: the view's REST twins
+    tracing: EnvoyTracing | None = None  # Envoy's OpenTelemetry tracer (xds_tracing.py)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
@@ -92,6 +94,7 @@ class Operator:
             self.tries.policy,
             self.site_view,
             self.site_view_http,
+            self.tracing,
         )
         self._autoscale(servers, now)
         state = self._state(servers, models, weights, per_try)

@@ -19,6 +19,7 @@ import urllib.request
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -102,35 +103,67 @@ class ServerHealth:
 class _Scrape:
     at: float
     models: dict[str, dict[str, float]]
+    # models reloaded since the previous scrape (LoadView.reloaded): counted from zero
+    reloaded: frozenset[str] = frozenset()
+
+
+def increases(
+    then: dict[str, float], now: dict[str, float], reloaded: bool = False
+) -> dict[str, float]:
+    """How much each of one model's counters grew between two scrapes. Triton resets a
+    model's counters when it unloads it, so a model reloaded in between counts from zero:
+    when it is known to have been (`reloaded`: the operator reloaded it), or when any of its
+    counters is lower than before (they were all reset together). Counter by counter, a
+    reset would read as no work for some counters and some work for others (a queue time
+    per request made up by the reset), or, unclamped, as negative work. A reload after which
+    every counter passed its old value shows only in `reloaded`."""
+    reset = reloaded or any(now.get(k, 0.0) < then.get(k, 0.0) for k in COUNTERS.values())
+    base = {} if reset else then
+    return {k: max(now.get(k, 0.0) - base.get(k, 0.0), 0.0) for k in COUNTERS.values()}
 
 
 def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoad]:
     """Rates between two scrapes, for the models present in both (as Prometheus' `x - x
-    offset w` keeps only series present at both instants)."""
-    dt = max(after.at - before.at, 1e-6)
+    offset w` keeps only series present at both instants); a reload in between counts
+    from zero (`increases`)."""
+    return compute_window(server, [before, after])
+
+
+def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
+    """Rates from the first to the last of `scrapes` (in time order), for the models in the
+    last: the counters' increases summed interval by interval over the intervals whose two
+    scrapes both hold the model, so that a reload anywhere in the window counts from zero
+    (as Prometheus' `increase` does) rather than hiding behind the window's two ends."""
+    if len(scrapes) < 2:
+        return []
+    dt = max(scrapes[-1].at - scrapes[0].at, 1e-6)
     loads = []
-    for model, now in sorted(after.models.items()):
-        if model not in before.models:
+    for model, now in sorted(scrapes[-1].models.items()):
+        pairs = [
+            (a.models[model], b.models[model], model in b.reloaded)
+            for a, b in pairwise(scrapes)
+            if model in a.models and model in b.models
+        ]
+        if not pairs:
             continue
-        then = before.models[model]
-
-        def delta(key: str, now=now, then=then) -> float:
-            return max(now.get(key, 0.0) - then.get(key, 0.0), 0.0)
-
-        requests = delta("success")
-        compute = delta("compute_input_us") + delta("compute_infer_us") + delta("compute_output_us")
-        executions = delta("executions")
+        total = dict.fromkeys(COUNTERS.values(), 0.0)
+        for then, later, reloaded in pairs:
+            for key, grew in increases(then, later, reloaded).items():
+                total[key] += grew
+        requests, executions = total["success"], total["executions"]
         loads.append(
             ModelLoad(
                 model=model,
                 server=server,
                 requests=requests,
-                queue_us=delta("queue_us"),
-                compute_us=compute,
+                queue_us=total["queue_us"],
+                compute_us=total["compute_input_us"]
+                + total["compute_infer_us"]
+                + total["compute_output_us"],
                 pending=now.get("pending", 0.0),
                 throughput_rps=requests / dt,
-                failure_rps=delta("failure") / dt,
-                mean_batch_size=delta("inferences") / executions if executions else None,
+                failure_rps=total["failure"] / dt,
+                mean_batch_size=total["inferences"] / executions if executions else None,
             )
         )
     return loads
@@ -146,6 +179,7 @@ class LoadView:
     grace: int = SCRAPE_GRACE  # failed scrapes in a row before a server leaves the view
     _last: dict[str, _Scrape] = field(default_factory=dict)
     _history: dict[str, deque] = field(default_factory=dict)
+    _reloaded: dict[str, set[str]] = field(default_factory=dict)  # since the last scrape
     loads: dict[str, list[ModelLoad]] = field(default_factory=dict)
     health: dict[str, ServerHealth] = field(default_factory=dict)
 
@@ -185,7 +219,7 @@ class LoadView:
                 self._last.pop(server, None)
                 self._history.pop(server, None)
             return
-        current = _Scrape(now, parse_metrics(text))
+        current = _Scrape(now, parse_metrics(text), frozenset(self._reloaded.pop(server, ())))
         previous = self._last.get(server)
         if previous is not None:
             self.loads[server] = compute_loads(server, previous, current)
@@ -196,6 +230,14 @@ class LoadView:
             history.popleft()
         self.health[server] = ServerHealth(server, True, now)
 
+    def reloaded(self, server: str, model: str) -> None:
+        """`model` was loaded again on `server` (by the operator's placement): its counters
+        in the server's next scrape count from zero, even those that passed their values
+        from before the unload (`increases`). Only for a load that brought the model up
+        (`model_control.LoadResult.fresh`): Triton leaves a loaded model's counters alone
+        when asked to load it again."""
+        self._reloaded.setdefault(server, set()).add(model)
+
     def in_view(self, server: str) -> bool:
         """True while the server's figures are used: read at least once, and fewer than
         `grace` failed scrapes in a row since."""
@@ -204,17 +246,18 @@ class LoadView:
 
     def window_loads(self, window_s: float) -> list[ModelLoad]:
         """Loads between each server's latest scrape and its last scrape at least `window_s`
-        older (Prometheus' `x - x offset window`); servers without one are left out."""
+        older (Prometheus' `x - x offset window`, summed scrape by scrape so that a reload
+        within the window counts from zero); servers without one are left out."""
         loads = []
         for server, history in self._history.items():
             latest = history[-1]
-            older = [s for s in history if s.at <= latest.at - window_s]
+            older = [k for k, s in enumerate(history) if s.at <= latest.at - window_s]
             if older and self.in_view(server):
-                loads.extend(compute_loads(server, older[-1], latest))
+                loads.extend(compute_window(server, list(history)[older[-1] :]))
         return loads
 
     def forget(self, server: str) -> None:
-        for table in (self._last, self._history, self.loads, self.health):
+        for table in (self._last, self._history, self.loads, self.health, self._reloaded):
             table.pop(server, None)
 
     def model_loads(self, model: str) -> list[ModelLoad]:

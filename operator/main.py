@@ -20,7 +20,8 @@ from .controller import STEP_INTERVAL_S, Actuate, Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
 from .loadview import SCRAPE_GRACE, LoadView
 from .try_timeouts import TryPolicy, TryTimeouts
-from .xds_resources import JwtPolicy
+from .xds_resources import SYSTEM_CA_FILE, JwtPolicy
+from .xds_tracing import EnvoyTracing
 
 
 def parser() -> argparse.ArgumentParser:
@@ -77,6 +78,40 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--jwt-audiences", default="", help="comma-separated accepted audiences (default: any)"
+    )
+    parser.add_argument(
+        "--jwt-jwks-uri",
+        default="",
+        help="the issuer's JWKS URI, which Envoy fetches (instead of --jwt-jwks-file)",
+    )
+    parser.add_argument(
+        "--jwt-jwks-cache",
+        type=int,
+        default=300,
+        help="seconds Envoy keeps a fetched JWKS before fetching it again (rotated keys)",
+    )
+    parser.add_argument(
+        "--jwt-jwks-ca",
+        default=SYSTEM_CA_FILE,
+        help="CA file, as Envoy sees it, for an https JWKS URI's certificate",
+    )
+    parser.add_argument(
+        "--tracing-endpoint",
+        default="",
+        help="Envoy exports OpenTelemetry spans to this OTLP/HTTP traces URL "
+        "(http(s)://host:port/v1/traces); default: Envoy does not trace",
+    )
+    parser.add_argument(
+        "--tracing-sampling",
+        type=float,
+        default=100.0,
+        help="percent of requests arriving without a W3C traceparent that Envoy traces "
+        "(a request with one is traced as its caller decided)",
+    )
+    parser.add_argument(
+        "--tracing-service-name",
+        default="sonicsite-envoy",
+        help="the service.name of Envoy's spans",
     )
     parser.add_argument(
         "--balancing",
@@ -226,11 +261,29 @@ def build(
     if not 0 < args.shed_ttl <= SHED_TTL_S:
         parser.error(f"--shed-ttl: expected 0 < seconds ≤ {SHED_TTL_S:g}, got {args.shed_ttl:g}")
     jwt = None
-    if args.jwt_issuer or args.jwt_jwks_file:
-        if not (args.jwt_issuer and args.jwt_jwks_file):
-            parser.error("--jwt-issuer and --jwt-jwks-file: expected both, or neither")
+    if args.jwt_issuer or args.jwt_jwks_file or args.jwt_jwks_uri:
+        if not args.jwt_issuer:
+            parser.error("--jwt-jwks-file/--jwt-jwks-uri: expected --jwt-issuer too")
         audiences = tuple(a for a in args.jwt_audiences.split(",") if a)
-        jwt = JwtPolicy(args.jwt_issuer, args.jwt_jwks_file, audiences)
+        try:
+            jwt = JwtPolicy(
+                args.jwt_issuer,
+                args.jwt_jwks_file,
+                audiences,
+                jwks_uri=args.jwt_jwks_uri,
+                jwks_cache_s=args.jwt_jwks_cache,
+                jwks_ca_file=args.jwt_jwks_ca,
+            )
+        except ValueError as exc:
+            parser.error(f"--jwt-jwks-file/--jwt-jwks-uri: {exc}")
+    tracing = None
+    if args.tracing_endpoint:
+        try:
+            tracing = EnvoyTracing(
+                args.tracing_endpoint, args.tracing_sampling, args.tracing_service_name
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     if bool(args.site) == bool(args.kubernetes):
         parser.error("give exactly one of --site (local) or --kubernetes NAMESPACE/SERVICE")
     if args.kubernetes:
@@ -261,6 +314,7 @@ def build(
         shed_ttl_s=args.shed_ttl,
         site_view=args.site_view,
         site_view_http=args.site_view_http,
+        tracing=tracing,
     )
     operator.step()  # serve a full snapshot from the first request on
     return operator

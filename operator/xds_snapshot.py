@@ -24,6 +24,7 @@ from .xds_resources import (
 )
 from .xds_routes import route_configuration
 from .xds_site_view import view_clusters
+from .xds_tracing import EnvoyTracing
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,14 @@ class Snapshot:
         tries: TryPolicy | None = None,
         site_view: str = "",
         site_view_http: str = "",
+        tracing: EnvoyTracing | None = None,
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
         route, which carries every model, takes the longest; `site_view`: the address of
         the site's one-server view over gRPC (the gateway's), if any; `site_view_http`: the
-        gateway's HTTP address, for the view's REST twins."""
+        gateway's HTTP address, for the view's REST twins; `tracing`: Envoy's OpenTelemetry
+        tracer and the collector's cluster (xds_tracing.py)."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
@@ -70,7 +73,7 @@ class Snapshot:
         assignments += rest
         resources = {
             "listeners": [
-                listener(listen_host, listen_port, retry_after_s, jwt),
+                listener(listen_host, listen_port, retry_after_s, jwt, tracing),
                 check_listener(listen_port),
             ],
             "routes": [
@@ -87,6 +90,8 @@ class Snapshot:
                 *clusters(models, caps, lb_policy),
                 check_cluster(listen_port),
                 *view_clusters(site_view, site_view_http),
+                *(jwt.clusters() if jwt else []),
+                *([tracing.cluster()] if tracing else []),
             ],
             "endpoints": assignments,
         }

@@ -29,6 +29,14 @@ def _model_list(text: str) -> list[str]:
     return names
 
 
+def _any_models(text: str) -> list[str]:
+    """Model names as a site may have them (`check`: not only the demo models)."""
+    names = [n for n in text.split(",") if n]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
+    return names
+
+
 def _site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dir",
@@ -110,6 +118,58 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
 
 
+def _tracing_args(p: argparse.ArgumentParser) -> None:
+    """`up --tracing`: the site's collector, and every part tracing (sonicsite/local/tracing.py)."""
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="start an OpenTelemetry collector (rotel) and have Envoy, the gateway and Triton "
+        "trace to it; workers trace with OTEL_EXPORTER_OTLP_ENDPOINT=http://<its address>",
+    )
+    p.add_argument(
+        "--tracing-export",
+        default="",
+        metavar="URL",
+        help="with --tracing: the OTLP/HTTP base URL the collector sends spans on to "
+        "(default: its log, logs/collector.log)",
+    )
+    p.add_argument(
+        "--tracing-envoy-sampling",
+        type=float,
+        default=100.0,
+        metavar="PERCENT",
+        help="with --tracing: percent of requests without a traceparent that Envoy traces",
+    )
+    p.add_argument(
+        "--tracing-gateway-sampling",
+        type=float,
+        default=1.0,
+        metavar="RATIO",
+        help="with --tracing: ratio of requests without a traceparent the gateway traces",
+    )
+    p.add_argument(
+        "--tracing-triton-rate",
+        type=at_least(1),
+        default=1,
+        metavar="N",
+        help="with --tracing: Triton traces one in N requests without a trace context",
+    )
+
+
+def _tracing(args: argparse.Namespace):
+    """The site's TracingConfig from `up`'s options; None without --tracing."""
+    from .local.tracing import TracingConfig
+
+    if not getattr(args, "tracing", False):
+        return None
+    return TracingConfig(
+        export=args.tracing_export,
+        envoy_sampling=args.tracing_envoy_sampling,
+        gateway_sampling=args.tracing_gateway_sampling,
+        triton_rate=args.tracing_triton_rate,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonicsite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL=SERVER[,SERVER]",
         help="a model only these servers load (repeatable; every server loads the others)",
     )
+    _tracing_args(p)
 
     p = sub.add_parser("down", help="stop the local site")
     _site_args(p)
@@ -187,8 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
     p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
-    p.add_argument("--models", type=_model_list, required=True, help="comma-separated models")
+    p.add_argument(
+        "--models",
+        type=_any_models,
+        required=True,
+        help="comma-separated models (the site's own need a request in --inputs)",
+    )
     p.add_argument("--events", type=at_least(1), default=4, help="events per model")
+    p.add_argument(
+        "--inputs",
+        type=Path,
+        default=None,
+        help="a JSON file of requests for models with no demo sample: {model: {inputs: "
+        "[KServe v2 tensors], outputs: {name: expected values}, tolerance}}",
+    )
     return parser
 
 
@@ -252,6 +325,7 @@ def _site(args: argparse.Namespace) -> int:
             balancing=args.balancing,
             supervise=not getattr(args, "no_supervise", False),
             holding=dict(getattr(args, "hold", [])),
+            tracing=_tracing(args),
         )
 
     if args.command == "up":
@@ -281,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         from .jobs.check import check
 
-        return check(args.grpc, args.models, args.events)
+        return check(args.grpc, args.models, args.events, args.inputs)
     if args.command == "status":
         from .local.status import print_status
 

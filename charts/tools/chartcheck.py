@@ -1,11 +1,12 @@
 """`make chart-check`: the chart proven without a cluster, by the real tools.
 
 For every site profile in `charts/sonicsite/ci/` (and the defaults): strict lint with the
-Helm engine (helm-python-sdk) for Kubernetes 1.29 and 1.37; render; every built-in object
-against the Kubernetes schemas (kubernetes-validate, strict); every ScaledObject,
-ServiceMonitor, PodMonitor and PrometheusRule against its CRD's schema and CEL rules
-(crdcheck.py); the rendered Envoy bootstrap through `envoy --mode validate`; the rendered
-Prometheus configuration and rules through promtool.
+Helm engine (helm-python-sdk) for Kubernetes 1.28 to 1.33; render; every built-in object
+against those versions' Kubernetes schemas (kubernetes-validate, strict); every ScaledObject,
+TriggerAuthentication, ServiceMonitor, PodMonitor, PrometheusRule and cert-manager
+Certificate against its CRD's schema and CEL rules (crdcheck.py); the rendered Envoy
+bootstrap through `envoy --mode validate`; the rendered Prometheus configuration and rules
+through promtool.
 
 Usage: python charts/tools/chartcheck.py [CHART] [--json]  (from the repository root after
 `make install`; the script's own folder is on the path, so crdcheck.py is found beside it).
@@ -27,8 +28,15 @@ import yaml
 CHARTS = Path(__file__).resolve().parents[1]
 CHART = CHARTS / "sonicsite"
 CRDS = CHARTS / "crds"  # copies of the CRDs, see its README
-KUBE_VERSIONS = ("1.29", "1.37")
-CUSTOM_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
+KUBE_VERSIONS = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
+CUSTOM_KINDS = {
+    "ScaledObject",
+    "TriggerAuthentication",
+    "ServiceMonitor",
+    "PodMonitor",
+    "PrometheusRule",
+    "Certificate",
+}
 
 
 @dataclass

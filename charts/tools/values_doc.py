@@ -1,4 +1,5 @@
-"""`make chart-docs`: the chart README's values table, written from values.yaml's comments.
+"""`make chart-docs`: the chart README's values table, written from values.yaml's comments
+(and its site profiles, profiles_doc.py).
 
 Every value is described once, in values.yaml, helm-docs style: a `# -- text` comment right
 above the key, continued on the `#` lines that follow it. A description on an object (say
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from profiles_doc import with_profiles
 
 CHART = Path(__file__).resolve().parents[1] / "sonicsite"
 BEGIN = "<!-- values table: generated from values.yaml by `make chart-docs`; do not edit -->"
@@ -144,14 +146,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"values.yaml: no `# --` description for {', '.join(missing)}", file=sys.stderr)
         return 1
     fresh = with_table(readme, values_text)
+    if (args.chart / "ci").is_dir():  # a chart with site profiles shows one example of each
+        fresh = with_profiles(fresh, args.chart)
     if args.check:
         if fresh != readme:
-            print(f"{readme_path}: the values table is stale; run `make chart-docs`")
+            print(
+                f"{readme_path}: the values table or the site profiles are stale; "
+                "run `make chart-docs`"
+            )
             return 1
         return 0
     if fresh != readme:
         readme_path.write_text(fresh)
-        print(f"{readme_path}: values table rewritten ({len(documented(values_text))} rows)")
+        print(
+            f"{readme_path}: values table ({len(documented(values_text))} rows) and site "
+            "profiles rewritten"
+        )
     return 0
 
 

@@ -4,14 +4,16 @@
 repository root) writes them to monitoring/dashboards/*.json, which the chart ships as
 ConfigMaps for Grafana's sidecar; tests/monitoring checks that the committed JSON is a fresh
 build. Servers are counted from the operator's view (`sonicsite_server_up`), never from GPUs,
-so CPU-only sites are right. Queries of raw series take the namespace, release and model
-variables; with "All" they match series without those labels too (the local site), because
-the regex `.*` matches an empty label.
+so CPU-only sites are right. A board shows one release (one site): every query, recorded
+series included, selects the `namespace` and `release` variables (single values: the labels
+the chart puts on its scrape targets, so that releases sharing a Prometheus are never summed
+together) and the model variable (any number, or all). On the local site, whose series carry
+no namespace or release, the regex `.*` (or an empty value) matches them.
 
 Queue time per request is not computed here. The site's value per model is the recording
 rule `sonicsite:model_queue_seconds_per_request:30s` (monitoring/rules/autoscaling.rules.yaml,
-the scaling metric: its one definition in PromQL), which sums away every label but `model`,
-so only the model variable applies to it; per server it is the operator's gauge
+the scaling metric: its one definition in PromQL), per namespace, release and model; per
+server it is the operator's gauge
 `sonicsite_model_queue_seconds_per_request{model, server}` (operator/loadview.py
 `per_request`, its one definition in Python). The other stages (compute input, infer,
 output) are per request over the rate interval here.
@@ -64,9 +66,9 @@ def _stage_per_request(counter: str, by: str) -> str:
 
 
 # Queue time per request, from its two definitions (never recomputed from Triton's counters):
-# per model over the site, the scaling metric's recording rule (labels: model only); per
-# model and server, the operator's gauge.
-QUEUE_SITE = 'sonicsite:model_queue_seconds_per_request:30s{model=~"$model"}'
+# per model over the site, the scaling metric's recording rule (labels: namespace, release,
+# model); per model and server, the operator's gauge.
+QUEUE_SITE = f"sonicsite:model_queue_seconds_per_request:30s{{{MODEL}}}"
 QUEUE_BY_SERVER = f"max by (model, server) (sonicsite_model_queue_seconds_per_request{{{MODEL}}})"
 
 
@@ -274,17 +276,19 @@ def model_panels() -> list[tuple[str, list[PanelSpec]]]:
     ]
 
 
-def _variable(name: str, query: str) -> dashboard.QueryVariable:
-    return (
+def _variable(name: str, query: str, many: bool) -> dashboard.QueryVariable:
+    """A variable from a label's values: one value (namespace, release), or any number and
+    all (model)."""
+    variable = (
         dashboard.QueryVariable(name)
         .label(name)
         .datasource(DATASOURCE)
         .query(query)
-        .include_all(True)
-        .all_value(".*")
-        .multi(True)
         .refresh(2)  # on time range change
     )
+    if many:
+        variable = variable.include_all(True).all_value(".*").multi(True)
+    return variable
 
 
 def build(uid: str, title: str, rows: list[tuple[str, list[PanelSpec]]]):
@@ -298,9 +302,23 @@ def build(uid: str, title: str, rows: list[tuple[str, list[PanelSpec]]]):
         .with_variable(
             dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
         )
-        .with_variable(_variable("namespace", "label_values(sonicsite_server_up, namespace)"))
-        .with_variable(_variable("release", "label_values(sonicsite_server_up, release)"))
-        .with_variable(_variable("model", "label_values(nv_inference_request_success, model)"))
+        .with_variable(
+            _variable("namespace", "label_values(sonicsite_server_up, namespace)", many=False)
+        )
+        .with_variable(
+            _variable(
+                "release",
+                'label_values(sonicsite_server_up{namespace=~"$namespace"}, release)',
+                many=False,
+            )
+        )
+        .with_variable(
+            _variable(
+                "model",
+                f"label_values(nv_inference_request_success{{{SITE}}}, model)",
+                many=True,
+            )
+        )
     )
     for row, panels in rows:
         board = board.with_row(dashboard.Row(row))

@@ -23,6 +23,8 @@ from .ports import free_ports
 from .processes import start_process, wait_for_http
 from .servers import update_targets
 from .state import LocalProcess, SiteState, edit
+from .tracing import TracingConfig, gateway_args
+from .tracing import operator_args as tracing_operator_args
 
 
 def start_control_plane(
@@ -45,13 +47,15 @@ def start_control_plane(
     # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
     args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
+    if state.collector:  # a traced site: Envoy's tracer, over xDS
+        args += tracing_operator_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.operator}/healthz"
     _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
     proxy = envoy.start(config, envoy_log)
-    _record(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
+    record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
     wanted = sorted(s.grpc for s in SiteState.load(site_dir).servers)
     deadline = time.monotonic() + timeout
@@ -91,9 +95,16 @@ def operator_args(
     if jwt is not None:
         args += [
             f"--jwt-issuer={jwt.issuer}",
-            f"--jwt-jwks-file={jwt.jwks_file}",
             f"--jwt-audiences={','.join(jwt.audiences)}",
         ]
+        if jwt.jwks_uri:
+            args += [
+                f"--jwt-jwks-uri={jwt.jwks_uri}",
+                f"--jwt-jwks-cache={jwt.jwks_cache_s}",
+                f"--jwt-jwks-ca={jwt.jwks_ca_file}",
+            ]
+        else:
+            args += [f"--jwt-jwks-file={jwt.jwks_file}"]
     return args
 
 
@@ -113,6 +124,8 @@ def start_gateway(
     args = [f"--operator=http://{state.operator}", f"--port={port}", f"--grpc-port={view}"]
     args += [f"--site-state={site_dir / STATE_FILE}"]
     args += [f"--tokens={tokens}"] if tokens else []
+    if state.collector:  # a traced site: the gateway's own tracer
+        args += gateway_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.http}/healthz"
     _start_python(site_dir, "gateway", "sonicsite.gateway.main", args, health, timeout)
 
@@ -124,11 +137,13 @@ def _start_python(
     file at once and waited for until `health` answers."""
     log = site_dir / "logs" / f"{name}.log"
     proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
-    _record(site_dir, name, proc, log, health)
+    record_process(site_dir, name, proc, log, health)
     wait_for_http(health, proc, log, timeout, SiteError)
 
 
-def _record(site_dir: Path, name: str, proc: subprocess.Popen, log: Path, health: str) -> None:
+def record_process(
+    site_dir: Path, name: str, proc: subprocess.Popen, log: Path, health: str
+) -> None:
     """Record a started process (its command, so that the supervisor can start it again)."""
     with edit(site_dir) as state:
         state.put_process(
@@ -168,5 +183,5 @@ def start_prometheus(site_dir: Path, timeout: float) -> None:
     (folder / "prometheus.yml").write_text(json.dumps(config, indent=1))
     log = site_dir / "logs" / "prometheus.log"
     proc = prometheus.start(folder / "prometheus.yml", folder / "data", state.prometheus, log)
-    _record(site_dir, "prometheus", proc, log, f"http://{state.prometheus}/-/healthy")
+    record_process(site_dir, "prometheus", proc, log, f"http://{state.prometheus}/-/healthy")
     prometheus.wait_ready(proc, state.prometheus, log, timeout)

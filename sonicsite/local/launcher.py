@@ -22,6 +22,7 @@ from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.xds_resources import JwtPolicy
 
 from .admin_key import create_key
+from .collector import start_collector
 from .control_plane import start_control_plane
 from .errors import SiteError
 from .ports import free_ports
@@ -36,6 +37,7 @@ from .processes import (
 from .servers import remove_leftovers, start_server
 from .state import SiteState, create, edit
 from .supervision import SupervisionPolicy, start_supervisor
+from .tracing import TracingConfig
 from .triton import ServerPorts, TritonInstall, wait_ready
 
 DEFAULT_BUILD_DIR = Path("build/models")
@@ -58,6 +60,7 @@ def up(
     supervision: SupervisionPolicy | None = None,
     shed_ttl_s: float = SHED_TTL_S,
     holding: dict[str, list[str]] | None = None,
+    tracing: TracingConfig | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
@@ -65,7 +68,9 @@ def up(
     `triton-N`): a test knob. Without `supervise` a process that dies stays dead: what the
     fault bench runs to show that the site's own mechanisms carry it. `shed_ttl_s`: how long
     the operator's sheds hold unless it renews them (at most SHED_TTL_S). `holding`: models
-    that only some servers hold (model: server ids); every server holds the others."""
+    that only some servers hold (model: server ids); every server holds the others.
+    `tracing`: start the site's OpenTelemetry collector first and have every part trace
+    (tracing.py); off by default."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -96,6 +101,8 @@ def up(
     create(state)
     started = []
     try:
+        if tracing is not None:  # first: the servers export to it from their start
+            start_collector(site_dir, tracing)
         # every server's ports from one call: distinct, where separate calls could be handed
         # a port again that an earlier server has not bound yet
         chosen = free_ports(3 * servers)

@@ -21,6 +21,7 @@ from .ports import free_ports, port_free
 from .processes import kill_group, stop_group
 from .prometheus import write_targets
 from .state import LocalServer, SiteState, edit
+from .tracing import site_triton_flags
 from .triton import (
     ServerPorts,
     TritonInstall,
@@ -57,6 +58,7 @@ def start_server(
     waited for."""
     http, grpc, metrics = (ports.http, ports.grpc, ports.metrics) if ports else free_ports(3)
     log = site_dir / "logs" / f"{server_id}.log"
+    traced = SiteState.load(site_dir)  # a traced site's servers all export to its collector
     cmd = command(
         install,
         site_dir / "repository",
@@ -65,6 +67,7 @@ def start_server(
         server_id,
         models,
         read_key(site_dir),
+        trace_flags=site_triton_flags(traced.collector, traced.tracing, server_id),
     )
     env = install.environment() | {SERVER_ID_ENV: server_id, SITE_DIR_ENV: str(site_dir)}
     env[MODEL_WORK_ENV] = str(Path(site_dir) / MODEL_WORK_FILE)

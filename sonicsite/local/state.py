@@ -83,6 +83,8 @@ class SiteState:
     supervisor: str = ""  # the supervisor's HTTP address (/metrics, /healthz); "": unsupervised
     stopping: bool = False  # set first by `down`: nothing is started or restarted any more
     processes: list[LocalProcess] = field(default_factory=list)
+    collector: str = ""  # the OTLP/HTTP address of the site's collector; "": no tracing
+    tracing: dict = field(default_factory=dict)  # tracing.TracingConfig, as a dict
 
     def server(self, server_id: str) -> LocalServer | None:
         return next((s for s in self.servers if s.id == server_id), None)
@@ -147,6 +149,8 @@ class SiteState:
             supervisor=data.get("supervisor", ""),
             stopping=data.get("stopping", False),
             processes=[LocalProcess.from_dict(p) for p in data.get("processes", [])],
+            collector=data.get("collector", ""),
+            tracing=data.get("tracing", {}),
         )
 
 

@@ -110,6 +110,11 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
         print(f"  Prometheus (site rules, every target): http://{state.prometheus}/")
     if state.supervisor:
         print(f"  supervisor: http://{state.supervisor}/metrics   log {supervisor_log(state)}")
+    if state.collector:
+        print(
+            f"  tracing collector (OTLP/HTTP): http://{state.collector}   "
+            f"workers: OTEL_EXPORTER_OTLP_ENDPOINT=http://{state.collector}"
+        )
     print(f"  {'process':<12} {'kind':<11} {'pid':<8} {'state':<11} restarts  last exit")
     for r in records:
         shown = "stopped (on purpose)" if r.state == STOPPED else r.state

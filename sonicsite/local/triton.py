@@ -15,6 +15,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
@@ -122,10 +123,12 @@ def command(
     models: list[str],
     admin_key: str,
     host: str = "127.0.0.1",
+    trace_flags: Sequence[str] = (),
 ) -> list[str]:
     """Model control `explicit`, loading `models` at start (the others in the repository
     stay unloaded until the control plane loads them), with the restricted protocols keyed
-    by `admin_key`: as the chart runs Triton."""
+    by `admin_key`: as the chart runs Triton. `trace_flags`: its trace settings, fixed at
+    start (tracing.py `triton_flags`; the trace protocol is restricted)."""
     return [
         str(install.binary),
         f"--id={server_id}",
@@ -151,6 +154,7 @@ def command(
         "--backend-config=python,shm-default-byte-size=4194304",
         "--backend-config=python,shm-growth-byte-size=67108864",
         "--log-verbose=0",
+        *trace_flags,
     ]
 
 

@@ -45,7 +45,8 @@ ALLOWED = {
 # Third-party packages each room may import (top-level names), as the extras install them.
 THIRD_PARTY = {
     "sonicsite.contract": set(),
-    "sonicsite.client": {"numpy", "tritonclient", "hpack", "pyarrow", "awkward"},  # + interop
+    # + interop (pyarrow, awkward); + tracing (opentelemetry: client/tracing.py)
+    "sonicsite.client": {"numpy", "tritonclient", "hpack", "pyarrow", "awkward", "opentelemetry"},
     "sonicsite.operator": {"prometheus_client", "kubernetes", "urllib3"},
     # + the one-server view over gRPC (grpc_view.py): Triton's messages, as the client has them
     "sonicsite.gateway": {
@@ -54,9 +55,11 @@ THIRD_PARTY = {
         "uvicorn",
         "httpx",
         "prometheus_client",
+        "jwt",  # bearer JWTs (gateway/jwt_auth.py, gateway/jwks.py)
         "grpc",
         "google",
         "tritonclient",
+        "opentelemetry",  # its own tracer (tracing.py)
     },
     "sonicsite.models": {
         "numpy",

@@ -30,6 +30,8 @@ def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_m
     assert summary["sheds"] == 0
     assert "envoy_no_header_throughput_ratio_simple" in summary
     assert "envoy_with_header_throughput_ratio_simple" in summary  # where a gap would be
+    assert summary["bare_envoy_throughput_ratio_simple"] > 0  # the floor, measured alongside
+    assert summary["envoy_no_header_over_bare_envoy_simple"] > 0
     assert "envoy_no_header_throughput_ratio_particlenet_ak4" not in summary  # not measured
     assert summary["targets"]["perf_analyzer_errors"] == "== 0"
 
@@ -46,7 +48,7 @@ def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_m
     ratio = saved["details"]["ratio"]["simple"]
     assert ratio["servers_it_could_use"]["direct"] == ["triton-1"]
     assert set(ratio["envoy_share_per_server"]) == {"triton-0", "triton-1", "triton-2"}
-    for path in ("direct", "envoy_no_header", "envoy_with_header"):
+    for path in ("direct", "envoy_no_header", "envoy_with_header", "envoy_bare"):
         (run,) = ratio[path]["runs"]
         assert run["error"] is None and run["windows"] >= 3, run
 

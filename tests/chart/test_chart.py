@@ -15,7 +15,6 @@ from sonicsite.local import envoy
 from sonicsite.local.admin_key import restriction_flags
 
 ROOT = CHART.parents[1]
-RULES = ROOT / "monitoring" / "rules" / "autoscaling.rules.yaml"
 DASHBOARDS = ROOT / "monitoring" / "dashboards"
 
 
@@ -68,33 +67,10 @@ def test_the_schema_rejects_misspelt_keys_wrong_types_and_min_over_max():
     assert "triton.terminationGracePeriodSeconds: expected at least" in _render_error(short)
 
 
-def test_the_scaled_object_query_is_the_recording_rules_expression():
-    docs = _docs(profiles()["gpu-keda-values"])
-    trigger = _one(docs, "ScaledObject")["spec"]["triggers"][0]
-    rules = {
-        r["record"]: r["expr"] for r in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
-    }
-    per_model = rules["sonicsite:model_queue_seconds_per_request:30s"]
-    # the rule for the site's metric is max() over the per-model rule; KEDA computes it inline
-    assert rules["sonicsite:queue_seconds_per_request:max"] == (
-        "max(sonicsite:model_queue_seconds_per_request:30s)"
-    )
-    assert trigger["metadata"]["query"] == f"max({per_model.strip()})"
-    assert trigger["metricType"] == "Value"
-    # and the rules the chart ships (PrometheusRule, its own Prometheus) are the same file
-    rule = _one(_docs(profiles()["prometheus-operator-values"]), "PrometheusRule")
-    every = sorted(RULES.parent.glob("*.yaml"))
-    groups = [g for path in every for g in yaml.safe_load(path.read_text())["groups"]]
-    assert rule["spec"] == {"groups": groups}  # every monitoring rule, unchanged
-    config = _one(docs, "ConfigMap", "prometheus")
-    for path in every:
-        assert config["data"][path.name].strip() == path.read_text().strip()
-
-
 def test_min_zero_renders_zero_and_the_fallback_is_set():
     spec = _one(_docs(profiles()["gpu-keda-values"]), "ScaledObject")["spec"]
     assert spec["minReplicaCount"] == 0 and spec["maxReplicaCount"] == 8
-    assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2}
+    assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2, "behavior": "static"}
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 120
 
@@ -192,15 +168,22 @@ def test_the_dashboards_ship_as_configmaps_for_grafanas_sidecar():
 
 
 # Every optional part switched on, so that every template renders something.
+CERTIFICATE = {"certManager": {"enabled": True, "mode": "certificate", "issuer": {"name": "ca"}}}
 EVERYTHING = {
-    "triton": {"modelRepository": {"source": "cvmfs", "cvmfs": {"repository": "cms.cern.ch"}}},
-    "envoy": {"ingress": {"enabled": True, "host": "grpc.example.org"}},
+    "triton": {"modelRepositories": [{"source": "cvmfs", "repository": "cms.cern.ch"}]},
+    "envoy": {"ingress": {"enabled": True, "host": "grpc.example.org", "tls": CERTIFICATE}},
     "gateway": {
-        "ingress": {"enabled": True, "host": "sonic.example.org"},
+        "ingress": {"enabled": True, "host": "sonic.example.org", "tls": CERTIFICATE},
         "auth": {"enabled": True, "tokens": ["a-token-of-sixteen-characters"]},
     },
     "autoscaling": {"enabled": True},
-    "monitoring": {"prometheus": {"enabled": True}, "prometheusOperator": {"enabled": True}},
+    "monitoring": {
+        "prometheus": {"enabled": True},
+        "prometheusOperator": {"enabled": True},
+        "prometheusAddress": "https://prometheus.monitoring.svc:9090",
+        "prometheusAuth": {"modes": ["bearer", "tls"], "secretName": "keda-prometheus"},
+    },
+    "tracing": {"enabled": True, "collector": {"enabled": True}},
 }
 SHORT_KINDS = {"PersistentVolumeClaim": "pvc", "PodDisruptionBudget": "pdb"}
 
@@ -230,9 +213,14 @@ def test_everything_on_renders_every_template():
 def test_everything_on_passes_every_schema_and_tool():
     report = check_profile("everything", EVERYTHING)
     assert report.errors == [], "\n".join(report.errors)
-    assert {"Secret", "Ingress", "ScaledObject", "PodMonitor", "PersistentVolumeClaim"} <= set(
-        report.kinds
-    )
+    assert {
+        "Secret",
+        "Ingress",
+        "ScaledObject",
+        "TriggerAuthentication",
+        "PodMonitor",
+        "PersistentVolumeClaim",
+    } <= set(report.kinds)
 
 
 def _pod(docs: list[dict], component: str) -> dict:

@@ -143,6 +143,8 @@ def test_every_crd_version_is_loaded(crds: dict) -> None:
         ("monitoring.coreos.com", "v1", "ServiceMonitor"),
         ("monitoring.coreos.com", "v1", "PodMonitor"),
         ("monitoring.coreos.com", "v1", "PrometheusRule"),
+        ("cert-manager.io", "v1", "Certificate"),
+        ("cert-manager.io", "v1", "Issuer"),
     }
     assert all(schema["type"] == "object" for schema in crds.values())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import urllib.request
@@ -9,9 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tritonclient.http as httpclient
+from polling import wait_until
 from sonicsite.models.samples import generate
 from stock import stock_infer
 
+from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
 
@@ -22,14 +25,21 @@ def test_a_server_that_cannot_be_reached_costs_a_retry_not_a_request(tmp_path, b
         sample = generate("simple", 2, seed=3)
         arrays = sample.reference_inputs(0, 1)
         stock_infer(state.http, "simple", arrays, ["OUTPUT0"], httpclient)
-        os.killpg(state.servers[1].pid, signal.SIGKILL)  # its port refuses connections at once
+        wait_until(lambda: len(_serving(state.http, "simple")) == 2, "the gateway to serve on both")
+        # the operator held (SIGSTOP), so that it cannot take the dead server out of the
+        # gateway's view before the gateway picks it, however busy the machine
+        operator = state.process("operator").pid
+        os.kill(operator, signal.SIGSTOP)
+        try:
+            os.killpg(state.servers[1].pid, signal.SIGKILL)  # its port refuses at once
 
-        def one(_: int) -> dict:
-            return stock_infer(state.http, "simple", arrays, ["OUTPUT0"], httpclient)
+            def one(_: int) -> dict:
+                return stock_infer(state.http, "simple", arrays, ["OUTPUT0"], httpclient)
 
-        # concurrent, so that both servers get picked before the operator notices the death
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(one, range(64)))
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(one, range(64)))
+        finally:
+            os.kill(operator, signal.SIGCONT)
         for out in answers:
             np.testing.assert_array_equal(out["OUTPUT0"], arrays["INPUT0"] + arrays["INPUT1"])
         with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
@@ -38,3 +48,10 @@ def test_a_server_that_cannot_be_reached_costs_a_retry_not_a_request(tmp_path, b
         assert 'sonicsite_gateway_upstream_errors_total{kind="connect",server="triton-1"}' in text
     finally:
         launcher.down(site_dir)
+
+
+def _serving(gateway: str, model: str) -> list[str]:
+    """The servers the gateway's view sends `model` to now (its /v1/site)."""
+    with urllib.request.urlopen(f"http://{gateway}/v1/site", timeout=5) as reply:
+        site = SiteRecord.from_dict(json.loads(reply.read()))
+    return [s.id for s in site.serving(model)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -80,6 +81,32 @@ def test_queue_time_per_request_comes_from_its_definitions_not_from_the_dashboar
     per_model = queue_panels["sonicsite-model.json"]
     assert any(QUEUE_RULE in e for e in overview)
     assert any(QUEUE_RULE in e for e in per_model) and any(QUEUE_GAUGE in e for e in per_model)
+
+
+# A series a panel reads, and the selector right after it.
+SERIES = re.compile(
+    r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+|envoy_[a-z_]+)"
+)
+
+
+def test_every_query_selects_the_boards_namespace_and_release():
+    """A board shows one release: every series every panel reads, recorded ones included,
+    carries the namespace and release variables (one value each), so that releases sharing a
+    Prometheus are never summed together."""
+    for name, model in dashboards().items():
+        board = json.loads(to_json(model))
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        for scoped in ("namespace", "release"):
+            assert not variables[scoped]["multi"] and not variables[scoped]["includeAll"]
+        assert "$namespace" in variables["release"]["query"]
+        for title, expr in panel_queries(board):
+            found = list(SERIES.finditer(expr))
+            assert found, f"{name}: {title}: {expr}"
+            for match in found:
+                selector = expr[match.end() :].split("}", 1)[0]
+                assert selector.startswith("{"), f"{name}: {title}: {match[1]} has no selector"
+                assert 'namespace=~"$namespace"' in selector, f"{name}: {title}: {expr}"
+                assert 'release=~"$release"' in selector, f"{name}: {title}: {expr}"
 
 
 def _substitute(expr: str) -> str:

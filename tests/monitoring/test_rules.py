@@ -4,6 +4,7 @@ Python definition) on the same live data in a real Prometheus."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 import time
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 from polling import wait_until
+from prometheus_series import loads, newest_scrapes, scrapes
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
 from sonicsite.operator.autoscaler import ScalingPolicy, queue_ms_per_request
-from sonicsite.operator.loadview import _Scrape, compute_loads
 
 from sonicsite.local import prometheus
 
@@ -61,28 +62,29 @@ def test_queue_time_per_request_is_recorded_by_one_rule_only():
     assert uses == {("autoscaling.rules.yaml", QUEUE_RULE)}
 
 
-def _scrapes(address: str, at: float) -> dict[str, _Scrape]:
-    """Triton's counters as Prometheus holds them at `at`, per scraped server."""
-    names = {
-        "nv_inference_queue_duration_us": "queue_us",
-        "nv_inference_request_success": "success",
-    }
-    scrapes: dict[str, _Scrape] = {}
-    for metric, key in names.items():
-        for sample in prometheus.query(address, metric, at):
-            instance, model = sample["metric"]["instance"], sample["metric"]["model"]
-            scrape = scrapes.setdefault(instance, _Scrape(at, {}))
-            scrape.models.setdefault(model, {})[key] = float(sample["value"][1])
-    return scrapes
+# An aggregation and what it keeps: `sum by (...)`, `on (...)`, or one without a clause.
+AGGREGATION = re.compile(r"\b(sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\))?\s*\(")
+MATCHING = re.compile(r"\bon\s*\(([^)]*)\)")
+SERIES = re.compile(r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+)\b")
 
 
-def _newest_scrapes(address: str) -> dict[str, float]:
-    """Per Triton target, the timestamp of the newest scrape Prometheus has stored. A target's
-    scrapes are stored in order, so every sample of it up to that instant has landed."""
-    return {
-        s["metric"]["instance"]: float(s["value"][1])
-        for s in prometheus.query(address, 'timestamp(up{job="triton"})')
-    }
+def test_every_rule_keeps_each_releases_series_apart_and_names_its_series_bare():
+    """A release is a site: every aggregation and match keeps `namespace` and `release`, so
+    that releases sharing one Prometheus are never summed together; and every series is named
+    bare, without matchers, so that the chart adds exactly its release's to each
+    (tests/chart/test_monitoring_modes.py)."""
+    for path in RULES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                where = f"{path.name}: {rule.get('record') or rule.get('alert')}"
+                expr = rule["expr"]
+                for _, kept in AGGREGATION.findall(expr):
+                    assert {"namespace", "release"} <= {k.strip() for k in kept.split(",")}, where
+                for kept in MATCHING.findall(expr):
+                    assert {"namespace", "release"} <= {k.strip() for k in kept.split(",")}, where
+                assert SERIES.findall(expr), where
+                for match in SERIES.finditer(expr):
+                    assert not expr[match.end() :].startswith("{"), f"{where}: {match[1]}{{"
 
 
 def _scaling_expression() -> str:
@@ -95,18 +97,6 @@ def _scaling_expression() -> str:
     return rules["sonicsite:queue_seconds_per_request:max"].replace(
         QUEUE_RULE, f"({rules[QUEUE_RULE]})"
     )
-
-
-def _loads(address: str, at: float, window: float) -> list:
-    """The load view's figures on exactly the samples the rule's expression reads at `at`:
-    Triton's counters at `at` and `window` seconds before, per server."""
-    now, then = _scrapes(address, at), _scrapes(address, at - window)
-    return [
-        load
-        for instance in now
-        if instance in then
-        for load in compute_loads(instance, then[instance], now[instance])
-    ]
 
 
 def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
@@ -154,13 +144,13 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
             it, both models served in that window, and the rule, as Prometheus records it,
             reads queueing."""
             assert errors == [], errors
-            newest = _newest_scrapes(address)
+            newest = newest_scrapes(address, 'job="triton"')
             if set(newest) != targets:
                 return None
             at = min(newest.values())
-            if at <= load_started or set(_scrapes(address, at - window)) != targets:
+            if at <= load_started or set(scrapes(address, at - window)) != targets:
                 return None
-            served = {load.model for load in _loads(address, at, window) if load.requests > 0}
+            served = {load.model for load in loads(address, at, window) if load.requests > 0}
             if not {"particlenet_ak4", "simple"} <= served:
                 return None
             recorded = prometheus.query(address, "sonicsite:queue_seconds_per_request:max")
@@ -181,9 +171,9 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
         worker.join(timeout=120)
     assert not worker.is_alive() and errors == []
     # Our function, on exactly the samples the rule's expression read at `at`.
-    loads = _loads(address, at, window)
-    served = {load.model for load in loads if load.requests > 0}
+    measured = loads(address, at, window)
+    served = {load.model for load in measured if load.requests > 0}
     assert {"particlenet_ak4", "simple"} <= served
-    ours = queue_ms_per_request(loads)
+    ours = queue_ms_per_request(measured)
     assert ours is not None and ours > 0
     assert value * 1e3 == pytest.approx(ours, rel=1e-9)  # the same quantity, the same data

@@ -1,5 +1,6 @@
 """The load view against real Triton servers: queue time per request and batch size from
-the metrics equal Triton's own statistics; rates never read a counter reset as negative."""
+the metrics equal Triton's own statistics; rates read a counter reset (a model reloaded)
+as work since the reload, never as negative or made-up work."""
 
 from __future__ import annotations
 
@@ -86,5 +87,39 @@ nv_inference_count{model="m",version="1"} %d
     # 10 requests in one execution of batch 10: 400 us each, not 4000 us per execution
     assert load.queue_us_per_request == 400.0 and load.mean_batch_size == 10.0
     reloaded = _Scrape(2.0, parse_metrics(text % (1, 100, 1, 1)))  # the model was reloaded
-    (load,) = compute_loads("s", after, reloaded)
-    assert load.requests == 0 and load.queue_us == 0 and load.queue_us_per_request is None
+    (load,) = compute_loads("s", after, reloaded)  # Triton reset its counters: from zero
+    assert load.requests == 1 and load.queue_us == 100 and load.queue_us_per_request == 100.0
+
+
+def test_a_reload_counts_from_zero_for_every_counter_and_across_a_window():
+    """Triton resets a model's counters when it unloads it. Counter by counter, a reload
+    after which some counters passed their old values makes up a queue time per request
+    (here (3,000,000 - 900,000) us over 30 - 20 requests: 210 ms, where the 30 requests since
+    the reload waited 100 ms each); the view counts every counter from zero as soon as one
+    is lower, between two scrapes and across a window whose two ends do not show the reset;
+    and when every counter passed its old value, from the operator's word that it reloaded
+    the model."""
+    text = """# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="m",version="1"} %d
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="m",version="1"} %d
+# TYPE nv_inference_exec_count counter
+nv_inference_exec_count{model="m",version="1"} %d
+"""
+    before = _Scrape(0.0, parse_metrics(text % (20, 900_000, 20)))
+    reloaded = _Scrape(1.0, parse_metrics(text % (30, 3_000_000, 4)))  # batched since
+    (load,) = compute_loads("s", before, reloaded)
+    assert load.requests == 30 and load.queue_us_per_request == 100_000.0
+    view = LoadView()
+    for at, counts in [(0.0, (20, 900_000, 20)), (1.0, (5, 500_000, 1)), (2.0, (40, 4e6, 21))]:
+        view.record("s", at, text % counts)
+    (window,) = view.window_loads(2.0)  # 40 requests since the reload, none lost, none made up
+    assert window.requests == 40 and window.queue_us == 4_000_000
+    view.record("s", 3.0, text % (45, 4_500_000, 22))
+    view.reloaded("s", "m")  # every counter passes its old value after this reload
+    view.record("s", 4.0, text % (60, 6_000_000, 30))
+    assert view.loads["s"][0].requests == 60 and view.loads["s"][0].queue_us == 6_000_000
+    view.record("s", 5.0, text % (61, 6_000_100, 31))  # the next interval as usual
+    assert view.loads["s"][0].requests == 1 and view.loads["s"][0].queue_us == 100
+    (window,) = view.window_loads(2.0)
+    assert window.requests == 61 and window.queue_us == 6_000_100

@@ -1,0 +1,119 @@
+{{/* Monitoring's helpers: the labels that make a series this release's, the queries and
+rules scoped to it, the scrape targets that carry it, the Prometheus KEDA asks.
+
+A release is one site. Every series of it carries `namespace` and `release` (the release's
+namespace and name): the chart's own Prometheus adds them by relabelling, prometheus-operator
+by the monitors' relabelings, and with annotation scraping the site's relabel config maps
+them (values.yaml `monitoring.scrapeAnnotations`). Every query the chart ships selects them,
+so that a Prometheus shared by several releases never sums one release with another. */}}
+
+{{/* The PromQL matchers of this release's series: namespace="…",release="…". */}}
+{{- define "sonicsite.releaseMatchers" -}}
+{{- printf "namespace=%q,release=%q" .Release.Namespace .Release.Name -}}
+{{- end -}}
+
+{{/* An expression of monitoring/rules with this release's matchers on every series it reads:
+Triton's (nv_inference_*), the operator's and the gateway's (sonicsite_*) and the recorded
+ones (sonicsite:*). The rule files name their series bare (tests/chart checks it), so each
+gets exactly one selector. Takes (dict "root" $ "expr" EXPR). */}}
+{{- define "sonicsite.scopedExpr" -}}
+{{- $matchers := printf "{%s}" (include "sonicsite.releaseMatchers" .root) -}}
+{{- regexReplaceAll `\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+)\b` .expr (printf "${1}%s" $matchers) -}}
+{{- end -}}
+
+{{/* One rule file of monitoring/rules (files/rules links to them), every rule's expression
+scoped to this release, as YAML. Takes (dict "root" $ "path" PATH). */}}
+{{- define "sonicsite.ruleFile" -}}
+{{- $root := .root -}}
+{{- $groups := list -}}
+{{- range ($root.Files.Get .path | fromYaml).groups -}}
+{{- $rules := list -}}
+{{- range .rules -}}
+{{- $rules = append $rules (set (deepCopy .) "expr" (include "sonicsite.scopedExpr" (dict "root" $root "expr" .expr))) -}}
+{{- end -}}
+{{- $groups = append $groups (set (deepCopy .) "rules" $rules) -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
+{{- end -}}
+
+{{/* Every rule group of monitoring/rules, scoped to this release, as one list. */}}
+{{- define "sonicsite.ruleGroups" -}}
+{{- $groups := list -}}
+{{- range $path, $_ := .Files.Glob "files/rules/*.yaml" -}}
+{{- $groups = concat $groups (include "sonicsite.ruleFile" (dict "root" $ "path" $path) | fromYaml).groups -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
+{{- end -}}
+
+{{/* The scaling metric: the recording rule's expression (monitoring/rules, the one
+definition in PromQL) scoped to this release, highest over models, so that KEDA and the rule
+compute one quantity, and only over this release's servers. */}}
+{{- define "sonicsite.scalingQuery" -}}
+{{- $rules := .Files.Get "files/rules/autoscaling.rules.yaml" | fromYaml -}}
+{{- $expr := "" -}}
+{{- range (index $rules.groups 0).rules -}}
+{{- if eq .record "sonicsite:model_queue_seconds_per_request:30s" -}}
+{{- $expr = .expr -}}
+{{- end -}}
+{{- end -}}
+{{- if not $expr -}}
+{{- fail "files/rules/autoscaling.rules.yaml: no rule records sonicsite:model_queue_seconds_per_request:30s" -}}
+{{- end -}}
+{{- printf "max(%s)" (include "sonicsite.scopedExpr" (dict "root" . "expr" (trim $expr))) -}}
+{{- end -}}
+
+{{/* prometheus-operator's relabelings that give a target this release's labels. */}}
+{{- define "sonicsite.monitorRelabelings" -}}
+- action: replace
+  targetLabel: namespace
+  replacement: {{ .Release.Namespace | quote }}
+- action: replace
+  targetLabel: release
+  replacement: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/* The chart's own Prometheus: relabel_configs that give a target this release's labels. */}}
+{{- define "sonicsite.scrapeRelabelConfigs" -}}
+- target_label: namespace
+  replacement: {{ .Release.Namespace | quote }}
+- target_label: release
+  replacement: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/* A ServiceMonitor for prometheus-operator on a component's `http` Service port. */}}
+{{- define "sonicsite.serviceMonitor" -}}
+{{- $m := .root.Values.monitoring.prometheusOperator -}}
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ include "sonicsite.component" . }}
+  labels:
+    {{- include "sonicsite.labels" . | nindent 4 }}
+    {{- with $m.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "sonicsite.selectorLabels" . | nindent 6 }}
+  endpoints:
+    - port: http
+      path: /metrics
+      interval: {{ $m.interval }}
+      relabelings:
+        {{- include "sonicsite.monitorRelabelings" .root | nindent 8 }}
+{{- end -}}
+
+{{/* The Prometheus that KEDA queries: given, or the chart's own. */}}
+{{- define "sonicsite.prometheusAddress" -}}
+{{- if .Values.monitoring.prometheusAddress -}}
+{{- .Values.monitoring.prometheusAddress -}}
+{{- else if .Values.monitoring.prometheus.enabled -}}
+{{- printf "http://%s.%s.svc:9090" (include "sonicsite.component" (dict "root" . "component" "prometheus")) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The TriggerAuthentication's name: KEDA's credentials for monitoring.prometheusAddress. */}}
+{{- define "sonicsite.prometheusAuthName" -}}
+{{- printf "%s-prometheus" (include "sonicsite.component" (dict "root" . "component" "triton")) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

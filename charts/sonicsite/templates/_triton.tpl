@@ -1,0 +1,102 @@
+{{/* Triton's model repositories (triton.modelRepositories) as one YAML object, computed once
+for the Deployment: `args` (one --model-repository each), `volumes`, `mounts`, `envFrom` (the
+S3 credentials), `demo` (the demo entry's volume and models, if any) and `cvmfsClaim` (the
+claim the chart makes, if any). CVMFS repositories share one volume (cvmfs-csi's automount,
+or a node's autofs /cvmfs), each mounted at /cvmfs/<repository> with HostToContainer
+propagation, so that the configured repository is the one Triton reads; every other
+repository gets a volume of its own at /models/<index>. */}}
+{{- define "sonicsite.tritonRepositories" -}}
+{{- $t := .Values.triton -}}
+{{- $args := list -}}
+{{- $volumes := list -}}
+{{- $mounts := list -}}
+{{- $cvmfs := list -}}
+{{- $secrets := list -}}
+{{- $demo := dict -}}
+{{- range $i, $r := $t.modelRepositories -}}
+{{- $where := printf "triton.modelRepositories[%d]" $i -}}
+{{- $sub := trimAll "/" ($r.subPath | default "") -}}
+{{- if has ".." (splitList "/" $sub) -}}
+{{- fail (printf "%s.subPath: expected a path inside the volume, got %q" $where $r.subPath) -}}
+{{- end -}}
+{{- $path := "" -}}
+{{- if eq $r.source "s3" -}}
+{{- $path = $r.url -}}
+{{- with $r.credentialsSecret }}{{ $secrets = append $secrets . | uniq }}{{ end -}}
+{{- else if eq $r.source "cvmfs" -}}
+{{- if not (has $r.repository $cvmfs) }}{{ $cvmfs = append $cvmfs $r.repository }}{{ end -}}
+{{- $path = printf "/cvmfs/%s" $r.repository -}}
+{{- else -}}
+{{- $name := printf "models-%d" $i -}}
+{{- $path = printf "/models/%d" $i -}}
+{{- $volume := dict "name" $name -}}
+{{- if eq $r.source "demo" -}}
+{{- if $demo -}}
+{{- fail (printf "%s: expected one demo repository at most" $where) -}}
+{{- end -}}
+{{- $_ := set $volume "emptyDir" dict -}}
+{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) -}}
+{{- else if eq $r.source "pvc" -}}
+{{- $_ := set $volume "persistentVolumeClaim" (dict "claimName" $r.claimName "readOnly" true) -}}
+{{- else if eq $r.source "nfs" -}}
+{{- $_ := set $volume "nfs" (dict "server" $r.server "path" $r.path "readOnly" true) -}}
+{{- else if eq $r.source "hostPath" -}}
+{{- $_ := set $volume "hostPath" (dict "path" $r.path "type" "Directory") -}}
+{{- end -}}
+{{- $volumes = append $volumes $volume -}}
+{{- $mounts = append $mounts (dict "name" $name "mountPath" $path "readOnly" (ne $r.source "demo")) -}}
+{{- end -}}
+{{- if and $sub (ne $r.source "s3") }}{{ $path = printf "%s/%s" $path $sub }}{{ end -}}
+{{- $args = append $args (printf "--model-repository=%s" $path) -}}
+{{- end -}}
+{{- if gt (len $secrets) 1 -}}
+{{- fail (printf "triton.modelRepositories: expected one credentialsSecret for every s3 repository (Triton reads one set of AWS_* variables), got %s" (join ", " $secrets)) -}}
+{{- end -}}
+{{- $claim := "" -}}
+{{- if $cvmfs -}}
+{{- $c := $t.cvmfs -}}
+{{- if $c.hostPath -}}
+{{- $volumes = append $volumes (dict "name" "cvmfs" "hostPath" (dict "path" $c.hostPath "type" "Directory")) -}}
+{{- else -}}
+{{- $claim = $c.existingClaim | default (include "sonicsite.component" (dict "root" . "component" "cvmfs")) -}}
+{{- $volumes = append $volumes (dict "name" "cvmfs" "persistentVolumeClaim" (dict "claimName" $claim "readOnly" true)) -}}
+{{- if $c.existingClaim }}{{ $claim = "" }}{{ end -}}
+{{- end -}}
+{{- range $cvmfs -}}
+{{- $mounts = append $mounts (dict "name" "cvmfs" "mountPath" (printf "/cvmfs/%s" .) "subPath" . "readOnly" true "mountPropagation" "HostToContainer") -}}
+{{- end -}}
+{{- end -}}
+{{- $envFrom := list -}}
+{{- range $secrets }}{{ $envFrom = append $envFrom (dict "secretRef" (dict "name" .)) }}{{ end -}}
+{{- toYaml (dict "args" $args "volumes" $volumes "mounts" $mounts "envFrom" $envFrom "demo" $demo "cvmfsClaim" $claim) -}}
+{{- end -}}
+
+{{/* The tritonserver arguments the chart sets from its own values: refused in
+triton.extraArgs, so that model control stays explicit and the operator's, and the
+restricted protocols stay keyed by the operator's key. */}}
+{{- define "sonicsite.tritonOwnArgs" -}}
+{{- $owned := dict
+  "--model-repository" "set triton.modelRepositories instead"
+  "--model-store" "set triton.modelRepositories instead"
+  "--model-control-mode" "model control stays explicit, with the operator"
+  "--load-model" "set triton.models instead"
+  "--http-port" "set triton.ports.http instead"
+  "--grpc-port" "set triton.ports.grpc instead"
+  "--metrics-port" "set triton.ports.metrics instead"
+  "--grpc-restricted-protocol" "set triton.restrictedProtocols instead"
+  "--http-restricted-api" "set triton.restrictedProtocols instead"
+  "--exit-timeout-secs" "set triton.exitTimeoutSeconds instead"
+  "--strict-readiness" "readiness stays strict, for the probes and the operator"
+-}}
+{{- range $i, $arg := .Values.triton.extraArgs -}}
+{{- $flag := regexReplaceAll "=.*$" (toString $arg) "" -}}
+{{- if hasKey $owned $flag -}}
+{{- fail (printf "triton.extraArgs[%d]: %s is the chart's (%s)" $i $flag (get $owned $flag)) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.triton.extraEnv -}}
+{{- if eq .name "SONICSITE_ADMIN_KEY" -}}
+{{- fail "triton.extraEnv: SONICSITE_ADMIN_KEY is the chart's (the key of the restricted protocols, from triton.adminKey)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,417 @@
+"""Placement: which models each server holds, decided from demand, as pure functions.
+
+`decide` takes the catalogue (models, footprints, pools, budgets), each server's replicas
+(loading, ready, unloading; requests in flight; last use), each model's demand and the time,
+and returns what to do now: load model M on server S, or unload it, each with its rule and
+its reason. Nothing here reads a clock or does I/O, so the operator and the simulator
+(issue 27) call the same functions, the simulator with its own clock.
+
+The rules, in the order they are applied within one step:
+
+1. IDLE: a ready replica unused for `idle_unload_s` with no request in flight and none held
+   for its model is unloaded. Memory held by an unused model is memory another model cannot
+   have; the wait keeps a model that is used now and then (job waves with gaps) loaded, and
+   the in-flight count is a reference count: a replica with a request in it is never
+   unloaded, whatever its age.
+2. FIRST_REPLICA: a model with requests held and no replica ready or loading (on a server
+   that takes work, in the model's pool) is loaded on a server of its pool. Held requests
+   are work that waits for nothing else; a model already loading gets no second load (its
+   requests wait for that one).
+3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
+   `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
+   gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
+   one slow interval is noise; and the newest replica must have had time to take its share
+   before the queue is judged again, or a burst would load a replica per step.
+4. MAKE_ROOM (inside 2 and 3): when no server of the pool has room, the least recently used
+   idle replica (ready, nothing in flight, nothing held, unused for `evict_idle_s`, resident
+   for `min_resident_s`) is unloaded to make it. Least recently used, because the model
+   used longest ago is the least likely to be needed next (job waves move from model to
+   model); "idle" and
+   "resident", because evicting a model in use, or one just loaded, for another trades one
+   cold start for another and flaps. Held requests weigh more than queue pressure: only a
+   first replica may also take a surplus replica (of a model with several ready), and only
+   while nothing is in flight in it.
+
+Where a load goes (2 and 3): the server of the pool with the fewest replicas at work left
+beside it (loading or with a request in flight), then the fewest used within
+`evict_idle_s`, then the fewest and longest unused evictions, then the most room left. Work
+first, because one server stands for one device: two models at work on one device share it
+while another holds only idle models, which cost little to evict.
+
+Rules 2 and 3 take one decision per model per step, first the models with the most requests
+held (2), or the highest queue time over threshold (3); every remaining tie is broken by
+name (model, then server id), so the same state always gives the same decisions.
+
+A server's budget counts the footprints of its loading and ready replicas (a model not yet
+measured counts as the largest measured: `Catalogue.footprint_bytes`). An unloading replica
+does not count: whoever carries out the decisions does them in order on each server, and a
+load waits for the server's unloads to finish (so a MAKE_ROOM unload and the load it makes
+room for are one pair, in that order, in the list). The in-flight counts are what the caller
+saw when it called: whoever carries out an unload takes the replica out of the routes first
+and unloads it once nothing is in flight there (Triton, for its part, finishes the requests
+it holds before it lets a model go).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from .catalogue import DEFAULT_POOL, Catalogue
+
+
+class Kind(enum.Enum):
+    LOAD = "load"
+    UNLOAD = "unload"
+
+
+class Rule(enum.Enum):
+    """Why a decision was taken (a metric's label; the reason string says the figures)."""
+
+    FIRST_REPLICA = "first_replica"
+    QUEUE_PRESSURE = "queue_pressure"
+    IDLE = "idle"
+    MAKE_ROOM = "make_room"
+
+
+class ReplicaState(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    UNLOADING = "unloading"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One model on one server."""
+
+    model: str
+    state: ReplicaState = ReplicaState.READY
+    since: float = 0.0  # when it entered its state (load decided, ready, unload decided)
+    in_flight: int = 0  # requests sent to it and not answered: the reference count
+    last_used: float = 0.0  # when a request for it last arrived or completed
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since it was last used, or since it got its state if never used since."""
+        return now - max(self.last_used, self.since)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    id: str
+    pool: str = DEFAULT_POOL
+    accepting: bool = True  # up, ready and not draining: may take loads and requests
+    replicas: tuple[Replica, ...] = ()
+
+    def replica(self, model: str) -> Replica | None:
+        return next((r for r in self.replicas if r.model == model), None)
+
+    @property
+    def occupying(self) -> list[Replica]:
+        """The replicas that count against the budget (loading or ready)."""
+        return [r for r in self.replicas if r.state is not ReplicaState.UNLOADING]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a model's users ask of it now."""
+
+    held: int = 0  # requests waiting for a ready replica
+    queue_ms: float | None = None  # queue time per request over the recent window
+    threshold_ms: float = math.inf  # over this, the model wants another replica
+    over_since: float | None = None  # since when queue_ms has stayed over it (pressure_since)
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    idle_unload_s: float = 300.0  # a replica unused this long, nothing in flight: unloaded
+    evict_idle_s: float = 10.0  # unused at least this long to be evicted for another model
+    min_resident_s: float = 30.0  # never evicted sooner than this after it was loaded
+    pressure_s: float = 10.0  # queue over threshold this long before another replica
+    max_replicas: int | None = None  # per model; None: as many as the pool has servers
+
+    def __post_init__(self) -> None:
+        for name in ("idle_unload_s", "evict_idle_s", "min_resident_s", "pressure_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected ≥ 0, got {getattr(self, name)}")
+        if self.max_replicas is not None and self.max_replicas < 1:
+            raise ValueError(f"max_replicas: expected ≥ 1 or None, got {self.max_replicas}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    rule: Rule
+    model: str
+    server: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.model} on {self.server} ({self.rule.value}): {self.reason}"
+
+
+def pressure_since(
+    previous: float | None, queue_ms: float | None, threshold_ms: float, now: float
+) -> float | None:
+    """Since when a model's queue time has stayed over its threshold: kept while it stays
+    over, `now` when it goes over, None when it is not over (or nothing completed: no
+    measure is no pressure, else an idle model would keep its last pressure forever)."""
+    if queue_ms is None or queue_ms <= threshold_ms:
+        return None
+    return previous if previous is not None else now
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+@dataclass
+class _Step:
+    """The state as the decisions taken so far in this step leave it."""
+
+    catalogue: Catalogue
+    policy: PlacementPolicy
+    demand: Mapping[str, Demand]
+    now: float
+    servers: dict[str, ServerState]
+    decisions: list[Decision]
+
+    def take(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        self.servers = {s.id: s for s in apply(self.servers.values(), [decision], self.now)}
+
+    def decided(self, model: str) -> bool:
+        return any(d.model == model for d in self.decisions)
+
+    def used(self, server: ServerState) -> tuple[int, int]:
+        """(models, bytes) that count against the server's budget."""
+        held = server.occupying
+        return len(held), sum(self.catalogue.footprint_bytes(r.model) for r in held)
+
+    def fits(self, server: ServerState, model: str, freed: Sequence[Replica] = ()) -> bool:
+        budget = self.catalogue.budget(server.id, server.pool)
+        count, used = self.used(server)
+        count -= len(freed)
+        used -= sum(self.catalogue.footprint_bytes(r.model) for r in freed)
+        return (budget.models is None or count + 1 <= budget.models) and (
+            budget.memory_bytes is None
+            or used + self.catalogue.footprint_bytes(model) <= budget.memory_bytes
+        )
+
+    def occupancy_after(self, server: ServerState, model: str, freed: Sequence[Replica]) -> float:
+        """The fuller of the server's two budgets once `freed` are gone and `model` is in."""
+        budget = self.catalogue.budget(server.id, server.pool)
+        count, used = self.used(server)
+        count += 1 - len(freed)
+        used += self.catalogue.footprint_bytes(model) - sum(
+            self.catalogue.footprint_bytes(r.model) for r in freed
+        )
+        shares = [0.0]
+        if budget.models is not None:
+            shares.append(count / budget.models)
+        if budget.memory_bytes is not None:
+            shares.append(used / budget.memory_bytes)
+        return max(shares)
+
+    def evictable(self, server: ServerState, surplus: bool) -> list[Replica]:
+        """Replicas that may make room on `server`, least recently used first: idle ones;
+        with `surplus`, then replicas of models with another ready replica elsewhere."""
+        ready = {
+            m: sum(
+                1
+                for s in self.servers.values()
+                if s.accepting and (r := s.replica(m)) is not None and r.state is ReplicaState.READY
+            )
+            for m in {r.model for r in server.replicas}
+        }
+
+        def movable(r: Replica) -> bool:
+            return (
+                r.state is ReplicaState.READY
+                and r.in_flight == 0
+                and self.demand.get(r.model, Demand()).held == 0
+                and self.now - r.since >= self.policy.min_resident_s
+                and not self.decided(r.model)
+            )
+
+        def lru(r: Replica) -> tuple[float, str]:
+            return (max(r.last_used, r.since), r.model)
+
+        idle = sorted(
+            (
+                r
+                for r in server.replicas
+                if movable(r) and r.idle_for(self.now) >= self.policy.evict_idle_s
+            ),
+            key=lru,
+        )
+        spare = sorted(
+            (r for r in server.replicas if movable(r) and r not in idle and ready[r.model] > 1),
+            key=lru,
+        )
+        return idle + (spare if surplus else [])
+
+    def place(self, model: str, rule: Rule, why: str) -> bool:
+        """Load `model` on the best server of its pool, making room if needed; False when
+        no server can take it."""
+        pool = self.catalogue.pool_of(model)
+        best: tuple | None = None
+        for server in sorted(self.servers.values(), key=lambda s: s.id):
+            if server.pool != pool or not server.accepting or server.replica(model) is not None:
+                continue
+            candidates = self.evictable(server, surplus=rule is Rule.FIRST_REPLICA)
+            freed: list[Replica] = []
+            while not self.fits(server, model, freed) and len(freed) < len(candidates):
+                freed.append(candidates[len(freed)])
+            if not self.fits(server, model, freed):
+                continue
+            staying = [r for r in server.occupying if r not in freed]
+            newest = max((max(r.last_used, r.since) for r in freed), default=-math.inf)
+            in_flight = sum(r.in_flight for r in server.replicas)
+            key = (
+                sum(1 for r in staying if r.state is ReplicaState.LOADING or r.in_flight),
+                sum(1 for r in staying if r.idle_for(self.now) < self.policy.evict_idle_s),
+                len(freed),
+                newest,
+                self.occupancy_after(server, model, freed),
+                in_flight,
+                len(server.occupying),
+                server.id,
+            )
+            if best is None or key < best[0]:
+                best = (key, server, freed)
+        if best is None:
+            return False
+        _, server, freed = best
+        for victim in freed:
+            self.take(
+                Decision(
+                    Kind.UNLOAD,
+                    Rule.MAKE_ROOM,
+                    victim.model,
+                    server.id,
+                    f"least recently used model on {server.id} with nothing in flight "
+                    f"(unused {victim.idle_for(self.now):.0f} s): makes room for {model}",
+                )
+            )
+        server = self.servers[server.id]
+        budget = self.catalogue.budget(server.id, server.pool)
+        count, used = self.used(server)
+        room = (
+            f"{server.id} holds {count} model(s)"
+            + ("" if budget.models is None else f" of {budget.models}")
+            + f", {_mib(used)}"
+            + ("" if budget.memory_bytes is None else f" of {_mib(budget.memory_bytes)}")
+            + f"; {model} takes {_mib(self.catalogue.footprint_bytes(model))}"
+            + ("" if self.catalogue.models[model].footprint else " (not measured yet)")
+        )
+        self.take(Decision(Kind.LOAD, rule, model, server.id, f"{why}; {room}"))
+        return True
+
+
+def decide(
+    catalogue: Catalogue,
+    servers: Sequence[ServerState],
+    demand: Mapping[str, Demand],
+    now: float,
+    policy: PlacementPolicy = PlacementPolicy(),
+) -> list[Decision]:
+    """What to load and unload now, in the order to carry it out (see the module's rules).
+    Models not in the catalogue are left alone."""
+    step = _Step(catalogue, policy, demand, now, {s.id: s for s in servers}, [])
+    # 1. IDLE
+    for server in sorted(servers, key=lambda s: s.id):
+        for r in sorted(server.replicas, key=lambda r: r.model):
+            idle = r.idle_for(now)
+            if (
+                r.state is ReplicaState.READY
+                and r.model in catalogue.models
+                and r.in_flight == 0
+                and demand.get(r.model, Demand()).held == 0
+                and idle >= policy.idle_unload_s
+            ):
+                step.take(
+                    Decision(
+                        Kind.UNLOAD,
+                        Rule.IDLE,
+                        r.model,
+                        server.id,
+                        f"unused for {idle:.0f} s (idle time {policy.idle_unload_s:.0f} s) "
+                        "with no request in flight",
+                    )
+                )
+
+    def replicas(model: str, *states: ReplicaState) -> list[Replica]:
+        pool = catalogue.pool_of(model)
+        return [
+            r
+            for s in step.servers.values()
+            if s.accepting and s.pool == pool
+            for r in s.replicas
+            if r.model == model and r.state in states
+        ]
+
+    # 2. FIRST_REPLICA: most requests held first
+    waiting = [
+        (m, d)
+        for m, d in demand.items()
+        if m in catalogue.models
+        and d.held > 0
+        and not replicas(m, ReplicaState.READY, ReplicaState.LOADING)
+    ]
+    for model, d in sorted(waiting, key=lambda md: (-md[1].held, md[0])):
+        step.place(
+            model,
+            Rule.FIRST_REPLICA,
+            f"{d.held} request(s) held and no replica ready or loading "
+            f"in pool {catalogue.pool_of(model)!r}",
+        )
+
+    # 3. QUEUE_PRESSURE: highest queue time over threshold first
+    pressed = []
+    for model, d in demand.items():
+        if model not in catalogue.models or step.decided(model) or d.queue_ms is None:
+            continue
+        if d.over_since is None or now - d.over_since < policy.pressure_s:
+            continue
+        ready = replicas(model, ReplicaState.READY)
+        if not ready or replicas(model, ReplicaState.LOADING):
+            continue
+        if max(r.since for r in ready) > now - policy.pressure_s:
+            continue  # the newest replica has not had its time yet
+        if policy.max_replicas is not None and len(ready) >= policy.max_replicas:
+            continue
+        pressed.append((model, d, len(ready)))
+    for model, d, count in sorted(
+        pressed, key=lambda x: (-x[1].queue_ms / x[1].threshold_ms, x[0])
+    ):
+        step.place(
+            model,
+            Rule.QUEUE_PRESSURE,
+            f"queue time {d.queue_ms:.0f} ms per request over its threshold "
+            f"{d.threshold_ms:.0f} ms for {now - d.over_since:.0f} s with {count} replica(s)",
+        )
+    return step.decisions
+
+
+def apply(
+    servers: Iterable[ServerState], decisions: Sequence[Decision], now: float
+) -> list[ServerState]:
+    """The servers once `decisions` are issued: a load adds a LOADING replica, an unload
+    marks the replica UNLOADING (whoever carries them out moves them on: ready, gone)."""
+    result = []
+    for server in servers:
+        replicas = list(server.replicas)
+        for d in decisions:
+            if d.server != server.id:
+                continue
+            if d.kind is Kind.LOAD:
+                replicas.append(Replica(d.model, ReplicaState.LOADING, now, 0, now))
+            else:
+                replicas = [
+                    replace(r, state=ReplicaState.UNLOADING, since=now) if r.model == d.model else r
+                    for r in replicas
+                ]
+        result.append(replace(server, replicas=tuple(replicas)))
+    return result

@@ -1,0 +1,397 @@
+"""Everything a site says in its values reaches the objects it is meant for, as the Helm
+engine renders the chart: model repositories (each its own --model-repository, the
+configured CVMFS repository mounted where Triton reads it), Triton's extra arguments,
+environment, volumes and mounts, each component's probes and placement, the Services'
+labels and annotations, ingress TLS from a Secret or from cert-manager, the identity
+provider's remote JWKS, and a `helm test` that can be configured or switched off."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from chartcheck import CHART, objects, profiles, render
+from crdcheck import load_crds, validate
+
+COMPONENTS = ("triton", "envoy", "gateway", "operator")
+
+
+def _docs(values: dict) -> list[dict]:
+    return objects(render(values))
+
+
+def _one(docs: list[dict], kind: str, component: str) -> dict:
+    (found,) = [
+        d
+        for d in docs
+        if d["kind"] == kind and d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return found
+
+
+def _pod(docs: list[dict], component: str) -> dict:
+    return _one(docs, "Deployment", component)["spec"]["template"]["spec"]
+
+
+def _render_error(values: dict) -> str:
+    with pytest.raises(Exception) as caught:
+        render(values)
+    return str(caught.value)
+
+
+def _repositories(pod: dict) -> list[str]:
+    triton = pod["containers"][0]
+    return [a.split("=", 1)[1] for a in triton["args"] if a.startswith("--model-repository=")]
+
+
+SEVERAL = [
+    {"source": "demo", "models": ["simple"]},
+    {"source": "pvc", "claimName": "site-models", "subPath": "v2"},
+    {"source": "nfs", "server": "nfs.example.org", "path": "/exports/models"},
+    {"source": "hostPath", "path": "/data/models"},
+    {"source": "cvmfs", "repository": "cms.cern.ch", "subPath": "/cms/sonic/models/"},
+    {"source": "cvmfs", "repository": "cms.cern.ch", "subPath": "cms/other"},
+    {"source": "cvmfs", "repository": "unpacked.cern.ch", "subPath": "sonic"},
+    {"source": "s3", "url": "s3://bucket/models", "credentialsSecret": "s3-keys"},
+]
+
+
+def test_every_repository_is_one_model_repository_argument_on_its_own_volume():
+    docs = _docs({"triton": {"modelRepositories": SEVERAL}})
+    pod = _pod(docs, "triton")
+    triton = pod["containers"][0]
+    assert _repositories(pod) == [
+        "/models/0",
+        "/models/1/v2",
+        "/models/2",
+        "/models/3",
+        "/cvmfs/cms.cern.ch/cms/sonic/models",
+        "/cvmfs/cms.cern.ch/cms/other",
+        "/cvmfs/unpacked.cern.ch/sonic",
+        "s3://bucket/models",
+    ]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["models-0"] == {"name": "models-0", "emptyDir": {}}
+    assert volumes["models-1"]["persistentVolumeClaim"] == {
+        "claimName": "site-models",
+        "readOnly": True,
+    }
+    assert volumes["models-2"]["nfs"]["server"] == "nfs.example.org"
+    assert volumes["models-3"]["hostPath"] == {"path": "/data/models", "type": "Directory"}
+    # every CVMFS repository from one automount claim, mounted where Triton reads it
+    claim = _one(docs, "PersistentVolumeClaim", "cvmfs")
+    assert volumes["cvmfs"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["storageClassName"] == "cvmfs"
+    cvmfs = [m for m in triton["volumeMounts"] if m["name"] == "cvmfs"]
+    assert cvmfs == [
+        {
+            "name": "cvmfs",
+            "mountPath": f"/cvmfs/{repository}",
+            "subPath": repository,
+            "readOnly": True,
+            "mountPropagation": "HostToContainer",
+        }
+        for repository in ("cms.cern.ch", "unpacked.cern.ch")
+    ]
+    assert triton["envFrom"] == [{"secretRef": {"name": "s3-keys"}}]
+    (init,) = pod["initContainers"]  # the demo entry builds its own models into its volume
+    assert init["command"][-1] == "simple" and init["volumeMounts"][0]["name"] == "models-0"
+
+
+@pytest.mark.parametrize("profile", [*sorted(profiles()), "several"])
+def test_every_model_repository_triton_reads_is_mounted(profile):
+    values = {"triton": {"modelRepositories": SEVERAL}} if profile == "several" else None
+    pod = _pod(_docs(values or profiles()[profile]), "triton")
+    mounts = [m["mountPath"] for m in pod["containers"][0]["volumeMounts"]]
+    for path in _repositories(pod):
+        if not path.startswith("s3://"):
+            assert any(path == m or path.startswith(m + "/") for m in mounts), (path, mounts)
+
+
+def test_cvmfs_from_a_site_claim_or_a_nodes_autofs():
+    repos = [{"source": "cvmfs", "repository": "cms.cern.ch"}]
+    own = _docs({"triton": {"modelRepositories": repos, "cvmfs": {"existingClaim": "cvmfs"}}})
+    assert not [d for d in own if d["kind"] == "PersistentVolumeClaim"]
+    (volume,) = [v for v in _pod(own, "triton")["volumes"] if v["name"] == "cvmfs"]
+    assert volume["persistentVolumeClaim"]["claimName"] == "cvmfs"
+    node = _docs({"triton": {"modelRepositories": repos, "cvmfs": {"hostPath": "/cvmfs"}}})
+    assert not [d for d in node if d["kind"] == "PersistentVolumeClaim"]
+    (volume,) = [v for v in _pod(node, "triton")["volumes"] if v["name"] == "cvmfs"]
+    assert volume["hostPath"] == {"path": "/cvmfs", "type": "Directory"}
+
+
+def test_repositories_that_cannot_work_are_refused_by_name():
+    def refused(*entries: dict) -> str:
+        return _render_error({"triton": {"modelRepositories": list(entries)}})
+
+    assert "/triton/modelRepositories/0" in refused({"source": "pvc"})  # no claimName
+    assert "/triton/modelRepositories/0" in refused({"source": "nfs", "claimName": "x"})
+    assert "/triton/modelRepositories/0" in refused({"source": "cvmfs", "repository": "cms"})
+    assert "triton.modelRepositories[0].subPath: expected a path inside the volume" in refused(
+        {"source": "hostPath", "path": "/data", "subPath": "../etc"}
+    )
+    two = refused(
+        {"source": "s3", "url": "s3://a/m", "credentialsSecret": "one"},
+        {"source": "s3", "url": "s3://b/m", "credentialsSecret": "two"},
+    )
+    assert "expected one credentialsSecret for every s3 repository" in two
+    assert "expected one demo repository at most" in refused({"source": "demo"}, {"source": "demo"})
+
+
+def test_extra_arguments_env_volumes_and_mounts_reach_triton():
+    values = {
+        "triton": {
+            "extraArgs": ["--log-verbose=1", "--backend-config=onnxruntime,x=1"],
+            "extraEnv": [{"name": "CUDA_MODULE_LOADING", "value": "LAZY"}],
+            "extraVolumes": [{"name": "licences", "configMap": {"name": "site-licences"}}],
+            "extraVolumeMounts": [{"name": "licences", "mountPath": "/opt/licences"}],
+        }
+    }
+    pod = _pod(_docs(values), "triton")
+    triton = pod["containers"][0]
+    assert triton["args"][-2:] == ["--log-verbose=1", "--backend-config=onnxruntime,x=1"]
+    assert {"name": "CUDA_MODULE_LOADING", "value": "LAZY"} in triton["env"]
+    assert {"name": "licences", "configMap": {"name": "site-licences"}} in pod["volumes"]
+    assert {"name": "licences", "mountPath": "/opt/licences"} in triton["volumeMounts"]
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("--model-control-mode=poll", "model control stays explicit, with the operator"),
+        ("--model-repository=/elsewhere", "set triton.modelRepositories instead"),
+        ("--load-model=*", "set triton.models instead"),
+        ("--http-restricted-api=trace:k=v", "set triton.restrictedProtocols instead"),
+        ("--grpc-restricted-protocol=logging:k=v", "set triton.restrictedProtocols instead"),
+        ("--grpc-port=9001", "set triton.ports.grpc instead"),
+    ],
+)
+def test_extra_arguments_cannot_undo_what_the_chart_sets(argument, value):
+    error = _render_error({"triton": {"extraArgs": ["--log-verbose=1", argument]}})
+    flag = argument.split("=")[0]
+    assert f"triton.extraArgs[1]: {flag} is the chart's ({value})" in error
+
+
+def test_extra_env_cannot_replace_the_administrative_key():
+    env = [{"name": "SONICSITE_ADMIN_KEY", "value": "known"}]
+    assert "triton.extraEnv: SONICSITE_ADMIN_KEY is the chart's" in _render_error(
+        {"triton": {"extraEnv": env}}
+    )
+
+
+def test_every_component_takes_its_probes_resources_and_placement():
+    values: dict = {}
+    for n, component in enumerate(COMPONENTS):
+        values[component] = {
+            "resources": {"requests": {"cpu": f"{n + 1}00m", "memory": "1Gi"}},
+            "probes": {"liveness": {"periodSeconds": 20 + n, "failureThreshold": 4}},
+            "nodeSelector": {"site/pool": component},
+            "tolerations": [{"key": "site/pool", "operator": "Equal", "value": component}],
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 1,
+                            "podAffinityTerm": {
+                                "topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": {"site/pool": component}},
+                            },
+                        }
+                    ]
+                }
+            },
+            "priorityClassName": f"sonic-{component}",
+            "podAnnotations": {"site/owner": component},
+        }
+    docs = _docs(values)
+    defaults = _docs({})
+    for n, component in enumerate(COMPONENTS):
+        deployment = _one(docs, "Deployment", component)["spec"]["template"]
+        pod, container = deployment["spec"], deployment["spec"]["containers"][0]
+        assert container["resources"]["requests"]["cpu"] == f"{n + 1}00m", component
+        liveness = container["livenessProbe"]
+        default = _pod(defaults, component)["containers"][0]["livenessProbe"]
+        assert liveness["httpGet"] == default["httpGet"], component  # the chart's path and port
+        assert (liveness["periodSeconds"], liveness["failureThreshold"]) == (20 + n, 4)
+        assert pod["nodeSelector"] == {"site/pool": component}
+        assert pod["tolerations"][0]["value"] == component
+        assert "podAntiAffinity" in pod["affinity"]
+        assert pod["priorityClassName"] == f"sonic-{component}"
+        assert deployment["metadata"]["annotations"]["site/owner"] == component
+    assert not any("priorityClassName" in _pod(defaults, c) for c in COMPONENTS)
+
+
+def test_probes_keep_their_paths_and_refuse_what_kubernetes_would():
+    error = _render_error({"envoy": {"probes": {"liveness": {"successThreshold": 2}}}})
+    assert "/envoy/probes/liveness" in error
+    error = _render_error({"gateway": {"probes": {"readiness": {"httpGet": {"path": "/"}}}}})
+    assert "/gateway/probes/readiness" in error
+
+
+def test_every_service_takes_labels_and_annotations_and_triton_stays_headless():
+    values = {
+        component: {"service": {"labels": {"site/scrape": component}, "annotations": {"a": "b"}}}
+        for component in COMPONENTS
+    }
+    values["gateway"]["service"] |= {
+        "type": "LoadBalancer",
+        "loadBalancerSourceRanges": ["192.0.2.0/24"],
+    }
+    docs = _docs(values)
+    for component in COMPONENTS:
+        service = _one(docs, "Service", component)
+        assert service["metadata"]["labels"]["site/scrape"] == component
+        assert service["metadata"]["annotations"] == {"a": "b"}
+        assert service["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    assert _one(docs, "Service", "triton")["spec"]["clusterIP"] == "None"
+    gateway = _one(docs, "Service", "gateway")["spec"]
+    assert gateway["type"] == "LoadBalancer"
+    assert gateway["loadBalancerSourceRanges"] == ["192.0.2.0/24"]
+
+
+def _ingress_values(tls: dict) -> dict:
+    return {
+        "envoy": {"ingress": {"enabled": True, "host": "grpc.example.org", "tls": tls}},
+        "gateway": {"ingress": {"enabled": True, "host": "sonic.example.org", "tls": tls}},
+    }
+
+
+def test_ingress_tls_from_a_named_secret():
+    docs = _docs(_ingress_values({"secretName": "site-tls"}))
+    for component, host in (("envoy", "grpc.example.org"), ("gateway", "sonic.example.org")):
+        ingress = _one(docs, "Ingress", component)
+        assert ingress["spec"]["tls"] == [{"hosts": [host], "secretName": "site-tls"}]
+        assert "annotations" not in ingress["metadata"]
+    assert not [d for d in docs if d["kind"] == "Certificate"]
+    plain = _docs(_ingress_values({}))
+    assert "tls" not in _one(plain, "Ingress", "envoy")["spec"]
+
+
+@pytest.mark.parametrize(
+    ("issuer", "annotations"),
+    [
+        ({"name": "letsencrypt"}, {"cert-manager.io/cluster-issuer": "letsencrypt"}),
+        ({"name": "site-ca", "kind": "Issuer"}, {"cert-manager.io/issuer": "site-ca"}),
+        (
+            {"name": "vault", "kind": "VaultIssuer", "group": "vault.example.org"},
+            {
+                "cert-manager.io/issuer": "vault",
+                "cert-manager.io/issuer-kind": "VaultIssuer",
+                "cert-manager.io/issuer-group": "vault.example.org",
+            },
+        ),
+    ],
+)
+def test_ingress_tls_from_cert_managers_issuer_annotations(issuer, annotations):
+    tls = {"certManager": {"enabled": True, "issuer": issuer}}
+    values = _ingress_values(tls)
+    values["envoy"]["ingress"]["annotations"] = {
+        "nginx.ingress.kubernetes.io/backend-protocol": "GRPC"
+    }
+    docs = _docs(values)
+    envoy = _one(docs, "Ingress", "envoy")
+    assert envoy["metadata"]["annotations"] == {
+        "nginx.ingress.kubernetes.io/backend-protocol": "GRPC",
+        **annotations,
+    }
+    (tls_entry,) = envoy["spec"]["tls"]
+    assert tls_entry["secretName"] == "site-sonicsite-envoy-tls"  # where cert-manager writes
+    assert not [d for d in docs if d["kind"] == "Certificate"]
+
+
+def test_ingress_tls_from_a_certificate_the_chart_makes_passes_its_crd():
+    tls = {
+        "secretName": "grpc-cert",
+        "certManager": {"enabled": True, "mode": "certificate", "issuer": {"name": "site-ca"}},
+    }
+    docs = _docs(_ingress_values(tls))
+    crds = load_crds(CHART.parent / "crds")
+    for component, host in (("envoy", "grpc.example.org"), ("gateway", "sonic.example.org")):
+        certificate = _one(docs, "Certificate", component)
+        ingress = _one(docs, "Ingress", component)
+        assert certificate["spec"]["dnsNames"] == [host]
+        assert certificate["spec"]["secretName"] == ingress["spec"]["tls"][0]["secretName"]
+        assert certificate["spec"]["issuerRef"] == {
+            "name": "site-ca",
+            "kind": "ClusterIssuer",
+            "group": "cert-manager.io",
+        }
+        assert "cert-manager.io/cluster-issuer" not in ingress["metadata"].get("annotations", {})
+        assert validate(certificate, crds) == []
+    misspelt = {k: v for k, v in certificate["spec"].items() if k != "dnsNames"}
+    broken = dict(certificate, spec={**misspelt, "dnsName": [host]})
+    assert validate(broken, crds)  # the CRD's own schema does bite
+    missing = {"certManager": {"enabled": True, "mode": "certificate"}}
+    error = _render_error(_ingress_values(missing))
+    assert "ingress.tls.certManager.issuer.name: expected a cert-manager issuer" in error
+
+
+def _args(docs: list[dict], component: str) -> list[str]:
+    return _pod(docs, component)["containers"][0]["args"]
+
+
+REMOTE = {
+    "enabled": True,
+    "issuer": "https://idp.example.org/",
+    "audiences": ["sonicsite"],
+    "jwksUri": "https://idp.example.org/jwks",
+    "jwksCacheSeconds": 120,
+    "testTokenSecret": "test-token",
+}
+
+
+def test_a_remote_jwks_reaches_envoy_through_the_operator_and_the_gateway_itself():
+    docs = _docs({"envoy": {"jwt": REMOTE}, "gateway": {"auth": {"enabled": True, "jwt": True}}})
+    operator = _args(docs, "operator")
+    assert "--jwt-jwks-uri=https://idp.example.org/jwks" in operator
+    assert "--jwt-jwks-cache=120" in operator
+    assert not [a for a in operator if a.startswith("--jwt-jwks-file")]
+    envoy = _pod(docs, "envoy")
+    assert not [v for v in envoy["volumes"] if v["name"] == "jwks"]  # nothing to mount
+    gateway = _args(docs, "gateway")
+    assert "--jwt-issuer=https://idp.example.org/" in gateway
+    assert "--jwt-audiences=sonicsite" in gateway
+    assert "--jwks-uri=https://idp.example.org/jwks" in gateway
+    assert not [a for a in gateway if a.startswith("--tokens")]  # JWTs alone
+    assert not [d for d in docs if d["kind"] == "Secret" and "tokens" in d.get("stringData", {})]
+
+
+def test_the_gateway_reads_a_jwks_secret_and_keeps_its_tokens():
+    jwt = {k: v for k, v in REMOTE.items() if k != "jwksUri"} | {"jwksSecret": "idp-jwks"}
+    auth = {"enabled": True, "jwt": True, "existingSecret": "site-tokens"}
+    docs = _docs({"envoy": {"jwt": jwt}, "gateway": {"auth": auth}})
+    gateway = _pod(docs, "gateway")
+    assert "--jwks-file=/etc/sonicsite/jwks/jwks.json" in gateway["containers"][0]["args"]
+    assert "--tokens=/etc/sonicsite/tokens/tokens" in gateway["containers"][0]["args"]
+    assert {"name": "jwks", "secret": {"secretName": "idp-jwks"}} in gateway["volumes"]
+    assert "--jwt-jwks-file=/etc/envoy/jwks/jwks.json" in _args(docs, "operator")
+
+
+def test_the_identity_provider_needs_exactly_one_source_of_keys():
+    both = REMOTE | {"jwksSecret": "idp-jwks"}
+    assert "envoy.jwt: expected jwksUri or jwksSecret, not both" in _render_error(
+        {"envoy": {"jwt": both}}
+    )
+    neither = {k: v for k, v in REMOTE.items() if k != "jwksUri"}
+    assert "envoy.jwt: expected the issuer's keys" in _render_error({"envoy": {"jwt": neither}})
+    assert "envoy.jwt.issuer: expected the tokens' issuer" in _render_error(
+        {"gateway": {"auth": {"enabled": True, "jwt": True}}}
+    )
+    assert "/envoy/jwt/jwksUri" in _render_error({"envoy": {"jwt": {"jwksUri": "idp/jwks"}}})
+
+
+def test_helm_test_can_be_switched_off_and_given_requests_from_a_file():
+    off = _docs({"tests": {"enabled": False}})
+    assert not [d for d in off if d["kind"] == "Pod"]
+    assert "helm test" not in render({"tests": {"enabled": False}})["sonicsite/templates/NOTES.txt"]
+    inputs = json.dumps({"simple": {"inputs": []}})
+    rendered = _docs({"tests": {"models": ["simple"], "inputs": inputs}})
+    pod = _one(rendered, "Pod", "test")
+    (configmap,) = [d for d in rendered if d["kind"] == "ConfigMap" and "inputs.json" in d["data"]]
+    assert configmap["data"]["inputs.json"] == inputs
+    assert configmap["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert int(configmap["metadata"]["annotations"]["helm.sh/hook-weight"]) < 0
+    container = pod["spec"]["containers"][0]
+    assert "--inputs=/etc/sonicsite/test/inputs.json" in container["args"]
+    assert pod["spec"]["volumes"][0]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert "tests.inputs: expected a JSON object" in _render_error({"tests": {"inputs": "{nope"}})

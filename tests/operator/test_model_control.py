@@ -1,0 +1,134 @@
+"""The operator's model control against real Triton servers (model control `explicit`,
+restricted protocols keyed by the site's key): load and unload change a server's repository
+index, a load's footprint is measured and remembered, failures name the model, the server
+and Triton's reason, and a model unloaded and loaded again reads in the load view as the
+work done since, never as negative or made-up work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from polling import wait_until
+from sonicsite.operator import model_control
+from sonicsite.operator.catalogue import catalogue_of, read_repository
+from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.model_control import ControlTarget, ModelControlError
+
+from sonicsite.contract.wire import ADMIN_KEY_HEADER
+from sonicsite.local import launcher
+from sonicsite.local.admin_key import read_key
+from sonicsite.local.ports import free_ports
+from sonicsite.local.state import SiteState
+
+MODELS = ["simple", "identity"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, built_models) -> SiteState:
+    """Two servers, identity on triton-0 only; no control plane (the operator's calls go to
+    the servers' own ports)."""
+    site_dir = tmp_path_factory.mktemp("control") / "site"
+    state = launcher.up(
+        site_dir,
+        servers=2,
+        models=MODELS,
+        build_dir=built_models,
+        holding={"identity": ["triton-0"]},
+        balancer=False,
+        supervise=False,
+    )
+    yield state
+    launcher.down(site_dir)
+
+
+def _target(state: SiteState, server_id: str) -> ControlTarget:
+    server = state.server(server_id)
+    return ControlTarget(server.id, server.http, read_key(Path(state.site_dir)), server.pid)
+
+
+def test_load_and_unload_with_the_key_change_the_index_and_the_footprint_is_remembered(pair):
+    target = _target(pair, "triton-1")
+    catalogue = catalogue_of(read_repository(Path(pair.site_dir) / "repository"))
+    index = model_control.repository_index(target)
+    assert sorted(e.name for e in index) == sorted(catalogue.models) == sorted(MODELS)
+    assert model_control.ready_models(target) == {"simple"}
+
+    loaded = model_control.load(target, "identity")
+    assert model_control.ready_models(target) == {"simple", "identity"}
+    footprint = loaded.footprint
+    assert footprint is not None and footprint.source == model_control.FROM_PROCESS_RSS
+    # the model's own process (a Python-backend stub: tens of MB) came with it
+    assert footprint.bytes > 10 * 2**20 and footprint.server == "triton-1"
+    catalogue = catalogue.with_footprint("identity", footprint)
+    again = model_control.load(target, "identity")  # loaded already: Triton does nothing
+    assert loaded.fresh and not again.fresh and again.footprint is None
+
+    model_control.unload(target, "identity")
+    states = {e.name: (e.state, e.reason) for e in model_control.repository_index(target)}
+    assert states["identity"] == ("UNAVAILABLE", "unloaded") and states["simple"][0] == "READY"
+    assert catalogue.footprint_bytes("identity") == footprint.bytes  # remembered unloaded
+    assert model_control.ready_models(_target(pair, "triton-0")) == {"simple", "identity"}
+
+
+def test_failures_name_the_model_the_server_and_tritons_reason(pair):
+    target = _target(pair, "triton-1")
+    with pytest.raises(ModelControlError) as missing:
+        model_control.load(target, "nosuch")
+    assert "load of model 'nosuch' on server 'triton-1' failed" in str(missing.value)
+    assert "failed to poll from model repository" in missing.value.reason
+    wrong = ControlTarget(target.server, target.http, "not-the-key")
+    with pytest.raises(ModelControlError, match=f"model 'simple' .* 403: .*{ADMIN_KEY_HEADER}"):
+        model_control.unload(wrong, "simple")
+    assert "simple" in model_control.ready_models(target)  # refused: still loaded
+    (port,) = free_ports(1)
+    gone = ControlTarget("triton-9", f"127.0.0.1:{port}", target.key)
+    with pytest.raises(ModelControlError, match=r"on server 'triton-9' failed: .* unreachable"):
+        model_control.load(gone, "simple")
+
+
+def _infer(http: str, count: int) -> None:
+    client = httpclient.InferenceServerClient(http)
+    try:
+        for k in range(count):
+            inputs = [httpclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in (0, 1)]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.full((1, 16), k, dtype=np.int32))
+            client.infer("simple", inputs)
+    finally:
+        client.close()
+
+
+def test_a_reload_reads_as_the_work_done_since_never_as_negative_work(pair):
+    """Triton resets a model's counters when it unloads it: 20 requests before, 3 after a
+    reload between two scrapes read as 3 requests in that interval (not 0, not -17), with
+    the queue time Triton's own statistics give since the reload, and 23 over the window."""
+    server = pair.server("triton-0")
+    target = _target(pair, "triton-0")
+    view = LoadView(timeout_s=5.0)
+
+    def scraped(total: int) -> bool:
+        view.scrape(server.id, server.metrics_url)
+        return view._last[server.id].models.get("simple", {}).get("success") == total
+
+    view.scrape(server.id, server.metrics_url)
+    before = view._last[server.id].models["simple"]["success"]
+    _infer(server.http, 20)
+    wait_until(lambda: scraped(before + 20), "Triton's metrics to count 20 requests")
+    model_control.unload(target, "simple")
+    assert model_control.load(target, "simple").fresh  # the counters start from zero
+    _infer(server.http, 3)
+    wait_until(lambda: scraped(3), "Triton's metrics to count 3 requests since the reload")
+    (load,) = [x for x in view.loads[server.id] if x.model == "simple"]
+    client = httpclient.InferenceServerClient(server.http)
+    stats = client.get_inference_statistics("simple")["model_stats"][0]["inference_stats"]
+    client.close()
+    assert load.requests == 3 and stats["success"]["count"] == 3
+    assert load.queue_us == pytest.approx(stats["queue"]["ns"] / 1e3, rel=0.01, abs=2)
+    assert load.queue_us >= 0 and load.compute_us > 0 and load.failure_rps == 0
+    history = view._history[server.id]
+    span = history[-1].at - history[0].at  # every scrape since the first
+    (window,) = [x for x in view.window_loads(span) if x.model == "simple"]
+    assert window.requests == 23  # the reload counted from zero inside the window

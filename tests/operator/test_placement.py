@@ -1,0 +1,315 @@
+"""Placement as pure functions with the time passed in: a first replica for held requests,
+replicas under queue pressure, idle unloads, least-recently-used eviction when a budget is
+full, never an unload under an in-flight request, and no flapping over a run of steps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from sonicsite.operator.catalogue import Budget, Catalogue, Footprint, ModelInfo, Pool
+from sonicsite.operator.placement import (
+    Decision,
+    Demand,
+    Kind,
+    PlacementPolicy,
+    Replica,
+    ReplicaState,
+    Rule,
+    ServerState,
+    apply,
+    decide,
+    pressure_since,
+)
+
+MIB = 2**20
+POLICY = PlacementPolicy(idle_unload_s=60, evict_idle_s=5, min_resident_s=10, pressure_s=5)
+READY, LOADING, UNLOADING = ReplicaState.READY, ReplicaState.LOADING, ReplicaState.UNLOADING
+
+
+def catalogue(models: str = "abcdef", slots: int | None = 2, memory: int | None = None,
+              pools: tuple[Pool, ...] | None = None, footprints: dict[str, int] | None = None
+              ) -> Catalogue:  # fmt: skip
+    """Models named by letters, every server holding `slots` models (and `memory` bytes)."""
+    measured = {m: Footprint(b, "test", 0.0) for m, b in (footprints or {}).items()}
+    return Catalogue(
+        {m: ModelInfo(m, (1,), footprint=measured.get(m)) for m in models},
+        pools or (Pool("default", budget=Budget(memory, slots)),),
+    )
+
+
+def server(sid: str, *replicas: Replica, pool: str = "default") -> ServerState:
+    return ServerState(sid, pool, True, replicas)
+
+
+def used(model: str, last_used: float, since: float = 0.0, in_flight: int = 0) -> Replica:
+    return Replica(model, READY, since, in_flight, last_used)
+
+
+def moves(decisions: list[Decision]) -> list[tuple[str, str, str, str]]:
+    return [(d.kind.value, d.rule.value, d.model, d.server) for d in decisions]
+
+
+def test_held_requests_load_the_model_on_the_server_with_the_most_room():
+    servers = [server("s0", used("a", 100)), server("s1"), server("s2", used("b", 100))]
+    decisions = decide(catalogue(), servers, {"c": Demand(held=3)}, 101.0, POLICY)
+    assert moves(decisions) == [("load", "first_replica", "c", "s1")]
+    assert "3 request(s) held" in decisions[0].reason and "not measured yet" in decisions[0].reason
+    # equal room everywhere: the lowest id, the same answer every time
+    empty = [server("s2"), server("s1"), server("s0")]
+    for _ in range(3):
+        assert moves(decide(catalogue(), empty, {"c": Demand(held=1)}, 0.0, POLICY)) == [
+            ("load", "first_replica", "c", "s0")
+        ]
+    # most requests held first, then by name: two models, two servers
+    two = decide(catalogue(), empty, {"d": Demand(held=1), "c": Demand(held=5)}, 0.0, POLICY)
+    assert moves(two) == [
+        ("load", "first_replica", "c", "s0"),
+        ("load", "first_replica", "d", "s1"),
+    ]
+
+
+def test_a_model_ready_or_loading_gets_no_second_first_replica():
+    loading = [server("s0", Replica("c", LOADING, 100.0)), server("s1")]
+    assert decide(catalogue(), loading, {"c": Demand(held=9)}, 101.0, POLICY) == []
+    ready = [server("s0", used("c", 100.0)), server("s1")]
+    assert decide(catalogue(), ready, {"c": Demand(held=9)}, 101.0, POLICY) == []
+    # a replica on a draining server is not one that takes the held requests
+    draining = [replace(server("s0", used("c", 100.0)), accepting=False), server("s1")]
+    assert moves(decide(catalogue(), draining, {"c": Demand(held=1)}, 101.0, POLICY)) == [
+        ("load", "first_replica", "c", "s1")
+    ]
+    # a model not in the catalogue is left alone
+    assert decide(catalogue(), [server("s0")], {"zz": Demand(held=1)}, 0.0, POLICY) == []
+
+
+def test_a_model_is_placed_in_its_own_pool_only():
+    pools = (
+        Pool("gpu", ("a", "b"), Budget(models=1)),
+        Pool("cpu", (), Budget(models=2)),  # every other model
+    )
+    cat = catalogue(pools=pools)
+    servers = [server("c0", pool="cpu"), server("g0", pool="gpu"), server("g1", pool="gpu")]
+    decisions = decide(cat, servers, {"a": Demand(held=1), "c": Demand(held=1)}, 0.0, POLICY)
+    assert moves(decisions) == [
+        ("load", "first_replica", "a", "g0"),
+        ("load", "first_replica", "c", "c0"),
+    ]
+    # the gpu pool full of models in use: "b" waits there, never goes to the cpu server
+    busy = [server("c0", pool="cpu"), server("g0", used("a", 0.0, in_flight=1), pool="gpu")]
+    assert decide(cat, busy, {"b": Demand(held=4)}, 100.0, POLICY) == []
+
+
+def test_memory_budgets_count_measured_footprints_and_the_largest_for_the_unmeasured():
+    cat = catalogue(slots=None, memory=1000 * MIB, footprints={"a": 600 * MIB, "b": 300 * MIB})
+    assert cat.footprint_bytes("c") == 600 * MIB  # not measured: the largest measured
+    servers = [server("s0", used("a", 99.0)), server("s1", used("b", 99.0, in_flight=2))]
+    # c (600 MiB assumed) does not fit beside a (1200 > 1000), it does beside b (900)
+    assert moves(decide(cat, servers, {"c": Demand(held=1)}, 100.0, POLICY)) == [
+        ("load", "first_replica", "c", "s1")
+    ]
+    measured = cat.with_footprint("c", Footprint(100 * MIB, "test", 1.0))
+    # measured small, it fits beside a too, and goes there: nothing is at work on s0
+    assert moves(decide(measured, servers, {"c": Demand(held=1)}, 100.0, POLICY)) == [
+        ("load", "first_replica", "c", "s0")
+    ]
+    too_big = cat.with_footprint("c", Footprint(2000 * MIB, "test", 1.0))
+    assert decide(too_big, [server("s9")], {"c": Demand(held=1)}, 100.0, POLICY) == []
+
+
+def test_a_full_budget_evicts_the_least_recently_used_idle_model():
+    servers = [
+        server("s0", used("a", 40.0), used("b", 20.0)),  # b used longest ago on s0
+        server("s1", used("c", 30.0), used("d", 35.0)),
+    ]
+    decisions = decide(catalogue(), servers, {"e": Demand(held=2)}, 70.0, POLICY)
+    assert moves(decisions) == [
+        ("unload", "make_room", "b", "s0"),
+        ("load", "first_replica", "e", "s0"),
+    ]
+    assert (
+        "least recently used" in decisions[0].reason and "makes room for e" in decisions[0].reason
+    )
+    after = {s.id: {r.model: r.state for r in s.replicas} for s in apply(servers, decisions, 70.0)}
+    assert after["s0"] == {"a": READY, "b": UNLOADING, "e": LOADING}
+
+
+def test_eviction_never_takes_a_model_in_flight_held_just_used_or_just_loaded():
+    def full(b: Replica) -> list[ServerState]:
+        return [server("s0", used("a", 90.0), b)]
+
+    demand = {"c": Demand(held=1)}
+    at = 100.0
+    # each of these keeps b; a (used 10 s ago, idle ≥ 5 s) is evicted instead
+    for b, extra in [
+        (used("b", 0.0, in_flight=1), {}),  # a request in flight: the reference count
+        (used("b", 0.0), {"b": Demand(held=1)}),  # requests held for it
+        (used("b", 97.0), {}),  # used 3 s ago (< evict_idle_s)
+        (used("b", 0.0, since=95.0), {}),  # loaded 5 s ago (< min_resident_s)
+    ]:
+        assert moves(decide(catalogue(), full(b), demand | extra, at, POLICY))[0] == (
+            "unload",
+            "make_room",
+            "a",
+            "s0",
+        ), b
+    # both busy: nothing is evicted, the held requests wait
+    both = [server("s0", used("a", 0.0, in_flight=3), used("b", 0.0, in_flight=1))]
+    assert decide(catalogue(), both, demand, at, POLICY) == []
+
+
+def test_held_requests_may_take_a_surplus_replica_with_nothing_in_flight():
+    servers = [
+        server("s0", used("a", 99.0), used("b", 99.0, in_flight=1)),
+        server("s1", used("a", 99.5, in_flight=2), used("b", 99.0, in_flight=1)),
+    ]
+    decisions = decide(catalogue(), servers, {"c": Demand(held=1)}, 100.0, POLICY)
+    assert moves(decisions) == [
+        ("unload", "make_room", "a", "s0"),  # a has another ready replica on s1
+        ("load", "first_replica", "c", "s0"),
+    ]
+    # queue pressure may not: it takes idle replicas only
+    pressed = {"b": Demand(queue_ms=900, threshold_ms=100, over_since=0.0)}
+    assert decide(catalogue(), servers, pressed, 100.0, POLICY) == []
+
+
+def test_an_idle_model_is_unloaded_after_its_idle_time_never_under_a_request_in_flight():
+    servers = [server("s0", used("a", 100.0), used("b", 100.0, in_flight=1))]
+    assert decide(catalogue(), servers, {}, 159.0, POLICY) == []  # idle 59 s of 60
+    decisions = decide(catalogue(), servers, {}, 160.0, POLICY)
+    assert moves(decisions) == [("unload", "idle", "a", "s0")]
+    assert (
+        "unused for 60 s" in decisions[0].reason and "no request in flight" in decisions[0].reason
+    )
+    # b has had a request in flight all along: never unloaded, however long
+    assert decide(catalogue(), servers, {}, 1e9, POLICY)[1:] == []
+    # nor while requests are held for it, nor while it loads or unloads
+    held = decide(catalogue(), servers, {"a": Demand(held=1)}, 1e9, POLICY)
+    assert [d for d in held if d.model == "a"] == []
+    moving = [server("s0", Replica("a", LOADING, 0.0), Replica("c", UNLOADING, 0.0))]
+    assert decide(catalogue(), moving, {}, 1e9, POLICY) == []
+    # a replica never used counts its idle time from when it was loaded
+    fresh = [server("s0", Replica("a", READY, since=200.0, last_used=0.0))]
+    assert decide(catalogue(), fresh, {}, 259.0, POLICY) == []
+    assert moves(decide(catalogue(), fresh, {}, 260.0, POLICY)) == [("unload", "idle", "a", "s0")]
+
+
+def test_pressure_since_keeps_the_start_of_a_run_over_the_threshold():
+    assert pressure_since(None, 150.0, 100.0, 10.0) == 10.0
+    assert pressure_since(10.0, 150.0, 100.0, 11.0) == 10.0
+    assert pressure_since(10.0, 90.0, 100.0, 12.0) is None
+    assert pressure_since(10.0, None, 100.0, 12.0) is None  # nothing completed: no pressure
+
+
+def test_a_replica_is_added_while_queue_time_stays_over_its_threshold_and_a_server_has_room():
+    servers = [server("s0", used("a", 100.0)), server("s1", used("b", 100.0)), server("s2")]
+
+    def pressed(since: float) -> dict[str, Demand]:
+        return {"a": Demand(queue_ms=400.0, threshold_ms=100.0, over_since=since)}
+
+    assert decide(catalogue(), servers, pressed(96.0), 100.0, POLICY) == []  # 4 s of 5
+    decisions = decide(catalogue(), servers, pressed(95.0), 100.0, POLICY)
+    assert moves(decisions) == [("load", "queue_pressure", "a", "s2")]
+    assert "queue time 400 ms per request over its threshold 100 ms for 5 s" in decisions[0].reason
+    # the new replica loading, then ready but younger than pressure_s: no third one yet
+    loading = apply(servers, decisions, 100.0)
+    assert decide(catalogue(), loading, pressed(95.0), 101.0, POLICY) == []
+    ready = [
+        replace(s, replicas=tuple(replace(r, state=READY) for r in s.replicas)) for s in loading
+    ]
+    assert decide(catalogue(), ready, pressed(95.0), 104.0, POLICY) == []
+    # once it has had its time, another, in the room left (s1 has a slot)
+    assert moves(decide(catalogue(), ready, pressed(95.0), 105.0, POLICY)) == [
+        ("load", "queue_pressure", "a", "s1")
+    ]
+    capped = replace(POLICY, max_replicas=2)
+    assert decide(catalogue(), ready, pressed(95.0), 105.0, capped) == []
+    # highest queue time over threshold first
+    both = pressed(0.0) | {"b": Demand(queue_ms=900.0, threshold_ms=100.0, over_since=0.0)}
+    order = decide(catalogue(slots=1), [*servers[:2], server("s2")], both, 100.0, POLICY)
+    assert moves(order) == [("load", "queue_pressure", "b", "s2")]
+
+
+def test_a_queue_over_its_threshold_now_and_then_adds_no_replica():
+    servers = [server("s0", used("a", 0.0)), server("s1")]
+    since = None
+    for t in range(60):
+        queue = 400.0 if t % 4 else 50.0  # over for 3 s of every 4
+        since = pressure_since(since, queue, 100.0, float(t))
+        demand = {"a": Demand(queue_ms=queue, threshold_ms=100.0, over_since=since)}
+        assert decide(catalogue(), servers, demand, float(t), POLICY) == [], t
+
+
+def _settle(servers: list[ServerState], now: float, started: dict) -> list[ServerState]:
+    """What Triton does with the decisions: a load is ready 2 s after it was issued, an
+    unload gone 1 s after."""
+    out = []
+    for s in servers:
+        replicas = []
+        for r in s.replicas:
+            if r.state is LOADING and now - r.since >= 2:
+                replicas.append(replace(r, state=READY, since=now))
+            elif r.state is UNLOADING and now - r.since >= 1:
+                continue
+            else:
+                replicas.append(r)
+        out.append(replace(s, replicas=tuple(replicas)))
+    return out
+
+
+def test_job_waves_moving_from_model_to_model_place_without_flapping():
+    """Three servers of two slots, six models, a phase of 30 s per pair of models (as the
+    placement bench runs them); each step: demand from the phase, decide, apply, settle.
+    Every phase loads its models once; no decision reverses another on the same server
+    within min_resident_s; every unload is of a replica with nothing in flight."""
+    phases = [("a", "b"), ("c", "d"), ("e", "f"), ("a", "c"), ("b", "e")]
+    servers = [server(f"s{k}") for k in range(3)]
+    history: list[tuple[float, Decision]] = []
+    since: dict[str, float | None] = {}
+    for t in range(len(phases) * 30):
+        now = float(t)
+        active = phases[t // 30]
+        ready = {r.model for s in servers for r in s.replicas if r.state is READY}
+        servers = [
+            replace(
+                s,
+                replicas=tuple(
+                    replace(r, in_flight=1, last_used=now)
+                    if r.model in active and r.state is READY
+                    else replace(r, in_flight=0)
+                    for r in s.replicas
+                ),
+            )
+            for s in servers
+        ]
+        demand = {}
+        for m in active:
+            queue = 300.0 if m in ready else None  # busy: one server is not enough
+            since[m] = pressure_since(since.get(m), queue, 100.0, now)
+            demand[m] = Demand(0 if m in ready else 5, queue, 100.0, since[m])
+        decisions = decide(catalogue(), servers, demand, now, POLICY)
+        for d in decisions:
+            replica = next((s.replica(d.model) for s in servers if s.id == d.server), None)
+            assert d.kind is Kind.LOAD or (replica is not None and replica.in_flight == 0), d
+        history += [(now, d) for d in decisions]
+        servers = _settle(apply(servers, decisions, now), now + 1, {})
+    last: dict[tuple[str, str], tuple[float, Kind]] = {}
+    for at, d in history:
+        previous = last.get((d.model, d.server))
+        if previous is not None and previous[1] is not d.kind:
+            assert at - previous[0] >= POLICY.min_resident_s, (at, d, previous)
+        last[(d.model, d.server)] = (at, d.kind)
+    first = [(at // 30, d.model) for at, d in history if d.rule is Rule.FIRST_REPLICA]
+    assert sorted(set(first)) == sorted(first)  # one first replica per model per phase
+    for k, pair in enumerate(phases):
+        assert {m for p, m in first if p == k} <= set(pair)
+        # each phase's models get a second replica (three servers, two busy models)
+        added = {d.model for at, d in history if at // 30 == k and d.rule is Rule.QUEUE_PRESSURE}
+        assert added == set(pair), (k, added)
+
+
+def test_the_policy_checks_its_settings():
+    with pytest.raises(ValueError, match="idle_unload_s: expected ≥ 0"):
+        PlacementPolicy(idle_unload_s=-1)
+    with pytest.raises(ValueError, match="max_replicas: expected ≥ 1 or None"):
+        PlacementPolicy(max_replicas=0)
