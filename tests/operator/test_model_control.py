@@ -126,7 +126,9 @@ def test_a_reload_reads_as_the_work_done_since_never_as_negative_work(pair):
     stats = client.get_inference_statistics("simple")["model_stats"][0]["inference_stats"]
     client.close()
     assert load.requests == 3 and stats["success"]["count"] == 3
-    assert load.queue_us == pytest.approx(stats["queue"]["ns"] / 1e3, rel=0.01, abs=2)
+    # Triton's metric adds each request's queue time in whole microseconds (truncated), its
+    # statistics in nanoseconds: they may differ by up to a microsecond per request
+    assert load.queue_us == pytest.approx(stats["queue"]["ns"] / 1e3, rel=0, abs=3)
     assert load.queue_us >= 0 and load.compute_us > 0 and load.failure_rps == 0
     history = view._history[server.id]
     span = history[-1].at - history[0].at  # every scrape since the first
