@@ -116,6 +116,8 @@ def column_view(arrays: list[np.ndarray], axis: int) -> torch.Tensor | None:
     first = arrays[0]
     if not all(a.flags.writeable for a in arrays):
         return None  # torch tensors are writable: never view read-only memory
+    if min(first.strides, default=0) < 0 or any(s % first.dtype.itemsize for s in first.strides):
+        return None  # torch views no negative or unaligned strides
     if len(arrays) == 1:
         return torch.from_numpy(first)
     itemsize = first.dtype.itemsize
@@ -124,10 +126,11 @@ def column_view(arrays: list[np.ndarray], axis: int) -> torch.Tensor | None:
         for a in arrays
     )
     gaps = {address(b) - address(a) for a, b in itertools.pairwise(arrays)}
-    if not same or len(gaps) != 1 or min(first.strides, default=0) < 0:
+    if not same or len(gaps) != 1:
         return None
     gap = gaps.pop()
-    if gap <= 0 or gap % itemsize or any(s % itemsize for s in first.strides):
+    span = sum((n - 1) * s for n, s in zip(first.shape, first.strides, strict=True)) + itemsize
+    if gap < span or gap % itemsize:  # one column after another, never overlapping
         return None
     owners = [_owner(a) for a in arrays]
     if owners[0] is None or any(o is None or address(o) != address(owners[0]) for o in owners):
@@ -162,11 +165,19 @@ def _input(block, plan: InputPlan, soa: Columns, strict: bool) -> tuple[torch.Te
         return torch.from_numpy(piece.view(arrays[0].dtype)).view(plan.shape), plan
     view = column_view(arrays, block.axis)
     if view is not None and _reshapes(view, plan.shape):
-        gap = address(arrays[1]) - address(arrays[0]) if len(arrays) > 1 else 0
-        reason = f"strided view over {len(arrays)} columns, {gap} B apart"
+        if len(arrays) == 1:
+            reason = "strided view of the column"
+        else:
+            gap = address(arrays[1]) - address(arrays[0])
+            reason = f"strided view over {len(arrays)} columns, {gap} B apart"
         decided = InputPlan(plan.name, plan.datatype, plan.shape, plan.nbytes, reason)
         return view.view(plan.shape), decided
-    reason = plan.reason if plan.gather is not None else "one gather: columns not evenly spaced"
+    if not all(a.flags.writeable for a in arrays):
+        reason = "one gather: read-only columns (a torch tensor would be writable)"
+    elif plan.gather is not None:
+        reason = plan.reason
+    else:
+        reason = "one gather: columns not evenly spaced in one buffer"
     if strict:
         raise CopyRefused(f"strict: input {block.name!r} needs a copy ({reason})")
     gather = plan.gather or (lambda out, pieces=plan.pieces: np.concatenate(pieces, out=out))

@@ -1,20 +1,25 @@
 """Deterministic builders of the repository's ONNX files (`sonicsite models build`).
 
-Each builder writes `<out>/<model>/1/model.onnx`; the input and output names and shapes come
-from the model's own config.pbtxt, so the config is the single source of the contract.
-`manifest.json` records a sha256 per file: two builds give the same bytes.
+Each builder writes `<out>/<model>/1/model.onnx`, and for the models built from PyTorch
+the TorchScript and exported-program files beside it (torch_artifacts.py); the input and
+output names and shapes come from the model's own config.pbtxt, so the config is the single
+source of the contract. `manifest.json` records a sha256 per file: two builds give the same
+bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from .repository import ONNX_FILE, load_entry, model_names
+from .torch_artifacts import write_torch_artifacts
 
 SEED = 20241122
 OPSET = 17
@@ -68,8 +73,15 @@ def build_identity(config: mc.ModelConfig, path: Path) -> None:
 
 
 def _export_torch(
-    module, example: tuple, config: mc.ModelConfig, path: Path, dynamic: dict[str, dict[int, str]]
+    module,
+    example: tuple,
+    config: mc.ModelConfig,
+    path: Path,
+    dynamic: dict[str, dict[int, str]],
+    for_torch: Callable[[object], None] | None = None,
 ) -> None:
+    """ONNX, then TorchScript and the exported program; `for_torch` adapts the module for
+    the torch artifacts after the ONNX export (where ONNX needed a workaround torch doesn't)."""
     import torch
 
     inputs, outputs = _io_names(config)
@@ -85,6 +97,10 @@ def _export_torch(
             opset_version=OPSET,
             dynamo=False,
         )
+    if for_torch is not None:
+        for_torch(module)
+    per_input = [dynamic.get(name, {}) for name in inputs]
+    write_torch_artifacts(module, example, path.parent, per_input, config.max_batch_size)
 
 
 def _example(config: mc.ModelConfig, batch: int) -> tuple:
@@ -163,7 +179,13 @@ def build_particle_transformer(config: mc.ModelConfig, path: Path) -> None:
     model = _particle_transformer_module(config)
     example = list(_example(config, 2))
     example[3] = torch.ones_like(example[3])  # a full mask
-    _export_torch(model, tuple(example), config, path, _batch_axes(config))
+
+    def for_torch(module) -> None:
+        # weaver's ONNX-friendly tril_indices (ones().tril().nonzero()) has a data-dependent
+        # size torch.export refuses; torch's own gives the same indices in the same order.
+        module.mod.pair_embed.tril_indices_fn = torch.tril_indices
+
+    _export_torch(model, tuple(example), config, path, _batch_axes(config), for_torch)
 
 
 def build_deepmet(config: mc.ModelConfig, path: Path) -> None:
@@ -213,6 +235,34 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# Built from PyTorch: each in a fresh interpreter, because TorchScript numbers the classes it
+# makes (`___torch_mangle_N`) with a counter that only a new process starts again.
+TORCH_BUILT = ("particlenet_ak4", "deepmet", "particle_transformer", "gnn_linking")
+
+
+PARALLEL_BUILDS = 2  # fresh interpreters at once (each mostly imports torch, then traces)
+
+
+def _build_in_fresh_processes(jobs: list[tuple[str, Path]]) -> None:
+    """Build each (model, version folder) in its own interpreter, a few at a time."""
+    pending, running, failed = list(jobs), [], []
+    while pending or running:
+        while pending and len(running) < PARALLEL_BUILDS:
+            name, version_dir = pending.pop(0)
+            command = [sys.executable, "-m", "sonicsite.models.builders", name, str(version_dir)]
+            # cwd: not the repository root, whose sonicsite/ folder would shadow the package
+            process = subprocess.Popen(
+                command, cwd=version_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            running.append((name, process))
+        name, process = running.pop(0)
+        _, stderr = process.communicate()
+        if process.returncode:
+            failed.append(f"building {name!r} failed:\n{stderr.decode()[-4000:]}")
+    if failed:
+        raise RuntimeError("\n".join(failed))
+
+
 def build(out: Path, names: list[str] | None = None) -> dict[str, dict[str, str]]:
     """Build the named models (all by default) into `out` and update `out/manifest.json`."""
     names = names or model_names()
@@ -221,13 +271,20 @@ def build(out: Path, names: list[str] | None = None) -> dict[str, dict[str, str]
         raise ValueError(f"no builder for {unknown}; models with builders: {sorted(BUILDERS)}")
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    for name in names:
-        entry = load_entry(name)
-        version_dir = out / name / "1"
+    folders = {name: out / name / "1" for name in names}
+    for version_dir in folders.values():
         version_dir.mkdir(parents=True, exist_ok=True)
         for stale in version_dir.iterdir():
             stale.unlink()
-        BUILDERS[name](entry.config, version_dir / ONNX_FILE)
+    for name in names:
+        if name not in TORCH_BUILT:
+            BUILDERS[name](load_entry(name).config, folders[name] / ONNX_FILE)
+    _build_in_fresh_processes([(n, folders[n].resolve()) for n in names if n in TORCH_BUILT])
+    for name, version_dir in folders.items():
         manifest[name] = {f.name: _sha256(f) for f in sorted(version_dir.iterdir())}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+if __name__ == "__main__":  # one model, by _build_in_fresh_process: NAME VERSION_DIR
+    BUILDERS[sys.argv[1]](load_entry(sys.argv[1]).config, Path(sys.argv[2]) / ONNX_FILE)

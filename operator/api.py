@@ -1,4 +1,5 @@
-"""The operator's HTTP API: `/v1/state`, `/metrics`, `/healthz`, `PUT /v1/balancing`
+"""The operator's HTTP API: `/v1/state`, `/v1/placement` (with --placement), `/metrics`,
+`/healthz`, `PUT /v1/balancing`
 (`{"policy": "load-aware" | "least-request" | "round-robin"}`), and REST-JSON xDS for Envoy
 (`POST /v3/discovery:{listeners,routes,clusters,endpoints}`; 304 when Envoy is current)."""
 
@@ -39,6 +40,11 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 self._json(200 if fresh else 503, body | {"stale_after_s": bound})
             elif self.path == "/v1/state":
                 self._json(200 if state else 503, state or {"error": "no state yet"})
+            elif self.path == "/v1/placement":
+                if operator.placement is None:
+                    self._json(404, {"error": "placement is off (operator option --placement)"})
+                else:
+                    self._json(200, operator.placement.view())
             elif self.path == "/metrics":
                 self._send(200, generate_latest(operator.metrics.registry), CONTENT_TYPE_LATEST)
             else:

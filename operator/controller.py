@@ -24,6 +24,7 @@ from .balancing import Balancing, check_policy
 from .discovery import Discovery
 from .loadview import LoadView
 from .metrics import OperatorMetrics
+from .placement_loop import PlacementLoop
 from .try_timeouts import TryTimeouts
 from .xds_resources import ALL_SERVERS, JwtPolicy, model_cluster
 from .xds_snapshot import Snapshot
@@ -54,6 +55,7 @@ class Operator:
     site_view_http: str = ""  # host:port of the gateway's HTTP: the view's REST twins
     tracing: EnvoyTracing | None = None  # Envoy's OpenTelemetry tracer (xds_tracing.py)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    placement: PlacementLoop | None = None  # loads and unloads models (placement_loop.py)
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
     last_step: float = 0.0
@@ -62,6 +64,8 @@ class Operator:
 
     def step(self) -> None:
         servers = self.discovery.servers()
+        if self.placement is not None:  # what each server holds now, not what it started with
+            servers = self.placement.observe(servers, time.time())
         known = {s.id for s in servers}
         for gone in set(self.loadview.health) - known:
             self.loadview.forget(gone)
@@ -70,6 +74,8 @@ class Operator:
         for s in servers:
             if not self.loadview.health[s.id].up:
                 self.metrics.scrape_errors.labels(s.id).inc()
+        if self.placement is not None:
+            self.placement.act(servers, self.loadview, time.time())
         models = sorted({m for s in servers for m in s.models})
         weights = self._weigh(servers, models)
         now = time.time()

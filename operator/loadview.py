@@ -238,6 +238,12 @@ class LoadView:
         when asked to load it again."""
         self._reloaded.setdefault(server, set()).add(model)
 
+    def last_counters(self, server: str) -> dict[str, dict[str, float]]:
+        """The server's counters and gauges as its last scrape read them, per model (what
+        placement compares with a fresh read right before an unload)."""
+        scrape = self._last.get(server)
+        return {} if scrape is None else scrape.models
+
     def in_view(self, server: str) -> bool:
         """True while the server's figures are used: read at least once, and fewer than
         `grace` failed scrapes in a row since."""

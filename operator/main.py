@@ -19,6 +19,14 @@ from .balancing import DEFAULT_POLICY, POLICIES, Balancing
 from .controller import STEP_INTERVAL_S, Actuate, Operator
 from .discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
 from .loadview import SCRAPE_GRACE, LoadView
+from .metrics import OperatorMetrics
+from .placement_loop import (
+    PlacementLoop,
+    PlacementSettings,
+    local_catalogue,
+    local_pids,
+    read_admin_key,
+)
 from .try_timeouts import TryPolicy, TryTimeouts
 from .xds_resources import SYSTEM_CA_FILE, JwtPolicy
 from .xds_tracing import EnvoyTracing
@@ -226,7 +234,76 @@ def parser() -> argparse.ArgumentParser:
         default=scaling.window_s,
         help="seconds of counters the scaling metric is computed over",
     )
+    placing = PlacementSettings()
+    parser.add_argument(
+        "--placement",
+        action="store_true",
+        help="load and unload models on the servers as their use asks (operator/"
+        "placement_loop.py; with --site); off: every server keeps the models it started with",
+    )
+    parser.add_argument(
+        "--idle-unload-s",
+        type=float,
+        default=placing.idle_unload_s,
+        help="with --placement: a model unused this long, nothing in flight, is unloaded",
+    )
+    parser.add_argument(
+        "--budget-models",
+        type=int,
+        default=None,
+        help="with --placement: models each server may hold (default: no limit)",
+    )
+    parser.add_argument(
+        "--placement-queue-ms",
+        type=float,
+        default=placing.queue_ms,
+        help="with --placement: queue time per request over which a model gets a replica more",
+    )
+    parser.add_argument(
+        "--placement-pressure-s",
+        type=float,
+        default=placing.pressure_s,
+        help="with --placement: seconds the queue time stays over it before that replica",
+    )
+    parser.add_argument(
+        "--evict-idle-s",
+        type=float,
+        default=placing.evict_idle_s,
+        help="with --placement: a model unused this long may be unloaded for another",
+    )
+    parser.add_argument(
+        "--min-resident-s",
+        type=float,
+        default=placing.min_resident_s,
+        help="with --placement: a model loaded less long ago is never unloaded for another",
+    )
     return parser
+
+
+def placement_loop(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, metrics: OperatorMetrics
+) -> PlacementLoop | None:
+    """The placement actuator the options ask for (None without --placement)."""
+    if not args.placement:
+        return None
+    if not args.site:
+        parser.error("--placement: expected --site (placement reads the site's repository)")
+    try:
+        settings = PlacementSettings(
+            idle_unload_s=args.idle_unload_s,
+            budget_models=args.budget_models,
+            queue_ms=args.placement_queue_ms,
+            pressure_s=args.placement_pressure_s,
+            evict_idle_s=args.evict_idle_s,
+            min_resident_s=args.min_resident_s,
+        )
+        settings.policy()
+        catalogue = local_catalogue(args.site, settings)
+        key = read_admin_key(args.site)
+    except (ValueError, OSError) as exc:  # CatalogueError is a ValueError
+        parser.error(f"--placement: {exc}")
+    site = args.site
+    return PlacementLoop(catalogue, settings, key, metrics, pids=lambda: local_pids(site))
 
 
 def build(
@@ -297,6 +374,8 @@ def build(
     for flag, value in (("--site-view", args.site_view), ("--site-view-http", args.site_view_http)):
         if value and not value.rpartition(":")[2].isdigit():
             parser.error(f"{flag}: expected host:port, got {value!r}")
+    metrics = OperatorMetrics()
+    placement = placement_loop(args, parser, metrics)
     listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
     operator = Operator(
         discovery,
@@ -315,6 +394,8 @@ def build(
         site_view=args.site_view,
         site_view_http=args.site_view_http,
         tracing=tracing,
+        metrics=metrics,
+        placement=placement,
     )
     operator.step()  # serve a full snapshot from the first request on
     return operator

@@ -124,6 +124,37 @@ class OperatorMetrics:
             registry=r,
         )
 
+        self.placement_loads = Counter(
+            "sonicsite_placement_loads",
+            "Models loaded by placement (the rule; the reason is in the log and /v1/placement)",
+            ["model", "server", "rule"],
+            registry=r,
+        )
+        self.placement_unloads = Counter(
+            "sonicsite_placement_unloads",
+            "Models unloaded by placement (the rule; the reason is in the log and /v1/placement)",
+            ["model", "server", "rule"],
+            registry=r,
+        )
+        self.placement_failures = Counter(
+            "sonicsite_placement_failures",
+            "Loads and unloads that failed (tried again after a back-off)",
+            ["action", "model", "server"],
+            registry=r,
+        )
+        self.models_loaded = Gauge(
+            "sonicsite_placement_models_loaded",
+            "Models a server holds ready (its repository index)",
+            ["server"],
+            registry=r,
+        )
+
+    def export_placement(self, loaded: dict[str, int]) -> None:
+        """Models ready per server (server -> count); servers that are gone are dropped."""
+        _forget_servers(self.models_loaded, ("server",), set(loaded))
+        for server, count in loaded.items():
+            self.models_loaded.labels(server).set(count)
+
     def export(
         self,
         health: dict[str, bool],

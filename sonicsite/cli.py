@@ -196,6 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL=SERVER[,SERVER]",
         help="a model only these servers load (repeatable; every server loads the others)",
     )
+    p.add_argument(
+        "--placement",
+        action="store_true",
+        help="the operator loads and unloads models as their use asks (off: every server "
+        "keeps the models it starts with)",
+    )
+    p.add_argument(
+        "--idle-unload-s",
+        type=non_negative,
+        default=300.0,
+        help="with --placement: a model unused this long, nothing in flight, is unloaded",
+    )
+    p.add_argument(
+        "--budget-models",
+        type=at_least(1),
+        default=None,
+        help="with --placement: models each server may hold (default: no limit)",
+    )
     _tracing_args(p)
 
     p = sub.add_parser("down", help="stop the local site")
@@ -246,6 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
         "onnxruntime backend (the chart's demo models)",
     )
 
+    st = msub.add_parser(
+        "status", help="per model: the servers holding it, its footprint, its idle time"
+    )
+    _site_args(st)
+    st.add_argument("--json", action="store_true", help="the operator's /v1/placement as is")
+
     p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
     p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
     p.add_argument(
@@ -266,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _models(args: argparse.Namespace) -> int:
+    if args.models_command == "status":
+        from .local.placement_status import print_placement
+
+        return print_placement(args.dir, args.json)
     from .models.builders import build
     from .models.repository import copy_configs
 
@@ -310,6 +338,15 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
     return 0 if report["events_ok"] == report["events_total"] else 1
 
 
+def _placement(args: argparse.Namespace):
+    """`up --placement`: the operator's placement settings; None without it."""
+    from .operator.placement_loop import PlacementSettings
+
+    if not getattr(args, "placement", False):
+        return None
+    return PlacementSettings(idle_unload_s=args.idle_unload_s, budget_models=args.budget_models)
+
+
 def _site(args: argparse.Namespace) -> int:
     """up, down, submit and demo: the commands that start or use a local site."""
     from .local.launcher import down, up
@@ -326,6 +363,7 @@ def _site(args: argparse.Namespace) -> int:
             supervise=not getattr(args, "no_supervise", False),
             holding=dict(getattr(args, "hold", [])),
             tracing=_tracing(args),
+            placing=_placement(args),
         )
 
     if args.command == "up":

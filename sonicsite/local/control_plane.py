@@ -15,6 +15,7 @@ from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
+from sonicsite.operator.placement_loop import PlacementSettings
 from sonicsite.operator.xds_resources import ALL_SERVERS, JwtPolicy
 
 from . import envoy, prometheus
@@ -35,9 +36,11 @@ def start_control_plane(
     jwt: JwtPolicy | None = None,
     timeout: float = 60.0,
     shed_ttl_s: float = SHED_TTL_S,
+    placement: PlacementSettings | None = None,
 ) -> None:
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
-    every server. Each is recorded in the state file as soon as it is started."""
+    every server. Each is recorded in the state file as soon as it is started. `placement`:
+    the operator loads and unloads models as their use asks (off when None)."""
     op_port, listen, admin, http, view = free_ports(5)
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
@@ -47,6 +50,8 @@ def start_control_plane(
     # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
     args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
+    if placement is not None:
+        args += placement.args()
     if state.collector:  # a traced site: Envoy's tracer, over xDS
         args += tracing_operator_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.operator}/healthz"

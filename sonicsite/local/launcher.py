@@ -19,6 +19,7 @@ from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
+from sonicsite.operator.placement_loop import PlacementSettings
 from sonicsite.operator.xds_resources import JwtPolicy
 
 from .admin_key import create_key
@@ -61,6 +62,7 @@ def up(
     shed_ttl_s: float = SHED_TTL_S,
     holding: dict[str, list[str]] | None = None,
     tracing: TracingConfig | None = None,
+    placing: PlacementSettings | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
@@ -70,7 +72,8 @@ def up(
     the operator's sheds hold unless it renews them (at most SHED_TTL_S). `holding`: models
     that only some servers hold (model: server ids); every server holds the others.
     `tracing`: start the site's OpenTelemetry collector first and have every part trace
-    (tracing.py); off by default."""
+    (tracing.py); off by default. `placing`: the operator loads and unloads models as
+    their use asks (operator/placement_loop.py); off by default."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -118,7 +121,15 @@ def up(
             wait_ready(proc, server.pid, server.http, Path(server.log), ready_timeout)
         if balancer:
             policy = admission or AdmissionPolicy()
-            start_control_plane(site_dir, policy, scaling, balancing, jwt, shed_ttl_s=shed_ttl_s)
+            start_control_plane(
+                site_dir,
+                policy,
+                scaling,
+                balancing,
+                jwt,
+                shed_ttl_s=shed_ttl_s,
+                placement=placing,
+            )
         if supervise:
             start_supervisor(site_dir, supervision)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running

@@ -45,8 +45,18 @@ ALLOWED = {
 # Third-party packages each room may import (top-level names), as the extras install them.
 THIRD_PARTY = {
     "sonicsite.contract": set(),
-    # + interop (pyarrow, awkward); + tracing (opentelemetry: client/tracing.py)
-    "sonicsite.client": {"numpy", "tritonclient", "hpack", "pyarrow", "awkward", "opentelemetry"},
+    # + interop (pyarrow, awkward); + tracing (opentelemetry: client/tracing.py); + torch,
+    # optional, in client/torch_views.py alone (the in-process path; never imported by
+    # sonicsite.client itself: test_torch_views.py checks that a worker without it imports)
+    "sonicsite.client": {
+        "numpy",
+        "tritonclient",
+        "hpack",
+        "pyarrow",
+        "awkward",
+        "opentelemetry",
+        "torch",
+    },
     "sonicsite.operator": {"prometheus_client", "kubernetes", "urllib3"},
     # + the one-server view over gRPC (grpc_view.py): Triton's messages, as the client has them
     "sonicsite.gateway": {

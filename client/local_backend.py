@@ -1,0 +1,67 @@
+"""A model run in the worker's own process: its TorchScript artifact on SoA views.
+
+The first call loads the model (not the construction: a job that never infers pays
+nothing) and sets torch's threads, intra-op from `threads` and inter-op from
+`interop_threads` (default 1 each: no parallelism the framework does not manage). Every
+call runs in `torch.inference_mode()` on the tensors of torch_views.py (the remote path's
+copy plan, views where the layout allows) and puts the results into their SoA columns.
+torch's thread counts are process-wide by torch's design: the last model loaded sets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .layout import Columns
+from .spec import ModelInfo, TensorSpec
+from .torch_views import TorchCall, torch_call
+
+
+@dataclass
+class LocalModel:
+    """One model's TorchScript file and the metadata its spec is checked against (the
+    same ModelInfo the server gives for the model)."""
+
+    path: Path
+    info: ModelInfo
+    threads: int = 1
+    interop_threads: int = 1
+    module: torch.jit.ScriptModule | None = field(default=None, repr=False)
+    interop_note: str = ""  # why inter-op threads stayed as they were, if they did
+
+    def load(self) -> torch.jit.ScriptModule:
+        """Load once, on the CPU, with the configured thread counts."""
+        if self.module is None:
+            if self.threads < 1 or self.interop_threads < 1:
+                raise ValueError(
+                    f"threads: expected at least 1, got {self.threads} intra-op and "
+                    f"{self.interop_threads} inter-op"
+                )
+            torch.set_num_threads(self.threads)
+            if torch.get_num_interop_threads() != self.interop_threads:
+                try:
+                    torch.set_num_interop_threads(self.interop_threads)
+                except RuntimeError as exc:  # only before any inter-op work in the process
+                    self.interop_note = str(exc)
+            self.module = torch.jit.load(str(self.path), map_location="cpu").eval()
+        return self.module
+
+    def infer(self, spec: TensorSpec, soa: Columns, strict: bool = False) -> TorchCall:
+        """Run one batch: inputs viewed (or gathered once) from `soa`, outputs into their
+        columns; the returned call counts the copies and reports them."""
+        call = torch_call(spec, self.info, soa, strict)
+        module = self.load()
+        with torch.inference_mode():
+            results = module(*[call.inputs[name] for name in self.info.inputs])
+        if not isinstance(results, tuple | list):
+            results = (results,)
+        if len(results) != len(self.info.outputs):
+            raise ValueError(
+                f"{self.info.name}: the model gave {len(results)} outputs, its metadata "
+                f"names {len(self.info.outputs)}: {list(self.info.outputs)}"
+            )
+        call.deliver(dict(zip(self.info.outputs, results, strict=True)))
+        return call

@@ -1,0 +1,375 @@
+"""The placement actuator: each operator step, what the servers hold and how their models
+are used becomes the placement policy's input (placement.py), and its decisions are carried
+out with Triton's model-control API (model_control.py) under the site's administrative key.
+
+What the servers hold is read from each server's repository index every step (`observe`),
+and the operator publishes that, not what discovery said at start: Envoy's per-model routes
+and the gateway follow a load or an unload on the next step, and a model that no server
+holds gets Triton's own "unknown model" answer from the default route, as before.
+
+The decisions are carried out in a worker thread, one list at a time, in their order (a
+MAKE_ROOM unload before the load it makes room for), so a load that takes seconds never
+stalls the step that keeps Envoy's weights and admission fresh; while a list is being
+carried out no new one is decided (the replicas it loads or unloads are in motion).
+
+Reference counting, and the window that remains: `decide` never unloads a replica with a
+request in flight (Triton's pending count) or used within the idle time (requests completed
+in the last scrape interval mark it used). Right before an unload the worker reads the
+server's metrics again and keeps the model if its counters moved or a request is pending
+since the scrape the decision was taken on. What remains is a request that arrives between
+that read and Triton's unload (a few milliseconds): Triton finishes the requests it holds
+before it lets a model go, but answers one that arrives after with "unavailable", and the
+client's retry goes to another replica or fails. A model idle for the whole idle time makes
+that unlikely; the draining step (routes taken away before the unload) closes it.
+
+A failed load or unload is logged with the model, the server and Triton's reason, counted,
+and tried again on a later step after a back-off that doubles up to `retry_max_s`; the loop
+goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sonicsite.contract.wire import ADMIN_KEY_FILE, STATE_FILE, ServerRecord
+
+from . import model_control
+from .catalogue import Budget, Catalogue, Pool, catalogue_of, read_repository
+from .loadview import LoadView, parse_metrics, per_request
+from .metrics import OperatorMetrics
+from .model_control import ControlTarget, ModelControlError
+from .placement import (
+    Decision,
+    Demand,
+    Kind,
+    PlacementPolicy,
+    Replica,
+    ReplicaState,
+    ServerState,
+    decide,
+    pressure_since,
+)
+
+LOG = logging.getLogger("sonicsite.operator.placement")
+KEPT_DECISIONS = 50  # the last decisions /v1/placement shows
+INDEX_TIMEOUT_S = 2.0  # a server whose index does not come in this time keeps its last list
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """The operator's placement options (`--placement` and the options after it)."""
+
+    idle_unload_s: float = PlacementPolicy.idle_unload_s
+    budget_models: int | None = None  # models per server; None: no limit by count
+    queue_ms: float = 100.0  # queue time per request over which a model wants a replica
+    pressure_s: float = PlacementPolicy.pressure_s
+    evict_idle_s: float = PlacementPolicy.evict_idle_s
+    min_resident_s: float = PlacementPolicy.min_resident_s
+
+    def policy(self) -> PlacementPolicy:
+        return PlacementPolicy(
+            idle_unload_s=self.idle_unload_s,
+            evict_idle_s=self.evict_idle_s,
+            min_resident_s=self.min_resident_s,
+            pressure_s=self.pressure_s,
+        )
+
+    def args(self) -> list[str]:
+        """The operator's command-line options for these settings."""
+        args = [
+            "--placement",
+            f"--idle-unload-s={self.idle_unload_s}",
+            f"--placement-queue-ms={self.queue_ms}",
+            f"--placement-pressure-s={self.pressure_s}",
+            f"--evict-idle-s={self.evict_idle_s}",
+            f"--min-resident-s={self.min_resident_s}",
+        ]
+        if self.budget_models is not None:
+            args.append(f"--budget-models={self.budget_models}")
+        return args
+
+
+@dataclass
+class Backoff:
+    failures: int
+    next_at: float
+    reason: str
+
+
+def local_pids(site_dir: Path) -> dict[str, int]:
+    """Server id -> PID from a local site's state file (for footprints by resident memory)."""
+    try:
+        data = json.loads((Path(site_dir) / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {s["id"]: s["pid"] for s in data.get("servers", []) if s.get("pid")}
+
+
+def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:
+    """The local site's catalogue: its repository, one pool, the budget per server."""
+    models = read_repository(Path(site_dir) / "repository")
+    budget = Budget(models=settings.budget_models)
+    return catalogue_of(models, (Pool("default", budget=budget),))
+
+
+def read_admin_key(site_dir: Path) -> str:
+    return (Path(site_dir) / ADMIN_KEY_FILE).read_text().strip()
+
+
+@dataclass
+class PlacementLoop:
+    catalogue: Catalogue
+    settings: PlacementSettings
+    key: str  # the site's administrative key
+    metrics: OperatorMetrics
+    pids: Callable[[], dict[str, int]] = dict  # server id -> PID, where the operator sees it
+    retry_s: float = 2.0  # first back-off after a failed load or unload
+    retry_max_s: float = 60.0
+    loaded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # server -> READY models
+    since: dict[tuple[str, str], float] = field(default_factory=dict)  # seen ready since
+    last_used: dict[tuple[str, str], float] = field(default_factory=dict)
+    over_since: dict[str, float | None] = field(default_factory=dict)
+    backoff: dict[tuple[str, str, str], Backoff] = field(default_factory=dict)
+    decisions: deque = field(default_factory=lambda: deque(maxlen=KEPT_DECISIONS))
+    _policy: PlacementPolicy | None = None
+    _worker: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._policy = self.settings.policy()
+
+    # -- what the servers hold -------------------------------------------------------------
+
+    def _target(self, server: ServerRecord) -> ControlTarget:
+        return ControlTarget(server.id, server.http, self.key, self.pids().get(server.id))
+
+    def observe(self, servers: list[ServerRecord], now: float) -> list[ServerRecord]:
+        """The servers with the models each holds READY now (its repository index); one
+        whose index cannot be read keeps its last list (or discovery's)."""
+        result = []
+        for server in servers:
+            try:
+                target = ControlTarget(server.id, server.http, self.key)
+                ready = model_control.ready_models(target, INDEX_TIMEOUT_S)
+                held = tuple(sorted(ready))
+            except ModelControlError as exc:
+                LOG.warning("placement: index of %s unreadable: %s", server.id, exc.reason)
+                held = self.loaded.get(server.id, server.models)
+            with self._lock:
+                self.loaded[server.id] = held
+                for model in held:
+                    self.since.setdefault((server.id, model), now)
+            result.append(replace(server, models=held))
+        known = {(s.id, m) for s in result for m in s.models}
+        with self._lock:
+            for gone in [k for k in self.since if k not in known]:
+                del self.since[gone]
+            for gone in set(self.loaded) - {s.id for s in servers}:
+                del self.loaded[gone]
+        self.metrics.export_placement({s.id: len(s.models) for s in result})
+        return result
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def _usage(self, servers: list[ServerRecord], loadview: LoadView) -> dict[tuple, int]:
+        """Mark used the replicas that completed, failed or queued requests in the last
+        interval; their requests pending now (the in-flight count decide reads)."""
+        pending = {}
+        for server in servers:
+            health = loadview.health.get(server.id)
+            for load in loadview.loads.get(server.id, []):
+                key = (server.id, load.model)
+                pending[key] = int(load.pending)
+                used = load.requests > 0 or load.pending > 0 or load.failure_rps > 0
+                if used and health is not None:
+                    self.last_used[key] = health.scraped_at
+        return pending
+
+    def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
+        demand = {}
+        for model in self.catalogue.models:
+            loads = loadview.model_loads(model)
+            queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
+            queue_ms = None if queue_us is None else queue_us / 1e3
+            over = pressure_since(self.over_since.get(model), queue_ms, self.settings.queue_ms, now)
+            self.over_since[model] = over
+            demand[model] = Demand(0, queue_ms, self.settings.queue_ms, over)
+        return demand
+
+    def act(self, servers: list[ServerRecord], loadview: LoadView, now: float) -> None:
+        """Decide from this step's view and start carrying the decisions out, unless the
+        last list is still being carried out."""
+        with self._lock:
+            pending = self._usage(servers, loadview)
+            demand = self._demand(loadview, now)
+            if self._worker is not None and self._worker.is_alive():
+                return
+            states = [
+                ServerState(
+                    s.id,
+                    accepting=not s.draining and loadview.in_view(s.id),
+                    replicas=tuple(
+                        Replica(
+                            m,
+                            ReplicaState.READY,
+                            self.since.get((s.id, m), now),
+                            pending.get((s.id, m), 0),
+                            self.last_used.get((s.id, m), 0.0),
+                        )
+                        for m in s.models
+                    ),
+                )
+                for s in servers
+            ]
+            decisions = decide(self.catalogue, states, demand, now, self._policy)
+            due = [d for d in decisions if self._due(d, now)]
+        if not due:
+            return
+        by_id = {s.id: s for s in servers}
+        self._worker = threading.Thread(
+            target=self._carry_out, args=(due, by_id, loadview), daemon=True
+        )
+        self._worker.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the decisions being carried out; True once none is (tests, shutdown)."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+        return worker is None or not worker.is_alive()
+
+    def _due(self, d: Decision, now: float) -> bool:
+        held = self.backoff.get((d.kind.value, d.model, d.server))
+        return held is None or now >= held.next_at
+
+    # -- carrying out -----------------------------------------------------------------------
+
+    def _carry_out(
+        self, decisions: Sequence[Decision], servers: dict[str, ServerRecord], view: LoadView
+    ) -> None:
+        for d in decisions:
+            server = servers[d.server]
+            target = self._target(server)
+            try:
+                if d.kind is Kind.LOAD:
+                    outcome = self._load(target, d, view)
+                else:
+                    outcome = self._unload(target, server, d, view)
+            except ModelControlError as exc:
+                outcome = f"failed: {exc.reason}"
+                self._failed(d, exc.reason)
+            else:
+                with self._lock:
+                    self.backoff.pop((d.kind.value, d.model, d.server), None)
+            with self._lock:
+                self.decisions.append(
+                    {
+                        "at": time.time(),
+                        "kind": d.kind.value,
+                        "rule": d.rule.value,
+                        "model": d.model,
+                        "server": d.server,
+                        "reason": d.reason,
+                        "outcome": outcome,
+                    }
+                )
+
+    def _load(self, target: ControlTarget, d: Decision, view: LoadView) -> str:
+        result = model_control.load(target, d.model)
+        if result.fresh:
+            view.reloaded(d.server, d.model)
+        if result.footprint is not None:
+            with self._lock:
+                self.catalogue = self.catalogue.with_footprint(d.model, result.footprint)
+        self.metrics.placement_loads.labels(d.model, d.server, d.rule.value).inc()
+        LOG.warning("placement: %s (loaded in %.1f s)", d, result.seconds)
+        return f"loaded in {result.seconds:.1f} s"
+
+    def _unload(
+        self, target: ControlTarget, server: ServerRecord, d: Decision, view: LoadView
+    ) -> str:
+        """Unload unless the model was used since the scrape the decision was taken on."""
+        used = self._used_since_scrape(server, d.model, view)
+        if used:
+            LOG.warning("placement: kept %s on %s: %s", d.model, d.server, used)
+            return f"kept: {used}"
+        seconds = model_control.unload(target, d.model)
+        with self._lock:
+            self.last_used.pop((d.server, d.model), None)
+        self.metrics.placement_unloads.labels(d.model, d.server, d.rule.value).inc()
+        LOG.warning("placement: %s (unloaded in %.1f s)", d, seconds)
+        return f"unloaded in {seconds:.1f} s"
+
+    def _used_since_scrape(self, server: ServerRecord, model: str, view: LoadView) -> str:
+        """Why the model counts as in use now (empty: it does not): its requests pending, or
+        its counters moved since the load view's last scrape of the server."""
+        try:
+            with urllib.request.urlopen(server.metrics_url, timeout=view.timeout_s * 4) as reply:
+                now = parse_metrics(reply.read().decode()).get(model, {})
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            return f"metrics unreadable right before the unload: {exc}"
+        if now.get("pending", 0.0) > 0:
+            return f"{now['pending']:.0f} request(s) pending"
+        then = view.last_counters(server.id).get(model, {})
+        for counter in ("success", "failure"):
+            if now.get(counter, 0.0) != then.get(counter, 0.0):
+                return f"requests completed since the decision ({counter} counter moved)"
+        return ""
+
+    def _failed(self, d: Decision, reason: str) -> None:
+        key = (d.kind.value, d.model, d.server)
+        with self._lock:
+            previous = self.backoff.get(key)
+            failures = (previous.failures if previous else 0) + 1
+            wait = min(self.retry_s * 2 ** (failures - 1), self.retry_max_s)
+            self.backoff[key] = Backoff(failures, time.time() + wait, reason)
+        self.metrics.placement_failures.labels(d.kind.value, d.model, d.server).inc()
+        LOG.error(
+            "placement: %s of model %s on server %s failed (%d in a row; next try in %.0f s): %s",
+            d.kind.value,
+            d.model,
+            d.server,
+            failures,
+            wait,
+            reason,
+        )
+
+    # -- the API's view ---------------------------------------------------------------------
+
+    def view(self, now: float | None = None) -> dict:
+        """`/v1/placement`: the catalogue, what each server holds, each model's replicas,
+        footprint and idle time, the last decisions and the back-offs."""
+        now = time.time() if now is None else now
+        with self._lock:
+            models = {}
+            for model in sorted(self.catalogue.models):
+                holders = sorted(s for s, held in self.loaded.items() if model in held)
+                idle = [
+                    now - max(self.last_used.get((s, model), 0.0), self.since.get((s, model), now))
+                    for s in holders
+                ]
+                info = self.catalogue.models[model]
+                models[model] = {
+                    "servers": holders,
+                    "footprint_bytes": None if info.footprint is None else info.footprint.bytes,
+                    "idle_s": round(min(idle), 1) if idle else None,
+                }
+            return {
+                "settings": vars(self.settings).copy(),
+                "catalogue": self.catalogue.to_dict(),
+                "loaded": {s: list(m) for s, m in sorted(self.loaded.items())},
+                "models": models,
+                "decisions": list(self.decisions),
+                "backoff": {
+                    f"{k[0]} {k[1]} on {k[2]}": vars(b).copy() for k, b in self.backoff.items()
+                },
+            }

@@ -1,0 +1,324 @@
+"""The operator acting on placement, on a local site of real Triton servers: an idle model is
+unloaded after its idle time and Envoy and the gateway stop routing it there; a model under
+steady requests is never unloaded while they run, and one whose queue time stays over its
+threshold gets a second replica; every decision is in `/v1/placement`, the metrics and
+`sonicsite models status` with its reason. The tests run in order on one site."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from polling import wait_until
+from prometheus_client.parser import text_string_to_metric_families
+from sonicsite.operator import main as operator_main
+from sonicsite.operator import model_control
+from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.metrics import OperatorMetrics
+from sonicsite.operator.model_control import ControlTarget
+from sonicsite.operator.placement_loop import PlacementLoop, PlacementSettings, local_catalogue
+from sonicsite.operator.xds_resources import model_cluster
+from stock import stock_infer
+from tritonclient.utils import InferenceServerException
+
+from sonicsite import cli
+from sonicsite.contract.wire import read_state_file
+from sonicsite.local import envoy, launcher
+from sonicsite.local.admin_key import read_key
+from sonicsite.local.state import SiteState
+
+MODELS = ["simple", "identity"]
+IDLE_S = 4.0
+# any queue time at all is over the threshold: pressure, forced
+SETTINGS = PlacementSettings(idle_unload_s=IDLE_S, budget_models=2, queue_ms=1e-6, pressure_s=1.0)
+OUT = ["OUTPUT0"]
+DEADLINE_S = 120.0  # generous: the machine is busy
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory, built_models) -> SiteState:
+    """Two servers, identity on triton-0 only, placement on."""
+    site_dir = tmp_path_factory.mktemp("placement") / "site"
+    state = launcher.up(
+        site_dir,
+        servers=2,
+        models=MODELS,
+        build_dir=built_models,
+        holding={"identity": ["triton-0"]},
+        supervise=False,
+        placing=SETTINGS,
+    )
+    yield state
+    launcher.down(site_dir)
+
+
+def _target(state: SiteState, server_id: str) -> ControlTarget:
+    server = state.server(server_id)
+    return ControlTarget(server.id, server.http, read_key(Path(state.site_dir)), server.pid)
+
+
+def _ready(state: SiteState, server_id: str) -> set[str]:
+    return model_control.ready_models(_target(state, server_id))
+
+
+def _get(address: str, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+        return reply.read()
+
+
+def _placement(state: SiteState) -> dict:
+    return json.loads(_get(state.operator, "/v1/placement"))
+
+
+def _counter(state: SiteState, name: str, **labels: str) -> float:
+    text = _get(state.operator, "/metrics").decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def _published(state: SiteState, address: str, path: str) -> dict[str, set[str]]:
+    """Server id -> the models a site record (the operator's or the gateway's) gives it."""
+    record = json.loads(_get(address, path))
+    return {s["id"]: set(s.get("models", [])) for s in record["servers"]}
+
+
+def _done(decisions: list[dict], kind: str, rule: str, model: str, server: str) -> list[dict]:
+    return [
+        d
+        for d in decisions
+        if (d["kind"], d["rule"], d["model"], d["server"]) == (kind, rule, model, server)
+        and not d["outcome"].startswith(("failed", "kept"))
+    ]
+
+
+def test_idle_models_are_unloaded_and_routes_stop(placed):
+    """Nothing asks for either model: after the idle time each is unloaded everywhere, and
+    the operator, Envoy and the gateway stop naming a server for it."""
+    wait_until(
+        lambda: not _ready(placed, "triton-0") and not _ready(placed, "triton-1"),
+        "the idle models unloaded",
+        DEADLINE_S,
+        0.5,
+    )
+    placed_at = [("simple", "triton-0"), ("simple", "triton-1"), ("identity", "triton-0")]
+    decisions = wait_until(
+        lambda: (
+            (d := _placement(placed)["decisions"])
+            and all(_done(d, "unload", "idle", m, s) for m, s in placed_at)
+            and d
+        ),
+        "the three idle unloads recorded",
+        DEADLINE_S,
+        0.5,
+    )
+    for model, server in placed_at:
+        done = _done(decisions, "unload", "idle", model, server)
+        assert "unused for" in done[0]["reason"] and "no request in flight" in done[0]["reason"]
+        labels = {"model": model, "server": server, "rule": "idle"}
+        assert _counter(placed, "sonicsite_placement_unloads_total", **labels) >= 1
+    wait_until(
+        lambda: all(not m for m in _published(placed, placed.operator, "/v1/state").values()),
+        "the operator to publish no model for either server",
+        DEADLINE_S,
+        0.5,
+    )
+    wait_until(
+        lambda: all(not m for m in _published(placed, placed.http, "/v1/site").values()),
+        "the gateway to name no model for either server",
+        DEADLINE_S,
+        0.5,
+    )
+    wait_until(
+        lambda: not envoy.hosts(placed.envoy_admin, model_cluster("simple")),
+        "Envoy to route simple nowhere",
+        DEADLINE_S,
+        0.5,
+    )
+    arrays = {"INPUT0": np.zeros((1, 16), np.int32), "INPUT1": np.zeros((1, 16), np.int32)}
+    with pytest.raises(InferenceServerException) as refused:  # Triton's unknown/unready answer
+        stock_infer(placed.grpc, "simple", arrays, ["OUTPUT0"])
+    assert "simple" in str(refused.value), refused.value
+
+
+def _routed(state: SiteState) -> bool:
+    """Envoy sends identity on identity's own route (its cluster counts the requests), not
+    on the default route to every server."""
+    if not envoy.hosts(state.envoy_admin, model_cluster("identity")):
+        return False
+    name = f"cluster.{model_cluster('identity')}.upstream_rq_total"
+    before = envoy.counter(state.envoy_admin, name)
+    arrays = {"INPUT0": np.ones((1, 8), np.float32)}
+    try:
+        for _ in range(3):
+            stock_infer(state.grpc, "identity", arrays, OUT)
+    except InferenceServerException:
+        return False
+    return envoy.counter(state.envoy_admin, name) >= before + 3
+
+
+class Driver:
+    """Steady identity requests in threads: through Envoy once the test has seen Envoy route
+    identity on its own route (`routed_at`; before, straight to triton-0, so that the model
+    is used from its load on); every failure through Envoy is kept."""
+
+    def __init__(self, state: SiteState, threads: int = 2) -> None:
+        self.state, self.stop = state, threading.Event()
+        self.failures: list[str] = []
+        self.routed_at: float | None = None
+        self.answered = 0
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def _run(self) -> None:
+        arrays = {"INPUT0": np.arange(8, dtype=np.float32).reshape(1, 8)}
+        direct = self.state.server("triton-0").grpc
+        while not self.stop.is_set():
+            routed = self.routed_at is not None
+            try:
+                stock_infer(self.state.grpc if routed else direct, "identity", arrays, OUT)
+                self.answered += 1
+            except Exception as exc:
+                if routed:
+                    self.failures.append(str(exc))
+                continue
+
+    def __enter__(self) -> Driver:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def test_a_model_under_steady_requests_stays_and_gets_a_second_replica(placed):
+    """identity is loaded again on triton-0 (the holding path, a later step, will do that
+    for held requests) and asked for without pause for several idle times: no request fails,
+    it stays loaded on triton-0 throughout, and its queue time, over the (forced) threshold,
+    gets it a replica on triton-1 that Envoy then routes to."""
+    model_control.load(_target(placed, "triton-0"), "identity")
+    started = time.time()
+    with Driver(placed) as driver:
+        while True:
+            assert "identity" in _ready(placed, "triton-0"), driver.failures
+            if driver.routed_at is None and _routed(placed):
+                driver.routed_at = time.time()
+            routed = driver.routed_at is not None
+            both = "identity" in _ready(placed, "triton-1")
+            if routed and both and time.time() - driver.routed_at > 3 * IDLE_S:
+                break
+            assert time.time() - started < DEADLINE_S, (routed, both, _placement(placed))
+            time.sleep(0.5)
+        wait_until(
+            lambda: len(envoy.hosts(placed.envoy_admin, model_cluster("identity"))) == 2,
+            "Envoy to route identity to both replicas",
+            DEADLINE_S,
+            0.5,
+        )
+    assert driver.failures == [] and driver.answered > 0
+    decisions = _placement(placed)["decisions"]
+    unloads = [
+        d
+        for d in decisions
+        if d["model"] == "identity" and d["kind"] == "unload" and d["at"] > started
+    ]
+    assert not [d for d in unloads if d["outcome"].startswith("unloaded")], unloads
+    grown = _done(decisions, "load", "queue_pressure", "identity", "triton-1")
+    assert grown and "over its threshold" in grown[0]["reason"], decisions
+    labels = {"model": "identity", "server": "triton-1", "rule": "queue_pressure"}
+    assert _counter(placed, "sonicsite_placement_loads_total", **labels) == 1
+    assert _counter(placed, "sonicsite_placement_models_loaded", server="triton-1") == 1
+
+
+def test_models_status_prints_where_models_are_footprints_and_decisions(placed):
+    """Once the requests stop, identity is unloaded from both servers too; the CLI prints the
+    operator's view: where each model is, its footprint (identity's measured at its load on
+    triton-1) and the decisions with their reasons."""
+    wait_until(
+        lambda: not _ready(placed, "triton-0") and not _ready(placed, "triton-1"),
+        "identity unloaded after its requests stopped",
+        DEADLINE_S,
+        0.5,
+    )
+    wait_until(
+        lambda: (
+            not (view := _placement(placed))["models"]["identity"]["servers"]
+            and _done(view["decisions"], "unload", "idle", "identity", "triton-1")
+        ),
+        "the operator to list identity nowhere, its unload recorded",
+        DEADLINE_S,
+        0.5,
+    )
+    view = _placement(placed)
+    assert view["models"]["identity"]["footprint_bytes"] > 0
+    assert view["catalogue"]["models"].keys() == set(MODELS)
+    out = subprocess.run(
+        [sys.executable, "-P", "-m", "sonicsite.cli", "models", "status", "--dir", placed.site_dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = {line.split()[0]: line for line in out.splitlines()[1:3]}
+    assert set(rows) == set(MODELS) and "MiB" in rows["identity"], out
+    assert "unload identity on triton-1 (idle): unused for" in out, out
+    assert "load identity on triton-1 (queue_pressure): queue time" in out, out
+
+
+def test_a_failed_unload_is_logged_with_tritons_reason_and_retried_after_a_back_off(placed, caplog):
+    """A placement loop with a wrong key, on the same servers: its index reads fail (it keeps
+    discovery's lists), its unloads are refused by Triton; each failure is logged with the
+    model, the server and Triton's reason, counted, and not tried again before its back-off."""
+    servers = list(read_state_file(Path(placed.site_dir)).servers)
+    view = LoadView()
+    view.scrape_all({s.id: s.metrics_url for s in servers})
+    settings = PlacementSettings(idle_unload_s=0.0)
+    catalogue = local_catalogue(Path(placed.site_dir), settings)
+    loop = PlacementLoop(catalogue, settings, "not-the-key", OperatorMetrics(), retry_s=600)
+    now = time.time()
+    with caplog.at_level(logging.WARNING, logger="sonicsite.operator.placement"):
+        seen = loop.observe(servers, now)
+        assert [s.models for s in seen] == [s.models for s in servers]  # discovery's kept
+        loop.act(seen, view, now)
+        assert loop.wait(DEADLINE_S)
+    failed = [d for d in loop.decisions if d["outcome"].startswith("failed")]
+    assert {(d["model"], d["server"]) for d in failed} == {
+        (m, s.id) for s in servers for m in s.models
+    }
+    assert all("Triton answered 403" in d["outcome"] for d in failed), failed
+    assert "unload of model simple on server triton-0 failed" in caplog.text
+    assert "Triton answered 403" in caplog.text
+    labels = {"action": "unload", "model": "simple", "server": "triton-0"}
+    failures = loop.metrics.registry.get_sample_value("sonicsite_placement_failures_total", labels)
+    assert failures == 1 and loop.backoff[("unload", "simple", "triton-0")].failures == 1
+    loop.act(seen, view, time.time())  # within the back-off: nothing is tried again
+    assert loop.wait(DEADLINE_S) and len(loop.decisions) == len(failed)
+
+
+def test_up_placement_options_reach_the_operator_and_are_off_by_default():
+    """`sonicsite up --placement ...` gives the launcher settings whose operator options
+    parse back to the same settings; without --placement the operator places nothing."""
+    up = ["up", "--placement", "--idle-unload-s", "3", "--budget-models", "2"]
+    settings = cli._placement(cli.build_parser().parse_args(up))
+    assert settings == PlacementSettings(idle_unload_s=3.0, budget_models=2)
+    assert cli._placement(cli.build_parser().parse_args(["up"])) is None
+    required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
+    args = operator_main.parser().parse_args(required + settings.args())
+    assert (args.placement, args.idle_unload_s, args.budget_models) == (True, 3.0, 2)
+    assert (args.placement_queue_ms, args.placement_pressure_s) == (
+        settings.queue_ms,
+        settings.pressure_s,
+    )
+    assert operator_main.parser().parse_args(required).placement is False
