@@ -146,9 +146,16 @@ def test_idle_models_are_unloaded_and_routes_stop(placed):
         0.5,
     )
     arrays = {"INPUT0": np.zeros((1, 16), np.int32), "INPUT1": np.zeros((1, 16), np.int32)}
-    with pytest.raises(InferenceServerException) as refused:  # Triton's unknown/unready answer
-        stock_infer(placed.grpc, "simple", arrays, ["OUTPUT0"])
-    assert "simple" in str(refused.value), refused.value
+
+    def refusal() -> InferenceServerException | None:
+        """Triton's unknown/unready answer, naming the model, once Envoy's routes settle:
+        while the model's cluster is empty but its route not yet gone, Envoy itself answers
+        UNAVAILABLE without a text (the holding path will hold those requests instead)."""
+        with pytest.raises(InferenceServerException) as refused:
+            stock_infer(placed.grpc, "simple", arrays, ["OUTPUT0"])
+        return refused.value if "simple" in str(refused.value) else None
+
+    wait_until(refusal, "Triton's refusal naming simple through Envoy", DEADLINE_S, 0.5)
 
 
 def _routed(state: SiteState) -> bool:
