@@ -11,6 +11,7 @@ COPY operator operator
 COPY gateway gateway
 COPY models models
 COPY bench bench
+COPY sim sim
 # torch from the CPU wheel index only: the demo models are built on the CPU
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" \
  && pip install ".[client,operator,gateway,models]" \

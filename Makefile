@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 MODELS := build/models
-SOURCES := $(shell find sonicsite client operator gateway models bench -name '*.py' -o -name '*.pbtxt' -o -name '*.json' 2>/dev/null)
+SOURCES := $(shell find sonicsite client operator gateway models bench sim -name '*.py' -o -name '*.pbtxt' -o -name '*.json' -o -name '*.yaml' 2>/dev/null)
 # Strict editable install: a link tree under build/ that resolves operator/ (a namespace
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict

@@ -94,9 +94,12 @@ QUIET_WAIT_S, QUIET_BUDGET_S = 30.0, 300.0  # or after waiting this long (per un
 
 @dataclass(frozen=True)
 class Options:
-    """What a run measures; the defaults take about 15 minutes on 2 cores."""
+    """What a run measures; the defaults take about 25 minutes on 2 cores. Five repeats:
+    at 1.25× and 1.5× the policies differ by less than one repeat's p99 varies, and the
+    summary's p99 of every repeat's latencies together needs that many to say which is
+    better."""
 
-    repeats: int = 3
+    repeats: int = 5
     work_ms: float = 10.0  # CPU work per request on every server
     slowdowns: tuple[float, ...] = SLOWDOWNS
     concurrency: int = 8  # closed loop

@@ -40,7 +40,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--concurrency", type=at_least(1), help="perf_analyzer's concurrency")
     b = _bench_parser(
-        bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 3
+        bsub, "balancing", "round robin vs least request vs load-aware, one server slowed", 5
     )
     # defaults: bench/balancing.py's Options
     b.add_argument(
@@ -70,6 +70,18 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         default=0.0,
         help="offered events per second (default: half the capacity measured first)",
     )
+
+    b = _bench_parser(
+        bsub, "inprocess", "SoA to torch tensors in process: copies, conversion, inference", 7
+    )
+    # defaults: bench/inprocess.py's Options
+    b.add_argument(
+        "--batches",
+        type=lambda t: tuple(int(x) for x in t.split(",") if x),
+        help="direct-inference sweep, comma-separated (4,16,64,256,1024,2048)",
+    )
+    b.add_argument("--device", help="cpu (default) or cuda[:N]")
+    b.add_argument("--threads", type=at_least(1), help="torch threads (default 1)")
 
     b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
     b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
@@ -139,6 +151,18 @@ def _bench(args: argparse.Namespace) -> dict:
         from . import faults
 
         return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
+    if args.bench_command == "inprocess":
+        from . import inprocess
+
+        options = _options(
+            inprocess.Options,
+            repeats=args.repeats,
+            build_dir=args.build_dir,
+            batches=args.batches,
+            device=args.device,
+            threads=args.threads,
+        )
+        return inprocess.run(args.json, options)
     from . import balancing
 
     options = _options(

@@ -23,14 +23,16 @@ from .dataplane import (
     CASES,
     CONCURRENCY,
     PERF_ANALYZER,
-    Case,
     added_median_p50,
     comparison,
-    failed_attempts,
     path_figures,
+    ratio_of_medians,
+)
+from .perf_analyzer import (
+    Case,
+    failed_attempts,
     perf_analyzer,
     perf_analyzer_env,
-    ratio_of_medians,
     unstable_runs,
 )
 

@@ -43,7 +43,7 @@ from sonicsite.local.state import SiteState
 
 from . import bare_envoy
 from .common import conditions, figure, load_now, sheds, write_result
-from .dataplane import (
+from .perf_analyzer import (
     MAX_TRIALS,
     STABILITY_PERCENT,
     UNSTABLE,

@@ -35,6 +35,10 @@ a model whose config says its runner keeps answers); only when none has it is it
 again. A rerun of a killed job does the same for the chunks its journal says were sent
 (`run(..., resent=...)`). The servers that do not run a request whose caller went away
 (Triton's cancellation) make the rest.
+
+Backends: "site" (all of the above); "local", the model in process (backend_local.py);
+"auto": backend_auto.py says before each attempt whether a chunk goes to the site or runs in
+process, where a chunk that failed every try at the site runs too. Same spec and records.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ import numpy as np
 
 from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 
+from .backend_auto import AutoSwitch
+from .backend_local import BACKENDS, COMPILES, LocalRunner
 from .balancer import Balancer, Endpoint
 from .errors import OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
@@ -90,8 +96,14 @@ class StreamOptions:
     # own times in StreamStats) are waited for; a server that does not answer in time (hung)
     # is left out of them.
     statistics_timeout_s: float = CONTROL_TIMEOUT_S
+    backend: str = "site"  # "site", "local" (in process) or "auto" (see above)
+    compile: str = "jit"  # the in-process model: TorchScript ("jit"); "aot" not built yet
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")
+        if self.compile not in COMPILES:
+            raise ValueError(f"compile: expected one of {COMPILES}, got {self.compile!r}")
         for name in ("batch", "window", "max_tries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
@@ -107,6 +119,8 @@ class StreamResult:
     retries: int = 0
     overloaded: int = 0  # RESOURCE_EXHAUSTED / 429 replies honoured
     stats: StreamStats = field(default_factory=StreamStats)
+    local: list[tuple[int, int]] = field(default_factory=list)  # chunks run in process
+    switches: list[dict] = field(default_factory=list)  # backend "auto": at, from, to, reason
 
     @property
     def events_ok(self) -> int:
@@ -129,11 +143,14 @@ class Stream:
         options: StreamOptions = StreamOptions(),
         statistics: dict | None = None,
         latencies: PathLatencies | None = None,
+        local: LocalRunner | None = None,
+        auto: AutoSwitch | None = None,
     ):
         """`balancer`: the servers (direct mode) or the site's paths in order (site mode).
         `statistics`: server id -> a transport to read that server's Triton statistics from
         (by default the endpoints themselves; behind a balancer, each server directly).
-        `latencies`: what deadlines are learnt from (shared by the streams of a client)."""
+        `latencies`: what deadlines are learnt from (shared by the streams of a client).
+        `local` and `auto`: backend "auto"'s model in process and its switch."""
         self.balancer = balancer
         self.model = model
         self.spec = spec
@@ -145,6 +162,7 @@ class Stream:
         if statistics is None:
             statistics = {e.id: e.transport for e in balancer.endpoints}
         self.statistics = statistics
+        self.local, self.auto = local, auto  # backend "auto": both, or neither
 
     def model_info(self, endpoint: Endpoint, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         """The model's metadata and config as `endpoint` serves them (fetched once)."""
@@ -182,7 +200,16 @@ class Stream:
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
         while tries < self.options.max_tries:
             tries += 1
-            endpoint = self.balancer.acquire(avoid)
+            probe = False
+            if self.auto is None:
+                endpoint = self.balancer.acquire(avoid)
+            else:
+                endpoint, probe = self.auto.endpoint(self.balancer, avoid)
+                if endpoint is None:
+                    self.local.deliver(
+                        self.spec, self.options.strict, lo, hi, source, on_result, result
+                    )
+                    return
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             start, t0 = time.time(), time.perf_counter()
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
@@ -196,6 +223,8 @@ class Stream:
                 kept = self._look_up(plan, request_id, deadline) if asks else None
                 if kept is not None:
                     self.balancer.done(endpoint, None)
+                    if self.auto is not None:
+                        self.auto.answered(probe)
                     record.latency_s, record.ok, record.path = time.perf_counter() - t0, True, KEPT
                     self._deliver(lo, hi, plan, kept, record, on_result, result)
                     return
@@ -214,6 +243,8 @@ class Stream:
                 with self._lock:
                     result.stats.records.append(record)
                 self.balancer.done(endpoint, None)
+                if self.auto is not None:
+                    self.auto.failed(exc.kind, probe, error)
                 if not exc.retryable:
                     break
                 with self._lock:
@@ -238,12 +269,23 @@ class Stream:
                 continue
             except Exception:
                 self.balancer.done(endpoint, None)
+                if self.auto is not None:
+                    self.auto.failed("", probe)
                 raise
             self.latencies.observe(endpoint.path, answered - sent)
             self.balancer.done(endpoint, answered - t0)
+            if self.auto is not None:
+                self.auto.answered(probe)
             record.latency_s, record.ok = answered - t0, True
             self._deliver(lo, hi, plan, reply, record, on_result, result)
             return
+        else:  # every try failed at the site (none refused as invalid): auto runs it here
+            if self.auto is not None:
+                self.auto.exhausted(tries, error)
+                self.local.deliver(
+                    self.spec, self.options.strict, lo, hi, source, on_result, result
+                )
+                return
         with self._lock:
             result.failed[(lo, hi)] = error
 
@@ -305,6 +347,7 @@ class Stream:
         journal records it); `resent`: chunks that went out before (a killed job's, by its
         journal), whose kept answers are looked up first (see "At most once")."""
         result = StreamResult()
+        switched = len(self.auto.switches) if self.auto is not None else 0
         before = self._server_statistics()
         chunks = [
             (lo, min(lo + self.options.batch, len(source)))
@@ -334,6 +377,9 @@ class Stream:
             for future in futures:
                 future.result()
         after = self._server_statistics()
+        if self.auto is not None:
+            result.switches = self.auto.switches[switched:]
+        result.local.sort()
         result.stats.server_times = {
             sid: server_time_deltas(before[sid], after[sid]) for sid in after if sid in before
         }

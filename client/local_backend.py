@@ -2,9 +2,12 @@
 
 The first call loads the model (not the construction: a job that never infers pays
 nothing) and sets torch's threads, intra-op from `threads` and inter-op from
-`interop_threads` (default 1 each: no parallelism the framework does not manage). Every
-call runs in `torch.inference_mode()` on the tensors of torch_views.py (the remote path's
-copy plan, views where the layout allows) and puts the results into their SoA columns.
+`interop_threads` (default 1 each: no parallelism the framework does not manage), and
+places the model on its `device` ("cpu", or "cuda[:N]" where one is present and asked).
+Every call runs in `torch.inference_mode()` on the tensors of torch_views.py (the remote
+path's copy plan, views where the layout allows) and puts the results into their SoA
+columns; on a GPU the inputs go to the device and the results come back, one transfer
+each, counted apart from the payload copies (`TorchCall.transfers`).
 torch's thread counts are process-wide by torch's design: the last model loaded sets them.
 """
 
@@ -29,24 +32,27 @@ class LocalModel:
     info: ModelInfo
     threads: int = 1
     interop_threads: int = 1
+    device: str = "cpu"
     module: torch.jit.ScriptModule | None = field(default=None, repr=False)
     interop_note: str = ""  # why inter-op threads stayed as they were, if they did
 
     def load(self) -> torch.jit.ScriptModule:
-        """Load once, on the CPU, with the configured thread counts."""
+        """Load once, onto its device, with the configured thread counts."""
         if self.module is None:
             if self.threads < 1 or self.interop_threads < 1:
                 raise ValueError(
                     f"threads: expected at least 1, got {self.threads} intra-op and "
                     f"{self.interop_threads} inter-op"
                 )
+            if self.device != "cpu" and not torch.cuda.is_available():
+                raise ValueError(f"device: {self.device!r} asked, but torch sees no GPU")
             torch.set_num_threads(self.threads)
             if torch.get_num_interop_threads() != self.interop_threads:
                 try:
                     torch.set_num_interop_threads(self.interop_threads)
                 except RuntimeError as exc:  # only before any inter-op work in the process
                     self.interop_note = str(exc)
-            self.module = torch.jit.load(str(self.path), map_location="cpu").eval()
+            self.module = torch.jit.load(str(self.path), map_location=self.device).eval()
         return self.module
 
     def infer(self, spec: TensorSpec, soa: Columns, strict: bool = False) -> TorchCall:
@@ -54,10 +60,17 @@ class LocalModel:
         columns; the returned call counts the copies and reports them."""
         call = torch_call(spec, self.info, soa, strict)
         module = self.load()
+        inputs = [call.inputs[name] for name in self.info.inputs]
+        if self.device != "cpu":
+            inputs = [t.to(self.device) for t in inputs]
+            call.transfers += len(inputs)
         with torch.inference_mode():
-            results = module(*[call.inputs[name] for name in self.info.inputs])
+            results = module(*inputs)
         if not isinstance(results, tuple | list):
             results = (results,)
+        if self.device != "cpu":
+            results = [r.to("cpu") for r in results]
+            call.transfers += len(results)
         if len(results) != len(self.info.outputs):
             raise ValueError(
                 f"{self.info.name}: the model gave {len(results)} outputs, its metadata "

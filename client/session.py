@@ -5,6 +5,8 @@ soa = client.allocate(schema, rows)            # in shared memory when transport
                                                # ("cuda": GPU regions, staged from the host)
 spec = TensorSpec("particlenet_ak4").append_block("pf_points", "etarel", "phirel")...
 result = client.stream("particlenet_ak4", spec, batch=16).run(source, on_result)
+# in the worker's process, or the site with the process as fallback (local= LocalModels):
+result = client.stream("particlenet_ak4", spec, batch=16, backend="auto").run(...)
 """
 
 from __future__ import annotations
@@ -15,17 +17,20 @@ from pathlib import Path
 
 from sonicsite.contract.wire import SiteRecord
 
+from .backend_auto import AutoPolicy, AutoSwitch
+from .backend_local import LocalModels, LocalRunner, LocalStream
 from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
 from .discovery import discover
 from .engine import Stream, StreamOptions
+from .errors import InferError
 from .failover import PATHS, Failover
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
-from .spec import TensorSpec
+from .spec import ModelInfo, TensorSpec
 from .timeouts import PathLatencies
 from .tracing import ClientTracing
-from .transport_grpc import GrpcTransport
+from .transport_grpc import CONTROL_TIMEOUT_S, GrpcTransport
 from .transport_http import HttpTransport
 
 TRANSPORTS = ("grpc", "http", "shm", "cuda")
@@ -43,11 +48,15 @@ class Client:
         cuda_device: int = 0,
         token: str | None = None,
         tracing: ClientTracing | None = None,
+        local: LocalModels | None = None,
+        auto: AutoPolicy | None = None,
     ):
-        """`token`: a bearer token for a site that requires one (Envoy's JWT, the gateway's
-        tokens); default SONICSITE_TOKEN. `tracing`: spans of every call (tracing.py);
-        default: from the OpenTelemetry variables, off when they name no endpoint (a
-        tracing made here is closed with the client)."""
+        """`local`: where the in-process backend finds its models and how it runs them
+        (streams with backend "local" or "auto" need it); `auto`: backend "auto"'s
+        deadlines (backend_auto.py). `token`: a bearer token for a site that requires one
+        (Envoy's JWT, the gateway's tokens); default SONICSITE_TOKEN. `tracing`: spans of
+        every call (tracing.py); default: from the OpenTelemetry variables, off when they
+        name no endpoint (a tracing made here is closed with the client)."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
@@ -59,6 +68,7 @@ class Client:
         if mode == "site" and not balanced:
             raise ValueError(f"mode: the site ({site.source}) has no balanced {transport} endpoint")
         self.site, self.transport, self.mode = site, transport, mode
+        self.local, self.auto = local, auto or AutoPolicy()
         token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
         self._own_tracing = ClientTracing.from_environment() if tracing is None else None
         self.tracing = tracing or self._own_tracing
@@ -92,6 +102,7 @@ class Client:
         self._models = {s.id: s.models for s in site.servers}
         self._failovers: dict[str, Failover] = {}  # per model: its shed holds every path
         self._latencies: dict[tuple[str, int], PathLatencies] = {}  # per model and batch
+        self._autos: dict[str, AutoSwitch] = {}  # backend "auto": per model, where it runs
 
     @classmethod
     def connect(
@@ -136,17 +147,52 @@ class Client:
             self._failovers[model] = Failover(paths)
         return self._failovers[model]
 
-    def stream(self, model: str, spec: TensorSpec, **options) -> Stream:
+    def stream(self, model: str, spec: TensorSpec, **options) -> Stream | LocalStream:
         """A stream of `model`'s events; `options` are StreamOptions. Its per-attempt
-        deadlines are learnt from the latencies this client saw for the model and batch."""
+        deadlines are learnt from the latencies this client saw for the model and batch.
+        `backend="local"` runs every chunk in this process, `"auto"` the site while it
+        answers and this process when it does not (backend_local.py, backend_auto.py)."""
         stream_options = StreamOptions(**options)
+        runner = None
+        if stream_options.backend != "site":
+            if self.local is None:
+                raise ValueError(
+                    f"backend: {stream_options.backend!r} runs the model in this process; "
+                    "give the client local=LocalModels(folder) to say where models are"
+                )
+            runner = LocalRunner(model, self.local, stream_options.compile, self._info_of(model))
+            if stream_options.backend == "local":
+                return LocalStream(runner, spec, stream_options)
         balancer = self.balancer(model)
         statistics = None
         if isinstance(balancer, Failover):  # behind Envoy: read each server's statistics directly
             direct = balancer.paths.get("direct")
             statistics = {e.id: e.transport for e in direct.endpoints} if direct else {}
         latencies = self._latencies.setdefault((model, stream_options.batch), PathLatencies())
-        return Stream(balancer, model, spec, stream_options, statistics, latencies)
+        auto = None
+        if runner is not None:  # one per model: a job's streams share what they learnt
+            auto = self._autos.setdefault(model, AutoSwitch(self.auto))
+        return Stream(balancer, model, spec, stream_options, statistics, latencies, runner, auto)
+
+    def _info_of(self, model: str):
+        """How the in-process backend gets `model`'s metadata: from LocalModels.infos, else
+        from the first of the site's endpoints that answers (as a remote stream does)."""
+        if self.local is not None and self.local.infos is not None:
+            return lambda: self.local.infos(model)
+
+        def ask() -> ModelInfo:
+            errors = []
+            for endpoint in self.balancer(model).endpoints:
+                try:
+                    return endpoint.transport.model_info(model, CONTROL_TIMEOUT_S)
+                except (InferError, OSError) as exc:
+                    errors.append(f"{endpoint.id}: {exc}")
+            raise ValueError(
+                f"model {model!r}: no metadata for the in-process backend: the site did not "
+                f"answer ({'; '.join(errors)}); give LocalModels(infos=...)"
+            )
+
+        return ask
 
     def close(self) -> None:
         for endpoint in self._endpoints:

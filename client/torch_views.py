@@ -59,6 +59,7 @@ class TorchCall:
     input_copies: int
     strict: bool = False  # refuse any output copy
     raw: dict[str, np.ndarray] = field(default_factory=dict)  # outputs returned as arrays
+    transfers: int = 0  # host <-> device moves of a model on a GPU (local_backend.py)
 
     @property
     def output_copies(self) -> int:
@@ -100,7 +101,8 @@ class TorchCall:
                 head.replace(" payload copies", " input copies"),
                 *lines,
                 f"  whole call: {self.copies} payload copies "
-                f"({self.input_copies} in, {self.output_copies} out)",
+                f"({self.input_copies} in, {self.output_copies} out)"
+                + (f"; {self.transfers} device transfers" if self.transfers else ""),
             ]
         )
 
@@ -125,36 +127,47 @@ def column_view(arrays: list[np.ndarray], axis: int) -> torch.Tensor | None:
         a.dtype == first.dtype and a.shape == first.shape and a.strides == first.strides
         for a in arrays
     )
-    gaps = {address(b) - address(a) for a, b in itertools.pairwise(arrays)}
+    starts = [address(a) for a in arrays]  # each read once: this runs per block per call
+    gaps = {b - a for a, b in itertools.pairwise(starts)}
     if not same or len(gaps) != 1:
         return None
     gap = gaps.pop()
     span = sum((n - 1) * s for n, s in zip(first.shape, first.strides, strict=True)) + itemsize
     if gap < span or gap % itemsize:  # one column after another, never overlapping
         return None
-    owners = [_owner(a) for a in arrays]
-    if owners[0] is None or any(o is None or address(o) != address(owners[0]) for o in owners):
+    owner = _owner(arrays)
+    if owner is None:
         return None
     where = axis if axis >= 0 else first.ndim + 1 + axis
     shape = [*first.shape[:where], len(arrays), *first.shape[where:]]
     strides = [s // itemsize for s in first.strides]
     strides = [*strides[:where], gap // itemsize, *strides[where:]]
     extent = (sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1) * itemsize
-    start = address(first) - address(owners[0])
-    if min(shape) == 0 or start < 0 or start + extent > owners[0].nbytes:
+    start = starts[0] - address(owner)
+    if min(shape) == 0 or start < 0 or start + extent > owner.nbytes:
         return None
-    window = owners[0][start : start + extent].view(first.dtype)
+    window = owner[start : start + extent].view(first.dtype)
     return torch.as_strided(torch.from_numpy(window), shape, strides)
 
 
-def _owner(array: np.ndarray) -> np.ndarray | None:
-    """The contiguous buffer the array lives in, as bytes (an owned layout's buffer)."""
+def _root(array: np.ndarray) -> np.ndarray:
     base = array
     while isinstance(base.base, np.ndarray):
         base = base.base
-    if not base.flags.c_contiguous:
+    return base
+
+
+def _owner(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """The one contiguous buffer all the arrays live in, as bytes (an owned layout's
+    buffer); None when they live in different ones."""
+    roots = [_root(a) for a in arrays]
+    root = roots[0]
+    if not root.flags.c_contiguous:
         return None
-    return base.reshape(-1).view(np.uint8)
+    for other in roots[1:]:  # the same array (an owned layout), or one at the same place
+        if other is not root and (not other.flags.c_contiguous or address(other) != address(root)):
+            return None
+    return root.reshape(-1).view(np.uint8)
 
 
 def _input(block, plan: InputPlan, soa: Columns, strict: bool) -> tuple[torch.Tensor, InputPlan]:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 PROPAGATOR = TraceContextTextMapPropagator()
 SCOPE = "sonicsite.client"
 TRACES_PATH = "/v1/traces"
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,27 @@ class TracingSettings:
             raise ValueError(f"OTEL_TRACES_SAMPLER_ARG: expected a ratio 0 to 1: {exc}") from exc
         service = env.get("OTEL_SERVICE_NAME", "") or "sonicsite-worker"
         return cls(endpoint, sampling, service)
+
+
+def tracer_provider(settings: TracingSettings) -> TracerProvider:
+    """A provider of its own (nothing global is set) sampling new traces at `sampling`
+    (a traced caller's decision followed), exporting over OTLP/HTTP in batches; the client's
+    and the gateway's. The SDK is imported here: an untraced worker does not load it."""
+    from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": settings.service_name}),
+        sampler=ParentBased(TraceIdRatioBased(settings.sampling)),
+    )
+    exporter = OTLPSpanExporter(endpoint=settings.endpoint)
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, schedule_delay_millis=settings.export_delay_ms)
+    )
+    return provider
 
 
 @dataclass
@@ -123,22 +145,8 @@ class ClientTracing:
 
     @classmethod
     def start(cls, settings: TracingSettings) -> ClientTracing:
-        """A provider of the client's own (nothing global is set), exporting in batches.
-        The SDK is imported here: an untraced worker does not load it."""
-        from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": settings.service_name}),
-            sampler=ParentBased(TraceIdRatioBased(settings.sampling)),
-        )
-        exporter = OTLPSpanExporter(endpoint=settings.endpoint)
-        provider.add_span_processor(
-            BatchSpanProcessor(exporter, schedule_delay_millis=settings.export_delay_ms)
-        )
+        """A provider of the client's own (nothing global is set), exporting in batches."""
+        provider = tracer_provider(settings)
         return cls(provider.get_tracer(SCOPE), provider)
 
     @classmethod
@@ -158,6 +166,18 @@ class ClientTracing:
             attributes={"sonicsite.model": model, "sonicsite.server": server},
         )
         return RequestTrace(self.tracer, call, server)
+
+    def call(self, model: str, server: str, infer: Callable[[RequestTrace], R]) -> R:
+        """`infer` run inside one call's spans (`request`), ended with its error if it raises:
+        the one traced-call wrapper of both transports."""
+        traced = self.request(model, server)
+        try:
+            reply = infer(traced)
+        except BaseException as exc:
+            traced.end(exc)
+            raise
+        traced.end()
+        return reply
 
     def close(self) -> None:
         """Export what is still batched (a provider the client made)."""

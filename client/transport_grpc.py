@@ -159,14 +159,11 @@ class GrpcTransport:
         """`parameters`: the request's own (Triton request parameters)."""
         if self.tracing is None:
             return self._infer(plan, timeout, placements, request_id, parameters, None)
-        traced = self.tracing.request(plan.model, self.server)
-        try:
-            reply = self._infer(plan, timeout, placements, request_id, parameters, traced)
-        except BaseException as exc:
-            traced.end(exc)
-            raise
-        traced.end()
-        return reply
+        return self.tracing.call(
+            plan.model,
+            self.server,
+            lambda traced: self._infer(plan, timeout, placements, request_id, parameters, traced),
+        )
 
     def _infer(
         self,

@@ -125,14 +125,11 @@ class HttpTransport:
             raise ValueError("shared-memory placements go through the gRPC transport")
         if self.tracing is None:
             return self._infer(plan, timeout, request_id, parameters, None)
-        traced = self.tracing.request(plan.model, self.server)
-        try:
-            reply = self._infer(plan, timeout, request_id, parameters, traced)
-        except BaseException as exc:
-            traced.end(exc)
-            raise
-        traced.end()
-        return reply
+        return self.tracing.call(
+            plan.model,
+            self.server,
+            lambda traced: self._infer(plan, timeout, request_id, parameters, traced),
+        )
 
     def _infer(
         self,

@@ -1,7 +1,7 @@
 """The gateway's app: KServe v2 over REST (routes_kserve.py), the site's own routes
 (routes_site.py), bearer tokens (auth.py), errors in KServe's shape, and the lifespan that
-follows the operator's state (siteview.py) and serves the one-server view over gRPC
-(grpc_view.py) for Envoy."""
+follows the operator's state (siteview.py), serves the one-server view over gRPC
+(grpc_view.py) for Envoy and holds requests for models no server holds (holding.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 from . import grpc_view, routes_kserve, routes_refused, routes_site
 from .auth import Authenticator, BearerAuth, Tokens
 from .forwarding import Forwarder, error
+from .holding import Holder
 from .jwks import JwksCache, JwksSettings
 from .jwt_auth import JwtVerifier
 from .metrics import GatewayMetrics
@@ -49,7 +50,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
     view = SiteView(config.operator.rstrip("/"))
     metrics = GatewayMetrics()
     tracing = GatewayTracing.start(config.tracing) if config.tracing else None
-    forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing)
+    holder = Holder(view)
+    forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing, holder=holder)
     auth = Authenticator(Tokens(config.tokens), _jwt_verifier(config))
 
     @contextlib.asynccontextmanager
@@ -60,15 +62,20 @@ def create_app(config: GatewayConfig) -> FastAPI:
             if auth.jwt is not None:
                 await auth.jwt.keys.refresh()  # the first request need not wait for the keys
             follower = asyncio.create_task(view.follow(client, config.refresh_s))
+            reporter = asyncio.create_task(holder.report(client, config.http or config.name))
             served = (
-                await grpc_view.serve(forwarder, config.name, config.grpc) if config.grpc else None
+                await grpc_view.serve(forwarder, config.name, config.grpc, holder)
+                if config.grpc
+                else None
             )
             try:
                 yield
             finally:
                 follower.cancel()
+                reporter.cancel()
                 if served is not None:
                     await served.stop(grace=1.0)
+                await holder.close()
                 forwarder.close()
                 if tracing is not None:
                     tracing.close()

@@ -1,14 +1,30 @@
-"""One kept-alive HTTP/1.1 connection to a Triton server, as an asyncio Protocol: the bytes
-the server sends are kept in the chunks the socket delivered (never joined), reading pauses
-while too much is held, and writing waits while the socket's buffer is full."""
+"""One kept-alive HTTP/1.1 connection to a Triton server, as an asyncio BufferedProtocol: the
+socket reads straight into buffers of the connection's own (no copy into a bytes object per
+read, as a plain Protocol's `data_received` gets), the bytes read are kept as views of those
+buffers in the order they came (never joined), reading pauses while too much is held, and
+writing waits while the socket's buffer is full.
+
+A buffer is not written again while any view of it lives: one handed on (a reply's body
+going out to the client) may still be in a transport's queue. Each piece read is a view of
+its own (`memoryview(buffer)[a:b]`), which holds a reference to the buffer until it and
+every slice of it are gone; so when the buffer's reference count is back to the
+connection's own, no view is left and the next read starts at its beginning again (warm in
+the cache, no new buffer to clear). Otherwise a read goes into what is left of it, and a
+new one of READ_SIZE is made when less than MIN_READ is left. A large body arrives in few,
+large pieces (uvloop's own reads are of at most 256 kB, each copied into a new bytes
+object). A connection keeps one buffer, READ_SIZE bytes."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import sys
 
 MAX_HEAD = 64 << 10  # a reply head (or chunk-size line) longer than this is not Triton's
 HIGH_WATER = 1 << 20  # reply bytes held unread before the server is asked to wait
+READ_SIZE = (1 << 20) + (64 << 10)  # a read buffer: a 1 MiB tensor and its head in one read
+MIN_READ = 64 << 10  # less left in the current buffer than this: a new one
+UNVIEWED = 2  # sys.getrefcount of the buffer while no view of it lives: its attribute, the call
 
 
 def _expire(waiter: asyncio.Future) -> None:
@@ -26,27 +42,40 @@ async def _within(waiter: asyncio.Future, timeout: float) -> None:
         timer.cancel()
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One connection to a server: the bytes it sends are kept as the socket delivered
-    them, in order, until taken; writing waits while the socket's buffer is full."""
+    them (views of the connection's read buffers), in order, until taken; writing waits
+    while the socket's buffer is full."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.chunks: collections.deque[bytes] = collections.deque()
+        self.chunks: collections.deque[memoryview] = collections.deque()
         self.held = 0  # bytes in `chunks`
+        self.buffer = bytearray(0)  # the current read buffer (made at the first read)
+        self.start = 0  # where the next read goes in it
         self.ended = False  # the server closed its side (or the connection was lost)
         self.reading_paused = False
         self._waiter: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None
 
-    # asyncio.Protocol
+    # asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if sys.getrefcount(self.buffer) <= UNVIEWED:  # no piece of it is held anywhere
+            self.start = 0
+        if len(self.buffer) - self.start < MIN_READ:
+            self.buffer, self.start = bytearray(READ_SIZE), 0
+        return memoryview(self.buffer)[self.start :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        start = self.start
+        self.start += nbytes
+        data = memoryview(self.buffer)[start : self.start]  # a view of its own: counted
         self.chunks.append(data)
-        self.held += len(data)
+        self.held += nbytes
         if self.held > HIGH_WATER and not self.reading_paused and self.transport:
             self.reading_paused = True
             self.transport.pause_reading()
@@ -82,7 +111,7 @@ class Connection(asyncio.Protocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def write(self, *parts: bytes) -> None:
+    def write(self, *parts: bytes | memoryview) -> None:
         """Hand `parts` to the socket in one call (one writev), no copy made here."""
         self.transport.writelines(parts)  # type: ignore[union-attr]
 
@@ -95,9 +124,9 @@ class Connection(asyncio.Protocol):
         if self.ended:
             raise ConnectionError("the server closed the connection while the body was sent")
 
-    async def chunk(self, timeout: float) -> bytes:
-        """The next bytes the server sent; ConnectionError if it closed instead,
-        TimeoutError if none came within `timeout` seconds."""
+    async def chunk(self, timeout: float) -> memoryview:
+        """The next bytes the server sent, a view of a read buffer; ConnectionError if it
+        closed instead, TimeoutError if none came within `timeout` seconds."""
         while not self.chunks:
             if self.ended:
                 raise ConnectionError("the server closed the connection")
@@ -113,7 +142,7 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
-    def unread(self, data: bytes) -> None:
+    def unread(self, data: memoryview) -> None:
         """Put back bytes taken too early (they belong to what is read next)."""
         if data:
             self.chunks.appendleft(data)
@@ -138,7 +167,7 @@ class Connection(asyncio.Protocol):
             if len(data) > MAX_HEAD:
                 raise ConnectionError("a chunk-size line that never ends")
             data += await self.chunk(timeout)
-        self.unread(data[end + 2 :])
+        self.unread(memoryview(data)[end + 2 :])
         return data[:end]
 
     def close(self) -> None:

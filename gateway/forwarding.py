@@ -1,8 +1,9 @@
 """Sending a request on to a Triton server: pick one per request (balancer.py), retry once
 on another server when the connection fails before anything was processed, and answer in
 KServe v2's error shape when no server can (Triton's own texts when no server holds the
-model: triton_errors.py). An inference reply is passed through as the server sends it
-(StreamedReply), never joined; the other replies are whole."""
+model: triton_errors.py), or hold the request until one does (holding.py, `hold`). An
+inference reply is passed through as the server sends it (StreamedReply), never joined;
+the other replies are whole."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
 
 from .balancer import Upstreams
+from .holding import Holder
 from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .tracing import GatewayTracing
@@ -89,6 +91,7 @@ class Forwarder:
     upstreams: Upstreams = field(init=False)
     upstream: Upstream = field(default_factory=Upstream)
     tracing: GatewayTracing | None = None  # the gateway's tracer (tracing.py), if tracing
+    holder: Holder | None = None  # holds requests for a model no server holds (holding.py)
 
     def __post_init__(self) -> None:
         self.upstreams = Upstreams(self.view)
@@ -118,7 +121,12 @@ class Forwarder:
             if endpoint is None:
                 if attempt:
                     break
-                return self.unserved(model, kind, version)
+                held = await self.hold(model) if model and kind == MODEL else None
+                if held is not None:
+                    return held
+                endpoint = self.upstreams.pick(model) if model else None
+                if endpoint is None:
+                    return self.unserved(model, kind, version)
             started = time.perf_counter()
             try:
                 with self._traced(span, endpoint.id, headers or {}) as sent:
@@ -158,6 +166,18 @@ class Forwarder:
         if span is None or self.tracing is None:
             return contextlib.nullcontext(headers)
         return self.tracing.forward(span, server, headers)
+
+    async def hold(self, model: str) -> Response | None:
+        """For a model of the catalogue that no server holds ready: wait until one does
+        (None then: send the request), or its deadline's 503 naming the model and why.
+        None at once for any other model."""
+        if self.holder is None or not self.holder.holds(model):
+            return None
+        failed = await self.holder.wait(model)
+        if failed:
+            self.metrics.rejections.labels(model, "hold_deadline").inc()
+            return error(503, failed)
+        return None
 
     def unserved(self, model: str, kind: str = MODEL, version: str | None = None) -> Response:
         """The reply when no server takes `model` now: Triton's, for a model unknown to the

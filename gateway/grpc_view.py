@@ -10,8 +10,10 @@ server's, served by the gateway for Envoy to route to (the operator's `site-view
 
 The answers are the HTTP routes' own (site_view_replies.py), turned into Triton's protobuf
 messages, and their errors into the status codes Triton gives for the same HTTP status:
-one definition, both protocols. Every other RPC goes to the servers; this service never
-sees them (gRPC's UNIMPLEMENTED if one came).
+one definition, both protocols. The same server takes `ModelInfer` (and the model's
+metadata and config) for a model that no server holds, which Envoy's hold routes send
+here: the holder (holding.py) answers them once a server holds the model. Every other RPC
+goes to the servers; this service never sees them (gRPC's UNIMPLEMENTED if one came).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from . import site_view_replies
 from .forwarding import Forwarder
+from .holding import Holder
 
 # Triton's HTTP status for an error -> its gRPC status for the same error
 GRPC_STATUS = {
@@ -73,11 +76,28 @@ class OneServerView(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await _answer(reply, service_pb2.RepositoryIndexResponse(), context)
 
 
-async def serve(forwarder: Forwarder, name: str, address: str) -> grpc.aio.Server:
-    """Start the view on `address` (host:port) in the running event loop."""
-    server = grpc.aio.server()
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        OneServerView(forwarder, name), server
+UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+
+
+async def serve(
+    forwarder: Forwarder, name: str, address: str, holder: Holder | None = None
+) -> grpc.aio.Server:
+    """Start the view on `address` (host:port) in the running event loop, with the
+    holder's `ModelInfer` when given (the other methods: UNIMPLEMENTED)."""
+    view = OneServerView(forwarder, name)
+    methods = {
+        rpc: grpc.unary_unary_rpc_method_handler(
+            getattr(view, rpc),
+            request_deserializer=getattr(service_pb2, f"{rpc}Request").FromString,
+            response_serializer=getattr(service_pb2, f"{rpc}Response").SerializeToString,
+        )
+        for rpc in VIEW_RPCS
+    }
+    if holder is not None:  # bytes in and out: the request goes on as it came
+        methods |= holder.handlers()
+    server = grpc.aio.server(options=UNLIMITED)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("inference.GRPCInferenceService", methods),)
     )
     if not server.add_insecure_port(address):
         raise OSError(f"gateway gRPC view: cannot listen on {address}")

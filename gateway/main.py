@@ -1,9 +1,10 @@
 """`python -P -m sonicsite.gateway.main`: run the gateway with uvicorn (server.py: bodies
-passed through, freed memory kept)."""
+passed through, read into one shared buffer, freed memory kept)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import uvicorn
 
 from .app import GatewayConfig, create_app
 from .jwks import JwksSettings
-from .server import PassThroughProtocol, keep_freed_memory
+from .server import READ_SIZE, PassThroughProtocol, keep_freed_memory
 from .tracing import TracingSettings
 
 
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         create_app(config),
         host=args.host,
         port=args.port,
-        http=PassThroughProtocol,
+        # one read buffer for every client connection: the event loop's (server.py)
+        http=functools.partial(PassThroughProtocol, read_buffer=bytearray(READ_SIZE)),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,

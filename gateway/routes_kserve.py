@@ -212,7 +212,9 @@ async def _infer_reply(
         metrics.rejections.labels(model, "bad_request").inc()
         return error(413, f"body: over {limit} bytes")
     if not forwarder.view.serving(model):  # as Triton: the model before the body
-        return forwarder.unserved(model, MODEL, version)
+        held = await forwarder.hold(model)  # a model no server holds yet: wait for one
+        if held is not None or not forwarder.view.serving(model):
+            return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
     prefix, rest = await _head_of_body(request, header_length, total)
     try:

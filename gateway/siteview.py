@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sonicsite.contract.wire import SHED, SHED_TTL_S, AdmissionRecord, ServerRecord, SiteRecord
+from sonicsite.contract.wire import (
+    SHED,
+    SHED_TTL_S,
+    AdmissionRecord,
+    HoldingRecord,
+    ServerRecord,
+    SiteRecord,
+)
 
 STALE_AFTER_S = SHED_TTL_S  # an operator state read longer ago than this: no shed is followed
 EXPIRED, STALE = "expired", "stale"  # why a shed is not followed
@@ -33,10 +40,13 @@ class SiteView:
     state: dict = field(default_factory=dict)  # the operator's whole state, for the status page
     updated_at: float = 0.0  # when the state was last read (time.time)
     error: str = ""  # why the last read failed, if it did
+    holding: HoldingRecord | None = None  # what requests are held for (None: placement off)
 
     def apply(self, state: dict) -> None:
         self.site = SiteRecord.from_dict(state, source=self.operator)
         self.state = state
+        held = state.get("holding")
+        self.holding = HoldingRecord.from_dict(held) if isinstance(held, dict) else None
         self.updated_at = time.time()
         self.error = ""
 
@@ -75,8 +85,12 @@ class SiteView:
         return {m: why for m, why in sorted(found.items()) if why}
 
     def serving(self, model: str) -> list[ServerRecord]:
-        """Servers that take new requests for `model` now."""
-        return self.site.serving(model)
+        """Servers that take new requests for `model` now. Under placement (the state has
+        a `holding` record) a server that names no model holds none, not "any"."""
+        servers = self.site.serving(model)
+        if self.holding is not None and model in self.holding.models:
+            servers = [s for s in servers if model in s.models]
+        return servers
 
     async def refresh(self, client: httpx.AsyncClient) -> None:
         try:

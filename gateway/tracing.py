@@ -6,7 +6,8 @@ that the gateway traces), and each try upstream a client span whose context goes
 Triton server in `traceparent`, so Triton's own spans (request, queue, compute) join the
 caller's trace. Spans are exported in batches over OTLP/HTTP (JSON: no protobuf runtime
 beside the one tritonclient pins). Untraced, the gateway passes a caller's trace headers
-on unchanged.
+on unchanged. The settings (`TracingSettings`) and the exporting provider are the
+client's (client/tracing.py).
 """
 
 from __future__ import annotations
@@ -14,42 +15,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+# the client's settings and provider: the gateway's differ only in the service name it passes
+from sonicsite.client.tracing import TracingSettings, tracer_provider
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 TRACE_HEADERS = ("traceparent", "tracestate")  # W3C trace context, passed on untraced
 PROPAGATOR = TraceContextTextMapPropagator()
 SCOPE = "sonicsite.gateway"
-
-
-@dataclass(frozen=True)
-class TracingSettings:
-    """`endpoint`: the OTLP/HTTP traces URL; `sampling`: ratio (0 to 1) of requests without
-    a trace context that are traced; `export_delay_ms`: how long spans are batched."""
-
-    endpoint: str
-    sampling: float = 1.0
-    service_name: str = "sonicsite-gateway"
-    export_delay_ms: int = 5000
-
-    def __post_init__(self) -> None:
-        if not self.endpoint.startswith(("http://", "https://")):
-            raise ValueError(
-                f"tracing endpoint: expected an http(s):// OTLP traces URL, got {self.endpoint!r}"
-            )
-        if not 0.0 <= self.sampling <= 1.0:
-            raise ValueError(f"tracing sampling: expected 0 to 1, got {self.sampling}")
-        if self.export_delay_ms < 1:
-            raise ValueError(
-                f"tracing export delay: expected 1 ms or more, got {self.export_delay_ms}"
-            )
 
 
 @dataclass(frozen=True)
@@ -62,14 +42,8 @@ class GatewayTracing:
 
     @classmethod
     def start(cls, settings: TracingSettings) -> GatewayTracing:
-        provider = TracerProvider(
-            resource=Resource.create({"service.name": settings.service_name}),
-            sampler=ParentBased(TraceIdRatioBased(settings.sampling)),
-        )
-        exporter = OTLPSpanExporter(endpoint=settings.endpoint)
-        provider.add_span_processor(
-            BatchSpanProcessor(exporter, schedule_delay_millis=settings.export_delay_ms)
-        )
+        """`settings.service_name`: the gateway's options give `sonicsite-gateway`."""
+        provider = tracer_provider(settings)
         return cls(provider, provider.get_tracer(SCOPE))
 
     def request(self, fields: dict[str, str], model: str, path: str) -> Span:

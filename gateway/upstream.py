@@ -44,7 +44,7 @@ class BodyStream:
     def __aiter__(self) -> BodyStream:
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> memoryview:
         if self.remaining <= 0:
             raise StopAsyncIteration
         try:
@@ -78,7 +78,7 @@ class BodyStream:
 class Reply:
     status: int
     headers: dict[str, str]  # lower-case names
-    body: bytes  # the whole body; with `rest`, what came with the head
+    body: bytes | memoryview  # the whole body (bytes); with `rest`, what came with the head
     rest: BodyStream | None = None  # the body's remaining bytes, still to arrive
 
     async def whole(self) -> Reply:
@@ -86,7 +86,7 @@ class Reply:
         if self.rest is None:
             return self
         rest = await self.rest.read()
-        return Reply(self.status, self.headers, self.body + rest)
+        return Reply(self.status, self.headers, b"".join((self.body, rest)))
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -195,15 +195,10 @@ class ServerPool:
     async def _reply(self, connection: Connection, timeout: float) -> Reply:
         """The reply's head, and its body as far as it came with the head."""
         try:
-            data = await connection.chunk(timeout)
+            head, first = await _read_head(connection, timeout)
         except ConnectionError as exc:
             raise ConnectFailed(f"connection closed before the reply: {exc}") from exc
-        while (end := data.find(b"\r\n\r\n")) < 0:
-            if len(data) > MAX_HEAD:
-                raise ConnectionError(f"not an HTTP reply head: {data[:80]!r}")
-            data += await connection.chunk(timeout)
-        status, headers = _parse_head(data[:end])
-        first = data[end + 4 :] if len(data) > end + 4 else b""
+        status, headers = _parse_head(head)
         close = headers.get("connection", "").lower() == "close"
         if "content-length" in headers:
             length = int(headers["content-length"])
@@ -215,14 +210,14 @@ class ServerPool:
         elif status in (204, 304) or status < 200:  # no body
             length = 0
         else:  # the body ends where the server closes its side
-            body = first + await _read_to_end(connection, timeout)
+            body = b"".join((first, await _read_to_end(connection, timeout)))
             connection.close()
             return Reply(status, headers, body)
         if len(first) > length:  # more than the reply: never reused
             first, close = first[:length], True
         if len(first) == length:
             self._release(connection, close)
-            return Reply(status, headers, first)
+            return Reply(status, headers, bytes(first))
         release = functools.partial(self._release, close=close)
         return Reply(
             status, headers, first, BodyStream(connection, length - len(first), timeout, release)
@@ -232,6 +227,21 @@ class ServerPool:
         for connection in self.idle:
             connection.close()
         self.idle.clear()
+
+
+async def _read_head(connection: Connection, timeout: float) -> tuple[bytes, memoryview]:
+    """A reply's head (without its blank line) and what came after it in the same read.
+    The head is searched for in a copy of at most MAX_HEAD bytes of each piece, never of
+    the body that came with it."""
+    head = b""
+    while True:
+        data = await connection.chunk(timeout)
+        seen = head + data[:MAX_HEAD]
+        if (end := seen.find(b"\r\n\r\n")) >= 0:
+            return seen[:end], data[end + 4 - len(head) :]
+        if len(head) + len(data) > MAX_HEAD:
+            raise ConnectionError(f"not an HTTP reply head: {seen[:80]!r}")
+        head = seen
 
 
 async def _read_to_end(connection: Connection, timeout: float) -> bytes:

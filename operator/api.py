@@ -1,6 +1,8 @@
 """The operator's HTTP API: `/v1/state`, `/v1/placement` (with --placement), `/metrics`,
 `/healthz`, `PUT /v1/balancing`
-(`{"policy": "load-aware" | "least-request" | "round-robin"}`), and REST-JSON xDS for Envoy
+(`{"policy": "load-aware" | "least-request" | "round-robin"}`), `PUT /v1/held` (with
+--placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`),
+and REST-JSON xDS for Envoy
 (`POST /v3/discovery:{listeners,routes,clusters,endpoints}`; 304 when Envoy is current)."""
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
 
         def do_PUT(self) -> None:
             body = self._body()
+            if self.path == "/v1/held":
+                self._held(body)
+                return
             if self.path != "/v1/balancing":
                 self._json(404, {"error": f"no route PUT {self.path}; try /v1/balancing"})
                 return
@@ -70,6 +75,22 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 self._json(400, {"error": str(exc)})
                 return
             self._json(200, {"policy": operator.balancing.policy})
+
+        def _held(self, body: bytes) -> None:
+            """A holder's counts: the demand of models no server holds (placement.py)."""
+            if operator.placement is None:
+                self._json(404, {"error": "placement is off (operator option --placement)"})
+                return
+            try:
+                request = json.loads(body)
+                if not isinstance(request, dict) or not isinstance(request.get("held"), dict):
+                    raise ValueError('body: expected {"source": ..., "held": {model: count}}')
+                source = str(request.get("source") or self.client_address[0])
+                held = operator.placement.report_held(source, request["held"], time.time())
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            self._json(200, {"held": held})
 
         def do_POST(self) -> None:
             body = self._body()
@@ -86,6 +107,11 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             except json.JSONDecodeError as exc:
                 self._json(400, {"error": f"body: not JSON: {exc}"})
                 return
+            acks = getattr(operator, "envoy", None)  # what Envoy applied (controller.py)
+            if acks is not None:  # (None: a bare xDS source, as a test feeds Envoy)
+                node = (request.get("node") or {}).get("id", "")
+                names = request.get("resource_names") or []
+                acks.poll(node, kind, names, request.get("version_info", ""), time.time())
             if request.get("version_info") == snapshot.versions[kind]:
                 self._send(304)
                 return

@@ -16,6 +16,13 @@ Three policies, switchable at run time (`PUT /v1/balancing`):
   weights are exactly least request (Envoy's power of two choices): on shared cores one
   interval's compute time differs from the next by more than that, and noise must not make
   load-aware worse than least request.
+  Weights near full are published as full, with hysteresis (`SNAP_UP`, `SNAP_DOWN`): a
+  server at full weight keeps it until its weight falls below a quarter of full (about 1.5×
+  as slow), one below comes back to full once its weight is over half (about 1.37×). Envoy
+  picks by power of two choices only while every weight is equal; one weight a little lower
+  (1000, 1000, 966) switches it to a weighted round-robin schedule that reacts to active
+  requests only as hosts are re-inserted, which answers a slightly slower server worse than
+  least request would. So a server is either weighed as the others or clearly down.
   The smoothing believes a faster measurement at once and a slower one over a few intervals
   (`FASTER`, `SLOWER`): a server's time is the lower edge of what it showed lately. One
   interval slow by bad luck (a core taken away) barely moves a weight; a server that became
@@ -56,6 +63,7 @@ FASTER, SLOWER = 1.0, 0.2  # weight of the newest interval's measurement, if low
 AGING = 0.6  # per interval without a completed request: what is kept of the excess
 TOLERANCE = 0.25  # servers at most this much slower than the reference weigh as much as it
 EXPONENT = 6  # weight 1000 / (k - TOLERANCE) ** EXPONENT for a server k times as slow
+SNAP_DOWN, SNAP_UP = 0.25, 0.5  # parts of full weight: leave full below, back to full above
 
 
 def check_policy(policy: object) -> str:
@@ -102,6 +110,8 @@ class Balancing:
     # (model, server): the measured compute time per request in µs, kept (and aged) across
     # intervals
     _latency_us: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (model, server) weighed below full since its weight fell under SNAP_DOWN × full
+    _reduced: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         check_policy(self.policy)
@@ -128,6 +138,20 @@ class Balancing:
             if key in self._latency_us and key[0] in served:
                 fast = reference([v for (m, _), v in self._latency_us.items() if m == key[0]])
                 self._latency_us[key] = aged(self._latency_us[key], fast or 0.0)
+        for model in {load.model for load in loads}:
+            self._snap(model)
+
+    def _snap(self, model: str) -> None:
+        """Move each measured server of `model` in or out of the reduced set, with
+        hysteresis: out of full below SNAP_DOWN, back to full at SNAP_UP or more."""
+        measured = {s: v for (m, s), v in self._latency_us.items() if m == model}
+        fast = reference(list(measured.values()))
+        for server, latency in measured.items():
+            raw, key = weight(latency, fast), (model, server)
+            if raw < SNAP_DOWN * FULL_WEIGHT:
+                self._reduced.add(key)
+            elif raw >= SNAP_UP * FULL_WEIGHT:
+                self._reduced.discard(key)
 
     def latency_us(self, model: str, server: str) -> float | None:
         return self._latency_us.get((model, server))
@@ -135,6 +159,7 @@ class Balancing:
     def forget(self, server: str) -> None:
         for key in [k for k in self._latency_us if k[1] == server]:
             del self._latency_us[key]
+        self._reduced = {k for k in self._reduced if k[1] != server}
 
     def weights(self, model: str, servers: list[str]) -> dict[str, int]:
         """Endpoint weights of one model's servers under the current policy."""
@@ -142,4 +167,7 @@ class Balancing:
             return {s: FULL_WEIGHT for s in servers}
         latency = {s: self._latency_us.get((model, s)) for s in servers}
         fast = reference([v for v in latency.values() if v])
-        return {s: weight(v, fast) for s, v in latency.items()}
+        return {
+            s: weight(v, fast) if (model, s) in self._reduced else FULL_WEIGHT
+            for s, v in latency.items()
+        }

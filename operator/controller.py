@@ -16,7 +16,14 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sonicsite.contract.wire import SHED, SHED_TTL_S, AdmissionRecord, ServerRecord, SiteRecord
+from sonicsite.contract.wire import (
+    SHED,
+    SHED_TTL_S,
+    AdmissionRecord,
+    HoldingRecord,
+    ServerRecord,
+    SiteRecord,
+)
 
 from .admission import AdmissionPolicy, decide
 from .autoscaler import Autoscaler, queue_ms_per_request
@@ -26,12 +33,67 @@ from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .placement_loop import PlacementLoop
 from .try_timeouts import TryTimeouts
-from .xds_resources import ALL_SERVERS, JwtPolicy, model_cluster
+from .xds_jwt import JwtPolicy
+from .xds_resources import ALL_SERVERS, model_cluster, rest_cluster
 from .xds_snapshot import Snapshot
 from .xds_tracing import EnvoyTracing
 
 Actuate = Callable[[int], None]  # brings the site to N servers (blocking)
 STEP_INTERVAL_S = 1.0  # seconds between steps: scrape, weigh, decide, publish
+ENVOY_GONE_S = 10.0  # an Envoy that has not polled for this long no longer holds a route back
+
+
+@dataclass
+class EnvoyAcks:
+    """Which models every Envoy can send to their own cluster: the clusters and endpoints it
+    last applied (the versions its xDS polls report) name them. A newly loaded model's
+    route leaves the holder only then: Envoy polls each resource type on its own, and a
+    route to a cluster it has not yet got (or got without endpoints) answers UNAVAILABLE
+    with no text; held requests meanwhile go straight to the new server from the gateway."""
+
+    published: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # by Envoy node: (kind, resource names) -> the version it applied, and when it polled
+    polled: dict[str, tuple[dict[tuple, str], float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def publish(self, versions: dict[str, str], models: list[str]) -> None:
+        with self._lock:
+            for kind in ("clusters", "endpoints"):
+                self.published.pop((kind, versions[kind]), None)  # to the end: the newest
+                self.published[(kind, versions[kind])] = frozenset(models)
+            for old in list(self.published)[:-40]:  # the last snapshots' are enough
+                del self.published[old]
+
+    def poll(self, node: str, kind: str, names: list[str], version: str, now: float) -> None:
+        """An xDS poll: each subscription (a kind and its resource names; one per cluster
+        for endpoints) reports the version it applied last."""
+        with self._lock:
+            versions = self.polled.get(node, ({}, now))[0]
+            versions[(kind, tuple(sorted(names)))] = version
+            self.polled[node] = (versions, now)
+
+    def routable(self, now: float) -> set[str]:
+        """The models whose clusters (gRPC and REST) and their endpoints every Envoy
+        polling now has applied."""
+
+        def has(versions: dict[tuple, str], kind: str, names: tuple, model: str) -> bool:
+            return model in self.published.get((kind, versions.get((kind, names), "")), ())
+
+        found = []
+        with self._lock:
+            for versions, at in self.polled.values():
+                if now - at >= ENVOY_GONE_S:
+                    continue
+                models = self.published.get(("clusters", versions.get(("clusters", ()), "")), ())
+                found.append(
+                    {
+                        m
+                        for m in models
+                        if has(versions, "endpoints", (model_cluster(m),), m)
+                        and has(versions, "endpoints", (rest_cluster(m),), m)
+                    }
+                )
+        return set.intersection(*found) if found else set()
 
 
 @dataclass
@@ -61,6 +123,7 @@ class Operator:
     last_step: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _scaling: threading.Thread | None = None
+    envoy: EnvoyAcks = field(default_factory=EnvoyAcks)
 
     def step(self) -> None:
         servers = self.discovery.servers()
@@ -86,6 +149,14 @@ class Operator:
         caps = {m: self.policy.inflight_cap for m, a in self.admissions.items() if a.fail_open}
         self.tries.forget(set(models))
         per_try = {m: self.tries.observe(m, self.loadview.model_loads(m)) for m in models}
+        holding = self._holding()
+        # a catalogue model no server holds, or whose cluster Envoy has not applied yet:
+        # its requests go to the holder (the gateway), which sends them on once it is held
+        routable = self.envoy.routable(now)
+        held = None
+        if holding is not None:
+            ready = set(models) & routable
+            held = {m: holding.deadline(m) for m in holding.models if m not in ready}
         snapshot = Snapshot.build(
             servers,
             weights,
@@ -101,9 +172,13 @@ class Operator:
             self.site_view,
             self.site_view_http,
             self.tracing,
+            held,
         )
+        self.envoy.publish(snapshot.versions, models)
         self._autoscale(servers, now)
         state = self._state(servers, models, weights, per_try)
+        if holding is not None:
+            state["holding"] = holding.to_dict()
         self.metrics.export(
             {s.id: self.loadview.health[s.id].up for s in servers},
             [load for loads in self.loadview.loads.values() for load in loads],
@@ -114,6 +189,19 @@ class Operator:
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
         self.metrics.steps.inc()
+
+    def _holding(self) -> HoldingRecord | None:
+        """What holders follow (None without placement): the catalogue's models, their
+        deadlines, and why a model with requests held is not loading."""
+        if self.placement is None:
+            return None
+        settings = self.placement.settings
+        return HoldingRecord(
+            tuple(sorted(self.placement.catalogue.models)),
+            settings.hold_deadline_s,
+            dict(settings.hold_deadlines),
+            dict(self.placement.hold_reasons),
+        )
 
     def _weigh(self, servers: list[ServerRecord], models: list[str]) -> dict[str, dict[str, int]]:
         """Endpoint weights per model, and for the default route each server's mean."""

@@ -219,7 +219,13 @@ class LoadView:
                 self._last.pop(server, None)
                 self._history.pop(server, None)
             return
-        current = _Scrape(now, parse_metrics(text), frozenset(self._reloaded.pop(server, ())))
+        self.record_counters(server, now, parse_metrics(text))
+
+    def record_counters(self, server: str, now: float, models: dict[str, dict[str, float]]) -> None:
+        """One scrape that read the server's counters and gauges, per model, as
+        `parse_metrics` names them (the simulator hands in its servers' counters here, at
+        its own clock)."""
+        current = _Scrape(now, models, frozenset(self._reloaded.pop(server, ())))
         previous = self._last.get(server)
         if previous is not None:
             self.loads[server] = compute_loads(server, previous, current)

@@ -50,105 +50,44 @@ room for are one pair, in that order, in the list). The in-flight counts are wha
 saw when it called: whoever carries out an unload takes the replica out of the routes first
 and unloads it once nothing is in flight there (Triton, for its part, finishes the requests
 it holds before it lets a model go).
+
+The state the rules read and the decisions they return: placement_state.py.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .catalogue import DEFAULT_POOL, Catalogue
+from .catalogue import Catalogue
+from .placement_state import (
+    Decision,
+    Demand,
+    Kind,
+    PlacementPolicy,
+    Replica,
+    ReplicaState,
+    Rule,
+    ServerState,
+)
 
-
-class Kind(enum.Enum):
-    LOAD = "load"
-    UNLOAD = "unload"
-
-
-class Rule(enum.Enum):
-    """Why a decision was taken (a metric's label; the reason string says the figures)."""
-
-    FIRST_REPLICA = "first_replica"
-    QUEUE_PRESSURE = "queue_pressure"
-    IDLE = "idle"
-    MAKE_ROOM = "make_room"
-
-
-class ReplicaState(enum.Enum):
-    LOADING = "loading"
-    READY = "ready"
-    UNLOADING = "unloading"
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One model on one server."""
-
-    model: str
-    state: ReplicaState = ReplicaState.READY
-    since: float = 0.0  # when it entered its state (load decided, ready, unload decided)
-    in_flight: int = 0  # requests sent to it and not answered: the reference count
-    last_used: float = 0.0  # when a request for it last arrived or completed
-
-    def idle_for(self, now: float) -> float:
-        """Seconds since it was last used, or since it got its state if never used since."""
-        return now - max(self.last_used, self.since)
-
-
-@dataclass(frozen=True)
-class ServerState:
-    id: str
-    pool: str = DEFAULT_POOL
-    accepting: bool = True  # up, ready and not draining: may take loads and requests
-    replicas: tuple[Replica, ...] = ()
-
-    def replica(self, model: str) -> Replica | None:
-        return next((r for r in self.replicas if r.model == model), None)
-
-    @property
-    def occupying(self) -> list[Replica]:
-        """The replicas that count against the budget (loading or ready)."""
-        return [r for r in self.replicas if r.state is not ReplicaState.UNLOADING]
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What a model's users ask of it now."""
-
-    held: int = 0  # requests waiting for a ready replica
-    queue_ms: float | None = None  # queue time per request over the recent window
-    threshold_ms: float = math.inf  # over this, the model wants another replica
-    over_since: float | None = None  # since when queue_ms has stayed over it (pressure_since)
-
-
-@dataclass(frozen=True)
-class PlacementPolicy:
-    idle_unload_s: float = 300.0  # a replica unused this long, nothing in flight: unloaded
-    evict_idle_s: float = 10.0  # unused at least this long to be evicted for another model
-    min_resident_s: float = 30.0  # never evicted sooner than this after it was loaded
-    pressure_s: float = 10.0  # queue over threshold this long before another replica
-    max_replicas: int | None = None  # per model; None: as many as the pool has servers
-
-    def __post_init__(self) -> None:
-        for name in ("idle_unload_s", "evict_idle_s", "min_resident_s", "pressure_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: expected ≥ 0, got {getattr(self, name)}")
-        if self.max_replicas is not None and self.max_replicas < 1:
-            raise ValueError(f"max_replicas: expected ≥ 1 or None, got {self.max_replicas}")
-
-
-@dataclass(frozen=True)
-class Decision:
-    kind: Kind
-    rule: Rule
-    model: str
-    server: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.kind.value} {self.model} on {self.server} ({self.rule.value}): {self.reason}"
+# the state's names are importable from here too (placement_loop.py, the tests)
+__all__ = [
+    "Decision",
+    "Demand",
+    "Kind",
+    "PlacementPolicy",
+    "Replica",
+    "ReplicaState",
+    "Rule",
+    "ServerState",
+    "apply",
+    "decide",
+    "pressure_since",
+    "waiting_reasons",
+]
+DEFAULT_PLACEMENT = PlacementPolicy()  # frozen: the policy `decide` uses unless given one
 
 
 def pressure_since(
@@ -315,7 +254,7 @@ def decide(
     servers: Sequence[ServerState],
     demand: Mapping[str, Demand],
     now: float,
-    policy: PlacementPolicy = PlacementPolicy(),
+    policy: PlacementPolicy = DEFAULT_PLACEMENT,
 ) -> list[Decision]:
     """What to load and unload now, in the order to carry it out (see the module's rules).
     Models not in the catalogue are left alone."""
@@ -415,3 +354,23 @@ def apply(
                 ]
         result.append(replace(server, replicas=tuple(replicas)))
     return result
+
+
+def waiting_reasons(
+    servers: Sequence[ServerState],
+    demand: Mapping[str, Demand],
+    decisions: Sequence[Decision],
+    failed_loads: Mapping[str, str],
+) -> dict[str, str]:
+    """Why each model with requests held has no replica coming, for the error its held
+    requests get at their deadline: its last load failed (`failed_loads`: Triton's reason
+    per model), or no server of its pool takes it (no load decided)."""
+    reasons = {}
+    for model, d in demand.items():
+        if not d.held or any(s.replica(model) for s in servers if s.accepting):
+            continue
+        if model in failed_loads:
+            reasons[model] = failed_loads[model]
+        elif not any(x.kind is Kind.LOAD and x.model == model for x in decisions):
+            reasons[model] = "no server of its pool has room for it (every budget is full)"
+    return reasons

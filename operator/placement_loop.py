@@ -4,8 +4,9 @@ out with Triton's model-control API (model_control.py) under the site's administ
 
 What the servers hold is read from each server's repository index every step (`observe`),
 and the operator publishes that, not what discovery said at start: Envoy's per-model routes
-and the gateway follow a load or an unload on the next step, and a model that no server
-holds gets Triton's own "unknown model" answer from the default route, as before.
+and the gateway follow a load or an unload on the next step; a request for a model that no
+server holds is held by the gateway (gateway/holding.py), whose counts (`report_held`) are
+the demand that loads it.
 
 The decisions are carried out in a worker thread, one list at a time, in their order (a
 MAKE_ROOM unload before the load it makes room for), so a load that takes seconds never
@@ -40,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sonicsite.contract.wire import ADMIN_KEY_FILE, STATE_FILE, ServerRecord
+from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE, ServerRecord
 
 from . import model_control
 from .catalogue import Budget, Catalogue, Pool, catalogue_of, read_repository
@@ -57,7 +58,9 @@ from .placement import (
     ServerState,
     decide,
     pressure_since,
+    waiting_reasons,
 )
+from .placement_state import HeldCounts
 
 LOG = logging.getLogger("sonicsite.operator.placement")
 KEPT_DECISIONS = 50  # the last decisions /v1/placement shows
@@ -74,6 +77,8 @@ class PlacementSettings:
     pressure_s: float = PlacementPolicy.pressure_s
     evict_idle_s: float = PlacementPolicy.evict_idle_s
     min_resident_s: float = PlacementPolicy.min_resident_s
+    hold_deadline_s: float = HOLD_DEADLINE_S  # a held request's deadline, by default
+    hold_deadlines: tuple[tuple[str, float], ...] = ()  # (model, deadline s) where not
 
     def policy(self) -> PlacementPolicy:
         return PlacementPolicy(
@@ -92,6 +97,8 @@ class PlacementSettings:
             f"--placement-pressure-s={self.pressure_s}",
             f"--evict-idle-s={self.evict_idle_s}",
             f"--min-resident-s={self.min_resident_s}",
+            f"--hold-deadline-s={self.hold_deadline_s}",
+            *(f"--hold-deadline-s={m}={s}" for m, s in self.hold_deadlines),
         ]
         if self.budget_models is not None:
             args.append(f"--budget-models={self.budget_models}")
@@ -140,6 +147,8 @@ class PlacementLoop:
     over_since: dict[str, float | None] = field(default_factory=dict)
     backoff: dict[tuple[str, str, str], Backoff] = field(default_factory=dict)
     decisions: deque = field(default_factory=lambda: deque(maxlen=KEPT_DECISIONS))
+    held: HeldCounts = field(default_factory=HeldCounts)  # requests held, per holder
+    hold_reasons: dict[str, str] = field(default_factory=dict)  # why a held model is not ready
     _policy: PlacementPolicy | None = None
     _worker: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -194,15 +203,22 @@ class PlacementLoop:
                     self.last_used[key] = health.scraped_at
         return pending
 
+    def report_held(self, source: str, counts: dict[str, int], now: float) -> dict[str, int]:
+        """A holder's requests held per model (`PUT /v1/held`); the site's counts now."""
+        with self._lock:
+            self.held.report(source, counts, now)
+            return self.held.held(now)
+
     def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
         demand = {}
+        held = self.held.held(now)
         for model in self.catalogue.models:
             loads = loadview.model_loads(model)
             queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
             queue_ms = None if queue_us is None else queue_us / 1e3
             over = pressure_since(self.over_since.get(model), queue_ms, self.settings.queue_ms, now)
             self.over_since[model] = over
-            demand[model] = Demand(0, queue_ms, self.settings.queue_ms, over)
+            demand[model] = Demand(held.get(model, 0), queue_ms, self.settings.queue_ms, over)
         return demand
 
     def act(self, servers: list[ServerRecord], loadview: LoadView, now: float) -> None:
@@ -232,6 +248,12 @@ class PlacementLoop:
             ]
             decisions = decide(self.catalogue, states, demand, now, self._policy)
             due = [d for d in decisions if self._due(d, now)]
+            failed = {
+                k[1]: f"its load on {k[2]} failed ({b.failures} in a row): {b.reason}"
+                for k, b in self.backoff.items()
+                if k[0] == "load"
+            }
+            self.hold_reasons = waiting_reasons(states, demand, decisions, failed)
         if not due:
             return
         by_id = {s.id: s for s in servers}
@@ -369,6 +391,8 @@ class PlacementLoop:
                 "loaded": {s: list(m) for s, m in sorted(self.loaded.items())},
                 "models": models,
                 "decisions": list(self.decisions),
+                "held": self.held.held(now),
+                "hold_reasons": dict(self.hold_reasons),
                 "backoff": {
                     f"{k[0]} {k[1]} on {k[2]}": vars(b).copy() for k, b in self.backoff.items()
                 },

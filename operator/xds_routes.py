@@ -13,10 +13,13 @@ operator dies or hangs, so a shed that no operator renews reopens by itself at i
 
 from __future__ import annotations
 
+import re
+
 from sonicsite.contract.wire import MODEL_HEADER, SERVER_HEADER
 
 from .try_timeouts import TryPolicy
 from .xds_model_match import (
+    GRPC_SERVICE,
     named_methods_regex,
     refused_routes,
     rest_model_regex,
@@ -36,7 +39,7 @@ from .xds_resources import (
     model_cluster,
     rest_cluster,
 )
-from .xds_site_view import view_routes
+from .xds_site_view import HOLD_CLUSTER, HOLD_REST_CLUSTER, view_routes
 
 LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
 
@@ -79,6 +82,42 @@ def route_action(cluster: str, per_try_s: float, hedge: bool = False) -> dict:
     return action
 
 
+# A held request's route waits its model's deadline and this much more: the gateway answers
+# at the deadline with the error that names the model, or forwards the request once a server
+# holds it and passes on that server's answer (its own timeout is the caller's deadline).
+HOLD_ANSWER_S = 60.0
+
+
+def hold_routes(model: str, deadline_s: float, grpc: bool, rest: bool) -> list[dict]:
+    """Inference, metadata and config of `model`, which no server holds, to the gateway's
+    holder (gRPC by the header, REST by the path): one try with the hold's timeout, no
+    per-try timeout or retry (the per-try timeouts are for hung servers, and a held request
+    is waiting, not hung). Its other calls (readiness) take the default routes: Triton's
+    own answers at once."""
+    action = {"timeout": seconds(deadline_s + HOLD_ANSWER_S)}
+    header = {"name": MODEL_HEADER, "string_match": {"exact": model}}
+    routes = []
+    if rest:
+        regex = rf"^/v2/models/{re.escape(model)}(/versions/[^/]+)?(/infer|/config)?$"
+        match = {"safe_regex": {"regex": regex}}
+        routes.append(
+            {
+                "name": f"hold-rest-{model}",
+                "match": match,
+                "route": action | {"cluster": HOLD_REST_CLUSTER},
+            }
+        )
+    if grpc:
+        methods = f"^{re.escape(GRPC_SERVICE)}(ModelInfer|ModelMetadata|ModelConfig)$"
+        match = {"safe_regex": {"regex": methods}, "headers": [header]}
+        routes.append(
+            {"name": f"hold-{model}", "match": match, "route": action | {"cluster": HOLD_CLUSTER}}
+        )
+    for route in routes:
+        route["typed_per_filter_config"] = without_model_match()
+    return routes
+
+
 # the inference requests a shed refuses (gRPC methods; KServe v2 REST paths)
 GRPC_INFER = r"^/inference\.GRPCInferenceService/Model(Stream)?Infer$"
 REST_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
@@ -116,13 +155,15 @@ def route_configuration(
     hedge: bool = False,
     default_per_try_s: float = TryPolicy.cap_s,
     site_view: tuple[bool, bool] = (False, False),
+    held: dict[str, float] | None = None,
 ) -> dict:
     """`site_view`: whether the pool's answers (server metadata, statistics, repository
     index) come from the site's view (xds_site_view.py), over gRPC and over REST;
     `shed`: models whose route refuses new work, with the expiry of each shed (epoch s);
     `per_try`: each model's per-try timeout (s; `default_per_try_s` for the others and for
-    the default route, which carries every model)."""
-    shed, per_try = shed or {}, per_try or {}
+    the default route, which carries every model); `held`: models no server holds, with
+    their hold deadlines (s): their inference goes to the gateway's holder (`hold_routes`)."""
+    shed, per_try, held = shed or {}, per_try or {}, held or {}
 
     def model_route(name: str, match: dict, cluster: str, m: str, grpc: bool = True) -> dict:
         route = {
@@ -144,6 +185,8 @@ def route_configuration(
 
     # first match wins: refusals, the site's view, REST by path, gRPC by header, then the defaults
     routes = refused_routes() + view_routes(*site_view)
+    for m, deadline in sorted(held.items()):
+        routes += hold_routes(m, deadline, *site_view)
     for m in models:
         match = {"safe_regex": {"regex": rest_model_regex(m)}}
         routes.append(model_route(f"rest-model-{m}", match, rest_cluster(m), m, grpc=False))

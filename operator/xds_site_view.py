@@ -11,6 +11,9 @@ paths, `POST /v2/repository/index`) go to the gateway's HTTP port, which answers
 (`--site-view-http`; not with the gateway's bearer tokens on, which Envoy's clients do not
 carry). Without a view (e.g. the chart without its gateway), they take the default routes:
 one server's answers.
+
+The same addresses hold requests for a model no server holds (`hold_clusters`; the routes in
+xds_routes.py): the gateway's holder answers them once a server holds the model.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from .xds_model_match import GRPC_SERVICE, without_model_match
 from .xds_resources import GOOGLE, TYPE_URLS
 
 VIEW_CLUSTER, VIEW_REST_CLUSTER = "site_view", "site_view_rest"
+# the gateway's holder (gateway/holding.py), at the same addresses: its own clusters, so
+# held requests have their own counters and never queue behind the view's calls
+HOLD_CLUSTER, HOLD_REST_CLUSTER = "holding", "holding_rest"
 VIEW_METHODS = ("ServerMetadata", "ModelStatistics", "RepositoryIndex")
 # the REST twins: server metadata, statistics (one model, one version, every model), index
 VIEW_REST_PATHS = r"^/v2(/models(/[^/]+(/versions/[^/]+)?)?/stats|/repository/index)?$"
@@ -91,4 +97,12 @@ def view_clusters(grpc_address: str, http_address: str) -> list[dict]:
     clusters = [view_cluster(grpc_address)] if grpc_address else []
     if http_address:
         clusters.append(view_cluster(http_address, VIEW_REST_CLUSTER, http2=False))
+    return clusters
+
+
+def hold_clusters(grpc_address: str, http_address: str) -> list[dict]:
+    """The gateway's holder over gRPC and on its HTTP port, those that are given."""
+    clusters = [view_cluster(grpc_address, HOLD_CLUSTER)] if grpc_address else []
+    if http_address:
+        clusters.append(view_cluster(http_address, HOLD_REST_CLUSTER, http2=False))
     return clusters

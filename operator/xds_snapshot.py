@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from sonicsite.contract.wire import ServerRecord
 
 from .try_timeouts import TryPolicy
+from .xds_jwt import JwtPolicy
 from .xds_model_match import check_cluster, check_listener
 from .xds_resources import (
     ALL_SERVERS,
     ALL_SERVERS_REST,
     TYPE_URLS,
-    JwtPolicy,
     clusters,
     listener,
     load_assignment,
@@ -23,7 +23,7 @@ from .xds_resources import (
     rest_cluster,
 )
 from .xds_routes import route_configuration
-from .xds_site_view import view_clusters
+from .xds_site_view import hold_clusters, view_clusters
 from .xds_tracing import EnvoyTracing
 
 
@@ -51,13 +51,15 @@ class Snapshot:
         site_view: str = "",
         site_view_http: str = "",
         tracing: EnvoyTracing | None = None,
+        held: dict[str, float] | None = None,
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
         route, which carries every model, takes the longest; `site_view`: the address of
         the site's one-server view over gRPC (the gateway's), if any; `site_view_http`: the
         gateway's HTTP address, for the view's REST twins; `tracing`: Envoy's OpenTelemetry
-        tracer and the collector's cluster (xds_tracing.py)."""
+        tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
+        whose requests the gateway holds, with their deadlines (None: nothing is held)."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
@@ -84,12 +86,14 @@ class Snapshot:
                     tries.hedge,
                     default_per_try,
                     (bool(site_view), bool(site_view_http)),
+                    held,
                 )
             ],
             "clusters": [
                 *clusters(models, caps, lb_policy),
                 check_cluster(listen_port),
                 *view_clusters(site_view, site_view_http),
+                *(hold_clusters(site_view, site_view_http) if held is not None else []),
                 *(jwt.clusters() if jwt else []),
                 *([tracing.cluster()] if tracing else []),
             ],

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from .bench.arguments import at_least, non_negative
 from .bench.commands import add_bench_parser, run_bench
+from .contract.wire import HOLD_DEADLINE_S
 from .local.state import DEFAULT_SITE_DIR
 from .operator.balancing import DEFAULT_POLICY, POLICIES
+from .sim.commands import add_simulate_parser, run_simulate
 
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
 
@@ -214,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with --placement: models each server may hold (default: no limit)",
     )
+    p.add_argument(
+        "--hold-deadline-s",
+        type=at_least(1),
+        default=None,
+        help="with --placement: how long a request for a model no server holds waits for "
+        f"one to load it before it fails, naming the model and why (default: {HOLD_DEADLINE_S:g})",
+    )
     _tracing_args(p)
 
     p = sub.add_parser("down", help="stop the local site")
@@ -244,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="go on with the stream in --out that a killed submit left: jobs with every "
         "event answered are kept, the others rerun for the events without a result",
     )
+    p.add_argument(
+        "--backend",
+        choices=["site", "local", "auto"],
+        default="site",
+        help="where the workers' models run: the site (default), in each worker's process "
+        "(local: the TorchScript files of `models build`), or the site with the process as "
+        "fallback when it does not answer or keeps shedding (auto)",
+    )
 
     p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
     _site_args(p)
@@ -251,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     _stream_args(p, jobs=8, wave=4, events=300)
 
     add_bench_parser(sub)
+    add_simulate_parser(sub)
 
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
@@ -321,6 +339,7 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
         max_attempts=args.max_attempts,
         rate=args.rate,
         resume=getattr(args, "resume", False),  # submit only
+        backend=getattr(args, "backend", "site"),  # submit only
         **{name: getattr(args, name) for name in same},
     )
     bar = progress_bar()
@@ -344,7 +363,10 @@ def _placement(args: argparse.Namespace):
 
     if not getattr(args, "placement", False):
         return None
-    return PlacementSettings(idle_unload_s=args.idle_unload_s, budget_models=args.budget_models)
+    held = {} if args.hold_deadline_s is None else {"hold_deadline_s": args.hold_deadline_s}
+    return PlacementSettings(
+        idle_unload_s=args.idle_unload_s, budget_models=args.budget_models, **held
+    )
 
 
 def _site(args: argparse.Namespace) -> int:
@@ -400,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_status(args.dir, args.json)
     if args.command == "bench":
         return run_bench(args)
+    if args.command == "simulate":
+        return run_simulate(args)
     from .local.errors import SiteError
 
     try:

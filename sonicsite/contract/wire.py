@@ -175,6 +175,40 @@ class SiteRecord:
         )
 
 
+# -- requests held for a model no server holds -------------------------------------------
+
+# A request for a model of the site's catalogue that no server holds ready is held (by the
+# gateway, where Envoy's per-model routes send it) until a server holds it, at most this
+# many seconds by default; then it fails with an error naming the model and why.
+HOLD_DEADLINE_S = 120.0
+# A holder's counts of held requests (the operator's demand) lapse this long after it last
+# sent them: no count outlives the holder that sent it (it sends them every second).
+HELD_TTL_S = 5.0
+
+
+@dataclass(frozen=True)
+class HoldingRecord:
+    """What holders follow (`/v1/state`'s `holding`): the catalogue's models, each one's
+    deadline, and the operator's reason where a model it was asked for is not loading."""
+
+    models: tuple[str, ...] = ()  # the catalogue: the models worth holding a request for
+    deadline_s: float = HOLD_DEADLINE_S  # the default deadline of a held request
+    deadlines: dict[str, float] = field(default_factory=dict)  # per model, where set
+    reasons: dict[str, str] = field(default_factory=dict)  # why a held model is not ready
+
+    def deadline(self, model: str) -> float:
+        return self.deadlines.get(model, self.deadline_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"models": list(self.models)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HoldingRecord:
+        known = _known(cls, data)
+        known["models"] = tuple(known.get("models", ()))
+        return cls(**known)
+
+
 # -- processes of a local site --------------------------------------------------------------
 
 # A process's state: RUNNING (alive and answering), RESTARTING (its supervisor is starting it

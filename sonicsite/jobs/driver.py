@@ -13,6 +13,11 @@ Faults it handles, and says so on the console and in the report:
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
   done (`stopped_by`) and returns; SIGKILL to the driver: every worker sees its pipe close
   and exits (spawn.py).
+
+`backend` (`submit --backend`): where the workers' models run: "site" (default), "local"
+(in each worker's process, from the TorchScript files under `models_dir`) or "auto" (the
+site while it answers, in process when it does not); the report counts the events each
+backend ran and every switch with its reason.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+from sonicsite.client.backend_local import BACKENDS, LocalModels
+from sonicsite.local.launcher import DEFAULT_BUILD_DIR
 from sonicsite.local.state import SiteState
 
 from .executions import log_sizes, read_executions
@@ -54,6 +61,8 @@ class StreamSpec:
     max_attempts: int = 3  # a job whose worker dies runs at most this many times in all
     rate: float = 0.0  # open loop: events per second of a wave, shared by its jobs; 0: closed
     resume: bool = False  # finish a stream whose submit was killed: only what has no result
+    backend: str = "site"  # where models run: site | local (in the workers) | auto
+    models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built TorchScript files
 
     def model(self, job: int) -> str:
         return self.models[job % len(self.models)]
@@ -156,6 +165,7 @@ class _Run:
             *("--events", str(spec.events), "--batch", str(spec.batch)),
             *("--seed", str(spec.seed), "--transport", spec.transport),
             *("--window", str(spec.window)),
+            *("--backend", spec.backend, "--models-dir", str(Path(spec.models_dir).resolve())),
             *(["--mode", spec.mode] if spec.mode else []),
             *("--out", str(self.path(job, ".json"))),
             *("--attempt", str(attempt), "--stream", stream),
@@ -287,6 +297,11 @@ def submit(
     ):
         if value < 1:
             raise ValueError(f"{name}: expected an integer ≥ 1, got {value}")
+    if spec.backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
+    if spec.backend != "site":  # before any worker starts: a model it cannot run in process
+        for model in sorted(set(spec.models)):
+            LocalModels(Path(spec.models_dir).resolve()).artifact(model, "jit")
     state = SiteState.load(spec.site_dir)  # fails with how to start a site
     missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
     if missing:
@@ -355,6 +370,7 @@ def submit(
             "max_attempts": spec.max_attempts,
             "rate_events_per_s": spec.rate,
             "resumed": spec.resume,
+            "backend": spec.backend,
             "site": str(spec.site_dir),
             "stream": stream,
         },

@@ -9,6 +9,9 @@ logs), throughput (the stream's over its whole duration; a model's over its own 
 path (`per_path`: envoy, gateway or direct, when the client reports `rows_per_path`),
 retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured), reruns of jobs
 whose worker died. `errors`: every worker failure (type, message, jobs) and event error.
+`per_backend`: the events the site answered and those the workers' models ran in process
+(`submit --backend local|auto`); `switches`: every switch of backend "auto", with its job,
+time and reason. Events run in process are not looked for in the servers' execution logs.
 """
 
 from __future__ import annotations
@@ -59,11 +62,15 @@ def _summary(
     for q in good:
         per_server[q[2]] += q[3]
     per_path: Counter[str] = Counter()
+    per_backend: Counter[str] = Counter({"site": 0, "local": 0})
     for r in results:
         per_path.update(r.get("client", {}).get("rows_per_path", {}))
+        per_backend.update(r.get("client", {}).get("rows_per_backend", {}))
     active = active_seconds(results)
     over = active if own_time and active > 0 else duration
-    checked = summarize(executions, set(answered), _events(results)) if executions else None
+    in_process = {e for r in results for e in _local_events(r)}
+    served = set(answered) - in_process
+    checked = summarize(executions, served, _events(results) - in_process) if executions else None
     return {
         "events_total": expected,
         "events_ok": ok,
@@ -82,9 +89,27 @@ def _summary(
         "reruns": sum(max(r.get("attempt", 1) - 1, 0) for r in results),
         "per_server": dict(sorted(per_server.items())),
         "per_path": dict(sorted(per_path.items())),
+        "per_backend": dict(sorted(per_backend.items())),
+        "switches": _switches(results),
         "client": _client_totals(results),
         **({"executions": checked} if checked else {}),
     }
+
+
+def _local_events(result: dict) -> list[int]:
+    """The events of a job that its worker's model ran in process."""
+    chunks = result.get("client", {}).get("local_events", [])
+    return [e for lo, hi in chunks for e in range(lo, hi)]
+
+
+def _switches(results: list[dict]) -> dict:
+    """Backend "auto"'s switches: how many each way, and each with its job, in time order."""
+    every = [
+        {"job": r["job"], **s} for r in results for s in r.get("client", {}).get("switches", [])
+    ]
+    every.sort(key=lambda s: s["at"])
+    counts = Counter(f"{s['from']}->{s['to']}" for s in every)
+    return {"count": dict(sorted(counts.items())), "first": every[:20]}
 
 
 def _client_totals(results: list[dict]) -> dict:
@@ -192,6 +217,15 @@ def print_summary(report: dict, out: Path) -> None:
     spread = ", ".join(f"{k} {v}" for k, v in report["per_server"].items())
     paths = ", ".join(f"{k} {v}" for k, v in (report.get("per_path") or {}).items())
     print(f"events per server: {spread or '-'}; per path: {paths or '-'}")
+    backends = report.get("per_backend") or {}
+    if backends.get("local"):
+        moves = ", ".join(f"{k} {v}" for k, v in report["switches"]["count"].items())
+        print(
+            f"events per backend: site {backends.get('site', 0)}, in process "
+            f"{backends['local']}; switches: {moves or 'none'}"
+        )
+        for switch in report["switches"]["first"][:3]:
+            print(f"  job {switch['job']} to {switch['to']}: {switch['reason'][:140]}")
     print(f"retries {report['retries']}, shed {report['overloaded']}, reruns {report['reruns']}")
     for model, s in report["per_model"].items():
         twice = s["events_executed_twice"]

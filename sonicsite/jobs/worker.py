@@ -9,6 +9,14 @@ retries, never events. Every chunk's result goes to the job's journal as it arri
 Progress goes to stdout (`progress OK FAILED`, the job's totals); the result (every event
 answered or failed, every request's timing, the worker's own exception if it failed) goes
 to a JSON file. A worker whose driver dies (the pipe `--parent-fd` closes) stops at once.
+
+`--backend local` runs the model in this process instead (the client's backend_local.py: the
+TorchScript file under `--models-dir`, loaded at the first event, `--torch-threads` threads,
+default 1, on `--device`); `--backend auto` sends to the site while it answers and runs in
+process when it does not (backend_auto.py). The model's metadata then comes from its
+config.pbtxt, so that a site that is down from the start costs no event. The result's
+`client` says how many events each backend ran (`rows_per_backend`), which chunks ran in
+process (`local_events`) and every switch with its reason (`switches`).
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sonicsite.client import Client
+from sonicsite.client.backend_local import BACKENDS, COMPILES, LOCAL, LocalModels
 from sonicsite.client.engine import Source
 from sonicsite.client.layout import Columns
+from sonicsite.client.spec import ModelInfo, TensorInfo
 from sonicsite.client.stats import StreamStats
+from sonicsite.models.repository import load_entry
 from sonicsite.models.samples import DEFAULT_BATCH, AnswerError, generate
 
 from .arrivals import schedule
@@ -34,6 +45,7 @@ from .executions import request_tag
 from .journal import Journal, JournalState, read_journal
 from .result import JobResult, write_result
 
+MODELS_DIR = Path("build/models")  # where `sonicsite models build` writes (launcher's default)
 EXIT_FAILED = 2  # the worker caught an exception and reported it in its result
 EXIT_ORPHANED = 3  # the driver is gone
 
@@ -68,11 +80,14 @@ def run_job(
     prior: JournalState | None = None,
     rate: float = 0.0,
     start_at: float = 0.0,
+    backend: str = "site",
+    compile: str = "jit",
 ) -> tuple[JobResult, StreamStats]:
     """Send the job's events [job*events, (job+1)*events) that have no result in `prior`
     (all of them by default) in requests of `batch` events; `progress(ok, failed)`. With
     `rate` (events per second), open loop: each request at its Poisson arrival from
-    `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise."""
+    `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise. `backend`:
+    "site", "local" or "auto" (the client's; local and auto need the client's `local`)."""
     prior = prior or JournalState()
     times = schedule(events, batch, rate, seed + job, start_at or time.time()) if rate else None
     sample = generate(model, events, seed + job, allocate=client.allocate)
@@ -81,6 +96,8 @@ def run_job(
     lock = threading.Lock()
     counts = [len(prior.answered), len(prior.failed)]
     merged = StreamStats()
+    local_events: list[list[int]] = []  # [first, last + 1] of each chunk run in process
+    switches: list[dict] = []
 
     def tell() -> None:
         if progress:
@@ -121,6 +138,8 @@ def run_job(
             window=window,
             request_tag=request_tag(stream, job),
             request_offset=offset,
+            backend=backend,
+            compile=compile,
         )
         arrivals = None
         if times is not None:
@@ -138,10 +157,36 @@ def run_job(
         tell()
         result.retries += outcome.retries
         result.overloaded += outcome.overloaded
+        local_events += [[first + offset + lo, first + offset + hi] for lo, hi in outcome.local]
+        switches += outcome.switches
         _merge(merged, outcome.stats)
     result.requests = [(r.start, r.latency_s, r.server, r.rows, r.ok) for r in merged.records]
     result.client = merged.summary()
+    rows = result.client["rows_per_path"]
+    result.client["backend"] = backend
+    result.client["rows_per_backend"] = {
+        "site": sum(n for path, n in rows.items() if path != LOCAL),
+        "local": rows.get(LOCAL, 0),
+    }
+    result.client["local_events"] = local_events
+    result.client["switches"] = switches
     return result, merged
+
+
+def config_info(model: str) -> ModelInfo:
+    """A model's metadata from its config.pbtxt, as its servers give it (ModelInfo): what the
+    in-process backend checks the spec against when the site may not answer."""
+    config = load_entry(model).config
+
+    def tensors(items) -> dict[str, TensorInfo]:
+        out = {}
+        for t in items:
+            kind = t.DESCRIPTOR.fields_by_name["data_type"].enum_type
+            name = kind.values_by_number[t.data_type].name.removeprefix("TYPE_")
+            out[t.name] = TensorInfo(t.name, name, tuple(t.dims))
+        return out
+
+    return ModelInfo(model, config.max_batch_size, tensors(config.input), tensors(config.output))
 
 
 def _merge(into: StreamStats, stats: StreamStats) -> None:
@@ -190,6 +235,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--backend",
+        default="site",
+        choices=list(BACKENDS),
+        help="where the model runs: the site, this process (local), or the site with this "
+        "process as fallback (auto)",
+    )
+    parser.add_argument("--compile", default="jit", choices=list(COMPILES))
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        default=MODELS_DIR,
+        help="backend local/auto: the built models (<dir>/<model>/1/model.pt)",
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="backend local/auto: torch's intra- and inter-op threads (default 1)",
+    )
+    parser.add_argument("--device", default="cpu", help="backend local/auto: cpu or cuda[:N]")
+    parser.add_argument(
         "--rate",
         type=float,
         default=0.0,
@@ -234,11 +300,22 @@ def main(argv: list[str] | None = None) -> int:
         args.job, args.model, first, args.events, args.transport, attempt=args.attempt
     )
     try:
+        local = None
+        if args.backend != "site":
+            local = LocalModels(
+                args.models_dir.resolve(),
+                config_info,
+                args.torch_threads,
+                args.torch_threads,
+                args.device,
+            )
         prior = read_journal(journal_path)
         if prior.missing(args.events):
             with (
                 Journal(journal_path) as journal,
-                Client.connect(transport=args.transport, mode=args.mode, site=args.site) as client,
+                Client.connect(
+                    transport=args.transport, mode=args.mode, site=args.site, local=local
+                ) as client,
             ):
                 result, stats = run_job(
                     client,
@@ -255,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                     prior,
                     args.rate,
                     args.start_at,
+                    args.backend,
+                    args.compile,
                 )
             if args.metrics_textfile:
                 args.metrics_textfile.write_text(

@@ -16,7 +16,8 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_loop import PlacementSettings
-from sonicsite.operator.xds_resources import ALL_SERVERS, JwtPolicy
+from sonicsite.operator.xds_jwt import JwtPolicy
+from sonicsite.operator.xds_resources import ALL_SERVERS
 
 from . import envoy, prometheus
 from .errors import EnvoyError, SiteError

@@ -20,7 +20,7 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_loop import PlacementSettings
-from sonicsite.operator.xds_resources import JwtPolicy
+from sonicsite.operator.xds_jwt import JwtPolicy
 
 from .admin_key import create_key
 from .collector import start_collector

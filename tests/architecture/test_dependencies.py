@@ -23,6 +23,7 @@ ROOMS = {
     "sonicsite.local": ROOT / "sonicsite" / "local",
     "sonicsite.jobs": ROOT / "sonicsite" / "jobs",
     "sonicsite.bench": ROOT / "bench",
+    "sonicsite.sim": ROOT / "sim",
     "sonicsite.cli": ROOT / "sonicsite",  # cli.py, __init__.py, __main__.py only
 }
 # Rooms each room may import besides itself. Read it as the arrows of the architecture.
@@ -39,6 +40,8 @@ ALLOWED = {
         "sonicsite.models",
         "sonicsite.local",
     },
+    # the simulator runs the operator's policies and the client's back-off at simulated time
+    "sonicsite.sim": {"sonicsite.contract", "sonicsite.operator", "sonicsite.client"},
     "sonicsite.bench": set(ROOMS) - {"sonicsite.cli", "sonicsite.bench"},
     "sonicsite.cli": set(ROOMS) - {"sonicsite.cli"},
 }
@@ -83,6 +86,7 @@ THIRD_PARTY = {
     "sonicsite.local": {"envoy"},
     "sonicsite.jobs": {"numpy", "matplotlib"},
     "sonicsite.bench": {"numpy", "tritonclient", "matplotlib"},
+    "sonicsite.sim": {"simpy", "yaml", "matplotlib"},
     "sonicsite.cli": set(),
 }
 # Files not imported by Python but loaded by Triton's Python backend stub.

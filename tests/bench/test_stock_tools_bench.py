@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from sonicsite.bench import stock_tools
-from sonicsite.bench.dataplane import Window
+from sonicsite.bench.perf_analyzer import Window
 
 
 def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_models):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from compat_paths import HELD, paths_for
-from sonicsite.bench.dataplane import perf_analyzer_env
+from sonicsite.bench.perf_analyzer import perf_analyzer_env
 
 BINARY = Path(sys.executable).parent / "perf_analyzer"
 # (protocol, path): gRPC direct and through Envoy; REST direct, through Envoy and the gateway

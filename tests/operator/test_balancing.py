@@ -12,6 +12,8 @@ from sonicsite.bench.shares import recovery_s, shares_over_time
 from sonicsite.client.discovery import from_site_file
 from sonicsite.operator.balancing import (
     EXPONENT,
+    SNAP_DOWN,
+    SNAP_UP,
     TOLERANCE,
     Balancing,
     aged,
@@ -48,6 +50,27 @@ def test_load_aware_weights_follow_measured_compute_time_per_request():
     assert weights["c"] == 1  # 40 times slower: the floor
     b.forget("c")
     assert b.weights("m", ["a", "c"])["c"] == SCALE
+
+
+def test_a_server_a_little_slower_keeps_full_weight_until_it_is_clearly_slower():
+    """Envoy picks by two choices only while all weights are equal: a weight a little under
+    full is published as full. A server leaves full weight once its weight falls under
+    SNAP_DOWN of full and comes back once it is over SNAP_UP (hysteresis: noise around
+    one threshold does not flip Envoy between its two schedules each interval)."""
+
+    def settled(b: Balancing, c_us: float) -> dict[str, int]:
+        for _ in range(30):  # a slower measurement is believed over some intervals
+            b.observe(_compute(a=1000.0, c=c_us))
+        return b.weights("m", ["a", "c"])
+
+    for ratio in (1.0, 1.3, 1.45):  # raw weights 1000, 746, 335: all published as full
+        assert weight(1000.0 * ratio, 1000.0) >= SNAP_DOWN * SCALE
+        assert settled(Balancing(), 1000.0 * ratio) == {"a": SCALE, "c": SCALE}
+    b = Balancing()
+    assert settled(b, 2000.0)["c"] == weight(2000.0, 1000.0) < SNAP_DOWN * SCALE  # reduced
+    assert settled(b, 1450.0)["c"] == weight(1450.0, 1000.0) < SNAP_UP * SCALE  # still down
+    assert settled(b, 1300.0)["c"] == SCALE  # raw 746, over SNAP_UP: full again
+    assert settled(b, 1450.0)["c"] == SCALE  # and full it stays above SNAP_DOWN
 
 
 def test_one_server_measured_fast_by_luck_does_not_make_the_others_look_slow():

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
-from sonicsite.operator.xds_resources import JwtPolicy
+from sonicsite.operator.xds_jwt import JwtPolicy
 from stock import stock_infer
 
 from sonicsite.local import launcher

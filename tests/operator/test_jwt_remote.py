@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 from jwks_server import AUDIENCE, ISSUER, JwksServer, SigningKey
 from polling import wait_until
 from sonicsite.models.samples import generate
-from sonicsite.operator.xds_resources import JWKS_CLUSTER, JwtPolicy
+from sonicsite.operator.xds_jwt import JWKS_CLUSTER, JwtPolicy
 
 from sonicsite.local import launcher
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from control_site import MODELS, control_target, two_servers
 from polling import wait_until
 from sonicsite.operator import model_control
 from sonicsite.operator.catalogue import catalogue_of, read_repository
@@ -18,12 +19,8 @@ from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.model_control import ControlTarget, ModelControlError
 
 from sonicsite.contract.wire import ADMIN_KEY_HEADER
-from sonicsite.local import launcher
-from sonicsite.local.admin_key import read_key
 from sonicsite.local.ports import free_ports
 from sonicsite.local.state import SiteState
-
-MODELS = ["simple", "identity"]
 
 
 @pytest.fixture(scope="module")
@@ -31,26 +28,12 @@ def pair(tmp_path_factory, built_models) -> SiteState:
     """Two servers, identity on triton-0 only; no control plane (the operator's calls go to
     the servers' own ports)."""
     site_dir = tmp_path_factory.mktemp("control") / "site"
-    state = launcher.up(
-        site_dir,
-        servers=2,
-        models=MODELS,
-        build_dir=built_models,
-        holding={"identity": ["triton-0"]},
-        balancer=False,
-        supervise=False,
-    )
-    yield state
-    launcher.down(site_dir)
-
-
-def _target(state: SiteState, server_id: str) -> ControlTarget:
-    server = state.server(server_id)
-    return ControlTarget(server.id, server.http, read_key(Path(state.site_dir)), server.pid)
+    with two_servers(site_dir, built_models, balancer=False) as state:
+        yield state
 
 
 def test_load_and_unload_with_the_key_change_the_index_and_the_footprint_is_remembered(pair):
-    target = _target(pair, "triton-1")
+    target = control_target(pair, "triton-1")
     catalogue = catalogue_of(read_repository(Path(pair.site_dir) / "repository"))
     index = model_control.repository_index(target)
     assert sorted(e.name for e in index) == sorted(catalogue.models) == sorted(MODELS)
@@ -70,11 +53,11 @@ def test_load_and_unload_with_the_key_change_the_index_and_the_footprint_is_reme
     states = {e.name: (e.state, e.reason) for e in model_control.repository_index(target)}
     assert states["identity"] == ("UNAVAILABLE", "unloaded") and states["simple"][0] == "READY"
     assert catalogue.footprint_bytes("identity") == footprint.bytes  # remembered unloaded
-    assert model_control.ready_models(_target(pair, "triton-0")) == {"simple", "identity"}
+    assert model_control.ready_models(control_target(pair, "triton-0")) == {"simple", "identity"}
 
 
 def test_failures_name_the_model_the_server_and_tritons_reason(pair):
-    target = _target(pair, "triton-1")
+    target = control_target(pair, "triton-1")
     with pytest.raises(ModelControlError) as missing:
         model_control.load(target, "nosuch")
     assert "load of model 'nosuch' on server 'triton-1' failed" in str(missing.value)
@@ -106,7 +89,7 @@ def test_a_reload_reads_as_the_work_done_since_never_as_negative_work(pair):
     reload between two scrapes read as 3 requests in that interval (not 0, not -17), with
     the queue time Triton's own statistics give since the reload, and 23 over the window."""
     server = pair.server("triton-0")
-    target = _target(pair, "triton-0")
+    target = control_target(pair, "triton-0")
     view = LoadView(timeout_s=5.0)
 
     def scraped(total: int) -> bool:

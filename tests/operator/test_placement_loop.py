@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from control_site import MODELS, control_target, two_servers
 from polling import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from sonicsite.operator import main as operator_main
 from sonicsite.operator import model_control
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.metrics import OperatorMetrics
-from sonicsite.operator.model_control import ControlTarget
 from sonicsite.operator.placement_loop import PlacementLoop, PlacementSettings, local_catalogue
 from sonicsite.operator.xds_resources import model_cluster
 from stock import stock_infer
@@ -31,11 +31,9 @@ from tritonclient.utils import InferenceServerException
 
 from sonicsite import cli
 from sonicsite.contract.wire import read_state_file
-from sonicsite.local import envoy, launcher
-from sonicsite.local.admin_key import read_key
+from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
-MODELS = ["simple", "identity"]
 IDLE_S = 4.0
 # any queue time at all is over the threshold: pressure, forced
 SETTINGS = PlacementSettings(idle_unload_s=IDLE_S, budget_models=2, queue_ms=1e-6, pressure_s=1.0)
@@ -47,26 +45,12 @@ DEADLINE_S = 120.0  # generous: the machine is busy
 def placed(tmp_path_factory, built_models) -> SiteState:
     """Two servers, identity on triton-0 only, placement on."""
     site_dir = tmp_path_factory.mktemp("placement") / "site"
-    state = launcher.up(
-        site_dir,
-        servers=2,
-        models=MODELS,
-        build_dir=built_models,
-        holding={"identity": ["triton-0"]},
-        supervise=False,
-        placing=SETTINGS,
-    )
-    yield state
-    launcher.down(site_dir)
-
-
-def _target(state: SiteState, server_id: str) -> ControlTarget:
-    server = state.server(server_id)
-    return ControlTarget(server.id, server.http, read_key(Path(state.site_dir)), server.pid)
+    with two_servers(site_dir, built_models, placing=SETTINGS) as state:
+        yield state
 
 
 def _ready(state: SiteState, server_id: str) -> set[str]:
-    return model_control.ready_models(_target(state, server_id))
+    return model_control.ready_models(control_target(state, server_id))
 
 
 def _get(address: str, path: str) -> bytes:
@@ -145,17 +129,23 @@ def test_idle_models_are_unloaded_and_routes_stop(placed):
         DEADLINE_S,
         0.5,
     )
+    # simple's inference now goes to the gateway's holder (tests/operator/test_holding.py)
+    wait_until(
+        lambda: '"hold-simple"' in _get(placed.envoy_admin, "/config_dump").decode(),
+        "Envoy's hold route for simple",
+        DEADLINE_S,
+        0.5,
+    )
     arrays = {"INPUT0": np.zeros((1, 16), np.int32), "INPUT1": np.zeros((1, 16), np.int32)}
 
     def refusal() -> InferenceServerException | None:
-        """Triton's unknown/unready answer, naming the model, once Envoy's routes settle:
-        while the model's cluster is empty but its route not yet gone, Envoy itself answers
-        UNAVAILABLE without a text (the holding path will hold those requests instead)."""
+        """Triton's answer for a model the site does not have, naming it (right after the
+        unloads, Envoy was seen to answer "no healthy upstream" for a moment)."""
         with pytest.raises(InferenceServerException) as refused:
-            stock_infer(placed.grpc, "simple", arrays, ["OUTPUT0"])
-        return refused.value if "simple" in str(refused.value) else None
+            stock_infer(placed.grpc, "nosuch", arrays, ["OUTPUT0"])
+        return refused.value if "nosuch" in str(refused.value) else None
 
-    wait_until(refusal, "Triton's refusal naming simple through Envoy", DEADLINE_S, 0.5)
+    wait_until(refusal, "Triton's refusal naming nosuch through Envoy", DEADLINE_S, 0.5)
 
 
 def _routed(state: SiteState) -> bool:
@@ -215,7 +205,7 @@ def test_a_model_under_steady_requests_stays_and_gets_a_second_replica(placed):
     for held requests) and asked for without pause for several idle times: no request fails,
     it stays loaded on triton-0 throughout, and its queue time, over the (forced) threshold,
     gets it a replica on triton-1 that Envoy then routes to."""
-    model_control.load(_target(placed, "triton-0"), "identity")
+    model_control.load(control_target(placed, "triton-0"), "identity")
     started = time.time()
     with Driver(placed) as driver:
         while True:

@@ -1,0 +1,145 @@
+"""Backend `local`: a stream's events run by the model in the worker's own process.
+
+`client.stream(model, spec, backend="local", compile="jit")` runs each chunk of `batch`
+events through the model's TorchScript file (local_backend.py `LocalModel`) on tensors that
+view the SoA columns (torch_views.py): the same TensorSpec, checked against the same model
+metadata, and the same copy plan and report as the remote path. The model is loaded and
+placed on its device at the first event; one batch runs at a time (a lock), so the
+configured torch threads are the only parallelism the model brings. Chunks are delivered
+to `on_result` exactly as the remote path delivers them, and recorded with path "local".
+
+torch is imported at the first event only (local_backend.py): a worker without torch still
+streams through the site.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .layout import Columns
+from .spec import ModelInfo, TensorSpec
+from .stats import RequestRecord
+
+BACKENDS = ("site", "local", "auto")
+COMPILES = ("jit", "aot")
+LOCAL = "local"  # the path and server of an in-process record
+TORCHSCRIPT_FILE = "model.pt"  # as models/torch_artifacts.py writes it beside model.onnx
+
+
+@dataclass(frozen=True)
+class LocalModels:
+    """Where in-process models come from and how they run: `folder` is a model repository
+    as `sonicsite models build` writes it (`<folder>/<model>/1/model.pt`); `infos` gives a
+    model's metadata (None: ask the site, as the remote path does); torch's intra- and
+    inter-op threads (default 1: no parallelism the worker does not manage); `device`."""
+
+    folder: Path
+    infos: Callable[[str], ModelInfo] | None = None
+    threads: int = 1
+    interop_threads: int = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "interop_threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+    def artifact(self, model: str, compile: str) -> Path:
+        """The file the model runs from, or why there is none."""
+        if compile not in COMPILES:
+            raise ValueError(f"compile: expected one of {COMPILES}, got {compile!r}")
+        if compile == "aot":
+            raise ValueError(
+                "compile: 'aot' needs the AOTInductor package, which is not built yet; "
+                "use compile='jit' (the TorchScript file)"
+            )
+        path = Path(self.folder) / model / "1" / TORCHSCRIPT_FILE
+        if not path.is_file():
+            raise ValueError(
+                f"model {model!r}: {path} is missing; `sonicsite models build` writes it for "
+                "the models built from PyTorch"
+            )
+        return path
+
+
+@dataclass
+class LocalRunner:
+    """One model in process: loaded at the first batch, one batch at a time."""
+
+    model: str
+    settings: LocalModels
+    compile: str
+    info: Callable[[], ModelInfo]  # the model's metadata, asked for at the first batch
+    _loaded: object | None = field(default=None, repr=False)  # local_backend.LocalModel
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path = self.settings.artifact(self.model, self.compile)  # fails before any event
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None and self._loaded.module is not None
+
+    def run(self, spec: TensorSpec, columns: Columns, strict: bool = False):
+        """Run one batch; returns its torch_views.TorchCall (copies, report, raw outputs)."""
+        with self._lock:
+            if self._loaded is None:
+                from .local_backend import LocalModel  # torch, at the first event only
+
+                s = self.settings
+                self._loaded = LocalModel(
+                    self.path, self.info(), s.threads, s.interop_threads, s.device
+                )
+            return self._loaded.infer(spec, columns, strict)
+
+    def deliver(self, spec: TensorSpec, strict: bool, lo: int, hi: int, source, on_result, result):
+        """Run events [lo, hi) of `source` and deliver them once: recorded (path "local")
+        in `result` (an engine StreamResult), then given to `on_result` with the outputs
+        returned as arrays (the others are in their columns)."""
+        start, t0 = time.time(), time.perf_counter()
+        call = self.run(spec, source.request(lo, hi), strict)
+        record = RequestRecord(start, time.perf_counter() - t0, LOCAL, hi - lo, True)
+        record.path, record.copies = LOCAL, call.copies
+        with self._lock:
+            result.stats.records.append(record)
+            result.delivered.append((lo, hi))
+            result.local.append((lo, hi))
+        on_result(lo, hi, call.raw)
+
+
+class LocalStream:
+    """A stream whose chunks all run in process, in the caller's thread, one after another
+    (the same `run` as the engine's Stream, so a worker uses either)."""
+
+    def __init__(self, runner: LocalRunner, spec: TensorSpec, options) -> None:
+        self.runner, self.spec, self.options = runner, spec, options
+
+    def run(
+        self,
+        source,
+        on_result,
+        arrivals: Sequence[float] | None = None,
+        on_send: Callable[[int, int], None] | None = None,
+        resent: Collection[tuple[int, int]] = (),
+    ):
+        """Every event of `source`, in chunks of `batch`; `arrivals` as the engine's (the
+        time each chunk starts at the earliest). `on_send` and `resent` need nothing here:
+        a chunk run in process is never sent anywhere."""
+        from .engine import StreamResult
+
+        result = StreamResult()
+        batch = self.options.batch
+        chunks = [(lo, min(lo + batch, len(source))) for lo in range(0, len(source), batch)]
+        if arrivals is not None and len(arrivals) != len(chunks):
+            raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
+        for i, (lo, hi) in enumerate(chunks):
+            if arrivals is not None:
+                time.sleep(max(0.0, arrivals[i] - time.time()))
+            self.runner.deliver(self.spec, self.options.strict, lo, hi, source, on_result, result)
+        return result

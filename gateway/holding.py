@@ -1,0 +1,168 @@
+"""Requests held, not failed: a request for a model of the site's catalogue that no server
+holds ready now waits here until the operator's state shows a server that does, then goes
+to it; past the model's deadline it fails with an error naming the model and why.
+
+Envoy sends here only inference, metadata and config (what a client asks before its first
+inference) for such models (the operator's hold routes, operator/xds_routes.py
+`hold_routes`), so no other request takes this hop: over gRPC to the gateway's gRPC server
+(`handlers`: the request's bytes passed on as they came, read only for the model's name),
+over REST to its HTTP port (forwarding.py `Forwarder.hold`). Readiness is not held: it
+answers "not ready" at once, as Triton does. The operator loads the model because it is
+told how many requests wait for it (`report`: `PUT /v1/held` whenever the counts change and
+every second; its copy lapses a few seconds after the last, so no count outlives this
+gateway).
+
+If the operator dies while requests are held, they stay held here: Envoy keeps its routes,
+this gateway keeps the last state it read, and once the operator is back (the supervisor
+restarts it) the next report tells it what waits, it loads the model and every held request
+is answered. If this gateway dies, its held requests fail at once with a reset or an
+unavailable status, which the client retries: none is lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+import grpc
+import httpx
+from tritonclient.grpc import service_pb2
+
+from sonicsite.contract.wire import HoldingRecord, ServerRecord
+
+from .siteview import SiteView
+
+LOG = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
+HELD_METHODS = ("ModelInfer", "ModelMetadata", "ModelConfig")  # what Envoy's hold routes send
+REPORT_EVERY_S = 1.0  # the counts go to the operator at least this often while any is held
+# metadata a gRPC stack sets itself: not passed on
+OWN_METADATA = ("user-agent", "te", "content-type", "host")
+
+
+def ready_servers(view: SiteView, model: str) -> list[ServerRecord]:
+    """The servers that name `model` among what they hold and take work now (a server that
+    names no model is not taken to hold this one: under placement it holds none)."""
+    return [s for s in view.site.servers if model in s.models and s.ready and not s.draining]
+
+
+def expired(model: str, deadline_s: float, reason: str) -> str:
+    """A held request's error at its deadline: the model, the deadline and the reason."""
+    why = reason or "no server has it ready yet"
+    return f"model '{model}' was not loaded on any server within {deadline_s:g} s: {why}"
+
+
+@dataclass
+class Holder:
+    view: SiteView
+    poll_s: float = 0.05  # how often a held request looks at the view (one event loop)
+    counts: dict[str, int] = field(default_factory=dict)  # requests held now, per model
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
+
+    def holds(self, model: str) -> bool:
+        """True when a request for `model` is to be held: it is in the catalogue and no
+        server holds it ready now."""
+        record = self.view.holding
+        return record is not None and model in record.models and not ready_servers(self.view, model)
+
+    async def wait(self, model: str) -> str:
+        """Wait until a server holds `model` ready: "" then, else the error at its deadline."""
+        record = self.view.holding or HoldingRecord()
+        deadline_s = record.deadline(model)
+        until = time.monotonic() + deadline_s
+        self._count(model, 1)
+        try:
+            while not ready_servers(self.view, model):
+                if time.monotonic() >= until:
+                    reason = (self.view.holding or record).reasons.get(model, "")
+                    LOG.warning("held request for %s expired after %g s", model, deadline_s)
+                    return expired(model, deadline_s, reason)
+                await asyncio.sleep(self.poll_s)
+            return ""
+        finally:
+            self._count(model, -1)
+
+    def _count(self, model: str, step: int) -> None:
+        self.counts[model] = self.counts.get(model, 0) + step
+        if not self.counts[model]:
+            del self.counts[model]
+        self.changed.set()
+
+    async def report(self, client: httpx.AsyncClient, source: str) -> None:
+        """Tell the operator the counts when they change, and every second while any is
+        held (one more time once none is); a failed send is tried again on the next."""
+        sent: dict[str, int] | None = None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), REPORT_EVERY_S)
+            self.changed.clear()
+            counts = dict(self.counts)
+            if not counts and sent == {}:
+                continue
+            body = {"source": source, "held": counts}
+            try:
+                reply = await client.put(f"{self.view.operator}/v1/held", json=body, timeout=2.0)
+                sent = counts if reply.status_code == 200 else None
+            except httpx.HTTPError as exc:
+                LOG.warning("held counts not sent to the operator: %r", exc)
+                sent = None
+
+    # -- gRPC -------------------------------------------------------------------------------
+
+    def handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        """The held methods for the gateway's gRPC server (grpc_view.py), bytes in and out:
+        inference, and the model's metadata and config that a client reads before it."""
+
+        def method(name: str) -> grpc.RpcMethodHandler:
+            async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                return await self._forward(name, request, context)
+
+            return grpc.unary_unary_rpc_method_handler(forward)
+
+        return {name: method(name) for name in HELD_METHODS}
+
+    async def _forward(
+        self, method: str, request: bytes, context: grpc.aio.ServicerContext
+    ) -> bytes:
+        """Hold the call until a server holds its model, then pass it on as it came."""
+        message = getattr(service_pb2, f"{method}Request").FromString(request)
+        model = message.model_name if method == "ModelInfer" else message.name
+        if self.holds(model):
+            failed = await self.wait(model)
+            if failed:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, failed)
+        servers = ready_servers(self.view, model)
+        if not servers:  # not in the catalogue: Triton's own answer
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
+            )
+        server = max(servers, key=lambda s: s.weight)  # the operator's fastest
+        metadata = tuple(
+            (k, v)
+            for k, v in context.invocation_metadata() or ()
+            if not k.startswith((":", "grpc-")) and k not in OWN_METADATA
+        )
+        call = self._channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
+        try:
+            return await call(request, timeout=context.time_remaining(), metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "")
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self.channels:
+            self.channels[address] = grpc.aio.insecure_channel(
+                address,
+                options=[
+                    ("grpc.max_send_message_length", -1),
+                    ("grpc.max_receive_message_length", -1),
+                ],
+            )
+        return self.channels[address]
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            await channel.close()

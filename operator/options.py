@@ -1,0 +1,393 @@
+"""The operator's command line: its options (every default of a policy is the policy's own)
+and what they decode to, each option's error named through `parser.error`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from sonicsite.contract.wire import SHED_TTL_S
+
+from .admission import AdmissionPolicy
+from .autoscaler import Autoscaler, ScalingPolicy
+from .balancing import DEFAULT_POLICY, POLICIES
+from .controller import STEP_INTERVAL_S
+from .discovery import Discovery, KubernetesDiscovery, LocalDiscovery, kubernetes_api
+from .loadview import SCRAPE_GRACE
+from .placement_loop import PlacementSettings
+from .try_timeouts import TryPolicy
+from .xds_jwt import SYSTEM_CA_FILE, JwtPolicy
+from .xds_tracing import EnvoyTracing
+
+T = TypeVar("T")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The operator's options; every default of a policy is the policy's own."""
+    parser = argparse.ArgumentParser(prog="sonicsite-operator")
+    parser.add_argument(
+        "--site", type=Path, default=None, help="the local site directory (local discovery)"
+    )
+    parser.add_argument(
+        "--kubernetes",
+        default="",
+        help="NAMESPACE/SERVICE: discover Triton from the Service's EndpointSlices",
+    )
+    parser.add_argument(
+        "--kube-api", default=None, help="API server URL (default: in-cluster service account)"
+    )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="comma-separated models every replica serves (with --kubernetes)",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="the operator's HTTP port")
+    parser.add_argument(
+        "--envoy-listen",
+        required=True,
+        help="host:port of Envoy's gRPC listener, published over LDS",
+    )
+    parser.add_argument(
+        "--public-grpc",
+        default="",
+        help="the gRPC endpoint clients use (published in the state; default --envoy-listen)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=STEP_INTERVAL_S, help="seconds between steps"
+    )
+    parser.add_argument(
+        "--site-view",
+        default="",
+        help="host:port of the site's one-server view over gRPC (the gateway's --grpc-port): "
+        "Envoy sends server metadata, statistics and the repository index there",
+    )
+    parser.add_argument(
+        "--site-view-http",
+        default="",
+        help="host:port of the gateway's HTTP (without bearer tokens): Envoy sends the REST "
+        "server metadata, statistics and repository index there",
+    )
+    parser.add_argument(
+        "--jwt-issuer", default="", help="Envoy requires bearer JWTs from this issuer"
+    )
+    parser.add_argument(
+        "--jwt-jwks-file", default="", help="the JWKS file, as Envoy sees it (with --jwt-issuer)"
+    )
+    parser.add_argument(
+        "--jwt-audiences", default="", help="comma-separated accepted audiences (default: any)"
+    )
+    parser.add_argument(
+        "--jwt-jwks-uri",
+        default="",
+        help="the issuer's JWKS URI, which Envoy fetches (instead of --jwt-jwks-file)",
+    )
+    parser.add_argument(
+        "--jwt-jwks-cache",
+        type=int,
+        default=300,
+        help="seconds Envoy keeps a fetched JWKS before fetching it again (rotated keys)",
+    )
+    parser.add_argument(
+        "--jwt-jwks-ca",
+        default=SYSTEM_CA_FILE,
+        help="CA file, as Envoy sees it, for an https JWKS URI's certificate",
+    )
+    parser.add_argument(
+        "--tracing-endpoint",
+        default="",
+        help="Envoy exports OpenTelemetry spans to this OTLP/HTTP traces URL "
+        "(http(s)://host:port/v1/traces); default: Envoy does not trace",
+    )
+    parser.add_argument(
+        "--tracing-sampling",
+        type=float,
+        default=100.0,
+        help="percent of requests arriving without a W3C traceparent that Envoy traces "
+        "(a request with one is traced as its caller decided)",
+    )
+    parser.add_argument(
+        "--tracing-service-name",
+        default="sonicsite-envoy",
+        help="the service.name of Envoy's spans",
+    )
+    parser.add_argument(
+        "--balancing",
+        choices=sorted(POLICIES),
+        default=DEFAULT_POLICY,
+        help="how Envoy spreads requests over a model's servers (operator/balancing.py)",
+    )
+    defaults = AdmissionPolicy()
+    parser.add_argument(
+        "--shed-above-ms",
+        type=float,
+        default=defaults.shed_above_ms,
+        help="shed a model when queue time per request is above this everywhere",
+    )
+    parser.add_argument(
+        "--open-below-ms",
+        type=float,
+        default=defaults.open_below_ms,
+        help="reopen once some server is below this (hysteresis)",
+    )
+    parser.add_argument(
+        "--min-hold",
+        type=float,
+        default=defaults.min_hold_s,
+        help="seconds an admission decision holds at least",
+    )
+    parser.add_argument(
+        "--retry-after",
+        type=int,
+        default=defaults.retry_after_s,
+        help="seconds clients are told to wait when shed",
+    )
+    parser.add_argument(
+        "--inflight-cap",
+        type=int,
+        default=defaults.inflight_cap,
+        help="requests in flight per model while failing open",
+    )
+    parser.add_argument(
+        "--compute-multiple",
+        type=float,
+        default=defaults.compute_multiple,
+        help="thresholds at least this many times a model's compute time per request "
+        "(a slow model queues longer before it is overloaded); 0: the ms thresholds alone",
+    )
+    parser.add_argument(
+        "--shed-ttl",
+        type=float,
+        default=SHED_TTL_S,
+        help="seconds a shed holds unless the operator renews it (renewed at half of it); "
+        f"at most {SHED_TTL_S:g}, the bound Envoy, the gateway and clients rely on",
+    )
+    parser.add_argument(
+        "--scrape-grace",
+        type=int,
+        default=SCRAPE_GRACE,
+        help="failed scrapes in a row after which a server leaves the load view",
+    )
+    tries = TryPolicy()
+    parser.add_argument(
+        "--per-try-floor",
+        type=float,
+        default=tries.floor_s,
+        help="Envoy's shortest per-try timeout in seconds",
+    )
+    parser.add_argument(
+        "--per-try-cap",
+        type=float,
+        default=tries.cap_s,
+        help="Envoy's longest per-try timeout in seconds (models never measured get it)",
+    )
+    parser.add_argument(
+        "--per-try-multiplier",
+        type=float,
+        default=tries.multiplier,
+        help="per-try timeout: this many times the model's time per request",
+    )
+    parser.add_argument(
+        "--hedge",
+        action="store_true",
+        default=tries.hedge,
+        help="on a per-try timeout, send a second copy to another server (first answer "
+        "wins) instead of abandoning the first try",
+    )
+    parser.add_argument(
+        "--autoscale",
+        default="",
+        help="min,max servers: scale the local site on queue time per request",
+    )
+    scaling = ScalingPolicy()
+    parser.add_argument(
+        "--target-ms",
+        type=float,
+        default=scaling.target_ms,
+        help="queue time per request the autoscaler aims at",
+    )
+    parser.add_argument(
+        "--up-window",
+        type=float,
+        default=scaling.up_window_s,
+        help="scale-up stabilisation window in seconds",
+    )
+    parser.add_argument(
+        "--down-window",
+        type=float,
+        default=scaling.down_window_s,
+        help="scale-down stabilisation window in seconds",
+    )
+    parser.add_argument(
+        "--scaling-window",
+        type=float,
+        default=scaling.window_s,
+        help="seconds of counters the scaling metric is computed over",
+    )
+    placing = PlacementSettings()
+    parser.add_argument(
+        "--placement",
+        action="store_true",
+        help="load and unload models on the servers as their use asks (operator/"
+        "placement_loop.py; with --site); off: every server keeps the models it started with",
+    )
+    parser.add_argument(
+        "--idle-unload-s",
+        type=float,
+        default=placing.idle_unload_s,
+        help="with --placement: a model unused this long, nothing in flight, is unloaded",
+    )
+    parser.add_argument(
+        "--budget-models",
+        type=int,
+        default=None,
+        help="with --placement: models each server may hold (default: no limit)",
+    )
+    parser.add_argument(
+        "--placement-queue-ms",
+        type=float,
+        default=placing.queue_ms,
+        help="with --placement: queue time per request over which a model gets a replica more",
+    )
+    parser.add_argument(
+        "--placement-pressure-s",
+        type=float,
+        default=placing.pressure_s,
+        help="with --placement: seconds the queue time stays over it before that replica",
+    )
+    parser.add_argument(
+        "--evict-idle-s",
+        type=float,
+        default=placing.evict_idle_s,
+        help="with --placement: a model unused this long may be unloaded for another",
+    )
+    parser.add_argument(
+        "--min-resident-s",
+        type=float,
+        default=placing.min_resident_s,
+        help="with --placement: a model loaded less long ago is never unloaded for another",
+    )
+    parser.add_argument(
+        "--hold-deadline-s",
+        action="append",
+        default=[],
+        metavar="[MODEL=]SECONDS",
+        help="with --placement: how long a request for a model that no server holds is held "
+        f"until a server holds it (default {placing.hold_deadline_s:g} s); MODEL=SECONDS sets "
+        "one model's; repeatable",
+    )
+    return parser
+
+
+def checked(parser: argparse.ArgumentParser, make: Callable[[], T], prefix: str = "") -> T:
+    """`make()`, its ValueError turned into the command line's error (`prefix` first)."""
+    try:
+        return make()
+    except ValueError as exc:
+        parser.error(f"{prefix}{exc}")
+
+
+def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Autoscaler | None:
+    """`--autoscale min,max` and the scaling policy's options (None without it)."""
+    if not args.autoscale:
+        return None
+
+    def make() -> Autoscaler:
+        low, high = (int(v) for v in args.autoscale.split(","))
+        return Autoscaler(
+            ScalingPolicy(
+                low, high, args.target_ms, args.up_window, args.down_window, args.scaling_window
+            )
+        )
+
+    return checked(parser, make, "--autoscale: expected min,max servers: ")
+
+
+def jwt_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> JwtPolicy | None:
+    """Envoy's bearer-JWT check from the `--jwt-*` options (None without them)."""
+    if not (args.jwt_issuer or args.jwt_jwks_file or args.jwt_jwks_uri):
+        return None
+    if not args.jwt_issuer:
+        parser.error("--jwt-jwks-file/--jwt-jwks-uri: expected --jwt-issuer too")
+    audiences = tuple(a for a in args.jwt_audiences.split(",") if a)
+    return checked(
+        parser,
+        lambda: JwtPolicy(
+            args.jwt_issuer,
+            args.jwt_jwks_file,
+            audiences,
+            jwks_uri=args.jwt_jwks_uri,
+            jwks_cache_s=args.jwt_jwks_cache,
+            jwks_ca_file=args.jwt_jwks_ca,
+        ),
+        "--jwt-jwks-file/--jwt-jwks-uri: ",
+    )
+
+
+def envoy_tracing(args: argparse.Namespace, parser: argparse.ArgumentParser) -> EnvoyTracing | None:
+    """Envoy's tracer from the `--tracing-*` options (None without an endpoint)."""
+    if not args.tracing_endpoint:
+        return None
+    return checked(
+        parser,
+        lambda: EnvoyTracing(
+            args.tracing_endpoint, args.tracing_sampling, args.tracing_service_name
+        ),
+    )
+
+
+def discovery(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Discovery:
+    """Exactly one of `--site` (the local state file) or `--kubernetes` with `--models`."""
+    if bool(args.site) == bool(args.kubernetes):
+        parser.error("give exactly one of --site (local) or --kubernetes NAMESPACE/SERVICE")
+    if not args.kubernetes:
+        return LocalDiscovery(args.site)
+    namespace, _, service = args.kubernetes.partition("/")
+    models = tuple(m for m in args.models.split(",") if m)
+    if not namespace or not service or not models:
+        parser.error("--kubernetes: expected NAMESPACE/SERVICE and --models a,b")
+    return KubernetesDiscovery(kubernetes_api(args.kube_api), namespace, service, models)
+
+
+def placement_settings(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> PlacementSettings:
+    """The `--placement` options' settings (their policy checked)."""
+
+    def make() -> PlacementSettings:
+        default, deadlines = hold_deadlines(args.hold_deadline_s)
+        settings = PlacementSettings(
+            idle_unload_s=args.idle_unload_s,
+            budget_models=args.budget_models,
+            queue_ms=args.placement_queue_ms,
+            pressure_s=args.placement_pressure_s,
+            evict_idle_s=args.evict_idle_s,
+            min_resident_s=args.min_resident_s,
+            hold_deadline_s=default,
+            hold_deadlines=deadlines,
+        )
+        settings.policy()
+        return settings
+
+    return checked(parser, make, "--placement: ")
+
+
+def hold_deadlines(values: list[str]) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """`--hold-deadline-s` values: the default (the last bare SECONDS) and the per-model
+    ones (MODEL=SECONDS); ValueError names a bad one."""
+    default, per_model = PlacementSettings.hold_deadline_s, {}
+    for value in values:
+        model, _, text = value.rpartition("=")
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise ValueError(f"--hold-deadline-s {value!r}: expected [MODEL=]SECONDS > 0")
+        if model:
+            per_model[model] = seconds
+        else:
+            default = seconds
+    return default, tuple(sorted(per_model.items()))

@@ -1,0 +1,129 @@
+"""Placement's state and its outcome: each server's replicas (loading, ready, unloading;
+requests in flight; last use), each model's demand, the policy's figures, and the decisions
+(load or unload, with rule and reason) that the rules in placement.py take from them. Frozen
+dataclasses: a step never changes what it was given."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from sonicsite.contract.wire import HELD_TTL_S
+
+from .catalogue import DEFAULT_POOL
+
+
+class Kind(enum.Enum):
+    LOAD = "load"
+    UNLOAD = "unload"
+
+
+class Rule(enum.Enum):
+    """Why a decision was taken (a metric's label; the reason string says the figures)."""
+
+    FIRST_REPLICA = "first_replica"
+    QUEUE_PRESSURE = "queue_pressure"
+    IDLE = "idle"
+    MAKE_ROOM = "make_room"
+
+
+class ReplicaState(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    UNLOADING = "unloading"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One model on one server."""
+
+    model: str
+    state: ReplicaState = ReplicaState.READY
+    since: float = 0.0  # when it entered its state (load decided, ready, unload decided)
+    in_flight: int = 0  # requests sent to it and not answered: the reference count
+    last_used: float = 0.0  # when a request for it last arrived or completed
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since it was last used, or since it got its state if never used since."""
+        return now - max(self.last_used, self.since)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    id: str
+    pool: str = DEFAULT_POOL
+    accepting: bool = True  # up, ready and not draining: may take loads and requests
+    replicas: tuple[Replica, ...] = ()
+
+    def replica(self, model: str) -> Replica | None:
+        return next((r for r in self.replicas if r.model == model), None)
+
+    @property
+    def occupying(self) -> list[Replica]:
+        """The replicas that count against the budget (loading or ready)."""
+        return [r for r in self.replicas if r.state is not ReplicaState.UNLOADING]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a model's users ask of it now."""
+
+    held: int = 0  # requests waiting for a ready replica
+    queue_ms: float | None = None  # queue time per request over the recent window
+    threshold_ms: float = math.inf  # over this, the model wants another replica
+    over_since: float | None = None  # since when queue_ms has stayed over it (pressure_since)
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    idle_unload_s: float = 300.0  # a replica unused this long, nothing in flight: unloaded
+    evict_idle_s: float = 10.0  # unused at least this long to be evicted for another model
+    min_resident_s: float = 30.0  # never evicted sooner than this after it was loaded
+    pressure_s: float = 10.0  # queue over threshold this long before another replica
+    max_replicas: int | None = None  # per model; None: as many as the pool has servers
+
+    def __post_init__(self) -> None:
+        for name in ("idle_unload_s", "evict_idle_s", "min_resident_s", "pressure_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected ≥ 0, got {getattr(self, name)}")
+        if self.max_replicas is not None and self.max_replicas < 1:
+            raise ValueError(f"max_replicas: expected ≥ 1 or None, got {self.max_replicas}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    rule: Rule
+    model: str
+    server: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.model} on {self.server} ({self.rule.value}): {self.reason}"
+
+
+@dataclass
+class HeldCounts:
+    """Requests held per model, as each holder (a gateway) last reported them: a report
+    lapses `ttl_s` after it came (the holder sends its counts every second), so no count
+    outlives the holder that sent it. The time is passed in."""
+
+    ttl_s: float = HELD_TTL_S
+    reports: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
+
+    def report(self, source: str, counts: dict[str, int], now: float) -> None:
+        for model, count in counts.items():
+            if not isinstance(model, str) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"held[{model!r}]: expected a count ≥ 0, got {count!r}")
+        self.reports[source] = ({m: n for m, n in counts.items() if n}, now + self.ttl_s)
+
+    def held(self, now: float) -> dict[str, int]:
+        """Requests held per model now, summed over the holders whose report holds."""
+        for source in [s for s, (_, until) in self.reports.items() if until <= now]:
+            del self.reports[source]
+        total: dict[str, int] = {}
+        for counts, _ in self.reports.values():
+            for model, count in counts.items():
+                total[model] = total.get(model, 0) + count
+        return total

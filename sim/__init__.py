@@ -1,0 +1,27 @@
+"""The site simulator: a large site (hundreds of GPUs, a day of job waves) in simulated time,
+driven by the project's own policies, and by the reference chart's for comparison.
+
+Engine: SimPy. It is maintained (4.x, pure Python, no compiled parts to build here), its
+processes are plain generators, so a job, a server's batcher or the operator's loop reads
+as the code it models, and its clock is a number the policies take as `now`: the admission
+rule, the autoscaler and the load view run unchanged at simulated time. One simulated
+request is one client batch (many events), so that a day of a large site runs in minutes.
+
+Modules, one job each:
+
+- `scenario.py`: the scenario file (YAML) read and checked, each error naming its field;
+  shipped scenarios under `scenarios/`; faults (`FAULTS`: a Prometheus outage, a lost node)
+  at their times.
+- `gpu.py`: a GPU server: per model Triton's dynamic batcher (max batch, queue delay), one
+  execution at a time, and Triton's counters as the operator scrapes them.
+- `envoy.py`: Envoy's LEAST_REQUEST pick (power of two choices with equal weights; earliest
+  deadline first over weight / (active + 1) otherwise): Envoy's, modelled here.
+- `policies.py`: the two policy sets: `sonicsite` (the operator's load view, balancing
+  weights, admission and autoscaler, called as the operator calls them) and `reference`
+  (SuperSONIC's chart defaults).
+- `site.py`: the pool of servers: slots by GPU kind, pod start and model load, drain.
+- `workload.py`: CRAB-like waves of jobs; a job's CPU time and its requests, with the
+  client's retry-after and back-off.
+- `run.py`: one scenario under one policy set; `results.py`: the figures and the JSON;
+  `plots.py`: the plots; `commands.py`: `sonicsite simulate`.
+"""

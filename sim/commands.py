@@ -1,0 +1,71 @@
+"""`sonicsite simulate SCENARIO --json F [--seed N] [--plot DIR]` and `sonicsite simulate
+--list`: the parser and what it runs. The command line (`sonicsite.cli`) adds the parser
+and hands a parsed `simulate` over here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def at_least(low: int):
+    """An integer option's type: refused below `low`, the message saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="a large site in simulated time, sonicsite's policies against the reference's",
+    )
+    p.add_argument("scenario", nargs="?", help="a shipped scenario's name or a YAML file")
+    p.add_argument("--list", action="store_true", help="the shipped scenarios")
+    p.add_argument("--json", type=Path, help="where to write the result")
+    p.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
+    p.add_argument(
+        "--seeds",
+        type=at_least(1),
+        default=1,
+        help="runs with seeds SEED.. SEED+N-1: ratios as mean, lowest, highest (default 1)",
+    )
+    p.add_argument("--plot", type=Path, help="a folder for the plots (PNG)")
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from . import results, scenario
+
+    if args.list:
+        for name in scenario.shipped():
+            print(f"{name}: {scenario.load(name).description}")
+        return 0
+    if not args.scenario or not args.json:
+        print("sonicsite simulate: expected SCENARIO and --json F (or --list)", file=sys.stderr)
+        return 2
+    try:
+        chosen = scenario.load(args.scenario)
+    except scenario.ScenarioError as exc:
+        print(f"sonicsite simulate: {exc}", file=sys.stderr)
+        return 1
+    result = results.write(args.json, chosen, args.seed, args.seeds)
+    hidden = ("fixed_pool", "autoscaled", "over_seeds")
+    shown = {k: v for k, v in result["summary"].items() if k not in hidden}
+    print(json.dumps(shown, indent=2))
+    if args.plot:
+        from .plots import plot
+
+        for path in plot(result, args.plot):
+            print(f"plot: {path}")
+    print(f"written: {args.json}")
+    return 0

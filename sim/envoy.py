@@ -1,0 +1,68 @@
+"""Envoy's LEAST_REQUEST pick, modelled (it is Envoy's code, in C++; this is our model of it,
+not a policy of the project's).
+
+As Envoy's load balancer does it (source/common/upstream/load_balancer_impl.cc): with all
+weights equal, power of two choices on active requests (`choice_count` 2, hosts drawn with
+replacement); with unequal weights, an earliest-deadline-first weighted round robin in which
+a host's effective weight is weight / (active + 1) (`active_request_bias` 1) as it is put
+back in the schedule after a pick, so active requests count only as hosts are re-inserted.
+The schedule is rebuilt when the hosts or their weights change (an xDS update).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LeastRequest:
+    """One Envoy cluster: its hosts, their weights, and the active requests Envoy counts."""
+
+    rng: random.Random
+    weights: dict[str, int] = field(default_factory=dict)
+    active: dict[str, int] = field(default_factory=dict)
+    picks: dict[str, int] = field(default_factory=dict)
+    _hosts: list[str] = field(default_factory=list)
+    _edf: list[tuple[float, int, str]] = field(default_factory=list)
+    _now: float = 0.0  # the schedule's virtual time
+    _order: int = 0
+
+    def update(self, weights: dict[str, int]) -> None:
+        """A new endpoint assignment (xDS): hosts and weights; active counts carry over."""
+        if weights == self.weights:
+            return
+        self.weights = dict(weights)
+        self._hosts = sorted(weights)
+        for host in self._hosts:
+            self.active.setdefault(host, 0)
+        self._edf = []
+        if len(set(weights.values())) > 1:
+            self._now = 0.0
+            for host in self._hosts:
+                self._push(host, 0.0)
+
+    def _push(self, host: str, start: float) -> None:
+        weight = self.weights[host] / (self.active[host] + 1)
+        self._order += 1
+        heapq.heappush(self._edf, (start + 1.0 / weight, self._order, host))
+
+    def pick(self) -> str | None:
+        if not self._hosts:
+            return None
+        if not self._edf:  # equal weights: power of two choices on active requests
+            a, b = self.rng.choice(self._hosts), self.rng.choice(self._hosts)
+            host = a if self.active[a] <= self.active[b] else b
+        else:
+            deadline, _, host = heapq.heappop(self._edf)
+            self._now = deadline
+            self._push(host, deadline)
+        self.picks[host] = self.picks.get(host, 0) + 1
+        return host
+
+    def started(self, host: str) -> None:
+        self.active[host] = self.active.get(host, 0) + 1
+
+    def finished(self, host: str) -> None:
+        self.active[host] -= 1

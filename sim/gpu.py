@@ -1,0 +1,145 @@
+"""One GPU server: Triton's dynamic batcher per model, one execution at a time, and Triton's
+counters as the operator's load view reads them.
+
+Batching as Triton's dynamic batcher does it: a batch goes as soon as the queued inputs reach
+the model's max batch, or when its oldest request has waited `queue_delay`; requests are
+never split. Models share the GPU, one execution at a time, the oldest waiting request's
+model first (concurrent kernels from two models mostly serialise on a busy GPU). Each
+request of a batch is charged the batch's compute time, as Triton's duration counters do.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import simpy
+
+from .scenario import GpuKind, ModelSpec
+
+STARTING, READY, DRAINING, STOPPED = "starting", "ready", "draining", "stopped"
+
+
+class ServerLost(Exception):
+    """The server died with the request in its queue or on its GPU."""
+
+
+@dataclass
+class Request:
+    model: str
+    items: int
+    done: simpy.Event
+    arrived: float = 0.0
+
+
+@dataclass
+class Counters:
+    """Triton's per-model counters in the names `loadview.parse_metrics` gives them."""
+
+    success: float = 0.0
+    failure: float = 0.0
+    inferences: float = 0.0
+    executions: float = 0.0
+    queue_us: float = 0.0
+    compute_infer_us: float = 0.0
+
+    def scrape(self, pending: int) -> dict[str, float]:
+        return {
+            "success": self.success,
+            "failure": self.failure,
+            "inferences": self.inferences,
+            "executions": self.executions,
+            "queue_us": self.queue_us,
+            "compute_input_us": 0.0,
+            "compute_infer_us": self.compute_infer_us,
+            "compute_output_us": 0.0,
+            "pending": float(pending),
+        }
+
+
+@dataclass
+class Server:
+    env: simpy.Environment
+    id: str
+    kind: GpuKind
+    models: dict[str, ModelSpec]
+    started_at: float
+    slot: int = -1  # the pool's slot (site.py)
+    state: str = STARTING
+    stopped_at: float | None = None
+    busy_s: float = 0.0  # executing
+    in_flight: int = 0  # requests sent here and not yet answered
+    counters: dict[str, Counters] = field(default_factory=dict)
+    _queues: dict[str, deque] = field(default_factory=dict)
+    _queued_items: dict[str, int] = field(default_factory=dict)
+    _wake: simpy.Event | None = None
+
+    def __post_init__(self) -> None:
+        for m in self.models:
+            self.counters[m] = Counters()
+            self._queues[m] = deque()
+            self._queued_items[m] = 0
+        self._wake = self.env.event()
+        self.env.process(self._batcher())
+
+    def submit(self, request: Request) -> None:
+        request.arrived = self.env.now
+        self._queues[request.model].append(request)
+        self._queued_items[request.model] += request.items
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def kill(self) -> None:
+        """The node is lost: every request queued or executing here fails."""
+        self.state, self.stopped_at = STOPPED, self.env.now
+        for model, queue in self._queues.items():
+            while queue:
+                queue.popleft().done.fail(ServerLost(self.id))
+            self._queued_items[model] = 0
+
+    def pending(self, model: str) -> int:
+        return len(self._queues[model])
+
+    def scrape(self) -> dict[str, dict[str, float]]:
+        return {m: c.scrape(len(self._queues[m])) for m, c in self.counters.items()}
+
+    def _oldest(self) -> str | None:
+        heads = [(q[0].arrived, m) for m, q in self._queues.items() if q]
+        return min(heads)[1] if heads else None
+
+    def _batcher(self):
+        env = self.env
+        while True:
+            model = self._oldest()
+            if model is None:
+                yield self._wake
+                self._wake = env.event()
+                continue
+            spec, queue = self.models[model], self._queues[model]
+            due = queue[0].arrived + spec.queue_delay_ms / 1e3
+            if self._queued_items[model] < spec.max_batch and env.now < due:
+                self._wake = env.event()
+                yield self._wake | env.timeout(due - env.now)
+                continue
+            batch, items = [], 0
+            while queue and items + queue[0].items <= spec.max_batch:
+                request = queue.popleft()
+                batch.append(request)
+                items += request.items
+            self._queued_items[model] -= items
+            started = env.now
+            yield env.timeout(self.kind.service[model].seconds(items, self.kind.slowdown))
+            if self.state == STOPPED:  # killed while executing: the batch is lost
+                for r in batch:
+                    r.done.fail(ServerLost(self.id))
+                return
+            took = env.now - started
+            self.busy_s += took
+            c = self.counters[model]
+            c.success += len(batch)
+            c.inferences += items
+            c.executions += 1
+            c.compute_infer_us += took * 1e6 * len(batch)
+            c.queue_us += sum(started - r.arrived for r in batch) * 1e6
+            for r in batch:
+                r.done.succeed()

@@ -1,0 +1,236 @@
+"""The two policy sets a scenario runs under.
+
+`sonicsite`: the operator's step (operator/controller.py `Operator.step`) at simulated time,
+calling the project's own code: every server's counters into the load view
+(`LoadView.record_counters`), `Balancing.observe` / `Balancing.weights` per model into that
+model's Envoy cluster, `admission.decide` per model (a shed is answered at Envoy with its
+retry-after), and the local autoscaler (`Autoscaler.desired` on `queue_ms_per_request` over
+the load view's window), one actuation at a time as the operator's actuator thread does.
+
+`reference`: SuperSONIC's chart defaults, helm/supersonic/values.yaml and templates of
+fastmachinelearning/SuperSONIC (read at e5788010d54a):
+- `envoy.loadBalancerPolicy: "LEAST_REQUEST"`, one cluster over every server, equal weights
+  (templates/envoy/configmaps.yaml `lb_policy: {{ .envoy.loadBalancerPolicy }}`, STRICT_DNS:
+  hosts refreshed every 5 s, Envoy's default `dns_refresh_rate`);
+- admission: `envoy.rate_limiter.prometheus_based` (cfg/envoy-filter.lua) checks only the
+  RepositoryIndex call a client makes when it connects: refused when the metric is above
+  `serverLoadThreshold: 100`, and when Prometheus answers nothing (fails closed). The chart
+  ships it `enabled: false`; it is on here, as the only admission the chart has. A refused
+  job fails and is resubmitted (`workload.resubmit_s`);
+- the metric (templates/_helpers/_scaling-metric.tpl, `serverLoadMetric: ""`):
+  sum(rate(nv_inference_queue_duration_us[30s])) / (sum(rate(nv_inference_exec_count[30s]))
+  × 1000 + 0.001), ms of queue per *execution*, summed over every model and server;
+  Prometheus scrapes every 5 s (`prometheus.server.global.scrape_interval: 5s`);
+- KEDA (templates/keda/so.yaml): `pollingInterval: 30`, threshold `serverLoadThreshold`
+  (100), `metricType: Value`; HPA behaviour from values.yaml `keda.scaleUp`
+  (`stabilizationWindowSeconds: 60`, `periodSeconds: 60`, `stepsize: 1`) and
+  `keda.scaleDown` (`stabilizationWindowSeconds: 600`, `periodSeconds: 120`, `stepsize:
+  1`); min/max replicas from the scenario's pool (the chart's `minReplicaCount: 1`,
+  `maxReplicaCount: 2` are a demo's). The HPA's rule itself (ceil(current × metric /
+  target), 10 % tolerance, stabilisation windows) is Kubernetes', the same as the
+  project's `Autoscaler`, which is called for it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sonicsite.operator.admission import AdmissionPolicy, decide
+from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
+from sonicsite.operator.balancing import Balancing
+from sonicsite.operator.loadview import LoadView
+
+from sonicsite.contract.wire import SHED, AdmissionRecord
+
+from .gpu import DRAINING, READY
+from .site import Site
+
+ALL = "triton"  # the reference's one cluster
+REF_THRESHOLD_MS = 100.0  # serverLoadThreshold
+REF_SCRAPE_S = 5.0  # prometheus.server.global.scrape_interval
+REF_RATE_WINDOW_S = 30.0  # [30s] in the default metric
+REF_POLLING_S = 30.0  # KEDA pollingInterval
+REF_DNS_REFRESH_S = 5.0  # Envoy's dns_refresh_rate default (STRICT_DNS)
+REF_UP = (60.0, 60.0, 1)  # scaleUp: stabilizationWindowSeconds, periodSeconds, stepsize
+REF_DOWN = (600.0, 120.0, 1)  # scaleDown: the same
+
+
+@dataclass
+class Sonicsite:
+    """The project's policies, as the operator runs them each step."""
+
+    site: Site
+    step_s: float
+    balancing: Balancing = field(default_factory=Balancing)
+    admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    scaler: Autoscaler | None = None
+    loadview: LoadView = field(default_factory=LoadView)
+    admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
+    weights: dict[str, dict[str, int]] = field(default_factory=dict)
+    name: str = "sonicsite"
+    _busy: bool = False
+
+    def start(self) -> None:
+        self.site.env.process(self._loop())
+
+    def cluster_of(self, model: str) -> str:
+        return model  # per-model clusters: the client names its model in a header
+
+    def connect(self, now: float) -> bool:
+        return True  # admission is per request, at Envoy's route
+
+    def set_prometheus(self, up: bool) -> None:
+        """Nothing to do: the operator reads each server's /metrics itself, not Prometheus."""
+
+    def refused(self, model: str, now: float) -> float | None:
+        """The retry-after Envoy answers a request for `model` with, or None to route it."""
+        record = self.admissions.get(model)
+        if record is None:
+            return None
+        if record.state == SHED and record.expires_at > now:
+            return float(record.retry_after_s)
+        if record.fail_open:
+            active = sum(self.site.cluster(model).active.values())
+            if active >= self.admission.inflight_cap:
+                return float(self.admission.retry_after_s)
+        return None
+
+    def _loop(self):
+        while True:
+            self.step(self.site.env.now)
+            yield self.site.env.timeout(self.step_s)
+
+    def step(self, now: float) -> None:
+        servers = [s for s in self.site.servers.values() if s.state in (READY, DRAINING)]
+        known = {s.id for s in servers}
+        for gone in set(self.loadview.health) - known:
+            self.loadview.forget(gone)
+            self.balancing.forget(gone)
+        for s in servers:
+            self.loadview.record_counters(s.id, now, s.scrape())
+        for m in self.site.scenario.models:
+            holding = [s.id for s in servers if s.state == READY]
+            self.balancing.observe(self.loadview.model_loads(m))
+            self.weights[m] = self.balancing.weights(m, holding)
+            self.site.cluster(m).update(self.weights[m])
+            seen = [s for s in holding if self.loadview.in_view(s)]
+            loads = [x for x in self.loadview.model_loads(m) if x.server in seen]
+            unseen = [s for s in holding if s not in seen]
+            self.admissions[m] = decide(
+                self.admission, self.admissions.get(m), loads, seen, now, unseen
+            )
+        self._autoscale(now, len([s for s in servers if s.state == READY]))
+
+    def _autoscale(self, now: float, current: int) -> None:
+        if self.scaler is None:
+            return
+        window = self.loadview.window_loads(self.scaler.policy.window_s)
+        desired = self.scaler.desired(now, current, queue_ms_per_request(window))
+        if desired != current and not self._busy:
+            self._busy = True
+            self.site.env.process(self._actuate(desired))
+
+    def _actuate(self, desired: int):
+        """Blocking, as the local actuator is: the next decision waits for this one."""
+        yield self.site.scale_to(desired, "sonicsite autoscaler")
+        self._busy = False
+
+
+@dataclass
+class Reference:
+    """SuperSONIC's defaults (see the module's docstring for each value's source)."""
+
+    site: Site
+    scaler: Autoscaler | None = None
+    prometheus_up: bool = True
+    name: str = "reference"
+    _samples: dict[str, deque] = field(default_factory=dict)  # server: (t, queue_us, execs)
+    _last_change: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        env = self.site.env
+        env.process(self._every(REF_SCRAPE_S, self._scrape))
+        env.process(self._every(REF_DNS_REFRESH_S, self._dns))
+        if self.scaler is not None:
+            env.process(self._every(REF_POLLING_S, self._keda))
+
+    def cluster_of(self, model: str) -> str:
+        return ALL
+
+    def connect(self, now: float) -> bool:
+        metric = self.metric_ms(now)
+        return metric is not None and metric <= REF_THRESHOLD_MS
+
+    def refused(self, model: str, now: float) -> float | None:
+        return None  # no admission per request
+
+    def set_prometheus(self, up: bool) -> None:
+        """An outage: the query answers nothing (connects refused, KEDA holds)."""
+        self.prometheus_up = up
+
+    def _every(self, period: float, action):
+        while True:
+            action(self.site.env.now)
+            yield self.site.env.timeout(period)
+
+    def _dns(self, now: float) -> None:
+        self.site.cluster(ALL).update({s.id: 1 for s in self.site.ready()})
+
+    def _scrape(self, now: float) -> None:
+        if not self.prometheus_up:
+            return
+        for s in self.site.servers.values():
+            if s.state not in (READY, DRAINING):
+                continue
+            series = self._samples.setdefault(s.id, deque())
+            series.append(
+                (
+                    now,
+                    sum(c.queue_us for c in s.counters.values()),
+                    sum(c.executions for c in s.counters.values()),
+                )
+            )
+            while series and series[0][0] < now - REF_RATE_WINDOW_S - REF_SCRAPE_S:
+                series.popleft()
+
+    def metric_ms(self, now: float) -> float | None:
+        """The chart's query at `now`; None when Prometheus has no series to answer with."""
+        if not self.prometheus_up:
+            return None
+        queue = execs = 0.0
+        found = False
+        for series in self._samples.values():
+            inside = [x for x in series if x[0] >= now - REF_RATE_WINDOW_S]
+            if len(inside) < 2 or inside[-1][0] < now - 2 * REF_SCRAPE_S:
+                continue
+            dt = inside[-1][0] - inside[0][0]
+            queue += (inside[-1][1] - inside[0][1]) / dt
+            execs += (inside[-1][2] - inside[0][2]) / dt
+            found = True
+        return queue / (execs * 1000 + 0.001) if found else None
+
+    def _keda(self, now: float) -> None:
+        metric = self.metric_ms(now)
+        if metric is None:  # the HPA cannot read the metric: it keeps the replicas
+            return
+        current = len(self.site.running())
+        desired = self.scaler.desired(now, current, metric)
+        direction = "up" if desired > current else "down"
+        _, period, step = REF_UP if desired > current else REF_DOWN
+        if desired == current or now - self._last_change.get(direction, -1e18) < period:
+            return
+        desired = (
+            min(desired, current + step) if desired > current else max(desired, current - step)
+        )
+        self._last_change[direction] = now
+        self.site.scale_to(desired, "reference KEDA")
+
+
+def reference_scaler(min_servers: int, max_servers: int) -> Autoscaler:
+    """The HPA behind the chart's ScaledObject: target 100 ms, windows 60 s up, 600 s down."""
+    return Autoscaler(
+        ScalingPolicy(
+            min_servers, max_servers, REF_THRESHOLD_MS, REF_UP[0], REF_DOWN[0], REF_RATE_WINDOW_S
+        )
+    )

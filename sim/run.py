@@ -1,0 +1,151 @@
+"""One scenario under one policy set: the site, its policies and the jobs on one SimPy clock,
+run until every job is done (or the scenario's limit), and the figures of that run."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import simpy
+from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy
+from sonicsite.operator.balancing import Balancing
+
+from .policies import Reference, Sonicsite, reference_scaler
+from .scenario import Fault, Scenario
+from .site import Site
+from .workload import Workload
+
+POLICY_SETS = ("sonicsite", "reference")
+RESUBMIT_S = 120.0  # a job refused at connect is resubmitted this much later (CRAB's retry)
+# The site has run before the jobs come: the load view, Prometheus and the weights have a
+# history (the reference's admission fails closed on an empty Prometheus).
+WARMUP_S = 60.0
+
+
+@dataclass
+class Run:
+    """A run's parts, kept after it ends so that a test can look inside them."""
+
+    site: Site
+    policies: Sonicsite | Reference
+    workload: Workload
+    ended_at: float = 0.0
+    timeline: list[dict] = field(default_factory=list)
+
+
+def build(
+    scenario: Scenario, policy_set: str, seed: int, balancing: Balancing | None = None
+) -> Run:
+    """The site, policies and jobs of one run, not started. `balancing`: the instance the
+    sonicsite set uses (a test passes its own to inspect it afterwards)."""
+    env = simpy.Environment()
+    site = Site(env, scenario, random.Random(seed))
+    pool = scenario.pool
+    if policy_set == "sonicsite":
+        scaler = Autoscaler(ScalingPolicy(pool.min_servers, pool.max_servers))
+        policies = Sonicsite(
+            site,
+            scenario.step_s,
+            balancing or Balancing(),
+            scaler=scaler if pool.autoscaling else None,
+        )
+    elif policy_set == "reference":
+        scaler = reference_scaler(pool.min_servers, pool.max_servers)
+        policies = Reference(site, scaler if pool.autoscaling else None)
+    else:
+        raise ValueError(f"policy set: expected one of {POLICY_SETS}, got {policy_set!r}")
+    return Run(site, policies, Workload(env, scenario, site, policies, seed, RESUBMIT_S))
+
+
+def run(scenario: Scenario, policy_set: str, seed: int, balancing: Balancing | None = None) -> Run:
+    r = build(scenario, policy_set, seed, balancing)
+    env = r.site.env
+    r.site.open(scenario.pool.initial_servers)
+    r.policies.start()
+    env.process(_after(env, WARMUP_S, r.workload.start))
+    for fault in scenario.faults:
+        env.process(_fault(r, fault))
+    env.process(_sample(r))
+    limit = env.timeout(WARMUP_S + scenario.limit_s)
+    env.run(until=simpy.AnyOf(env, [r.workload.finished, limit]))
+    r.ended_at = env.now
+    return r
+
+
+def _after(env: simpy.Environment, delay: float, action):
+    yield env.timeout(delay)
+    action()
+
+
+def _fault(r: Run, fault: Fault):
+    """A scenario's fault at its time after the jobs begin (scenario.FAULTS)."""
+    env = r.site.env
+    yield env.timeout(WARMUP_S + fault.at_s)
+    if fault.kind == "node_lost":
+        r.site.lose(fault.servers)
+        return
+    r.policies.set_prometheus(False)
+    yield env.timeout(fault.duration_s)
+    r.policies.set_prometheus(True)
+
+
+def _sample(r: Run):
+    """Every `sample_s`: servers held and ready, GPU busy share, latencies answered."""
+    env, site = r.site.env, r.site
+    every = site.scenario.sample_s
+    busy_then, seen = 0.0, 0
+    while True:
+        yield env.timeout(every)
+        busy = site.busy_seconds()
+        allocated = len([s for s in site.servers.values() if s.stopped_at is None])
+        answered = r.workload.outcome.answered[seen:]
+        seen += len(answered)
+        latencies = sorted(x for _, x in answered)
+        r.timeline.append(
+            {
+                "t": env.now,
+                "servers": allocated,
+                "ready": len(site.ready()),
+                "utilisation": (busy - busy_then) / (every * allocated) if allocated else 0.0,
+                "p50_s": _quantile(latencies, 0.5),
+                "p99_s": _quantile(latencies, 0.99),
+                "requests": len(latencies),
+            }
+        )
+        busy_then = busy
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def figures(r: Run) -> dict:
+    """The run's figures: makespan, latencies, GPU time and its use, what was refused."""
+    out, site = r.workload.outcome, r.site
+    latencies = sorted(x for _, x in out.answered)
+    gpu_s = site.gpu_seconds(r.ended_at)
+    start = out.first_release or 0.0
+    done = len(out.jobs_done)
+    return {
+        "finished": done == r.workload.total,
+        "jobs": r.workload.total,
+        "jobs_done": done,
+        "makespan_s": round((max(out.jobs_done) if out.jobs_done else r.ended_at) - start, 3),
+        "p50_latency_s": _round(_quantile(latencies, 0.5)),
+        "p99_latency_s": _round(_quantile(latencies, 0.99)),
+        "requests_answered": len(latencies),
+        "requests_failed": out.failed,
+        "sheds": out.sheds,
+        "unavailable": out.unavailable,
+        "refused_connects": out.refused_connects,
+        "gpu_hours": round(gpu_s / 3600, 4),
+        "gpu_utilisation": round(site.busy_seconds() / gpu_s, 4) if gpu_s else 0.0,
+        "servers_max": max((p["servers"] for p in r.timeline), default=len(site.servers)),
+        "scale_events": len(site.scale_events),
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 5)

@@ -1,0 +1,123 @@
+"""The pool: GPU slots by kind, servers started into them (pod start, then each model's load)
+and drained out of them, and the GPU time they hold.
+
+A server holds its slot's GPU from the moment it is asked for until it has stopped, so
+starting and draining count as GPU time. Scale-down takes the newest servers, those still
+starting first (as a ReplicaSet does); a draining server gets nothing new from the balancer
+once the endpoints are next updated, answers what it was sent, then stops.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import simpy
+
+from .envoy import LeastRequest
+from .gpu import DRAINING, READY, STARTING, STOPPED, Server
+from .scenario import Scenario
+
+DRAIN_POLL_S = 1.0
+
+
+@dataclass
+class Site:
+    env: simpy.Environment
+    scenario: Scenario
+    rng: random.Random
+    servers: dict[str, Server] = field(default_factory=dict)
+    clusters: dict[str, LeastRequest] = field(default_factory=dict)  # Envoy's, by name
+    scale_events: list[dict] = field(default_factory=list)
+    lost_slots: set[int] = field(default_factory=set)  # GPUs gone with their node
+    _count: int = 0
+
+    def cluster(self, name: str) -> LeastRequest:
+        if name not in self.clusters:
+            self.clusters[name] = LeastRequest(self.rng)
+        return self.clusters[name]
+
+    def running(self) -> list[Server]:
+        """Asked for and not draining: what a Deployment's replica count says."""
+        return [s for s in self.servers.values() if s.state in (STARTING, READY)]
+
+    def ready(self) -> list[Server]:
+        return [s for s in self.servers.values() if s.state == READY]
+
+    def _free_slot(self) -> int | None:
+        taken = {s.slot for s in self.servers.values() if s.state != STOPPED} | self.lost_slots
+        return next((i for i in range(len(self.scenario.pool.slots)) if i not in taken), None)
+
+    def scale_to(self, desired: int, why: str = "") -> simpy.Event:
+        """Bring the running servers to `desired`; the event fires once the started ones are
+        ready and the drained ones stopped."""
+        pool = self.scenario.pool
+        desired = min(max(desired, 0), pool.max_servers)
+        running = self.running()
+        waits = []
+        if desired != len(running):
+            self.scale_events.append(
+                {"at": self.env.now, "from": len(running), "to": desired, "why": why}
+            )
+        for _ in range(desired - len(running)):
+            slot = self._free_slot()
+            if slot is None:
+                break
+            waits.append(self._start(slot, self._delay()))
+        newest = sorted(running, key=lambda s: (s.state == READY, s.started_at), reverse=True)
+        for server in newest[: max(len(running) - desired, 0)]:
+            server.state = DRAINING
+            waits.append(self.env.process(self._drain(server)))
+        return simpy.AllOf(self.env, waits)
+
+    def open(self, count: int) -> None:
+        """The site as it is when the scenario begins: `count` servers up and ready."""
+        for _ in range(count):
+            slot = self._free_slot()
+            if slot is not None:
+                self._start(slot, 0.0)
+
+    def _delay(self) -> float:
+        """A new server's way to ready: the pod starts, then each model loads."""
+        loading = sum(m.load_s for m in self.scenario.models.values())
+        return self.scenario.pool.pod_start_s + loading
+
+    def _start(self, slot: int, delay: float) -> simpy.Process:
+        scenario = self.scenario
+        kind = scenario.kinds[scenario.pool.slots[slot]]
+        self._count += 1
+        name = f"gpu-{self._count}-{kind.name}"
+        server = Server(self.env, name, kind, scenario.models, self.env.now, slot)
+        self.servers[server.id] = server
+        if not delay:
+            server.state = READY
+        return self.env.process(self._ready(server, delay))
+
+    def _ready(self, server: Server, delay: float):
+        yield self.env.timeout(delay)
+        if server.state == STARTING:
+            server.state = READY
+
+    def _drain(self, server: Server):
+        """Stops once no Envoy cluster routes to it any more and it has answered all."""
+        while (
+            server.in_flight
+            or any(server.pending(m) for m in server.models)
+            or any(server.id in c.weights for c in self.clusters.values())
+        ):
+            yield self.env.timeout(DRAIN_POLL_S)
+        server.state, server.stopped_at = STOPPED, self.env.now
+
+    def lose(self, count: int) -> list[str]:
+        """The `count` oldest ready servers die with their node; their slots are gone."""
+        lost = sorted(self.ready(), key=lambda s: s.started_at)[:count]
+        for server in lost:
+            server.kill()
+            self.lost_slots.add(server.slot)
+        return [s.id for s in lost]
+
+    def gpu_seconds(self, until: float) -> float:
+        return sum((s.stopped_at or until) - s.started_at for s in self.servers.values())
+
+    def busy_seconds(self) -> float:
+        return sum(s.busy_s for s in self.servers.values())

@@ -1,0 +1,160 @@
+"""The jobs: CRAB-like waves, each job's CPU time and its requests through Envoy, with the
+client's retry-after and back-off.
+
+A job connects (the reference's admission may refuse it: the job fails and is resubmitted
+`resubmit_s` later), then processes its events `events_per_request` at a time: the CPU work
+of those events, then one request per call (model) of the batch, sent together, awaited
+together. A request refused at Envoy (a shed, with its retry-after) waits the client's
+back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
+that endpoint ... for at least the retry-after"), computed by the client's own rule
+(`Stream._backoff`), and is retried up to the client's `max_tries`. Latency is a request's
+first attempt to its final answer, back-off included.
+
+Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
+number), so both policy sets see the same jobs.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import simpy
+from sonicsite.client.engine import Stream, StreamOptions
+
+from .gpu import STOPPED, Request, ServerLost
+from .scenario import Scenario, Workflow
+
+
+@dataclass
+class Outcome:
+    """What the jobs saw."""
+
+    answered: list[tuple[float, float]] = field(default_factory=list)  # (at, latency s)
+    failed: int = 0
+    sheds: int = 0  # requests refused at Envoy (retry-after)
+    unavailable: int = 0  # attempts that found no server, or whose server died
+    refused_connects: int = 0
+    first_release: float | None = None
+    jobs_done: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Backoff:
+    """What `Stream._backoff` reads of its stream: the options and the random generator."""
+
+    options: StreamOptions
+    _rng: random.Random
+
+    def wait(self, tries: int, at_least: float = 0.0) -> float:
+        return Stream._backoff(self, tries, at_least)
+
+
+@dataclass
+class _Job:
+    number: int
+    rng: random.Random
+    not_before: float = 0.0
+
+
+class Workload:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scenario: Scenario,
+        site,
+        policies,
+        seed: int,
+        resubmit_s: float,
+        client: StreamOptions | None = None,
+    ) -> None:
+        self.env, self.scenario, self.site, self.policies = env, scenario, site, policies
+        self.seed, self.resubmit_s = seed, resubmit_s
+        self.client = client or StreamOptions()
+        self.outcome = Outcome()
+        self.total = sum(w.jobs for w in scenario.workload.workflows)
+        self.finished = env.event()
+        self._numbers = 0
+
+    def start(self) -> None:
+        for flow in self.scenario.workload.workflows:
+            self.env.process(self._release(flow))
+
+    def _release(self, flow: Workflow):
+        env = self.env
+        yield env.timeout(flow.start_s)
+        left = flow.jobs
+        while left > 0:
+            if self.outcome.first_release is None:
+                self.outcome.first_release = env.now
+            for _ in range(min(flow.wave_size, left)):
+                self._numbers += 1
+                rng = random.Random(self.seed * 1_000_003 + self._numbers)
+                env.process(self._job(_Job(self._numbers, rng)))
+            left -= flow.wave_size
+            if left > 0:
+                yield env.timeout(flow.wave_every_s)
+
+    def _job(self, job: _Job):
+        env, work = self.env, self.scenario.workload
+        backoff = _Backoff(self.client, job.rng)
+        while not self.policies.connect(env.now):
+            self.outcome.refused_connects += 1
+            yield env.timeout(self.resubmit_s)
+        events = work.events_per_job
+        mean = work.cpu_ms_per_event / 1e3
+        for lo in range(0, events, work.events_per_request):
+            n = min(work.events_per_request, events - lo)
+            cpu = n * mean
+            if work.cpu_cv > 0 and cpu > 0:
+                shape = 1.0 / work.cpu_cv**2
+                cpu = job.rng.gammavariate(shape, cpu / shape)
+            yield env.timeout(cpu)
+            sends = [
+                env.process(self._request(job, backoff, c.model, n * c.items_per_event))
+                for c in work.calls
+            ]
+            yield simpy.AllOf(env, sends)
+        self.outcome.jobs_done.append(env.now)
+        if len(self.outcome.jobs_done) == self.total:
+            self.finished.succeed()
+
+    def _request(self, job: _Job, backoff: _Backoff, model: str, items: int):
+        env, out = self.env, self.outcome
+        half = self.scenario.rtt_ms / 2e3
+        first = env.now
+        for tries in range(1, self.client.max_tries + 1):
+            if job.not_before > env.now:
+                yield env.timeout(job.not_before - env.now)
+            yield env.timeout(half)
+            retry_after = self.policies.refused(model, env.now)
+            cluster = self.site.cluster(self.policies.cluster_of(model))
+            host = None if retry_after is not None else cluster.pick()
+            server = self.site.servers.get(host) if host else None
+            if server is None or server.state == STOPPED:
+                yield env.timeout(half)
+                if retry_after is not None:
+                    out.sheds += 1
+                    job.not_before = max(job.not_before, env.now + backoff.wait(tries, retry_after))
+                else:
+                    out.unavailable += 1
+                    yield env.timeout(backoff.wait(tries))
+                continue
+            cluster.started(host)
+            server.in_flight += 1
+            request = Request(model, items, env.event())
+            server.submit(request)
+            try:
+                yield request.done
+            except ServerLost:
+                server.in_flight -= 1
+                cluster.finished(host)
+                out.unavailable += 1
+                yield env.timeout(half + backoff.wait(tries))
+                continue
+            server.in_flight -= 1
+            cluster.finished(host)
+            yield env.timeout(half)
+            out.answered.append((env.now, env.now - first))
+            return
+        out.failed += 1

@@ -1,0 +1,127 @@
+"""Holding's pure parts: the held counts the operator keeps (summed over holders, lapsing),
+the reason a held model waits, Envoy's hold routes and clusters, the deadlines' options and
+the record holders follow. The real requests held and answered: test_holding.py."""
+
+from __future__ import annotations
+
+import pytest
+from sonicsite.operator import options
+from sonicsite.operator.catalogue import Budget, ModelInfo, Pool, catalogue_of
+from sonicsite.operator.controller import ENVOY_GONE_S, EnvoyAcks
+from sonicsite.operator.placement import (
+    Demand,
+    Kind,
+    Replica,
+    ServerState,
+    decide,
+    waiting_reasons,
+)
+from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_state import HeldCounts
+from sonicsite.operator.xds_resources import model_cluster, rest_cluster
+from sonicsite.operator.xds_routes import HOLD_ANSWER_S, route_configuration, seconds
+from sonicsite.operator.xds_site_view import HOLD_CLUSTER, HOLD_REST_CLUSTER
+from sonicsite.operator.xds_snapshot import Snapshot
+
+from sonicsite.contract.wire import HOLD_DEADLINE_S, HoldingRecord, ServerRecord
+
+
+def test_held_counts_sum_over_holders_and_lapse_with_their_reports():
+    counts = HeldCounts(ttl_s=5.0)
+    counts.report("gateway-a", {"simple": 2, "identity": 0}, now=100.0)
+    counts.report("gateway-b", {"simple": 1}, now=102.0)
+    assert counts.held(103.0) == {"simple": 3}
+    assert counts.held(105.0) == {"simple": 1}  # a's report lapsed: a is gone
+    counts.report("gateway-b", {}, now=106.0)
+    assert counts.held(106.0) == {}
+    with pytest.raises(ValueError, match="simple"):
+        counts.report("gateway-a", {"simple": -1}, now=107.0)
+
+
+def _catalogue(budget: int | None = None):
+    models = [ModelInfo(m) for m in ("simple", "identity")]
+    return catalogue_of(models, (Pool("default", budget=Budget(models=budget)),))
+
+
+def test_a_held_model_with_no_replica_is_loaded_and_one_without_room_says_why():
+    demand = {"simple": Demand(held=2), "identity": Demand()}
+    decisions = decide(_catalogue(), [ServerState("triton-0")], demand, now=100.0)
+    assert [(d.kind, d.model) for d in decisions] == [(Kind.LOAD, "simple")]
+    busy = ServerState("triton-0", replicas=(Replica("identity", in_flight=1, since=99.0),))
+    full = decide(_catalogue(budget=1), [busy], demand, now=100.0)
+    assert full == []
+    reasons = waiting_reasons([busy], demand, full, {})
+    assert reasons == {"simple": "no server of its pool has room for it (every budget is full)"}
+    failed = {"simple": "its load on triton-0 failed (1 in a row): Triton answered 500"}
+    assert waiting_reasons([busy], demand, full, failed) == failed
+
+
+def _routes(config: dict) -> dict[str, dict]:
+    return {r["name"]: r for r in config["virtual_hosts"][0]["routes"]}
+
+
+def test_a_held_model_routes_its_inference_to_the_holder_with_the_deadline_and_no_retry():
+    config = route_configuration(["identity"], held={"simple": 30.0}, site_view=(True, True))
+    routes = _routes(config)
+    grpc, rest = routes["hold-simple"], routes["hold-rest-simple"]
+    assert grpc["route"] == {"cluster": HOLD_CLUSTER, "timeout": seconds(30.0 + HOLD_ANSWER_S)}
+    assert rest["route"]["cluster"] == HOLD_REST_CLUSTER and "retry_policy" not in rest["route"]
+    methods = grpc["match"]["safe_regex"]["regex"]
+    assert all(m in methods for m in ("ModelInfer", "ModelMetadata", "ModelConfig"))
+    assert "ModelReady" not in methods  # readiness answers at once
+    assert grpc["match"]["headers"][0]["string_match"] == {"exact": "simple"}
+    assert "model-identity" in routes and "model-simple" not in routes
+    names = list(routes)
+    assert names.index("hold-rest-simple") < names.index("default-rest")
+    assert names.index("hold-simple") < names.index("default-find-model")
+
+
+def test_the_snapshot_has_the_hold_clusters_only_under_placement():
+    server = ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, models=("identity",))
+    args = ([server], {}, "127.0.0.1", 10)
+    view = {"site_view": "127.0.0.1:20", "site_view_http": "127.0.0.1:21"}
+    held = Snapshot.build(*args, **view, held={"simple": 30.0})
+    plain = Snapshot.build(*args, **view)
+    clusters = {c["name"] for c in held.resources["clusters"]}
+    assert {HOLD_CLUSTER, HOLD_REST_CLUSTER} <= clusters
+    assert not {HOLD_CLUSTER, HOLD_REST_CLUSTER} & {c["name"] for c in plain.resources["clusters"]}
+    assert "hold-simple" in _routes(held.resources["routes"][0])
+
+
+def test_hold_deadlines_go_from_the_settings_to_the_operators_options_and_back():
+    settings = PlacementSettings(hold_deadline_s=30.0, hold_deadlines=(("identity", 5.0),))
+    parser = options.parser()
+    required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
+    args = parser.parse_args(required + settings.args())
+    assert options.placement_settings(args, parser) == settings
+    args = parser.parse_args([*required, "--placement"])
+    assert options.placement_settings(args, parser).hold_deadline_s == HOLD_DEADLINE_S
+    with pytest.raises(ValueError, match="identity=soon"):
+        options.hold_deadlines(["identity=soon"])
+    with pytest.raises(ValueError, match="expected"):
+        options.hold_deadlines(["0"])
+
+
+def test_the_holding_record_reads_back_what_it_wrote_and_gives_each_model_its_deadline():
+    record = HoldingRecord(("identity", "simple"), 30.0, {"identity": 5.0}, {"simple": "why"})
+    assert HoldingRecord.from_dict(record.to_dict() | {"newer": 1}) == record
+    assert (record.deadline("identity"), record.deadline("simple")) == (5.0, 30.0)
+
+
+def test_a_loaded_models_route_leaves_the_holder_once_every_envoy_has_its_clusters():
+    """A model's own route needs its clusters (CDS) and both their endpoints (one EDS
+    subscription each) applied by every Envoy that polls: until then it stays held."""
+    acks = EnvoyAcks()
+    acks.publish({"clusters": "c1", "endpoints": "e1"}, [])
+    acks.publish({"clusters": "c2", "endpoints": "e2"}, ["simple"])
+    acks.poll("envoy-a", "clusters", [], "c1", now=100.0)
+    assert acks.routable(100.0) == set()
+    acks.poll("envoy-a", "clusters", [], "c2", now=101.0)
+    acks.poll("envoy-a", "endpoints", [model_cluster("simple")], "e2", now=101.0)
+    assert acks.routable(101.0) == set()  # the REST twin's endpoints not yet applied
+    acks.poll("envoy-a", "endpoints", [rest_cluster("simple")], "e2", now=101.0)
+    assert acks.routable(101.0) == {"simple"}
+    acks.poll("envoy-b", "clusters", [], "c1", now=102.0)
+    assert acks.routable(103.0) == set()  # a second Envoy, behind
+    acks.poll("envoy-a", "clusters", [], "c2", now=102.0 + ENVOY_GONE_S)
+    assert acks.routable(102.5 + ENVOY_GONE_S) == {"simple"}  # b no longer polls: gone

@@ -1,0 +1,256 @@
+"""Requests held, not failed, on a local site of real Triton servers with placement on: a
+stock client's request for a model that no server holds is held (Envoy's hold route to the
+gateway over gRPC, the gateway itself over HTTP) and answered once the operator has loaded
+the model for it; a held request past its model's deadline gets an error naming the model
+and the operator's reason; a request held while the operator is killed is answered once the
+supervisor has restarted it and it loads the model. The tests run in order on one site."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from control_site import MODELS, control_target
+from polling import wait_until
+from sonicsite.operator import model_control
+from sonicsite.operator.placement_loop import PlacementSettings
+from stock import stock_infer
+from tritonclient.utils import InferenceServerException
+
+from sonicsite.local import envoy, launcher
+from sonicsite.local.state import SiteState
+
+IDLE_S = 3.0
+SHORT_S = 8.0  # identity's deadline: its held request fails (its load is made to fail)
+DEADLINE_S = 240.0  # generous: the machine is busy
+SETTINGS = PlacementSettings(
+    idle_unload_s=IDLE_S,
+    evict_idle_s=1.0,
+    min_resident_s=1.0,
+    hold_deadline_s=DEADLINE_S,
+    hold_deadlines=(("identity", SHORT_S),),
+)
+SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16)}
+SIMPLE["INPUT1"] = np.ones((1, 16), np.int32)
+
+
+@pytest.fixture(scope="module")
+def held_site(tmp_path_factory, built_models) -> Iterator[SiteState]:
+    """Two servers, simple on both and identity on triton-0 at start, placement on, the
+    supervisor on (it restarts the operator killed below)."""
+    site_dir = tmp_path_factory.mktemp("holding") / "site"
+    state = launcher.up(
+        site_dir,
+        servers=2,
+        models=MODELS,
+        build_dir=built_models,
+        holding={"identity": ["triton-0"]},
+        placing=SETTINGS,
+    )
+    try:
+        yield state
+    finally:
+        launcher.down(site_dir)
+
+
+def _get(address: str, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+        return reply.read()
+
+
+def _placement(state: SiteState) -> dict:
+    return json.loads(_get(state.operator, "/v1/placement"))
+
+
+def _unloaded_everywhere(state: SiteState, model: str) -> None:
+    """Wait until no server holds `model` and both Envoy and the gateway hold its requests."""
+    wait_until(
+        lambda: all(
+            model not in model_control.ready_models(control_target(state, s.id))
+            for s in state.servers
+        ),
+        f"{model} unloaded after its idle time",
+        DEADLINE_S,
+        0.5,
+    )
+    wait_until(
+        lambda: f'"hold-{model}"' in _get(state.envoy_admin, "/config_dump").decode(),
+        f"Envoy's hold route for {model}",
+        DEADLINE_S,
+        0.5,
+    )
+    wait_until(
+        lambda: all(
+            model not in s["models"] for s in json.loads(_get(state.http, "/v1/site"))["servers"]
+        ),
+        f"the gateway to name no server for {model}",
+        DEADLINE_S,
+        0.5,
+    )
+
+
+@contextlib.contextmanager
+def _broken(state: SiteState, model: str) -> Iterator[None]:
+    """`model`'s config made unreadable: its loads fail at once (Triton's reason names the
+    config) until it is put back."""
+    config = Path(state.site_dir) / "repository" / model / "config.pbtxt"
+    text = config.read_text()
+    config.write_text("not a model configuration {")
+    try:
+        yield
+    finally:
+        config.write_text(text)
+
+
+def _loads(state: SiteState, model: str, outcome: str) -> list[dict]:
+    return [
+        d
+        for d in _placement(state)["decisions"]
+        if d["model"] == model and d["kind"] == "load" and d["outcome"].startswith(outcome)
+    ]
+
+
+def _report(capsys, line: str) -> None:
+    with capsys.disabled():  # the figures, in the suite's own output
+        print(f"\nholding: {line}")
+
+
+def test_a_stock_grpc_request_through_envoy_is_held_and_answered_once_loaded(held_site, capsys):
+    """simple, unloaded everywhere: a stock gRPC request through Envoy without the header is
+    held at the gateway, the operator loads simple for it (first replica), and the answer is
+    the model's own."""
+    _unloaded_everywhere(held_site, "simple")
+    before = envoy.counter(held_site.envoy_admin, "cluster.holding.upstream_rq_total")
+    sent = time.monotonic()
+    out = stock_infer(held_site.grpc, "simple", SIMPLE, ["OUTPUT0"])
+    cold = time.monotonic() - sent
+    assert envoy.counter(held_site.envoy_admin, "cluster.holding.upstream_rq_total") == before + 1
+    assert (out["OUTPUT0"] == SIMPLE["INPUT0"] + SIMPLE["INPUT1"]).all()
+    first = [d for d in _loads(held_site, "simple", "loaded") if d["rule"] == "first_replica"]
+    assert first and "request(s) held" in first[-1]["reason"], _placement(held_site)
+    _report(
+        capsys,
+        f"gRPC through Envoy, cold start (request sent → answer) {cold:.2f} s; "
+        f"load {first[-1]['outcome']}",
+    )
+
+
+@pytest.mark.parametrize("through", ["gateway", "envoy"])
+def test_a_stock_http_request_is_held_and_answered_once_loaded(held_site, capsys, through):
+    """The same over KServe v2 REST, to the gateway or through Envoy (its hold route for
+    the model's infer path goes to the gateway): held there, answered once loaded."""
+    _unloaded_everywhere(held_site, "simple")
+    address = held_site.http if through == "gateway" else held_site.grpc
+    client = httpclient.InferenceServerClient(
+        address, connection_timeout=DEADLINE_S, network_timeout=DEADLINE_S
+    )
+    counter = "cluster.holding_rest.upstream_rq_total"
+    before = envoy.counter(held_site.envoy_admin, counter)
+    sent = time.monotonic()
+    out = stock_infer(address, "simple", SIMPLE, ["OUTPUT0"], httpclient, client)
+    cold = time.monotonic() - sent
+    assert (out["OUTPUT0"] == SIMPLE["INPUT0"] + SIMPLE["INPUT1"]).all()
+    held_by_envoy = envoy.counter(held_site.envoy_admin, counter) - before
+    assert held_by_envoy == (1 if through == "envoy" else 0)
+    loaded = _loads(held_site, "simple", "loaded")
+    words = "to the gateway" if through == "gateway" else "through Envoy"
+    _report(capsys, f"HTTP {words}, cold start {cold:.2f} s; load {loaded[-1]['outcome']}")
+
+
+def test_a_stock_clients_metadata_and_config_are_held_like_its_inference(held_site):
+    """What a client reads before its first inference: the model's metadata over gRPC
+    through Envoy is held and answered once simple is loaded, its config too; readiness is
+    not held (Triton's "not ready" at once)."""
+    _unloaded_everywhere(held_site, "simple")
+    client = grpcclient.InferenceServerClient(held_site.grpc)
+    assert client.is_model_ready("simple") is False
+    assert client.get_model_metadata("simple").name == "simple"
+    assert client.get_model_config("simple").config.name == "simple"
+
+
+def test_a_held_request_past_its_deadline_gets_an_error_naming_the_model(held_site, capsys):
+    """identity's load fails (its config is unreadable): its held requests, over gRPC through
+    Envoy and over HTTP to the gateway, fail at identity's deadline with an error naming the
+    model, the deadline and the operator's reason (Triton's, from the failed load)."""
+    _unloaded_everywhere(held_site, "identity")
+    arrays = {"INPUT0": np.ones((1, 8), np.float32)}
+    errors: dict[str, str] = {}
+
+    def over_http() -> None:
+        client = httpclient.InferenceServerClient(
+            held_site.http, connection_timeout=DEADLINE_S, network_timeout=DEADLINE_S
+        )
+        try:
+            stock_infer(held_site.http, "identity", arrays, ["OUTPUT0"], httpclient, client)
+        except InferenceServerException as exc:
+            errors["http"] = f"{exc.status()} {exc.message()}"
+
+    with _broken(held_site, "identity"):
+        http = threading.Thread(target=over_http, daemon=True)
+        http.start()
+        with pytest.raises(InferenceServerException) as refused:
+            stock_infer(held_site.grpc, "identity", arrays, ["OUTPUT0"])
+        http.join(DEADLINE_S)
+    grpc_error = refused.value
+    assert grpc_error.status() == "StatusCode.UNAVAILABLE", grpc_error
+    expected = f"model 'identity' was not loaded on any server within {SHORT_S:g} s: "
+    assert expected in grpc_error.message(), grpc_error
+    assert "its load on triton-" in grpc_error.message() and "failed" in grpc_error.message()
+    assert errors["http"].startswith("503 ") and expected in errors["http"], errors
+    assert _loads(held_site, "identity", "failed"), _placement(held_site)
+    _report(capsys, f"past the deadline: {grpc_error.message()}")
+
+
+def _operator_pid(state: SiteState) -> int:
+    record = SiteState.load(Path(state.site_dir)).process("operator")
+    return record.pid if record is not None else 0
+
+
+def test_a_request_held_while_the_operator_is_killed_is_answered(held_site, capsys):
+    """simple's load fails while a request for it is held; the operator is killed (by its
+    PID) and simple's config put back: the supervisor restarts the operator, which is told
+    of the held request, loads simple, and the request is answered: nothing is lost."""
+    _unloaded_everywhere(held_site, "simple")
+    answers: list = []
+
+    def send() -> None:
+        try:
+            answers.append(stock_infer(held_site.grpc, "simple", SIMPLE, ["OUTPUT0"]))
+        except InferenceServerException as exc:
+            answers.append(exc)
+
+    with _broken(held_site, "simple"):
+        sender = threading.Thread(target=send, daemon=True)
+        sent = time.monotonic()
+        sender.start()
+        wait_until(
+            lambda: (
+                _placement(held_site)["held"].get("simple", 0) >= 1
+                and _loads(held_site, "simple", "failed")
+            ),
+            "the request held and the operator's load of simple failed",
+            DEADLINE_S,
+            0.5,
+        )
+        killed = _operator_pid(held_site)
+        os.kill(killed, signal.SIGKILL)
+    wait_until(
+        lambda: _operator_pid(held_site) not in (0, killed), "the operator restarted", DEADLINE_S
+    )
+    sender.join(DEADLINE_S)
+    waited = time.monotonic() - sent
+    assert len(answers) == 1 and isinstance(answers[0], dict), answers
+    assert (answers[0]["OUTPUT0"] == SIMPLE["INPUT0"] + SIMPLE["INPUT1"]).all()
+    assert _loads(held_site, "simple", "loaded"), _placement(held_site)
+    _report(capsys, f"held across the operator's restart, answered after {waited:.2f} s")

@@ -1,0 +1,83 @@
+"""The scenario loader: every shipped scenario loads; a bad one is refused with a message
+naming the field and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from sonicsite.sim import scenario
+from sonicsite.sim.scenario import ScenarioError
+
+
+def _small() -> dict:
+    return yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+
+
+def test_every_shipped_scenario_loads():
+    names = scenario.shipped()
+    assert {"small", "burst", "tier2-day"} <= set(names)
+    for name in names:
+        loaded = scenario.load(name)
+        assert loaded.name == name
+        assert loaded.workload.workflows and loaded.pool.slots
+
+
+def test_the_issue_scale_is_shipped():
+    """tier2-day: 200 GPUs, at least 10,000 jobs over a day, waves of 50 every 10 minutes."""
+    day = scenario.load("tier2-day")
+    flows = day.workload.workflows
+    assert len(day.pool.slots) == day.pool.max_servers == 200
+    assert sum(w.jobs for w in flows) >= 10_000
+    assert {(w.jobs, w.wave_size, w.wave_every_s) for w in flows} == {(1000, 50, 600.0)}
+    assert max(w.start_s for w in flows) >= 22 * 3600
+    assert len({day.kinds[k].service["particlenet"] for k in day.pool.slots}) == 2
+
+
+def _set(data: dict, path: str, value) -> dict:
+    *parents, last = path.split("/")
+    node = data
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is _DROP:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("workload/workflows/0/jobs", 0, "workload.workflows[0].jobs: expected an integer ≥ 1"),
+        ("workload/workflows/0/wave_size", "many", "workload.workflows[0].wave_size"),
+        ("workload/cpu_ms_per_event", -1, "workload.cpu_ms_per_event: expected a number ≥ 0"),
+        ("workload/events_per_job", _DROP, "workload.events_per_job: expected an integer"),
+        ("pool/slots/0/kind", "h100", "pool.slots[0].kind: expected one of ['a100', 't4']"),
+        ("pool/max_servers", 9, "pool.max_servers: expected at most 3"),
+        ("pool/autoscaling", "yes", "pool.autoscaling: expected true or false"),
+        ("pool/bogus", 1, "pool.bogus: unknown field"),
+        ("network/rtt_ms", "fast", "network.rtt_ms: expected a number"),
+        ("workload/calls/0/model", "resnet", "workload.calls[0].model: expected one of"),
+        ("workload/calls/0/items_per_event", 64, "workload.calls[0].items_per_event: 64 ×"),
+        ("gpu_kinds/1/service_ms/deepmet", _DROP, "gpu_kinds[1].service_ms: no curve for"),
+        ("gpu_kinds/0/service_ms/particlenet/fixed", None, "particlenet.fixed: expected"),
+        ("models/0/max_batch", 1.5, "models[0].max_batch: expected an integer"),
+        ("workloads", {}, "workloads: unknown field"),
+    ],
+)
+def test_a_bad_scenario_is_refused_naming_the_field(path, value, message):
+    with pytest.raises(ScenarioError) as refused:
+        scenario.parse(_set(_small(), path, value))
+    assert message in str(refused.value)
+
+
+def test_a_file_that_is_not_a_scenario(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ScenarioError, match="the scenario: expected a mapping"):
+        scenario.load(bad)
+    with pytest.raises(ScenarioError, match=r"no such file; shipped: .*small"):
+        scenario.load(tmp_path / "missing.yaml")

@@ -1,0 +1,122 @@
+"""The simulator runs the project's own policies at simulated time, is deterministic for a
+seed, and on `small` (a fixed pool with a slow GPU kind) sonicsite's policies are not worse
+than the reference's on p99."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from sonicsite.operator.admission import AdmissionPolicy, decide
+from sonicsite.operator.balancing import Balancing
+from sonicsite.sim import scenario
+from sonicsite.sim.gpu import READY
+from sonicsite.sim.run import figures, run
+
+from sonicsite.cli import main
+from sonicsite.contract.wire import FULL_WEIGHT
+
+
+def _small(slowdown: float = 1.0) -> scenario.Scenario:
+    small = scenario.load("small")
+    kinds = dict(small.kinds)
+    kinds["t4"] = replace(kinds["t4"], slowdown=slowdown)
+    return replace(small, kinds=kinds)
+
+
+def test_the_sonicsite_set_calls_the_project_balancing_and_admission():
+    """A Balancing handed in is the one the run used: it measured every server from the
+    simulated counters, the slow kind slower, and the weights Envoy's clusters hold are the
+    ones it gives for those servers; the admission records are decide()'s own."""
+    balancing = Balancing()
+    r = run(_small(), "sonicsite", seed=5, balancing=balancing)
+    servers = sorted(s.id for s in r.site.servers.values() if s.state == READY)
+    slow = [s for s in servers if s.endswith("t4")]
+    fast = [s for s in servers if s.endswith("a100")]
+    assert len(slow) == 1 and len(fast) == 2
+    for model in r.site.scenario.models:
+        measured = {s: balancing.latency_us(model, s) for s in servers}
+        assert all(v is not None and v > 0 for v in measured.values()), measured
+        assert measured[slow[0]] > max(measured[s] for s in fast)
+        weights = balancing.weights(model, servers)
+        assert r.site.cluster(model).weights == weights == r.policies.weights[model]
+        assert weights[slow[0]] < FULL_WEIGHT == weights[fast[0]] == weights[fast[1]]
+        # the admission the run holds is what decide() says on the same load view
+        view = r.policies.loadview
+        loads = [x for x in view.model_loads(model) if x.server in servers]
+        now = r.site.env.now
+        previous = r.policies.admissions[model]
+        again = decide(AdmissionPolicy(), previous, loads, servers, now)
+        assert again.state == previous.state
+        assert "queue time per request" in previous.reason
+
+
+def test_a_seed_gives_the_same_run_and_another_seed_another():
+    small = _small()
+    first = figures(run(small, "sonicsite", seed=11))
+    again = figures(run(small, "sonicsite", seed=11))
+    other = figures(run(small, "sonicsite", seed=12))
+    assert first == again
+    assert other != first
+
+
+def test_on_small_with_a_slowed_kind_sonicsite_is_not_worse_on_p99():
+    small = _small(slowdown=2.0)
+    ours = figures(run(small, "sonicsite", seed=3))
+    theirs = figures(run(small, "reference", seed=3))
+    print(f"p99 sonicsite {ours['p99_latency_s']} s, reference {theirs['p99_latency_s']} s")
+    assert ours["finished"] and theirs["finished"]
+    assert ours["requests_failed"] == theirs["requests_failed"] == 0
+    assert ours["p99_latency_s"] <= theirs["p99_latency_s"]
+    assert ours["makespan_s"] <= theirs["makespan_s"] * 1.01
+
+
+def test_the_command_lists_and_writes_a_summary(tmp_path, capsys):
+    assert main(["simulate", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "small:" in listed and "tier2-day:" in listed
+    out = tmp_path / "small.json"
+    assert main(["simulate", "small", "--json", str(out), "--seed", "2", "--seeds", "2"]) == 0
+    result = json.loads(out.read_text())
+    summary = result["summary"]
+    assert summary["headline"] == "fixed_pool" and summary["seeds"] == [2, 3]
+    p99 = summary["over_seeds"]["fixed_pool"]["p99_ratio_vs_reference"]
+    assert len(p99["values"]) == 2 and p99["min"] <= p99["mean"] <= p99["max"]
+    assert summary["p99_ratio_vs_reference"] == p99["mean"]
+    for key in (
+        "makespan_ratio_vs_reference",
+        "p99_ratio_vs_reference",
+        "gpu_hours_ratio_vs_reference",
+    ):
+        assert summary[key] > 0
+    for name in ("sonicsite", "reference"):
+        assert summary["fixed_pool"][name]["finished"]
+        assert 0 < summary["gpu_utilisation"][name] <= 1
+    assert result["meta"]["seed"] == 2 and result["meta"]["simpy"]
+    assert main(["simulate", str(tmp_path / "nothing.yaml"), "--json", str(out)]) == 1
+
+
+def test_the_reference_admits_at_connect_time_only_and_fails_closed_without_metrics():
+    r = run(_small(), "reference", seed=4)
+    now = r.site.env.now
+    assert r.policies.metric_ms(now) is not None
+    assert r.policies.refused("particlenet", now) is None  # nothing per request
+    r.policies.prometheus_up = False
+    assert r.policies.metric_ms(now) is None
+    assert r.policies.connect(now) is False
+
+
+def test_faults_a_prometheus_outage_and_a_lost_node():
+    """During the outage the reference refuses every job that connects (it fails closed)
+    while sonicsite's operator, reading the servers itself, admits them; the lost node's
+    GPU is gone for good and no request is lost with it."""
+    faults = scenario.load("faults")
+    assert [f.kind for f in faults.faults] == ["prometheus_outage", "node_lost"]
+    ours, theirs = run(faults, "sonicsite", seed=1), run(faults, "reference", seed=1)
+    for r in (ours, theirs):
+        f = figures(r)
+        assert f["finished"] and f["requests_failed"] == 0
+        assert len(r.site.lost_slots) == 1
+        late = [p["servers"] for p in r.timeline if p["t"] > 240]
+        assert max(late) <= faults.pool.max_servers - 1
+    assert figures(ours)["refused_connects"] == 0 < figures(theirs)["refused_connects"]
