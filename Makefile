@@ -25,8 +25,11 @@ run:
 	  { tail -n 15 $(SETUP_LOG); echo "sonicsite: setup failed; the whole log: $(SETUP_LOG)"; exit 1; }
 	@$(BIN)/sonicsite demo
 
+# Two workers (pytest-xdist), each taking whole test files so that a module's shared site
+# stays one site: most tests wait on servers rather than compute, and the suite's time halves.
+TEST_WORKERS ?= 2
 test: install models
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The Helm chart: lint, render, Kubernetes and CRD schemas, Envoy and promtool, per profile
 # (tests/chart runs the same checks inside `make test`). The chart's tools are scripts in

@@ -58,6 +58,7 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
+from ..contract.provenance import load_now
 from .balancing_figures import Cell, policy_ratios
 from .balancing_load import (
     FLOATS,
@@ -69,14 +70,7 @@ from .balancing_load import (
     open_loop,
     set_policy,
 )
-from .common import (
-    BENCH_ADMISSION,
-    conditions,
-    figure,
-    load_now,
-    sheds,
-    write_result,
-)
+from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
 from .outside_load import OutsideLoad
 from .shares import SHARE_TOLERANCE, SHARE_WINDOW_S, OperatorSeen, recovery_s, shares_over_time
 

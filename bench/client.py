@@ -62,10 +62,11 @@ from sonicsite.client.wire import TensorHeader, request_header
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
+from ..contract.provenance import load_now
 from .client_figures import check_layers, layers, ratios, summary
 from .client_stock import ClientPath, stock_paths
 from .client_timing import time_calls
-from .common import load_now, median_ms, time_repeats, write_result
+from .common import median_ms, time_repeats, write_result
 
 MODEL = "identity"
 COLUMNS = 16

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from .arguments import at_least, non_negative, positive_list
+from ..contract.options import at_least, non_negative, positive_list
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:

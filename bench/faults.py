@@ -35,7 +35,8 @@ from sonicsite.local import launcher
 from sonicsite.local.processes import alive, group_members
 from sonicsite.local.state import SiteState
 
-from .common import load_now, write_result
+from ..contract.provenance import load_now
+from .common import write_result
 from .fault_figures import (
     in_flight_at,
     percentiles_ms,

@@ -18,7 +18,8 @@ from pathlib import Path
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from .common import BENCH_ADMISSION, conditions, load_now, sheds, write_result
+from ..contract.provenance import load_now
+from .common import BENCH_ADMISSION, conditions, sheds, write_result
 from .dataplane import (
     CASES,
     CONCURRENCY,

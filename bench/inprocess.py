@@ -56,7 +56,8 @@ from sonicsite.local import launcher
 from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
-from .common import BENCH_ADMISSION, figure, load_now, time_repeats, write_result
+from ..contract.provenance import load_now
+from .common import BENCH_ADMISSION, figure, time_repeats, write_result
 
 FEATURES = 16  # columns of the feature-major block (as the client bench's layout)
 SWEEP_MODELS = ("particlenet_ak4", "deepmet")

@@ -41,8 +41,9 @@ from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
+from ..contract.provenance import load_now
 from . import bare_envoy
-from .common import conditions, figure, load_now, sheds, write_result
+from .common import conditions, figure, sheds, write_result
 from .perf_analyzer import (
     MAX_TRIALS,
     STABILITY_PERCENT,

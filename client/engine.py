@@ -23,6 +23,12 @@ reported failed with its last error: none is lost):
   stream off that endpoint, and in site mode off every path, for at least the retry-after,
   so a rejected stream never storms and a shed model is never sent around Envoy.
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
+- Loading: a model the site is loading holds the request (gateway/holding.py) until a server
+  has it, or until the attempt's own wait is nearly over: then "still loading" with the time
+  the site would hold it longer. That is no failed try and no sign of a sick endpoint: the
+  chunk asks again at once with the cap as its deadline, until that time is over. Past the
+  model's hold deadline the site says it is not loaded (not-loaded): the chunk fails with the
+  site's reason (backend "auto": runs in process), never retried.
 - Site mode fails over Envoy → gateway → servers directly, and returns to Envoy when it
   answers again (failover.py). Every attempt is recorded with its path and its deadline.
 
@@ -59,13 +65,13 @@ from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 from .backend_auto import AutoSwitch
 from .backend_local import BACKENDS, COMPILES, LocalRunner
 from .balancer import Balancer, Endpoint
-from .errors import OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
+from .errors import LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
 from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
 from .stats import KEPT, RequestRecord, StreamStats, server_time_deltas
-from .timeouts import PathLatencies
+from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 from .wire import OutputTensor
 
@@ -112,12 +118,24 @@ class StreamOptions:
                 raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)}")
 
 
+def backoff_s(
+    options: StreamOptions, tries: int, rng: random.Random, at_least: float = 0.0
+) -> float:
+    """How long a stream waits before try `tries + 1`: the back-off doubles per try up to its
+    cap, never under the server's retry-after (`at_least`), plus up to as much again of
+    jitter so that the streams a shed turned away do not come back together. The simulator
+    calls it at simulated time."""
+    base = min(options.backoff_s * 2 ** (tries - 1), options.backoff_max_s)
+    return max(at_least, base) + base * rng.random()
+
+
 @dataclass
 class StreamResult:
     delivered: list[tuple[int, int]] = field(default_factory=list)  # chunks given to on_result
     failed: dict[tuple[int, int], str] = field(default_factory=dict)  # chunk -> last error
     retries: int = 0
     overloaded: int = 0  # RESOURCE_EXHAUSTED / 429 replies honoured
+    loading: int = 0  # "still loading" answers: attempts held while the site loaded the model
     stats: StreamStats = field(default_factory=StreamStats)
     local: list[tuple[int, int]] = field(default_factory=list)  # chunks run in process
     switches: list[dict] = field(default_factory=list)  # backend "auto": at, from, to, reason
@@ -173,8 +191,7 @@ class Stream:
         return info
 
     def _backoff(self, tries: int, at_least: float = 0.0) -> float:
-        base = min(self.options.backoff_s * 2 ** (tries - 1), self.options.backoff_max_s)
-        return max(at_least, base) + base * self._rng.random()
+        return backoff_s(self.options, tries, self._rng, at_least)
 
     def _chunk(
         self,
@@ -198,6 +215,7 @@ class Stream:
         tries, avoid, error = 0, "", ""
         timeouts = 0  # of this chunk: each doubles its next deadline
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
+        loading = LoadingWait()  # while the site holds the model
         while tries < self.options.max_tries:
             tries += 1
             probe = False
@@ -211,6 +229,8 @@ class Stream:
                     )
                     return
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
+            if loading.waiting:  # held while the model loads: as long as the user allows
+                deadline = self.options.timeout_s
             start, t0 = time.time(), time.perf_counter()
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
             record.path, record.timeout_s = endpoint.path, deadline
@@ -245,6 +265,20 @@ class Stream:
                 self.balancer.done(endpoint, None)
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
+                if exc.kind == LOADING and loading.ask_again(exc.retry_after):
+                    tries -= 1  # held, not failed: asked again at once
+                    with self._lock:
+                        result.loading += 1
+                    continue
+                if exc.kind in (LOADING, NOT_LOADED):  # the site's hold time is over
+                    error = loading.over(error) if exc.kind == LOADING else error
+                    if self.auto is None:
+                        break
+                    self.auto.exhausted(tries, error)
+                    self.local.deliver(
+                        self.spec, self.options.strict, lo, hi, source, on_result, result
+                    )
+                    return
                 if not exc.retryable:
                     break
                 with self._lock:

@@ -11,6 +11,12 @@ OVERLOADED = "overloaded"  # RESOURCE_EXHAUSTED / HTTP 429: wait retry_after, th
 TIMEOUT = "timeout"  # the deadline passed: retry elsewhere
 INVALID = "invalid"  # the request is wrong: never retry
 INTERNAL = "internal"  # the server failed on this request: retry a bounded number of times
+# The site holds requests for a model it is loading (gateway/holding.py): LOADING, the attempt
+# was held until the client's own wait was nearly over and the model is still loading: ask
+# again at once, with `retry_after` the time the site would still hold it (not a failed try);
+# NOT_LOADED, the model's hold deadline passed: the site cannot serve it now, never retried.
+LOADING = "loading"
+NOT_LOADED = "not-loaded"
 
 
 class InferError(Exception):
@@ -37,7 +43,7 @@ class InferError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.kind != INVALID
+        return self.kind not in (INVALID, NOT_LOADED)
 
 
 @dataclass(frozen=True)
@@ -56,3 +62,13 @@ class RetryAfter:
             return cls(max(0.0, float(value.strip())))
         except ValueError:
             return cls(0.0)
+
+
+def held_kind(value: str) -> tuple[str, float]:
+    """A holder's `sonicsite-held` (seconds the site would still hold the request) as the
+    error's kind and its retry_after: LOADING while time is left, else NOT_LOADED."""
+    try:
+        left = max(0.0, float(value))
+    except ValueError:
+        left = 0.0
+    return (LOADING, left) if left > 0 else (NOT_LOADED, 0.0)

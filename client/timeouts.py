@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
+
+from sonicsite.contract.wire import HOLD_DEADLINE_S
 
 
 @dataclass(frozen=True)
@@ -77,3 +80,29 @@ class PathLatencies:
     def answered(self, path: str) -> int:
         with self._lock:
             return len(self._samples.get(path, ()))
+
+
+@dataclass
+class LoadingWait:
+    """One chunk's wait for a model the site is loading (errors.py LOADING): the site holds
+    each attempt until the attempt's own wait is nearly over, then says how much longer it
+    would hold the request. The chunk asks again until that time, counted from the first
+    such answer, is over (the site's default hold deadline where it did not say); then its
+    "still loading" is final, as the site's deadline error would be."""
+
+    since: float = 0.0  # monotonic: the first "still loading"
+    until: float | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.until is not None
+
+    def ask_again(self, left_s: float) -> bool:
+        now = time.monotonic()
+        if self.until is None:
+            self.since, self.until = now, now + (left_s or HOLD_DEADLINE_S)
+        return now < self.until
+
+    def over(self, error: str) -> str:
+        """The chunk's error once the wait is over: how long, and the site's last word."""
+        return f"not loaded within the {self.until - self.since:.1f} s the site held it: {error}"

@@ -9,9 +9,28 @@ from dataclasses import dataclass, field
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from sonicsite.contract.wire import MODEL_HEADER, RETRY_AFTER_HEADER, SERVER_HEADER
+from sonicsite.contract.wire import (
+    HELD_HEADER,
+    MODEL_HEADER,
+    NOT_LOADED_WITHIN,
+    RETRY_AFTER_HEADER,
+    SERVER_HEADER,
+    STILL_LOADING,
+    loading_left,
+)
 
-from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
+from .errors import (
+    INTERNAL,
+    INVALID,
+    LOADING,
+    NOT_LOADED,
+    OVERLOADED,
+    TIMEOUT,
+    UNAVAILABLE,
+    InferError,
+    RetryAfter,
+    held_kind,
+)
 from .http2 import ConnectionPool, GrpcReply, Http2Error
 from .plan import CopyPlan
 from .spec import ModelInfo
@@ -85,6 +104,9 @@ def reply_error(reply: GrpcReply, server: str) -> InferError:
     kind = _KINDS.get(status, INTERNAL)
     if kind == UNAVAILABLE and reply.metadata.get(ENVOY_OVERLOADED_HEADER):
         kind = OVERLOADED
+    held = reply.metadata.get(HELD_HEADER)  # a holder's answer (errors.py LOADING)
+    if held is not None:
+        kind, retry_after = held_kind(held)
     return InferError(kind, reply.details, server, retry_after, status)
 
 
@@ -117,11 +139,17 @@ class GrpcTransport:
         refused = ("unknown model", "UNAUTHENTICATED", "PERMISSION_DENIED")
         kind = INVALID if any(r in f"{exc} {exc.status()}" for r in refused) else UNAVAILABLE
         kind = TIMEOUT if "DEADLINE_EXCEEDED" in str(exc.status()) else kind
+        left = 0.0
+        if STILL_LOADING in str(exc):  # a holder's answers (tritonclient hides trailers)
+            kind, left = LOADING, loading_left(str(exc))
+        elif NOT_LOADED_WITHIN in str(exc):
+            kind = NOT_LOADED
         if "UNAVAILABLE" in str(exc.status()):
             # not closed here: another thread may be calling on it; tritonclient closes a
             # client when it is collected, once the last call has let go of it
             self._control = None
-        return InferError(kind, exc.message() or str(exc), self.server, status=str(exc.status()))
+        message = exc.message() or str(exc)
+        return InferError(kind, message, self.server, left, status=str(exc.status()))
 
     def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         control = self.control

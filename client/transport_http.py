@@ -16,13 +16,24 @@ import time
 import numpy as np
 
 from sonicsite.contract.wire import (
+    HELD_HEADER,
     INFERENCE_HEADER_LENGTH,
     MODEL_HEADER,
     RETRY_AFTER_HEADER,
     SERVER_HEADER,
+    WAIT_HEADER,
 )
 
-from .errors import INTERNAL, INVALID, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError, RetryAfter
+from .errors import (
+    INTERNAL,
+    INVALID,
+    OVERLOADED,
+    TIMEOUT,
+    UNAVAILABLE,
+    InferError,
+    RetryAfter,
+    held_kind,
+)
 from .plan import CopyPlan
 from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
@@ -91,7 +102,7 @@ class HttpTransport:
     def _get_json(self, path: str, timeout: float = CONTROL_TIMEOUT_S) -> dict:
         conn = self._connection(timeout)
         try:
-            conn.request("GET", path, headers=self._auth)
+            conn.request("GET", path, headers={**self._auth, WAIT_HEADER: f"{timeout:g}"})
             response = conn.getresponse()
             data = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -174,6 +185,7 @@ class HttpTransport:
             INFERENCE_HEADER_LENGTH: str(len(head)),
             "Content-Length": str(total),
             MODEL_HEADER: plan.model,
+            WAIT_HEADER: f"{timeout:g}",  # a holder answers "still loading" before it
             **self._auth,
         }
         if traced is not None:  # the send span's context, to the gateway or the server
@@ -214,6 +226,10 @@ class HttpTransport:
         if status == 429:
             retry = RetryAfter.parse(response.getheader(RETRY_AFTER_HEADER)).seconds
             return InferError(OVERLOADED, message, self.server, retry, status="429")
+        held = response.getheader(HELD_HEADER)  # a holder's answer (errors.py LOADING)
+        if held is not None:
+            kind, left = held_kind(held)
+            return InferError(kind, message, self.server, left, status=str(status))
         kind = {400: INVALID, 404: INVALID, 503: UNAVAILABLE, 502: UNAVAILABLE}.get(
             status, INTERNAL
         )

@@ -50,7 +50,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     view = SiteView(config.operator.rstrip("/"))
     metrics = GatewayMetrics()
     tracing = GatewayTracing.start(config.tracing) if config.tracing else None
-    holder = Holder(view)
+    holder = Holder(view, metrics)
     forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing, holder=holder)
     auth = Authenticator(Tokens(config.tokens), _jwt_verifier(config))
 

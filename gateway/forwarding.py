@@ -21,7 +21,7 @@ from opentelemetry.trace import Span
 from sonicsite.client.balancer import Endpoint
 from starlette.types import Receive, Scope, Send
 
-from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, SERVER_HEADER
+from sonicsite.contract.wire import HELD_HEADER, INFERENCE_HEADER_LENGTH, SERVER_HEADER
 
 from .balancer import Upstreams
 from .holding import Holder
@@ -109,19 +109,21 @@ class Forwarder:
         kind: str = MODEL,
         version: str | None = None,
         span: Span | None = None,
+        wait_s: float | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
         when the connection fails. `rest`: the body's remaining chunks, streamed on;
         `stream`: the reply's body is passed on as it arrives (a StreamedReply). With no
         server for the model, Triton's answer for the route's `kind` (and `version`).
-        `span`: the request's span (a traced gateway): each try is a child span of it."""
+        `span`: the request's span (a traced gateway): each try is a child span of it.
+        `wait_s`: how long the client waits for its attempt (`hold`)."""
         tried, last = "", ""
         for attempt in range(2):
             endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
             if endpoint is None:
                 if attempt:
                     break
-                held = await self.hold(model) if model and kind == MODEL else None
+                held = await self.hold(model, wait_s) if model and kind == MODEL else None
                 if held is not None:
                     return held
                 endpoint = self.upstreams.pick(model) if model else None
@@ -167,17 +169,20 @@ class Forwarder:
             return contextlib.nullcontext(headers)
         return self.tracing.forward(span, server, headers)
 
-    async def hold(self, model: str) -> Response | None:
+    async def hold(self, model: str, wait_s: float | None = None) -> Response | None:
         """For a model of the catalogue that no server holds ready: wait until one does
-        (None then: send the request), or its deadline's 503 naming the model and why.
-        None at once for any other model."""
+        (None then: send the request), or a 503 naming the model and why: its deadline
+        passed, or the client's own wait (`wait_s`, its `sonicsite-wait-s`) is nearly over
+        and the model is still loading (`sonicsite-held` says how much longer the site
+        would hold it). None at once for any other model."""
         if self.holder is None or not self.holder.holds(model):
             return None
-        failed = await self.holder.wait(model)
-        if failed:
+        held = await self.holder.wait(model, wait_s)
+        if not held.error:
+            return None
+        if not held.left_s:
             self.metrics.rejections.labels(model, "hold_deadline").inc()
-            return error(503, failed)
-        return None
+        return error(503, held.error, {HELD_HEADER: f"{held.left_s:.3f}"})
 
     def unserved(self, model: str, kind: str = MODEL, version: str | None = None) -> Response:
         """The reply when no server takes `model` now: Triton's, for a model unknown to the

@@ -31,8 +31,15 @@ import grpc
 import httpx
 from tritonclient.grpc import service_pb2
 
-from sonicsite.contract.wire import HoldingRecord, ServerRecord
+from sonicsite.contract.wire import (
+    HELD_HEADER,
+    HoldingRecord,
+    ServerRecord,
+    not_loaded,
+    still_loading,
+)
 
+from .metrics import GatewayMetrics
 from .siteview import SiteView
 
 LOG = logging.getLogger(__name__)
@@ -49,15 +56,27 @@ def ready_servers(view: SiteView, model: str) -> list[ServerRecord]:
     return [s for s in view.site.servers if model in s.models and s.ready and not s.draining]
 
 
-def expired(model: str, deadline_s: float, reason: str) -> str:
-    """A held request's error at its deadline: the model, the deadline and the reason."""
-    why = reason or "no server has it ready yet"
-    return f"model '{model}' was not loaded on any server within {deadline_s:g} s: {why}"
+def answer_margin(wait_s: float) -> float:
+    """How long before the client's own wait for an attempt (`wait_s`) a held request is
+    answered "still loading": a tenth of it, at least half a second, at most half of it."""
+    return min(wait_s / 2, max(0.5, 0.1 * wait_s))
+
+
+@dataclass(frozen=True)
+class Held:
+    """How a hold ended. `error` "": a server holds the model ready now (send the request
+    there). Else the error, with `left_s` > 0 when the client's own wait ran out first (the
+    site would hold the request that much longer: the client asks again) and 0 when the
+    model's deadline passed."""
+
+    error: str = ""
+    left_s: float = 0.0
 
 
 @dataclass
 class Holder:
     view: SiteView
+    metrics: GatewayMetrics
     poll_s: float = 0.05  # how often a held request looks at the view (one event loop)
     counts: dict[str, int] = field(default_factory=dict)  # requests held now, per model
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -69,25 +88,37 @@ class Holder:
         record = self.view.holding
         return record is not None and model in record.models and not ready_servers(self.view, model)
 
-    async def wait(self, model: str) -> str:
-        """Wait until a server holds `model` ready: "" then, else the error at its deadline."""
+    async def wait(self, model: str, wait_s: float | None = None) -> Held:
+        """Wait until a server holds `model` ready, at most the model's deadline and, where
+        the client said how long it waits (`wait_s`), a little less than that."""
         record = self.view.holding or HoldingRecord()
         deadline_s = record.deadline(model)
-        until = time.monotonic() + deadline_s
+        start = time.monotonic()
+        until = start + deadline_s
+        answer_by = start + wait_s - answer_margin(wait_s) if wait_s else until
+        outcome = "forwarded"
         self._count(model, 1)
         try:
             while not ready_servers(self.view, model):
-                if time.monotonic() >= until:
-                    reason = (self.view.holding or record).reasons.get(model, "")
+                now = time.monotonic()
+                reason = (self.view.holding or record).reasons.get(model, "")
+                if now >= until:
+                    outcome = "expired"
                     LOG.warning("held request for %s expired after %g s", model, deadline_s)
-                    return expired(model, deadline_s, reason)
+                    return Held(not_loaded(model, deadline_s, reason))
+                if now >= answer_by:
+                    outcome = "asked_again"
+                    said = still_loading(model, now - start, until - now, reason)
+                    return Held(said, until - now)
                 await asyncio.sleep(self.poll_s)
-            return ""
+            return Held()
         finally:
             self._count(model, -1)
+            self.metrics.hold_seconds.labels(model, outcome).observe(time.monotonic() - start)
 
     def _count(self, model: str, step: int) -> None:
         self.counts[model] = self.counts.get(model, 0) + step
+        self.metrics.held.labels(model).set(self.counts[model])
         if not self.counts[model]:
             del self.counts[model]
         self.changed.set()
@@ -132,9 +163,10 @@ class Holder:
         message = getattr(service_pb2, f"{method}Request").FromString(request)
         model = message.model_name if method == "ModelInfer" else message.name
         if self.holds(model):
-            failed = await self.wait(model)
-            if failed:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, failed)
+            held = await self.wait(model, context.time_remaining())
+            if held.error:
+                left = ((HELD_HEADER, f"{held.left_s:.3f}"),)
+                await context.abort(grpc.StatusCode.UNAVAILABLE, held.error, left)
         servers = ready_servers(self.view, model)
         if not servers:  # not in the catalogue: Triton's own answer
             await context.abort(

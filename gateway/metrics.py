@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .siteview import SiteView
 
+# a cold start: a model's load (seconds) up to a server's start and the hold deadline
+HOLD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -59,6 +61,22 @@ class GatewayMetrics:
         self.state_stale = Gauge(
             "sonicsite_gateway_operator_state_stale",
             "1 while the operator's state is too old to follow its sheds (every model open)",
+            registry=r,
+        )
+
+        self.held = Gauge(
+            "sonicsite_gateway_held_requests",
+            "Requests held now for a model no server holds ready (holding.py)",
+            ["model"],
+            registry=r,
+        )
+        self.hold_seconds = Histogram(
+            "sonicsite_gateway_hold_seconds",
+            "How long held requests waited: arrival until a server held the model ready "
+            "(outcome forwarded: the cold start before the inference itself), until the "
+            "model's deadline (expired) or until the client's own wait ran out (asked_again)",
+            ["model", "outcome"],
+            buckets=HOLD_BUCKETS,
             registry=r,
         )
 

@@ -27,7 +27,11 @@ from fastapi.responses import JSONResponse
 from opentelemetry.trace import Span
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sonicsite.contract.wire import INFERENCE_HEADER_LENGTH, RETRY_AFTER_HEADER
+from sonicsite.contract.wire import (
+    INFERENCE_HEADER_LENGTH,
+    RETRY_AFTER_HEADER,
+    WAIT_HEADER,
+)
 
 from . import site_view_replies
 from .forwarding import PASSED_HEADERS, Forwarder, StreamedReply, error, version_path
@@ -91,11 +95,24 @@ async def statistics(request: Request) -> Response:
     return await site_view_replies.statistics(_forwarder(request), "", None)
 
 
+def client_wait(value: str | None) -> float | None:
+    """The client's `sonicsite-wait-s` (how long it waits for its attempt), None when it
+    sent none or no positive number."""
+    try:
+        wait_s = float(value) if value is not None else 0.0
+    except ValueError:
+        return None
+    return wait_s if wait_s > 0 else None
+
+
 async def _model_get(
     request: Request, model: str, version: str | None, suffix: str, kind: str = MODEL
 ) -> Response:
     path = version_path(model, version) + suffix
-    return await _forwarder(request).send("GET", model, path, kind=kind, version=version)
+    wait_s = client_wait(request.headers.get(WAIT_HEADER))
+    return await _forwarder(request).send(
+        "GET", model, path, kind=kind, version=version, wait_s=wait_s
+    )
 
 
 @router.get("/v2/models/{model}")
@@ -212,7 +229,8 @@ async def _infer_reply(
         metrics.rejections.labels(model, "bad_request").inc()
         return error(413, f"body: over {limit} bytes")
     if not forwarder.view.serving(model):  # as Triton: the model before the body
-        held = await forwarder.hold(model)  # a model no server holds yet: wait for one
+        # a model no server holds yet: wait for one
+        held = await forwarder.hold(model, client_wait(fields.get(WAIT_HEADER)))
         if held is not None or not forwarder.view.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)

@@ -9,20 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-
-def at_least(low: int):
-    """An integer option's type: refused below `low`, the message saying so."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer ≥ {low}, got {text!r}")
-        return value
-
-    return parse
+from ..contract.options import at_least
 
 
 def add_simulate_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,21 +5,18 @@ compared; a scenario whose pool autoscales is compared autoscaled as well, and i
 headline ratios are the autoscaled ones, the fixed pool's beside them. A ratio is sonicsite
 / reference: below 1 is a win for every figure but utilisation.
 
-`bench/common.py`'s `meta` and `write_result` are not used: that module imports the local
-site (`sonicsite.local`), which the simulator may not (ARCHITECTURE.md's dependency rule).
+`meta` is the bench's (`sonicsite.contract.provenance`), with the seed.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
+from ..contract import provenance
 from .run import POLICY_SETS, Run, figures, run
 from .scenario import Scenario
 
@@ -97,22 +94,7 @@ def wins(comparisons: dict) -> list[str]:
 
 
 def meta(seed: int, load_before: list[float]) -> dict:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {
-        "commit": commit or "unknown (not a git checkout)",
-        "cores": os.cpu_count(),
-        "load_before_1m_5m_15m": load_before,
-        "load_1m_5m_15m": [round(x, 2) for x in os.getloadavg()],
-        "seed": seed,
-        "simpy": importlib.metadata.version("simpy"),
-        "python": platform.python_version(),
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    return {**provenance.meta(load_before, ("simpy",)), "seed": seed}
 
 
 def over_seeds(summaries: list[dict]) -> dict:

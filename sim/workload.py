@@ -7,8 +7,8 @@ of those events, then one request per call (model) of the batch, sent together, 
 together. A request refused at Envoy (a shed, with its retry-after) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
 that endpoint ... for at least the retry-after"), computed by the client's own rule
-(`Stream._backoff`), and is retried up to the client's `max_tries`. Latency is a request's
-first attempt to its final answer, back-off included.
+(`sonicsite.client.engine.backoff_s`), and is retried up to the client's `max_tries`.
+Latency is a request's first attempt to its final answer, back-off included.
 
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 
 import simpy
-from sonicsite.client.engine import Stream, StreamOptions
+from sonicsite.client.engine import StreamOptions, backoff_s
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Scenario, Workflow
@@ -37,17 +37,6 @@ class Outcome:
     refused_connects: int = 0
     first_release: float | None = None
     jobs_done: list[float] = field(default_factory=list)
-
-
-@dataclass
-class _Backoff:
-    """What `Stream._backoff` reads of its stream: the options and the random generator."""
-
-    options: StreamOptions
-    _rng: random.Random
-
-    def wait(self, tries: int, at_least: float = 0.0) -> float:
-        return Stream._backoff(self, tries, at_least)
 
 
 @dataclass
@@ -97,7 +86,6 @@ class Workload:
 
     def _job(self, job: _Job):
         env, work = self.env, self.scenario.workload
-        backoff = _Backoff(self.client, job.rng)
         while not self.policies.connect(env.now):
             self.outcome.refused_connects += 1
             yield env.timeout(self.resubmit_s)
@@ -111,15 +99,14 @@ class Workload:
                 cpu = job.rng.gammavariate(shape, cpu / shape)
             yield env.timeout(cpu)
             sends = [
-                env.process(self._request(job, backoff, c.model, n * c.items_per_event))
-                for c in work.calls
+                env.process(self._request(job, c.model, n * c.items_per_event)) for c in work.calls
             ]
             yield simpy.AllOf(env, sends)
         self.outcome.jobs_done.append(env.now)
         if len(self.outcome.jobs_done) == self.total:
             self.finished.succeed()
 
-    def _request(self, job: _Job, backoff: _Backoff, model: str, items: int):
+    def _request(self, job: _Job, model: str, items: int):
         env, out = self.env, self.outcome
         half = self.scenario.rtt_ms / 2e3
         first = env.now
@@ -135,10 +122,11 @@ class Workload:
                 yield env.timeout(half)
                 if retry_after is not None:
                     out.sheds += 1
-                    job.not_before = max(job.not_before, env.now + backoff.wait(tries, retry_after))
+                    wait = backoff_s(self.client, tries, job.rng, retry_after)
+                    job.not_before = max(job.not_before, env.now + wait)
                 else:
                     out.unavailable += 1
-                    yield env.timeout(backoff.wait(tries))
+                    yield env.timeout(backoff_s(self.client, tries, job.rng))
                 continue
             cluster.started(host)
             server.in_flight += 1
@@ -150,7 +138,7 @@ class Workload:
                 server.in_flight -= 1
                 cluster.finished(host)
                 out.unavailable += 1
-                yield env.timeout(half + backoff.wait(tries))
+                yield env.timeout(half + backoff_s(self.client, tries, job.rng))
                 continue
             server.in_flight -= 1
             cluster.finished(host)

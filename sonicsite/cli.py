@@ -7,8 +7,8 @@ import signal
 import sys
 from pathlib import Path
 
-from .bench.arguments import at_least, non_negative
 from .bench.commands import add_bench_parser, run_bench
+from .contract.options import at_least, non_negative
 from .contract.wire import HOLD_DEADLINE_S
 from .local.state import DEFAULT_SITE_DIR
 from .operator.balancing import DEFAULT_POLICY, POLICIES

@@ -341,6 +341,88 @@ def build(uid: str, title: str, rows: list[tuple[str, list[PanelSpec]]]):
     return board.build()
 
 
+def placement_panels() -> list[tuple[str, list[PanelSpec]]]:
+    """Models on demand (operator/placement*.py, gateway/holding.py): where models are,
+    what placement did, and the requests held for a model while it loads."""
+    return [
+        (
+            "Placement",
+            [
+                PanelSpec(
+                    "Models loaded per server",
+                    "none",
+                    (
+                        Query(
+                            f"max by (server) (sonicsite_placement_models_loaded{{{SITE}}})",
+                            "{{server}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Loads and unloads by rule",
+                    "none",
+                    tuple(
+                        Query(
+                            f"sum by (model, rule) (increase(sonicsite_placement_{kind}_total"
+                            f"{{{MODEL}}}[{WINDOW}]))",
+                            f"{kind[:-1]} {{{{model}}}} ({{{{rule}}}})",
+                        )
+                        for kind in ("loads", "unloads")
+                    ),
+                    description="The reason of each decision is in the operator's log and "
+                    "`sonicsite models status`.",
+                ),
+            ],
+        ),
+        (
+            "Held requests",
+            [
+                PanelSpec(
+                    "Requests held now",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model) (sonicsite_gateway_held_requests{{{MODEL}}})",
+                            "{{model}}",
+                        ),
+                    ),
+                    description="Requests for a model no server holds ready, waiting in the "
+                    "gateway until one does (the operator loads it for them).",
+                ),
+                PanelSpec(
+                    "Cold start: time held until a server had the model (p50, p99)",
+                    "s",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le, model) (rate("
+                            f'sonicsite_gateway_hold_seconds_bucket{{{MODEL}, outcome="forwarded"}}'
+                            f"[{WINDOW}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                    description="From a held request's arrival until it was sent to a server "
+                    "that had loaded the model; its inference comes after.",
+                ),
+                PanelSpec(
+                    "Holds ended, by outcome",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (outcome) (increase(sonicsite_gateway_hold_seconds_count"
+                            f"{{{MODEL}}}[{WINDOW}]))",
+                            "{{outcome}}",
+                        ),
+                    ),
+                    description="forwarded: answered by a server; asked_again: the client's "
+                    "own wait ran out first (the sonicsite client asks again); expired: the "
+                    "model's hold deadline passed (the caller got the reason).",
+                ),
+            ],
+        ),
+    ]
+
+
 def dashboards() -> dict[str, object]:
     """File name -> built dashboard model."""
     return {
@@ -348,6 +430,9 @@ def dashboards() -> dict[str, object]:
             "sonicsite-overview", "sonicsite: site", overview_panels()
         ),
         "sonicsite-model.json": build("sonicsite-model", "sonicsite: model", model_panels()),
+        "sonicsite-placement.json": build(
+            "sonicsite-placement", "sonicsite: placement", placement_panels()
+        ),
     }
 
 

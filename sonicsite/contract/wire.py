@@ -10,6 +10,7 @@ know, so that a newer writer never breaks an older reader.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,37 @@ HOLD_DEADLINE_S = 120.0
 # A holder's counts of held requests (the operator's demand) lapse this long after it last
 # sent them: no count outlives the holder that sent it (it sends them every second).
 HELD_TTL_S = 5.0
+# A holder answers a held request it does not forward with this header: the seconds the site
+# would still hold it. > 0: the client's own wait for the attempt ran out first and the model
+# is still loading (ask again: gRPC UNAVAILABLE, HTTP 503, the message says "still loading");
+# 0: the model's deadline passed (the message says why). Stock clients read the message.
+HELD_HEADER = "sonicsite-held"
+# How long the sonicsite client waits for an HTTP attempt, in seconds (gRPC has grpc-timeout):
+# a holder answers "still loading" a little before it rather than let the attempt time out.
+WAIT_HEADER = "sonicsite-wait-s"
+STILL_LOADING = "is still loading"  # in the message of a holder's "ask again"
+NOT_LOADED_WITHIN = "was not loaded on any server within"  # in its error at the deadline
+
+
+def still_loading(model: str, held_s: float, left_s: float, reason: str = "") -> str:
+    """A holder's "ask again": the model, how long this request was held, how much longer
+    the site would hold it, and why it is not loaded yet where the operator said."""
+    said = f"model '{model}' {STILL_LOADING}: held {held_s:.1f} s, "
+    said += f"the site holds requests for it up to {left_s:.1f} s more"
+    return f"{said} ({reason})" if reason else said
+
+
+def loading_left(message: str) -> float:
+    """The seconds a holder's "ask again" says the site would still hold the request (0
+    where the message says none): for clients that see its message but not its headers."""
+    found = re.search(r"up to ([0-9.]+) s more", message)
+    return float(found.group(1)) if found else 0.0
+
+
+def not_loaded(model: str, deadline_s: float, reason: str) -> str:
+    """A held request's error at its deadline: the model, the deadline and the reason."""
+    why = reason or "no server has it ready yet"
+    return f"model '{model}' {NOT_LOADED_WITHIN} {deadline_s:g} s: {why}"
 
 
 @dataclass(frozen=True)

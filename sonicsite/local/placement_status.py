@@ -1,6 +1,7 @@
-"""`sonicsite models status`: per model, the servers holding it, its footprint and its idle
-time, and the placement's last decisions with their reasons, as the operator's read-only
-`/v1/placement` says (the operator is the one that knows: it reads every server's index)."""
+"""`sonicsite models status`: per model, the servers holding it, its footprint, its idle
+time and the requests held for it, and the placement's last decisions with their reasons,
+as the operator's read-only `/v1/placement` says (the operator is the one that knows: it
+reads every server's index)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ def _mib(n: int | None) -> str:
 
 def render(view: dict) -> list[str]:
     """The table of models, then the last decisions, as lines."""
-    lines = [f"{'MODEL':<24} {'LOADED ON':<28} {'FOOTPRINT':>14} {'IDLE':>8}"]
+    held = view.get("held", {})  # requests waiting in the gateways for the model
+    lines = [f"{'MODEL':<24} {'LOADED ON':<28} {'FOOTPRINT':>14} {'IDLE':>8} {'HELD':>5}"]
     for model, m in sorted(view["models"].items()):
         where = ",".join(m["servers"]) or "-"
         idle = "-" if m["idle_s"] is None else f"{m['idle_s']:.0f} s"
-        lines.append(f"{model:<24} {where:<28} {_mib(m['footprint_bytes']):>14} {idle:>8}")
+        footprint = _mib(m["footprint_bytes"])
+        lines.append(f"{model:<24} {where:<28} {footprint:>14} {idle:>8} {held.get(model, 0):>5}")
     decisions = view["decisions"][-SHOWN_DECISIONS:]
     if decisions:
         lines.append("last decisions:")

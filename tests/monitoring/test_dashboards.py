@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from dashboard_builder import panels_without_data
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from monitoring_dashboards import OUT, dashboards, panel_queries, to_json
 from polling import wait_until
@@ -24,16 +25,10 @@ from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy
 from stock import kserve_json
 
-from sonicsite.local import launcher, prometheus
+from sonicsite.local import launcher
 
 ROOT = OUT.parents[1]
 BUILDER = ROOT / "monitoring" / "tools" / "dashboards.py"
-GRAFANA_VARIABLES = {
-    "$namespace": ".*",
-    "$release": ".*",
-    "$model": ".*",
-    "$__rate_interval": "1m",
-}
 QUEUE_RULE = "sonicsite:model_queue_seconds_per_request:30s"
 QUEUE_GAUGE = "sonicsite_model_queue_seconds_per_request"
 
@@ -109,23 +104,9 @@ def test_every_query_selects_the_boards_namespace_and_release():
                 assert 'release=~"$release"' in selector, f"{name}: {title}: {expr}"
 
 
-def _substitute(expr: str) -> str:
-    for variable, value in GRAFANA_VARIABLES.items():
-        expr = expr.replace(variable, value)
-    return expr
-
-
-def _panels_without_data(address: str) -> list[str]:
-    """Every panel (dashboard: title) none of whose queries returns a series."""
-    empty = []
-    for name, model in dashboards().items():
-        board = json.loads(to_json(model))
-        panels: dict[str, int] = {}
-        for title, expr in panel_queries(board):
-            answer = prometheus.query(address, _substitute(expr))
-            panels[title] = panels.get(title, 0) + len(answer)
-        empty += [f"{name}: {title}" for title, series in panels.items() if series == 0]
-    return empty
+# The boards a site without placement fills; sonicsite-placement.json is checked on a site
+# with placement on (tests/operator/test_holding.py).
+SITE_BOARDS = ("sonicsite-overview.json", "sonicsite-model.json")
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +182,7 @@ def test_every_panel_of_every_dashboard_has_data_on_a_live_site(busy_site):
     missing: list[str] = []
 
     def every_panel_answers() -> bool:
-        missing[:] = _panels_without_data(busy_site.prometheus)
+        missing[:] = panels_without_data(busy_site.prometheus, SITE_BOARDS)
         return not missing
 
     with contextlib.suppress(AssertionError):

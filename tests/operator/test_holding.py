@@ -22,7 +22,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from control_site import MODELS, control_target
+from dashboard_builder import panels_without_data
 from polling import wait_until
+from sonicsite.client import Client
+from sonicsite.client.discovery import from_site_file
+from sonicsite.client.errors import TIMEOUT
+from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
 from sonicsite.operator.placement_loop import PlacementSettings
 from stock import stock_infer
@@ -212,6 +217,58 @@ def test_a_held_request_past_its_deadline_gets_an_error_naming_the_model(held_si
     _report(capsys, f"past the deadline: {grpc_error.message()}")
 
 
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_the_client_asks_again_while_the_model_loads_and_loses_no_event(
+    held_site, capsys, transport
+):
+    """simple's load fails while a sonicsite stream wants it; each attempt waits 1.5 s at
+    most, so the holder answers "still loading" before the attempt's own deadline and the
+    stream asks again at once (no failed try, no endpoint marked down, no timeout). Once
+    simple's config is back the operator loads it and every event is answered."""
+    _unloaded_everywhere(held_site, "simple")
+    sample = generate("simple", 64, seed=5)
+    results: list = []
+
+    def stream() -> None:
+        with Client(from_site_file(held_site.site_dir), transport) as client:
+            run = client.stream("simple", sample.spec, batch=8, window=2, timeout_s=1.5)
+            results.append(run.run(sample, lambda lo, hi, out: sample.check(lo, hi, out)))
+
+    streaming = threading.Thread(target=stream, daemon=True)
+    with _broken(held_site, "simple"):
+        streaming.start()
+        wait_until(
+            lambda: len(_loads(held_site, "simple", "failed")) >= 2,
+            "two failed loads of simple while the stream waits",
+            DEADLINE_S,
+            0.5,
+        )
+    streaming.join(DEADLINE_S)
+    assert len(results) == 1, "the stream did not end"
+    result = results[0]
+    assert result.failed == {} and result.events_ok == 64, result.failed
+    assert result.loading >= 1, "no attempt was answered 'still loading'"
+    errors = [r.error for r in result.stats.records if r.error]
+    assert TIMEOUT not in errors, errors
+    _report(capsys, f"{transport}: asked again {result.loading} times while simple loaded")
+
+
+def test_the_client_fails_a_chunk_once_with_the_sites_reason_past_the_deadline(held_site):
+    """identity cannot load (its config is unreadable): a stream's chunk is answered
+    "still loading" until identity's deadline, then fails once with the site's reason,
+    not retried as a sick endpoint would be."""
+    _unloaded_everywhere(held_site, "identity")
+    sample = generate("identity", 4, seed=6)
+    with _broken(held_site, "identity"), Client(from_site_file(held_site.site_dir)) as client:
+        run = client.stream("identity", sample.spec, batch=4, timeout_s=3.0)
+        result = run.run(sample, lambda lo, hi, out: None)
+    assert list(result.failed) == [(0, 4)]
+    said = result.failed[(0, 4)]
+    assert "not loaded within the " in said and "the site held it" in said, said
+    assert "'identity' is still loading" in said and "its load on triton-" in said, said
+    assert result.loading >= 1 and result.retries == 0, result.stats.records
+
+
 def _operator_pid(state: SiteState) -> int:
     record = SiteState.load(Path(state.site_dir)).process("operator")
     return record.pid if record is not None else 0
@@ -254,3 +311,18 @@ def test_a_request_held_while_the_operator_is_killed_is_answered(held_site, caps
     assert (answers[0]["OUTPUT0"] == SIMPLE["INPUT0"] + SIMPLE["INPUT1"]).all()
     assert _loads(held_site, "simple", "loaded"), _placement(held_site)
     _report(capsys, f"held across the operator's restart, answered after {waited:.2f} s")
+
+
+def test_every_panel_of_the_placement_dashboard_has_data_on_this_site(held_site):
+    """After the holds above (forwarded, asked again, expired) and placement's loads and
+    unloads, every panel of sonicsite-placement.json answers from the site's Prometheus."""
+    assert held_site.prometheus, "the local site starts Prometheus when it is installed"
+    missing: list[str] = []
+
+    def every_panel_answers() -> bool:
+        missing[:] = panels_without_data(held_site.prometheus, ("sonicsite-placement.json",))
+        return not missing
+
+    with contextlib.suppress(AssertionError):
+        wait_until(every_panel_answers, "every placement panel's queries to answer", DEADLINE_S)
+    assert missing == []

@@ -270,6 +270,7 @@ def test_models_status_prints_where_models_are_footprints_and_decisions(placed):
     ).stdout
     rows = {line.split()[0]: line for line in out.splitlines()[1:3]}
     assert set(rows) == set(MODELS) and "MiB" in rows["identity"], out
+    assert out.splitlines()[0].split()[-1] == "HELD" and rows["identity"].split()[-1] == "0"
     assert "unload identity on triton-1 (idle): unused for" in out, out
     assert "load identity on triton-1 (queue_pressure): queue time" in out, out
 

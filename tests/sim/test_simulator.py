@@ -92,7 +92,7 @@ def test_the_command_lists_and_writes_a_summary(tmp_path, capsys):
     for name in ("sonicsite", "reference"):
         assert summary["fixed_pool"][name]["finished"]
         assert 0 < summary["gpu_utilisation"][name] <= 1
-    assert result["meta"]["seed"] == 2 and result["meta"]["simpy"]
+    assert result["meta"]["seed"] == 2 and result["meta"]["versions"]["simpy"]
     assert main(["simulate", str(tmp_path / "nothing.yaml"), "--json", str(out)]) == 1
 
 

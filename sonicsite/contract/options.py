@@ -1,7 +1,6 @@
 """Value types for the command line's options (argparse types): an integer with a floor, a
-number ≥ 0, comma-separated positive integers. Here, in the bench room, because the bench's
-subcommands take them and the dependency rule lets the command line import the bench, never
-the other way round; `sonicsite.cli` takes them from here for the site's commands."""
+number ≥ 0, comma-separated positive integers. In the contract room because every room's
+commands take them (the site's, the bench's, the simulator's) and every room may import it."""
 
 from __future__ import annotations
 
