@@ -83,6 +83,13 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--device", help="cpu (default) or cuda[:N]")
     b.add_argument("--threads", type=at_least(1), help="torch threads (default 1)")
 
+    b = _bench_parser(
+        bsub, "placement", "models loaded on demand vs the best static placement, in phases", 1
+    )
+    # defaults: bench/placement.py's Options
+    b.add_argument("--phase-s", type=non_negative, help="each phase's seconds (at most 60)")
+    b.add_argument("--window", type=at_least(1), help="requests in flight per active model")
+
     b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
     b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
     b.add_argument(
@@ -163,6 +170,17 @@ def _bench(args: argparse.Namespace) -> dict:
             threads=args.threads,
         )
         return inprocess.run(args.json, options)
+    if args.bench_command == "placement":
+        from . import placement
+
+        options = _options(
+            placement.Options,
+            repeats=args.repeats,
+            phase_s=args.phase_s,
+            window=args.window,
+            build_dir=args.build_dir,
+        )
+        return placement.run(args.json, options)
     from . import balancing
 
     options = _options(

@@ -281,6 +281,7 @@ class PlacementLoop:
         for d in decisions:
             server = servers[d.server]
             target = self._target(server)
+            started = time.monotonic()
             try:
                 if d.kind is Kind.LOAD:
                     outcome = self._load(target, d, view)
@@ -302,6 +303,7 @@ class PlacementLoop:
                         "server": d.server,
                         "reason": d.reason,
                         "outcome": outcome,
+                        "seconds": round(time.monotonic() - started, 3),  # carrying it out
                     }
                 )
 
