@@ -58,22 +58,25 @@ def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
 def check_layers(calls: dict[str, list[CallTimes]]) -> dict:
     """The server's own time (its statistics) must fit inside the exchange the client timed
     around it, up to the two clocks' agreement: Triton stamps a stage's end as the reply
-    goes out, so it may pass the client's clock by a fraction of a millisecond. A larger
-    gap means the split into layers is wrong, and the bench stops."""
+    goes out, so it may pass the client's clock by a fraction of a millisecond, and on a
+    busy machine by a descheduled thread's milliseconds in one call. So each path's median
+    is judged: a larger gap there means the split into layers is wrong, and the bench stops.
+    The worst single call is reported beside it."""
     worst = 0.0
     for name, times in calls.items():
-        for t in times:
-            over = t.server - t.exchange
-            worst = max(worst, over)
-            if over > 0.25 * t.exchange + 1e-3:
-                raise AssertionError(
-                    f"{name}: the server's time {t.server * 1e3:.3f} ms exceeds the exchange "
-                    f"{t.exchange * 1e3:.3f} ms that contains it"
-                )
+        worst = max([worst, *(t.server - t.exchange for t in times)])
+        over = statistics.median(t.server - t.exchange for t in times)
+        exchange = statistics.median(t.exchange for t in times)
+        if over > 0.25 * exchange + 1e-3:
+            raise AssertionError(
+                f"{name}: the server's time exceeds the exchange that contains it by "
+                f"{over * 1e3:.3f} ms (median of {len(times)} calls; "
+                f"exchange {exchange * 1e3:.3f} ms)"
+            )
     return {
         "total": "prepare + exchange (timed by the client)",
         "exchange": "transfer + server (the server's time from its statistics)",
-        "server_within_exchange_every_call": True,
+        "server_within_exchange_median_per_path": True,
         "worst_server_past_exchange_ms": round(worst * 1e3, 3),
     }
 

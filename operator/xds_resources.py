@@ -17,6 +17,7 @@ retry-after. The bearer-JWT check the listener may run: xds_jwt.py.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import TYPE_CHECKING
 
 from sonicsite.contract.wire import (
@@ -86,10 +87,24 @@ def rest_source(refresh: str = "0.5s") -> dict:
     }
 
 
+def ready_path(model: str = "") -> str:
+    """What Envoy's health check asks a server: for a model's cluster, whether that model is
+    ready there (Triton's per-model readiness); for the all-servers clusters, the server's.
+    Triton's server readiness is false while any of its models loads or unloads, so checking
+    it for a model's cluster would eject the server from every model's cluster for a second
+    whenever placement unloads one model there."""
+    return f"/v2/models/{urllib.parse.quote(model)}/ready" if model else "/v2/health/ready"
+
+
 def _cluster(
-    name: str, max_requests: int = LIMIT, lb_policy: str = "LEAST_REQUEST", grpc: bool = True
+    name: str,
+    max_requests: int = LIMIT,
+    lb_policy: str = "LEAST_REQUEST",
+    grpc: bool = True,
+    health_path: str = "/v2/health/ready",
 ) -> dict:
-    """`grpc`: to the servers' gRPC port over HTTP/2; otherwise their REST port (HTTP/1.1)."""
+    """`grpc`: to the servers' gRPC port over HTTP/2; otherwise their REST port (HTTP/1.1).
+    `health_path`: what the active health check asks (`ready_path`)."""
     cluster = {
         "@type": TYPE_URLS["clusters"],
         "name": name,
@@ -115,7 +130,7 @@ def _cluster(
                 "no_traffic_interval": "1s",
                 "unhealthy_threshold": 2,
                 "healthy_threshold": 1,
-                "http_health_check": {"path": "/v2/health/ready", "codec_client_type": "HTTP1"},
+                "http_health_check": {"path": health_path, "codec_client_type": "HTTP1"},
             }
         ],
         "outlier_detection": {
@@ -152,9 +167,15 @@ def clusters(
     caps = caps or {}
     return (
         [_cluster(ALL_SERVERS, LIMIT, lb_policy)]
-        + [_cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy) for m in models]
+        + [
+            _cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy, health_path=ready_path(m))
+            for m in models
+        ]
         + [_cluster(ALL_SERVERS_REST, LIMIT, lb_policy, grpc=False)]
-        + [_cluster(rest_cluster(m), caps.get(m, LIMIT), lb_policy, grpc=False) for m in models]
+        + [
+            _cluster(rest_cluster(m), caps.get(m, LIMIT), lb_policy, False, ready_path(m))
+            for m in models
+        ]
     )
 
 

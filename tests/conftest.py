@@ -12,6 +12,7 @@ import pytest
 from sonicsite.models.builders import build
 
 from sonicsite.local import launcher as site_launcher
+from sonicsite.local.ports import PORT_RANGE_VARIABLE
 from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
@@ -19,6 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "build" / "models"
 
 _skipped: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker chooses its sites' ports from a range of its own, below the
+    kernel's ephemeral ports (sonicsite/local/ports.py says why)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and not os.environ.get(PORT_RANGE_VARIABLE):
+        lo = 10000 + 2000 * int(worker[2:])
+        os.environ[PORT_RANGE_VARIABLE] = f"{lo}-{lo + 1999}"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

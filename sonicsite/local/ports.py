@@ -1,17 +1,54 @@
-"""Free loopback ports, chosen at start so that several sites and tests can run side by side."""
+"""Free loopback ports, chosen at start so that several sites and tests can run side by side.
+
+By default the kernel picks them (a port bound to 0). Where several processes start sites at
+once (the test suite's workers), `SONICSITE_PORT_RANGE=LO-HI` gives each its own range: a
+port one process has chosen but not bound yet cannot then be chosen by another, and
+Envoy's and gRPC's SO_REUSEPORT listeners could otherwise share one port between two sites.
+A range below the kernel's ephemeral ports is not taken by outgoing connections either."""
 
 from __future__ import annotations
 
+import os
+import random
 import socket
+
+PORT_RANGE_VARIABLE = "SONICSITE_PORT_RANGE"
+
+
+def port_range() -> tuple[int, int] | None:
+    """`SONICSITE_PORT_RANGE` as (lo, hi), None when unset; ValueError naming it when bad."""
+    text = os.environ.get(PORT_RANGE_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        lo, hi = (int(x) for x in text.split("-"))
+    except ValueError:
+        lo, hi = 0, -1
+    if not 1024 <= lo < hi <= 65535:
+        raise ValueError(f"{PORT_RANGE_VARIABLE}: expected LO-HI within 1024-65535, got {text!r}")
+    return lo, hi
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports the kernel reports free right now (all held open until chosen)."""
-    sockets = []
+    """`count` distinct ports free right now (all held open until chosen): the kernel's
+    choice, or random ones of `SONICSITE_PORT_RANGE`."""
+    bounds = port_range()
+    candidates = (
+        random.sample(range(bounds[0], bounds[1] + 1), bounds[1] - bounds[0] + 1) if bounds else []
+    )
+    sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        while len(sockets) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
+            try:
+                s.bind((host, candidates.pop() if bounds else 0))
+            except OSError:
+                s.close()
+                if not bounds:
+                    raise
+                if not candidates:
+                    raise OSError(f"{PORT_RANGE_VARIABLE}: no {count} free ports left") from None
+                continue
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
