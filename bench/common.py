@@ -88,11 +88,16 @@ def sheds(state: SiteState) -> int:
     if state.envoy_admin:
         total += envoy.counter(state.envoy_admin, ENVOY_SHEDS)
     if state.http:
-        with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
-            text = reply.read().decode()
-        pattern = r'^sonicsite_gateway_rejections_total\{[^}]*reason="shed"[^}]*\} (\S+)$'
-        total += int(sum(float(v) for v in re.findall(pattern, text, re.MULTILINE)))
+        total += gateway_count(state, "sonicsite_gateway_rejections_total", 'reason="shed"')
     return total
+
+
+def gateway_count(state: SiteState, sample: str, label: str) -> int:
+    """The sum of the gateway's `sample` series whose labels include `label` (`k="v"`)."""
+    with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    pattern = rf"^{re.escape(sample)}\{{[^}}]*{re.escape(label)}[^}}]*\}} (\S+)$"
+    return int(sum(float(v) for v in re.findall(pattern, text, re.MULTILINE)))
 
 
 def median_ms(samples: list[float]) -> float:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 import tempfile
 import threading
@@ -50,7 +49,7 @@ from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
 from ..contract.provenance import load_now
-from .common import BENCH_ADMISSION, conditions, sheds, write_result
+from .common import BENCH_ADMISSION, conditions, gateway_count, sheds, write_result
 
 # Two models per server; models active together in a phase are on different servers.
 LAYOUT = {
@@ -65,9 +64,6 @@ PHASES = (
     ("particlenet_ak4", "identity"),
     ("deepmet",),
     ("gnn_linking", "simple"),
-)
-EXPIRED = re.compile(
-    r'^sonicsite_gateway_hold_seconds_count\{[^}]*outcome="expired"[^}]*\} (\S+)$', re.MULTILINE
 )
 
 
@@ -193,8 +189,7 @@ def _compute_per_event(state: SiteState) -> dict[str, float]:
 
 
 def _expired_holds(state: SiteState) -> int:
-    text = _get(state.http, "/metrics").decode()
-    return int(sum(float(v) for v in EXPIRED.findall(text)))
+    return gateway_count(state, "sonicsite_gateway_hold_seconds_count", 'outcome="expired"')
 
 
 def _arm(on_demand: bool, options: Options, workdir: Path) -> dict:

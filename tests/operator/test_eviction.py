@@ -7,14 +7,14 @@ readiness, not the server's, which Triton drops while any model unloads)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 from control_site import control_target
+from control_site import fetch as _get
+from control_site import placement_view as _placement
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -46,15 +46,6 @@ def full_server(tmp_path_factory, built_models) -> SiteState:
         yield state
     finally:
         launcher.down(site_dir)
-
-
-def _get(address: str, path: str) -> str:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return reply.read().decode()
-
-
-def _placement(state: SiteState) -> dict:
-    return json.loads(_get(state.operator, "/v1/placement"))
 
 
 def _run(client: Client, model: str):
@@ -89,7 +80,7 @@ def test_a_full_budget_evicts_the_least_recently_used_idle_model(full_server):
         0.5,
     )
     wait_until(
-        lambda: '"hold-deepmet"' in _get(full_server.envoy_admin, "/config_dump"),
+        lambda: b'"hold-deepmet"' in _get(full_server.envoy_admin, "/config_dump"),
         "Envoy's hold route for deepmet",
         DEADLINE_S,
         0.5,

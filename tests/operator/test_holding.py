@@ -13,7 +13,6 @@ import os
 import signal
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from control_site import MODELS, control_target
+from control_site import fetch as _get
+from control_site import placement_view as _placement
 from dashboard_builder import panels_without_data
 from polling import wait_until
 from sonicsite.client import Client
@@ -67,15 +68,6 @@ def held_site(tmp_path_factory, built_models) -> Iterator[SiteState]:
         yield state
     finally:
         launcher.down(site_dir)
-
-
-def _get(address: str, path: str) -> bytes:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return reply.read()
-
-
-def _placement(state: SiteState) -> dict:
-    return json.loads(_get(state.operator, "/v1/placement"))
 
 
 def _unloaded_everywhere(state: SiteState, model: str) -> None:

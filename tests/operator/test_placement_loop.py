@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 from control_site import MODELS, control_target, two_servers
+from control_site import fetch as _get
+from control_site import placement_view as _placement
 from polling import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from sonicsite.operator import main as operator_main
@@ -51,15 +52,6 @@ def placed(tmp_path_factory, built_models) -> SiteState:
 
 def _ready(state: SiteState, server_id: str) -> set[str]:
     return model_control.ready_models(control_target(state, server_id))
-
-
-def _get(address: str, path: str) -> bytes:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return reply.read()
-
-
-def _placement(state: SiteState) -> dict:
-    return json.loads(_get(state.operator, "/v1/placement"))
 
 
 def _counter(state: SiteState, name: str, **labels: str) -> float:

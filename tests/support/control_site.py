@@ -5,6 +5,8 @@ site's administrative key."""
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +41,14 @@ def control_target(state: SiteState, server_id: str) -> ControlTarget:
     """Where the operator loads and unloads on `server_id`: its own port, with the key."""
     server = state.server(server_id)
     return ControlTarget(server.id, server.http, read_key(Path(state.site_dir)), server.pid)
+
+
+def fetch(address: str, path: str) -> bytes:
+    """An HTTP GET of a site's part (the operator, the gateway, Envoy's admin)."""
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+        return reply.read()
+
+
+def placement_view(state: SiteState) -> dict:
+    """The operator's read-only `/v1/placement`."""
+    return json.loads(fetch(state.operator, "/v1/placement"))
