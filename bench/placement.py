@@ -43,7 +43,7 @@ from pathlib import Path
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import DEFAULT_BATCH, generate
-from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings
 
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
@@ -104,6 +104,7 @@ class ModelLoad:
     seconds: float = 0.0
     first_answer_s: float | None = None  # after the phase began
     cold: bool = False  # no server held it ready when the phase began
+    errors: dict[str, int] = field(default_factory=dict)  # last error of a lost chunk -> events
 
 
 def _holding() -> dict[str, list[str]]:
@@ -139,6 +140,8 @@ def _drive(
             result = stream.run(sample, on_result)
             load.events += result.events_ok
             load.lost += result.events_failed
+            for (lo, hi), error in result.failed.items():
+                load.errors[error] = load.errors.get(error, 0) + hi - lo
     load.seconds = time.monotonic() - began
 
 
@@ -239,7 +242,7 @@ def _arm(on_demand: bool, options: Options, workdir: Path) -> dict:
 def _cold_starts(arm: dict) -> list[dict]:
     """Each cold start of the arm with the load that ended it."""
     found = []
-    loads = [d for d in arm["decisions"] if d["kind"] == "load" and d["rule"] == "first_replica"]
+    loads = [d for d in _done(arm, "load") if d["rule"] == "first_replica"]
     for phase, began in zip(arm["phases"], arm["phase_starts"], strict=True):
         for model, load in phase.items():
             if not load["cold"] or load["first_answer_s"] is None:
@@ -250,8 +253,26 @@ def _cold_starts(arm: dict) -> list[dict]:
     return found
 
 
+def _done(arm: dict, kind: str) -> list[dict]:
+    """The arm's loads or unloads carried out (not dropped, kept or failed)."""
+    done = "loaded" if kind == "load" else "unloaded"
+    return [d for d in arm["decisions"] if d["kind"] == kind and d["outcome"].startswith(done)]
+
+
 def _lost(arms: list[dict]) -> int:
     return sum(load["lost"] for a in arms for p in a["phases"] for load in p.values())
+
+
+def lost_events(repeats: list[dict]) -> list[str]:
+    """Where events were lost and why: one line per (repeat, arm, phase, model, error)."""
+    return [
+        f"repeat {k}, {arm}, phase {n} ({model}): {count} events lost: {error}"
+        for k, arms in enumerate(repeats)
+        for arm, ran in arms.items()
+        for n, phase in enumerate(ran["phases"])
+        for model, load in phase.items()
+        for error, count in load["errors"].items()
+    ]
 
 
 def _p99(values: list[float]) -> float | None:
@@ -315,8 +336,8 @@ def run(json_path: Path, options: Options = Options()) -> dict:
         "cold_start_p99_s": _p99(cold_s),
         "load_time_p99_s": _p99(load_s),
         "cold_start_over_load_p99_s": _p99(over),
-        "loads": sum(1 for a in demand for d in a["decisions"] if d["kind"] == "load"),
-        "unloads": sum(1 for a in demand for d in a["decisions"] if d["kind"] == "unload"),
+        "loads": sum(len(_done(a, "load")) for a in demand),
+        "unloads": sum(len(_done(a, "unload")) for a in demand),
         "sheds": sum(a["sheds"] for r in repeats for a in r.values()),
         "targets": {
             "events_lost": "== 0",
@@ -330,6 +351,7 @@ def run(json_path: Path, options: Options = Options()) -> dict:
     details = {"options": given, "repeats": repeats}
     details["layout"] = LAYOUT
     details["cold_starts"] = colds
+    details["lost"] = lost_events(repeats)
     return write_result(
         json_path, "placement", summary, details, started, conditions(BENCH_ADMISSION)
     )

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import (
@@ -52,17 +52,34 @@ class EnvoyAcks:
     with no text; held requests meanwhile go straight to the new server from the gateway."""
 
     published: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # (kind, version) -> what it sends where: routes, the models routed to their own
+    # clusters; endpoints, the (model, server) pairs of the models' clusters
+    sending: dict[tuple[str, str], frozenset] = field(default_factory=dict)
     # by Envoy node: (kind, resource names) -> the version it applied, and when it polled
     polled: dict[str, tuple[dict[tuple, str], float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def publish(self, versions: dict[str, str], models: list[str]) -> None:
+    def publish(
+        self,
+        versions: dict[str, str],
+        models: list[str],
+        routed: Iterable[str] = (),
+        replicas: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """A snapshot's versions, its models, the models its routes send to their own
+        clusters and its (model, server) endpoints."""
         with self._lock:
             for kind in ("clusters", "endpoints"):
                 self.published.pop((kind, versions[kind]), None)  # to the end: the newest
                 self.published[(kind, versions[kind])] = frozenset(models)
             for old in list(self.published)[:-40]:  # the last snapshots' are enough
                 del self.published[old]
+            for kind, sends in (("routes", routed), ("endpoints", replicas)):
+                if kind in versions:
+                    self.sending.pop((kind, versions[kind]), None)
+                    self.sending[(kind, versions[kind])] = frozenset(sends)
+            for old in list(self.sending)[:-40]:
+                del self.sending[old]
 
     def poll(self, node: str, kind: str, names: list[str], version: str, now: float) -> None:
         """An xDS poll: each subscription (a kind and its resource names; one per cluster
@@ -95,6 +112,29 @@ class EnvoyAcks:
                 )
         return set.intersection(*found) if found else set()
 
+    def routes_gone(self, model: str, server: str, now: float) -> bool:
+        """Whether no Envoy polling now can send `model`'s requests to `server`: the routes
+        it applied send the model elsewhere (the holder), or the endpoints it applied for
+        the model's clusters leave the server out. A version this operator no longer
+        knows counts as sending."""
+        clusters = (model_cluster(model), rest_cluster(model))
+        with self._lock:
+            for versions, at in self.polled.values():
+                if now - at >= ENVOY_GONE_S:
+                    continue
+                routes = [v for (kind, _), v in versions.items() if kind == "routes"]
+                routed = [self.sending.get(("routes", v)) for v in routes]
+                if routes and all(r is not None and model not in r for r in routed):
+                    continue
+                for cluster in clusters:
+                    version = versions.get(("endpoints", (cluster,)))
+                    if version is None:
+                        continue  # never subscribed: it has no such cluster
+                    pairs = self.sending.get(("endpoints", version))
+                    if pairs is None or (model, server) in pairs:
+                        return False
+        return True
+
 
 @dataclass
 class Operator:
@@ -124,6 +164,12 @@ class Operator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _scaling: threading.Thread | None = None
     envoy: EnvoyAcks = field(default_factory=EnvoyAcks)
+    wakeup: threading.Event = field(default_factory=threading.Event)  # a step now, not later
+
+    def __post_init__(self) -> None:
+        if self.placement is not None:  # an unload drains: it waits on Envoy, steps sooner
+            self.placement.routes_gone = lambda m, s: self.envoy.routes_gone(m, s, time.time())
+            self.placement.wake = self.wakeup.set
 
     def step(self) -> None:
         servers = self.discovery.servers()
@@ -174,7 +220,9 @@ class Operator:
             self.tracing,
             held,
         )
-        self.envoy.publish(snapshot.versions, models)
+        routed = [m for m in models if held is None or m not in held]
+        pairs = [(m, s.id) for s in servers for m in s.models]
+        self.envoy.publish(snapshot.versions, models, routed, pairs)
         self._autoscale(servers, now)
         state = self._state(servers, models, weights, per_try)
         if holding is not None:
@@ -303,4 +351,5 @@ class Operator:
             except Exception:  # the next step may succeed; /healthz shows if none does
                 self.metrics.step_errors.inc()
                 print(f"operator step failed:\n{traceback.format_exc()}", file=sys.stderr)
-            stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self.wakeup.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+            self.wakeup.clear()

@@ -20,7 +20,8 @@ from .controller import Actuate, Operator
 from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .options import parser
-from .placement_loop import PlacementLoop, local_catalogue, local_pids, read_admin_key
+from .placement_loop import PlacementLoop
+from .placement_settings import local_catalogue, local_pids, read_admin_key
 from .try_timeouts import TryPolicy, TryTimeouts
 
 

@@ -16,7 +16,7 @@ from .balancing import DEFAULT_POLICY, POLICIES
 from .controller import STEP_INTERVAL_S
 from .discovery import Discovery, KubernetesDiscovery, LocalDiscovery, kubernetes_api
 from .loadview import SCRAPE_GRACE
-from .placement_loop import PlacementSettings
+from .placement_settings import PlacementSettings
 from .try_timeouts import TryPolicy
 from .xds_jwt import SYSTEM_CA_FILE, JwtPolicy
 from .xds_tracing import EnvoyTracing

@@ -11,17 +11,24 @@ the demand that loads it.
 The decisions are carried out in a worker thread, one list at a time, in their order (a
 MAKE_ROOM unload before the load it makes room for), so a load that takes seconds never
 stalls the step that keeps Envoy's weights and admission fresh; while a list is being
-carried out no new one is decided (the replicas it loads or unloads are in motion).
+carried out no new one is decided (the replicas it loads or unloads are in motion). Each
+decision is checked again right before it is carried out, against what the steps saw since
+(a list can take seconds, and no decision outlives the state it was taken on): a load
+whose held requests or queue pressure are gone is dropped, with the MAKE_ROOM unload that
+was for it; an unload whose replica was used since is kept, and a load whose room was not
+made is dropped. Each is recorded with its outcome and why.
 
-Reference counting, and the window that remains: `decide` never unloads a replica with a
-request in flight (Triton's pending count) or used within the idle time (requests completed
-in the last scrape interval mark it used). Right before an unload the worker reads the
-server's metrics again and keeps the model if its counters moved or a request is pending
-since the scrape the decision was taken on. What remains is a request that arrives between
-that read and Triton's unload (a few milliseconds): Triton finishes the requests it holds
-before it lets a model go, but answers one that arrives after with "unavailable", and the
-client's retry goes to another replica or fails. A model idle for the whole idle time makes
-that unlikely; the draining step (routes taken away before the unload) closes it.
+Reference counting and draining: `decide` never unloads a replica with a request in flight
+(Triton's pending count) or used within the idle time (requests completed in the last scrape
+interval mark it used). Right before an unload the worker reads the server's metrics again
+and keeps the model if its counters moved or a request is pending since that scrape. Then
+the replica drains: `observe` leaves it out of the servers it returns, so the next step
+publishes routes without it (to the gateway's holding route, if it was the model's only
+replica), and the worker waits until every Envoy has applied them (`routes_gone`, from
+what Envoy's xDS polls report) before it unloads. A request that came in meanwhile was
+routed elsewhere or held, not sent to a replica going away (Triton answers those "unknown
+model", which a client must not retry); if requests are held for the model once it has
+drained and no other replica holds it, the unload is called off.
 
 A failed load or unload is logged with the model, the server and Triton's reason, counted,
 and tried again on a later step after a back-off that doubles up to `retry_max_s`; the loop
@@ -30,7 +37,6 @@ goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -39,12 +45,11 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE, ServerRecord
+from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
-from .catalogue import Budget, Catalogue, Pool, catalogue_of, read_repository
+from .catalogue import Catalogue
 from .loadview import LoadView, parse_metrics, per_request
 from .metrics import OperatorMetrics
 from .model_control import ControlTarget, ModelControlError
@@ -55,54 +60,19 @@ from .placement import (
     PlacementPolicy,
     Replica,
     ReplicaState,
+    Rule,
     ServerState,
     decide,
     pressure_since,
     waiting_reasons,
 )
+from .placement_settings import PlacementSettings
 from .placement_state import HeldCounts
 
 LOG = logging.getLogger("sonicsite.operator.placement")
 KEPT_DECISIONS = 50  # the last decisions /v1/placement shows
 INDEX_TIMEOUT_S = 2.0  # a server whose index does not come in this time keeps its last list
-
-
-@dataclass(frozen=True)
-class PlacementSettings:
-    """The operator's placement options (`--placement` and the options after it)."""
-
-    idle_unload_s: float = PlacementPolicy.idle_unload_s
-    budget_models: int | None = None  # models per server; None: no limit by count
-    queue_ms: float = 100.0  # queue time per request over which a model wants a replica
-    pressure_s: float = PlacementPolicy.pressure_s
-    evict_idle_s: float = PlacementPolicy.evict_idle_s
-    min_resident_s: float = PlacementPolicy.min_resident_s
-    hold_deadline_s: float = HOLD_DEADLINE_S  # a held request's deadline, by default
-    hold_deadlines: tuple[tuple[str, float], ...] = ()  # (model, deadline s) where not
-
-    def policy(self) -> PlacementPolicy:
-        return PlacementPolicy(
-            idle_unload_s=self.idle_unload_s,
-            evict_idle_s=self.evict_idle_s,
-            min_resident_s=self.min_resident_s,
-            pressure_s=self.pressure_s,
-        )
-
-    def args(self) -> list[str]:
-        """The operator's command-line options for these settings."""
-        args = [
-            "--placement",
-            f"--idle-unload-s={self.idle_unload_s}",
-            f"--placement-queue-ms={self.queue_ms}",
-            f"--placement-pressure-s={self.pressure_s}",
-            f"--evict-idle-s={self.evict_idle_s}",
-            f"--min-resident-s={self.min_resident_s}",
-            f"--hold-deadline-s={self.hold_deadline_s}",
-            *(f"--hold-deadline-s={m}={s}" for m, s in self.hold_deadlines),
-        ]
-        if self.budget_models is not None:
-            args.append(f"--budget-models={self.budget_models}")
-        return args
+DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy to stop sending to it
 
 
 @dataclass
@@ -110,26 +80,6 @@ class Backoff:
     failures: int
     next_at: float
     reason: str
-
-
-def local_pids(site_dir: Path) -> dict[str, int]:
-    """Server id -> PID from a local site's state file (for footprints by resident memory)."""
-    try:
-        data = json.loads((Path(site_dir) / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return {s["id"]: s["pid"] for s in data.get("servers", []) if s.get("pid")}
-
-
-def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:
-    """The local site's catalogue: its repository, one pool, the budget per server."""
-    models = read_repository(Path(site_dir) / "repository")
-    budget = Budget(models=settings.budget_models)
-    return catalogue_of(models, (Pool("default", budget=budget),))
-
-
-def read_admin_key(site_dir: Path) -> str:
-    return (Path(site_dir) / ADMIN_KEY_FILE).read_text().strip()
 
 
 @dataclass
@@ -149,6 +99,10 @@ class PlacementLoop:
     decisions: deque = field(default_factory=lambda: deque(maxlen=KEPT_DECISIONS))
     held: HeldCounts = field(default_factory=HeldCounts)  # requests held, per holder
     hold_reasons: dict[str, str] = field(default_factory=dict)  # why a held model is not ready
+    draining: set[tuple[str, str]] = field(default_factory=set)  # (server, model) to unload
+    # whether an Envoy may still send a model's requests to a server (controller.py EnvoyAcks)
+    routes_gone: Callable[[str, str], bool] = lambda model, server: True
+    wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
     _policy: PlacementPolicy | None = None
     _worker: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -162,9 +116,10 @@ class PlacementLoop:
         return ControlTarget(server.id, server.http, self.key, self.pids().get(server.id))
 
     def observe(self, servers: list[ServerRecord], now: float) -> list[ServerRecord]:
-        """The servers with the models each holds READY now (its repository index); one
-        whose index cannot be read keeps its last list (or discovery's)."""
-        result = []
+        """The servers with the models each holds READY now (its repository index) and
+        routes to (not draining); one whose index cannot be read keeps its last list (or
+        discovery's)."""
+        result, known = [], set()
         for server in servers:
             try:
                 target = ControlTarget(server.id, server.http, self.key)
@@ -177,14 +132,15 @@ class PlacementLoop:
                 self.loaded[server.id] = held
                 for model in held:
                     self.since.setdefault((server.id, model), now)
-            result.append(replace(server, models=held))
-        known = {(s.id, m) for s in result for m in s.models}
+                routed = tuple(m for m in held if (server.id, m) not in self.draining)
+            result.append(replace(server, models=routed))
+            known |= {(server.id, m) for m in held}
         with self._lock:
             for gone in [k for k in self.since if k not in known]:
                 del self.since[gone]
             for gone in set(self.loaded) - {s.id for s in servers}:
                 del self.loaded[gone]
-        self.metrics.export_placement({s.id: len(s.models) for s in result})
+        self.metrics.export_placement({s: len(m) for s, m in self.loaded.items()})
         return result
 
     # -- deciding ---------------------------------------------------------------------------
@@ -258,7 +214,7 @@ class PlacementLoop:
             return
         by_id = {s.id: s for s in servers}
         self._worker = threading.Thread(
-            target=self._carry_out, args=(due, by_id, loadview), daemon=True
+            target=self.carry_out, args=(due, by_id, loadview, now), daemon=True
         )
         self._worker.start()
 
@@ -275,24 +231,38 @@ class PlacementLoop:
 
     # -- carrying out -----------------------------------------------------------------------
 
-    def _carry_out(
-        self, decisions: Sequence[Decision], servers: dict[str, ServerRecord], view: LoadView
+    def carry_out(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
     ) -> None:
-        for d in decisions:
+        """The list in its order, each decision checked again first (`_dropped`)."""
+        unmade: set[str] = set()  # servers whose MAKE_ROOM unload did not happen
+        for k, d in enumerate(decisions):
             server = servers[d.server]
             target = self._target(server)
             started = time.monotonic()
+            dropped = self._dropped(d, decisions[k + 1 :], unmade)
             try:
-                if d.kind is Kind.LOAD:
+                if dropped:
+                    outcome = f"dropped: {dropped}"
+                    LOG.warning("placement: dropped %s: %s", d, dropped)
+                elif d.kind is Kind.LOAD:
                     outcome = self._load(target, d, view)
                 else:
-                    outcome = self._unload(target, server, d, view)
+                    outcome = self._unload(target, server, d, view, decided_at)
             except ModelControlError as exc:
                 outcome = f"failed: {exc.reason}"
                 self._failed(d, exc.reason)
             else:
                 with self._lock:
                     self.backoff.pop((d.kind.value, d.model, d.server), None)
+            if d.kind is Kind.LOAD:
+                unmade.discard(d.server)
+            elif d.rule is Rule.MAKE_ROOM and not outcome.startswith("unloaded"):
+                unmade.add(d.server)
             with self._lock:
                 self.decisions.append(
                     {
@@ -307,6 +277,34 @@ class PlacementLoop:
                     }
                 )
 
+    def _dropped(self, d: Decision, after: Sequence[Decision], unmade: set[str]) -> str:
+        """Why `d` no longer stands (empty: it does): a load nobody waits for now or whose
+        room was not made, a MAKE_ROOM unload for such a load."""
+        if d.kind is Kind.LOAD:
+            why = self._unwanted(d.model, d.rule)
+            if not why and d.server in unmade:
+                why = f"the room for it on {d.server} was not made"
+            return why
+        if d.rule is Rule.MAKE_ROOM:
+            load = next((x for x in after if x.kind is Kind.LOAD and x.server == d.server), None)
+            why = self._unwanted(load.model, load.rule) if load is not None else ""
+            if why:
+                return f"the load it made room for ({load.model}) no longer stands: {why}"
+        return ""
+
+    def _unwanted(self, model: str, rule: Rule) -> str:
+        """Why a load of `model` by `rule` is no longer wanted, from what the steps saw since
+        it was decided (empty: it is wanted)."""
+        with self._lock:
+            if rule is Rule.FIRST_REPLICA:
+                if any(model in held for held in self.loaded.values()):
+                    return "a replica is ready now"
+                if not self.held.held(time.time()).get(model, 0):
+                    return "no request is held for it now"
+            if rule is Rule.QUEUE_PRESSURE and self.over_since.get(model) is None:
+                return f"its queue time is no longer over {self.settings.queue_ms:g} ms"
+        return ""
+
     def _load(self, target: ControlTarget, d: Decision, view: LoadView) -> str:
         result = model_control.load(target, d.model)
         if result.fresh:
@@ -319,19 +317,61 @@ class PlacementLoop:
         return f"loaded in {result.seconds:.1f} s"
 
     def _unload(
-        self, target: ControlTarget, server: ServerRecord, d: Decision, view: LoadView
+        self,
+        target: ControlTarget,
+        server: ServerRecord,
+        d: Decision,
+        view: LoadView,
+        decided_at: float,
     ) -> str:
-        """Unload unless the model was used since the scrape the decision was taken on."""
-        used = self._used_since_scrape(server, d.model, view)
+        """Unload unless the model was used since the decision; drained first (the module
+        says how)."""
+        key = (d.server, d.model)
+        with self._lock:
+            used_at = self.last_used.get(key, 0.0)
+        used = "used since the decision" if used_at > decided_at else ""
+        used = used or self._used_since_scrape(server, d.model, view)
         if used:
             LOG.warning("placement: kept %s on %s: %s", d.model, d.server, used)
             return f"kept: {used}"
-        seconds = model_control.unload(target, d.model)
         with self._lock:
-            self.last_used.pop((d.server, d.model), None)
+            self.draining.add(key)
+        try:
+            late = self._drain(d)
+            with self._lock:
+                held = self.held.held(time.time()).get(d.model, 0)
+                elsewhere = any(d.model in m for s, m in self.loaded.items() if s != d.server)
+            if held and not elsewhere:
+                why = f"{held} request(s) held for it while it drained"
+                LOG.warning("placement: kept %s on %s: %s", d.model, d.server, why)
+                return f"kept: {why}"
+            seconds = model_control.unload(target, d.model)
+        finally:
+            with self._lock:
+                self.draining.discard(key)
+        with self._lock:
+            self.last_used.pop(key, None)
         self.metrics.placement_unloads.labels(d.model, d.server, d.rule.value).inc()
         LOG.warning("placement: %s (unloaded in %.1f s)", d, seconds)
-        return f"unloaded in {seconds:.1f} s"
+        return f"unloaded in {seconds:.1f} s{late}"
+
+    def _drain(self, d: Decision) -> str:
+        """Wait until no Envoy routes `d.model` to `d.server` (the steps publish routes
+        without it); what went wrong, if anything, for the outcome."""
+        self.wake()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not self.routes_gone(d.model, d.server):
+            if time.monotonic() > deadline:
+                LOG.error(
+                    "placement: Envoy still routes %s to %s after %.0f s of draining; "
+                    "unloading it anyway",
+                    d.model,
+                    d.server,
+                    DRAIN_TIMEOUT_S,
+                )
+                return f" (Envoy still routed to it after {DRAIN_TIMEOUT_S:.0f} s)"
+            time.sleep(0.05)
+        return ""
 
     def _used_since_scrape(self, server: ServerRecord, model: str, view: LoadView) -> str:
         """Why the model counts as in use now (empty: it does not): its requests pending, or

@@ -359,7 +359,7 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
 
 def _placement(args: argparse.Namespace):
     """`up --placement`: the operator's placement settings; None without it."""
-    from .operator.placement_loop import PlacementSettings
+    from .operator.placement_settings import PlacementSettings
 
     if not getattr(args, "placement", False):
         return None

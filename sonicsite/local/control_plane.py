@@ -15,9 +15,9 @@ from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
-from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.xds_jwt import JwtPolicy
-from sonicsite.operator.xds_resources import ALL_SERVERS
+from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
 
 from . import envoy, prometheus
 from .errors import EnvoyError, SiteError
@@ -63,14 +63,36 @@ def start_control_plane(
     proxy = envoy.start(config, envoy_log)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    wanted = sorted(s.grpc for s in SiteState.load(site_dir).servers)
-    deadline = time.monotonic() + timeout
-    while envoy.healthy_hosts(state.envoy_admin, ALL_SERVERS) != wanted:
-        if time.monotonic() > deadline:
-            raise EnvoyError(f"envoy does not see every server healthy after {timeout:.0f} s")
-        time.sleep(0.1)
+    _wait_routed(state.envoy_admin, routed_hosts(SiteState.load(site_dir)), timeout)
     start_gateway(site_dir, timeout, ports=(http, view))
     start_prometheus(site_dir, timeout)
+
+
+def routed_hosts(state: SiteState) -> dict[str, list[str]]:
+    """Envoy's clusters at start and the hosts each must send to: every server, and each
+    model's clusters (gRPC and its REST twin) the servers that hold it."""
+    wanted = {ALL_SERVERS: sorted(s.grpc for s in state.servers)}
+    for model in sorted({m for s in state.servers for m in s.models}):
+        holders = [s for s in state.servers if model in s.models]
+        wanted[model_cluster(model)] = sorted(s.grpc for s in holders)
+        wanted[rest_cluster(model)] = sorted(s.http for s in holders)
+    return wanted
+
+
+def _wait_routed(admin: str, wanted: dict[str, list[str]], timeout: float) -> None:
+    """Wait until Envoy sends each cluster's requests to its hosts (each model's cluster
+    checks that model's readiness on its own: a site is up once every one has passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = {c: h for c, h in wanted.items() if envoy.healthy_hosts(admin, c) != h}
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            shown = "; ".join(f"{c}: {', '.join(h)}" for c, h in sorted(missing.items())[:4])
+            raise EnvoyError(
+                f"envoy does not send to every server healthy after {timeout:.0f} s ({shown})"
+            )
+        time.sleep(0.1)
 
 
 def operator_args(

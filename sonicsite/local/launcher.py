@@ -19,7 +19,7 @@ from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
-from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.xds_jwt import JwtPolicy
 
 from .admin_key import create_key

@@ -16,7 +16,7 @@ from sonicsite.operator.placement import (
     decide,
     waiting_reasons,
 )
-from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.placement_state import HeldCounts
 from sonicsite.operator.xds_resources import model_cluster, rest_cluster
 from sonicsite.operator.xds_routes import HOLD_ANSWER_S, route_configuration, seconds
@@ -125,3 +125,36 @@ def test_a_loaded_models_route_leaves_the_holder_once_every_envoy_has_its_cluste
     assert acks.routable(103.0) == set()  # a second Envoy, behind
     acks.poll("envoy-a", "clusters", [], "c2", now=102.0 + ENVOY_GONE_S)
     assert acks.routable(102.5 + ENVOY_GONE_S) == {"simple"}  # b no longer polls: gone
+
+
+def test_a_draining_replica_is_gone_once_every_envoy_applied_routes_without_it():
+    """An unload waits for this: an Envoy whose applied endpoints for the model's clusters
+    still name the server can send to it; one whose routes send the model to the holder
+    cannot; a version the operator no longer knows counts as sending."""
+    acks = EnvoyAcks()
+    both = [("simple", "triton-0"), ("simple", "triton-1")]
+    acks.publish(
+        {"clusters": "c1", "endpoints": "e1", "routes": "r1"}, ["simple"], ["simple"], both
+    )
+    one = both[1:]
+    acks.publish({"clusters": "c1", "endpoints": "e2", "routes": "r1"}, ["simple"], ["simple"], one)
+    acks.publish({"clusters": "c3", "endpoints": "e3", "routes": "r3"}, [], [], [])
+    assert acks.routes_gone("simple", "triton-0", 100.0)  # no Envoy polls: none sends
+    acks.poll("envoy-a", "routes", ["sonicsite"], "r1", now=100.0)
+    for cluster in (model_cluster("simple"), rest_cluster("simple")):
+        acks.poll("envoy-a", "endpoints", [cluster], "e1", now=100.0)
+    assert not acks.routes_gone("simple", "triton-0", 100.0)
+    acks.poll("envoy-a", "endpoints", [model_cluster("simple")], "e2", now=101.0)
+    assert not acks.routes_gone("simple", "triton-0", 101.0)  # the REST twin still names it
+    acks.poll("envoy-a", "endpoints", [rest_cluster("simple")], "e2", now=101.0)
+    assert acks.routes_gone("simple", "triton-0", 101.0)
+    assert not acks.routes_gone("simple", "triton-1", 101.0)
+    acks.poll("envoy-b", "routes", ["sonicsite"], "r-unknown", now=102.0)
+    acks.poll("envoy-b", "endpoints", [model_cluster("simple")], "e2", now=102.0)
+    assert acks.routes_gone("simple", "triton-0", 102.0)  # routes unknown, endpoints without
+    acks.poll("envoy-b", "endpoints", [rest_cluster("simple")], "e-unknown", now=102.0)
+    assert not acks.routes_gone("simple", "triton-0", 102.0)  # an unknown version: sending
+    acks.poll("envoy-b", "routes", ["sonicsite"], "r3", now=103.0)  # to the holder
+    assert acks.routes_gone("simple", "triton-1", 103.0) is False  # envoy-a still sends there
+    acks.poll("envoy-a", "routes", ["sonicsite"], "r3", now=104.0)
+    assert acks.routes_gone("simple", "triton-1", 104.0)

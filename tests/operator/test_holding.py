@@ -30,7 +30,7 @@ from sonicsite.client.discovery import from_site_file
 from sonicsite.client.errors import TIMEOUT
 from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
-from sonicsite.operator.placement_loop import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 

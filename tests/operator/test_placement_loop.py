@@ -25,7 +25,13 @@ from sonicsite.operator import main as operator_main
 from sonicsite.operator import model_control
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.metrics import OperatorMetrics
-from sonicsite.operator.placement_loop import PlacementLoop, PlacementSettings, local_catalogue
+from sonicsite.operator.placement_loop import PlacementLoop
+from sonicsite.operator.placement_settings import (
+    PlacementSettings,
+    local_catalogue,
+    read_admin_key,
+)
+from sonicsite.operator.placement_state import Decision, Kind, Rule
 from sonicsite.operator.xds_resources import model_cluster
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
@@ -101,6 +107,8 @@ def test_idle_models_are_unloaded_and_routes_stop(placed):
     for model, server in placed_at:
         done = _done(decisions, "unload", "idle", model, server)
         assert "unused for" in done[0]["reason"] and "no request in flight" in done[0]["reason"]
+        # drained first: Envoy applied routes without the replica before Triton unloaded it
+        assert "Envoy still routed" not in done[0]["outcome"], done[0]
         labels = {"model": model, "server": server, "rule": "idle"}
         assert _counter(placed, "sonicsite_placement_unloads_total", **labels) >= 1
     wait_until(
@@ -265,6 +273,42 @@ def test_models_status_prints_where_models_are_footprints_and_decisions(placed):
     assert out.splitlines()[0].split()[-1] == "HELD" and rows["identity"].split()[-1] == "0"
     assert "unload identity on triton-1 (idle): unused for" in out, out
     assert "load identity on triton-1 (queue_pressure): queue time" in out, out
+
+
+def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept(placed):
+    """A list decided on one step is carried out over seconds: each decision is checked
+    again at its turn, against what the steps saw since. A queue-pressure load whose
+    pressure is gone is dropped, and the MAKE_ROOM unload that was for it with it; a first
+    replica for a model that is ready somewhere, with nothing held, is dropped; an idle
+    unload of a replica used since the decision is kept. Nothing is loaded or unloaded."""
+    site_dir = Path(placed.site_dir)
+    servers = list(read_state_file(site_dir).servers)
+    view = LoadView()
+    view.scrape_all({s.id: s.metrics_url for s in servers})
+    catalogue = local_catalogue(site_dir, SETTINGS)
+    loop = PlacementLoop(catalogue, SETTINGS, read_admin_key(site_dir), OperatorMetrics())
+    decided_at = time.time()
+    seen = loop.observe(servers, decided_at)
+    if "identity" not in seen[0].models:  # the operator's idle unloads ran first: load it
+        model_control.load(control_target(placed, "triton-0"), "identity")
+        seen = loop.observe(servers, time.time())
+    assert "identity" in seen[0].models, seen
+    stock_infer(seen[0].grpc, "identity", {"INPUT0": np.ones((1, 8), np.float32)}, OUT)
+    decisions = [
+        Decision(Kind.UNLOAD, Rule.MAKE_ROOM, "simple", "triton-1", "room for identity"),
+        Decision(Kind.LOAD, Rule.QUEUE_PRESSURE, "identity", "triton-1", "queue over"),
+        Decision(Kind.LOAD, Rule.FIRST_REPLICA, "identity", "triton-1", "1 request held"),
+        Decision(Kind.UNLOAD, Rule.IDLE, "identity", "triton-0", "unused"),
+    ]
+    loop.carry_out(decisions, {s.id: s for s in seen}, view, decided_at)
+    outcomes = [d["outcome"] for d in loop.decisions]
+    assert outcomes[0].startswith("dropped: the load it made room for (identity) no longer"), (
+        outcomes
+    )
+    assert outcomes[1] == "dropped: its queue time is no longer over 1e-06 ms", outcomes
+    assert outcomes[2] == "dropped: a replica is ready now", outcomes
+    assert outcomes[3].startswith("kept: requests completed since the decision"), outcomes
+    assert loop.draining == set()
 
 
 def test_a_failed_unload_is_logged_with_tritons_reason_and_retried_after_a_back_off(placed, caplog):

@@ -104,6 +104,16 @@ def _complete_chain(
     return None
 
 
+def _wait_chain(receiver: OtlpReceiver, trace_id: str, hops: list[Hop], what: str):
+    """The complete chain, once it has come; failing, the spans of the trace that did."""
+    try:
+        return wait_until(lambda: _complete_chain(receiver, trace_id, hops), what, 120)
+    except AssertionError as exc:
+        spans = receiver.trace(trace_id)
+        got = "; ".join(f"{s.service}:{s.name} (kind {s.kind})" for s in spans) or "none"
+        raise AssertionError(f"{exc}; spans of the trace received: {got}") from None
+
+
 def _assert_triton_spans(chain: list[ReceivedSpan]) -> None:
     """Triton's own tracer: its queue (the model span) and its compute."""
     compute, model, request = chain[:3]
@@ -146,11 +156,8 @@ def test_a_worker_call_through_envoy_is_one_trace_to_tritons_compute(traced):
         ("sonicsite-worker", f"sonicsite infer {MODEL}", 0),
         ("sonicsite-worker", "worker event", 0),
     ]
-    chain = wait_until(
-        lambda: _complete_chain(receiver, trace_id, hops),
-        f"trace {trace_id}: Triton's compute ← Envoy ← the worker's call",
-        120,
-    )
+    what = f"trace {trace_id}: Triton's compute ← Envoy ← the worker's call"
+    chain = _wait_chain(receiver, trace_id, hops, what)
     _assert_triton_spans(chain)
     send, call = chain[5], chain[6]
     assert send.attributes["sonicsite.server"] == "envoy"  # the call went through Envoy
@@ -183,11 +190,8 @@ def test_an_http_call_through_the_gateway_is_one_trace_to_tritons_compute(traced
         ("sonicsite-gateway", f"gateway infer {MODEL}", SERVER),
         ("http-caller", "http call", CLIENT),
     ]
-    chain = wait_until(
-        lambda: _complete_chain(receiver, trace_id, hops),
-        f"trace {trace_id}: Triton's compute ← the gateway ← the HTTP call",
-        120,
-    )
+    what = f"trace {trace_id}: Triton's compute ← the gateway ← the HTTP call"
+    chain = _wait_chain(receiver, trace_id, hops, what)
     _assert_triton_spans(chain)
     assert chain[4].attributes["http.response.status_code"] == 200
     _assert_one_tree(receiver.trace(trace_id), "http call")

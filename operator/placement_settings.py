@@ -1,0 +1,72 @@
+"""The operator's placement options and where a local site keeps what placement reads:
+its repository (the catalogue), its servers' PIDs (footprints by resident memory) and its
+administrative key (model control is a restricted protocol)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE
+
+from .catalogue import Budget, Catalogue, Pool, catalogue_of, read_repository
+from .placement_state import PlacementPolicy
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """The operator's placement options (`--placement` and the options after it)."""
+
+    idle_unload_s: float = PlacementPolicy.idle_unload_s
+    budget_models: int | None = None  # models per server; None: no limit by count
+    queue_ms: float = 100.0  # queue time per request over which a model wants a replica
+    pressure_s: float = PlacementPolicy.pressure_s
+    evict_idle_s: float = PlacementPolicy.evict_idle_s
+    min_resident_s: float = PlacementPolicy.min_resident_s
+    hold_deadline_s: float = HOLD_DEADLINE_S  # a held request's deadline, by default
+    hold_deadlines: tuple[tuple[str, float], ...] = ()  # (model, deadline s) where not
+
+    def policy(self) -> PlacementPolicy:
+        return PlacementPolicy(
+            idle_unload_s=self.idle_unload_s,
+            evict_idle_s=self.evict_idle_s,
+            min_resident_s=self.min_resident_s,
+            pressure_s=self.pressure_s,
+        )
+
+    def args(self) -> list[str]:
+        """The operator's command-line options for these settings."""
+        args = [
+            "--placement",
+            f"--idle-unload-s={self.idle_unload_s}",
+            f"--placement-queue-ms={self.queue_ms}",
+            f"--placement-pressure-s={self.pressure_s}",
+            f"--evict-idle-s={self.evict_idle_s}",
+            f"--min-resident-s={self.min_resident_s}",
+            f"--hold-deadline-s={self.hold_deadline_s}",
+            *(f"--hold-deadline-s={m}={s}" for m, s in self.hold_deadlines),
+        ]
+        if self.budget_models is not None:
+            args.append(f"--budget-models={self.budget_models}")
+        return args
+
+
+def local_pids(site_dir: Path) -> dict[str, int]:
+    """Server id -> PID from a local site's state file (for footprints by resident memory)."""
+    try:
+        data = json.loads((Path(site_dir) / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {s["id"]: s["pid"] for s in data.get("servers", []) if s.get("pid")}
+
+
+def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:
+    """The local site's catalogue: its repository, one pool, the budget per server."""
+    models = read_repository(Path(site_dir) / "repository")
+    budget = Budget(models=settings.budget_models)
+    return catalogue_of(models, (Pool("default", budget=budget),))
+
+
+def read_admin_key(site_dir: Path) -> str:
+    return (Path(site_dir) / ADMIN_KEY_FILE).read_text().strip()
