@@ -25,7 +25,9 @@ is a phase whose model no server held ready when the phase began: from its first
 its first answer, beside the operator's time to load it (`seconds` of its load decision);
 `cold_start_over_load_p99_s` is the 99th percentile of their difference (what holding adds to
 the load). Events lost are events never answered; held requests failed are the gateway's
-holds that ended at their deadline.
+holds that ended at their deadline. With `from_zero` (the default), once per run, a scale
+from zero (bench/from_zero.py): `cold_start_from_zero_s` beside its server start and
+model load.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
 from ..contract.provenance import load_now
+from . import from_zero
 from .common import BENCH_ADMISSION, conditions, gateway_count, sheds, write_result
 
 # Two models per server; models active together in a phase are on different servers.
@@ -73,6 +76,7 @@ class Options:
     phase_s: float = 40.0  # each phase's length (at most 60 s)
     phases: tuple[tuple[str, ...], ...] = PHASES
     window: int = 6  # requests in flight per active model
+    from_zero: bool = True  # also measure a scale from zero (bench/from_zero.py), once
     build_dir: Path = Path("build/models")
     # on demand: replicas under queue pressure, idle models evicted for them
     placing: PlacementSettings = field(
@@ -306,6 +310,16 @@ def _work_ratio(static: dict, on_demand: dict) -> float:
     return work(on_demand) / work(static)
 
 
+def _from_zero_figures(zero: dict) -> dict:
+    """The scale from zero's figures for the summary: the cold start beside its parts."""
+    return {
+        "cold_start_from_zero_s": zero["cold_start_from_zero_s"],
+        "from_zero_server_start_s": zero["server_start_s"],
+        "from_zero_model_load_s": zero["model_load_s"],
+        "from_zero_events_lost": zero["events_lost"],
+    }
+
+
 def run(json_path: Path, options: Options = Options()) -> dict:
     started = load_now()
     repeats = []
@@ -317,6 +331,9 @@ def run(json_path: Path, options: Options = Options()) -> dict:
                 workdir.mkdir(exist_ok=True)
                 arms["on_demand" if on_demand else "static"] = _arm(on_demand, options, workdir)
             repeats.append(arms)
+        zero = None
+        if options.from_zero:
+            zero = from_zero.measure(Path(tmp), from_zero.FromZero(build_dir=options.build_dir))
     ratios = [_ratio(r["static"], r["on_demand"]) for r in repeats]
     works = [_work_ratio(r["static"], r["on_demand"]) for r in repeats]
     demand = [r["on_demand"] for r in repeats]
@@ -339,6 +356,7 @@ def run(json_path: Path, options: Options = Options()) -> dict:
         "loads": sum(len(_done(a, "load")) for a in demand),
         "unloads": sum(len(_done(a, "unload")) for a in demand),
         "sheds": sum(a["sheds"] for r in repeats for a in r.values()),
+        **({} if zero is None else _from_zero_figures(zero)),
         "targets": {
             "events_lost": "== 0",
             "held_requests_failed": "== 0",
@@ -352,6 +370,7 @@ def run(json_path: Path, options: Options = Options()) -> dict:
     details["layout"] = LAYOUT
     details["cold_starts"] = colds
     details["lost"] = lost_events(repeats)
+    details["from_zero"] = zero
     return write_result(
         json_path, "placement", summary, details, started, conditions(BENCH_ADMISSION)
     )

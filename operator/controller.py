@@ -279,11 +279,19 @@ class Operator:
             self.admissions[m] = decision
 
     def _autoscale(self, servers: list[ServerRecord], now: float) -> None:
+        """The scaler's desired servers from the queue-time metric; and activation: while
+        requests are held (placement: a model no server holds), at least one server, so
+        that a site scaled to zero is woken by its first request and is never scaled to
+        zero under a held one (as KEDA's activation on the held-request metric does)."""
         if self.scaler is None:
             return
         metric = queue_ms_per_request(self.loadview.window_loads(self.scaler.policy.window_s))
         current = len([s for s in servers if not s.draining])
         desired = self.scaler.desired(now, current, metric)
+        held = sum(self.placement.held.held(now).values()) if self.placement else 0
+        activation = held > 0 and desired < 1
+        if activation:
+            desired = 1
         self.metrics.scaling_metric.set((metric or 0.0) / 1e3)
         self.metrics.desired.set(desired)
         self.metrics.max_servers.set(self.scaler.policy.max_servers)
@@ -293,12 +301,27 @@ class Operator:
             return
         direction = "up" if desired > current else "down"
         self.metrics.scale_events.labels(direction).inc()
-        self.scale_events.append(
-            {"at": now, "from": current, "to": desired, "metric_ms": metric, "direction": direction}
-        )
+        event = {"at": now, "from": current, "to": desired, "metric_ms": metric}
+        event |= {"direction": direction, "reason": f"{held} request(s) held" if activation else ""}
+        event["reason"] = event["reason"] or f"queue time {metric or 0.0:.1f} ms per request"
+        self.scale_events.append(event)
         del self.scale_events[:-20]
-        self._scaling = threading.Thread(target=self.actuate, args=(desired,), daemon=True)
+        self._scaling = threading.Thread(target=self._actuate, args=(event,), daemon=True)
         self._scaling.start()
+
+    def _actuate(self, event: dict) -> None:
+        """Carry a scale event out; its seconds and outcome go into the event (and a
+        failure to the log: the next step decides again)."""
+        assert self.actuate is not None
+        started = time.monotonic()
+        try:
+            self.actuate(event["to"])
+            event["outcome"] = "done"
+        except Exception as exc:  # a server that would not start: said, and tried again
+            event["outcome"] = f"failed: {exc}"
+            self.metrics.step_errors.inc()
+            print(f"operator: scaling to {event['to']} servers failed: {exc}", file=sys.stderr)
+        event["seconds"] = round(time.monotonic() - started, 3)
 
     def _state(
         self, servers: list[ServerRecord], models: list[str], weights, per_try: dict[str, float]

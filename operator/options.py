@@ -302,7 +302,13 @@ def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Aut
             )
         )
 
-    return checked(parser, make, "--autoscale: expected min,max servers: ")
+    scaler = checked(parser, make, "--autoscale: expected min,max servers: ")
+    if scaler.policy.min_servers == 0 and not args.placement:
+        parser.error(
+            "--autoscale 0,N: min 0 needs --placement (a request for a site at zero servers "
+            "is held until a server has started and loaded its model)"
+        )
+    return scaler
 
 
 def jwt_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> JwtPolicy | None:

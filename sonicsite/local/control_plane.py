@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
@@ -63,28 +64,32 @@ def start_control_plane(
     proxy = envoy.start(config, envoy_log)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    _wait_routed(state.envoy_admin, routed_hosts(SiteState.load(site_dir)), timeout)
+    _wait_routed(state.envoy_admin, lambda: routed_hosts(SiteState.load(site_dir)), timeout)
     start_gateway(site_dir, timeout, ports=(http, view))
     start_prometheus(site_dir, timeout)
 
 
 def routed_hosts(state: SiteState) -> dict[str, list[str]]:
-    """Envoy's clusters at start and the hosts each must send to: every server, and each
-    model's clusters (gRPC and its REST twin) the servers that hold it."""
-    wanted = {ALL_SERVERS: sorted(s.grpc for s in state.servers)}
-    for model in sorted({m for s in state.servers for m in s.models}):
-        holders = [s for s in state.servers if model in s.models]
+    """Envoy's clusters and the hosts each must send to: every server not draining, and
+    each model's clusters (gRPC and its REST twin) the servers that hold it."""
+    servers = [s for s in state.servers if not s.draining]
+    wanted = {ALL_SERVERS: sorted(s.grpc for s in servers)}
+    for model in sorted({m for s in servers for m in s.models}):
+        holders = [s for s in servers if model in s.models]
         wanted[model_cluster(model)] = sorted(s.grpc for s in holders)
         wanted[rest_cluster(model)] = sorted(s.http for s in holders)
     return wanted
 
 
-def _wait_routed(admin: str, wanted: dict[str, list[str]], timeout: float) -> None:
+def _wait_routed(admin: str, wanted: Callable[[], dict[str, list[str]]], timeout: float) -> None:
     """Wait until Envoy sends each cluster's requests to its hosts (each model's cluster
-    checks that model's readiness on its own: a site is up once every one has passed)."""
+    checks that model's readiness on its own: a site is up once every one has passed).
+    `wanted` is read again each time: an autoscaler at min 0 may take a server away
+    before Envoy has seen it."""
     deadline = time.monotonic() + timeout
     while True:
-        missing = {c: h for c, h in wanted.items() if envoy.healthy_hosts(admin, c) != h}
+        hosts = wanted()
+        missing = {c: h for c, h in hosts.items() if envoy.healthy_hosts(admin, c) != h}
         if not missing:
             return
         if time.monotonic() > deadline:

@@ -78,6 +78,11 @@ def up(
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
         raise SiteError(f"ort_threads must be at least 1, got {ort_threads}")
+    if scaling is not None and scaling.min_servers == 0 and placing is None:
+        raise SiteError(
+            "scaling min 0 needs placing: a request for a site at zero servers is held "
+            "until a server has started and loaded its model"
+        )
     site_dir = Path(site_dir).resolve()
     if (site_dir / STATE_FILE).exists():
         existing = SiteState.load(site_dir)

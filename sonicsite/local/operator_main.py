@@ -17,7 +17,7 @@ from .servers import LocalActuator
 def main(argv: list[str] | None = None) -> int:
     options = operator_main.parser()
     args = options.parse_args(argv)
-    actuate = LocalActuator(args.site) if args.site else None
+    actuate = LocalActuator(args.site, args.placement) if args.site else None
     operator = operator_main.build(args, options, actuate)
     return operator_main.serve(operator, args.host, args.port)
 

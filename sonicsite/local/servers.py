@@ -143,14 +143,19 @@ def common_models(state: SiteState) -> list[str]:
     return [m for m in state.models if all(m in h for h in held)]
 
 
-def add_server(site_dir: Path, ready_timeout: float = 180.0, delay_ms: float = 0.0) -> LocalServer:
-    """Start one more server with the models every server holds; it joins Envoy through
-    the operator."""
+def add_server(
+    site_dir: Path,
+    ready_timeout: float = 180.0,
+    delay_ms: float = 0.0,
+    models: list[str] | None = None,
+) -> LocalServer:
+    """Start one more server with `models` (default: those every server holds); it joins
+    Envoy through the operator."""
     site_dir = Path(site_dir).resolve()
     state = SiteState.load(site_dir)
     taken = {s.id for s in state.servers}
     server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
-    models = common_models(state)
+    models = common_models(state) if models is None else models
     proc, info = start_server(site_dir, server_id, TritonInstall.find(), models, delay_ms)
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
@@ -205,14 +210,18 @@ def in_flight(server: LocalServer) -> float:
 class LocalActuator:
     """What the local site hands its operator's autoscaler: bring the site to `desired`
     servers, starting new ones or draining and stopping the newest. Blocking; the operator
-    runs one action at a time in the background."""
+    runs one action at a time in the background. With `placement`, a server started on a
+    site at zero servers starts with no model: the operator loads what its held requests
+    ask for (every model of the repository would take longer and may not fit)."""
 
     site_dir: Path
+    placement: bool = False
 
     def __call__(self, desired: int) -> None:
         servers = [s for s in SiteState.load(self.site_dir).servers if not s.draining]
         for _ in range(desired - len(servers)):
-            add_server(self.site_dir)
+            empty = self.placement and not SiteState.load(self.site_dir).servers
+            add_server(self.site_dir, models=[] if empty else None)
         newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
         for server in newest[: max(len(servers) - desired, 0)]:
             remove_server(self.site_dir, server.id)

@@ -12,7 +12,8 @@ from sonicsite.bench import placement
 
 def test_both_placements_answer_every_event_and_the_json_says_how(tmp_path, built_models):
     phases = (("particlenet_ak4",), ("gnn_linking", "identity"))
-    options = placement.Options(phase_s=8.0, phases=phases, build_dir=built_models)
+    # the scale from zero has a test of its own (tests/operator/test_scale_from_zero.py)
+    options = placement.Options(phase_s=8.0, phases=phases, build_dir=built_models, from_zero=False)
     result = placement.run(tmp_path / "placement.json", options)
     saved = json.loads((tmp_path / "placement.json").read_text())
     assert saved["summary"] == result["summary"]
@@ -22,6 +23,7 @@ def test_both_placements_answer_every_event_and_the_json_says_how(tmp_path, buil
     assert summary["held_requests_failed"] == 0 and summary["sheds"] == 0
     assert summary["throughput_ratio_vs_static"] > 0 and summary["compute_work_ratio_vs_static"] > 0
     assert summary["targets"]["throughput_ratio_vs_static"] == ">= 1.3"
+    assert "cold_start_from_zero_s" not in summary and saved["details"]["from_zero"] is None
     (repeat,) = saved["details"]["repeats"]
     costs = repeat["static"]["compute_s_per_event"]
     assert all(costs[m] > 0 for phase in phases for m in phase), costs
