@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S
 
@@ -21,26 +22,36 @@ from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .options import parser
 from .placement_loop import PlacementLoop
-from .placement_settings import local_catalogue, local_pids, read_admin_key
+from .placement_settings import local_catalogue, local_pids, named_catalogue, read_admin_key
 from .try_timeouts import TryPolicy, TryTimeouts
 
 
 def placement_loop(
     args: argparse.Namespace, parser: argparse.ArgumentParser, metrics: OperatorMetrics
 ) -> PlacementLoop | None:
-    """The placement actuator the options ask for (None without --placement)."""
+    """The placement actuator the options ask for (None without --placement): locally the
+    site's repository is the catalogue and its key file the key; on Kubernetes the
+    catalogue is `--models` (footprints are measured at load) and the key the mounted
+    Secret's file (`--admin-key-file`)."""
     if not args.placement:
         return None
-    if not args.site:
-        parser.error("--placement: expected --site (placement reads the site's repository)")
     settings = options.placement_settings(args, parser)
     try:
-        catalogue = local_catalogue(args.site, settings)
-        key = read_admin_key(args.site)
+        if args.site:
+            catalogue = local_catalogue(args.site, settings)
+            key = read_admin_key(args.site)
+            site = args.site
+            return PlacementLoop(catalogue, settings, key, metrics, pids=lambda: local_pids(site))
+        names = [m for m in args.models.split(",") if m]
+        if not args.admin_key_file:
+            parser.error("--placement: expected --admin-key-file (model control is restricted)")
+        catalogue = named_catalogue(names, settings)
+        key = Path(args.admin_key_file).read_text().strip()
     except (ValueError, OSError) as exc:  # CatalogueError is a ValueError
         parser.error(f"--placement: {exc}")
-    site = args.site
-    return PlacementLoop(catalogue, settings, key, metrics, pids=lambda: local_pids(site))
+    if not key:
+        parser.error(f"--placement: the admin key file {args.admin_key_file} is empty")
+    return PlacementLoop(catalogue, settings, key, metrics)
 
 
 def build(

@@ -231,7 +231,13 @@ def parser() -> argparse.ArgumentParser:
         "--placement",
         action="store_true",
         help="load and unload models on the servers as their use asks (operator/"
-        "placement_loop.py; with --site); off: every server keeps the models it started with",
+        "placement_loop.py); off: every server keeps the models it started with",
+    )
+    parser.add_argument(
+        "--admin-key-file",
+        default="",
+        help="with --placement and --kubernetes: the file holding the site's administrative "
+        "key (the chart mounts its Secret); locally the site's own key is read",
     )
     parser.add_argument(
         "--idle-unload-s",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE
 
-from .catalogue import Budget, Catalogue, Pool, catalogue_of, read_repository
+from .catalogue import Budget, Catalogue, ModelInfo, Pool, catalogue_of, read_repository
 from .placement_state import PlacementPolicy
 
 
@@ -66,6 +66,15 @@ def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:
     models = read_repository(Path(site_dir) / "repository")
     budget = Budget(models=settings.budget_models)
     return catalogue_of(models, (Pool("default", budget=budget),))
+
+
+def named_catalogue(names: list[str], settings: PlacementSettings) -> Catalogue:
+    """A catalogue from model names alone (on Kubernetes the operator mounts no
+    repository): one pool, the budget per server; footprints measured at load."""
+    if not names:
+        raise ValueError("expected the catalogue's models (--models a,b)")
+    budget = Budget(models=settings.budget_models)
+    return catalogue_of([ModelInfo(n) for n in names], (Pool("default", budget=budget),))
 
 
 def read_admin_key(site_dir: Path) -> str:

@@ -67,7 +67,7 @@ def _scoped_files(namespace: str = "hep", release: str = "site") -> dict[str, di
 def test_the_scaled_object_query_is_the_rules_expression_over_the_releases_series(name, namespace):
     docs = _docs(profiles()["gpu-keda-values"], name, namespace)
     (scaled,) = _kind(docs, "ScaledObject")
-    (trigger,) = scaled["spec"]["triggers"]
+    trigger, held = scaled["spec"]["triggers"]  # the profile places models: held wakes it
     rules = {
         r["record"]: r["expr"]
         for r in _rule_files()["autoscaling.rules.yaml"]["groups"][0]["rules"]
@@ -79,9 +79,11 @@ def test_the_scaled_object_query_is_the_rules_expression_over_the_releases_serie
         == f"max by (namespace, release) ({QUEUE_RULE})"
     )
     query = trigger["metadata"]["query"]
-    assert query == f"max({_scoped(rules[QUEUE_RULE].strip(), namespace, name)})"
+    inline = f"max({_scoped(rules[QUEUE_RULE].strip(), namespace, name)})"
+    assert query == f"{inline} or vector(0)"  # a pool at zero has no series: 0
     matchers = f'{{namespace="{namespace}",release="{name}"}}'
     assert query.count(matchers) == 4 == len(SERIES.findall(rules[QUEUE_RULE]))
+    assert f"sonicsite_gateway_held_requests{matchers}" in held["metadata"]["query"]
     assert trigger["metricType"] == "Value"
 
 

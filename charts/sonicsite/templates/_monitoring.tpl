@@ -117,3 +117,22 @@ spec:
 {{- define "sonicsite.prometheusAuthName" -}}
 {{- printf "%s-prometheus" (include "sonicsite.component" (dict "root" . "component" "triton")) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* A KEDA Prometheus trigger's authentication metadata (values monitoring.prometheusAuth). */}}
+{{- define "sonicsite.kedaAuth" -}}
+{{- $auth := .Values.monitoring.prometheusAuth -}}
+{{- if $auth.modes }}
+authModes: {{ join "," $auth.modes | quote }}
+{{- end }}
+{{- if $auth.unsafeSsl }}
+unsafeSsl: "true"
+{{- end }}
+{{- end -}}
+
+{{/* A KEDA trigger's authenticationRef, where monitoring.prometheusAuth has modes. */}}
+{{- define "sonicsite.kedaAuthRef" -}}
+{{- if .Values.monitoring.prometheusAuth.modes }}
+authenticationRef:
+  name: {{ include "sonicsite.prometheusAuthName" . }}
+{{- end }}
+{{- end -}}

@@ -100,3 +100,46 @@ restricted protocols stay keyed by the operator's key. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The operator's placement options (values `placement`); the checks placement needs. */}}
+{{- define "sonicsite.placementArgs" -}}
+- --placement
+- --admin-key-file=/etc/sonicsite/admin/admin-key
+- --idle-unload-s={{ .idleUnloadSeconds }}
+{{- if .budgetModels }}
+- --budget-models={{ .budgetModels }}
+{{- end }}
+- --placement-queue-ms={{ .queueMs }}
+- --placement-pressure-s={{ .pressureSeconds }}
+- --evict-idle-s={{ .evictIdleSeconds }}
+- --min-resident-s={{ .minResidentSeconds }}
+- --hold-deadline-s={{ .holdDeadlineSeconds }}
+{{- range $model, $seconds := .holdDeadlines }}
+- --hold-deadline-s={{ $model }}={{ $seconds }}
+{{- end }}
+{{- end -}}
+
+{{/* Fails the render when placement is on without what it needs. */}}
+{{- define "sonicsite.placementChecks" -}}
+{{- $p := .Values.placement -}}
+{{- if $p.enabled -}}
+{{- if not (has "model-repository" .Values.triton.restrictedProtocols) -}}
+{{- fail "placement.enabled: expected triton.restrictedProtocols to include model-repository (the operator alone loads and unloads models)" -}}
+{{- end -}}
+{{- if not .Values.gateway.enabled -}}
+{{- fail "placement.enabled: expected gateway.enabled (the gateway holds requests for a model no server holds)" -}}
+{{- end -}}
+{{- range $p.preload -}}
+{{- if not (has . $.Values.triton.models) -}}
+{{- fail (printf "placement.preload: %s is not one of triton.models (the catalogue)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- range $model, $seconds := $p.holdDeadlines -}}
+{{- if not (has $model $.Values.triton.models) -}}
+{{- fail (printf "placement.holdDeadlines: %s is not one of triton.models (the catalogue)" $model) -}}
+{{- end -}}
+{{- end -}}
+{{- else if and .Values.autoscaling.enabled (eq (int .Values.autoscaling.minReplicas) 0) -}}
+{{- fail "autoscaling.minReplicas: 0 needs placement.enabled (a request for a pool at zero is held by the gateway until a server has started and loaded its model)" -}}
+{{- end -}}
+{{- end -}}
