@@ -1,7 +1,9 @@
 """Backend `local`: a stream's events run by the model in the worker's own process.
 
 `client.stream(model, spec, backend="local", compile="jit")` runs each chunk of `batch`
-events through the model's TorchScript file (local_backend.py `LocalModel`) on tensors that
+events through the model's TorchScript file, or with compile="aot" its AOTInductor package
+(compiled from the exported program at the first event unless cached: client/aot.py)
+(local_backend.py `LocalModel`), on tensors that
 view the SoA columns (torch_views.py): the same TensorSpec, checked against the same model
 metadata, and the same copy plan and report as the remote path. The model is loaded and
 placed on its device at the first event; one batch runs at a time (a lock), so the
@@ -28,6 +30,7 @@ BACKENDS = ("site", "local", "auto")
 COMPILES = ("jit", "aot")
 LOCAL = "local"  # the path and server of an in-process record
 TORCHSCRIPT_FILE = "model.pt"  # as models/torch_artifacts.py writes it beside model.onnx
+EXPORTED_FILE = "model.pt2"  # the exported program AOTInductor compiles (client/aot.py)
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,14 @@ class LocalModels:
         """The file the model runs from, or why there is none."""
         if compile not in COMPILES:
             raise ValueError(f"compile: expected one of {COMPILES}, got {compile!r}")
-        if compile == "aot":
+        if compile == "aot" and self.device != "cpu":
             raise ValueError(
-                "compile: 'aot' needs the AOTInductor package, which is not built yet; "
-                "use compile='jit' (the TorchScript file)"
+                f"compile: 'aot' packages are compiled for the CPU here; device {self.device!r} "
+                "runs compile='jit'"
             )
-        path = Path(self.folder) / model / "1" / TORCHSCRIPT_FILE
+        # aot: the exported program, compiled (or found compiled) at the first event
+        name = EXPORTED_FILE if compile == "aot" else TORCHSCRIPT_FILE
+        path = Path(self.folder) / model / "1" / name
         if not path.is_file():
             raise ValueError(
                 f"model {model!r}: {path} is missing; `sonicsite models build` writes it for "
@@ -94,7 +99,7 @@ class LocalRunner:
 
                 s = self.settings
                 self._loaded = LocalModel(
-                    self.path, self.info(), s.threads, s.interop_threads, s.device
+                    self.path, self.info(), s.threads, s.interop_threads, s.device, self.compile
                 )
             return self._loaded.infer(spec, columns, strict)
 

@@ -1,4 +1,6 @@
-"""A model run in the worker's own process: its TorchScript artifact on SoA views.
+"""A model run in the worker's own process: its TorchScript artifact (compile "jit") or its
+AOTInductor package (compile "aot", client/aot.py: compiled from the exported program on
+first use, then cached) on SoA views.
 
 The first call loads the model (not the construction: a job that never infers pays
 nothing) and sets torch's threads, intra-op from `threads` and inter-op from
@@ -33,10 +35,12 @@ class LocalModel:
     threads: int = 1
     interop_threads: int = 1
     device: str = "cpu"
-    module: torch.jit.ScriptModule | None = field(default=None, repr=False)
+    compile: str = "jit"
+    module: object | None = field(default=None, repr=False)  # a ScriptModule, or AOT's
     interop_note: str = ""  # why inter-op threads stayed as they were, if they did
+    compile_s: float = 0.0  # an AOT compile at load (0: cached, or jit)
 
-    def load(self) -> torch.jit.ScriptModule:
+    def load(self):
         """Load once, onto its device, with the configured thread counts."""
         if self.module is None:
             if self.threads < 1 or self.interop_threads < 1:
@@ -52,7 +56,20 @@ class LocalModel:
                     torch.set_num_interop_threads(self.interop_threads)
                 except RuntimeError as exc:  # only before any inter-op work in the process
                     self.interop_note = str(exc)
-            self.module = torch.jit.load(str(self.path), map_location=self.device).eval()
+            if self.compile == "aot":
+                from .aot import aot_package
+
+                package = aot_package(self.path.parent)
+                self.compile_s = package.seconds
+                # the package's C++ loader, as torch._inductor.aoti_load_package uses it:
+                # importing torch._inductor (the compiler) would add a second to a job's
+                # first event for a package that is compiled already
+                loader = torch._C._aoti.AOTIModelPackageLoader(
+                    str(package.path), "model", False, 1, -1
+                )
+                self.module = lambda *inputs: loader.run(list(inputs))
+            else:
+                self.module = torch.jit.load(str(self.path), map_location=self.device).eval()
         return self.module
 
     def infer(self, spec: TensorSpec, soa: Columns, strict: bool = False) -> TorchCall:
@@ -61,6 +78,15 @@ class LocalModel:
         call = torch_call(spec, self.info, soa, strict)
         module = self.load()
         inputs = [call.inputs[name] for name in self.info.inputs]
+        if self.compile == "aot":  # AOTInductor's code assumes the strides it was compiled
+            # for (contiguous): a strided view of the SoA is copied once, and counted
+            if strict and not all(t.is_contiguous() for t in inputs):
+                raise ValueError(
+                    f"{self.info.name}: strict: compile='aot' needs contiguous inputs, and a "
+                    "strided view of the SoA would be copied"
+                )
+            call.input_copies += sum(not t.is_contiguous() for t in inputs)
+            inputs = [t.contiguous() for t in inputs]
         if self.device != "cpu":
             inputs = [t.to(self.device) for t in inputs]
             call.transfers += len(inputs)

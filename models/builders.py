@@ -275,13 +275,15 @@ def build(out: Path, names: list[str] | None = None) -> dict[str, dict[str, str]
     for version_dir in folders.values():
         version_dir.mkdir(parents=True, exist_ok=True)
         for stale in version_dir.iterdir():
-            stale.unlink()
+            if stale.is_file():  # not aot/: compiled packages are keyed by what they came from
+                stale.unlink()
     for name in names:
         if name not in TORCH_BUILT:
             BUILDERS[name](load_entry(name).config, folders[name] / ONNX_FILE)
     _build_in_fresh_processes([(n, folders[n].resolve()) for n in names if n in TORCH_BUILT])
     for name, version_dir in folders.items():
-        manifest[name] = {f.name: _sha256(f) for f in sorted(version_dir.iterdir())}
+        files = sorted(f for f in version_dir.iterdir() if f.is_file())
+        manifest[name] = {f.name: _sha256(f) for f in files}
     manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 

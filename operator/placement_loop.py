@@ -8,8 +8,9 @@ and the gateway follow a load or an unload on the next step; a request for a mod
 server holds is held by the gateway (gateway/holding.py), whose counts (`report_held`) are
 the demand that loads it.
 
-The decisions are carried out in a worker thread, one list at a time, in their order (a
-MAKE_ROOM unload before the load it makes room for), so a load that takes seconds never
+The decisions are carried out in a worker thread, one list at a time, each server's in
+their order (a MAKE_ROOM unload before the load it makes room for) and the servers side by
+side (two models cold at once load at once), so a load that takes seconds never
 stalls the step that keeps Envoy's weights and admission fresh; while a list is being
 carried out no new one is decided (the replicas it loads or unloads are in motion). Each
 decision is checked again right before it is carried out, against what the steps saw since
@@ -238,7 +239,31 @@ class PlacementLoop:
         view: LoadView,
         decided_at: float,
     ) -> None:
-        """The list in its order, each decision checked again first (`_dropped`)."""
+        """The list, each server's decisions in their order and the servers at once (two
+        first replicas on two servers load side by side), each decision checked again
+        first (`_dropped`); returns once all are done."""
+        by_server: dict[str, list[Decision]] = {}
+        for d in decisions:
+            by_server.setdefault(d.server, []).append(d)
+        workers = [
+            threading.Thread(
+                target=self._carry_out_on, args=(mine, servers, view, decided_at), daemon=True
+            )
+            for mine in by_server.values()
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    def _carry_out_on(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        """One server's decisions, in their order."""
         unmade: set[str] = set()  # servers whose MAKE_ROOM unload did not happen
         for k, d in enumerate(decisions):
             server = servers[d.server]

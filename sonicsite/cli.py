@@ -281,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also copy each config.pbtxt: OUT becomes a model repository for Triton's "
         "onnxruntime backend (the chart's demo models)",
     )
+    b.add_argument(
+        "--aot",
+        action="store_true",
+        help="also compile each PyTorch model's exported program with AOTInductor (cached "
+        "by program, torch and CPU; backend local compile='aot' compiles on first use else)",
+    )
 
     st = msub.add_parser(
         "status", help="per model: the servers holding it, its footprint, its idle time"
@@ -322,6 +328,16 @@ def _models(args: argparse.Namespace) -> int:
     if args.configs:
         for path in copy_configs(args.out, args.only):
             print(f"{path.relative_to(args.out)}")
+    if args.aot:
+        from .client.aot import aot_package, stale_packages
+        from .models.builders import TORCH_BUILT
+
+        for name in [n for n in sorted(args.only or manifest) if n in TORCH_BUILT]:
+            package = aot_package(args.out / name / "1")
+            done = f"compiled in {package.seconds:.0f} s" if package.compiled else "cached"
+            print(f"{name}/1/aot/{package.key}/model.pt2  {done}")
+            for stale in stale_packages(args.out / name / "1", package.key):
+                print(f"  (also {stale.name}: another torch, CPU or program)")
     return 0
 
 

@@ -20,7 +20,11 @@ from sonicsite.local import launcher
 
 def test_a_server_that_cannot_be_reached_costs_a_retry_not_a_request(tmp_path, built_models):
     site_dir = tmp_path / "site"
-    state = launcher.up(site_dir, servers=2, models=["simple"], build_dir=built_models)
+    # equal weights: load-aware ones could weigh triton-1 down on a busy machine (a few
+    # requests measured slow by chance), and then the gateway would rightly never pick it
+    state = launcher.up(
+        site_dir, servers=2, models=["simple"], build_dir=built_models, balancing="least-request"
+    )
     try:
         sample = generate("simple", 2, seed=3)
         arrays = sample.reference_inputs(0, 1)

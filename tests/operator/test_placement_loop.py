@@ -301,13 +301,17 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
         Decision(Kind.UNLOAD, Rule.IDLE, "identity", "triton-0", "unused"),
     ]
     loop.carry_out(decisions, {s.id: s for s in seen}, view, decided_at)
-    outcomes = [d["outcome"] for d in loop.decisions]
-    assert outcomes[0].startswith("dropped: the load it made room for (identity) no longer"), (
-        outcomes
+    # each server's in their order, the servers side by side
+    outcomes = {(d["server"], d["rule"]): d["outcome"] for d in loop.decisions}
+    assert len(outcomes) == len(decisions) == len(loop.decisions), loop.decisions
+    assert outcomes[("triton-1", "make_room")].startswith(
+        "dropped: the load it made room for (identity) no longer"
+    ), outcomes
+    assert outcomes[("triton-1", "queue_pressure")] == (
+        "dropped: its queue time is no longer over 1e-06 ms"
     )
-    assert outcomes[1] == "dropped: its queue time is no longer over 1e-06 ms", outcomes
-    assert outcomes[2] == "dropped: a replica is ready now", outcomes
-    assert outcomes[3].startswith("kept: requests completed since the decision"), outcomes
+    assert outcomes[("triton-1", "first_replica")] == "dropped: a replica is ready now"
+    assert outcomes[("triton-0", "idle")].startswith("kept: requests completed since")
     assert loop.draining == set()
 
 
