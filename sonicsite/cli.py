@@ -261,6 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(local: the TorchScript files of `models build`), or the site with the process as "
         "fallback when it does not answer or keeps shedding (auto)",
     )
+    p.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("build/models"),
+        help="with --backend local or auto: the repository `models build` wrote, where the "
+        "workers find each model's PyTorch files",
+    )
+    p.add_argument(
+        "--compile",
+        choices=["jit", "aot"],
+        default="jit",
+        help="with --backend local or auto: TorchScript (jit) or the AOTInductor package (aot; "
+        "compile it first with `models build --aot`, or the first worker compiles it)",
+    )
 
     p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
     _site_args(p)
@@ -356,6 +370,8 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
         rate=args.rate,
         resume=getattr(args, "resume", False),  # submit only
         backend=getattr(args, "backend", "site"),  # submit only
+        models_dir=getattr(args, "models_dir", Path("build/models")),  # submit only
+        compile=getattr(args, "compile", "jit"),  # submit only
         **{name: getattr(args, name) for name in same},
     )
     bar = progress_bar()

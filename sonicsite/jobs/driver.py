@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
+from sonicsite.client.aot import aot_package
 from sonicsite.client.backend_local import BACKENDS, LocalModels
 from sonicsite.local.launcher import DEFAULT_BUILD_DIR
 from sonicsite.local.state import SiteState
@@ -62,7 +63,8 @@ class StreamSpec:
     rate: float = 0.0  # open loop: events per second of a wave, shared by its jobs; 0: closed
     resume: bool = False  # finish a stream whose submit was killed: only what has no result
     backend: str = "site"  # where models run: site | local (in the workers) | auto
-    models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built TorchScript files
+    models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
+    compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
 
     def model(self, job: int) -> str:
         return self.models[job % len(self.models)]
@@ -166,6 +168,7 @@ class _Run:
             *("--seed", str(spec.seed), "--transport", spec.transport),
             *("--window", str(spec.window)),
             *("--backend", spec.backend, "--models-dir", str(Path(spec.models_dir).resolve())),
+            *("--compile", spec.compile),
             *(["--mode", spec.mode] if spec.mode else []),
             *("--out", str(self.path(job, ".json"))),
             *("--attempt", str(attempt), "--stream", stream),
@@ -301,7 +304,9 @@ def submit(
         raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
     if spec.backend != "site":  # before any worker starts: a model it cannot run in process
         for model in sorted(set(spec.models)):
-            LocalModels(Path(spec.models_dir).resolve()).artifact(model, "jit")
+            LocalModels(Path(spec.models_dir).resolve()).artifact(model, spec.compile)
+            if spec.compile == "aot":  # compiled once here, not by every worker at once
+                aot_package(Path(spec.models_dir).resolve() / model / "1")
     state = SiteState.load(spec.site_dir)  # fails with how to start a site
     missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
     if missing:
@@ -371,6 +376,7 @@ def submit(
             "rate_events_per_s": spec.rate,
             "resumed": spec.resume,
             "backend": spec.backend,
+            "compile": spec.compile,
             "site": str(spec.site_dir),
             "stream": stream,
         },

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,32 @@ def test_submit_backend_local_runs_every_event_in_the_workers(torch_site, tmp_pa
         assert report["per_model"][model]["per_backend"] == {"local": 12, "site": 0}
     executions = report["executions"]
     assert executions["events_executed"] == 0 and executions["events_answered_not_logged"] == 0
+    _every_event_once(out, 24)
+
+
+def test_submit_backend_local_with_aot_compiles_once_and_runs_every_event(
+    torch_site, tmp_path, built_models
+):
+    """--compile aot --models-dir: submit compiles the package once before the workers
+    start (into that repository's cache), and every worker runs it."""
+    models = tmp_path / "models"
+    (models / "deepmet" / "1").mkdir(parents=True)
+    for name in ("model.pt", "model.pt2"):
+        shutil.copy(built_models / "deepmet" / "1" / name, models / "deepmet" / "1" / name)
+    out = tmp_path / "out"
+    command = [
+        *(sys.executable, "-P", "-m", "sonicsite", "submit", "--dir", torch_site.site_dir),
+        *("--model", "deepmet", "--jobs", "2", "--wave", "2", "--events", "12"),
+        *("--out", str(out), "--backend", "local", "--compile", "aot"),
+        *("--models-dir", str(models)),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert (report["spec"]["backend"], report["spec"]["compile"]) == ("local", "aot")
+    assert report["per_backend"] == {"local": 24, "site": 0} and report["events_failed"] == 0
+    (package,) = (models / "deepmet" / "1" / "aot").iterdir()  # one compile, one package
+    assert (package / "model.pt2").is_file()
     _every_event_once(out, 24)
 
 
