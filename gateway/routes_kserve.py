@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 from opentelemetry.trace import Span
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -65,14 +64,16 @@ def _forwarder(request: Request) -> Forwarder:
 
 
 @router.get("/v2/health/live")
-async def live() -> dict:
-    return {"live": True}
+async def live() -> Response:
+    """As Triton answers: the status says it, the body is empty."""
+    return Response(status_code=200)
 
 
 @router.get("/v2/health/ready")
 async def ready(request: Request) -> Response:
+    """Ready while some server takes work; as Triton, an empty body (not ready: 503)."""
     ok = any(s.ready and not s.draining for s in _forwarder(request).view.site.servers)
-    return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+    return Response(status_code=200 if ok else 503)
 
 
 @router.get("/v2")
