@@ -21,7 +21,7 @@ from .control_plane import record_process
 from .errors import SiteError
 from .ports import free_ports
 from .processes import start_process
-from .state import edit
+from .state import SiteState, edit
 from .tracing import TRACES_PATH, TracingConfig
 
 COLLECTOR = "collector"  # its name and kind among the site's processes
@@ -53,7 +53,7 @@ def command(agent: Path, grpc: str, http: str, export: str) -> list[str]:
 def start_collector(site_dir: Path, config: TracingConfig, timeout: float = 30.0) -> str:
     """Start the collector, record it (and the site's tracing) in the state file, wait until
     its HTTP receiver answers; returns its OTLP/HTTP address, host:port."""
-    grpc_port, http_port = free_ports(2)
+    grpc_port, http_port = free_ports(2, avoid=SiteState.load(site_dir).ports())
     http = f"127.0.0.1:{http_port}"
     with edit(site_dir) as state:
         state.collector = http

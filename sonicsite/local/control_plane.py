@@ -43,7 +43,7 @@ def start_control_plane(
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
     every server. Each is recorded in the state file as soon as it is started. `placement`:
     the operator loads and unloads models as their use asks (off when None)."""
-    op_port, listen, admin, http, view = free_ports(5)
+    op_port, listen, admin, http, view = free_ports(5, avoid=SiteState.load(site_dir).ports())
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
         state.grpc = f"127.0.0.1:{listen}"
@@ -151,7 +151,7 @@ def start_gateway(
     over gRPC that Envoy routes to), following the operator and reading the site's
     processes from the state file for its status page. `ports`: its HTTP and gRPC ports
     (free ones when not given)."""
-    port, view = ports or free_ports(2)
+    port, view = ports or free_ports(2, avoid=SiteState.load(site_dir).ports())
     with edit(site_dir) as state:
         state.http = f"127.0.0.1:{port}"
     args = [f"--operator=http://{state.operator}", f"--port={port}", f"--grpc-port={view}"]
@@ -200,7 +200,7 @@ def start_prometheus(site_dir: Path, timeout: float) -> None:
         return
     folder = site_dir / "prometheus"
     folder.mkdir(exist_ok=True)
-    (port,) = free_ports(1)
+    (port,) = free_ports(1, avoid=SiteState.load(site_dir).ports())
     with edit(site_dir) as state:
         state.prometheus = f"127.0.0.1:{port}"
     update_targets(state)

@@ -113,7 +113,7 @@ def up(
             start_collector(site_dir, tracing)
         # every server's ports from one call: distinct, where separate calls could be handed
         # a port again that an earlier server has not bound yet
-        chosen = free_ports(3 * servers)
+        chosen = free_ports(3 * servers, avoid=SiteState.load(site_dir).ports())
         for index in range(servers):
             server_id = f"triton-{index}"
             delay = (delay_ms or {}).get(server_id, 0.0)

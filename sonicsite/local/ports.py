@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+from collections.abc import Collection
 
 PORT_RANGE_VARIABLE = "SONICSITE_PORT_RANGE"
 
@@ -29,30 +30,35 @@ def port_range() -> tuple[int, int] | None:
     return lo, hi
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+def free_ports(count: int, host: str = "127.0.0.1", avoid: Collection[int] = ()) -> list[int]:
     """`count` distinct ports free right now (all held open until chosen): the kernel's
-    choice, or random ones of `SONICSITE_PORT_RANGE`."""
+    choice, or random ones of `SONICSITE_PORT_RANGE`; never one of `avoid` (ports chosen
+    by the caller's site but perhaps not bound yet: `SiteState.ports`)."""
     bounds = port_range()
     candidates = (
         random.sample(range(bounds[0], bounds[1] + 1), bounds[1] - bounds[0] + 1) if bounds else []
     )
     sockets: list[socket.socket] = []
+    refused: list[socket.socket] = []  # the kernel's picks of `avoid`: held so it picks anew
     try:
         while len(sockets) < count:
+            if bounds and not candidates:
+                raise OSError(f"{PORT_RANGE_VARIABLE}: no {count} free ports left")
+            port = candidates.pop() if bounds else 0
+            if port and port in avoid:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                s.bind((host, candidates.pop() if bounds else 0))
+                s.bind((host, port))
             except OSError:
                 s.close()
                 if not bounds:
                     raise
-                if not candidates:
-                    raise OSError(f"{PORT_RANGE_VARIABLE}: no {count} free ports left") from None
                 continue
-            sockets.append(s)
+            (refused if s.getsockname()[1] in avoid else sockets).append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
-        for s in sockets:
+        for s in sockets + refused:
             s.close()
 
 

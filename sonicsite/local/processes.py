@@ -8,6 +8,7 @@ output in a log file. Nothing is ever looked up or killed by name.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -51,6 +52,9 @@ def wait_for_http(
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
+        except http.client.HTTPException as exc:  # not HTTP: another process has the port
+            answer = f"{url} answers, but not as HTTP ({type(exc).__name__})"
+            raise error(f"{answer}: another process listens on its port (log {log})") from None
         time.sleep(0.1)
     raise error(f"{url} did not answer within {timeout:.0f} s (log {log})")
 

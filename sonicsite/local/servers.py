@@ -56,9 +56,10 @@ def start_server(
 ) -> tuple[subprocess.Popen, LocalServer]:
     """Start one `tritonserver` serving the site's repository, on `ports` or free ones; not
     waited for."""
-    http, grpc, metrics = (ports.http, ports.grpc, ports.metrics) if ports else free_ports(3)
-    log = site_dir / "logs" / f"{server_id}.log"
     traced = SiteState.load(site_dir)  # a traced site's servers all export to its collector
+    chosen = (ports.http, ports.grpc, ports.metrics) if ports else None
+    http, grpc, metrics = chosen or free_ports(3, avoid=traced.ports())
+    log = site_dir / "logs" / f"{server_id}.log"
     cmd = command(
         install,
         site_dir / "repository",

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -117,6 +118,16 @@ class SiteState:
     def drop_server(self, server_id: str) -> None:
         self.servers = [s for s in self.servers if s.id != server_id]
         self.processes = [p for p in self.processes if p.name != server_id]
+
+    def ports(self) -> set[int]:
+        """Every loopback port the site has taken or chosen: its processes' addresses and
+        the ports in their commands. A part started later chooses its ports around these: a
+        port chosen but not bound yet (the supervisor's, before Prometheus scrapes it) is
+        otherwise free to be chosen again for another part of the same site."""
+        text = self.to_json()
+        found = re.findall(r"(?:127\.0\.0\.1|localhost|0\.0\.0\.0):(\d+)", text)
+        found += re.findall(r"port(?:=|\"\s*:\s*)(\d+)", text)
+        return {int(p) for p in found}
 
     def to_json(self) -> str:
         data = asdict(self)

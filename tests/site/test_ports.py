@@ -1,0 +1,46 @@
+"""A site's parts choose their ports around those the site has already chosen: a port chosen
+but not bound yet (the supervisor's, chosen first so that Prometheus can scrape it) was once
+chosen again for a server, and the supervisor then met Triton's gRPC port."""
+
+from __future__ import annotations
+
+import pytest
+
+from sonicsite.local.ports import PORT_RANGE_VARIABLE, free_ports
+from sonicsite.local.state import LocalProcess, LocalServer, SiteState
+
+
+def test_free_ports_in_a_range_never_hands_out_an_avoided_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, "41000-41019")
+    avoid = set(range(41000, 41016))  # 16 of 20 taken: only 4 can be handed out
+    for _ in range(50):
+        chosen = free_ports(4, avoid=avoid)
+        assert sorted(chosen) == [41016, 41017, 41018, 41019]
+    with pytest.raises(OSError, match=PORT_RANGE_VARIABLE):
+        free_ports(5, avoid=avoid)
+
+
+def test_the_kernels_choice_is_refused_when_avoided(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PORT_RANGE_VARIABLE, raising=False)
+    first = free_ports(8)
+    again = free_ports(8, avoid=first)
+    assert not set(first) & set(again)
+
+
+def test_a_site_state_names_every_port_it_has_chosen() -> None:
+    server = LocalServer("triton-0", "127.0.0.1", 20001, 20002, 20003)
+    state = SiteState(site_dir="/nowhere", servers=[server])
+    state.supervisor = "127.0.0.1:20004"
+    state.operator = "127.0.0.1:20005"
+    state.prometheus = "127.0.0.1:20006"
+    state.processes.append(
+        LocalProcess(
+            name="gateway",
+            kind="gateway",
+            pid=1,
+            command=("python", "--port=20007", "--grpc-port=20008", "--view=127.0.0.1:20009"),
+        )
+    )
+    assert set(range(20001, 20010)) <= state.ports()
