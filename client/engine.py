@@ -34,7 +34,7 @@ reported failed with its last error: none is lost):
 
 At most once: with a `request_tag`, a request's id names its events (`<tag><lo>-<hi>`) and
 it is sent as idempotent: a server executes an id once and keeps its answer for a while
-(models/onnx_runner.py). A chunk whose attempt may have run although its answer was lost (the
+(models/runner.py). A chunk whose attempt may have run although its answer was lost (the
 connection dropped or timed out after the request went out: Envoy, the gateway or a server
 died) first asks each server directly for the kept answer (a lookup, never executed; only of
 a model whose config says its runner keeps answers); only when none has it is it sent

@@ -11,6 +11,7 @@ from .bench.commands import add_bench_parser, run_bench
 from .contract.options import at_least, non_negative
 from .contract.wire import HOLD_DEADLINE_S
 from .local.state import DEFAULT_SITE_DIR
+from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
 from .sim.commands import add_simulate_parser, run_simulate
 
@@ -69,6 +70,13 @@ def _up_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ort-threads", type=at_least(1), default=1, help="onnxruntime threads per model instance"
+    )
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=ONNX,
+        help="serve each model from its ONNX file, or (pytorch) the models built from "
+        "PyTorch from their TorchScript file (the others from ONNX)",
     )
     p.add_argument(
         "--balancing",
@@ -296,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
         "onnxruntime backend (the chart's demo models)",
     )
     b.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=ONNX,
+        help="with --configs: pytorch writes the PyTorch-backend config (TorchScript "
+        "model.pt) for the models built from PyTorch, onnxruntime's for the others",
+    )
+    b.add_argument(
         "--aot",
         action="store_true",
         help="also compile each PyTorch model's exported program with AOTInductor (cached "
@@ -340,7 +355,7 @@ def _models(args: argparse.Namespace) -> int:
         for fname, digest in files.items():
             print(f"{name}/1/{fname}  sha256 {digest[:16]}")
     if args.configs:
-        for path in copy_configs(args.out, args.only):
+        for path in copy_configs(args.out, args.only, args.framework):
             print(f"{path.relative_to(args.out)}")
     if args.aot:
         from .client.aot import aot_package, stale_packages
@@ -418,6 +433,7 @@ def _site(args: argparse.Namespace) -> int:
             holding=dict(getattr(args, "hold", [])),
             tracing=_tracing(args),
             placing=_placement(args),
+            framework=args.framework,
         )
 
     if args.command == "up":

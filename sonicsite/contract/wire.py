@@ -29,7 +29,7 @@ RESTRICTED_PROTOCOLS = ("model-repository", "trace", "logging")
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"
 
-# -- request parameters (Triton's; models/onnx_runner.py reads them) -----------------------
+# -- request parameters (Triton's; models/runner.py reads them) -----------------------
 
 # The request's id names its inputs: a server executes it at most once and keeps its answer
 # for a while, answering the same id again from it (a resend after a lost answer).

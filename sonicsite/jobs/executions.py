@@ -2,7 +2,7 @@
 execution logs read back into executions per event.
 
 Each Triton server of the local site appends one line per request to
-`<site dir>/executions/<server id>.log` (models/onnx_runner.py writes them:
+`<site dir>/executions/<server id>.log` (models/runner.py writes them:
 `time<TAB>server<TAB>model<TAB>rows<TAB>outcome<TAB>request id`); only the outcome
 `executed` ran the model (the others: answered from a kept answer, or not run at all). A
 worker names every request `<stream>/job-<job>/<lo>-<hi>`: the stream (one `submit`), the
@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EXECUTIONS_DIR = "executions"  # as models/onnx_runner.py names it
+EXECUTIONS_DIR = "executions"  # as models/runner.py names it
 EXECUTED, REPLAYED, FOUND = "executed", "replayed", "found"  # outcomes, as the runner writes
 _ID = re.compile(r"^(?P<stream>[^/\s]+)/job-(?P<job>\d+)/(?P<lo>\d+)-(?P<hi>\d+)$")
 

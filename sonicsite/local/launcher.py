@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sonicsite.contract.wire import SERVER, SHED_TTL_S, STATE_FILE, STOPPED, SUPERVISOR
+from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
@@ -63,6 +64,7 @@ def up(
     holding: dict[str, list[str]] | None = None,
     tracing: TracingConfig | None = None,
     placing: PlacementSettings | None = None,
+    framework: str = ONNX,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
@@ -73,7 +75,8 @@ def up(
     that only some servers hold (model: server ids); every server holds the others.
     `tracing`: start the site's OpenTelemetry collector first and have every part trace
     (tracing.py); off by default. `placing`: the operator loads and unloads models as
-    their use asks (operator/placement_loop.py); off by default."""
+    their use asks (operator/placement_loop.py); off by default. `framework`: `pytorch` serves
+    the models built from PyTorch from their TorchScript file (models/repository.py)."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -97,7 +100,12 @@ def up(
     if repository.exists():
         shutil.rmtree(repository)
     write_local_repository(
-        Path(build_dir).resolve(), repository, names, install.python_path(), ort_threads
+        Path(build_dir).resolve(),
+        repository,
+        names,
+        install.python_path(),
+        ort_threads,
+        framework=framework,
     )
     install.prepare_backends(site_dir / "backends")
     (site_dir / "logs").mkdir(parents=True, exist_ok=True)

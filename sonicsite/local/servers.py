@@ -32,10 +32,10 @@ from .triton import (
     wait_ready,
 )
 
-# Slows every execution on one server (models/onnx_runner.py reads it, as DELAY_ENV): the
+# Slows every execution on one server (models/runner.py reads it, as DELAY_ENV): the
 # knob behind `sonicsite bench balancing`.
 MODEL_DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
-# CPU work per request, changeable while the site runs (models/onnx_runner.py reads the file
+# CPU work per request, changeable while the site runs (models/runner.py reads the file
 # this names, as WORK_ENV): the knob behind `sonicsite bench balancing`. Every server is given
 # its site's file (a restarted one too); no file, no work.
 MODEL_WORK_ENV = "SONICSITE_MODEL_WORK_FILE"

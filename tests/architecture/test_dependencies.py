@@ -90,7 +90,7 @@ THIRD_PARTY = {
     "sonicsite.cli": set(),
 }
 # Files not imported by Python but loaded by Triton's Python backend stub.
-TRITON_MODELS = {ROOT / "models" / "onnx_runner.py": {"triton_python_backend_utils"}}
+TRITON_MODELS = {ROOT / "models" / "runner.py": {"triton_python_backend_utils"}}
 
 
 def room_files(room: str) -> list[Path]:

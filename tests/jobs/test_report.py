@@ -44,7 +44,7 @@ def _result(job: int, model: str, events: int = 4, **extra) -> dict:
 
 
 def _log(site: Path, server: str, lines: list[tuple]) -> None:
-    """Execution log lines as models/onnx_runner.py writes them: (time, model, rows, id), or
+    """Execution log lines as models/runner.py writes them: (time, model, rows, id), or
     (time, model, rows, id, outcome) for another outcome than `executed`."""
     folder = site / EXECUTIONS_DIR
     folder.mkdir(parents=True, exist_ok=True)

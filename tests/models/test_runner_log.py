@@ -135,7 +135,7 @@ def test_stock_clients_requests_run_every_time_whatever_their_ids(site):
 def test_the_runner_names_the_parameters_as_the_contract_does():
     """The runner runs inside Triton's stub, without the project's imports: its copy of the
     parameter names must be the contract's."""
-    tree = ast.parse((Path(__file__).parents[2] / "models" / "onnx_runner.py").read_text())
+    tree = ast.parse((Path(__file__).parents[2] / "models" / "runner.py").read_text())
     names = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):

@@ -21,10 +21,10 @@ from sonicsite.local import servers
 
 @pytest.fixture
 def runner(monkeypatch):
-    """models/onnx_runner.py as a module, with a stand-in for Triton's backend utilities
+    """models/runner.py as a module, with a stand-in for Triton's backend utilities
     (only the stub has the real ones)."""
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("pb"))
-    spec = importlib.util.spec_from_file_location("onnx_runner_under_test", RUNNER)
+    spec = importlib.util.spec_from_file_location("runner_under_test", RUNNER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -35,7 +35,7 @@ repository gets a volume of its own at /models/<index>. */}}
 {{- fail (printf "%s: expected one demo repository at most" $where) -}}
 {{- end -}}
 {{- $_ := set $volume "emptyDir" dict -}}
-{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) -}}
+{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) "framework" ($r.framework | default "onnx") -}}
 {{- else if eq $r.source "pvc" -}}
 {{- $_ := set $volume "persistentVolumeClaim" (dict "claimName" $r.claimName "readOnly" true) -}}
 {{- else if eq $r.source "nfs" -}}

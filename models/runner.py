@@ -1,9 +1,14 @@
-"""Generic Triton Python-backend model that serves an ONNX file with onnxruntime.
+"""Generic Triton Python-backend model that serves an ONNX file with onnxruntime, or a
+TorchScript file (`model.pt`) with PyTorch: the local stand-in for Triton's onnxruntime and
+PyTorch (LibTorch) backends, which the wheel's Triton does not have.
 
 Copied as `model.py` into every model of the local repository. It reads the inputs and
 outputs from the model's own config, so one runner serves every model: requests that
 Triton's dynamic batcher hands over together are concatenated along the batch dimension,
-run once, and split back.
+run once, and split back. The config's parameter `runner_framework` (FRAMEWORK_PARAMETER)
+picks the file: `onnx` (the default) or `torchscript`; a TorchScript model takes its inputs in
+the config's order and returns its outputs in the config's order, as the LibTorch backend
+reads a config whose names do not follow its `<name>__<index>` convention.
 
 Executed at most once per request id (for clients that ask for it): a request that carries
 the parameter `sonicsite-idempotent` promises that its id names its inputs (sonicsite workers
@@ -29,6 +34,7 @@ sonicsite/jobs/executions.py reads the logs back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -69,8 +75,10 @@ if _PATHS.is_file():
             sys.path.insert(0, _p)
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+
+# The config parameter naming the file a model is served from (models/repository.py sets it).
+FRAMEWORK_PARAMETER, ONNX, TORCHSCRIPT = "runner_framework", "onnx", "torchscript"
 
 
 class KeptAnswers:
@@ -149,6 +157,60 @@ def cpu_work(seconds: float) -> None:
         sum(range(100))
 
 
+class OnnxSession:
+    """An ONNX file run by onnxruntime on the CPU, `threads` intra-op threads."""
+
+    def __init__(self, path: Path, inputs: list[str], threads: int):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        known = {i.name for i in self.session.get_inputs()}
+        missing = [n for n in inputs if n not in known]
+        if missing:
+            raise pb_utils.TritonModelException(
+                f"{path}: config inputs {missing} are not inputs of the ONNX graph"
+            )
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(outputs, feeds)
+
+
+class TorchScriptSession:
+    """A TorchScript file run by PyTorch on the CPU in inference mode: inputs passed in the
+    config's order, outputs (a tensor or a tuple) taken in the config's order. `threads`
+    intra-op threads and one inter-op thread, as the ONNX session."""
+
+    def __init__(self, path: Path, inputs: list[str], threads: int):
+        import torch
+
+        torch.set_num_threads(threads)
+        with contextlib.suppress(RuntimeError):  # set once per interpreter, before any use
+            torch.set_num_interop_threads(1)
+        self.torch = torch
+        self.module = torch.jit.load(str(path), map_location="cpu").eval()
+        self.inputs = inputs
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        torch = self.torch
+        with torch.inference_mode():
+            result = self.module(*(torch.from_numpy(feeds[n]) for n in self.inputs))
+        results = [result] if isinstance(result, torch.Tensor) else list(result)
+        if len(results) != len(outputs):
+            raise pb_utils.TritonModelException(
+                f"the TorchScript model returned {len(results)} tensors, its config names "
+                f"{len(outputs)} outputs ({', '.join(outputs)})"
+            )
+        return [r.numpy() for r in results]
+
+
+SESSIONS = {ONNX: (OnnxSession, "model.onnx"), TORCHSCRIPT: (TorchScriptSession, "model.pt")}
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
@@ -160,13 +222,15 @@ class TritonPythonModel:
         self.delay_s = float(os.environ.get(DELAY_ENV) or 0.0) / 1e3
         params = config.get("parameters", {})
         threads = int(params.get("ort_intra_op_threads", {}).get("string_value", "1"))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
-        self.session = ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        framework = params.get(FRAMEWORK_PARAMETER, {}).get("string_value", ONNX)
+        if framework not in SESSIONS:
+            raise pb_utils.TritonModelException(
+                f"parameter {FRAMEWORK_PARAMETER} is {framework!r}; the runner serves "
+                f"{', '.join(SESSIONS)}"
+            )
+        session, filename = SESSIONS[framework]
+        path = Path(args["model_repository"]) / args["model_version"] / filename
+        self.session = session(path, self.inputs, threads)
         self.name = str(args.get("model_name", config.get("name", "")))
         self.log_fd = _open_log(os.environ.get(SITE_DIR_ENV), os.environ.get(SERVER_ID_ENV))
         self.server = os.environ.get(SERVER_ID_ENV, "")
@@ -175,12 +239,6 @@ class TritonPythonModel:
             float(os.environ.get("SONICSITE_KEPT_TTL_S") or KEPT_TTL_S),
             int(float(os.environ.get("SONICSITE_KEPT_MAX_MB") or KEPT_MAX_BYTES / 2**20) * 2**20),
         )
-        session_inputs = {i.name for i in self.session.get_inputs()}
-        missing = [n for n in self.inputs if n not in session_inputs]
-        if missing:
-            raise pb_utils.TritonModelException(
-                f"{path}: config inputs {missing} are not inputs of the ONNX graph"
-            )
 
     def finalize(self) -> None:
         if self.log_fd is not None:
