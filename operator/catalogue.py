@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-DEFAULT_POOL = "default"
+from sonicsite.contract.wire import DEFAULT_POOL
+
 DEFAULT_FOOTPRINT_BYTES = 512 * 2**20  # assumed for a model before any has been measured
 CONFIG_FILE = "config.pbtxt"
 

@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import (
+    DEFAULT_POOL,
     SHED,
     SHED_TTL_S,
     AdmissionRecord,
@@ -26,19 +27,18 @@ from sonicsite.contract.wire import (
 )
 
 from .admission import AdmissionPolicy, decide
-from .autoscaler import Autoscaler, queue_ms_per_request
 from .balancing import Balancing, check_policy
 from .discovery import Discovery
 from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .placement_loop import PlacementLoop
+from .pool_scaling import PoolScaling, pool_views
 from .try_timeouts import TryTimeouts
 from .xds_jwt import JwtPolicy
 from .xds_resources import ALL_SERVERS, model_cluster, rest_cluster
 from .xds_snapshot import Snapshot
 from .xds_tracing import EnvoyTracing
 
-Actuate = Callable[[int], None]  # brings the site to N servers (blocking)
 STEP_INTERVAL_S = 1.0  # seconds between steps: scrape, weigh, decide, publish
 ENVOY_GONE_S = 10.0  # an Envoy that has not polled for this long no longer holds a route back
 
@@ -147,9 +147,7 @@ class Operator:
     balancing: Balancing = field(default_factory=Balancing)
     jwt: JwtPolicy | None = None  # Envoy checks a bearer JWT on every request
     admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
-    scaler: Autoscaler | None = None
-    actuate: Actuate | None = None  # handed in by the site (the local launcher's actuator)
-    scale_events: list[dict] = field(default_factory=list)
+    scaling: PoolScaling | None = None  # autoscaling, per pool (pool_scaling.py)
     loadview: LoadView = field(default_factory=LoadView)
     tries: TryTimeouts = field(default_factory=TryTimeouts)
     shed_ttl_s: float = SHED_TTL_S  # a shed lapses this long after its last renewal
@@ -162,7 +160,6 @@ class Operator:
     site_state: dict = field(default_factory=dict)
     last_step: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _scaling: threading.Thread | None = None
     envoy: EnvoyAcks = field(default_factory=EnvoyAcks)
     wakeup: threading.Event = field(default_factory=threading.Event)  # a step now, not later
 
@@ -279,49 +276,19 @@ class Operator:
             self.admissions[m] = decision
 
     def _autoscale(self, servers: list[ServerRecord], now: float) -> None:
-        """The scaler's desired servers from the queue-time metric; and activation: while
-        requests are held (placement: a model no server holds), at least one server, so
-        that a site scaled to zero is woken by its first request and is never scaled to
-        zero under a held one (as KEDA's activation on the held-request metric does)."""
-        if self.scaler is None:
+        """Each pool's servers from its models' queue time, woken by their held requests
+        (pool_scaling.py); one pool, `default`, without placement's pools."""
+        if self.scaling is None:
             return
-        metric = queue_ms_per_request(self.loadview.window_loads(self.scaler.policy.window_s))
-        current = len([s for s in servers if not s.draining])
-        desired = self.scaler.desired(now, current, metric)
-        held = sum(self.placement.held.held(now).values()) if self.placement else 0
-        activation = held > 0 and desired < 1
-        if activation:
-            desired = 1
-        self.metrics.scaling_metric.set((metric or 0.0) / 1e3)
-        self.metrics.desired.set(desired)
-        self.metrics.max_servers.set(self.scaler.policy.max_servers)
-        self.metrics.current.set(current)
-        busy = self._scaling is not None and self._scaling.is_alive()
-        if desired == current or busy or self.actuate is None:
-            return
-        direction = "up" if desired > current else "down"
-        self.metrics.scale_events.labels(direction).inc()
-        event = {"at": now, "from": current, "to": desired, "metric_ms": metric}
-        event |= {"direction": direction, "reason": f"{held} request(s) held" if activation else ""}
-        event["reason"] = event["reason"] or f"queue time {metric or 0.0:.1f} ms per request"
-        self.scale_events.append(event)
-        del self.scale_events[:-20]
-        self._scaling = threading.Thread(target=self._actuate, args=(event,), daemon=True)
-        self._scaling.start()
-
-    def _actuate(self, event: dict) -> None:
-        """Carry a scale event out; its seconds and outcome go into the event (and a
-        failure to the log: the next step decides again)."""
-        assert self.actuate is not None
-        started = time.monotonic()
-        try:
-            self.actuate(event["to"])
-            event["outcome"] = "done"
-        except Exception as exc:  # a server that would not start: said, and tried again
-            event["outcome"] = f"failed: {exc}"
-            self.metrics.step_errors.inc()
-            print(f"operator: scaling to {event['to']} servers failed: {exc}", file=sys.stderr)
-        event["seconds"] = round(time.monotonic() - started, 3)
+        loads = self.loadview.window_loads(self.scaling.policy.window_s)
+        if self.placement is None:
+            views = pool_views([DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {})
+        else:
+            catalogue = self.placement.catalogue
+            pools = [p.name for p in catalogue.pools]
+            held = self.placement.held.held(now)
+            views = pool_views(pools, catalogue.pool_of, servers, loads, held)
+        self.scaling.step(views, now)
 
     def _state(
         self, servers: list[ServerRecord], models: list[str], weights, per_try: dict[str, float]
@@ -346,7 +313,7 @@ class Operator:
         )
         return site.to_dict() | {
             "balancing": self.balancing.policy,
-            "scale_events": list(self.scale_events),
+            "scale_events": list(self.scaling.events) if self.scaling else [],
             "models": {
                 m: {
                     "load": [load.to_dict() for load in self.loadview.model_loads(m)],

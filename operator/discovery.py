@@ -40,6 +40,8 @@ class KubernetesDiscovery:
     An endpoint that is serving is a server; one that is terminating while still serving is
     a draining server (Envoy sends it nothing new while its in-flight requests finish); one
     that is neither is left out. Every replica holds the same model repository, `models`.
+    With `pools` ((service, pool) pairs) the servers are those of each pool's Service, each
+    with its pool; without, those of `service`, in the default pool.
     If the API server cannot be read, the last answer stands: losing the API server must not
     empty Envoy.
     """
@@ -51,6 +53,7 @@ class KubernetesDiscovery:
     ports: dict[str, str] = field(
         default_factory=lambda: {"grpc": "grpc", "http": "http", "metrics": "metrics"}
     )
+    pools: tuple[tuple[str, str], ...] = ()
     errors: int = 0
     _last: list[ServerRecord] = field(default_factory=list)
 
@@ -58,14 +61,22 @@ class KubernetesDiscovery:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        try:
-            slices = self.api.list_namespaced_endpoint_slice(
-                self.namespace, label_selector=f"{SERVICE_LABEL}={self.service}"
-            )
-        except (ApiException, HTTPError, OSError) as exc:
-            self.errors += 1
-            logging.getLogger(__name__).warning("endpointslices unreadable: %s", exc)
-            return self._last
+        servers: list[ServerRecord] = []
+        for service, pool in self.pools or ((self.service, ""),):
+            try:
+                slices = self.api.list_namespaced_endpoint_slice(
+                    self.namespace, label_selector=f"{SERVICE_LABEL}={service}"
+                )
+            except (ApiException, HTTPError, OSError) as exc:
+                self.errors += 1
+                logging.getLogger(__name__).warning("endpointslices unreadable: %s", exc)
+                return self._last
+            servers += self._endpoints(slices, pool)
+        self._last = sorted(servers, key=lambda s: s.id)
+        return self._last
+
+    def _endpoints(self, slices, pool: str) -> list[ServerRecord]:
+        """The servers of one Service's EndpointSlices, in `pool`."""
         servers = []
         for item in slices.items:
             ports = {p.name: p.port for p in item.ports or []}
@@ -94,10 +105,10 @@ class KubernetesDiscovery:
                         ports[self.ports["metrics"]],
                         self.models,
                         draining=terminating or not ready,
+                        pool=pool,
                     )
                 )
-        self._last = sorted(servers, key=lambda s: s.id)
-        return self._last
+        return servers
 
 
 def kubernetes_api(host: str | None = None):

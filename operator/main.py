@@ -17,12 +17,13 @@ from . import options
 from .admission import AdmissionPolicy
 from .api import make_server
 from .balancing import Balancing
-from .controller import Actuate, Operator
+from .controller import Operator
 from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .options import parser
 from .placement_loop import PlacementLoop
 from .placement_settings import local_catalogue, local_pids, named_catalogue, read_admin_key
+from .pool_scaling import Actuate, PoolScaling
 from .try_timeouts import TryPolicy, TryTimeouts
 
 
@@ -98,8 +99,7 @@ def build(
         policy=policy,
         balancing=Balancing(args.balancing),
         jwt=jwt,
-        scaler=scaler,
-        actuate=actuate if scaler else None,
+        scaling=PoolScaling(scaler.policy, actuate, metrics) if scaler else None,
         loadview=loadview,
         tries=TryTimeouts(tries),
         shed_ttl_s=args.shed_ttl,

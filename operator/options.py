@@ -276,6 +276,22 @@ def parser() -> argparse.ArgumentParser:
         help="with --placement: a model loaded less long ago is never unloaded for another",
     )
     parser.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME[=MODEL,...]",
+        help="with --placement: a pool of servers and the models pinned to it (none: the pool "
+        "of every model no other pool names); repeatable; default one pool, 'default'",
+    )
+    parser.add_argument(
+        "--pool-service",
+        action="append",
+        default=[],
+        metavar="POOL=SERVICE",
+        help="with --kubernetes: the servers behind SERVICE (in the same namespace) are pool "
+        "POOL; repeatable; none: the --kubernetes Service's servers, pool 'default'",
+    )
+    parser.add_argument(
         "--hold-deadline-s",
         action="append",
         default=[],
@@ -360,7 +376,14 @@ def discovery(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Disc
     models = tuple(m for m in args.models.split(",") if m)
     if not namespace or not service or not models:
         parser.error("--kubernetes: expected NAMESPACE/SERVICE and --models a,b")
-    return KubernetesDiscovery(kubernetes_api(args.kube_api), namespace, service, models)
+    services = []
+    for value in args.pool_service:
+        pool, _, name = value.partition("=")
+        if not pool or not name:
+            parser.error(f"--pool-service {value!r}: expected POOL=SERVICE")
+        services.append((name, pool))
+    api = kubernetes_api(args.kube_api)
+    return KubernetesDiscovery(api, namespace, service, models, pools=tuple(services))
 
 
 def placement_settings(
@@ -379,11 +402,26 @@ def placement_settings(
             min_resident_s=args.min_resident_s,
             hold_deadline_s=default,
             hold_deadlines=deadlines,
+            pools=pools(args.pool),
         )
+        settings.catalogue_pools()
         settings.policy()
         return settings
 
     return checked(parser, make, "--placement: ")
+
+
+def pools(values: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`--pool` values as (name, pinned models); ValueError names a bad one. The catalogue
+    checks the rest (distinct names, a model in one pool, at most one catch-all)."""
+    found = []
+    for value in values:
+        name, _, models = value.partition("=")
+        pinned = tuple(m for m in models.split(",") if m)
+        if not name.strip() or (models and not pinned):
+            raise ValueError(f"--pool {value!r}: expected NAME or NAME=MODEL[,MODEL...]")
+        found.append((name.strip(), pinned))
+    return tuple(found)
 
 
 def hold_deadlines(values: list[str]) -> tuple[float, tuple[tuple[str, float], ...]]:

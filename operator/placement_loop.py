@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
-from .catalogue import Catalogue
+from .catalogue import DEFAULT_POOL, Catalogue
 from .loadview import LoadView, parse_metrics, per_request
 from .metrics import OperatorMetrics
 from .model_control import ControlTarget, ModelControlError
@@ -189,6 +189,7 @@ class PlacementLoop:
             states = [
                 ServerState(
                     s.id,
+                    pool=s.pool or DEFAULT_POOL,
                     accepting=not s.draining and loadview.in_view(s.id),
                     replicas=tuple(
                         Replica(
@@ -448,6 +449,7 @@ class PlacementLoop:
                 ]
                 info = self.catalogue.models[model]
                 models[model] = {
+                    "pool": self.catalogue.pool_of(model),
                     "servers": holders,
                     "footprint_bytes": None if info.footprint is None else info.footprint.bytes,
                     "idle_s": round(min(idle), 1) if idle else None,

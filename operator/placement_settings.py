@@ -10,7 +10,15 @@ from pathlib import Path
 
 from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE
 
-from .catalogue import Budget, Catalogue, ModelInfo, Pool, catalogue_of, read_repository
+from .catalogue import (
+    DEFAULT_POOL,
+    Budget,
+    Catalogue,
+    ModelInfo,
+    Pool,
+    catalogue_of,
+    read_repository,
+)
 from .placement_state import PlacementPolicy
 
 
@@ -26,6 +34,9 @@ class PlacementSettings:
     min_resident_s: float = PlacementPolicy.min_resident_s
     hold_deadline_s: float = HOLD_DEADLINE_S  # a held request's deadline, by default
     hold_deadlines: tuple[tuple[str, float], ...] = ()  # (model, deadline s) where not
+    # (pool, models pinned to it; () for the pool of every model no other pool names);
+    # none given: one pool, "default", of every server and every model
+    pools: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def policy(self) -> PlacementPolicy:
         return PlacementPolicy(
@@ -49,7 +60,17 @@ class PlacementSettings:
         ]
         if self.budget_models is not None:
             args.append(f"--budget-models={self.budget_models}")
+        args += [
+            f"--pool={name}={','.join(models)}" if models else f"--pool={name}"
+            for name, models in self.pools
+        ]
         return args
+
+    def catalogue_pools(self) -> tuple[Pool, ...]:
+        """The catalogue's pools, each with the budget per server."""
+        budget = Budget(models=self.budget_models)
+        pools = self.pools or ((DEFAULT_POOL, ()),)
+        return tuple(Pool(name, tuple(models), budget) for name, models in pools)
 
 
 def local_pids(site_dir: Path) -> dict[str, int]:
@@ -62,19 +83,17 @@ def local_pids(site_dir: Path) -> dict[str, int]:
 
 
 def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:
-    """The local site's catalogue: its repository, one pool, the budget per server."""
+    """The local site's catalogue: its repository, its pools, the budget per server."""
     models = read_repository(Path(site_dir) / "repository")
-    budget = Budget(models=settings.budget_models)
-    return catalogue_of(models, (Pool("default", budget=budget),))
+    return catalogue_of(models, settings.catalogue_pools())
 
 
 def named_catalogue(names: list[str], settings: PlacementSettings) -> Catalogue:
     """A catalogue from model names alone (on Kubernetes the operator mounts no
-    repository): one pool, the budget per server; footprints measured at load."""
+    repository): its pools, the budget per server; footprints measured at load."""
     if not names:
         raise ValueError("expected the catalogue's models (--models a,b)")
-    budget = Budget(models=settings.budget_models)
-    return catalogue_of([ModelInfo(n) for n in names], (Pool("default", budget=budget),))
+    return catalogue_of([ModelInfo(n) for n in names], settings.catalogue_pools())
 
 
 def read_admin_key(site_dir: Path) -> str:

@@ -231,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --placement: how long a request for a model no server holds waits for "
         f"one to load it before it fails, naming the model and why (default: {HOLD_DEADLINE_S:g})",
     )
+    p.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        type=_pool,
+        metavar="NAME=SERVERS[:MODEL,...]",
+        help="with --placement: a pool of SERVERS servers that alone load the MODELs pinned to "
+        "it (none: every model no other pool names); repeatable; the pools' servers replace "
+        "--servers",
+    )
     _tracing_args(p)
 
     p = sub.add_parser("down", help="stop the local site")
@@ -411,9 +421,28 @@ def _placement(args: argparse.Namespace):
     if not getattr(args, "placement", False):
         return None
     held = {} if args.hold_deadline_s is None else {"hold_deadline_s": args.hold_deadline_s}
+    pools = tuple((name, models) for name, _, models in args.pool)
     return PlacementSettings(
-        idle_unload_s=args.idle_unload_s, budget_models=args.budget_models, **held
+        idle_unload_s=args.idle_unload_s, budget_models=args.budget_models, pools=pools, **held
     )
+
+
+def _server_pools(args: argparse.Namespace) -> list[str] | None:
+    """`up --pool`: each server's pool, the pools' servers in order; None without pools."""
+    pools = getattr(args, "pool", [])
+    return [name for name, servers, _ in pools for _ in range(servers)] or None
+
+
+def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
+    """`--pool NAME=SERVERS[:MODEL,...]` as (name, servers, pinned models)."""
+    name, _, rest = text.partition("=")
+    count, _, models = rest.partition(":")
+    pinned = tuple(m for m in models.split(",") if m)
+    if not name or not count.isdigit() or int(count) < 1 or (models and not pinned):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"
+        )
+    return name, int(count), pinned
 
 
 def _site(args: argparse.Namespace) -> int:
@@ -422,9 +451,10 @@ def _site(args: argparse.Namespace) -> int:
     from .local.status import print_status
 
     def start(models: list[str] | None):
+        pools = _server_pools(args)
         return up(
             args.dir,
-            args.servers,
+            len(pools) if pools else args.servers,
             models,
             args.build_dir,
             args.ort_threads,
@@ -434,6 +464,7 @@ def _site(args: argparse.Namespace) -> int:
             tracing=_tracing(args),
             placing=_placement(args),
             framework=args.framework,
+            server_pools=_server_pools(args),
         )
 
     if args.command == "up":

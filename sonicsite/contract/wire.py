@@ -53,6 +53,9 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
+DEFAULT_POOL = "default"  # the pool of a server that names none (operator/catalogue.py)
+
+
 @dataclass(frozen=True)
 class ServerRecord:
     """One Triton server: where it listens, what it serves, whether it takes new work."""
@@ -67,6 +70,7 @@ class ServerRecord:
     draining: bool = False  # finishing its in-flight requests; no new ones
     weight: int = FULL_WEIGHT  # the operator's weight for the server in Envoy
     error: str = ""  # why the operator cannot read the server, when it cannot
+    pool: str = ""  # the pool it belongs to (operator/catalogue.py); "": the default pool
 
     @property
     def grpc(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
-from sonicsite.operator.placement_settings import PlacementSettings
+from sonicsite.operator.placement_settings import PlacementSettings, named_catalogue
 from sonicsite.operator.xds_jwt import JwtPolicy
 
 from .admin_key import create_key
@@ -65,6 +66,7 @@ def up(
     tracing: TracingConfig | None = None,
     placing: PlacementSettings | None = None,
     framework: str = ONNX,
+    server_pools: list[str] | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
@@ -76,7 +78,9 @@ def up(
     `tracing`: start the site's OpenTelemetry collector first and have every part trace
     (tracing.py); off by default. `placing`: the operator loads and unloads models as
     their use asks (operator/placement_loop.py); off by default. `framework`: `pytorch` serves
-    the models built from PyTorch from their TorchScript file (models/repository.py)."""
+    the models built from PyTorch from their TorchScript file (models/repository.py).
+    `server_pools`: each server's pool, one of `placing.pools`; a server loads only its
+    pool's models at start, and the autoscaler scales each pool on its own."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -95,6 +99,8 @@ def up(
             )
     names = models or model_names()
     held = placement(names, servers, holding or {})
+    pools = _pools(names, servers, placing, server_pools)
+    held = {s: [m for m in chosen if pools[s][1](m)] for s, chosen in held.items()}
     install = TritonInstall.find()
     repository = site_dir / "repository"
     if repository.exists():
@@ -126,7 +132,9 @@ def up(
             server_id = f"triton-{index}"
             delay = (delay_ms or {}).get(server_id, 0.0)
             ports = ServerPorts(*chosen[3 * index : 3 * index + 3])
-            proc, info = start_server(site_dir, server_id, install, held[server_id], delay, ports)
+            pool = pools[server_id][0]
+            args = (site_dir, server_id, install, held[server_id], delay, ports)
+            proc, info = start_server(*args, pool=pool)
             started.append((proc, info))
             with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
                 current.put_server(info)
@@ -168,6 +176,36 @@ def placement(
         if unknown := [s for s in chosen if s not in ids]:
             raise SiteError(f"holding: {model!r} on {unknown}: the site's servers are {ids}")
     return {s: [m for m in models if m not in holding or s in holding[m]] for s in ids}
+
+
+def _pools(
+    models: list[str],
+    servers: int,
+    placing: PlacementSettings | None,
+    server_pools: list[str] | None,
+) -> dict[str, tuple[str, Callable[[str], bool]]]:
+    """Each server's pool ("" for the default pool) and which models are its pool's, as the
+    operator's catalogue places them (one definition: operator/catalogue.py). SiteError
+    names what does not fit."""
+    if not server_pools:
+        return {f"triton-{k}": ("", lambda _: True) for k in range(servers)}
+    if placing is None or not placing.pools:
+        raise SiteError("server_pools: expected placing with its pools (each pool's models)")
+    if len(server_pools) != servers:
+        raise SiteError(
+            f"server_pools: expected one pool per server ({servers}), got {server_pools}"
+        )
+    try:
+        catalogue = named_catalogue(models, placing)
+    except ValueError as exc:
+        raise SiteError(f"placing pools: {exc}") from exc
+    known = [p.name for p in catalogue.pools]
+    if unknown := sorted(set(server_pools) - set(known)):
+        raise SiteError(f"server_pools: {unknown} not among the pools {known}")
+    return {
+        f"triton-{k}": (pool, lambda m, pool=pool: catalogue.pool_of(m) == pool)
+        for k, pool in enumerate(server_pools)
+    }
 
 
 def down(site_dir: Path) -> list[int]:

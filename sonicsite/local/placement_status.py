@@ -30,12 +30,16 @@ def _mib(n: int | None) -> str:
 def render(view: dict) -> list[str]:
     """The table of models, then the last decisions, as lines."""
     held = view.get("held", {})  # requests waiting in the gateways for the model
-    lines = [f"{'MODEL':<24} {'LOADED ON':<28} {'FOOTPRINT':>14} {'IDLE':>8} {'HELD':>5}"]
+    head = f"{'MODEL':<24} {'POOL':<10} {'LOADED ON':<28} {'FOOTPRINT':>14} {'IDLE':>8} {'HELD':>5}"
+    lines = [head]
     for model, m in sorted(view["models"].items()):
         where = ",".join(m["servers"]) or "-"
         idle = "-" if m["idle_s"] is None else f"{m['idle_s']:.0f} s"
         footprint = _mib(m["footprint_bytes"])
-        lines.append(f"{model:<24} {where:<28} {footprint:>14} {idle:>8} {held.get(model, 0):>5}")
+        pool = m.get("pool", "-")
+        lines.append(
+            f"{model:<24} {pool:<10} {where:<28} {footprint:>14} {idle:>8} {held.get(model, 0):>5}"
+        )
     decisions = view["decisions"][-SHOWN_DECISIONS:]
     if decisions:
         lines.append("last decisions:")

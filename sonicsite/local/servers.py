@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sonicsite.contract.wire import STOPPED
+from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
 from sonicsite.operator.loadview import parse_metrics
 
 from .admin_key import read_key
@@ -53,9 +53,10 @@ def start_server(
     models: list[str],
     delay_ms: float = 0.0,
     ports: ServerPorts | None = None,
+    pool: str = "",
 ) -> tuple[subprocess.Popen, LocalServer]:
-    """Start one `tritonserver` serving the site's repository, on `ports` or free ones; not
-    waited for."""
+    """Start one `tritonserver` serving the site's repository, on `ports` or free ones, in
+    `pool` ("": the default pool); not waited for."""
     traced = SiteState.load(site_dir)  # a traced site's servers all export to its collector
     chosen = (ports.http, ports.grpc, ports.metrics) if ports else None
     http, grpc, metrics = chosen or free_ports(3, avoid=traced.ports())
@@ -85,6 +86,7 @@ def start_server(
         pid=proc.pid,
         log=str(log),
         delay_ms=delay_ms,
+        pool=pool,
     )
 
 
@@ -149,15 +151,17 @@ def add_server(
     ready_timeout: float = 180.0,
     delay_ms: float = 0.0,
     models: list[str] | None = None,
+    pool: str = "",
 ) -> LocalServer:
-    """Start one more server with `models` (default: those every server holds); it joins
-    Envoy through the operator."""
+    """Start one more server with `models` (default: those every server holds) in `pool`
+    ("": the default pool); it joins Envoy through the operator."""
     site_dir = Path(site_dir).resolve()
     state = SiteState.load(site_dir)
     taken = {s.id for s in state.servers}
     server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
     models = common_models(state) if models is None else models
-    proc, info = start_server(site_dir, server_id, TritonInstall.find(), models, delay_ms)
+    install = TritonInstall.find()
+    proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
         with edit(site_dir) as state:
@@ -209,20 +213,25 @@ def in_flight(server: LocalServer) -> float:
 
 @dataclass(frozen=True)
 class LocalActuator:
-    """What the local site hands its operator's autoscaler: bring the site to `desired`
-    servers, starting new ones or draining and stopping the newest. Blocking; the operator
-    runs one action at a time in the background. With `placement`, a server started on a
-    site at zero servers starts with no model: the operator loads what its held requests
-    ask for (every model of the repository would take longer and may not fit)."""
+    """What the local site hands its operator's autoscaler: bring one pool to `desired`
+    servers, starting new ones in it or draining and stopping its newest. Blocking; the
+    operator runs one action per pool at a time in the background. With `placement`, a
+    server started in a pool at zero servers, or in a pool of its own (a site with pools),
+    starts with no model: the operator loads what its held requests ask for (every model of
+    the repository would take longer, may not fit, or may not be the pool's)."""
 
     site_dir: Path
     placement: bool = False
 
-    def __call__(self, desired: int) -> None:
-        servers = [s for s in SiteState.load(self.site_dir).servers if not s.draining]
+    def __call__(self, desired: int, pool: str = DEFAULT_POOL) -> None:
+        def members(state: SiteState) -> list[LocalServer]:
+            return [s for s in state.servers if (s.pool or DEFAULT_POOL) == pool]
+
+        servers = [s for s in members(SiteState.load(self.site_dir)) if not s.draining]
+        named = "" if pool == DEFAULT_POOL else pool
         for _ in range(desired - len(servers)):
-            empty = self.placement and not SiteState.load(self.site_dir).servers
-            add_server(self.site_dir, models=[] if empty else None)
+            empty = self.placement and (bool(named) or not members(SiteState.load(self.site_dir)))
+            add_server(self.site_dir, models=[] if empty else None, pool=named)
         newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
         for server in newest[: max(len(servers) - desired, 0)]:
             remove_server(self.site_dir, server.id)

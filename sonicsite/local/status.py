@@ -96,6 +96,7 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
         print(
             f"  {s.id:<10} pid {s.pid:<7} grpc {s.grpc:<22} http {s.http:<22} "
             f"metrics {s.metrics_url}  {'ready' if ready[s.id] else 'NOT READY'}"
+            + (f"  pool {s.pool}" if s.pool else "")
         )
     print(f"  models: {', '.join(state.models)}")
     if state.grpc:

@@ -33,8 +33,9 @@ def test_no_way_around_envoy_and_the_gateway(profile):
     for service in (d for d in docs if d["kind"] == "Service"):
         if _component(service) in ("triton", "operator"):
             assert service["spec"].get("type", "ClusterIP") == "ClusterIP", profile
-    (triton_service,) = [d for d in docs if d["kind"] == "Service" and _component(d) == "triton"]
-    assert triton_service["spec"]["clusterIP"] == "None"
+    triton_services = [d for d in docs if d["kind"] == "Service" and _component(d) == "triton"]
+    assert triton_services  # the site's, and one per pool
+    assert {s["spec"]["clusterIP"] for s in triton_services} == {"None"}
 
 
 @pytest.mark.parametrize("profile", sorted(profiles()))
@@ -43,12 +44,14 @@ def test_triton_takes_model_control_from_the_operators_key_alone(profile):
     deployments = {
         _component(d): d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"
     }
-    args = deployments["triton"]["containers"][0]["args"]
-    assert [a for a in args if a.startswith("--model-control-mode")] == [
-        "--model-control-mode=explicit"
-    ]
-    for flag in restriction_flags("$(SONICSITE_ADMIN_KEY)"):
-        assert args.count(flag) == 1, (profile, flag)
+    tritons = [d for d in docs if d["kind"] == "Deployment" and _component(d) == "triton"]
+    for triton in tritons:  # one per pool
+        args = triton["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert [a for a in args if a.startswith("--model-control-mode")] == [
+            "--model-control-mode=explicit"
+        ]
+        for flag in restriction_flags("$(SONICSITE_ADMIN_KEY)"):
+            assert args.count(flag) == 1, (profile, flag)
     (secret,) = [
         d["metadata"]["name"]
         for d in docs

@@ -29,6 +29,10 @@ def _one(docs: list[dict], kind: str, component: str) -> dict:
     return found
 
 
+def _component(doc: dict) -> str:
+    return doc["metadata"]["labels"]["app.kubernetes.io/component"]
+
+
 def _pod(docs: list[dict], component: str) -> dict:
     return _one(docs, "Deployment", component)["spec"]["template"]["spec"]
 
@@ -101,11 +105,15 @@ def test_every_repository_is_one_model_repository_argument_on_its_own_volume():
 @pytest.mark.parametrize("profile", [*sorted(profiles()), "several"])
 def test_every_model_repository_triton_reads_is_mounted(profile):
     values = {"triton": {"modelRepositories": SEVERAL}} if profile == "several" else None
-    pod = _pod(_docs(values or profiles()[profile]), "triton")
-    mounts = [m["mountPath"] for m in pod["containers"][0]["volumeMounts"]]
-    for path in _repositories(pod):
-        if not path.startswith("s3://"):
-            assert any(path == m or path.startswith(m + "/") for m in mounts), (path, mounts)
+    docs = _docs(values or profiles()[profile])
+    tritons = [d for d in docs if d["kind"] == "Deployment" and _component(d) == "triton"]
+    assert tritons  # one per pool
+    for deployment in tritons:
+        pod = deployment["spec"]["template"]["spec"]
+        mounts = [m["mountPath"] for m in pod["containers"][0]["volumeMounts"]]
+        for path in _repositories(pod):
+            if not path.startswith("s3://"):
+                assert any(path == m or path.startswith(m + "/") for m in mounts), (path, mounts)
 
 
 def test_cvmfs_from_a_site_claim_or_a_nodes_autofs():

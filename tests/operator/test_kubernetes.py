@@ -25,7 +25,7 @@ from sonicsite.local.processes import stop_group
 NAMESPACE, SERVICE = "hep", "sonicsite-triton"
 
 
-def endpoint_slice(name: str, pod: str, server) -> dict:
+def endpoint_slice(name: str, pod: str, server, service: str = SERVICE) -> dict:
     """A discovery.k8s.io/v1 EndpointSlice as the EndpointSlice controller writes it."""
     return {
         "apiVersion": "discovery.k8s.io/v1",
@@ -35,7 +35,7 @@ def endpoint_slice(name: str, pod: str, server) -> dict:
             "namespace": NAMESPACE,
             "resourceVersion": "1",
             "labels": {
-                "kubernetes.io/service-name": SERVICE,
+                "kubernetes.io/service-name": service,
                 "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
             },
         },
@@ -173,6 +173,29 @@ def test_endpoint_slices_become_servers_draining_on_termination(site, api):
     # Losing the API server must not empty Envoy: the last answer stands, and is counted.
     api.close()
     assert [s.id for s in discovery.servers()] == ["triton-pod-0"] and discovery.errors == 1
+
+
+def test_each_pools_service_gives_its_servers_their_pool(site):
+    """The chart's pools: one headless Service per pool; a server is in its Service's pool."""
+    gpu, cpu = f"{SERVICE}-gpu", f"{SERVICE}-cpu"
+    first, second = site.servers
+    api = ApiServer(
+        [
+            endpoint_slice(f"{gpu}-a", "gpu-pod", first, service=gpu),
+            endpoint_slice(f"{cpu}-a", "cpu-pod", second, service=cpu),
+        ]
+    )
+    try:
+        pools = ((gpu, "gpu"), (cpu, "cpu"))
+        discovery = KubernetesDiscovery(
+            kubernetes_api(api.url), NAMESPACE, SERVICE, tuple(site.models), pools=pools
+        )
+        found = [(s.id, s.pool, s.grpc_port) for s in discovery.servers()]
+        assert found == [("cpu-pod", "cpu", second.grpc_port), ("gpu-pod", "gpu", first.grpc_port)]
+        alone = KubernetesDiscovery(kubernetes_api(api.url), NAMESPACE, gpu, tuple(site.models))
+        assert [(s.id, s.pool) for s in alone.servers()] == [("gpu-pod", "")]
+    finally:
+        api.close()
 
 
 def test_envoy_routes_to_the_servers_kubernetes_names(site, api, tmp_path):

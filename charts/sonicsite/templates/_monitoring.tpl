@@ -15,9 +15,10 @@ so that a Prometheus shared by several releases never sums one release with anot
 {{/* An expression of monitoring/rules with this release's matchers on every series it reads:
 Triton's (nv_inference_*), the operator's and the gateway's (sonicsite_*) and the recorded
 ones (sonicsite:*). The rule files name their series bare (tests/chart checks it), so each
-gets exactly one selector. Takes (dict "root" $ "expr" EXPR). */}}
+gets exactly one selector. Takes (dict "root" $ "expr" EXPR), and "matcher" (",model=~..."),
+a pool's models (_triton.tpl sonicsite.poolMatcher), where given. */}}
 {{- define "sonicsite.scopedExpr" -}}
-{{- $matchers := printf "{%s}" (include "sonicsite.releaseMatchers" .root) -}}
+{{- $matchers := printf "{%s%s}" (include "sonicsite.releaseMatchers" .root) (.matcher | default "") -}}
 {{- regexReplaceAll `\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+)\b` .expr (printf "${1}%s" $matchers) -}}
 {{- end -}}
 
@@ -49,7 +50,7 @@ scoped to this release, as YAML. Takes (dict "root" $ "path" PATH). */}}
 definition in PromQL) scoped to this release, highest over models, so that KEDA and the rule
 compute one quantity, and only over this release's servers. */}}
 {{- define "sonicsite.scalingQuery" -}}
-{{- $rules := .Files.Get "files/rules/autoscaling.rules.yaml" | fromYaml -}}
+{{- $rules := .root.Files.Get "files/rules/autoscaling.rules.yaml" | fromYaml -}}
 {{- $expr := "" -}}
 {{- range (index $rules.groups 0).rules -}}
 {{- if eq .record "sonicsite:model_queue_seconds_per_request:30s" -}}
@@ -59,7 +60,7 @@ compute one quantity, and only over this release's servers. */}}
 {{- if not $expr -}}
 {{- fail "files/rules/autoscaling.rules.yaml: no rule records sonicsite:model_queue_seconds_per_request:30s" -}}
 {{- end -}}
-{{- printf "max(%s)" (include "sonicsite.scopedExpr" (dict "root" . "expr" (trim $expr))) -}}
+{{- printf "max(%s)" (include "sonicsite.scopedExpr" (dict "root" .root "expr" (trim $expr) "matcher" .matcher)) -}}
 {{- end -}}
 
 {{/* prometheus-operator's relabelings that give a target this release's labels. */}}

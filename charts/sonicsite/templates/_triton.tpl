@@ -143,3 +143,89 @@ restricted protocols stay keyed by the operator's key. */}}
 {{- fail "autoscaling.minReplicas: 0 needs placement.enabled (a request for a pool at zero is held by the gateway until a server has started and loaded its model)" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Triton's pools, as YAML {pools: [...]}: one entry per pool, each with `name`, `suffix`
+(what its Deployment, Service and ScaledObject add to the triton component's name: "" for the
+single pool of a release without `pools`, so that its objects keep their names across
+upgrades), `models` (pinned; [] for the pool of every model no other pool names), `pinned`
+(every model some pool names), `labels` (what its pods and selector add), `preload` (the
+placement.preload models this pool holds), and its `replicas`, `minReplicas`, `maxReplicas`,
+`gpu`, `nodeSelector`, `tolerations` and `resources` (each defaulting to triton's or
+autoscaling's). */}}
+{{- define "sonicsite.tritonPools" -}}
+{{- $t := .Values.triton -}}
+{{- $a := .Values.autoscaling -}}
+{{- $p := .Values.placement -}}
+{{- $given := .Values.pools -}}
+{{- $pinned := list -}}
+{{- range $given }}{{ $pinned = concat $pinned (.models | default list) }}{{ end -}}
+{{- if not $given -}}
+{{- $given = list (dict "name" "default") -}}
+{{- end -}}
+{{- $pools := list -}}
+{{- $names := list -}}
+{{- $catchAll := list -}}
+{{- range $given -}}
+{{- if has .name $names -}}
+{{- fail (printf "pools: %s is named twice" .name) -}}
+{{- end -}}
+{{- $names = append $names .name -}}
+{{- $models := .models | default list -}}
+{{- if not $models }}{{ $catchAll = append $catchAll .name }}{{ end -}}
+{{- range $models -}}
+{{- if not (has . $t.models) -}}
+{{- fail (printf "pools: %s is not one of triton.models (the catalogue)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $preload := list -}}
+{{- range $p.preload -}}
+{{- if or (has . $models) (and (not $models) (not (has . $pinned))) }}{{ $preload = append $preload . }}{{ end -}}
+{{- end -}}
+{{- $suffix := ternary "" (printf "-%s" .name) (not $.Values.pools) -}}
+{{- $labels := ternary (dict) (dict "sonicsite.io/pool" .name) (not $.Values.pools) -}}
+{{- $pool := dict "name" .name "suffix" $suffix "models" $models "pinned" $pinned "labels" $labels "preload" $preload -}}
+{{- $_ := set $pool "replicas" (hasKey . "replicas" | ternary .replicas $t.replicas) -}}
+{{- $_ := set $pool "minReplicas" (hasKey . "minReplicas" | ternary .minReplicas $a.minReplicas) -}}
+{{- $_ := set $pool "maxReplicas" (hasKey . "maxReplicas" | ternary .maxReplicas $a.maxReplicas) -}}
+{{- $_ := set $pool "gpu" (.gpu | default $t.gpu) -}}
+{{- $_ := set $pool "nodeSelector" (hasKey . "nodeSelector" | ternary .nodeSelector $t.nodeSelector) -}}
+{{- $_ := set $pool "tolerations" (hasKey . "tolerations" | ternary .tolerations $t.tolerations) -}}
+{{- $_ := set $pool "resources" (hasKey . "resources" | ternary .resources $t.resources) -}}
+{{- $pools = append $pools $pool -}}
+{{- end -}}
+{{- if gt (len $catchAll) 1 -}}
+{{- fail (printf "pools: at most one pool names no models (it takes every model no other pool names), got %s" (join ", " $catchAll)) -}}
+{{- end -}}
+{{- if and $.Values.pools (not $catchAll) -}}
+{{- range $t.models -}}
+{{- if not (has . $pinned) -}}
+{{- fail (printf "pools: %s is in no pool, and no pool takes the others (give one pool no models)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $.Values.pools (not $p.enabled) -}}
+{{- fail "pools: expected placement.enabled (the operator loads each model in its pool)" -}}
+{{- end -}}
+{{- toYaml (dict "pools" $pools) -}}
+{{- end -}}
+
+{{/* The operator's pool options: each pool and its models, and its Service. */}}
+{{- define "sonicsite.poolArgs" -}}
+{{- if .Values.pools -}}
+{{- range (include "sonicsite.tritonPools" . | fromYaml).pools }}
+- --pool={{ .name }}{{ with .models }}={{ join "," . }}{{ end }}
+- --pool-service={{ .name }}={{ include "sonicsite.tritonService" $ }}{{ .suffix }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A PromQL matcher for a pool's models (the `model` label of Triton's and the gateway's
+series): its pinned models, or for the pool that names none, every model not pinned to
+another; "" for the single pool of a release without `pools`. Takes a pool entry. */}}
+{{- define "sonicsite.poolMatcher" -}}
+{{- if .models -}}
+{{- printf ",model=~%q" (join "|" .models) -}}
+{{- else if .pinned -}}
+{{- printf ",model!~%q" (join "|" .pinned) -}}
+{{- end -}}
+{{- end -}}

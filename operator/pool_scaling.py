@@ -1,0 +1,119 @@
+"""Autoscaling per pool: each pool of servers (operator/catalogue.py) scales on its own models'
+queue time, between the policy's min and max, with its own stabilisation windows; a pool
+below one server is woken by requests held for one of its models (as KEDA's activation on
+the held-request metric wakes the chart's pool at zero). A site without pools is one pool,
+`default`, of every server and model: the one autoscaler it had.
+
+The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
+a pool whose last action is still running decides nothing new. Every action is a scale event
+(pool, from, to, reason, then its seconds and outcome) in `/v1/state`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from sonicsite.contract.wire import DEFAULT_POOL, ServerRecord
+
+from .autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
+from .loadview import ModelLoad
+from .metrics import OperatorMetrics
+
+Actuate = Callable[[int, str], None]  # brings pool (2nd) to N servers (1st); blocking
+EVENTS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """What one step knows of a pool: its servers taking work, its models' loads over the
+    policy's window, and its models' held requests."""
+
+    current: int
+    loads: list[ModelLoad]
+    held: int
+
+
+def pool_views(
+    pools: Iterable[str],
+    pool_of: Callable[[str], str],
+    servers: list[ServerRecord],
+    loads: list[ModelLoad],
+    held: dict[str, int],
+) -> dict[str, PoolView]:
+    """Each pool's view: servers by their pool ("" is the default pool), loads and held
+    requests by their model's pool."""
+    return {
+        pool: PoolView(
+            current=len(
+                [s for s in servers if not s.draining and (s.pool or DEFAULT_POOL) == pool]
+            ),
+            loads=[load for load in loads if pool_of(load.model) == pool],
+            held=sum(n for model, n in held.items() if pool_of(model) == pool),
+        )
+        for pool in pools
+    }
+
+
+@dataclass
+class PoolScaling:
+    policy: ScalingPolicy
+    actuate: Actuate | None = None  # handed in by the site (the local launcher's actuator)
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    scalers: dict[str, Autoscaler] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    _running: dict[str, threading.Thread] = field(default_factory=dict)
+
+    def step(self, views: dict[str, PoolView], now: float) -> None:
+        """Decide each pool's servers; start an action for each pool that must change. The
+        gauges are the site's: servers summed over pools, the metric the highest."""
+        wanted, current, metrics = 0, 0, []
+        for pool, view in views.items():
+            scaler = self.scalers.setdefault(pool, Autoscaler(self.policy))
+            metric = queue_ms_per_request(view.loads)
+            desired = scaler.desired(now, view.current, metric)
+            activation = view.held > 0 and desired < 1
+            if activation:
+                desired = 1
+            wanted, current = wanted + desired, current + view.current
+            metrics.append(metric or 0.0)
+            running = self._running.get(pool)
+            if desired == view.current or self.actuate is None:
+                continue
+            if running is not None and running.is_alive():
+                continue
+            direction = "up" if desired > view.current else "down"
+            self.metrics.scale_events.labels(direction).inc()
+            reason = f"{view.held} request(s) held" if activation else ""
+            event = {"at": now, "pool": pool, "from": view.current, "to": desired}
+            event |= {"metric_ms": metric, "direction": direction}
+            event["reason"] = reason or f"queue time {metric or 0.0:.1f} ms per request"
+            self.events.append(event)
+            del self.events[:-EVENTS_KEPT]
+            thread = threading.Thread(target=self._carry_out, args=(event,), daemon=True)
+            self._running[pool] = thread
+            thread.start()
+        self.metrics.scaling_metric.set(max(metrics, default=0.0) / 1e3)
+        self.metrics.desired.set(wanted)
+        self.metrics.current.set(current)
+        self.metrics.max_servers.set(self.policy.max_servers * max(len(views), 1))
+
+    def _carry_out(self, event: dict) -> None:
+        """One scale event; its seconds and outcome go into it (and a failure to the log:
+        the next step decides again)."""
+        assert self.actuate is not None
+        started = time.monotonic()
+        try:
+            self.actuate(event["to"], event["pool"])
+            event["outcome"] = "done"
+        except Exception as exc:  # a server that would not start: said, and tried again
+            event["outcome"] = f"failed: {exc}"
+            self.metrics.step_errors.inc()
+            print(
+                f"operator: scaling pool {event['pool']} to {event['to']} servers failed: {exc}",
+                file=sys.stderr,
+            )
+        event["seconds"] = round(time.monotonic() - started, 3)

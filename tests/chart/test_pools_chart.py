@@ -1,0 +1,111 @@
+"""Pools in the chart: one Deployment, headless Service and ScaledObject per pool, each pool
+scaling on its own models' queue time and woken by requests held for its own models, min 0
+allowed; the operator told each pool's models and Service as it parses them; what cannot be a
+pool refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from chartcheck import CHART, check_profile, objects, render
+from sonicsite.operator import options
+from sonicsite.operator.main import parser as operator_parser
+
+POOLS = yaml.safe_load((CHART / "ci" / "gpu-pools-values.yaml").read_text())
+
+
+def _named(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def test_the_pools_profile_renders_and_passes_every_schema_and_tool():
+    report = check_profile("gpu-pools-values", POOLS)
+    assert report.errors == [], "\n".join(report.errors)
+
+
+def test_each_pool_has_its_deployment_service_and_scaled_object():
+    docs = objects(render(POOLS))
+    deployments = _named(docs, "Deployment")
+    a100, t4 = deployments["site-sonicsite-triton-a100"], deployments["site-sonicsite-triton-t4"]
+    assert "site-sonicsite-triton" not in deployments
+    for deployment, pool, product in ((a100, "a100", "NVIDIA-A100"), (t4, "t4", "Tesla-T4")):
+        spec = deployment["spec"]
+        assert spec["selector"]["matchLabels"]["sonicsite.io/pool"] == pool
+        pod = spec["template"]
+        assert pod["metadata"]["labels"]["sonicsite.io/pool"] == pool
+        assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "triton"
+        assert pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"].startswith(product)
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    services = _named(docs, "Service")
+    for pool in ("a100", "t4"):
+        service = services[f"site-sonicsite-triton-{pool}"]
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["selector"]["sonicsite.io/pool"] == pool
+    scaled = _named(docs, "ScaledObject")
+    assert sorted(scaled) == ["site-sonicsite-triton-a100", "site-sonicsite-triton-t4"]
+    a100_so, t4_so = scaled["site-sonicsite-triton-a100"], scaled["site-sonicsite-triton-t4"]
+    assert a100_so["spec"]["scaleTargetRef"]["name"] == "site-sonicsite-triton-a100"
+    assert (a100_so["spec"]["minReplicaCount"], a100_so["spec"]["maxReplicaCount"]) == (0, 4)
+    assert (t4_so["spec"]["minReplicaCount"], t4_so["spec"]["maxReplicaCount"]) == (1, 8)
+    queue, held = (t["metadata"]["query"] for t in a100_so["spec"]["triggers"])
+    assert 'model=~"particle_transformer"' in queue and 'model=~"particle_transformer"' in held
+    queue, held = (t["metadata"]["query"] for t in t4_so["spec"]["triggers"])
+    assert 'model!~"particle_transformer"' in queue and 'model!~"particle_transformer"' in held
+
+
+def test_the_operator_gets_each_pool_and_its_service_as_it_parses_them():
+    docs = objects(render(POOLS))
+    (operator,) = [
+        d for d in _named(docs, "Deployment").values() if "operator" in d["metadata"]["name"]
+    ]
+    parser = operator_parser()
+    parsed = parser.parse_args(operator["spec"]["template"]["spec"]["containers"][0]["args"])
+    settings = options.placement_settings(parsed, parser)
+    assert settings.pools == (("a100", ("particle_transformer",)), ("t4", ()))
+    assert parsed.pool_service == ["a100=site-sonicsite-triton-a100", "t4=site-sonicsite-triton-t4"]
+
+
+def test_a_release_without_pools_keeps_its_objects_names_and_selectors():
+    """Upgrading a release that has no pools changes no name and no (immutable) selector."""
+    docs = objects(render({}))
+    (triton,) = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "site-sonicsite-triton"
+    ]
+    assert "sonicsite.io/pool" not in triton["spec"]["selector"]["matchLabels"]
+    operator = next(
+        d for d in docs if d["kind"] == "Deployment" and "operator" in d["metadata"]["name"]
+    )
+    assert not [
+        a for a in operator["spec"]["template"]["spec"]["containers"][0]["args"] if "pool" in a
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pools", "message"),
+    [
+        ([{"name": "a"}, {"name": "b"}], "at most one pool names no models"),
+        ([{"name": "a", "models": ["deepmet"]}], "particlenet_ak4 is in no pool"),
+        (
+            [{"name": "a", "models": ["nosuch"]}, {"name": "b"}],
+            "nosuch is not one of triton.models",
+        ),
+        ([{"name": "a"}, {"name": "a", "models": ["deepmet"]}], "a is named twice"),
+        ([{"name": "A_100"}], "pools/0/name"),
+        (
+            [{"name": "a", "minReplicas": 3, "maxReplicas": 2}],
+            r"pools\[a\].minReplicas: expected at most",
+        ),
+    ],
+)
+def test_what_cannot_be_a_pool_is_refused_with_the_reason(pools, message):
+    values = {**POOLS, "pools": pools, "triton": {"models": ["particlenet_ak4", "deepmet"]}}
+    with pytest.raises(Exception, match=message):
+        render(values)
+
+
+def test_pools_need_placement():
+    values = {"pools": [{"name": "a"}], "monitoring": {"prometheus": {"enabled": True}}}
+    with pytest.raises(Exception, match=r"pools: expected placement\.enabled"):
+        render(values)
