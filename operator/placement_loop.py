@@ -161,10 +161,16 @@ class PlacementLoop:
         return pending
 
     def report_held(self, source: str, counts: dict[str, int], now: float) -> dict[str, int]:
-        """A holder's requests held per model (`PUT /v1/held`); the site's counts now."""
+        """A holder's requests held per model (`PUT /v1/held`); the site's counts now. A
+        model newly held asks for a step now: its load is decided at once, not on the next
+        interval (every second counts in a cold start)."""
         with self._lock:
+            before = self.held.held(now)
             self.held.report(source, counts, now)
-            return self.held.held(now)
+            held = self.held.held(now)
+        if any(n > 0 and not before.get(m) for m, n in held.items()):
+            self.wake()
+        return held
 
     def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
         demand = {}

@@ -8,6 +8,7 @@ import pytest
 from sonicsite.operator import options
 from sonicsite.operator.catalogue import Budget, ModelInfo, Pool, catalogue_of
 from sonicsite.operator.controller import ENVOY_GONE_S, EnvoyAcks
+from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.placement import (
     Demand,
     Kind,
@@ -16,6 +17,7 @@ from sonicsite.operator.placement import (
     decide,
     waiting_reasons,
 )
+from sonicsite.operator.placement_loop import PlacementLoop
 from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.placement_state import HeldCounts
 from sonicsite.operator.xds_resources import model_cluster, rest_cluster
@@ -36,6 +38,20 @@ def test_held_counts_sum_over_holders_and_lapse_with_their_reports():
     assert counts.held(106.0) == {}
     with pytest.raises(ValueError, match="simple"):
         counts.report("gateway-a", {"simple": -1}, now=107.0)
+
+
+def test_a_model_newly_held_asks_the_operator_for_a_step_now():
+    """Its load is decided at once, not at the next interval: a cold start is shorter."""
+    steps: list[float] = []
+    loop = PlacementLoop(_catalogue(), PlacementSettings(), "key", OperatorMetrics())
+    loop.wake = lambda: steps.append(1.0)
+    assert loop.report_held("gateway", {"simple": 1}, now=100.0) == {"simple": 1}
+    assert len(steps) == 1
+    loop.report_held("gateway", {"simple": 3}, now=101.0)  # still held: no new demand
+    loop.report_held("gateway", {}, now=102.0)
+    assert len(steps) == 1
+    loop.report_held("gateway", {"simple": 1, "identity": 2}, now=103.0)
+    assert len(steps) == 2
 
 
 def _catalogue(budget: int | None = None):
