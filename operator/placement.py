@@ -22,15 +22,17 @@ The rules, in the order they are applied within one step:
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
    one slow interval is noise; and the newest replica must have had time to take its share
    before the queue is judged again, or a burst would load a replica per step.
-4. MAKE_ROOM (inside 2 and 3): when no server of the pool has room, the least recently used
-   idle replica (ready, nothing in flight, nothing held, unused for `evict_idle_s`, resident
-   for `min_resident_s`) is unloaded to make it. Least recently used, because the model
+4. MAKE_ROOM (inside 2 and 3): when no server of the pool has room, an idle replica (ready,
+   nothing in flight, nothing held, unused for `evict_idle_s`, resident for
+   `min_resident_s`) is unloaded to make it: first one whose model has another ready
+   replica (nothing is lost: no later cold start), then one that is its model's only
+   replica; least recently used first within each. Least recently used, because the model
    used longest ago is the least likely to be needed next (job waves move from model to
-   model); "idle" and
-   "resident", because evicting a model in use, or one just loaded, for another trades one
-   cold start for another and flaps. Held requests weigh more than queue pressure: only a
-   first replica may also take a surplus replica (of a model with several ready), and only
-   while nothing is in flight in it.
+   model); "idle" and "resident", because evicting a model in use, or one just loaded, for
+   another trades one cold start for another and flaps. Held requests weigh more than queue
+   pressure: only a first replica may also take a surplus replica that is not idle yet (of
+   a model with several ready), before any model's only replica, and only while nothing is
+   in flight in it.
 
 Where a load goes (2 and 3): the server of the pool with the fewest replicas at work left
 beside it (loading or with a request in flight), then the fewest used within
@@ -154,8 +156,10 @@ class _Step:
         return max(shares)
 
     def evictable(self, server: ServerState, surplus: bool) -> list[Replica]:
-        """Replicas that may make room on `server`, least recently used first: idle ones;
-        with `surplus`, then replicas of models with another ready replica elsewhere."""
+        """Replicas that may make room on `server`, in the order to take them: idle ones
+        of models with another ready replica elsewhere (no model is lost); with `surplus`,
+        then the other replicas of such models; then idle ones that are their model's only
+        replica (it will need a load again). Least recently used first within each."""
         ready = {
             m: sum(
                 1
@@ -189,7 +193,9 @@ class _Step:
             (r for r in server.replicas if movable(r) and r not in idle and ready[r.model] > 1),
             key=lru,
         )
-        return idle + (spare if surplus else [])
+        idle_spare = [r for r in idle if ready[r.model] > 1]
+        only = [r for r in idle if ready[r.model] <= 1]
+        return idle_spare + (spare if surplus else []) + only
 
     def place(self, model: str, rule: Rule, why: str) -> bool:
         """Load `model` on the best server of its pool, making room if needed; False when

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from .bench.commands import add_bench_parser, run_bench
+from .cli_placement import add_placement_args, placement_settings, server_pools
 from .contract.options import at_least, non_negative
-from .contract.wire import HOLD_DEADLINE_S
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
@@ -206,41 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL=SERVER[,SERVER]",
         help="a model only these servers load (repeatable; every server loads the others)",
     )
-    p.add_argument(
-        "--placement",
-        action="store_true",
-        help="the operator loads and unloads models as their use asks (off: every server "
-        "keeps the models it starts with)",
-    )
-    p.add_argument(
-        "--idle-unload-s",
-        type=non_negative,
-        default=300.0,
-        help="with --placement: a model unused this long, nothing in flight, is unloaded",
-    )
-    p.add_argument(
-        "--budget-models",
-        type=at_least(1),
-        default=None,
-        help="with --placement: models each server may hold (default: no limit)",
-    )
-    p.add_argument(
-        "--hold-deadline-s",
-        type=at_least(1),
-        default=None,
-        help="with --placement: how long a request for a model no server holds waits for "
-        f"one to load it before it fails, naming the model and why (default: {HOLD_DEADLINE_S:g})",
-    )
-    p.add_argument(
-        "--pool",
-        action="append",
-        default=[],
-        type=_pool,
-        metavar="NAME=SERVERS[:MODEL,...]",
-        help="with --placement: a pool of SERVERS servers that alone load the MODELs pinned to "
-        "it (none: every model no other pool names); repeatable; the pools' servers replace "
-        "--servers",
-    )
+    add_placement_args(p)
     _tracing_args(p)
 
     p = sub.add_parser("down", help="stop the local site")
@@ -414,44 +380,13 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
     return 0 if report["events_ok"] == report["events_total"] else 1
 
 
-def _placement(args: argparse.Namespace):
-    """`up --placement`: the operator's placement settings; None without it."""
-    from .operator.placement_settings import PlacementSettings
-
-    if not getattr(args, "placement", False):
-        return None
-    held = {} if args.hold_deadline_s is None else {"hold_deadline_s": args.hold_deadline_s}
-    pools = tuple((name, models) for name, _, models in args.pool)
-    return PlacementSettings(
-        idle_unload_s=args.idle_unload_s, budget_models=args.budget_models, pools=pools, **held
-    )
-
-
-def _server_pools(args: argparse.Namespace) -> list[str] | None:
-    """`up --pool`: each server's pool, the pools' servers in order; None without pools."""
-    pools = getattr(args, "pool", [])
-    return [name for name, servers, _ in pools for _ in range(servers)] or None
-
-
-def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
-    """`--pool NAME=SERVERS[:MODEL,...]` as (name, servers, pinned models)."""
-    name, _, rest = text.partition("=")
-    count, _, models = rest.partition(":")
-    pinned = tuple(m for m in models.split(",") if m)
-    if not name or not count.isdigit() or int(count) < 1 or (models and not pinned):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"
-        )
-    return name, int(count), pinned
-
-
 def _site(args: argparse.Namespace) -> int:
     """up, down, submit and demo: the commands that start or use a local site."""
     from .local.launcher import down, up
     from .local.status import print_status
 
     def start(models: list[str] | None):
-        pools = _server_pools(args)
+        pools = server_pools(args)
         return up(
             args.dir,
             len(pools) if pools else args.servers,
@@ -462,9 +397,9 @@ def _site(args: argparse.Namespace) -> int:
             supervise=not getattr(args, "no_supervise", False),
             holding=dict(getattr(args, "hold", [])),
             tracing=_tracing(args),
-            placing=_placement(args),
+            placing=placement_settings(args),
             framework=args.framework,
-            server_pools=_server_pools(args),
+            server_pools=server_pools(args),
         )
 
     if args.command == "up":

@@ -173,6 +173,31 @@ def test_held_requests_may_take_a_surplus_replica_with_nothing_in_flight():
     assert decide(catalogue(), servers, pressed, 100.0, POLICY) == []
 
 
+def test_room_is_made_first_from_a_model_with_another_replica_not_from_an_only_copy():
+    """A wave just ended on `a` (three replicas, used a second ago); `b`, `c`, `d` are each
+    their model's only copy, idle long. A held model takes a replica of `a` (nothing is
+    lost), not an only copy (which would need a cold start when its wave comes back)."""
+    servers = [
+        server("s0", used("a", 99.0), used("b", 50.0)),
+        server("s1", used("a", 99.0), used("c", 50.0)),
+        server("s2", used("a", 99.0), used("d", 50.0)),
+    ]
+    decisions = decide(catalogue(), servers, {"e": Demand(held=2)}, 100.0, POLICY)
+    assert moves(decisions) == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "first_replica", "e", "s0"),
+    ]
+    # queue pressure takes idle replicas only: of a model with another replica first, though
+    # the only copies were used longer ago
+    idle_a = [server(s.id, used("a", 60.0), *s.replicas[1:]) for s in servers]
+    pressed = {"b": Demand(queue_ms=900, threshold_ms=100, over_since=0.0)}
+    decisions = decide(catalogue(), idle_a, pressed, 100.0, POLICY)
+    assert moves(decisions) == [
+        ("unload", "make_room", "a", "s1"),
+        ("load", "queue_pressure", "b", "s1"),
+    ]
+
+
 def test_an_idle_model_is_unloaded_after_its_idle_time_never_under_a_request_in_flight():
     servers = [server("s0", used("a", 100.0), used("b", 100.0, in_flight=1))]
     assert decide(catalogue(), servers, {}, 159.0, POLICY) == []  # idle 59 s of 60

@@ -36,7 +36,7 @@ from sonicsite.operator.xds_resources import model_cluster
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
-from sonicsite import cli
+from sonicsite import cli, cli_placement
 from sonicsite.contract.wire import read_state_file
 from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
@@ -349,9 +349,9 @@ def test_up_placement_options_reach_the_operator_and_are_off_by_default():
     """`sonicsite up --placement ...` gives the launcher settings whose operator options
     parse back to the same settings; without --placement the operator places nothing."""
     up = ["up", "--placement", "--idle-unload-s", "3", "--budget-models", "2"]
-    settings = cli._placement(cli.build_parser().parse_args(up))
+    settings = cli_placement.placement_settings(cli.build_parser().parse_args(up))
     assert settings == PlacementSettings(idle_unload_s=3.0, budget_models=2)
-    assert cli._placement(cli.build_parser().parse_args(["up"])) is None
+    assert cli_placement.placement_settings(cli.build_parser().parse_args(["up"])) is None
     required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
     args = operator_main.parser().parse_args(required + settings.args())
     assert (args.placement, args.idle_unload_s, args.budget_models) == (True, 3.0, 2)

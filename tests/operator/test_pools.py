@@ -16,7 +16,7 @@ from sonicsite.models.samples import DEFAULT_BATCH, generate
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.placement_settings import PlacementSettings
 
-from sonicsite import cli
+from sonicsite import cli, cli_placement
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
 from sonicsite.local.state import SiteState
@@ -121,8 +121,9 @@ def test_up_takes_pools_on_the_command_line(capsys):
     args = parser.parse_args(
         ["up", "--placement", "--pool", "big=1:particlenet_ak4", "--pool", "rest=2"]
     )
-    assert cli._placement(args).pools == (("big", ("particlenet_ak4",)), ("rest", ()))
-    assert cli._server_pools(args) == ["big", "rest", "rest"]
+    settings = cli_placement.placement_settings(args)
+    assert settings.pools == (("big", ("particlenet_ak4",)), ("rest", ()))
+    assert cli_placement.server_pools(args) == ["big", "rest", "rest"]
     with pytest.raises(SystemExit):
         parser.parse_args(["up", "--pool", "big=none"])
     assert "expected NAME=SERVERS[:MODEL,...]" in capsys.readouterr().err
