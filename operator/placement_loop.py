@@ -8,11 +8,14 @@ and the gateway follow a load or an unload on the next step; a request for a mod
 server holds is held by the gateway (gateway/holding.py), whose counts (`report_held`) are
 the demand that loads it.
 
-The decisions are carried out in a worker thread, one list at a time, each server's in
-their order (a MAKE_ROOM unload before the load it makes room for) and the servers side by
-side (two models cold at once load at once), so a load that takes seconds never
-stalls the step that keeps Envoy's weights and admission fresh; while a list is being
-carried out no new one is decided (the replicas it loads or unloads are in motion). Each
+The decisions are carried out in worker threads, one per server, each server's in their
+order (a MAKE_ROOM unload before the load it makes room for) and the servers side by side
+(two models cold at once load at once), so a load that takes seconds never stalls the step
+that keeps Envoy's weights and admission fresh. A server whose decisions are being carried
+out gets no new ones until they are done; the others may, on the next step (a model held a
+moment after another one's load was decided does not wait for that load): every step
+decides with the replicas in motion as they are (`apply`: loading, unloading), so no model
+is loaded twice and no budget counted short. Each
 decision is checked again right before it is carried out, against what the steps saw since
 (a list can take seconds, and no decision outlives the state it was taken on): a load
 whose held requests or queue pressure are gone is dropped, with the MAKE_ROOM unload that
@@ -63,6 +66,7 @@ from .placement import (
     ReplicaState,
     Rule,
     ServerState,
+    apply,
     decide,
     pressure_since,
     waiting_reasons,
@@ -105,7 +109,9 @@ class PlacementLoop:
     routes_gone: Callable[[str, str], bool] = lambda model, server: True
     wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
     _policy: PlacementPolicy | None = None
-    _worker: threading.Thread | None = None
+    _busy: dict[str, list[Decision]] = field(default_factory=dict)  # server -> not yet done
+    _loaded: set[Decision] = field(default_factory=set)  # loads done, not yet observed ready
+    _workers: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -190,8 +196,6 @@ class PlacementLoop:
         with self._lock:
             pending = self._usage(servers, loadview)
             demand = self._demand(loadview, now)
-            if self._worker is not None and self._worker.is_alive():
-                return
             states = [
                 ServerState(
                     s.id,
@@ -210,28 +214,61 @@ class PlacementLoop:
                 )
                 for s in servers
             ]
+            states = apply(states, self._in_motion(servers), now)
             decisions = decide(self.catalogue, states, demand, now, self._policy)
-            due = [d for d in decisions if self._due(d, now)]
+            due = [d for d in decisions if self._due(d, now) and d.server not in self._busy]
             failed = {
                 k[1]: f"its load on {k[2]} failed ({b.failures} in a row): {b.reason}"
                 for k, b in self.backoff.items()
                 if k[0] == "load"
             }
             self.hold_reasons = waiting_reasons(states, demand, decisions, failed)
-        if not due:
-            return
-        by_id = {s.id: s for s in servers}
-        self._worker = threading.Thread(
-            target=self.carry_out, args=(due, by_id, loadview, now), daemon=True
+        if due:
+            self._start(due, {s.id: s for s in servers}, loadview, now)
+
+    def _in_motion(self, servers: list[ServerRecord]) -> list[Decision]:
+        """The decisions being carried out, as `apply` shows them to `decide`: a load not
+        yet seen ready (a LOADING replica), an unload (UNLOADING). Under the lock."""
+        ready = {(s.id, m) for s in servers for m in s.models}
+        known = {s.id for s in servers}
+        self._loaded = {
+            d for d in self._loaded if d.server in known and (d.server, d.model) not in ready
+        }
+        moving = [d for mine in self._busy.values() for d in mine] + sorted(
+            self._loaded, key=lambda d: (d.server, d.model)
         )
-        self._worker.start()
+        return [d for d in moving if not (d.kind is Kind.LOAD and (d.server, d.model) in ready)]
+
+    def _start(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        """One worker per server for its decisions, the server busy until they are done."""
+        by_server: dict[str, list[Decision]] = {}
+        for d in decisions:
+            by_server.setdefault(d.server, []).append(d)
+        with self._lock:
+            self._busy.update({server: list(mine) for server, mine in by_server.items()})
+            self._workers = [w for w in self._workers if w.is_alive()]
+        for mine in by_server.values():
+            worker = threading.Thread(
+                target=self._carry_out_on, args=(mine, servers, view, decided_at), daemon=True
+            )
+            with self._lock:
+                self._workers.append(worker)
+            worker.start()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the decisions being carried out; True once none is (tests, shutdown)."""
-        worker = self._worker
-        if worker is not None:
-            worker.join(timeout)
-        return worker is None or not worker.is_alive()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(w.is_alive() for w in workers)
 
     def _due(self, d: Decision, now: float) -> bool:
         held = self.backoff.get((d.kind.value, d.model, d.server))
@@ -249,19 +286,8 @@ class PlacementLoop:
         """The list, each server's decisions in their order and the servers at once (two
         first replicas on two servers load side by side), each decision checked again
         first (`_dropped`); returns once all are done."""
-        by_server: dict[str, list[Decision]] = {}
-        for d in decisions:
-            by_server.setdefault(d.server, []).append(d)
-        workers = [
-            threading.Thread(
-                target=self._carry_out_on, args=(mine, servers, view, decided_at), daemon=True
-            )
-            for mine in by_server.values()
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        self._start(decisions, servers, view, decided_at)
+        self.wait()
 
     def _carry_out_on(
         self,
@@ -270,7 +296,20 @@ class PlacementLoop:
         view: LoadView,
         decided_at: float,
     ) -> None:
-        """One server's decisions, in their order."""
+        """One server's decisions, in their order; the server is busy until they are done."""
+        try:
+            self._carry_out_list(decisions, servers, view, decided_at)
+        finally:
+            with self._lock:
+                self._busy.pop(decisions[0].server, None)
+
+    def _carry_out_list(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
         unmade: set[str] = set()  # servers whose MAKE_ROOM unload did not happen
         for k, d in enumerate(decisions):
             server = servers[d.server]
@@ -308,6 +347,11 @@ class PlacementLoop:
                         "seconds": round(time.monotonic() - started, 3),  # carrying it out
                     }
                 )
+                remaining = self._busy.get(d.server, [])
+                if d in remaining:
+                    remaining.remove(d)
+                if d.kind is Kind.LOAD and outcome.startswith("loaded"):
+                    self._loaded.add(d)  # loading, to `decide`, until a step sees it ready
 
     def _dropped(self, d: Decision, after: Sequence[Decision], unmade: set[str]) -> str:
         """Why `d` no longer stands (empty: it does): a load nobody waits for now or whose

@@ -198,6 +198,19 @@ def test_room_is_made_first_from_a_model_with_another_replica_not_from_an_only_c
     ]
 
 
+def test_a_step_taken_while_a_load_is_in_motion_loads_nothing_twice():
+    """The operator decides again while another server's decisions are carried out: the
+    load in motion is a LOADING replica (`apply`), so the model held a moment later goes to
+    the other server and the one loading is not loaded again."""
+    servers = [server("s0", used("a", 50.0)), server("s1", used("b", 50.0))]
+    first = decide(catalogue(slots=2), servers, {"c": Demand(held=1)}, 100.0, POLICY)
+    assert moves(first) == [("load", "first_replica", "c", "s0")]
+    moving = apply(servers, first, 100.0)
+    held = {"c": Demand(held=3), "d": Demand(held=1)}
+    later = decide(catalogue(slots=2), moving, held, 100.5, POLICY)
+    assert moves(later) == [("load", "first_replica", "d", "s1")]
+
+
 def test_an_idle_model_is_unloaded_after_its_idle_time_never_under_a_request_in_flight():
     servers = [server("s0", used("a", 100.0), used("b", 100.0, in_flight=1))]
     assert decide(catalogue(), servers, {}, 159.0, POLICY) == []  # idle 59 s of 60
