@@ -1,7 +1,9 @@
 """The status page: one HTML document that reads `/v1/status` every two seconds.
 
-Servers (ready, draining, weight, models), per-model load (queue and compute time per
-request, throughput, pending) and admission, the recent scale events, and the site's
+Servers (ready, draining, weight, pool, models), per-model load (queue and compute time per
+request, throughput, pending) and admission, placement over time (the operator's last
+decisions: which model it loaded or unloaded where, why, and how it ended; requests held),
+the recent scale events (per pool, with their reason), and the site's
 processes with their state and restarts (a local site's state file, read through the
 contract's `read_processes`; on Kubernetes the cluster restarts pods and the page says so);
 readable at a glance, no assets to serve.
@@ -59,19 +61,23 @@ STATUS_PAGE = """<!doctype html>
 <h1>sonicsite</h1>
 <div id="meta">loading…</div>
 <h2>Servers</h2>
-<table id="servers"><thead><tr><th>server</th><th>state</th><th>weight</th><th>gRPC</th>
-<th>HTTP</th><th>models</th></tr></thead><tbody></tbody></table>
+<table id="servers"><thead><tr><th>server</th><th>state</th><th>weight</th><th>pool</th>
+<th>gRPC</th><th>HTTP</th><th>models</th></tr></thead><tbody></tbody></table>
 <h2>Models</h2>
 <table id="models"><thead><tr><th>model</th><th>admission</th><th>server</th>
 <th>queue ms/req</th><th>compute ms/req</th><th>req/s</th><th>pending</th></tr></thead>
 <tbody></tbody></table>
+<h2>Placement</h2>
+<div id="placement-note"></div>
+<table id="placement"><thead><tr><th>when</th><th>decision</th><th>model</th><th>server</th>
+<th>rule</th><th>outcome</th><th>why</th></tr></thead><tbody></tbody></table>
 <h2>Processes</h2>
 <div id="processes-note"></div>
 <table id="processes"><thead><tr><th>process</th><th>kind</th><th>pid</th><th>state</th>
 <th>restarts</th><th>last exit</th><th>in state for</th></tr></thead><tbody></tbody></table>
 <h2>Scale events</h2>
-<table id="scale"><thead><tr><th>when</th><th>from</th><th>to</th><th>metric ms</th></tr>
-</thead><tbody></tbody></table>
+<table id="scale"><thead><tr><th>when</th><th>pool</th><th>from</th><th>to</th>
+<th>metric ms</th><th>why</th><th>outcome</th></tr></thead><tbody></tbody></table>
 <script>
 const ms = us => us == null ? "–" : (us / 1000).toFixed(2);
 function cell(text, cls) {
@@ -99,6 +105,21 @@ function processes(p) {
     cell(r.since ? (now - r.since).toFixed(0) + " s" : "–", "num")]),
     records.map(r => ({process: r.name, state: r.state, restarts: r.restarts})));
 }
+const when = at => new Date(at * 1000).toLocaleTimeString();
+const OUTCOME_CLASS = o => !o ? "warn" : o.startsWith("failed") ? "bad" : "";
+function placement(p) {
+  const note = document.getElementById("placement-note");
+  if (!p) { note.textContent = "placement is off: every server keeps the models it starts with"; }
+  else {
+    const held = Object.entries(p.held || {}).map(([m, n]) => `${m}: ${n}`);
+    note.textContent = held.length ? "requests held: " + held.join(", ") : "no request held";
+  }
+  const decisions = p ? p.decisions.slice().reverse() : [];
+  fill("placement", decisions.map(d => [
+    cell(when(d.at)), cell(d.kind), cell(d.model), cell(d.server), cell(d.rule),
+    cell(d.outcome || "in progress", OUTCOME_CLASS(d.outcome)), cell(d.reason)]),
+    decisions.map(d => ({model: d.model, kind: d.kind})));
+}
 async function refresh() {
   try {
     const reply = await fetch("v1/status", {cache: "no-store"});
@@ -114,7 +135,8 @@ async function refresh() {
       cell(s.id),
       s.draining ? cell("draining", "warn")
         : cell(s.ready ? "ready" : "down", s.ready ? "ok" : "bad"),
-      cell(s.weight, "num"), cell(s.grpc), cell(s.http), cell((s.models || []).join(", "))]));
+      cell(s.weight, "num"), cell(s.pool || "default"), cell(s.grpc), cell(s.http),
+      cell((s.models || []).join(", "))]));
     const rows = [];
     for (const [name, m] of Object.entries(st.models || {})) {
       const a = (st.admission || {})[name] || {};
@@ -128,10 +150,12 @@ async function refresh() {
         cell(l.pending == null ? "–" : l.pending, "num")]));
     }
     fill("models", rows);
+    placement(st.placement);
     processes(data.processes);
     fill("scale", (st.scale_events || []).slice().reverse().map(e => [
-      cell(new Date(e.at * 1000).toLocaleTimeString()), cell(e.from, "num"), cell(e.to, "num"),
-      cell(e.metric_ms == null ? "–" : e.metric_ms.toFixed(1), "num")]));
+      cell(when(e.at)), cell(e.pool || "default"), cell(e.from, "num"), cell(e.to, "num"),
+      cell(e.metric_ms == null ? "–" : e.metric_ms.toFixed(1), "num"), cell(e.reason || "–"),
+      cell(e.outcome || "in progress", OUTCOME_CLASS(e.outcome))]));
   } catch (err) {
     document.getElementById("meta").textContent = "gateway unreachable: " + err;
   }

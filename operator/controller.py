@@ -294,8 +294,8 @@ class Operator:
         self, servers: list[ServerRecord], models: list[str], weights, per_try: dict[str, float]
     ) -> dict:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
-        and weight as this step saw them, plus the load, weights, per-try timeouts, policy
-        and scale events."""
+        and weight as this step saw them, plus the load, weights, per-try timeouts, policy,
+        scale events and (with placement) its recent decisions and the requests held."""
         health = self.loadview.health
         site = SiteRecord(
             grpc=self.envoy_grpc,
@@ -322,6 +322,7 @@ class Operator:
                 }
                 for m in models
             },
+            "placement": self.placement.recent(time.time()) if self.placement else None,
         }
 
     def set_balancing(self, policy: str) -> None:

@@ -485,6 +485,17 @@ class PlacementLoop:
 
     # -- the API's view ---------------------------------------------------------------------
 
+    def recent(self, now: float, decisions: int = 12) -> dict:
+        """What the status page shows of placement over time: the last `decisions` (each
+        with when, what, where, why and how it ended), the requests held per model and each
+        model's pool."""
+        with self._lock:
+            return {
+                "decisions": list(self.decisions)[-decisions:],
+                "held": self.held.held(now),
+                "pools": {m: self.catalogue.pool_of(m) for m in sorted(self.catalogue.models)},
+            }
+
     def view(self, now: float | None = None) -> dict:
         """`/v1/placement`: the catalogue, what each server holds, each model's replicas,
         footprint and idle time, the last decisions and the back-offs."""

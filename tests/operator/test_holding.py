@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -303,6 +305,24 @@ def test_a_request_held_while_the_operator_is_killed_is_answered(held_site, caps
     assert (answers[0]["OUTPUT0"] == SIMPLE["INPUT0"] + SIMPLE["INPUT1"]).all()
     assert _loads(held_site, "simple", "loaded"), _placement(held_site)
     _report(capsys, f"held across the operator's restart, answered after {waited:.2f} s")
+
+
+def test_the_status_page_shows_placement_over_time_in_headless_chromium(held_site):
+    """The holds above loaded models: the gateway's /v1/status carries the operator's last
+    decisions, and the status page shows each with its outcome."""
+    status = json.loads(_get(held_site.http, "/v1/status"))
+    recent = status["state"]["placement"]
+    loads = [d for d in recent["decisions"] if d["kind"] == "load"]
+    assert loads and all(d["outcome"] for d in loads), recent
+    assert recent["pools"] == {m: "default" for m in sorted(MODELS)}
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian's chromium is needed (make system installs it)"
+    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+    command += ["--virtual-time-budget=6000", "--dump-dom", f"http://{held_site.http}/"]
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+    for d in loads:
+        assert f'<tr data-model="{d["model"]}" data-kind="load">' in dom, d
+    assert "<td>default</td>" in dom  # the servers' pool
 
 
 def test_every_panel_of_the_placement_dashboard_has_data_on_this_site(held_site):
