@@ -15,6 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from sonicsite.client.spec import ModelInfo
 from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.models.repository import RUNNER_FRAMEWORK
 from sonicsite.models.samples import generate
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
@@ -144,6 +145,8 @@ def test_the_runner_names_the_parameters_as_the_contract_does():
                     names[target.id] = value.value
     assert names["IDEMPOTENT_PARAMETER"] == IDEMPOTENT_PARAMETER
     assert names["LOOKUP_PARAMETER"] == LOOKUP_PARAMETER
+    # and the repository's name for the parameter that picks its session (repository.py)
+    assert names["FRAMEWORK_PARAMETER"] == RUNNER_FRAMEWORK
 
 
 def test_a_model_served_by_the_runner_says_it_keeps_answers_and_a_stock_backend_does_not(site):

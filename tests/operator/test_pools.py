@@ -5,10 +5,10 @@ serves it, whose new server gets the model loaded by placement; every event answ
 from __future__ import annotations
 
 import json
-import time
-import urllib.request
 
 import pytest
+from control_site import fetch
+from polling import wait_until
 from sonicsite.bench.common import BENCH_ADMISSION
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -29,16 +29,7 @@ MODELS = ["identity", "particlenet_ak4"]
 
 
 def _get(address: str, path: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return json.loads(reply.read())
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {DEADLINE_S:.0f} s for {what}")
-        time.sleep(0.2)
+    return json.loads(fetch(address, path))
 
 
 def _stream(site_dir, model: str) -> None:
@@ -75,7 +66,7 @@ def test_each_pool_holds_its_models_and_wakes_alone_from_zero(tmp_path, built_mo
             "triton-0": ("big", ("particlenet_ak4",)),
             "triton-1": ("rest", ("identity",)),
         }
-        _wait(lambda: not SiteState.load(site_dir).servers, "both pools to scale to zero")
+        wait_until(lambda: not SiteState.load(site_dir).servers, "both pools at zero", DEADLINE_S)
 
         _stream(site_dir, "identity")  # held, wakes the pool `rest` alone
         assert _pools(state.operator) == {"rest": [["identity"]]}

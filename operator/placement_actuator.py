@@ -1,0 +1,283 @@
+"""Carrying placement's decisions out (the placement loop's second half, placement_loop.py):
+a worker per server, its decisions in order, each checked again at its turn (`_dropped`),
+an unload drained first (`_drain`), Triton's model-control API called with the site's key,
+and a failure backed off and retried. The loop's state (the servers' replicas, the held
+counts, the decisions made, the back-offs) stays on `PlacementLoop`, which this mixin is a
+part of: one object, two modules, one job each."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sonicsite.contract.wire import ServerRecord
+
+from . import model_control
+from .loadview import LoadView, parse_metrics
+from .model_control import ControlTarget, ModelControlError
+from .placement import Decision, Kind, Rule
+
+LOG = logging.getLogger("sonicsite.operator.placement")
+DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy to stop sending to it
+
+
+@dataclass
+class Backoff:
+    failures: int
+    next_at: float
+    reason: str
+
+
+class PlacementActuator:
+    """What `PlacementLoop` does with its decisions (see the module's doc)."""
+
+    def _start(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        """One worker per server for its decisions, the server busy until they are done."""
+        by_server: dict[str, list[Decision]] = {}
+        for d in decisions:
+            by_server.setdefault(d.server, []).append(d)
+        with self._lock:
+            self._busy.update({server: list(mine) for server, mine in by_server.items()})
+            self._workers = [w for w in self._workers if w.is_alive()]
+        for mine in by_server.values():
+            worker = threading.Thread(
+                target=self._carry_out_on, args=(mine, servers, view, decided_at), daemon=True
+            )
+            with self._lock:
+                self._workers.append(worker)
+            worker.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the decisions being carried out; True once none is (tests, shutdown)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(w.is_alive() for w in workers)
+
+    def _due(self, d: Decision, now: float) -> bool:
+        held = self.backoff.get((d.kind.value, d.model, d.server))
+        return held is None or now >= held.next_at
+
+    # -- carrying out -----------------------------------------------------------------------
+
+    def carry_out(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        """The list, each server's decisions in their order and the servers at once (two
+        first replicas on two servers load side by side), each decision checked again
+        first (`_dropped`); returns once all are done."""
+        self._start(decisions, servers, view, decided_at)
+        self.wait()
+
+    def _carry_out_on(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        """One server's decisions, in their order; the server is busy until they are done."""
+        try:
+            self._carry_out_list(decisions, servers, view, decided_at)
+        finally:
+            with self._lock:
+                self._busy.pop(decisions[0].server, None)
+
+    def _carry_out_list(
+        self,
+        decisions: Sequence[Decision],
+        servers: dict[str, ServerRecord],
+        view: LoadView,
+        decided_at: float,
+    ) -> None:
+        unmade: set[str] = set()  # servers whose MAKE_ROOM unload did not happen
+        for k, d in enumerate(decisions):
+            server = servers[d.server]
+            target = self._target(server)
+            started = time.monotonic()
+            dropped = self._dropped(d, decisions[k + 1 :], unmade)
+            try:
+                if dropped:
+                    outcome = f"dropped: {dropped}"
+                    LOG.warning("placement: dropped %s: %s", d, dropped)
+                elif d.kind is Kind.LOAD:
+                    outcome = self._load(target, d, view)
+                else:
+                    outcome = self._unload(target, server, d, view, decided_at)
+            except ModelControlError as exc:
+                outcome = f"failed: {exc.reason}"
+                self._failed(d, exc.reason)
+            else:
+                with self._lock:
+                    self.backoff.pop((d.kind.value, d.model, d.server), None)
+            if d.kind is Kind.LOAD:
+                unmade.discard(d.server)
+            elif d.rule is Rule.MAKE_ROOM and not outcome.startswith("unloaded"):
+                unmade.add(d.server)
+            with self._lock:
+                self.decisions.append(
+                    {
+                        "at": time.time(),
+                        "kind": d.kind.value,
+                        "rule": d.rule.value,
+                        "model": d.model,
+                        "server": d.server,
+                        "reason": d.reason,
+                        "outcome": outcome,
+                        "seconds": round(time.monotonic() - started, 3),  # carrying it out
+                    }
+                )
+                remaining = self._busy.get(d.server, [])
+                if d in remaining:
+                    remaining.remove(d)
+                if d.kind is Kind.LOAD and outcome.startswith("loaded"):
+                    self._loaded.add(d)  # loading, to `decide`, until a step sees it ready
+
+    def _dropped(self, d: Decision, after: Sequence[Decision], unmade: set[str]) -> str:
+        """Why `d` no longer stands (empty: it does): a load nobody waits for now or whose
+        room was not made, a MAKE_ROOM unload for such a load."""
+        if d.kind is Kind.LOAD:
+            why = self._unwanted(d.model, d.rule)
+            if not why and d.server in unmade:
+                why = f"the room for it on {d.server} was not made"
+            return why
+        if d.rule is Rule.MAKE_ROOM:
+            load = next((x for x in after if x.kind is Kind.LOAD and x.server == d.server), None)
+            why = self._unwanted(load.model, load.rule) if load is not None else ""
+            if why:
+                return f"the load it made room for ({load.model}) no longer stands: {why}"
+        return ""
+
+    def _unwanted(self, model: str, rule: Rule) -> str:
+        """Why a load of `model` by `rule` is no longer wanted, from what the steps saw since
+        it was decided (empty: it is wanted)."""
+        with self._lock:
+            if rule is Rule.FIRST_REPLICA:
+                if any(model in held for held in self.loaded.values()):
+                    return "a replica is ready now"
+                if not self.held.held(time.time()).get(model, 0):
+                    return "no request is held for it now"
+            if rule is Rule.QUEUE_PRESSURE and self.over_since.get(model) is None:
+                return f"its queue time is no longer over {self.settings.queue_ms:g} ms"
+        return ""
+
+    def _load(self, target: ControlTarget, d: Decision, view: LoadView) -> str:
+        result = model_control.load(target, d.model)
+        if result.fresh:
+            view.reloaded(d.server, d.model)
+        if result.footprint is not None:
+            with self._lock:
+                self.catalogue = self.catalogue.with_footprint(d.model, result.footprint)
+        self.metrics.placement_loads.labels(d.model, d.server, d.rule.value).inc()
+        LOG.warning("placement: %s (loaded in %.1f s)", d, result.seconds)
+        return f"loaded in {result.seconds:.1f} s"
+
+    def _unload(
+        self,
+        target: ControlTarget,
+        server: ServerRecord,
+        d: Decision,
+        view: LoadView,
+        decided_at: float,
+    ) -> str:
+        """Unload unless the model was used since the decision; drained first (the module
+        says how)."""
+        key = (d.server, d.model)
+        with self._lock:
+            used_at = self.last_used.get(key, 0.0)
+        used = "used since the decision" if used_at > decided_at else ""
+        used = used or self._used_since_scrape(server, d.model, view)
+        if used:
+            LOG.warning("placement: kept %s on %s: %s", d.model, d.server, used)
+            return f"kept: {used}"
+        with self._lock:
+            self.draining.add(key)
+        try:
+            late = self._drain(d)
+            with self._lock:
+                held = self.held.held(time.time()).get(d.model, 0)
+                elsewhere = any(d.model in m for s, m in self.loaded.items() if s != d.server)
+            if held and not elsewhere:
+                why = f"{held} request(s) held for it while it drained"
+                LOG.warning("placement: kept %s on %s: %s", d.model, d.server, why)
+                return f"kept: {why}"
+            seconds = model_control.unload(target, d.model)
+        finally:
+            with self._lock:
+                self.draining.discard(key)
+        with self._lock:
+            self.last_used.pop(key, None)
+        self.metrics.placement_unloads.labels(d.model, d.server, d.rule.value).inc()
+        LOG.warning("placement: %s (unloaded in %.1f s)", d, seconds)
+        return f"unloaded in {seconds:.1f} s{late}"
+
+    def _drain(self, d: Decision) -> str:
+        """Wait until no Envoy routes `d.model` to `d.server` (the steps publish routes
+        without it); what went wrong, if anything, for the outcome."""
+        self.wake()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not self.routes_gone(d.model, d.server):
+            if time.monotonic() > deadline:
+                LOG.error(
+                    "placement: Envoy still routes %s to %s after %.0f s of draining; "
+                    "unloading it anyway",
+                    d.model,
+                    d.server,
+                    DRAIN_TIMEOUT_S,
+                )
+                return f" (Envoy still routed to it after {DRAIN_TIMEOUT_S:.0f} s)"
+            time.sleep(0.05)
+        return ""
+
+    def _used_since_scrape(self, server: ServerRecord, model: str, view: LoadView) -> str:
+        """Why the model counts as in use now (empty: it does not): its requests pending, or
+        its counters moved since the load view's last scrape of the server."""
+        try:
+            with urllib.request.urlopen(server.metrics_url, timeout=view.timeout_s * 4) as reply:
+                now = parse_metrics(reply.read().decode()).get(model, {})
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            return f"metrics unreadable right before the unload: {exc}"
+        if now.get("pending", 0.0) > 0:
+            return f"{now['pending']:.0f} request(s) pending"
+        then = view.last_counters(server.id).get(model, {})
+        for counter in ("success", "failure"):
+            if now.get(counter, 0.0) != then.get(counter, 0.0):
+                return f"requests completed since the decision ({counter} counter moved)"
+        return ""
+
+    def _failed(self, d: Decision, reason: str) -> None:
+        key = (d.kind.value, d.model, d.server)
+        with self._lock:
+            previous = self.backoff.get(key)
+            failures = (previous.failures if previous else 0) + 1
+            wait = min(self.retry_s * 2 ** (failures - 1), self.retry_max_s)
+            self.backoff[key] = Backoff(failures, time.time() + wait, reason)
+        self.metrics.placement_failures.labels(d.kind.value, d.model, d.server).inc()
+        LOG.error(
+            "placement: %s of model %s on server %s failed (%d in a row; next try in %.0f s): %s",
+            d.kind.value,
+            d.model,
+            d.server,
+            failures,
+            wait,
+            reason,
+        )
+
+    # -- the API's view ---------------------------------------------------------------------
