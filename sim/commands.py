@@ -11,13 +11,22 @@ from pathlib import Path
 
 from ..contract.options import at_least
 
+# not a scenario: the simulator checked against a local site (bench/sim_check.py, which
+# the command line runs for this name: starting a site is not the simulator's room)
+CHECK_LOCAL = "check-local"
+
 
 def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
         help="a large site in simulated time, sonicsite's policies against the reference's",
     )
-    p.add_argument("scenario", nargs="?", help="a shipped scenario's name or a YAML file")
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        help=f"a shipped scenario's name or a YAML file; {CHECK_LOCAL}: the simulator "
+        "against a local site",
+    )
     p.add_argument("--list", action="store_true", help="the shipped scenarios")
     p.add_argument("--json", type=Path, help="where to write the result")
     p.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
@@ -36,6 +45,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.list:
         for name in scenario.shipped():
             print(f"{name}: {scenario.load(name).description}")
+        print(
+            f"{CHECK_LOCAL}: not a scenario; runs a local site of 3 CPU servers and the "
+            "simulator on the same load, and compares them"
+        )
         return 0
     if not args.scenario or not args.json:
         print("sonicsite simulate: expected SCENARIO and --json F (or --list)", file=sys.stderr)

@@ -6,10 +6,14 @@ the model's max batch, or when its oldest request has waited `queue_delay`; requ
 never split. Models share the GPU, one execution at a time, the oldest waiting request's
 model first (concurrent kernels from two models mostly serialise on a busy GPU). Each
 request of a batch is charged the batch's compute time, as Triton's duration counters do.
+
+Servers that share a machine's cores (a local site's CPU servers: `Host`) run slower while
+more of them execute than there are cores (processor sharing).
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -58,6 +62,66 @@ class Counters:
 
 
 @dataclass
+class Host:
+    """The cores servers share, by processor sharing: while n executions run on `cores`
+    cores, each advances at min(1, cores / n) of its own speed, re-timed whenever one starts
+    or ends. `cores` None: each server has its own device, an execution takes its time.
+
+    An operating system shares cores in time slices, not smoothly: an execution that starts
+    while more run than there are cores may wait out whole slices of others, or none. So its
+    work is drawn around its mean with a coefficient of variation `cv` × the part of the
+    time it would wait (1 − cores / n; 0 while the cores are enough)."""
+
+    env: simpy.Environment
+    cores: float | None = None
+    cv: float = 0.0
+    rng: random.Random = field(default_factory=random.Random)
+    _jobs: list[list] = field(default_factory=list)  # [seconds of work left, done event]
+    _since: float = 0.0  # when the work left was last brought up to date
+    _generation: int = 0  # the wake-up that is still valid
+
+    def run(self, seconds: float) -> simpy.Event:
+        """An event that fires once `seconds` of work has been done on the host."""
+        if not self.cores:
+            return self.env.timeout(seconds)
+        self._advance()
+        done = self.env.event()
+        waits = max(0.0, 1.0 - self.cores / (len(self._jobs) + 1))
+        if self.cv > 0 and waits > 0 and seconds > 0:
+            shape = 1.0 / (self.cv * waits) ** 2
+            seconds = self.rng.gammavariate(shape, seconds / shape)
+        self._jobs.append([seconds, done])
+        self._schedule()
+        return done
+
+    def _rate(self) -> float:
+        return min(1.0, self.cores / len(self._jobs)) if self._jobs else 1.0
+
+    def _advance(self) -> None:
+        step = (self.env.now - self._since) * self._rate()
+        for job in self._jobs:
+            job[0] -= step
+        self._since = self.env.now
+
+    def _schedule(self) -> None:
+        self._generation += 1
+        if self._jobs:
+            soonest = max(min(job[0] for job in self._jobs), 0.0) / self._rate()
+            self.env.process(self._wake(soonest, self._generation))
+
+    def _wake(self, delay: float, generation: int):
+        yield self.env.timeout(delay)
+        if generation != self._generation:  # a start or an end came first: re-timed
+            return
+        self._advance()
+        finished = [job for job in self._jobs if job[0] <= 1e-12]
+        self._jobs = [job for job in self._jobs if job[0] > 1e-12]
+        for _, done in finished:
+            done.succeed()
+        self._schedule()
+
+
+@dataclass
 class Server:
     env: simpy.Environment
     id: str
@@ -65,6 +129,8 @@ class Server:
     models: dict[str, ModelSpec]
     started_at: float
     slot: int = -1  # the pool's slot (site.py)
+    host: Host | None = None  # the cores it shares with other servers; None: its own GPU
+    rng: random.Random = field(default_factory=random.Random)  # service times with a cv
     state: str = STARTING
     stopped_at: float | None = None
     busy_s: float = 0.0  # executing
@@ -103,6 +169,14 @@ class Server:
     def scrape(self) -> dict[str, dict[str, float]]:
         return {m: c.scrape(len(self._queues[m])) for m, c in self.counters.items()}
 
+    def _service_s(self, model: str, items: int) -> float:
+        curve = self.kind.service[model]
+        mean = curve.seconds(items, self.kind.slowdown)
+        if curve.cv <= 0 or mean <= 0:
+            return mean
+        shape = 1.0 / curve.cv**2
+        return self.rng.gammavariate(shape, mean / shape)
+
     def _oldest(self) -> str | None:
         heads = [(q[0].arrived, m) for m, q in self._queues.items() if q]
         return min(heads)[1] if heads else None
@@ -128,7 +202,8 @@ class Server:
                 items += request.items
             self._queued_items[model] -= items
             started = env.now
-            yield env.timeout(self.kind.service[model].seconds(items, self.kind.slowdown))
+            service = self._service_s(model, items)
+            yield self.host.run(service) if self.host else env.timeout(service)
             if self.state == STOPPED:  # killed while executing: the batch is lost
                 for r in batch:
                     r.done.fail(ServerLost(self.id))

@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass, field
 
 import simpy
+from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy
 from sonicsite.operator.balancing import Balancing
 
@@ -34,10 +35,15 @@ class Run:
 
 
 def build(
-    scenario: Scenario, policy_set: str, seed: int, balancing: Balancing | None = None
+    scenario: Scenario,
+    policy_set: str,
+    seed: int,
+    balancing: Balancing | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> Run:
     """The site, policies and jobs of one run, not started. `balancing`: the instance the
-    sonicsite set uses (a test passes its own to inspect it afterwards)."""
+    sonicsite set uses (a test passes its own to inspect it afterwards); `admission`: the
+    sonicsite set's admission policy (default: the operator's default)."""
     env = simpy.Environment()
     site = Site(env, scenario, random.Random(seed))
     pool = scenario.pool
@@ -47,6 +53,7 @@ def build(
             site,
             scenario.step_s,
             balancing or Balancing(),
+            admission or AdmissionPolicy(),
             scaler=scaler if pool.autoscaling else None,
         )
     elif policy_set == "reference":
@@ -57,8 +64,14 @@ def build(
     return Run(site, policies, Workload(env, scenario, site, policies, seed, RESUBMIT_S))
 
 
-def run(scenario: Scenario, policy_set: str, seed: int, balancing: Balancing | None = None) -> Run:
-    r = build(scenario, policy_set, seed, balancing)
+def run(
+    scenario: Scenario,
+    policy_set: str,
+    seed: int,
+    balancing: Balancing | None = None,
+    admission: AdmissionPolicy | None = None,
+) -> Run:
+    r = build(scenario, policy_set, seed, balancing, admission)
     env = r.site.env
     r.site.open(scenario.pool.initial_servers)
     r.policies.start()
@@ -136,6 +149,7 @@ def figures(r: Run) -> dict:
         "p50_latency_s": _round(_quantile(latencies, 0.5)),
         "p99_latency_s": _round(_quantile(latencies, 0.99)),
         "requests_answered": len(latencies),
+        "throughput_rps": _round(_throughput(out.answered, start)),
         "requests_failed": out.failed,
         "sheds": out.sheds,
         "unavailable": out.unavailable,
@@ -145,6 +159,12 @@ def figures(r: Run) -> dict:
         "servers_max": max((p["servers"] for p in r.timeline), default=len(site.servers)),
         "scale_events": len(site.scale_events),
     }
+
+
+def _throughput(answered: list[tuple[float, float]], start: float) -> float | None:
+    """Requests answered per second, from the first release to the last answer."""
+    last = max((at for at, _ in answered), default=start)
+    return len(answered) / (last - start) if last > start else None
 
 
 def _round(x: float | None) -> float | None:

@@ -23,10 +23,13 @@ class ScenarioError(ValueError):
 @dataclass(frozen=True)
 class Curve:
     """Service time of one execution of `items` inputs: fixed + per_item × items (ms), the
-    shape GPU inference takes below saturation."""
+    shape GPU inference takes below saturation; `cv` > 0 draws each execution's time from a
+    gamma distribution with that coefficient of variation around it (a CPU server's times
+    vary with what else runs; a GPU's hardly)."""
 
     fixed_ms: float
     per_item_ms: float
+    cv: float = 0.0
 
     def seconds(self, items: int, slowdown: float = 1.0) -> float:
         return slowdown * (self.fixed_ms + self.per_item_ms * items) / 1e3
@@ -64,6 +67,19 @@ class Workflow:
 
 
 @dataclass(frozen=True)
+class OpenLoop:
+    """Requests that arrive whatever the site answers: Poisson arrivals at `rate_per_s` for
+    `seconds` from `start_s`, each of `items` inputs of `model` (a load generator's, as the
+    benches' open loop sends them; latency from each arrival)."""
+
+    model: str
+    rate_per_s: float
+    seconds: float
+    items: int = 1
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Workload:
     events_per_job: int
     events_per_request: int  # the client's batch: one simulated request per call
@@ -71,6 +87,7 @@ class Workload:
     cpu_cv: float  # coefficient of variation of a batch's CPU time (gamma distributed)
     calls: tuple[Call, ...]
     workflows: tuple[Workflow, ...]
+    open_loop: tuple[OpenLoop, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,11 @@ class Pool:
     max_servers: int
     initial_servers: int
     fixed_servers: int  # the fixed-pool comparison's GPU count (both sets)
+    # None: each server has its own device. A number: the servers share that many CPU
+    # cores, as a local site's CPU servers do (an execution stretches while more servers
+    # execute than there are cores)
+    host_cores: float | None = None
+    host_cv: float = 0.0  # the spread of an execution's time while the cores are short (gpu.Host)
 
 
 FAULTS = {
@@ -171,8 +193,12 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         service = {}
         for model, curve in curves.items():
             at = f"{where}.service_ms.{model}"
-            c = _fields(curve, at, {"fixed", "per_item"})
-            service[model] = Curve(_num(c, "fixed", at, low=0.0), _num(c, "per_item", at, low=0.0))
+            c = _fields(curve, at, {"fixed", "per_item", "cv"})
+            service[model] = Curve(
+                _num(c, "fixed", at, low=0.0),
+                _num(c, "per_item", at, low=0.0),
+                _num(c, "cv", at, low=0.0, default=0.0),
+            )
         missing = sorted(set(models) - set(service))
         if missing:
             raise ScenarioError(f"{where}.service_ms: no curve for model(s) {missing}")
@@ -237,6 +263,8 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
             "max_servers",
             "initial_servers",
             "fixed_servers",
+            "host_cores",
+            "host_cv",
         },
     )
     slots: list[str] = []
@@ -266,6 +294,7 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
         raise ScenarioError(
             f"{where}.fixed_servers: expected at most {len(slots)} (the slots), got {fixed}"
         )
+    cores = f.get("host_cores")
     return Pool(
         tuple(slots),
         _num(f, "pod_start_s", where, low=0.0, default=60.0),
@@ -274,6 +303,8 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
         most,
         min(max(initial, least), most),
         fixed,
+        None if cores is None else _num(f, "host_cores", where, low=0.1),
+        _num(f, "host_cv", where, low=0.0, default=0.0),
     )
 
 
@@ -289,8 +320,12 @@ def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:
             "cpu_cv",
             "calls",
             "workflows",
+            "open_loop",
         },
     )
+    opens = _open_loop(f.get("open_loop", []), models)
+    if opens and "workflows" not in f:  # a load generator's requests alone: no jobs
+        return Workload(1, 1, 0.0, 0.0, (), (), opens)
     batch = _int(f, "events_per_request", where)
     calls = []
     for i, item in enumerate(_list(f, "calls", where)):
@@ -330,7 +365,30 @@ def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:
         _num(f, "cpu_cv", where, low=0.0, default=0.0),
         tuple(calls),
         tuple(flows),
+        opens,
     )
+
+
+def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ...]:
+    if not isinstance(data, list):
+        raise ScenarioError(f"workload.open_loop: expected a list, got {data!r}")
+    flows = []
+    for i, item in enumerate(data):
+        at = f"workload.open_loop[{i}]"
+        o = _fields(item, at, {"model", "rate_per_s", "seconds", "items", "start_s"})
+        model = _str(o, "model", at)
+        if model not in models:
+            raise ScenarioError(f"{at}.model: expected one of {sorted(models)}, got {model!r}")
+        flows.append(
+            OpenLoop(
+                model,
+                _num(o, "rate_per_s", at, low=0.001),
+                _num(o, "seconds", at, low=0.001),
+                _int(o, "items", at, default=1),
+                _num(o, "start_s", at, low=0.0, default=0.0),
+            )
+        )
+    return tuple(flows)
 
 
 def _fields(data: object, where: str, known: set[str]) -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from .envoy import LeastRequest
-from .gpu import DRAINING, READY, STARTING, STOPPED, Server
+from .gpu import DRAINING, READY, STARTING, STOPPED, Host, Server
 from .scenario import Scenario
 
 DRAIN_POLL_S = 1.0
@@ -30,7 +30,13 @@ class Site:
     clusters: dict[str, LeastRequest] = field(default_factory=dict)  # Envoy's, by name
     scale_events: list[dict] = field(default_factory=list)
     lost_slots: set[int] = field(default_factory=set)  # GPUs gone with their node
+    host: Host | None = field(init=False)  # the cores the servers share, if they share any
     _count: int = 0
+
+    def __post_init__(self) -> None:
+        pool = self.scenario.pool
+        cores = pool.host_cores
+        self.host = Host(self.env, cores, pool.host_cv, self.rng) if cores else None
 
     def cluster(self, name: str) -> LeastRequest:
         if name not in self.clusters:
@@ -87,7 +93,9 @@ class Site:
         kind = scenario.kinds[scenario.pool.slots[slot]]
         self._count += 1
         name = f"gpu-{self._count}-{kind.name}"
-        server = Server(self.env, name, kind, scenario.models, self.env.now, slot)
+        server = Server(
+            self.env, name, kind, scenario.models, self.env.now, slot, self.host, self.rng
+        )
         self.servers[server.id] = server
         if not delay:
             server.state = READY

@@ -12,6 +12,10 @@ Latency is a request's first attempt to its final answer, back-off included.
 
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
+
+Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
+answers, as the benches' load generator does; a flow is one client stream (a shed holds the
+flow's next requests off), and a request's latency runs from its arrival.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import simpy
 from sonicsite.client.engine import StreamOptions, backoff_s
 
 from .gpu import STOPPED, Request, ServerLost
-from .scenario import Scenario, Workflow
+from .scenario import OpenLoop, Scenario, Workflow
 
 
 @dataclass
@@ -64,10 +68,41 @@ class Workload:
         self.total = sum(w.jobs for w in scenario.workload.workflows)
         self.finished = env.event()
         self._numbers = 0
+        self._open_flows = len(scenario.workload.open_loop)  # still sending
+        self._open_waiting = 0  # open-loop requests sent and not over
 
     def start(self) -> None:
         for flow in self.scenario.workload.workflows:
             self.env.process(self._release(flow))
+        for k, flow in enumerate(self.scenario.workload.open_loop):
+            self.env.process(self._open(flow, k))
+
+    def _check_finished(self) -> None:
+        over = len(self.outcome.jobs_done) == self.total and not self._open_flows
+        if over and not self._open_waiting and not self.finished.triggered:
+            self.finished.succeed()
+
+    def _open(self, flow: OpenLoop, k: int):
+        env = self.env
+        yield env.timeout(flow.start_s)
+        stream = _Job(-1 - k, random.Random(self.seed * 1_000_003 - 1 - k))
+        arrivals = random.Random(self.seed * 7_919 + k)
+        end = env.now + flow.seconds
+        if self.outcome.first_release is None:
+            self.outcome.first_release = env.now
+        while True:
+            yield env.timeout(arrivals.expovariate(flow.rate_per_s))
+            if env.now >= end:
+                break
+            self._open_waiting += 1
+            env.process(self._open_request(stream, flow))
+        self._open_flows -= 1
+        self._check_finished()
+
+    def _open_request(self, stream: _Job, flow: OpenLoop):
+        yield from self._request(stream, flow.model, flow.items)
+        self._open_waiting -= 1
+        self._check_finished()
 
     def _release(self, flow: Workflow):
         env = self.env
@@ -103,8 +138,7 @@ class Workload:
             ]
             yield simpy.AllOf(env, sends)
         self.outcome.jobs_done.append(env.now)
-        if len(self.outcome.jobs_done) == self.total:
-            self.finished.succeed()
+        self._check_finished()
 
     def _request(self, job: _Job, model: str, items: int):
         env, out = self.env, self.outcome

@@ -13,7 +13,7 @@ from .contract.options import at_least, non_negative
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
-from .sim.commands import add_simulate_parser, run_simulate
+from .sim.commands import CHECK_LOCAL, add_simulate_parser, run_simulate
 
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
 
@@ -437,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return run_bench(args)
     if args.command == "simulate":
+        if args.scenario == CHECK_LOCAL:
+            from .bench.sim_check import run_command
+
+            return run_command(args)
         return run_simulate(args)
     from .local.errors import SiteError
 

@@ -1,0 +1,307 @@
+"""`sonicsite simulate check-local --json F`: the simulator checked against the local site.
+
+One small scenario, run twice: on a local site (three CPU Triton servers serving the
+identity model, whose runner does `work_ms` of CPU work per request, the servers sharing
+this machine's cores as they do here, sonicsite's load-aware balancing through Envoy, open
+loop: Poisson arrivals, latency from each request's arrival, as `bench balancing` sends
+them) and in the simulator under sonicsite's policies, at `loads` parts of the site's
+capacity. Throughput, p50 and p99 are compared; `sim_vs_site_max_error` is the largest
+relative difference.
+
+The simulator is given only what calibration measured, in runs of their own before the
+validation runs (none of the validation runs' figures go into the simulator):
+
+- the service time per request: one request at a time (closed loop, concurrency 1)
+  through Envoy, the servers' compute time from Triton's statistics;
+- the round trip outside the server (client, Envoy, network): the same run's mean latency
+  less the servers' mean request time;
+- the capacity: what the site answers per second, open loop offered more than it can
+  answer (the validation's load generator, whose own work takes part of the cores; a
+  closed loop, lighter on the client's side, answers more);
+- how many executions the machine runs side by side (the cores the servers effectively
+  share, `host_cores`): the capacity times the service time;
+- how much the service time varies under load (its coefficient of variation): fitted so
+  that the simulator's p99 at `fit_load` of capacity (open loop, runs of their own, a load
+  that is not validated) is the site's. One request at a time the servers' times hardly
+  vary; with the cores shared by Envoy, the client, the operator and the other servers,
+  they vary much more, and the tail follows that spread.
+
+The site runs under `BENCH_ADMISSION` (no shed expected) and without autoscaling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from sonicsite.client.discovery import from_site_file
+
+from sonicsite.contract.wire import SiteRecord
+from sonicsite.local import launcher
+from sonicsite.local.servers import set_model_work
+from sonicsite.local.state import SiteState
+
+from ..contract.provenance import load_now
+from ..sim.run import figures as sim_figures
+from ..sim.run import run as sim_run
+from ..sim.scenario import (
+    Curve,
+    GpuKind,
+    ModelSpec,
+    OpenLoop,
+    Pool,
+    Scenario,
+    Workload,
+)
+from .balancing_load import MODEL, closed_loop, open_loop, set_policy
+from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
+
+SERVERS = 3
+POLICY = "load-aware"
+CAPACITY_CONCURRENCY = 16
+# The capacity: open loop (the load generator of the validation, whose own work takes part
+# of the cores) offered this much more than the closed loop answered, what it answers
+OVERLOAD = 1.3
+FIGURES = ("throughput", "p50_ms", "p99_ms")
+FIT_CVS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
+TARGET_MAX_ERROR = 0.2
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What a run measures; the defaults take about three minutes on 2 cores."""
+
+    work_ms: float = 10.0  # CPU work per request on every server
+    loads: tuple[float, ...] = (0.5, 0.85)  # open-loop rates, as parts of the capacity
+    fit_load: float = 0.7  # the calibration's open-loop rate (the spread is fitted there)
+    seconds: float = 8.0  # of arrivals per validation run
+    repeats: int = 3  # validation runs per load
+    calibration_requests: int = 300  # one at a time
+    capacity_requests: int = 600  # the closed-loop capacity run
+    sim_seconds: float = 300.0  # of simulated arrivals per load
+    seed: int = 1
+    build_dir: Path = Path("build/models")
+
+    def __post_init__(self) -> None:
+        if not all(0 < x < 1 for x in (*self.loads, self.fit_load)):
+            raise ValueError(f"loads: expected parts of capacity in (0, 1), got {self.loads}")
+        if min(self.work_ms, self.seconds, self.sim_seconds) <= 0 or self.repeats < 1:
+            raise ValueError("work_ms, seconds, sim_seconds and repeats must be positive")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the simulator is told about the local site, all measured before validation."""
+
+    service_ms: float  # the servers' compute time per request, one at a time
+    rtt_ms: float  # client + Envoy + network: latency less the server's request time
+    capacity_rps: float  # answered per second, open loop offered OVERLOAD × closed_loop_rps
+    capacity_runs: list[float]
+    closed_loop_rps: float  # closed loop at CAPACITY_CONCURRENCY
+    host_cores: float  # capacity × service time: executions the machine runs side by side
+    requests: int  # one at a time
+    service_cv: float = 0.0  # fitted (fit_cv): the spread of a request's time under load
+    fit_site: dict = field(default_factory=dict)  # the site at fit_load: what cv is fitted to
+    fitted: dict = field(default_factory=dict)  # cv tried: the simulator's p99 at fit_load
+
+
+def _stats(state: SiteState) -> dict[str, float]:
+    """The site's totals for MODEL over its servers: executions, requests, compute and
+    request seconds (Triton's statistics)."""
+    total = {"executions": 0.0, "requests": 0.0, "compute_s": 0.0, "request_s": 0.0}
+    for server in state.servers:
+        url = f"http://{server.http}/v2/models/{MODEL}/stats"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            (stats,) = json.loads(reply.read())["model_stats"]
+        infer = stats["inference_stats"]
+        stages = ("compute_input", "compute_infer", "compute_output")
+        total["executions"] += int(stats.get("execution_count", 0))
+        total["requests"] += int(infer["success"]["count"])
+        total["compute_s"] += sum(int(infer[k]["ns"]) for k in stages) / 1e9
+        total["request_s"] += int(infer["success"]["ns"]) / 1e9
+    return total
+
+
+def calibrate(state: SiteState, site: SiteRecord, o: CheckOptions) -> Calibration:
+    before = _stats(state)
+    one = closed_loop(site, o.calibration_requests, 1)
+    after = _stats(state)
+    done = {k: after[k] - before[k] for k in after}
+    if not done["executions"] or not done["requests"]:
+        raise RuntimeError(f"calibration: the servers counted no {MODEL} request")
+    service_s = done["compute_s"] / done["executions"]
+    request_s = done["request_s"] / done["requests"]
+    mean_s = statistics.fmean(one.latency_ms) / 1e3
+    closed = closed_loop(site, o.capacity_requests, CAPACITY_CONCURRENCY)
+    closed_rps = len(closed.latency_ms) / closed.elapsed_s
+    runs = []
+    for k in range(3):
+        answers = open_loop(site, OVERLOAD * closed_rps, o.seconds / 2, seed=3 + k)
+        runs.append(len(answers.latency_ms) / answers.elapsed_s)
+    capacity = statistics.median(runs)
+    cal = Calibration(
+        service_ms=round(service_s * 1e3, 4),
+        rtt_ms=round(max(mean_s - request_s, 0.0) * 1e3, 4),
+        capacity_rps=round(capacity, 2),
+        capacity_runs=[round(x, 2) for x in runs],
+        closed_loop_rps=round(closed_rps, 2),
+        host_cores=round(capacity * service_s, 4),
+        requests=len(one.latency_ms),
+    )
+    return replace(cal, fit_site=validate(site, o.fit_load * capacity, o, seed=7))
+
+
+def fit_cv(cal: Calibration, o: CheckOptions) -> Calibration:
+    """The calibration with the service-time spread whose simulated p99 at `fit_load` comes
+    nearest the site's there."""
+    tried = {}
+    for cv in FIT_CVS:
+        tried[cv] = simulate(replace(cal, service_cv=cv), o.fit_load * cal.capacity_rps, o)[
+            "p99_ms"
+        ]
+    best = min(tried, key=lambda cv: abs(tried[cv] - cal.fit_site["p99_ms"]))
+    return replace(cal, service_cv=best, fitted={str(cv): p99 for cv, p99 in tried.items()})
+
+
+def scenario(cal: Calibration, rate: float, seconds: float) -> Scenario:
+    """The local site as the simulator sees it, open-loop arrivals at `rate`."""
+    return _site(cal, Workload(1, 1, 0.0, 0.0, (), (), (OpenLoop(MODEL, rate, seconds),)))
+
+
+def _site(cal: Calibration, load: Workload) -> Scenario:
+    """Three servers of one kind sharing `host_cores`, one model without dynamic batching
+    (identity's config has none: one request per execution)."""
+    model = ModelSpec(MODEL, max_batch=1, queue_delay_ms=0.0, load_s=0.0)
+    kind = GpuKind("cpu", {MODEL: Curve(cal.service_ms, 0.0)})
+    n = SERVERS
+    pool = Pool(("cpu",) * n, 0.0, False, n, n, n, n, cal.host_cores, cal.service_cv)
+    return Scenario(
+        name="check-local",
+        description="the local site's three CPU servers, open loop",
+        rtt_ms=cal.rtt_ms,
+        models={MODEL: model},
+        kinds={"cpu": kind},
+        pool=pool,
+        workload=load,
+        step_s=1.0,  # the local operator's step
+        limit_s=3600.0,
+        sample_s=10.0,
+    )
+
+
+def simulate(cal: Calibration, rate: float, o: CheckOptions) -> dict:
+    r = sim_run(scenario(cal, rate, o.sim_seconds), "sonicsite", o.seed, admission=BENCH_ADMISSION)
+    f = sim_figures(r)
+    return {
+        "throughput": f["throughput_rps"],
+        "p50_ms": round(f["p50_latency_s"] * 1e3, 3),
+        "p99_ms": round(f["p99_latency_s"] * 1e3, 3),
+        "requests": f["requests_answered"],
+        "sheds": f["sheds"],
+    }
+
+
+def validate(site: SiteRecord, rate: float, o: CheckOptions, seed: int) -> dict:
+    """Open loop at `rate`, `repeats` runs: throughput per run (the median taken), p50 and
+    p99 of every run's latencies together."""
+    latencies: list[float] = []
+    throughputs, failed = [], 0
+    for k in range(o.repeats):
+        answers = open_loop(site, rate, o.seconds, seed + k)
+        latencies += answers.latency_ms
+        throughputs.append(len(answers.latency_ms) / answers.elapsed_s)
+        failed += answers.failed
+    ordered = sorted(latencies)
+    return {
+        "throughput": round(statistics.median(throughputs), 3),
+        "throughput_runs": figure(throughputs, 3),
+        "p50_ms": round(_quantile(ordered, 0.5), 3),
+        "p99_ms": round(_quantile(ordered, 0.99), 3),
+        "requests": len(latencies),
+        "failed": failed,
+    }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def errors(site: dict, sim: dict) -> dict[str, float]:
+    """Per figure, |sim − site| / site."""
+    return {f: round(abs(sim[f] - site[f]) / site[f], 4) for f in FIGURES}
+
+
+def run(
+    json_path: Path, options: CheckOptions = CheckOptions(), progress: Callable[[str], None] = print
+) -> dict:
+    started = load_now()
+    o = options
+    with tempfile.TemporaryDirectory(prefix="sonicsite-check-") as tmp:
+        site_dir = Path(tmp) / "site"
+        state = launcher.up(
+            site_dir,
+            servers=SERVERS,
+            models=[MODEL],
+            build_dir=o.build_dir,
+            admission=BENCH_ADMISSION,
+        )
+        try:
+            site = from_site_file(site_dir)
+            set_model_work(site_dir, o.work_ms, {})
+            set_policy(state, POLICY)
+            closed_loop(site, 200, 8)  # warm-up, kept nowhere
+            cal = calibrate(state, site, o)
+            progress(
+                f"calibrated: service {cal.service_ms} ms, capacity {cal.capacity_rps} "
+                f"requests/s, {cal.host_cores} cores side by side"
+            )
+            measured = {}
+            for k, part in enumerate(o.loads):
+                measured[_label(part)] = validate(site, part * cal.capacity_rps, o, 100 * (k + 1))
+                progress(f"site at {_label(part)}: {measured[_label(part)]}")
+            shed = sheds(state)
+        finally:
+            launcher.down(site_dir)
+    cal = fit_cv(cal, o)
+    progress(f"service time spread under load (fitted): cv {cal.service_cv}")
+    simulated = {_label(part): simulate(cal, part * cal.capacity_rps, o) for part in o.loads}
+    compared = {label: errors(measured[label], simulated[label]) for label in measured}
+    summary = {
+        "sim_vs_site_max_error": max(e for by in compared.values() for e in by.values()),
+        "errors": compared,
+        "site": measured,
+        "simulator": simulated,
+        "calibration": asdict(cal),
+        "sheds": shed,
+        "targets": {"sim_vs_site_max_error": f"<= {TARGET_MAX_ERROR}", "sheds": "== 0"},
+    }
+    details = {"options": {**asdict(o), "build_dir": str(o.build_dir)}}
+    site_meta = {**conditions(BENCH_ADMISSION), "sheds": shed}
+    return write_result(json_path, "sim-check-local", summary, details, started, site_meta)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """`sonicsite simulate check-local --json F [--seed N]`: the summary's figures printed."""
+    if not args.json:
+        print("sonicsite simulate check-local: expected --json F", file=sys.stderr)
+        return 2
+    result = run(args.json, CheckOptions(seed=args.seed))
+    s = result["summary"]
+    for label, by in s["errors"].items():
+        site, sim = s["site"][label], s["simulator"][label]
+        row = ", ".join(f"{f} site {site[f]} sim {sim[f]} (error {by[f]})" for f in FIGURES)
+        print(f"at {label} of capacity: {row}")
+    print(f"sim_vs_site_max_error: {s['sim_vs_site_max_error']} (target ≤ {TARGET_MAX_ERROR})")
+    print(f"written: {args.json}")
+    return 0
+
+
+def _label(part: float) -> str:
+    return f"{round(part * 100)}%"

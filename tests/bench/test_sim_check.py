@@ -1,0 +1,64 @@
+"""`sonicsite simulate check-local`: the simulator against a real local site, end to end.
+
+A short run (seconds of load, not minutes): what it proves is that the check measures the
+site, calibrates the simulator only from runs of its own, runs the simulator on the same
+loads and compares like with like. The agreement itself (`sim_vs_site_max_error`) is a
+figure of the full run on a quiet machine (docs/bench/results/sim_check_local.json); on a
+busy machine the site's tail moves with the other work, so it is not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sonicsite.bench.sim_check import FIGURES, CheckOptions, errors, run
+
+SHORT = CheckOptions(
+    seconds=2.0,
+    repeats=1,
+    calibration_requests=60,
+    capacity_requests=160,
+    sim_seconds=20.0,
+)
+
+
+def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_with_like(
+    tmp_path, built_models
+):
+    out = tmp_path / "check.json"
+    result = run(out, CheckOptions(**{**SHORT.__dict__, "build_dir": built_models}), lambda _: None)
+    assert json.loads(out.read_text())["summary"] == result["summary"]
+    s = result["summary"]
+    cal = s["calibration"]
+    # calibration: its own runs, at a load that is not validated
+    assert cal["requests"] == 60 and cal["fit_site"]["requests"] > 0
+    assert SHORT.fit_load not in SHORT.loads
+    assert 5.0 < cal["service_ms"] < 200.0  # the runner's 10 ms of work, and its overhead
+    assert cal["capacity_rps"] > 0 and cal["host_cores"] > 0
+    assert str(cal["service_cv"]) in cal["fitted"]  # the spread is one of those tried
+    # validation: every load measured on the site and simulated, every request answered
+    assert set(s["site"]) == set(s["simulator"]) == {"50%", "85%"}
+    for label, part in (("50%", 0.5), ("85%", 0.85)):
+        site, sim = s["site"][label], s["simulator"][label]
+        assert site["failed"] == 0 and site["requests"] > 0
+        offered = part * cal["capacity_rps"]
+        # the simulator keeps up with the offered rate below capacity, as the site does
+        assert sim["throughput"] == pytest.approx(offered, rel=0.2)
+        assert s["errors"][label] == errors(site, sim)
+        assert set(s["errors"][label]) == set(FIGURES)
+    worst = max(e for by in s["errors"].values() for e in by.values())
+    assert s["sim_vs_site_max_error"] == worst
+    assert s["sheds"] == 0 and result["meta"]["sheds"] == 0
+    assert result["meta"]["admission"]["shed_above_ms"] > 1000  # the bench's admission
+
+
+def test_check_local_is_listed_and_asks_for_its_json():
+    cli = [sys.executable, "-P", "-m", "sonicsite"]
+    listed = subprocess.run([*cli, "simulate", "--list"], capture_output=True, text=True)
+    assert listed.returncode == 0 and "check-local: not a scenario" in listed.stdout
+    asked = subprocess.run([*cli, "simulate", "check-local"], capture_output=True, text=True)
+    assert asked.returncode == 2
+    assert "check-local: expected --json F" in asked.stderr
