@@ -4,7 +4,9 @@ Three policies, switchable at run time (`PUT /v1/balancing`):
 
 - `load-aware` (the default): Envoy's least-request choice, with endpoint weights from
   each server's measured compute time per request (Triton's compute input + infer + output
-  over the requests it completed, smoothed over intervals): how fast the server is. How busy
+  over the requests it completed, each execution's time shared among the requests batched
+  in it (`ModelLoad.cost_us_per_request`), smoothed over intervals): how fast the server
+  is, not how much its dynamic batcher found to join. How busy
   it is, Envoy sees itself: it picks in proportion to weight / (active requests + 1). A
   server k times as slow as the model's `reference` (its fastest server; with three or more,
   the second fastest, so that one measurement low by luck is not everyone's yardstick) gets
@@ -36,13 +38,14 @@ Three policies, switchable at run time (`PUT /v1/balancing`):
 - `least-request`: Envoy's least-request choice, all weights equal.
 - `round-robin`: Envoy's round robin, all weights equal (the baseline of most charts).
 
-A server that completed no request of a model in an interval while the model's other
-servers did keeps its measurement, aged: its excess over the reference shrinks by `AGING`
-per such interval (an interval in which no server of the model completed anything changes
-nothing). A slow server that gets little traffic does not look fast at once for lack of a
-measurement, yet one that was starved (weight 1) is sent requests again within a few
-intervals, is measured, and gets its share back if it has recovered (or its weight falls
-again if it has not).
+A server weighed down keeps a probe share: its weight is never below the model's probe
+weight, `PROBE_SHARE` of the picks among its servers that are weighed down together
+(Envoy's picks are in proportion to the weights). So a slow server is still sent a trickle
+and measured again, and one that recovered is seen fast at its next answer and gets its
+share back; yet however many slow servers a site has (thirty older GPUs beside twenty new
+ones), together they get about `PROBE_SHARE` of the requests while the fast ones have room,
+under the 1 % that would make every p99 one of theirs. A server with no measurement at all
+(new) is tried as the fastest.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ POLICIES = {  # policy: Envoy's lb_policy
 }
 DEFAULT_POLICY = "load-aware"
 FASTER, SLOWER = 1.0, 0.2  # weight of the newest interval's measurement, if lower / higher
-AGING = 0.6  # per interval without a completed request: what is kept of the excess
+PROBE_SHARE = 0.005  # of a model's picks: what its servers weighed down get, together
 TOLERANCE = 0.25  # servers at most this much slower than the reference weigh as much as it
 EXPONENT = 6  # weight 1000 / (k - TOLERANCE) ** EXPONENT for a server k times as slow
 SNAP_DOWN, SNAP_UP = 0.25, 0.5  # parts of full weight: leave full below, back to full above
@@ -97,17 +100,18 @@ def smoothed(old_us: float | None, new_us: float) -> float:
     return part * new_us + (1 - part) * old_us
 
 
-def aged(latency_us: float, fast_us: float) -> float:
-    """A measurement one interval older with no request completed: nearer the reference."""
-    if latency_us <= fast_us:
-        return latency_us
-    return fast_us + AGING * (latency_us - fast_us)
+def probe_weight(full: int, reduced: int) -> int:
+    """The least weight of each of `reduced` servers weighed down beside `full` servers at
+    full weight: together PROBE_SHARE of the picks, at least 1 each."""
+    if not reduced:
+        return 1
+    return max(1, round(PROBE_SHARE * FULL_WEIGHT * max(full, 1) / reduced))
 
 
 @dataclass
 class Balancing:
     policy: str = DEFAULT_POLICY
-    # (model, server): the measured compute time per request in µs, kept (and aged) across
+    # (model, server): the measured compute time per request in µs, kept across
     # intervals
     _latency_us: dict[tuple[str, str], float] = field(default_factory=dict)
     # (model, server) weighed below full since its weight fell under SNAP_DOWN × full
@@ -122,22 +126,12 @@ class Balancing:
 
     def observe(self, loads: list[ModelLoad]) -> None:
         """Smooth in each (model, server)'s compute time per request from the last interval;
-        age the measurement of each that completed no request in it while another server of
-        its model did (starved; when nothing ran anywhere, nothing is learnt)."""
-        idle, served = [], set()
+        a server that completed no request in it keeps its measurement."""
         for load in loads:
-            key = (load.model, load.server)
-            value = load.compute_us_per_request
-            if value is None:
-                idle.append(key)
-                continue
-            served.add(load.model)
-            if value > 0:
+            value = load.cost_us_per_request
+            if value:
+                key = (load.model, load.server)
                 self._latency_us[key] = smoothed(self._latency_us.get(key), value)
-        for key in idle:
-            if key in self._latency_us and key[0] in served:
-                fast = reference([v for (m, _), v in self._latency_us.items() if m == key[0]])
-                self._latency_us[key] = aged(self._latency_us[key], fast or 0.0)
         for model in {load.model for load in loads}:
             self._snap(model)
 
@@ -167,7 +161,9 @@ class Balancing:
             return {s: FULL_WEIGHT for s in servers}
         latency = {s: self._latency_us.get((model, s)) for s in servers}
         fast = reference([v for v in latency.values() if v])
+        reduced = [s for s in servers if (model, s) in self._reduced]
+        least = probe_weight(len(servers) - len(reduced), len(reduced))
         return {
-            s: weight(v, fast) if (model, s) in self._reduced else FULL_WEIGHT
+            s: max(weight(v, fast), least) if s in reduced else FULL_WEIGHT
             for s, v in latency.items()
         }

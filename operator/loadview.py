@@ -74,6 +74,7 @@ class ModelLoad:
     throughput_rps: float
     failure_rps: float
     mean_batch_size: float | None  # Δinferences / Δexecutions; None when nothing ran
+    executions: float = 0.0  # model executions (Δexecution_count): a batch is one
 
     @property
     def queue_us_per_request(self) -> float | None:
@@ -81,12 +82,25 @@ class ModelLoad:
 
     @property
     def compute_us_per_request(self) -> float | None:
+        """As Triton counts it: every request of a batch is charged the batch's whole time."""
         return per_request(self.compute_us, self.requests)
+
+    @property
+    def cost_us_per_request(self) -> float | None:
+        """What a request cost the server: each execution's time shared among the requests
+        it ran (Triton charges each the whole, so a server that batches more would look
+        slower for being busier). Σ charged = Σ k·D over executions of k requests taking D;
+        with k about constant in an interval, Σ D = Σ charged × executions / requests."""
+        charged = self.compute_us_per_request
+        if charged is None or not self.executions:
+            return charged
+        return charged * min(self.executions / self.requests, 1.0)
 
     def to_dict(self) -> dict:
         return asdict(self) | {
             "queue_us_per_request": self.queue_us_per_request,
             "compute_us_per_request": self.compute_us_per_request,
+            "cost_us_per_request": self.cost_us_per_request,
         }
 
 
@@ -164,6 +178,7 @@ def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
                 throughput_rps=requests / dt,
                 failure_rps=total["failure"] / dt,
                 mean_batch_size=total["inferences"] / executions if executions else None,
+                executions=executions,
             )
         )
     return loads

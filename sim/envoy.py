@@ -6,7 +6,10 @@ weights equal, power of two choices on active requests (`choice_count` 2, hosts 
 replacement); with unequal weights, an earliest-deadline-first weighted round robin in which
 a host's effective weight is weight / (active + 1) (`active_request_bias` 1) as it is put
 back in the schedule after a pick, so active requests count only as hosts are re-inserted.
-The schedule is rebuilt when the hosts or their weights change (an xDS update).
+The schedule is rebuilt when the hosts or their weights change (an xDS update), then
+advanced by the load balancer's random seed modulo the host count (`seed_ % hosts.size()`
+picks in `EdfLoadBalancerBase::refresh`), so that two clusters with the same hosts and
+weights do not pick in step.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class LeastRequest:
     _edf: list[tuple[float, int, str]] = field(default_factory=list)
     _now: float = 0.0  # the schedule's virtual time
     _order: int = 0
+    _seed: int = field(init=False)  # the load balancer's, drawn once as Envoy's is
+
+    def __post_init__(self) -> None:
+        self._seed = self.rng.getrandbits(32)
 
     def update(self, weights: dict[str, int]) -> None:
         """A new endpoint assignment (xDS): hosts and weights; active counts carry over."""
@@ -42,11 +49,20 @@ class LeastRequest:
             self._now = 0.0
             for host in self._hosts:
                 self._push(host, 0.0)
+            for _ in range(self._seed % len(self._hosts)):
+                self._advance()
 
     def _push(self, host: str, start: float) -> None:
         weight = self.weights[host] / (self.active[host] + 1)
         self._order += 1
         heapq.heappush(self._edf, (start + 1.0 / weight, self._order, host))
+
+    def _advance(self) -> str:
+        """The schedule's next host, put back with its weight at its active requests."""
+        deadline, _, host = heapq.heappop(self._edf)
+        self._now = deadline
+        self._push(host, deadline)
+        return host
 
     def pick(self) -> str | None:
         if not self._hosts:
@@ -55,9 +71,7 @@ class LeastRequest:
             a, b = self.rng.choice(self._hosts), self.rng.choice(self._hosts)
             host = a if self.active[a] <= self.active[b] else b
         else:
-            deadline, _, host = heapq.heappop(self._edf)
-            self._now = deadline
-            self._push(host, deadline)
+            host = self._advance()
         self.picks[host] = self.picks.get(host, 0) + 1
         return host
 

@@ -12,12 +12,13 @@ from sonicsite.bench.shares import recovery_s, shares_over_time
 from sonicsite.client.discovery import from_site_file
 from sonicsite.operator.balancing import (
     EXPONENT,
+    PROBE_SHARE,
     SNAP_DOWN,
     SNAP_UP,
     TOLERANCE,
     Balancing,
-    aged,
     check_policy,
+    probe_weight,
     reference,
     smoothed,
     weight,
@@ -47,7 +48,8 @@ def test_load_aware_weights_follow_measured_compute_time_per_request():
     weights = b.weights("m", ["a", "a2", "b", "c", "new"])
     assert weights["a"] == SCALE and weights["new"] == SCALE  # unmeasured: tried as fastest
     assert weights["b"] == round(SCALE / (2.5 - TOLERANCE) ** EXPONENT)  # 2.5 times as slow
-    assert weights["c"] == 1  # 40 times slower: the floor
+    assert weights["c"] == probe_weight(3, 2)  # 40 times slower: the probe share's floor
+    assert weight(40_000.0, 1000.0) == 1  # which its time alone would put at 1
     b.forget("c")
     assert b.weights("m", ["a", "c"])["c"] == SCALE
 
@@ -115,30 +117,42 @@ def test_one_unlucky_interval_barely_moves_a_weight_a_faster_server_is_followed_
     assert smoothed(4000.0, 1000.0) < 2000.0 < smoothed(1000.0, 5000.0) + 1000.0
 
 
-def test_a_starved_server_ages_back_to_its_share_and_is_measured_again():
-    """A server 40 times slower gets weight 1 and may complete nothing for a while; its
-    measurement ages toward the fastest, so it is sent requests again and measured: fast
-    again, its weight is back; still slow, it falls again."""
+def test_a_starved_server_keeps_a_probe_share_and_is_measured_again():
+    """A server 40 times slower would get weight 1; it keeps the probe weight instead, so it
+    is sent a trickle and measured: still slow, it stays there (completing nothing in an
+    interval changes nothing); fast again, its weight is back at its next answer."""
     b = Balancing()
     b.observe(_compute(a=1000.0, c=40_000.0))
-    assert b.weights("m", ["a", "c"])["c"] == 1
-    b.observe(_compute(a=1000.0, c=None))  # one interval without an answer: still far down
-    assert b.weights("m", ["a", "c"])["c"] < 10
-    intervals = 1
-    while b.weights("m", ["a", "c"])["c"] < 100:
-        b.observe(_compute(a=1000.0, c=None))
-        intervals += 1
-    assert intervals <= 8  # sent a few in a hundred after a few seconds without an answer
-    slow_again = Balancing(_latency_us=dict(b._latency_us))
-    slow_again.observe(_compute(a=1000.0, c=40_000.0))  # measured: still slow
-    assert slow_again.weights("m", ["a", "c"])["c"] < 10
-    for _ in range(6):  # measured: recovered
-        b.observe(_compute(a=1000.0, c=1000.0))
+    probe = probe_weight(1, 1)
+    assert b.weights("m", ["a", "c"]) == {"a": SCALE, "c": probe}
+    assert probe == round(PROBE_SHARE * SCALE)
+    for _ in range(20):
+        b.observe(_compute(a=1000.0, c=None))  # nothing completed there: nothing learnt
+    assert b.weights("m", ["a", "c"])["c"] == probe
+    b.observe(_compute(a=1000.0, c=40_000.0))  # measured: still slow
+    assert b.weights("m", ["a", "c"])["c"] == probe
+    b.observe(_compute(a=1000.0, c=1000.0))  # measured: recovered
     assert b.weights("m", ["a", "c"])["c"] == SCALE
-    assert aged(900.0, 1000.0) == 900.0  # the fastest is never aged past
 
 
-def test_no_traffic_at_all_ages_nothing():
+def test_many_slow_servers_share_one_probe_budget():
+    """Thirty servers 3.5 times slower beside twenty fast ones (older GPUs beside new):
+    together they get about PROBE_SHARE of the picks, so a p99 stays a fast server's; one
+    slow server beside two fast ones gets that share alone."""
+    b = Balancing()
+    fast = {f"a{k}": 1000.0 for k in range(20)}
+    slow = {f"t{k}": 3500.0 for k in range(30)}
+    for _ in range(10):
+        b.observe(_compute(**fast, **slow))
+    weights = b.weights("m", [*fast, *slow])
+    share = sum(weights[s] for s in slow) / sum(weights.values())
+    assert all(weights[s] == SCALE for s in fast)
+    assert 0 < share <= 1.5 * PROBE_SHARE
+    assert probe_weight(2, 1) == round(PROBE_SHARE * SCALE * 2)
+    assert probe_weight(0, 3) >= 1 and probe_weight(5, 0) == 1
+
+
+def test_no_traffic_at_all_changes_nothing():
     """Between job waves no server completes anything: that says nothing about the slow one,
     which must not come back as fast when the next wave starts."""
     b = Balancing()
@@ -151,16 +165,15 @@ def test_no_traffic_at_all_ages_nothing():
 
 def test_a_server_five_times_slower_gets_its_weight_back_soon_after_it_recovers():
     """What the recovery run measures, on the policy alone: 5x slower, then as fast as the
-    others; a trickle of requests measures it. Full weight within a few intervals."""
+    others; its probe share measures it. Full weight at its first fast answer."""
     b = Balancing()
     for _ in range(10):
         b.observe(_compute(a=1000.0, b=1000.0, c=5000.0))
     assert b.weights("m", ["a", "b", "c"])["c"] < SCALE // 10
-    steps = 0
-    while b.weights("m", ["a", "b", "c"])["c"] < SCALE:
-        b.observe(_compute(a=1000.0, b=1000.0, c=1000.0))
-        steps += 1
-    assert steps <= 7
+    b.observe(_compute(a=1000.0, b=1000.0, c=None))  # no answer yet: still weighed down
+    assert b.weights("m", ["a", "b", "c"])["c"] < SCALE // 10
+    b.observe(_compute(a=1000.0, b=1000.0, c=1000.0))
+    assert b.weights("m", ["a", "b", "c"])["c"] == SCALE
 
 
 def _answers(shares: list[float], rate: int = 60) -> tuple[list[float], list[str]]:
@@ -247,3 +260,21 @@ def test_a_slowed_server_is_avoided_under_load_aware_weights(tmp_path, built_mod
         assert stream(site, 200, 2, "triton-1")["slow_share"] < 0.1
     finally:
         launcher.down(site_dir)
+
+
+def test_a_server_that_batches_more_is_not_weighed_down_for_it():
+    """Triton charges every request of a batch the batch's whole time: a server whose
+    dynamic batcher joined two requests per execution reports twice the compute per request
+    of an identical one that ran them one by one. Shared among the batch, each request cost
+    it less, not more: both keep full weight."""
+    single = ModelLoad("m", "a", 10, 0.0, 10 * 1000.0, 0.0, 10.0, 0.0, 1.0, executions=10)
+    batched = ModelLoad("m", "b", 10, 0.0, 10 * 1600.0, 0.0, 10.0, 0.0, 2.0, executions=5)
+    assert batched.compute_us_per_request == 1600.0  # as Triton counts it
+    assert batched.cost_us_per_request == 800.0  # the execution's time shared by two
+    assert single.cost_us_per_request == single.compute_us_per_request == 1000.0
+    b = Balancing()
+    for _ in range(5):
+        b.observe([single, batched])
+    assert b.weights("m", ["a", "b"]) == {"a": SCALE, "b": SCALE}
+    unknown = ModelLoad("m", "c", 10, 0.0, 10 * 1000.0, 0.0, 10.0, 0.0, None)
+    assert unknown.cost_us_per_request == 1000.0  # no executions counted: Triton's figure
