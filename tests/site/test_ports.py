@@ -13,11 +13,13 @@ from sonicsite.local.state import LocalProcess, LocalServer, SiteState
 def test_free_ports_in_a_range_never_hands_out_an_avoided_port(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(PORT_RANGE_VARIABLE, "41000-41019")
-    avoid = set(range(41000, 41016))  # 16 of 20 taken: only 4 can be handed out
+    # below the kernel's ephemeral ports (32768 on): no outgoing connection of another test
+    # or process takes one of them meanwhile; above the suite's workers' ranges (conftest)
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, "30000-30019")
+    avoid = set(range(30000, 30016))  # 16 of 20 taken: only 4 can be handed out
     for _ in range(50):
         chosen = free_ports(4, avoid=avoid)
-        assert sorted(chosen) == [41016, 41017, 41018, 41019]
+        assert sorted(chosen) == [30016, 30017, 30018, 30019]
     with pytest.raises(OSError, match=PORT_RANGE_VARIABLE):
         free_ports(5, avoid=avoid)
 
