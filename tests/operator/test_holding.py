@@ -309,12 +309,21 @@ def test_a_request_held_while_the_operator_is_killed_is_answered(held_site, caps
 
 def test_the_status_page_shows_placement_over_time_in_headless_chromium(held_site):
     """The holds above loaded models: the gateway's /v1/status carries the operator's last
-    decisions, and the status page shows each with its outcome."""
-    status = json.loads(_get(held_site.http, "/v1/status"))
-    recent = status["state"]["placement"]
-    loads = [d for d in recent["decisions"] if d["kind"] == "load"]
-    assert loads and all(d["outcome"] for d in loads), recent
-    assert recent["pools"] == {m: "default" for m in sorted(MODELS)}
+    decisions, and the status page shows each with its outcome. The operator was restarted
+    above (its decisions are kept in memory) and the gateway follows its state every so
+    often: wait until the gateway shows the restarted operator's loads."""
+
+    def recent() -> dict:
+        return json.loads(_get(held_site.http, "/v1/status"))["state"]["placement"]
+
+    def finished_loads() -> list[dict]:
+        loads = [d for d in recent()["decisions"] if d["kind"] == "load"]
+        return loads if loads and all(d["outcome"] for d in loads) else []
+
+    wait_until(finished_loads, "the gateway's status shows the operator's loads", DEADLINE_S, 0.5)
+    loads = finished_loads()
+    assert loads, recent()
+    assert recent()["pools"] == {m: "default" for m in sorted(MODELS)}
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian's chromium is needed (make system installs it)"
     command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
