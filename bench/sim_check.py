@@ -107,7 +107,7 @@ class Calibration:
     closed_loop_rps: float  # closed loop at CAPACITY_CONCURRENCY
     host_cores: float  # capacity × service time: executions the machine runs side by side
     requests: int  # one at a time
-    service_cv: float = 0.0  # fitted (fit_cv): the spread of a request's time under load
+    service_cv: float = 0.0  # fitted (fit_cv): the servers' `host_cv`, their spread under load
     fit_site: dict = field(default_factory=dict)  # the site at fit_load: what cv is fitted to
     fitted: dict = field(default_factory=dict)  # cv tried: the simulator's p99 at fit_load
 

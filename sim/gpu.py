@@ -130,7 +130,6 @@ class Server:
     started_at: float
     slot: int = -1  # the pool's slot (site.py)
     host: Host | None = None  # the cores it shares with other servers; None: its own GPU
-    rng: random.Random = field(default_factory=random.Random)  # service times with a cv
     state: str = STARTING
     stopped_at: float | None = None
     busy_s: float = 0.0  # executing
@@ -169,14 +168,6 @@ class Server:
     def scrape(self) -> dict[str, dict[str, float]]:
         return {m: c.scrape(len(self._queues[m])) for m, c in self.counters.items()}
 
-    def _service_s(self, model: str, items: int) -> float:
-        curve = self.kind.service[model]
-        mean = curve.seconds(items, self.kind.slowdown)
-        if curve.cv <= 0 or mean <= 0:
-            return mean
-        shape = 1.0 / curve.cv**2
-        return self.rng.gammavariate(shape, mean / shape)
-
     def _oldest(self) -> str | None:
         heads = [(q[0].arrived, m) for m, q in self._queues.items() if q]
         return min(heads)[1] if heads else None
@@ -202,7 +193,7 @@ class Server:
                 items += request.items
             self._queued_items[model] -= items
             started = env.now
-            service = self._service_s(model, items)
+            service = self.kind.service[model].seconds(items, self.kind.slowdown)
             yield self.host.run(service) if self.host else env.timeout(service)
             if self.state == STOPPED:  # killed while executing: the batch is lost
                 for r in batch:

@@ -23,13 +23,11 @@ class ScenarioError(ValueError):
 @dataclass(frozen=True)
 class Curve:
     """Service time of one execution of `items` inputs: fixed + per_item × items (ms), the
-    shape GPU inference takes below saturation; `cv` > 0 draws each execution's time from a
-    gamma distribution with that coefficient of variation around it (a CPU server's times
-    vary with what else runs; a GPU's hardly)."""
+    shape GPU inference takes below saturation. (Servers sharing a machine's cores vary
+    around it: `Pool.host_cv`.)"""
 
     fixed_ms: float
     per_item_ms: float
-    cv: float = 0.0
 
     def seconds(self, items: int, slowdown: float = 1.0) -> float:
         return slowdown * (self.fixed_ms + self.per_item_ms * items) / 1e3
@@ -193,12 +191,8 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         service = {}
         for model, curve in curves.items():
             at = f"{where}.service_ms.{model}"
-            c = _fields(curve, at, {"fixed", "per_item", "cv"})
-            service[model] = Curve(
-                _num(c, "fixed", at, low=0.0),
-                _num(c, "per_item", at, low=0.0),
-                _num(c, "cv", at, low=0.0, default=0.0),
-            )
+            c = _fields(curve, at, {"fixed", "per_item"})
+            service[model] = Curve(_num(c, "fixed", at, low=0.0), _num(c, "per_item", at, low=0.0))
         missing = sorted(set(models) - set(service))
         if missing:
             raise ScenarioError(f"{where}.service_ms: no curve for model(s) {missing}")

@@ -93,9 +93,7 @@ class Site:
         kind = scenario.kinds[scenario.pool.slots[slot]]
         self._count += 1
         name = f"gpu-{self._count}-{kind.name}"
-        server = Server(
-            self.env, name, kind, scenario.models, self.env.now, slot, self.host, self.rng
-        )
+        server = Server(self.env, name, kind, scenario.models, self.env.now, slot, self.host)
         self.servers[server.id] = server
         if not delay:
             server.state = READY
