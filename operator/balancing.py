@@ -14,14 +14,17 @@ Three policies, switchable at run time (`PUT /v1/balancing`):
   that proportional pick close to "the server that answers soonest": a server twice as slow
   gets a few requests in a hundred while the others have room (each request it answers is
   one of the slowest, the p99), more as their active requests pile up; one five times as
-  slow, about none. Servers within `TOLERANCE` of the reference all get 1000, and equal
-  weights are exactly least request (Envoy's power of two choices): on shared cores one
-  interval's compute time differs from the next by more than that, and noise must not make
-  load-aware worse than least request.
+  slow, about none. Servers within `TOLERANCE` of the reference all get 1000, and with
+  equal weights Envoy picks the server with the fewest active requests of them all (its
+  least-request `FULL_SCAN`; least request's default draws two servers and takes the less
+  busy, which sends a request to a server with a queue while another is idle about as
+  often as a pool has few idle servers): on shared cores one interval's compute time
+  differs from the next by more than the tolerance, and noise must not make load-aware
+  worse than least request.
   Weights near full are published as full, with hysteresis (`SNAP_UP`, `SNAP_DOWN`): a
   server at full weight keeps it until its weight falls below a quarter of full (about 1.5×
   as slow), one below comes back to full once its weight is over half (about 1.37×). Envoy
-  picks by power of two choices only while every weight is equal; one weight a little lower
+  picks by active requests only while every weight is equal; one weight a little lower
   (1000, 1000, 966) switches it to a weighted round-robin schedule that reacts to active
   requests only as hosts are re-inserted, which answers a slightly slower server worse than
   least request would. So a server is either weighed as the others or clearly down.
@@ -56,10 +59,10 @@ from sonicsite.contract.wire import FULL_WEIGHT
 
 from .loadview import ModelLoad
 
-POLICIES = {  # policy: Envoy's lb_policy
-    "load-aware": "LEAST_REQUEST",
-    "least-request": "LEAST_REQUEST",
-    "round-robin": "ROUND_ROBIN",
+POLICIES = {  # policy: Envoy's lb_policy, and how least request picks while weights are equal
+    "load-aware": ("LEAST_REQUEST", "FULL_SCAN"),
+    "least-request": ("LEAST_REQUEST", "N_CHOICES"),  # Envoy's default: power of two choices
+    "round-robin": ("ROUND_ROBIN", ""),
 }
 DEFAULT_POLICY = "load-aware"
 FASTER, SLOWER = 1.0, 0.2  # weight of the newest interval's measurement, if lower / higher
@@ -122,7 +125,14 @@ class Balancing:
 
     @property
     def lb_policy(self) -> str:
-        return POLICIES[self.policy]
+        return POLICIES[self.policy][0]
+
+    @property
+    def selection(self) -> str:
+        """Envoy's least-request pick while a cluster's weights are all equal: `FULL_SCAN`
+        (the host with the fewest active requests, ties broken at random) or `N_CHOICES`
+        (the fewer of two hosts drawn at random); "" for round robin."""
+        return POLICIES[self.policy][1]
 
     def observe(self, loads: list[ModelLoad]) -> None:
         """Smooth in each (model, server)'s compute time per request from the last interval;

@@ -216,6 +216,7 @@ class Operator:
             self.site_view_http,
             self.tracing,
             held,
+            self.balancing.selection,
         )
         routed = [m for m in models if held is None or m not in held]
         pairs = [(m, s.id) for s in servers for m in s.models]

@@ -40,6 +40,7 @@ TYPE_URLS = {
     "endpoints": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
 }
 GOOGLE = "type.googleapis.com/envoy.extensions"
+LEAST_REQUEST_TYPE = f"{GOOGLE}.load_balancing_policies.least_request.v3.LeastRequest"
 OPERATOR_CLUSTER = "sonicsite_operator"
 ALL_SERVERS = "triton"
 ALL_SERVERS_REST = "triton_rest"  # the same servers on their KServe v2 REST (HTTP) port
@@ -102,9 +103,11 @@ def _cluster(
     lb_policy: str = "LEAST_REQUEST",
     grpc: bool = True,
     health_path: str = "/v2/health/ready",
+    selection: str = "",
 ) -> dict:
     """`grpc`: to the servers' gRPC port over HTTP/2; otherwise their REST port (HTTP/1.1).
-    `health_path`: what the active health check asks (`ready_path`)."""
+    `health_path`: what the active health check asks (`ready_path`); `selection`: least
+    request's pick while the weights are equal (`least_request`)."""
     cluster = {
         "@type": TYPE_URLS["clusters"],
         "name": name,
@@ -154,26 +157,54 @@ def _cluster(
         "common_lb_config": {"healthy_panic_threshold": {"value": 0.0}},
         "ignore_health_on_host_removal": True,
     }
+    if lb_policy == "LEAST_REQUEST" and selection:
+        cluster["load_balancing_policy"] = least_request(selection)
     if not grpc:
         del cluster["typed_extension_protocol_options"]
     return cluster
 
 
+def least_request(selection: str) -> dict:
+    """Envoy's least-request policy as its extension, which alone can say how it picks
+    while the weights are equal: `N_CHOICES` (two hosts drawn, the one with fewer active
+    requests; `lb_policy: LEAST_REQUEST` alone) or `FULL_SCAN` (the one with the fewest of
+    all, ties broken at random). With unequal weights it is the same weighted schedule."""
+    return {
+        "policies": [
+            {
+                "typed_extension_config": {
+                    "name": "envoy.load_balancing_policies.least_request",
+                    "typed_config": {
+                        "@type": LEAST_REQUEST_TYPE,
+                        "selection_method": selection,
+                    },
+                }
+            }
+        ]
+    }
+
+
 def clusters(
-    models: list[str], caps: dict[str, int] | None = None, lb_policy: str = "LEAST_REQUEST"
+    models: list[str],
+    caps: dict[str, int] | None = None,
+    lb_policy: str = "LEAST_REQUEST",
+    selection: str = "",
 ) -> list[dict]:
     """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
-    `lb_policy`: Envoy's choice among the endpoints (operator/balancing.py)."""
+    `lb_policy` and `selection`: Envoy's choice among the endpoints (operator/balancing.py)."""
     caps = caps or {}
+    lb = {"lb_policy": lb_policy, "selection": selection}
     return (
-        [_cluster(ALL_SERVERS, LIMIT, lb_policy)]
+        [_cluster(ALL_SERVERS, LIMIT, **lb)]
         + [
-            _cluster(model_cluster(m), caps.get(m, LIMIT), lb_policy, health_path=ready_path(m))
+            _cluster(model_cluster(m), caps.get(m, LIMIT), health_path=ready_path(m), **lb)
             for m in models
         ]
-        + [_cluster(ALL_SERVERS_REST, LIMIT, lb_policy, grpc=False)]
+        + [_cluster(ALL_SERVERS_REST, LIMIT, grpc=False, **lb)]
         + [
-            _cluster(rest_cluster(m), caps.get(m, LIMIT), lb_policy, False, ready_path(m))
+            _cluster(
+                rest_cluster(m), caps.get(m, LIMIT), grpc=False, health_path=ready_path(m), **lb
+            )
             for m in models
         ]
     )

@@ -52,6 +52,7 @@ class Snapshot:
         site_view_http: str = "",
         tracing: EnvoyTracing | None = None,
         held: dict[str, float] | None = None,
+        selection: str = "",
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
@@ -59,7 +60,8 @@ class Snapshot:
         the site's one-server view over gRPC (the gateway's), if any; `site_view_http`: the
         gateway's HTTP address, for the view's REST twins; `tracing`: Envoy's OpenTelemetry
         tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
-        whose requests the gateway holds, with their deadlines (None: nothing is held)."""
+        whose requests the gateway holds, with their deadlines (None: nothing is held);
+        `lb_policy` and `selection`: Envoy's choice among a cluster's servers."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
@@ -90,7 +92,7 @@ class Snapshot:
                 )
             ],
             "clusters": [
-                *clusters(models, caps, lb_policy),
+                *clusters(models, caps, lb_policy, selection),
                 check_cluster(listen_port),
                 *view_clusters(site_view, site_view_http),
                 *(hold_clusters(site_view, site_view_http) if held is not None else []),

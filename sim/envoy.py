@@ -1,9 +1,11 @@
 """Envoy's LEAST_REQUEST pick, modelled (it is Envoy's code, in C++; this is our model of it,
 not a policy of the project's).
 
-As Envoy's load balancer does it (source/common/upstream/load_balancer_impl.cc): with all
-weights equal, power of two choices on active requests (`choice_count` 2, hosts drawn with
-replacement); with unequal weights, an earliest-deadline-first weighted round robin in which
+As Envoy's load balancer does it (source/extensions/load_balancing_policies/least_request/
+least_request_lb.cc): with all weights equal, by the cluster's selection method: `N_CHOICES`
+(the default), power of two choices on active requests (`choice_count` 2, hosts drawn with
+replacement), or `FULL_SCAN`, the host with the fewest active requests of all, ties broken
+uniformly at random; with unequal weights, an earliest-deadline-first weighted round robin in which
 a host's effective weight is weight / (active + 1) (`active_request_bias` 1) as it is put
 back in the schedule after a pick, so active requests count only as hosts are re-inserted.
 The schedule is rebuilt when the hosts or their weights change (an xDS update), then
@@ -24,6 +26,7 @@ class LeastRequest:
     """One Envoy cluster: its hosts, their weights, and the active requests Envoy counts."""
 
     rng: random.Random
+    selection: str = "N_CHOICES"  # with equal weights: N_CHOICES or FULL_SCAN
     weights: dict[str, int] = field(default_factory=dict)
     active: dict[str, int] = field(default_factory=dict)
     picks: dict[str, int] = field(default_factory=dict)
@@ -67,7 +70,10 @@ class LeastRequest:
     def pick(self) -> str | None:
         if not self._hosts:
             return None
-        if not self._edf:  # equal weights: power of two choices on active requests
+        if not self._edf and self.selection == "FULL_SCAN":
+            least = min(self.active[h] for h in self._hosts)
+            host = self.rng.choice([h for h in self._hosts if self.active[h] == least])
+        elif not self._edf:  # equal weights: power of two choices on active requests
             a, b = self.rng.choice(self._hosts), self.rng.choice(self._hosts)
             host = a if self.active[a] <= self.active[b] else b
         else:

@@ -3,9 +3,10 @@
 `sonicsite`: the operator's step (operator/controller.py `Operator.step`) at simulated time,
 calling the project's own code: every server's counters into the load view
 (`LoadView.record_counters`), `Balancing.observe` / `Balancing.weights` per model into that
-model's Envoy cluster, `admission.decide` per model (a shed is answered at Envoy with its
-retry-after), and the local autoscaler (`Autoscaler.desired` on `queue_ms_per_request` over
-the load view's window), one actuation at a time as the operator's actuator thread does.
+model's Envoy cluster (which picks by `Balancing.selection` while the weights are equal),
+`admission.decide` per model (a shed is answered at Envoy with its retry-after), and the
+local autoscaler (`Autoscaler.desired` on `queue_ms_per_request` over the load view's
+window), one actuation at a time as the operator's actuator thread does.
 
 `reference`: SuperSONIC's chart defaults, helm/supersonic/values.yaml and templates of
 fastmachinelearning/SuperSONIC (read at e5788010d54a):

@@ -45,18 +45,20 @@ def build(
     sonicsite set uses (a test passes its own to inspect it afterwards); `admission`: the
     sonicsite set's admission policy (default: the operator's default)."""
     env = simpy.Environment()
-    site = Site(env, scenario, random.Random(seed))
     pool = scenario.pool
     if policy_set == "sonicsite":
+        balancing = balancing or Balancing()
+        site = Site(env, scenario, random.Random(seed), balancing.selection)
         scaler = Autoscaler(ScalingPolicy(pool.min_servers, pool.max_servers))
         policies = Sonicsite(
             site,
             scenario.step_s,
-            balancing or Balancing(),
+            balancing,
             admission or AdmissionPolicy(),
             scaler=scaler if pool.autoscaling else None,
         )
     elif policy_set == "reference":
+        site = Site(env, scenario, random.Random(seed))  # Envoy's default least request
         scaler = reference_scaler(pool.min_servers, pool.max_servers)
         policies = Reference(site, scaler if pool.autoscaling else None)
     else:

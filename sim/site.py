@@ -26,6 +26,7 @@ class Site:
     env: simpy.Environment
     scenario: Scenario
     rng: random.Random
+    selection: str = "N_CHOICES"  # Envoy's least-request pick at equal weights (sim/envoy.py)
     servers: dict[str, Server] = field(default_factory=dict)
     clusters: dict[str, LeastRequest] = field(default_factory=dict)  # Envoy's, by name
     scale_events: list[dict] = field(default_factory=list)
@@ -40,7 +41,7 @@ class Site:
 
     def cluster(self, name: str) -> LeastRequest:
         if name not in self.clusters:
-            self.clusters[name] = LeastRequest(self.rng)
+            self.clusters[name] = LeastRequest(self.rng, self.selection)
         return self.clusters[name]
 
     def running(self) -> list[Server]:

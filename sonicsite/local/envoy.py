@@ -130,17 +130,23 @@ def counter(admin: str, name: str) -> int:
     return sum(int(s.get("value", 0)) for s in stats if s.get("name") == name)
 
 
-def lb_policies(admin: str) -> dict[str, str]:
-    """Each dynamic cluster's load-balancing policy as Envoy runs it now (config_dump)."""
+def lb_policies(admin: str) -> dict[str, tuple[str, str]]:
+    """Each dynamic cluster's load-balancing policy as Envoy runs it now (config_dump): its
+    `lb_policy` and, for least request, how it picks while the weights are equal."""
     url = f"http://{admin}/config_dump?resource=dynamic_active_clusters"
     with urllib.request.urlopen(url, timeout=2) as reply:
         configs = json.loads(reply.read()).get("configs", [])
-    # ROUND_ROBIN is the enum's zero value, which protobuf JSON leaves out
-    return {
-        c["cluster"]["name"]: c["cluster"].get("lb_policy", "ROUND_ROBIN")
-        for c in configs
-        if "cluster" in c
-    }
+    return {c["cluster"]["name"]: _lb_policy(c["cluster"]) for c in configs if "cluster" in c}
+
+
+def _lb_policy(cluster: dict) -> tuple[str, str]:
+    # ROUND_ROBIN and N_CHOICES are their enums' zero values, which protobuf JSON leaves out
+    policy = cluster.get("lb_policy", "ROUND_ROBIN")
+    if policy != "LEAST_REQUEST":
+        return policy, ""
+    extensions = cluster.get("load_balancing_policy", {}).get("policies", [])
+    configs = [p["typed_extension_config"].get("typed_config", {}) for p in extensions]
+    return policy, next((c.get("selection_method", "N_CHOICES") for c in configs), "N_CHOICES")
 
 
 def weights(admin: str, cluster: str) -> dict[str, int]:

@@ -210,6 +210,10 @@ def test_other_policies_weigh_every_server_alike():
         assert b.weights("m", ["a", "b"]) == {"a": SCALE, "b": SCALE}
     assert Balancing("round-robin").lb_policy == "ROUND_ROBIN"
     assert Balancing().lb_policy == "LEAST_REQUEST"
+    # at equal weights load-aware takes the least busy of all; least request stays Envoy's
+    # default, the less busy of two drawn at random
+    assert Balancing().selection == "FULL_SCAN"
+    assert Balancing("least-request").selection == "N_CHOICES"
     with pytest.raises(ValueError, match="balancing policy: expected one of"):
         check_policy("fastest")
     with pytest.raises(ValueError, match="got \\['round-robin'\\]"):
@@ -254,6 +258,8 @@ def test_a_slowed_server_is_avoided_under_load_aware_weights(tmp_path, built_mod
         set_policy(state, "load-aware")
         stream(site, 100, 2, "triton-1")  # the slow server's time per request is measured
         set_policy(state, "load-aware")  # and Envoy has the weights published from it
+        running = envoy.lb_policies(state.envoy_admin)[model_cluster("identity")]
+        assert running == ("LEAST_REQUEST", "FULL_SCAN")
         weights = envoy.weights(state.envoy_admin, model_cluster("identity"))
         fast, slow = (weights[s.grpc] for s in state.servers)
         assert slow * 10 < fast, weights

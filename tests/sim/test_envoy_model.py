@@ -1,5 +1,6 @@
-"""The model of Envoy's LEAST_REQUEST pick: power of two choices with equal weights, an
-earliest-deadline-first schedule over weight / (active + 1) otherwise."""
+"""The model of Envoy's LEAST_REQUEST pick: with equal weights power of two choices (or,
+with `FULL_SCAN`, the least busy host of all), an earliest-deadline-first schedule over
+weight / (active + 1) otherwise."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ def test_equal_weights_prefer_the_host_with_fewer_active_requests():
     # a is chosen only when both draws are a (1/9)
     assert picks.count("a") < 3000 / 9 * 1.3
     assert picks.count("b") > 1000 and picks.count("c") > 1000
+
+
+def test_a_full_scan_takes_the_least_busy_host_and_breaks_ties_at_random():
+    lb = LeastRequest(random.Random(3), "FULL_SCAN")
+    lb.update({"a": 1000, "b": 1000, "c": 1000})
+    lb.started("a")
+    lb.started("b")
+    assert [lb.pick() for _ in range(100)] == ["c"] * 100  # two choices would take a or b
+    lb.started("c")
+    picks = [lb.pick() for _ in range(3000)]
+    assert all(900 < picks.count(h) < 1100 for h in "abc")
+    lb.update({"a": 1000, "b": 1000, "c": 250})  # unequal weights: the weighted schedule
+    assert 0 < [lb.pick() for _ in range(900)].count("c") < 300
 
 
 def test_unequal_weights_share_in_proportion_to_weight_over_active():

@@ -40,6 +40,7 @@ def test_the_sonicsite_set_calls_the_project_balancing_and_admission():
         assert measured[slow[0]] > max(measured[s] for s in fast)
         weights = balancing.weights(model, servers)
         assert r.site.cluster(model).weights == weights == r.policies.weights[model]
+        assert r.site.cluster(model).selection == balancing.selection == "FULL_SCAN"
         assert weights[slow[0]] < FULL_WEIGHT == weights[fast[0]] == weights[fast[1]]
         # the admission the run holds is what decide() says on the same load view
         view = r.policies.loadview
