@@ -9,19 +9,22 @@ request is one client batch (many events), so that a day of a large site runs in
 
 Modules, one job each:
 
-- `scenario.py`: the scenario file (YAML) read and checked, each error naming its field;
-  shipped scenarios under `scenarios/`; faults (`FAULTS`: a Prometheus outage, a lost node)
-  at their times.
+- `scenario.py`: what a scenario holds (site, pool with its sweep of GPU counts, models,
+  workflows with their own calls); shipped scenarios under `scenarios/`; faults (`FAULTS`:
+  a Prometheus outage, a lost node) at their times. `scenario_parse.py`: the YAML read and
+  checked, each error naming its field.
 - `gpu.py`: a GPU server: per model Triton's dynamic batcher (max batch, queue delay), one
   execution at a time, and Triton's counters as the operator scrapes them.
-- `envoy.py`: Envoy's LEAST_REQUEST pick (power of two choices with equal weights; earliest
-  deadline first over weight / (active + 1) otherwise): Envoy's, modelled here.
+- `envoy.py`: Envoy's LEAST_REQUEST pick (with equal weights power of two choices, or the
+  least busy of all with `FULL_SCAN`; earliest deadline first over weight / (active + 1)
+  otherwise): Envoy's, modelled here.
 - `policies.py`: the two policy sets: `sonicsite` (the operator's load view, balancing
   weights, admission and autoscaler, called as the operator calls them) and `reference`
   (SuperSONIC's chart defaults).
 - `site.py`: the pool of servers: slots by GPU kind, pod start and model load, drain.
 - `workload.py`: CRAB-like waves of jobs; a job's CPU time and its requests, with the
   client's retry-after and back-off.
-- `run.py`: one scenario under one policy set; `results.py`: the figures and the JSON;
-  `plots.py`: the plots; `commands.py`: `sonicsite simulate`.
+- `run.py`: one scenario under one policy set; `results.py`: the comparisons, seeds and
+  sweep, run in worker processes, and the JSON; `plots.py`: the plots; `commands.py`:
+  `sonicsite simulate`.
 """

@@ -1,11 +1,12 @@
-"""`sonicsite simulate SCENARIO --json F [--seed N] [--plot DIR]` and `sonicsite simulate
---list`: the parser and what it runs. The command line (`sonicsite.cli`) adds the parser
-and hands a parsed `simulate` over here."""
+"""`sonicsite simulate SCENARIO --json F [--seed N] [--seeds N] [--workers N] [--plot DIR]`
+and `sonicsite simulate --list`: the parser and what it runs. The command line
+(`sonicsite.cli`) adds the parser and hands a parsed `simulate` over here."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,12 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="runs with seeds SEED.. SEED+N-1: ratios as mean, lowest, highest (default 1)",
     )
+    p.add_argument(
+        "--workers",
+        type=at_least(1),
+        default=len(os.sched_getaffinity(0)),
+        help="runs at a time, each in a process of its own (default: this machine's cores)",
+    )
     p.add_argument("--plot", type=Path, help="a folder for the plots (PNG)")
 
 
@@ -58,8 +65,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as exc:
         print(f"sonicsite simulate: {exc}", file=sys.stderr)
         return 1
-    result = results.write(args.json, chosen, args.seed, args.seeds)
-    hidden = ("fixed_pool", "autoscaled", "over_seeds")
+    result = results.write(args.json, chosen, args.seed, args.seeds, args.workers)
+    hidden = ("fixed_pool", "autoscaled", "over_seeds", "sweep")
     shown = {k: v for k, v in result["summary"].items() if k not in hidden}
     print(json.dumps(shown, indent=2))
     if args.plot:

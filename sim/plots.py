@@ -1,5 +1,6 @@
 """The simulation's plots (matplotlib, imported only when asked for): per comparison,
-latency percentiles, GPU utilisation and servers over simulated time, both policy sets."""
+latency percentiles, GPU utilisation and servers over simulated time, both policy sets; and
+with a sweep, the jobs' makespan and the GPU-hours against the GPU count."""
 
 from __future__ import annotations
 
@@ -40,4 +41,28 @@ def plot(result: dict, out: Path) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    if result["summary"].get("sweep"):
+        written.append(_sweep(result, out, plt))
     return written
+
+
+def _sweep(result: dict, out: Path, plt) -> Path:
+    rows = result["summary"]["sweep"]
+    gpus = [row["gpus"] for row in rows]
+    fig, axes = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
+    panels = (("makespan_s", "makespan (h)", 1 / 3600), ("gpu_hours", "GPU-hours", 1.0))
+    for ax, (key, label, scale) in zip(axes, panels, strict=True):
+        for name in ("sonicsite", "reference"):
+            ax.plot(gpus, [row[name][key] * scale for row in rows], marker="o", label=name)
+        ax.set_ylabel(label)
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    axes[-1].set_xlabel("GPUs (fixed pool)")
+    axes[-1].set_xticks(gpus, [str(n) for n in gpus])
+    fig.suptitle(f"{result['simulation']}: cost against makespan")
+    fig.tight_layout()
+    path = out / f"{result['simulation']}-sweep.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -5,7 +5,11 @@ compared; a scenario whose pool autoscales is compared autoscaled as well, and i
 headline ratios are the autoscaled ones, the fixed pool's beside them. A ratio is sonicsite
 / reference: below 1 is a win for every figure but utilisation.
 
-`meta` is the bench's (`sonicsite.contract.provenance`), with the seed.
+A sweep (`pool.sweep`) runs fixed pools of several GPU counts under both sets: the cost in
+GPU-hours against the jobs' makespan (how many GPUs a site's CPUs need).
+
+The runs are independent: they go to worker processes, one per core by default.
+`meta` is the bench's (`sonicsite.contract.provenance`), with the seed and the workers.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import json
 import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..contract import provenance
-from .run import POLICY_SETS, Run, figures, run
+from .run import POLICY_SETS, figures, run
 from .scenario import Scenario
 
 RATIOS = {  # summary name: figure
@@ -28,19 +33,35 @@ RATIOS = {  # summary name: figure
 }
 
 
-def compare(scenario: Scenario, seed: int) -> tuple[dict, dict[str, Run]]:
-    """Both policy sets on the scenario: figures, ratios, the timelines; and the runs."""
-    runs, timed = {}, {}
-    for name in POLICY_SETS:
-        t0 = time.perf_counter()
-        runs[name] = run(scenario, name, seed)
-        timed[name] = round(time.perf_counter() - t0, 2)
-    result = {name: figures(r) for name, r in runs.items()}
+def one_run(scenario: Scenario, policy_set: str, seed: int) -> dict:
+    """One run (in a worker process): its figures, timeline, scale events and wall time."""
+    t0 = time.perf_counter()
+    r = run(scenario, policy_set, seed)
+    return {
+        "figures": figures(r),
+        "timeline": r.timeline,
+        "scale_events": r.site.scale_events,
+        "wall_s": round(time.perf_counter() - t0, 2),
+    }
+
+
+def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
+    """Every (scenario, policy set, seed) run, `workers` at a time in processes of their
+    own (each run is one process's CPU work: SimPy is single-threaded)."""
+    if workers <= 1 or len(tasks) <= 1:
+        return [one_run(*task) for task in tasks]
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        return list(pool.map(one_run, *zip(*tasks, strict=True)))
+
+
+def comparison(runs: dict[str, dict]) -> dict:
+    """Both policy sets' figures on one case, the ratios and utilisations beside them."""
+    result = {name: runs[name]["figures"] for name in POLICY_SETS}
     for key, figure in RATIOS.items():
         result[key] = ratio(result["sonicsite"][figure], result["reference"][figure])
     result["gpu_utilisation"] = {n: result[n]["gpu_utilisation"] for n in POLICY_SETS}
-    result["wall_s"] = timed
-    return result, runs
+    result["wall_s"] = {name: runs[name]["wall_s"] for name in POLICY_SETS}
+    return result
 
 
 def ratio(ours: float | None, theirs: float | None) -> float | None:
@@ -49,20 +70,34 @@ def ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 4)
 
 
-def summarise(scenario: Scenario, seed: int) -> tuple[dict, dict]:
-    """(summary, details): the comparisons and the headline ratios; details hold the
-    timelines and scale events for the plots."""
-    comparisons, details = {}, {}
+def cases(scenario: Scenario) -> dict[str, Scenario]:
+    """The comparisons: a fixed pool of `fixed_servers`, and the scenario autoscaled if its
+    pool autoscales."""
     n = scenario.pool.fixed_servers
     fixed = scenario.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
-    cases = {"fixed_pool": fixed}
-    if scenario.pool.autoscaling:
-        cases["autoscaled"] = scenario
-    for case, chosen in cases.items():
-        comparisons[case], runs = compare(chosen, seed)
+    return {"fixed_pool": fixed} | ({"autoscaled": scenario} if scenario.pool.autoscaling else {})
+
+
+def swept(scenario: Scenario) -> dict[int, Scenario]:
+    """The sweep's fixed pools: `pool.sweep`'s GPU counts, the first slots of each."""
+    return {
+        n: scenario.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
+        for n in scenario.pool.sweep
+    }
+
+
+def summarise(
+    scenario: Scenario, seed: int, runs: dict[tuple[str, str], dict]
+) -> tuple[dict, dict]:
+    """(summary, details) of one seed from its runs by (case, policy set): the comparisons
+    and headline ratios; details hold the timelines and scale events for the plots."""
+    comparisons, details = {}, {}
+    for case in cases(scenario):
+        both = {name: runs[(case, name)] for name in POLICY_SETS}
+        comparisons[case] = comparison(both)
         details[case] = {
-            name: {"timeline": r.timeline, "scale_events": r.site.scale_events}
-            for name, r in runs.items()
+            name: {"timeline": r["timeline"], "scale_events": r["scale_events"]}
+            for name, r in both.items()
         }
     headline = comparisons.get("autoscaled", comparisons["fixed_pool"])
     summary = {
@@ -75,6 +110,21 @@ def summarise(scenario: Scenario, seed: int) -> tuple[dict, dict]:
         **comparisons,
     }
     return summary, details
+
+
+def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
+    """The cost/makespan curve: per GPU count, both sets' makespan, GPU-hours and p99."""
+    shown = ("makespan_s", "gpu_hours", "p99_latency_s", "finished")
+    rows = []
+    for n in sorted({n for n, _ in runs}):
+        row: dict = {"gpus": n}
+        for name in POLICY_SETS:
+            row[name] = {k: runs[(n, name)]["figures"][k] for k in shown}
+        row["makespan_ratio_vs_reference"] = ratio(
+            row["sonicsite"]["makespan_s"], row["reference"]["makespan_s"]
+        )
+        rows.append(row)
+    return rows
 
 
 def wins(comparisons: dict) -> list[str]:
@@ -116,25 +166,43 @@ def over_seeds(summaries: list[dict]) -> dict:
     return spread
 
 
-def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1) -> dict:
-    """Simulate with `seeds` seeds from `seed` on, and write {summary, meta, details} to
-    `path`. With more than one seed the headline ratios are the means over the seeds
-    (`over_seeds` has each one's spread); the comparisons and details are the first seed's."""
+def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: int = 1) -> dict:
+    """Simulate with `seeds` seeds from `seed` on, `workers` runs at a time, and write
+    {summary, meta, details} to `path`. With more than one seed the headline ratios and the
+    wins are the means over the seeds (`over_seeds` has each ratio's spread); the
+    comparisons and details are the first seed's. The sweep (`pool.sweep`) runs the first
+    seed."""
     load_before = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
-    runs = [summarise(scenario, s) for s in range(seed, seed + seeds)]
-    summary, details = runs[0]
+    numbers = range(seed, seed + seeds)
+    keys = [(s, case, name) for s in numbers for case in cases(scenario) for name in POLICY_SETS]
+    tasks = [(cases(scenario)[case], name, s) for s, case, name in keys]
+    sweeps = [(n, name) for n in swept(scenario) for name in POLICY_SETS]
+    tasks += [(swept(scenario)[n], name, seed) for n, name in sweeps]
+    done = run_all(tasks, workers)
+    by_key = dict(zip(keys, done[: len(keys)], strict=True))
+    per_seed = [
+        summarise(scenario, s, {(c, n): r for (k, c, n), r in by_key.items() if k == s})
+        for s in numbers
+    ]
+    summary, details = per_seed[0]
     if seeds > 1:
-        spread = over_seeds([x for x, _ in runs])
+        spread = over_seeds([x for x, _ in per_seed])
         for key in RATIOS:
             summary[key] = spread[summary["headline"]].get(key, {}).get("mean")
-        summary["seeds"] = list(range(seed, seed + seeds))
+        means = {
+            case: {key: v["mean"] for key, v in ratios.items()} for case, ratios in spread.items()
+        }
+        summary["wins"] = [f"{w} (mean over {seeds} seeds)" for w in wins(means)]
+        summary["seeds"] = list(numbers)
         summary["over_seeds"] = spread
+    if sweeps:
+        summary["sweep"] = sweep_rows(dict(zip(sweeps, done[len(keys) :], strict=True)))
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     result = {
         "simulation": scenario.name,
         "summary": summary,
-        "meta": meta(seed, load_before),
+        "meta": meta(seed, load_before) | {"workers": workers},
         "details": details,
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ import simpy
 from sonicsite.client.engine import StreamOptions, backoff_s
 
 from .gpu import STOPPED, Request, ServerLost
-from .scenario import OpenLoop, Scenario, Workflow
+from .scenario import Call, OpenLoop, Scenario, Workflow
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Outcome:
 class _Job:
     number: int
     rng: random.Random
+    calls: tuple[Call, ...] = ()  # per event batch: its workflow's, else the workload's
     not_before: float = 0.0
 
 
@@ -114,7 +115,8 @@ class Workload:
             for _ in range(min(flow.wave_size, left)):
                 self._numbers += 1
                 rng = random.Random(self.seed * 1_000_003 + self._numbers)
-                env.process(self._job(_Job(self._numbers, rng)))
+                calls = flow.calls or self.scenario.workload.calls
+                env.process(self._job(_Job(self._numbers, rng, calls)))
             left -= flow.wave_size
             if left > 0:
                 yield env.timeout(flow.wave_every_s)
@@ -134,7 +136,7 @@ class Workload:
                 cpu = job.rng.gammavariate(shape, cpu / shape)
             yield env.timeout(cpu)
             sends = [
-                env.process(self._request(job, c.model, n * c.items_per_event)) for c in work.calls
+                env.process(self._request(job, c.model, n * c.items_per_event)) for c in job.calls
             ]
             yield simpy.AllOf(env, sends)
         self.outcome.jobs_done.append(env.now)

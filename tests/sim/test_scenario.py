@@ -7,6 +7,7 @@ import pytest
 import yaml
 from sonicsite.sim import scenario
 from sonicsite.sim.scenario import ScenarioError
+from sonicsite.sim.scenario_parse import parse
 
 
 def _small() -> dict:
@@ -23,7 +24,8 @@ def test_every_shipped_scenario_loads():
 
 
 def test_the_issue_scale_is_shipped():
-    """tier2-day: 200 GPUs, at least 10,000 jobs over a day, waves of 50 every 10 minutes."""
+    """tier2-day: 200 GPUs, at least 10,000 jobs over a day, waves of 50 every 10 minutes;
+    the first half's workflows call 2 models, the second half's 6; a sweep of GPU counts."""
     day = scenario.load("tier2-day")
     flows = day.workload.workflows
     assert len(day.pool.slots) == day.pool.max_servers == 200
@@ -31,6 +33,10 @@ def test_the_issue_scale_is_shipped():
     assert {(w.jobs, w.wave_size, w.wave_every_s) for w in flows} == {(1000, 50, 600.0)}
     assert max(w.start_s for w in flows) >= 22 * 3600
     assert len({day.kinds[k].service["particlenet"] for k in day.pool.slots}) == 2
+    calls = [{c.model for c in (w.calls or day.workload.calls)} for w in flows]
+    assert [len(c) for c in calls] == [2] * 6 + [6] * 6
+    assert calls[0] < calls[-1] == set(day.models)
+    assert len(day.pool.sweep) >= 4 and max(day.pool.sweep) <= 200
 
 
 def _set(data: dict, path: str, value) -> dict:
@@ -66,11 +72,18 @@ _DROP = object()
         ("gpu_kinds/0/service_ms/particlenet/fixed", None, "particlenet.fixed: expected"),
         ("models/0/max_batch", 1.5, "models[0].max_batch: expected an integer"),
         ("workloads", {}, "workloads: unknown field"),
+        ("pool/sweep", [2, 0], "pool.sweep[1]: expected a GPU count from 1 to 3"),
+        ("pool/sweep", 4, "pool.sweep: expected a list of GPU counts"),
+        (
+            "workload/workflows/0/calls",
+            [{"model": "resnet", "items_per_event": 1}],
+            "workload.workflows[0].calls[0].model: expected one of",
+        ),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(path, value, message):
     with pytest.raises(ScenarioError) as refused:
-        scenario.parse(_set(_small(), path, value))
+        parse(_set(_small(), path, value))
     assert message in str(refused.value)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import yaml
 from sonicsite.operator.admission import AdmissionPolicy, decide
 from sonicsite.operator.balancing import Balancing
 from sonicsite.sim import scenario
@@ -147,3 +148,44 @@ def test_faults_a_prometheus_outage_and_a_lost_node():
         late = [p["servers"] for p in r.timeline if p["t"] > 240]
         assert max(late) <= faults.pool.max_servers - 1
     assert figures(ours)["refused_connects"] == 0 < figures(theirs)["refused_connects"]
+
+
+def test_a_sweep_and_a_workflow_of_its_own_models_in_worker_processes(tmp_path):
+    """A workflow that calls only particlenet sends deepmet nothing; the sweep's fixed pools
+    come out with both sets' makespan and GPU-hours, and more GPUs cost more GPU-hours; the
+    runs in worker processes give exactly the figures of the same runs in this process."""
+    data = yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+    data["pool"]["sweep"] = [1, 3]
+    data["workload"]["workflows"] = [
+        {"start_s": 0, "jobs": 20, "wave_size": 20, "wave_every_s": 30},
+        {
+            "start_s": 60,
+            "jobs": 20,
+            "wave_size": 20,
+            "wave_every_s": 30,
+            "calls": [{"model": "particlenet", "items_per_event": 16}],
+        },
+    ]
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out, plots = tmp_path / "mine.json", tmp_path / "plots"
+    args = ["simulate", str(path), "--json", str(out), "--workers", "2", "--plot", str(plots)]
+    assert main(args) == 0
+    result = json.loads(out.read_text())
+    assert result["meta"]["workers"] == 2
+    rows = result["summary"]["sweep"]
+    assert [row["gpus"] for row in rows] == [1, 3]
+    for name in ("sonicsite", "reference"):
+        assert all(row[name]["finished"] for row in rows)
+        assert rows[0][name]["gpu_hours"] < rows[1][name]["gpu_hours"]
+    assert (plots / "small-sweep.png").stat().st_size > 0
+    # the same runs in this process: the workers changed nothing
+    loaded = scenario.load(path)
+    here = figures(run(loaded, "sonicsite", seed=1))
+    assert result["summary"]["fixed_pool"]["sonicsite"] == here
+    # deepmet was asked only by the first workflow's 20 jobs: 4000 / 16 requests each
+    r = run(loaded, "reference", seed=1)
+    per_job = 4000 // 16
+    answered = sum(s.counters["deepmet"].success for s in r.site.servers.values())
+    assert answered == 20 * per_job
+    assert sum(s.counters["particlenet"].success for s in r.site.servers.values()) == 40 * per_job
