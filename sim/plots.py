@@ -1,6 +1,6 @@
 """The simulation's plots (matplotlib, imported only when asked for): per comparison,
 latency percentiles, GPU utilisation and servers over simulated time, both policy sets; and
-with a sweep, the jobs' makespan and the GPU-hours against the GPU count."""
+with a sweep, the jobs' makespan, the GPU-hours and p99 against the GPU count."""
 
 from __future__ import annotations
 
@@ -49,13 +49,20 @@ def plot(result: dict, out: Path) -> list[Path]:
 def _sweep(result: dict, out: Path, plt) -> Path:
     rows = result["summary"]["sweep"]
     gpus = [row["gpus"] for row in rows]
-    fig, axes = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
-    panels = (("makespan_s", "makespan (h)", 1 / 3600), ("gpu_hours", "GPU-hours", 1.0))
+    fig, axes = plt.subplots(3, 1, figsize=(7, 9), sharex=True)
+    panels = (
+        ("makespan_s", "makespan (h)", 1 / 3600),
+        ("gpu_hours", "GPU-hours", 1.0),
+        ("p99_latency_s", "p99 latency (s)", 1.0),
+    )
     for ax, (key, label, scale) in zip(axes, panels, strict=True):
         for name in ("sonicsite", "reference"):
             ax.plot(gpus, [row[name][key] * scale for row in rows], marker="o", label=name)
         ax.set_ylabel(label)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        if key == "p99_latency_s":  # seconds when overloaded, tenths of one otherwise
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0].legend()
     axes[-1].set_xlabel("GPUs (fixed pool)")

@@ -175,10 +175,11 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     load_before = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
     numbers = range(seed, seed + seeds)
-    keys = [(s, case, name) for s in numbers for case in cases(scenario) for name in POLICY_SETS]
-    tasks = [(cases(scenario)[case], name, s) for s, case, name in keys]
-    sweeps = [(n, name) for n in swept(scenario) for name in POLICY_SETS]
-    tasks += [(swept(scenario)[n], name, seed) for n, name in sweeps]
+    compared, pools = cases(scenario), swept(scenario)
+    keys = [(s, case, name) for s in numbers for case in compared for name in POLICY_SETS]
+    tasks = [(compared[case], name, s) for s, case, name in keys]
+    sweeps = [(n, name) for n in pools for name in POLICY_SETS]
+    tasks += [(pools[n], name, seed) for n, name in sweeps]
     done = run_all(tasks, workers)
     by_key = dict(zip(keys, done[: len(keys)], strict=True))
     per_seed = [
