@@ -70,14 +70,14 @@ class LeastRequest:
     def pick(self) -> str | None:
         if not self._hosts:
             return None
-        if not self._edf and self.selection == "FULL_SCAN":
+        if self._edf:  # unequal weights: the weighted schedule
+            host = self._advance()
+        elif self.selection == "FULL_SCAN":  # the least busy of all, ties at random
             least = min(self.active[h] for h in self._hosts)
             host = self.rng.choice([h for h in self._hosts if self.active[h] == least])
-        elif not self._edf:  # equal weights: power of two choices on active requests
+        else:  # power of two choices on active requests
             a, b = self.rng.choice(self._hosts), self.rng.choice(self._hosts)
             host = a if self.active[a] <= self.active[b] else b
-        else:
-            host = self._advance()
         self.picks[host] = self.picks.get(host, 0) + 1
         return host
 

@@ -73,17 +73,13 @@ def ratio(ours: float | None, theirs: float | None) -> float | None:
 def cases(scenario: Scenario) -> dict[str, Scenario]:
     """The comparisons: a fixed pool of `fixed_servers`, and the scenario autoscaled if its
     pool autoscales."""
-    n = scenario.pool.fixed_servers
-    fixed = scenario.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
+    fixed = scenario.fixed(scenario.pool.fixed_servers)
     return {"fixed_pool": fixed} | ({"autoscaled": scenario} if scenario.pool.autoscaling else {})
 
 
 def swept(scenario: Scenario) -> dict[int, Scenario]:
     """The sweep's fixed pools: `pool.sweep`'s GPU counts, the first slots of each."""
-    return {
-        n: scenario.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
-        for n in scenario.pool.sweep
-    }
+    return {n: scenario.fixed(n) for n in scenario.pool.sweep}
 
 
 def summarise(

@@ -140,6 +140,11 @@ class Scenario:
         """The same scenario with pool fields changed (a fixed pool, a GPU count)."""
         return replace(self, pool=replace(self.pool, **changes))
 
+    def fixed(self, servers: int) -> Scenario:
+        """The same scenario on a fixed pool of `servers` (the first slots), no autoscaling."""
+        n = servers
+        return self.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
+
 
 def shipped() -> list[str]:
     return sorted(p.stem for p in SHIPPED.glob("*.yaml"))

@@ -108,14 +108,13 @@ class Workload:
     def _release(self, flow: Workflow):
         env = self.env
         yield env.timeout(flow.start_s)
-        left = flow.jobs
+        left, calls = flow.jobs, flow.calls or self.scenario.workload.calls
         while left > 0:
             if self.outcome.first_release is None:
                 self.outcome.first_release = env.now
             for _ in range(min(flow.wave_size, left)):
                 self._numbers += 1
                 rng = random.Random(self.seed * 1_000_003 + self._numbers)
-                calls = flow.calls or self.scenario.workload.calls
                 env.process(self._job(_Job(self._numbers, rng, calls)))
             left -= flow.wave_size
             if left > 0:

@@ -83,7 +83,7 @@ def test_many_slow_gpus_beside_few_fast_ones_get_only_a_probe_share():
     flow = replace(day.workload.workflows[0], jobs=100)
     small_day = replace(
         day, workload=replace(day.workload, workflows=(flow,)), limit_s=3 * 3600.0
-    ).with_pool(autoscaling=False, initial_servers=5, min_servers=5, max_servers=5)
+    ).fixed(5)
     small_day = replace(
         small_day, pool=replace(small_day.pool, slots=("a100", "a100", "t4", "t4", "t4"))
     )
