@@ -1,11 +1,14 @@
-"""One GPU server: Triton's dynamic batcher per model, one execution at a time, and Triton's
-counters as the operator's load view reads them.
+"""One GPU server: Triton's dynamic batcher per model, and Triton's counters as the
+operator's load view reads them.
 
 Batching as Triton's dynamic batcher does it: a batch goes as soon as the queued inputs reach
 the model's max batch, or when its oldest request has waited `queue_delay`; requests are
-never split. Models share the GPU, one execution at a time, the oldest waiting request's
-model first (concurrent kernels from two models mostly serialise on a busy GPU). Each
-request of a batch is charged the batch's compute time, as Triton's duration counters do.
+never split. Each model has its own scheduler and one instance (Triton's default of one
+instance per GPU), so a batch waits in the queue only for its own model's previous batch:
+Triton runs different models concurrently, and their executions share the GPU (processor
+sharing on the server's own `Host` of one device), so another model's work makes an
+execution slower, counted as compute time, not queue time. Each request of a batch is
+charged the batch's compute time, as Triton's duration counters do.
 
 Servers that share a machine's cores (a local site's CPU servers: `Host`) run slower while
 more of them execute than there are cores (processor sharing).
@@ -22,6 +25,9 @@ import simpy
 from .scenario import GpuKind, ModelSpec
 
 STARTING, READY, DRAINING, STOPPED = "starting", "ready", "draining", "stopped"
+# work left below which an execution is done: well above the clock's resolution a day in
+# (about 1e-11 s at 1e5 s), so that rounding never leaves a sliver that cannot be advanced
+DONE_S = 1e-9
 
 
 class ServerLost(Exception):
@@ -114,8 +120,8 @@ class Host:
         if generation != self._generation:  # a start or an end came first: re-timed
             return
         self._advance()
-        finished = [job for job in self._jobs if job[0] <= 1e-12]
-        self._jobs = [job for job in self._jobs if job[0] > 1e-12]
+        finished = [job for job in self._jobs if job[0] <= DONE_S]
+        self._jobs = [job for job in self._jobs if job[0] > DONE_S]
         for _, done in finished:
             done.succeed()
         self._schedule()
@@ -132,27 +138,33 @@ class Server:
     host: Host | None = None  # the cores it shares with other servers; None: its own GPU
     state: str = STARTING
     stopped_at: float | None = None
-    busy_s: float = 0.0  # executing
+    busy_s: float = 0.0  # time with at least one execution running
     in_flight: int = 0  # requests sent here and not yet answered
     counters: dict[str, Counters] = field(default_factory=dict)
+    device: Host = field(init=False)  # where its executions run
     _queues: dict[str, deque] = field(default_factory=dict)
     _queued_items: dict[str, int] = field(default_factory=dict)
-    _wake: simpy.Event | None = None
+    _wakes: dict[str, simpy.Event] = field(default_factory=dict)
+    _running: int = 0  # executions running now
+    _busy_since: float = 0.0
 
     def __post_init__(self) -> None:
+        # its own GPU: one device its models' executions share; else the machine's cores
+        self.device = self.host if self.host is not None else Host(self.env, 1.0)
         for m in self.models:
             self.counters[m] = Counters()
             self._queues[m] = deque()
             self._queued_items[m] = 0
-        self._wake = self.env.event()
-        self.env.process(self._batcher())
+            self._wakes[m] = self.env.event()
+            self.env.process(self._batcher(m))
 
     def submit(self, request: Request) -> None:
         request.arrived = self.env.now
         self._queues[request.model].append(request)
         self._queued_items[request.model] += request.items
-        if not self._wake.triggered:
-            self._wake.succeed()
+        wake = self._wakes[request.model]
+        if not wake.triggered:
+            wake.succeed()
 
     def kill(self) -> None:
         """The node is lost: every request queued or executing here fails."""
@@ -168,23 +180,24 @@ class Server:
     def scrape(self) -> dict[str, dict[str, float]]:
         return {m: c.scrape(len(self._queues[m])) for m, c in self.counters.items()}
 
-    def _oldest(self) -> str | None:
-        heads = [(q[0].arrived, m) for m, q in self._queues.items() if q]
-        return min(heads)[1] if heads else None
+    def busy_seconds(self) -> float:
+        """Time with at least one execution running, up to now."""
+        running = self.env.now - self._busy_since if self._running else 0.0
+        return self.busy_s + running
 
-    def _batcher(self):
-        env = self.env
+    def _batcher(self, model: str):
+        """Triton's dynamic batcher of one model with one instance: a batch waits for the
+        model's previous one, never for another model's."""
+        env, spec, queue = self.env, self.models[model], self._queues[model]
         while True:
-            model = self._oldest()
-            if model is None:
-                yield self._wake
-                self._wake = env.event()
+            if not queue:
+                yield self._wakes[model]
+                self._wakes[model] = env.event()
                 continue
-            spec, queue = self.models[model], self._queues[model]
             due = queue[0].arrived + spec.queue_delay_ms / 1e3
             if self._queued_items[model] < spec.max_batch and env.now < due:
-                self._wake = env.event()
-                yield self._wake | env.timeout(due - env.now)
+                self._wakes[model] = env.event()
+                yield self._wakes[model] | env.timeout(due - env.now)
                 continue
             batch, items = [], 0
             while queue and items + queue[0].items <= spec.max_batch:
@@ -193,14 +206,14 @@ class Server:
                 items += request.items
             self._queued_items[model] -= items
             started = env.now
-            service = self.kind.service[model].seconds(items, self.kind.slowdown)
-            yield self.host.run(service) if self.host else env.timeout(service)
+            self._started()
+            yield self.device.run(self.kind.service[model].seconds(items, self.kind.slowdown))
+            self._ended()
             if self.state == STOPPED:  # killed while executing: the batch is lost
                 for r in batch:
                     r.done.fail(ServerLost(self.id))
                 return
             took = env.now - started
-            self.busy_s += took
             c = self.counters[model]
             c.success += len(batch)
             c.inferences += items
@@ -209,3 +222,13 @@ class Server:
             c.queue_us += sum(started - r.arrived for r in batch) * 1e6
             for r in batch:
                 r.done.succeed()
+
+    def _started(self) -> None:
+        if not self._running:
+            self._busy_since = self.env.now
+        self._running += 1
+
+    def _ended(self) -> None:
+        self._running -= 1
+        if not self._running:
+            self.busy_s += self.env.now - self._busy_since

@@ -127,4 +127,4 @@ class Site:
         return sum((s.stopped_at or until) - s.started_at for s in self.servers.values())
 
     def busy_seconds(self) -> float:
-        return sum(s.busy_s for s in self.servers.values())
+        return sum(s.busy_seconds() for s in self.servers.values())
