@@ -11,6 +11,7 @@ import re
 import pytest
 import yaml
 from chartcheck import CHART, objects, profiles, render
+from sonicsite.operator.autoscaler import ScalingPolicy
 
 ROOT = CHART.parents[1]
 RULES = ROOT / "monitoring" / "rules"
@@ -293,13 +294,14 @@ def test_kedas_step_policies_and_fallback_are_the_sites():
     }
     (scaled,) = _kind(_docs(values), "ScaledObject")
     behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    windows = ScalingPolicy()  # the chart's default windows are the policy's
     assert behavior["scaleUp"] == {
-        "stabilizationWindowSeconds": 0,
+        "stabilizationWindowSeconds": windows.up_window_s,
         "selectPolicy": "Max",
         "policies": [{"type": "Pods", "value": 2, "periodSeconds": 30}],
     }
     assert behavior["scaleDown"] == {
-        "stabilizationWindowSeconds": 60,
+        "stabilizationWindowSeconds": windows.down_window_s,
         "selectPolicy": "Min",
         "policies": [{"type": "Percent", "value": 50, "periodSeconds": 60}],
     }
