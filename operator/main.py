@@ -1,7 +1,7 @@
 """`python -P -m sonicsite.operator.main`: run the operator (on Kubernetes, or for a local
 site without autoscaling; the local site runs it through sonicsite.local.operator_main,
-which hands it the actuator that starts and stops servers). Its options and what they decode
-to: options.py (`parser` is importable from here too)."""
+which hands it the actuator that starts and stops servers). Its options: options.py
+(`parser` is importable from here too); what they decode to: option_policies.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S
 
-from . import options
+from . import option_policies
 from .admission import AdmissionPolicy
 from .api import make_server
 from .balancing import Balancing
@@ -36,7 +36,7 @@ def placement_loop(
     Secret's file (`--admin-key-file`)."""
     if not args.placement:
         return None
-    settings = options.placement_settings(args, parser)
+    settings = option_policies.placement_settings(args, parser)
     try:
         if args.site:
             catalogue = local_catalogue(args.site, settings)
@@ -60,8 +60,8 @@ def build(
 ) -> Operator:
     """The operator the options describe (parser.error names what is wrong); `actuate` is
     what the site hands it to change the number of servers, if anything."""
-    scaler = options.autoscaler(args, parser)
-    policy = options.checked(
+    scaler = option_policies.autoscaler(args, parser)
+    policy = option_policies.checked(
         parser,
         lambda: AdmissionPolicy(
             shed_above_ms=args.shed_above_ms,
@@ -72,18 +72,18 @@ def build(
             compute_multiple=args.compute_multiple,
         ),
     )
-    tries = options.checked(
+    tries = option_policies.checked(
         parser,
         lambda: TryPolicy(
             args.per_try_floor, args.per_try_cap, args.per_try_multiplier, args.hedge
         ),
     )
-    loadview = options.checked(parser, lambda: LoadView(grace=args.scrape_grace))
+    loadview = option_policies.checked(parser, lambda: LoadView(grace=args.scrape_grace))
     if not 0 < args.shed_ttl <= SHED_TTL_S:
         parser.error(f"--shed-ttl: expected 0 < seconds ≤ {SHED_TTL_S:g}, got {args.shed_ttl:g}")
-    jwt = options.jwt_policy(args, parser)
-    tracing = options.envoy_tracing(args, parser)
-    discovery = options.discovery(args, parser)
+    jwt = option_policies.jwt_policy(args, parser)
+    tracing = option_policies.envoy_tracing(args, parser)
+    discovery = option_policies.discovery(args, parser)
     for flag, value in (("--site-view", args.site_view), ("--site-view-http", args.site_view_http)):
         if value and not value.rpartition(":")[2].isdigit():
             parser.error(f"{flag}: expected host:port, got {value!r}")

@@ -138,7 +138,6 @@ class Server:
     host: Host | None = None  # the cores it shares with other servers; None: its own GPU
     state: str = STARTING
     stopped_at: float | None = None
-    busy_s: float = 0.0  # time with at least one execution running
     in_flight: int = 0  # requests sent here and not yet answered
     counters: dict[str, Counters] = field(default_factory=dict)
     device: Host = field(init=False)  # where its executions run
@@ -146,6 +145,7 @@ class Server:
     _queued_items: dict[str, int] = field(default_factory=dict)
     _wakes: dict[str, simpy.Event] = field(default_factory=dict)
     _running: int = 0  # executions running now
+    _busy_s: float = 0.0  # time with an execution running, to the last one's end
     _busy_since: float = 0.0
 
     def __post_init__(self) -> None:
@@ -183,7 +183,7 @@ class Server:
     def busy_seconds(self) -> float:
         """Time with at least one execution running, up to now."""
         running = self.env.now - self._busy_since if self._running else 0.0
-        return self.busy_s + running
+        return self._busy_s + running
 
     def _batcher(self, model: str):
         """Triton's dynamic batcher of one model with one instance: a batch waits for the
@@ -231,4 +231,4 @@ class Server:
     def _ended(self) -> None:
         self._running -= 1
         if not self._running:
-            self.busy_s += self.env.now - self._busy_since
+            self._busy_s += self.env.now - self._busy_since

@@ -142,8 +142,9 @@ class Scenario:
 
     def fixed(self, servers: int) -> Scenario:
         """The same scenario on a fixed pool of `servers` (the first slots), no autoscaling."""
-        n = servers
-        return self.with_pool(autoscaling=False, initial_servers=n, min_servers=n, max_servers=n)
+        return self.with_pool(
+            autoscaling=False, initial_servers=servers, min_servers=servers, max_servers=servers
+        )
 
 
 def shipped() -> list[str]:

@@ -11,7 +11,7 @@ import argparse
 import pytest
 import yaml
 from chartcheck import CHART, objects, render, validate_custom
-from sonicsite.operator import options
+from sonicsite.operator import option_policies
 from sonicsite.operator.main import parser as operator_parser
 from sonicsite.operator.main import placement_loop
 from sonicsite.operator.metrics import OperatorMetrics
@@ -67,7 +67,7 @@ def test_the_operator_gets_every_placement_value_as_it_parses_them():
     parser = operator_parser()
     parsed = parser.parse_args(args)
     assert parsed.placement and parsed.admin_key_file == "/etc/sonicsite/admin/admin-key"
-    assert options.placement_settings(parsed, parser) == PlacementSettings(
+    assert option_policies.placement_settings(parsed, parser) == PlacementSettings(
         idle_unload_s=900,
         budget_models=2,
         hold_deadlines=(("particlenet_ak4", 30.0),),

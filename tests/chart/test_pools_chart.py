@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from chartcheck import CHART, check_profile, objects, render
-from sonicsite.operator import options
+from sonicsite.operator import option_policies
 from sonicsite.operator.main import parser as operator_parser
 
 POOLS = yaml.safe_load((CHART / "ci" / "gpu-pools-values.yaml").read_text())
@@ -60,7 +60,7 @@ def test_the_operator_gets_each_pool_and_its_service_as_it_parses_them():
     ]
     parser = operator_parser()
     parsed = parser.parse_args(operator["spec"]["template"]["spec"]["containers"][0]["args"])
-    settings = options.placement_settings(parsed, parser)
+    settings = option_policies.placement_settings(parsed, parser)
     assert settings.pools == (("a100", ("particle_transformer",)), ("t4", ()))
     assert parsed.pool_service == ["a100=site-sonicsite-triton-a100", "t4=site-sonicsite-triton-t4"]
 

@@ -5,7 +5,7 @@ the record holders follow. The real requests held and answered: test_holding.py.
 from __future__ import annotations
 
 import pytest
-from sonicsite.operator import options
+from sonicsite.operator import option_policies, options
 from sonicsite.operator.catalogue import Budget, ModelInfo, Pool, catalogue_of
 from sonicsite.operator.controller import ENVOY_GONE_S, EnvoyAcks
 from sonicsite.operator.metrics import OperatorMetrics
@@ -109,13 +109,13 @@ def test_hold_deadlines_go_from_the_settings_to_the_operators_options_and_back()
     parser = options.parser()
     required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
     args = parser.parse_args(required + settings.args())
-    assert options.placement_settings(args, parser) == settings
+    assert option_policies.placement_settings(args, parser) == settings
     args = parser.parse_args([*required, "--placement"])
-    assert options.placement_settings(args, parser).hold_deadline_s == HOLD_DEADLINE_S
+    assert option_policies.placement_settings(args, parser).hold_deadline_s == HOLD_DEADLINE_S
     with pytest.raises(ValueError, match="identity=soon"):
-        options.hold_deadlines(["identity=soon"])
+        option_policies.hold_deadlines(["identity=soon"])
     with pytest.raises(ValueError, match="expected"):
-        options.hold_deadlines(["0"])
+        option_policies.hold_deadlines(["0"])
 
 
 def test_the_holding_record_reads_back_what_it_wrote_and_gives_each_model_its_deadline():
