@@ -64,7 +64,8 @@ def envoy_in_flight(state: SiteState) -> int | None:
             stats = json.loads(reply.read()).get("stats", [])
     except (OSError, urllib.error.URLError, ValueError):
         return None
-    pattern = re.compile(r"^cluster\.model_.*\.upstream_rq_active$")
+    # a model's route sends to its own cluster or the all-servers one (route_clusters.py)
+    pattern = re.compile(r"^cluster\.(model_.*|triton)\.upstream_rq_active$")
     return sum(int(s.get("value", 0)) for s in stats if pattern.match(s.get("name", "")))
 
 

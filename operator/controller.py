@@ -33,6 +33,7 @@ from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
+from .route_clusters import pool_weights, shared_models
 from .try_timeouts import TryTimeouts
 from .xds_jwt import JwtPolicy
 from .xds_resources import ALL_SERVERS, model_cluster, rest_cluster
@@ -190,6 +191,9 @@ class Operator:
             del self.admissions[gone]
         shed = {m: a.expires_at for m, a in self.admissions.items() if a.state == SHED}
         caps = {m: self.policy.inflight_cap for m, a in self.admissions.items() if a.fail_open}
+        per_model = {m: weights[m] for m in models}
+        placing = self.placement is not None
+        shared = shared_models(per_model, weights[ALL_SERVERS], set(caps), placing)
         self.tries.forget(set(models))
         per_try = {m: self.tries.observe(m, self.loadview.model_loads(m)) for m in models}
         holding = self._holding()
@@ -217,12 +221,13 @@ class Operator:
             self.tracing,
             held,
             self.balancing.selection,
+            shared,
         )
         routed = [m for m in models if held is None or m not in held]
         pairs = [(m, s.id) for s in servers for m in s.models]
         self.envoy.publish(snapshot.versions, models, routed, pairs)
         self._autoscale(servers, now)
-        state = self._state(servers, models, weights, per_try)
+        state = self._state(servers, models, weights, per_try, shared)
         if holding is not None:
             state["holding"] = holding.to_dict()
         self.metrics.export(
@@ -256,10 +261,7 @@ class Operator:
             holding = [s.id for s in servers if m in s.models]
             self.balancing.observe(self.loadview.model_loads(m))
             weights[m] = self.balancing.weights(m, holding)
-        weights[ALL_SERVERS] = {
-            s.id: round(sum(weights[m][s.id] for m in s.models) / max(len(s.models), 1))
-            for s in servers
-        }
+        weights[ALL_SERVERS] = pool_weights(weights, {s.id: s.models for s in servers})
         return weights
 
     def _admit(self, servers: list[ServerRecord], models: list[str], now: float) -> None:
@@ -292,7 +294,12 @@ class Operator:
         self.scaling.step(views, now)
 
     def _state(
-        self, servers: list[ServerRecord], models: list[str], weights, per_try: dict[str, float]
+        self,
+        servers: list[ServerRecord],
+        models: list[str],
+        weights,
+        per_try: dict[str, float],
+        shared: set[str],
     ) -> dict:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
         and weight as this step saw them, plus the load, weights, per-try timeouts, policy,
@@ -320,6 +327,7 @@ class Operator:
                     "load": [load.to_dict() for load in self.loadview.model_loads(m)],
                     "weights": weights[m],
                     "per_try_timeout_s": per_try[m],
+                    "cluster": ALL_SERVERS if m in shared else model_cluster(m),
                 }
                 for m in models
             },

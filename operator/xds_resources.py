@@ -4,7 +4,8 @@ xds_routes.py).
 Envoy's bootstrap (sonicsite/local/envoy.py, the chart's ConfigMap) names only its admin port
 and the operator; everything else is built here and served by xds_snapshot.py. One cluster
 holds every server and one per model holds the servers that load it, each with a REST twin
-(the same servers and weights on their KServe v2 REST port) for REST clients. A server whose health
+(the same servers and weights on their KServe v2 REST port) for REST clients; a model's routes
+send to one or the other (route_clusters.py). A server whose health
 check fails leaves its clusters' rotation; one that fails or times out twice in a row is
 ejected for a while (outlier detection, at most half of a cluster's servers at once);
 draining servers receive nothing new. The listener answers `HEALTH_PATH` itself (Envoy's

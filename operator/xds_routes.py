@@ -50,6 +50,15 @@ RETRY_ON = "connect-failure,refused-stream,reset,unavailable,gateway-error"
 NUM_RETRIES = 2
 
 
+VIRTUAL_HOST = "sonicsite"
+
+
+def route_counter(route: str, counter: str = "upstream_rq_total") -> str:
+    """The name of one of Envoy's counters for a route (`model-<m>`, `rest-model-<m>`,
+    `default`, `default-rest`, ...): its requests whichever cluster served them."""
+    return f"vhost.{VIRTUAL_HOST}.route.{route}.{counter}"
+
+
 def seconds(value: float) -> str:
     """A protobuf Duration in JSON."""
     return f"{value:.3f}".rstrip("0").rstrip(".") + "s"
@@ -156,18 +165,26 @@ def route_configuration(
     default_per_try_s: float = TryPolicy.cap_s,
     site_view: tuple[bool, bool] = (False, False),
     held: dict[str, float] | None = None,
+    shared: set[str] | None = None,
 ) -> dict:
     """`site_view`: whether the pool's answers (server metadata, statistics, repository
     index) come from the site's view (xds_site_view.py), over gRPC and over REST;
     `shed`: models whose route refuses new work, with the expiry of each shed (epoch s);
     `per_try`: each model's per-try timeout (s; `default_per_try_s` for the others and for
     the default route, which carries every model); `held`: models no server holds, with
-    their hold deadlines (s): their inference goes to the gateway's holder (`hold_routes`)."""
-    shed, per_try, held = shed or {}, per_try or {}, held or {}
+    their hold deadlines (s): their inference goes to the gateway's holder (`hold_routes`);
+    `shared`: models whose routes send to the all-servers clusters, not their own
+    (route_clusters.py). The model routes and the default ones carry their names as their
+    stat prefixes, so Envoy counts each route's requests (`route_counter`) whichever cluster
+    serves them."""
+    shed, per_try, held, shared = shed or {}, per_try or {}, held or {}, shared or set()
 
     def model_route(name: str, match: dict, cluster: str, m: str, grpc: bool = True) -> dict:
+        if m in shared:
+            cluster = ALL_SERVERS if grpc else ALL_SERVERS_REST
         route = {
             "name": name,
+            "stat_prefix": name,
             "match": match,
             "route": route_action(cluster, per_try.get(m, default_per_try_s), hedge),
             "typed_per_filter_config": without_model_match(),
@@ -177,7 +194,7 @@ def route_configuration(
         return route
 
     def default_route(name: str, match: dict, cluster: str, find_model: bool = False) -> dict:
-        route = {"name": name, "match": match}
+        route = {"name": name, "stat_prefix": name, "match": match}
         route["route"] = route_action(cluster, default_per_try_s, hedge)
         if not find_model:
             route["typed_per_filter_config"] = without_model_match()
@@ -209,7 +226,7 @@ def route_configuration(
         "name": ROUTE_CONFIG,
         "virtual_hosts": [
             {
-                "name": "sonicsite",
+                "name": VIRTUAL_HOST,
                 "domains": ["*"],
                 "routes": routes,
                 "request_body_buffer_limit": RETRY_BUFFER_BYTES,

@@ -4,6 +4,8 @@
 calling the project's own code: every server's counters into the load view
 (`LoadView.record_counters`), `Balancing.observe` / `Balancing.weights` per model into that
 model's Envoy cluster (which picks by `Balancing.selection` while the weights are equal),
+the all-servers cluster's weights and the models whose routes send there
+(`route_clusters.pool_weights`, `shared_models`),
 `admission.decide` per model (a shed is answered at Envoy with its retry-after), and the
 local autoscaler (`Autoscaler.desired` on `queue_ms_per_request` over the load view's
 window), one actuation at a time as the operator's actuator thread does.
@@ -41,13 +43,15 @@ from sonicsite.operator.admission import AdmissionPolicy, decide
 from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.route_clusters import pool_weights, shared_models
+from sonicsite.operator.xds_resources import ALL_SERVERS
 
 from sonicsite.contract.wire import SHED, AdmissionRecord
 
 from .gpu import DRAINING, READY
 from .site import Site
 
-ALL = "triton"  # the reference's one cluster
+ALL = ALL_SERVERS  # the reference's one cluster
 REF_THRESHOLD_MS = 100.0  # serverLoadThreshold
 REF_SCRAPE_S = 5.0  # prometheus.server.global.scrape_interval
 REF_RATE_WINDOW_S = 30.0  # [30s] in the default metric
@@ -69,6 +73,7 @@ class Sonicsite:
     loadview: LoadView = field(default_factory=LoadView)
     admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
     weights: dict[str, dict[str, int]] = field(default_factory=dict)
+    shared: set[str] = field(default_factory=set)  # models routed to the all-servers cluster
     name: str = "sonicsite"
     _busy: bool = False
 
@@ -76,7 +81,8 @@ class Sonicsite:
         self.site.env.process(self._loop())
 
     def cluster_of(self, model: str) -> str:
-        return model  # per-model clusters: the client names its model in a header
+        """The model's route's cluster: the all-servers one or its own (route_clusters.py)."""
+        return ALL_SERVERS if model in self.shared else model
 
     def connect(self, now: float) -> bool:
         return True  # admission is per request, at Envoy's route
@@ -121,6 +127,11 @@ class Sonicsite:
             self.admissions[m] = decide(
                 self.admission, self.admissions.get(m), loads, seen, now, unseen
             )
+        ready = [s for s in servers if s.state == READY]
+        pool = pool_weights(self.weights, {s.id: tuple(s.models) for s in ready})
+        self.site.cluster(ALL_SERVERS).update(pool)
+        capped = {m for m, a in self.admissions.items() if a.fail_open}
+        self.shared = shared_models(self.weights, pool, capped, placing=False)
         self._autoscale(now, len([s for s in servers if s.state == READY]))
 
     def _autoscale(self, now: float, current: int) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from polling import wait_until
+from sonicsite.operator.xds_routes import route_counter
 
 from sonicsite.jobs.driver import Progress, StreamSpec, submit
 from sonicsite.jobs.executions import (
@@ -123,7 +124,7 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
         runner.join(timeout=300)
         assert not runner.is_alive()
         envoy_retries = envoy.counter(
-            state.envoy_admin, "cluster.model_particlenet_ak4.upstream_rq_retry"
+            state.envoy_admin, route_counter("model-particlenet_ak4", "upstream_rq_retry")
         )
         # Envoy no longer sends to the dead server (two failed health checks): only the
         # live one is healthy there.

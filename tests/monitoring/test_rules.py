@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "monitoring" / "rules").glob("*.yaml"))
 AUTOSCALING = ROOT / "monitoring" / "rules" / "autoscaling.rules.yaml"
 QUEUE_RULE = "sonicsite:model_queue_seconds_per_request:30s"
+SITE_QUEUE_RULE = "sonicsite:queue_seconds_per_request:30s"  # the scaling metric
 
 
 def test_rules_pass_promtool_check_and_unit_tests():
@@ -50,8 +51,9 @@ def test_rules_pass_promtool_check_and_unit_tests():
 
 
 def test_queue_time_per_request_is_recorded_by_one_rule_only():
-    # Its one definition in PromQL; the other rules read it (or the operator's gauge, the
-    # Python definition), never Triton's queue counter.
+    # Its definitions in PromQL, per model and over the site's models, in one file; the other
+    # rules read them (or the operator's gauge, the Python definition), never Triton's queue
+    # counter.
     uses = {
         (path.name, rule.get("record") or rule.get("alert"))
         for path in RULES
@@ -59,7 +61,7 @@ def test_queue_time_per_request_is_recorded_by_one_rule_only():
         for rule in group["rules"]
         if "nv_inference_queue_duration_us" in rule["expr"]
     }
-    assert uses == {("autoscaling.rules.yaml", QUEUE_RULE)}
+    assert uses == {("autoscaling.rules.yaml", r) for r in (QUEUE_RULE, SITE_QUEUE_RULE)}
 
 
 # An aggregation and what it keeps: `sum by (...)`, `on (...)`, or one without a clause.
@@ -88,15 +90,13 @@ def test_every_rule_keeps_each_releases_series_apart_and_names_its_series_bare()
 
 
 def _scaling_expression() -> str:
-    """The site's scaling metric with the per-model rule's own expression inlined."""
+    """The site's scaling metric: the recording rule's own expression."""
     rules = {
         r["record"]: r["expr"]
         for g in yaml.safe_load(AUTOSCALING.read_text())["groups"]
         for r in g["rules"]
     }
-    return rules["sonicsite:queue_seconds_per_request:max"].replace(
-        QUEUE_RULE, f"({rules[QUEUE_RULE]})"
-    )
+    return rules[SITE_QUEUE_RULE]
 
 
 def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
@@ -153,7 +153,7 @@ def test_autoscaler_metric_equals_the_recording_rule_on_live_data(site):
             served = {load.model for load in loads(address, at, window) if load.requests > 0}
             if not {"particlenet_ak4", "simple"} <= served:
                 return None
-            recorded = prometheus.query(address, "sonicsite:queue_seconds_per_request:max")
+            recorded = prometheus.query(address, SITE_QUEUE_RULE)
             if not recorded or float(recorded[0]["value"][1]) <= 0:
                 return None
             answer = prometheus.query(address, expression, at)

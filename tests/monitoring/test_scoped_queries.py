@@ -38,7 +38,7 @@ ANNOTATION_JOB = ROOT / "monitoring" / "scrape" / "kubernetes-pods.yaml"
 MODEL = "identity"  # no dynamic batching: with one instance, requests queue one behind another
 DELAY_MS = 20.0  # each execution sleeps this long: queue time comes from the load, not the CPU
 WINDOW = ScalingPolicy().window_s  # the rule's `offset 30s`
-QUEUE_MAX = "sonicsite:queue_seconds_per_request:max"
+SITE_QUEUE = "sonicsite:queue_seconds_per_request:30s"  # the scaling metric
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def test_each_releases_keda_query_reads_its_own_load_and_not_the_others(shared, 
             return None
         recorded = {
             (s["metric"].get("namespace"), s["metric"].get("release"))
-            for s in prometheus.query(address, QUEUE_MAX)
+            for s in prometheus.query(address, SITE_QUEUE)
         }
         if recorded != {(r.namespace, r.name) for r in (ALPHA, BETA)}:
             return None

@@ -29,15 +29,16 @@ from sonicsite.local.state import SiteState
 POLICY = ScalingPolicy(min_servers=1, max_servers=4, target_ms=100, up_window_s=0, down_window_s=10)
 
 
-def test_metric_is_queue_time_per_request_over_the_site_worst_model():
+def test_metric_is_queue_time_per_request_over_the_pools_requests():
     loads = [
         ModelLoad("a", "s0", 10, 10 * 300e3, 0, 0, 0, 0, 1),  # 10 requests at 300 ms
         ModelLoad("a", "s1", 30, 30 * 100e3, 0, 0, 0, 0, 1),  # 30 requests at 100 ms
         ModelLoad("b", "s0", 5, 5 * 50e3, 0, 0, 0, 0, 4),
         ModelLoad("b", "s1", 0, 0, 0, 0, 0, 0, None),  # nothing completed there
     ]
-    # model a: (10*300 + 30*100) / 40 = 150 ms (per request, not per execution); b: 50 ms
-    assert queue_ms_per_request(loads) == pytest.approx(150.0)
+    # (10*300 + 30*100 + 5*50) / 45 ms, per request (not per execution), not the worst
+    # model's 150 ms
+    assert queue_ms_per_request(loads) == pytest.approx(6250 / 45)
     assert queue_ms_per_request([]) is None
 
 

@@ -22,7 +22,7 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.main import parser as operator_parser
 from sonicsite.operator.try_timeouts import SHRINK_AFTER, TryPolicy, TryTimeouts, latency_s
-from sonicsite.operator.xds_resources import HEALTH_PATH
+from sonicsite.operator.xds_resources import ALL_SERVERS, HEALTH_PATH
 from sonicsite.operator.xds_routes import RETRY_ON
 from sonicsite.operator.xds_snapshot import Snapshot
 
@@ -151,11 +151,22 @@ def _host_flags(site, server) -> str:
     return envoy.hosts(site.envoy_admin, f"model_{MODEL}").get(server.grpc, "")
 
 
+# the model's route sends to its own cluster or to the all-servers one (route_clusters.py)
+CLUSTERS = (f"model_{MODEL}", ALL_SERVERS)
+
+
 def _host_active(site, server) -> int:
     with urllib.request.urlopen(f"http://{site.envoy_admin}/clusters", timeout=10) as reply:
         lines = reply.read().decode().splitlines()
-    wanted = f"model_{MODEL}::{server.grpc}::rq_active::"
+    wanted = tuple(f"{c}::{server.grpc}::rq_active::" for c in CLUSTERS)
     return sum(int(line.rsplit("::", 1)[1]) for line in lines if line.startswith(wanted))
+
+
+def _per_try_timeouts(site) -> int:
+    return sum(
+        envoy.counter(site.envoy_admin, f"cluster.{c}.upstream_rq_per_try_timeout")
+        for c in CLUSTERS
+    )
 
 
 def test_a_server_hung_mid_stream_costs_a_per_try_timeout_and_loses_nothing(tmp_path, built_models):
@@ -201,8 +212,7 @@ def test_a_server_hung_mid_stream_costs_a_per_try_timeout_and_loses_nothing(tmp_
         callers = [threading.Thread(target=calls, daemon=True) for _ in range(4)]
         for caller in callers:
             caller.start()
-        timeouts = f"cluster.model_{MODEL}.upstream_rq_per_try_timeout"
-        before = envoy.counter(state.envoy_admin, timeouts)
+        before = _per_try_timeouts(state)
         with Client(from_site_file(site_dir), "grpc") as client:
 
             def on_result(lo: int, hi: int, outputs) -> None:
@@ -222,7 +232,7 @@ def test_a_server_hung_mid_stream_costs_a_per_try_timeout_and_loses_nothing(tmp_
             "Envoy to take the hung server out of rotation",
         )
         wait_until(
-            lambda: envoy.counter(state.envoy_admin, timeouts) > before,
+            lambda: _per_try_timeouts(state) > before,
             "Envoy to give up a try on the hung server and retry it elsewhere",
         )
         stop.set()

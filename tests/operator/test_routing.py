@@ -4,6 +4,7 @@ client's model); servers added or removed reach Envoy."""
 
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import numpy as np
@@ -11,7 +12,8 @@ from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
-from sonicsite.operator.xds_resources import model_cluster
+from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster
+from sonicsite.operator.xds_routes import route_counter
 from stock import stock_infer
 
 from sonicsite.local import envoy, launcher
@@ -22,9 +24,10 @@ from sonicsite.local.state import SiteState
 
 def test_stock_client_without_the_header_works_through_envoy(site):
     """Stock tritonclient (no sonicsite-model header) takes its model's route: Envoy finds
-    the model in the request message."""
+    the model in the request message (each model route counts its own requests, whichever
+    cluster serves them: route_clusters.py)."""
     models = ("simple", "particlenet_ak4", "gnn_linking")
-    clusters = [f"cluster.{model_cluster(m)}.upstream_rq_total" for m in models]
+    clusters = [route_counter(f"model-{m}") for m in models]
     before = [envoy.counter(site.envoy_admin, c) for c in clusters]
     for model in models:
         sample = generate(model, 4, seed=6)
@@ -37,17 +40,35 @@ def test_stock_client_without_the_header_works_through_envoy(site):
     assert all(a >= b + 1 for a, b in zip(after, before, strict=True)), (before, after)
 
 
+ROUTE_SIMPLE = route_counter("model-simple")
+
+
 def test_the_sonicsite_client_takes_its_models_route(site):
-    before = envoy.counter(site.envoy_admin, "cluster.model_simple.upstream_rq_total")
+    before = envoy.counter(site.envoy_admin, ROUTE_SIMPLE)
     with Client(from_site_file(site.site_dir), "grpc") as client:
         assert client.mode == "site"
         sample = generate("simple", 16, seed=2)
         result = client.stream("simple", sample.spec, batch=4).run(sample, lambda *a: None)
     assert result.events_ok == 16
     # 4 requests, and its metadata and statistics calls (Envoy finds the model in them too)
-    assert envoy.counter(site.envoy_admin, "cluster.model_simple.upstream_rq_total") >= before + 4
+    assert envoy.counter(site.envoy_admin, ROUTE_SIMPLE) >= before + 4
     served = result.stats.summary()["rows_per_server"]
     assert set(served) <= {"triton-0", "triton-1"} and sum(served.values()) == 16
+
+
+def test_each_models_route_sends_where_the_operator_says(site):
+    """The operator's choice of cluster per model (route_clusters.py: the all-servers one
+    while every server weighs the same for it, its own otherwise), as Envoy runs it."""
+
+    def agreed() -> dict[str, str] | None:
+        with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=5) as reply:
+            said = {m: v["cluster"] for m, v in json.loads(reply.read())["models"].items()}
+        running = envoy.route_clusters(site.envoy_admin)
+        return said if all(running.get(f"model-{m}") == c for m, c in said.items()) else None
+
+    said = wait_until(agreed, "Envoy to run the routes the operator published")
+    assert set(said) == set(site.models)
+    assert set(said.values()) <= {ALL_SERVERS} | {model_cluster(m) for m in site.models}
 
 
 def _metrics(operator: str) -> str:

@@ -31,6 +31,7 @@ from sonicsite.models.samples import generate
 from sonicsite.operator.api import make_server
 from sonicsite.operator.xds_model_match import LOGGING, REPOSITORY, SHARED_MEMORY, TRACE
 from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
+from sonicsite.operator.xds_routes import route_counter
 from sonicsite.operator.xds_site_view import VIEW_CLUSTER, VIEW_REST_CLUSTER
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json, stock_infer
@@ -72,9 +73,11 @@ class FedEnvoy:
     def view(self) -> tuple[Snapshot, None, float]:  # what the operator's API asks of it
         return self.snapshot, None, time.time()
 
-    def feed(self, shed: dict[str, float] | None = None) -> None:
+    def feed(self, shed: dict[str, float] | None = None, shared: set[str] | None = None) -> None:
         """A new snapshot; returns once Envoy runs it and sees every server healthy."""
-        self.snapshot = Snapshot.build(self.servers, {}, "127.0.0.1", self.listen, shed=shed)
+        self.snapshot = Snapshot.build(
+            self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared
+        )
         self.wait_healthy()
 
     def wait_healthy(self) -> None:
@@ -174,11 +177,16 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
 # -- through the session's site (its operator's xDS) --------------------------------------
 
 
+def _routed(admin: str, route: str) -> int:
+    """A route's requests, whichever cluster served them (route_clusters.py)."""
+    return envoy.counter(admin, route_counter(route))
+
+
 def test_stock_grpc_without_the_header_takes_its_models_route(site):
     admin = site.envoy_admin
     client = grpcclient.InferenceServerClient(site.grpc)
-    clusters = ("model_simple", "model_identity", ALL_SERVERS, VIEW_CLUSTER)
-    before = {c: _requests(admin, c) for c in clusters}
+    routes = ("model-simple", "model-identity", "default")
+    before = {r: _routed(admin, r) for r in routes} | {VIEW_CLUSTER: _requests(admin, VIEW_CLUSTER)}
     assert client.is_model_ready("simple") and client.get_model_metadata("simple").name == "simple"
     assert client.get_model_config("simple").config.name == "simple"
     # statistics are the pool's: the site's view answers them (xds_site_view.py)
@@ -193,12 +201,13 @@ def test_stock_grpc_without_the_header_takes_its_models_route(site):
         headers={MODEL_HEADER: "simple"},
     )
     assert with_header.as_numpy("OUTPUT1") is not None
-    assert _requests(admin, "model_simple") == before["model_simple"] + 5
+    assert _routed(admin, "model-simple") == before["model-simple"] + 5
+    assert _routed(admin, "model-identity") == before["model-identity"]
     # a request with no model: the site's view (server metadata) or the default route
     assert client.get_server_metadata().name == "sonicsite"
     assert _requests(admin, VIEW_CLUSTER) == before[VIEW_CLUSTER] + 2
     assert client.is_server_ready()
-    assert _requests(admin, ALL_SERVERS) == before[ALL_SERVERS] + 1
+    assert _routed(admin, "default") == before["default"] + 1
     # the stream's first message names the model
     answers: list = []
     client.start_stream(callback=lambda result, error: answers.append((result, error)))
@@ -209,7 +218,7 @@ def test_stock_grpc_without_the_header_takes_its_models_route(site):
         client.stop_stream()
     result, error = answers[0]
     assert error is None and result.as_numpy("OUTPUT0") is not None
-    assert _requests(admin, "model_simple") == before["model_simple"] + 6
+    assert _routed(admin, "model-simple") == before["model-simple"] + 6
     client.close()
 
 
@@ -225,8 +234,8 @@ def _simple_inputs() -> list:
 def test_stock_rest_through_envoy_takes_its_models_route(site):
     admin = site.envoy_admin
     client = httpclient.InferenceServerClient(site.grpc)
-    clusters = ("rest_simple", "triton_rest", VIEW_REST_CLUSTER)
-    before = {c: _requests(admin, c) for c in clusters}
+    before = {r: _routed(admin, r) for r in ("rest-model-simple", "default-rest")}
+    before[VIEW_REST_CLUSTER] = _requests(admin, VIEW_REST_CLUSTER)
     assert client.is_model_ready("simple")
     assert client.get_model_metadata("simple")["name"] == "simple"
     assert client.get_model_metadata("simple", model_version="1")["name"] == "simple"
@@ -241,9 +250,9 @@ def test_stock_rest_through_envoy_takes_its_models_route(site):
             binary=binary,
         )
         np.testing.assert_array_equal(via_envoy["OUTPUT1"], SIMPLE["INPUT0"] - SIMPLE["INPUT1"])
-    assert _requests(admin, "rest_simple") == before["rest_simple"] + 5
+    assert _routed(admin, "rest-model-simple") == before["rest-model-simple"] + 5
     assert client.is_server_ready()
-    assert _requests(admin, "triton_rest") == before["triton_rest"] + 1
+    assert _routed(admin, "default-rest") == before["default-rest"] + 1
     # server metadata and statistics are the pool's: the gateway's view answers them
     assert client.get_server_metadata()["name"] == "sonicsite"
     assert client.get_inference_statistics("simple")["model_stats"][0]["version"] == "1"
@@ -253,11 +262,11 @@ def test_stock_rest_through_envoy_takes_its_models_route(site):
 
 def test_a_large_stock_grpc_request_is_routed_and_answered(site):
     """16 MB through ext_authz's partial hold: only its first bytes wait for the route."""
-    before = _requests(site.envoy_admin, "model_identity")
+    before = _routed(site.envoy_admin, "model-identity")  # whichever cluster served it
     big = np.arange((16 << 20) // 4, dtype=np.float32).reshape(1, -1)
     out = stock_infer(site.grpc, "identity", {"INPUT0": big}, ["OUTPUT0"])
     np.testing.assert_array_equal(out["OUTPUT0"], big)
-    assert _requests(site.envoy_admin, "model_identity") == before + 1
+    assert _routed(site.envoy_admin, "model-identity") == before + 1
 
 
 def _grpc_refusal(call) -> InferenceServerException:
@@ -332,6 +341,29 @@ def test_a_model_held_by_one_server_is_asked_only_of_it(fed):
     for _ in range(6):
         stock_infer(fed.grpc, "identity", {"INPUT0": x}, ["OUTPUT0"])
     assert (served(first), served(second)) == (before[0] + 6, before[1])
+
+
+def test_a_shared_model_is_sent_to_the_all_servers_cluster_and_counted_on_its_route(fed):
+    """`simple` routed to the all-servers cluster (route_clusters.py): Envoy's pick is the
+    one that counts every server's requests of any model; its route still counts its own."""
+    admin, x = fed.admin, np.ones((1, 8), np.float32)
+    counters = [route_counter("model-simple"), f"cluster.{ALL_SERVERS}.upstream_rq_total"]
+    counters += [f"cluster.{model_cluster(m)}.upstream_rq_total" for m in ("simple", "identity")]
+    try:
+        fed.feed(shared={"simple"})
+        wait_until(
+            lambda: envoy.route_clusters(admin).get("model-simple") == ALL_SERVERS,
+            "Envoy to apply the routes",
+        )
+        before = [envoy.counter(admin, c) for c in counters]
+        for _ in range(3):
+            stock_infer(fed.grpc, "simple", SIMPLE, SIMPLE_OUT)
+            stock_infer(fed.grpc, "identity", {"INPUT0": x}, ["OUTPUT0"])
+        after = [envoy.counter(admin, c) for c in counters]
+        # simple: its route and the all-servers cluster; identity (one server): its own
+        assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 0, 3]
+    finally:
+        fed.feed()
 
 
 def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(fed):

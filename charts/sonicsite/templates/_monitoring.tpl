@@ -47,18 +47,19 @@ scoped to this release, as YAML. Takes (dict "root" $ "path" PATH). */}}
 {{- end -}}
 
 {{/* The scaling metric: the recording rule's expression (monitoring/rules, the one
-definition in PromQL) scoped to this release, highest over models, so that KEDA and the rule
-compute one quantity, and only over this release's servers. */}}
+definition in PromQL: queue time per request over the site's models) scoped to this release
+(and a pool's models), so that KEDA and the rule compute one quantity, and only over this
+release's servers; one series, its labels dropped. */}}
 {{- define "sonicsite.scalingQuery" -}}
 {{- $rules := .root.Files.Get "files/rules/autoscaling.rules.yaml" | fromYaml -}}
 {{- $expr := "" -}}
 {{- range (index $rules.groups 0).rules -}}
-{{- if eq .record "sonicsite:model_queue_seconds_per_request:30s" -}}
+{{- if eq .record "sonicsite:queue_seconds_per_request:30s" -}}
 {{- $expr = .expr -}}
 {{- end -}}
 {{- end -}}
 {{- if not $expr -}}
-{{- fail "files/rules/autoscaling.rules.yaml: no rule records sonicsite:model_queue_seconds_per_request:30s" -}}
+{{- fail "files/rules/autoscaling.rules.yaml: no rule records sonicsite:queue_seconds_per_request:30s" -}}
 {{- end -}}
 {{- printf "max(%s)" (include "sonicsite.scopedExpr" (dict "root" .root "expr" (trim $expr) "matcher" .matcher)) -}}
 {{- end -}}
