@@ -257,9 +257,9 @@ class Operator:
     def _weigh(self, servers: list[ServerRecord], models: list[str]) -> dict[str, dict[str, int]]:
         """Endpoint weights per model, and for the default route each server's mean."""
         weights: dict[str, dict[str, int]] = {}
+        self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
         for m in models:
             holding = [s.id for s in servers if m in s.models]
-            self.balancing.observe(self.loadview.model_loads(m))
             weights[m] = self.balancing.weights(m, holding)
         weights[ALL_SERVERS] = pool_weights(weights, {s.id: s.models for s in servers})
         return weights

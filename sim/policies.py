@@ -116,9 +116,10 @@ class Sonicsite:
             self.balancing.forget(gone)
         for s in servers:
             self.loadview.record_counters(s.id, now, s.scrape())
-        for m in self.site.scenario.models:
+        models = self.site.scenario.models
+        self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
+        for m in models:
             holding = [s.id for s in servers if s.state == READY]
-            self.balancing.observe(self.loadview.model_loads(m))
             self.weights[m] = self.balancing.weights(m, holding)
             self.site.cluster(m).update(self.weights[m])
             seen = [s for s in holding if self.loadview.in_view(s)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import pytest
 from sonicsite.bench.balancing_load import set_policy, stream
@@ -52,6 +53,30 @@ def test_load_aware_weights_follow_measured_compute_time_per_request():
     assert weight(40_000.0, 1000.0) == 1  # which its time alone would put at 1
     b.forget("c")
     assert b.weights("m", ["a", "c"])["c"] == SCALE
+
+
+def _models(model: str, **servers: float) -> list[ModelLoad]:
+    """One interval of `model`: each server's compute time per request (µs)."""
+    return [replace(x, model=model) for x in _compute(**servers)]
+
+
+def test_a_server_slow_for_one_model_only_is_busy_not_slow_and_keeps_its_weight():
+    """Three servers, three models. s2 answers model a 3 times as slowly as the others in
+    this interval (another model's batch shared its GPU) but b and c as fast as they do:
+    over its models it is not slow, so it keeps full weight for a. s3, 3 times as slow for
+    every model (a slower GPU), is weighed down for each."""
+    b = Balancing()
+    b.observe(
+        _models("a", s1=1000.0, s1b=1000.0, s2=3000.0, s3=3000.0)
+        + _models("b", s1=1000.0, s1b=1000.0, s2=1000.0, s3=3000.0)
+        + _models("c", s1=1000.0, s1b=1000.0, s2=1000.0, s3=3000.0)
+    )
+    assert b.slowness() == {"s1": 1.0, "s1b": 1.0, "s2": 1.0, "s3": 3.0}
+    servers = ["s1", "s1b", "s2", "s3"]
+    for model in ("a", "b", "c"):
+        weights = b.weights(model, servers)
+        assert weights["s2"] == SCALE, (model, weights)
+        assert weights["s3"] < SNAP_DOWN * SCALE, (model, weights)
 
 
 def test_a_server_a_little_slower_keeps_full_weight_until_it_is_clearly_slower():
