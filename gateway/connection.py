@@ -12,7 +12,11 @@ connection's own, no view is left and the next read starts at its beginning agai
 the cache, no new buffer to clear). Otherwise a read goes into what is left of it, and a
 new one of READ_SIZE is made when less than MIN_READ is left. A large body arrives in few,
 large pieces (uvloop's own reads are of at most 256 kB, each copied into a new bytes
-object). A connection keeps one buffer, READ_SIZE bytes."""
+object). A connection keeps one buffer, READ_SIZE bytes.
+
+For a reply whose body may be spliced to the client (splicing.py), the connection reads
+`stepping`: at most STEP_READ bytes a read (the reply's head, and the JSON part of a binary
+reply), reading paused after each until more is asked for; the body stays on the socket."""
 
 from __future__ import annotations
 
@@ -20,11 +24,14 @@ import asyncio
 import collections
 import sys
 
+from .splicing import SocketEnd
+
 MAX_HEAD = 64 << 10  # a reply head (or chunk-size line) longer than this is not Triton's
 HIGH_WATER = 1 << 20  # reply bytes held unread before the server is asked to wait
 READ_SIZE = (1 << 20) + (64 << 10)  # a read buffer: a 1 MiB tensor and its head in one read
 MIN_READ = 64 << 10  # less left in the current buffer than this: a new one
 UNVIEWED = 2  # sys.getrefcount of the buffer while no view of it lives: its attribute, the call
+STEP_READ = 16 << 10  # a stepping read: a reply's head and its JSON part
 
 
 def _expire(waiter: asyncio.Future) -> None:
@@ -55,6 +62,8 @@ class Connection(asyncio.BufferedProtocol):
         self.start = 0  # where the next read goes in it
         self.ended = False  # the server closed its side (or the connection was lost)
         self.reading_paused = False
+        self.stepping = False  # one read of at most STEP_READ bytes at a time
+        self.end: SocketEnd | None = None  # the socket for splice, made at the first use
         self._waiter: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None
 
@@ -68,6 +77,8 @@ class Connection(asyncio.BufferedProtocol):
             self.start = 0
         if len(self.buffer) - self.start < MIN_READ:
             self.buffer, self.start = bytearray(READ_SIZE), 0
+        if self.stepping:
+            return memoryview(self.buffer)[self.start : self.start + STEP_READ]
         return memoryview(self.buffer)[self.start :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -76,9 +87,8 @@ class Connection(asyncio.BufferedProtocol):
         data = memoryview(self.buffer)[start : self.start]  # a view of its own: counted
         self.chunks.append(data)
         self.held += nbytes
-        if self.held > HIGH_WATER and not self.reading_paused and self.transport:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        if (self.stepping or self.held > HIGH_WATER) and not self.reading_paused:
+            self._pause()
         self._wake()
 
     def eof_received(self) -> None:
@@ -87,6 +97,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.ended = True
+        if self.end is not None:
+            self.end.close()
         self._wake()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -106,6 +118,33 @@ class Connection(asyncio.BufferedProtocol):
         """Open on both sides, nothing left over from an earlier reply."""
         t = self.transport
         return not self.ended and not self.chunks and t is not None and not t.is_closing()
+
+    def _pause(self) -> None:
+        if self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
+
+    def socket_end(self) -> SocketEnd | None:
+        """The connection's socket for splice (None: not a plain socket)."""
+        if self.end is None and self.transport is not None:
+            self.end = SocketEnd.of(self.transport)
+        return self.end
+
+    def step(self, on: bool) -> None:
+        """Read `stepping` (on) or as much as comes (off: reading resumes, if paused for
+        stepping, unless too much is held)."""
+        self.stepping = on
+        if not on and self.reading_paused and self.held <= HIGH_WATER // 2:
+            self._resume()
+
+    def spliceable(self) -> bool:
+        """Everything read is taken and reading is paused: the rest is on the socket."""
+        return self.stepping and self.reading_paused and not self.chunks and not self.ended
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -130,6 +169,8 @@ class Connection(asyncio.BufferedProtocol):
         while not self.chunks:
             if self.ended:
                 raise ConnectionError("the server closed the connection")
+            if self.reading_paused and self.stepping:  # the next step
+                self._resume()
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await _within(self._waiter, timeout)
@@ -137,9 +178,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._waiter = None
         data = self.chunks.popleft()
         self.held -= len(data)
-        if self.reading_paused and self.held <= HIGH_WATER // 2 and self.transport:
-            self.reading_paused = False
-            self.transport.resume_reading()
+        if self.reading_paused and not self.stepping and self.held <= HIGH_WATER // 2:
+            self._resume()
         return data
 
     def unread(self, data: memoryview) -> None:
@@ -174,3 +214,5 @@ class Connection(asyncio.BufferedProtocol):
         self.ended = True
         if self.transport is not None:
             self.transport.close()
+        if self.end is not None:  # the socket closes with its last fd
+            self.end.close()

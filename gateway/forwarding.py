@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from fastapi import Response
@@ -27,9 +28,13 @@ from .balancer import Upstreams
 from .holding import Holder
 from .metrics import GatewayMetrics
 from .siteview import SiteView
+from .splicing import SinkGone
 from .tracing import GatewayTracing
 from .triton_errors import MODEL, unknown_model, unready_model
-from .upstream import BodyMismatch, BodyStream, ConnectFailed, Reply, Upstream
+from .upstream import BodyMismatch, BodyStream, ClientGone, ConnectFailed, Reply, Upstream
+
+if TYPE_CHECKING:
+    from .server import ClientBody
 
 PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH)
 LOG = logging.getLogger(__name__)
@@ -40,11 +45,21 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+def client_gone(model: str, exc: Exception) -> JSONResponse:
+    """A client that closed its connection before its whole body came: a line in the log,
+    and a reply nobody reads (its connection is closed), under nginx's 499 in the metrics."""
+    LOG.warning("model %r: %s", model, exc)
+    return error(499, f"model {model!r}: {exc}")
+
+
 class StreamedReply(Response):
     """A server's reply passed on while it arrives: its head at once, then its body in the
-    chunks the socket delivered, never joined. A reply that breaks off mid-body ends the
-    client's connection short of its Content-Length, as a proxy's must (the status went out
-    already); `broken` is told why. `finished` callbacks run once it is over, either way."""
+    chunks the socket delivered, never joined, or spliced from the server's socket to the
+    client's where the client's connection offers it (`client`, a ClientBody) and the rest
+    is large. A reply that breaks off mid-body ends the client's connection short of its
+    Content-Length, as a proxy's must (the status went out already); `broken` is told why.
+    A client that goes away meanwhile is no server's failure. `finished` callbacks run once
+    it is over, either way."""
 
     def __init__(
         self,
@@ -53,21 +68,31 @@ class StreamedReply(Response):
         first: bytes,
         rest: BodyStream,
         broken: Callable[[str], None],
+        client: ClientBody | None = None,
     ) -> None:
         super().__init__(None, status, headers)  # headers hold Content-Length: kept
-        self.first, self.rest, self.broken = first, rest, broken
+        self.first, self.rest, self.broken, self.client = first, rest, broken, client
         self.finished: list[Callable[[], None]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rest = self.rest
+        spliced = self.client is not None and rest.spliceable()
+        if not spliced:
+            rest.stream()
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
             if self.first:
                 await send({"type": "http.response.body", "body": self.first, "more_body": True})
-            async for data in rest:
-                more = rest.remaining > 0
-                await send({"type": "http.response.body", "body": data, "more_body": more})
+            if spliced:
+                await rest.splice_to(self.client)  # type: ignore[arg-type]
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                async for data in rest:
+                    more = rest.remaining > 0
+                    await send({"type": "http.response.body", "body": data, "more_body": more})
+        except SinkGone:
+            pass  # the client went away: its connection is closed
         except (ConnectionError, TimeoutError) as exc:
             self.broken(f"{exc!r}")  # returns unfinished: the server closes the connection
         finally:
@@ -110,9 +135,12 @@ class Forwarder:
         version: str | None = None,
         span: Span | None = None,
         wait_s: float | None = None,
+        client: ClientBody | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
         when the connection fails. `rest`: the body's remaining chunks, streamed on;
+        `client`: the rest of the body is on the client's socket, spliced on (and a large
+        reply spliced back);
         `stream`: the reply's body is passed on as it arrives (a StreamedReply). With no
         server for the model, Triton's answer for the route's `kind` (and `version`).
         `span`: the request's span (a traced gateway): each try is a child span of it.
@@ -133,7 +161,8 @@ class Forwarder:
             try:
                 with self._traced(span, endpoint.id, headers or {}) as sent:
                     reply = await self.upstream.request(
-                        endpoint.transport, method, path, sent, body, self.timeout_s, rest, length
+                        endpoint.transport,
+                        *(method, path, sent, body, self.timeout_s, rest, length, client),
                     )
             except ConnectFailed as exc:
                 self.upstreams.done(endpoint, None)
@@ -153,6 +182,9 @@ class Forwarder:
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "broken").inc()
                 return error(502, f"{endpoint.id}: the reply broke off: {exc!r}")
+            except ClientGone as exc:  # its body spliced: nothing more can reach it
+                self.upstreams.done(endpoint, None)
+                return client_gone(model, exc)
             except BaseException:  # the client went away mid-body, or the task was cancelled
                 self.upstreams.done(endpoint, None)
                 raise
@@ -160,7 +192,7 @@ class Forwarder:
             self.upstreams.done(endpoint, time.perf_counter() - started)
             if reply.status >= 500:
                 self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
-            return await self._pass_on(reply, endpoint.id, stream)
+            return await self._pass_on(reply, endpoint.id, stream, client)
         return error(502, f"no server could be reached: {last}")
 
     def _traced(self, span: Span | None, server: str, headers: dict) -> AbstractContextManager:
@@ -194,7 +226,9 @@ class Forwarder:
             return unknown_model(kind, model)
         return unready_model(kind, model, version)
 
-    async def _pass_on(self, reply: Reply, server: str, stream: bool) -> Response:
+    async def _pass_on(
+        self, reply: Reply, server: str, stream: bool, client: ClientBody | None = None
+    ) -> Response:
         """The client's reply: the server's status, body and the headers clients read."""
         passed = {k: v for k, v in reply.headers.items() if k in PASSED_HEADERS}
         passed[SERVER_HEADER] = server
@@ -202,7 +236,8 @@ class Forwarder:
             return Response(reply.body, reply.status, headers=passed)
         if stream:
             passed["content-length"] = str(len(reply.body) + reply.rest.remaining)
-            return StreamedReply(reply.status, passed, reply.body, reply.rest, self._broken(server))
+            broken = self._broken(server)
+            return StreamedReply(reply.status, passed, reply.body, reply.rest, broken, client)
         try:
             whole = await reply.whole()
         except (ConnectionError, TimeoutError) as exc:

@@ -13,6 +13,7 @@ import uvicorn
 from .app import GatewayConfig, create_app
 from .jwks import JwksSettings
 from .server import READ_SIZE, PassThroughProtocol, keep_freed_memory
+from .splicing import Pipes
 from .tracing import TracingSettings
 
 
@@ -134,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         create_app(config),
         host=args.host,
         port=args.port,
-        # one read buffer for every client connection: the event loop's (server.py)
-        http=functools.partial(PassThroughProtocol, read_buffer=bytearray(READ_SIZE)),
+        # one read buffer and one set of pipes for every client connection: the event
+        # loop's (server.py, splicing.py)
+        http=functools.partial(
+            PassThroughProtocol, read_buffer=bytearray(READ_SIZE), pipes=Pipes()
+        ),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,

@@ -53,6 +53,14 @@ class GatewayMetrics:
             ["model", "reason"],
             registry=r,
         )
+        self.spliced = Counter(
+            "sonicsite_gateway_spliced_bytes",
+            "Body bytes moved from socket to socket by splice, never read by the gateway "
+            "(direction: request, client to server; reply, server to client)",
+            ["direction"],
+            registry=r,
+        )
+        self.spliced_each_way = {d: self.spliced.labels(d) for d in ("request", "reply")}
         self.state_age = Gauge(
             "sonicsite_gateway_operator_state_age_seconds",
             "Seconds since the gateway last read the operator's state",

@@ -9,11 +9,12 @@ with its body as received, binary tensors and all, and its reply passed back as 
 sends it. Whether the request fits the model (input names, datatypes, shapes, batch size)
 is the server's to say, in Triton's own words.
 
-Inference requests do not go through FastAPI's router (`InferFastPath`, a plain ASGI layer
-inside authentication): its route matching, parameter solving and the send wrappers of its
-exception middleware took about a quarter of the gateway's CPU time per small request, and
-a large reply's every chunk went through them. The infer routes stay declared, for the
-OpenAPI document, and lead to the same handler.
+Inference requests go through neither FastAPI's middleware nor its router (`serve_infer`, a
+plain ASGI app that the gateway's app calls first, behind authentication: app.py
+`GatewayApp`): its route matching, parameter solving, the send wrappers of its exception
+middleware and its telemetry check per request took about a quarter of the gateway's CPU
+time per small request, and a large reply's every chunk went through them. The infer
+routes stay declared, for the OpenAPI document, and lead to the same handler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 from opentelemetry.trace import Span
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from sonicsite.contract.wire import (
     INFERENCE_HEADER_LENGTH,
@@ -33,30 +34,41 @@ from sonicsite.contract.wire import (
 )
 
 from . import site_view_replies
-from .forwarding import PASSED_HEADERS, Forwarder, StreamedReply, error, version_path
+from .forwarding import (
+    PASSED_HEADERS,
+    Forwarder,
+    StreamedReply,
+    client_gone,
+    error,
+    version_path,
+)
 from .kserve import BadRequest, check_infer, split_body
+from .server import SPLICE_EXTENSION, ClientBody
+from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
 from .triton_errors import MODEL, READY
+from .upstream import ClientGone
 
 router = APIRouter(tags=["kserve"])
 # the two infer routes' paths, as the router would match them (a segment is anything but /)
 INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer")
 
 
-class InferFastPath:
-    """POST to an infer route goes straight to its handler; anything else to `app`."""
+def is_infer(scope: Scope) -> bool:
+    """An inference POST (to `serve_infer`)."""
+    return (
+        scope["type"] == "http"
+        and scope["method"] == "POST"
+        and INFER_PATH.fullmatch(scope["path"]) is not None
+    )
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            found = INFER_PATH.fullmatch(scope["path"])
-            if found is not None:
-                reply = await _infer(Request(scope, receive), found["model"], found["version"])
-                await reply(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
+    """An inference request (`is_infer`), answered by its handler."""
+    found = INFER_PATH.fullmatch(scope["path"])
+    assert found is not None
+    reply = await _infer(Request(scope, receive), found["model"], found["version"])
+    await reply(scope, receive, send)
 
 
 def _forwarder(request: Request) -> Forwarder:
@@ -187,10 +199,16 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
         if tracing and span:  # the client went away, or the task was cancelled
             tracing.end(span, 499)
         raise
-    histogram = request.app.state.metrics.latency.labels(model, route, str(reply.status_code))
+    metrics = request.app.state.metrics
+    histogram = metrics.latency.labels(model, route, str(reply.status_code))
+    client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
 
     def observe() -> None:
         histogram.observe(time.perf_counter() - started)
+        if client is not None:  # bodies spliced (server.py): counted once it is over
+            for direction, count in client.spliced.items():
+                if count:
+                    metrics.spliced_each_way[direction].inc(count)
         if tracing and span:  # the request's span ends with its reply's last byte
             tracing.end(span, reply.status_code)
 
@@ -235,7 +253,12 @@ async def _infer_reply(
         if held is not None or not forwarder.view.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
-    prefix, rest = await _head_of_body(request, header_length, total)
+    try:
+        client, prefix, rest = await _taken_body(request, header_length, forwarder.timeout_s)
+    except SourceGone as exc:
+        return client_gone(model, ClientGone(f"the client closed its connection: {exc}"))
+    if client is None:
+        prefix, rest = await _head_of_body(request, header_length, total)
     try:
         parsed, binary = split_body(prefix, header_length, total)
         check_infer(parsed, binary)
@@ -246,8 +269,31 @@ async def _infer_reply(
     headers = {k: fields[k] for k in (*PASSED_HEADERS, *TRACE_HEADERS) if k in fields}
     path = version_path(model, version) + "/infer"
     return await forwarder.send(
-        "POST", model, path, prefix, headers, rest, total, stream=True, version=version, span=span
+        "POST",
+        model,
+        path,
+        prefix,
+        headers,
+        rest,
+        total,
+        stream=True,
+        version=version,
+        span=span,
+        client=client,
     )
+
+
+async def _taken_body(
+    request: Request, header_length: str | None, timeout: float
+) -> tuple[ClientBody | None, bytes, None]:
+    """A large binary request's JSON part and what came with it, the rest left on the
+    client's socket to be spliced (server.py `ClientBody`), where its connection offers
+    that; (None, b"", None) otherwise."""
+    client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
+    if client is None or header_length is None or not header_length.isdigit():
+        return None, b"", None
+    first = await client.take(int(header_length), timeout)
+    return (client, first, None) if first is not None else (None, b"", None)
 
 
 async def _head_of_body(

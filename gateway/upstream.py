@@ -6,7 +6,10 @@ connection, bodies with Content-Length, no redirects, no TLS on the pod network.
 neither joined nor copied here, each way: the request head and what the gateway has read go
 out in one write and the rest of a large body chunk by chunk as it arrives; the reply's head
 is parsed and its body handed on in the chunks the socket delivered, so a large reply
-streams to the client while it arrives.
+streams to the client while it arrives. Where the client's body is left on its socket
+(`ClientBody`, server.py), it is spliced to the server's socket, and a large reply's body
+stays on the server's socket (the connection reads `stepping`) for the client to splice
+(`BodyStream.splice_to`).
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .connection import MAX_HEAD, Connection
+from .splicing import SPLICE_MIN, SinkGone, SourceGone
+
+if TYPE_CHECKING:
+    from .server import ClientBody
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -28,6 +36,11 @@ class BodyMismatch(ValueError):
 class ConnectFailed(ConnectionError):
     """The server could not be reached, or closed a kept-alive connection before answering:
     the request was not processed, so another server may take it."""
+
+
+class ClientGone(Exception):
+    """The client closed its connection before it had sent its whole body (not the
+    server's failure: no reply can reach the client now)."""
 
 
 @dataclass
@@ -66,12 +79,35 @@ class BodyStream:
 
     async def read(self) -> bytes:
         """The whole rest, joined: for replies the gateway reads itself (metadata)."""
+        self.stream()
         return b"".join([data async for data in self])
 
     def close(self) -> None:
         if self.remaining > 0:
             self.remaining = 0
             self.connection.close()
+
+    def spliceable(self) -> bool:
+        """The rest is on the server's socket, large enough to be spliced."""
+        return self.remaining >= SPLICE_MIN and self.connection.spliceable()
+
+    async def splice_to(self, client: ClientBody) -> None:
+        """The rest, from the server's socket straight to the client's (`spliceable`)."""
+        end = self.connection.socket_end()
+        if end is None:
+            raise ConnectionError("the server's connection is not a plain socket")
+        count, self.remaining = self.remaining, 0
+        try:
+            with end.use() as source:
+                await client.send_reply(source, count, self.timeout)
+        except BaseException:
+            self.connection.close()
+            raise
+        self.release(self.connection)
+
+    def stream(self) -> None:
+        """The rest is read as it comes (not spliced)."""
+        self.connection.step(False)
 
 
 @dataclass
@@ -131,6 +167,7 @@ class ServerPool:
         return None
 
     def _release(self, connection: Connection, close: bool) -> None:
+        connection.step(False)
         if close or not connection.usable:
             connection.close()
         else:
@@ -145,11 +182,14 @@ class ServerPool:
         timeout: float,
         rest: AsyncIterator[bytes] | None = None,
         length: int | None = None,
+        client: ClientBody | None = None,
     ) -> Reply:
         """Send `body` (then, if given, the chunks of `rest`, `length` bytes in all, as they
-        arrive) and read the reply's head; its body is whole when it came with the head,
-        else the Reply's `rest` streams it. ConnectFailed: nothing reached the server; retry
-        elsewhere. Other errors: the request may have been processed."""
+        arrive; or, with `client`, the rest of the client's body spliced from its socket)
+        and read the reply's head; its body is whole when it came with the head, else the
+        Reply's `rest` streams it. ConnectFailed: nothing reached the server; retry
+        elsewhere. ClientGone: the client went before its body was all sent. Other errors:
+        the request may have been processed."""
         reused = self._idle_connection()
         connection = reused or await self._connect(min(timeout, CONNECT_TIMEOUT_S))
         length = len(body) if length is None else length
@@ -158,18 +198,41 @@ class ServerPool:
         head.append(f"Content-Length: {length}\r\n\r\n")
         try:
             head_bytes = "".join(head).encode("latin-1")
-            await self._send(connection, head_bytes, body, rest, length, timeout)
+            if client is not None:
+                await self._splice(connection, head_bytes, body, client, timeout)
+            else:
+                await self._send(connection, head_bytes, body, rest, length, timeout)
             return await self._reply(connection, timeout)
         except ConnectFailed as exc:
             connection.close()
-            if rest is not None:  # streamed: the body is gone, no retry
+            if rest is not None or (client is not None and client.started):  # the body is gone
                 raise ConnectionError(str(exc)) from exc
             if reused:  # the server had closed the idle connection: once more, afresh
-                return await self.request(method, path, headers, body, timeout)
+                return await self.request(method, path, headers, body, timeout, client=client)
             raise
         except BaseException:
             connection.close()
             raise
+
+    @staticmethod
+    async def _splice(
+        connection: Connection, head: bytes, body: bytes, client: ClientBody, timeout: float
+    ) -> None:
+        """The head and the body's first bytes, then its rest spliced from the client's
+        socket; the reply is then read `stepping` (its body may be spliced back)."""
+        end = connection.socket_end()
+        if end is None:
+            raise ConnectionError("the server's connection is not a plain socket")
+        connection.step(True)
+        try:  # the connection is idle: nothing of the transport's is queued before these
+            with end.use() as sink:
+                await client.send_rest(sink, timeout, (head, body))
+        except SinkGone as exc:
+            if exc.untouched:  # nothing of the client's rest moved: another server may
+                raise ConnectFailed(f"the connection failed before the request: {exc}") from exc
+            raise
+        except SourceGone as exc:
+            raise ClientGone(f"the client closed its connection mid-body: {exc}") from exc
 
     @staticmethod
     async def _send(
@@ -202,7 +265,10 @@ class ServerPool:
         close = headers.get("connection", "").lower() == "close"
         if "content-length" in headers:
             length = int(headers["content-length"])
+            if length - len(first) < SPLICE_MIN:  # read as it comes
+                connection.step(False)
         elif headers.get("transfer-encoding", "").lower() == "chunked":
+            connection.step(False)
             connection.unread(first)
             body = await _read_chunked(connection, timeout)
             self._release(connection, close)
@@ -210,6 +276,7 @@ class ServerPool:
         elif status in (204, 304) or status < 200:  # no body
             length = 0
         else:  # the body ends where the server closes its side
+            connection.step(False)
             body = b"".join((first, await _read_to_end(connection, timeout)))
             connection.close()
             return Reply(status, headers, body)
@@ -280,12 +347,13 @@ class Upstream:
         timeout: float = 60.0,
         rest: AsyncIterator[bytes] | None = None,
         length: int | None = None,
+        client: ClientBody | None = None,
     ) -> Reply:
         """One request to the server at `address`; see ServerPool.request."""
         pool = self.pools.get(address)
         if pool is None:
             pool = self.pools[address] = ServerPool(address)
-        return await pool.request(method, path, headers or {}, body, timeout, rest, length)
+        return await pool.request(method, path, headers or {}, body, timeout, rest, length, client)
 
     async def fetch(self, address: str, method: str, path: str, timeout: float = 60.0) -> Reply:
         """A request without a body whose reply the gateway reads itself: whole."""

@@ -66,6 +66,7 @@ THIRD_PARTY = {
         "fastapi",
         "starlette",
         "uvicorn",
+        "httptools",  # uvicorn's parser: server.py gives a fresh one after a spliced body
         "httpx",
         "prometheus_client",
         "jwt",  # bearer JWTs (gateway/jwt_auth.py, gateway/jwks.py)
