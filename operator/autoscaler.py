@@ -57,7 +57,11 @@ def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
     return None if us is None else us / 1e3
 
 
-def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None) -> int:
+def recommend(
+    policy: ScalingPolicy, current: int, metric_ms: float | None, floor: int = 0
+) -> int:
+    """`floor`: at least this many (a pool that still answers requests keeps a server, however
+    short its queue: a queue time of 0 says the servers keep up, not that nobody uses them)."""
     if metric_ms is None:  # nothing completed: no queue, no pressure
         metric_ms = 0.0
     ratio = metric_ms / policy.target_ms
@@ -65,7 +69,7 @@ def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None) -> i
         desired = current
     else:
         desired = math.ceil(max(current, 1) * ratio)
-    return min(max(desired, policy.min_servers), policy.max_servers)
+    return min(max(desired, policy.min_servers, floor), policy.max_servers)
 
 
 @dataclass
@@ -73,9 +77,10 @@ class Autoscaler:
     policy: ScalingPolicy
     history: deque = field(default_factory=deque)  # (time, recommendation)
 
-    def desired(self, now: float, current: int, metric_ms: float | None) -> int:
-        """The number of servers to run now, after the stabilisation windows."""
-        self.history.append((now, recommend(self.policy, current, metric_ms)))
+    def desired(self, now: float, current: int, metric_ms: float | None, floor: int = 0) -> int:
+        """The number of servers to run now, after the stabilisation windows (`floor`: this
+        step's recommendation is at least that, see `recommend`)."""
+        self.history.append((now, recommend(self.policy, current, metric_ms, floor)))
         horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
         while self.history and self.history[0][0] < horizon:
             self.history.popleft()

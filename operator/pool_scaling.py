@@ -1,8 +1,9 @@
 """Autoscaling per pool: each pool of servers (operator/catalogue.py) scales on its own models'
 queue time, between the policy's min and max, with its own stabilisation windows; a pool
-below one server is woken by requests held for one of its models (as KEDA's activation on
-the held-request metric wakes the chart's pool at zero). A site without pools is one pool,
-`default`, of every server and model: the one autoscaler it had.
+below one server is woken by requests held for one of its models, and a pool that answered
+requests within the metric's window keeps one (as KEDA's activation on the held-request and
+request-rate metrics wakes the chart's pool at zero and keeps it up while it serves). A site
+without pools is one pool, `default`, of every server and model: the one autoscaler it had.
 
 The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
 a pool whose last action is still running decides nothing new. Every action is a scale event
@@ -74,7 +75,10 @@ class PoolScaling:
         for pool, view in views.items():
             scaler = self.scalers.setdefault(pool, Autoscaler(self.policy))
             metric = queue_ms_per_request(view.loads)
-            desired = scaler.desired(now, view.current, metric)
+            # a pool that answered requests within the window keeps a server (min 0 only
+            # scales an idle pool to zero); held requests wake one at once (activation)
+            serving = any(load.requests or load.pending for load in view.loads)
+            desired = scaler.desired(now, view.current, metric, floor=int(serving))
             activation = view.held > 0 and desired < 1
             if activation:
                 desired = 1

@@ -93,8 +93,10 @@ def test_keda_wakes_a_pool_at_zero_on_held_requests():
     queue, held = scaled["spec"]["triggers"]
     assert scaled["spec"]["minReplicaCount"] == 0
     assert queue["metadata"]["query"].endswith(" or vector(0)")  # no series at zero: 0
-    assert held["metadata"]["query"] == (
-        'sum(sonicsite_gateway_held_requests{namespace="hep",release="site"}) or vector(0)'
+    scope = '{namespace="hep",release="site"}'
+    assert held["metadata"]["query"] == (  # held requests wake it, answered ones keep it up
+        f"(sum(sonicsite_gateway_held_requests{scope}) or vector(0)) + "
+        f"(sum(rate(nv_inference_request_success{scope}[1m])) or vector(0))"
     )
     assert held["metadata"]["activationThreshold"] == "0"
     assert float(held["metadata"]["threshold"]) >= 1e6  # activation, then one server at most

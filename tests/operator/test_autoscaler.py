@@ -22,6 +22,7 @@ from sonicsite.operator.autoscaler import (
     recommend,
 )
 from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
@@ -58,6 +59,34 @@ def test_stabilisation_windows():
     assert scaler.desired(1.0, 3, 10.0) == 3  # down waits: 3 recommended 1 s ago
     assert scaler.desired(9.0, 3, 10.0) == 3
     assert scaler.desired(11.5, 3, 10.0) == 1  # the window holds only low recommendations
+
+
+def test_a_pool_at_min_zero_that_still_answers_requests_keeps_a_server():
+    """Queue time 0 says the servers keep up, not that nobody uses them: a pool that answered
+    requests within the window stays at one server, and goes to zero only once it has been
+    idle for the down window (a pool scaled to zero under a stream had its next requests
+    held and its model loaded again; seen on a slow machine)."""
+    policy = ScalingPolicy(min_servers=0, max_servers=2, up_window_s=0, down_window_s=10)
+    assert recommend(policy, 1, 0.0) == 0
+    assert recommend(policy, 1, 0.0, floor=1) == 1
+    servers = [1]
+    pools = PoolScaling(policy, actuate=lambda n, pool: servers.__setitem__(0, n))
+
+    def step(t: float, load: ModelLoad) -> None:
+        pools.step({"default": PoolView(servers[0], [load], 0)}, t)
+        for running in pools._running.values():
+            running.join()  # the actuator's thread: done before the next step
+
+    served = ModelLoad("a", "s0", 40, 0.0, 40 * 5e3, 0, 8, 0, 1)  # 40 answered, no queue
+    idle = ModelLoad("a", "s0", 0, 0.0, 0.0, 0, 0, 0, None)
+    for t in range(30):  # 30 s of a stream with no queue at all
+        step(float(t), served)
+    assert pools.events == []  # never scaled down under it
+    for t in range(30, 45):
+        step(float(t), idle)
+    (event,) = pools.events
+    assert (event["from"], event["to"], event["at"]) == (1, 0, 40.0)  # idle for 10 s: zero
+    assert servers == [0]
 
 
 def _state(site_state) -> dict:
