@@ -4,16 +4,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 MODELS := build/models
-SOURCES := $(shell find sonicsite client operator gateway models bench sim -name '*.py' -o -name '*.pbtxt' -o -name '*.json' -o -name '*.yaml' 2>/dev/null)
+SOURCES := $(shell find sonicsite client operator gateway models bench sim -name '*.py' -o -name '*.pbtxt' -o -name '*.json' -o -name '*.yaml' -o -name '*.wasm' 2>/dev/null)
 # Strict editable install: a link tree under build/ that resolves operator/ (a namespace
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict
 # Debian packages: the Python-backend stub embeds the system libpython; Prometheus and
 # promtool check the monitoring rules on live data; perf_analyzer (tritonclient) needs libb64;
-# headless Chromium loads the gateway's status page in the tests.
-APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium
+# headless Chromium loads the gateway's status page in the tests; wabt's wat2wasm builds
+# Envoy's model-finding filter (operator/model_match.wat; tests/operator checks the build).
+APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium wabt
 
-.PHONY: run test lint format models install system clean chart-check chart-docs dashboards
+.PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm
 
 # The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
 # output (the site, the progress bar, the report) is what fits on a screen.
@@ -47,6 +48,11 @@ chart-docs: install
 # JSON is not a fresh build).
 dashboards: install
 	$(PY) monitoring/tools/dashboards.py
+
+# Envoy's model-finding filter, WebAssembly built from its text (operator/model_match.wat);
+# the operator sends the built module inline to Envoy, so the build is committed.
+wasm: system
+	wat2wasm operator/model_match.wat -o operator/model_match.wasm
 
 lint: install
 	$(BIN)/ruff check .

@@ -57,9 +57,7 @@ def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
     return None if us is None else us / 1e3
 
 
-def recommend(
-    policy: ScalingPolicy, current: int, metric_ms: float | None, floor: int = 0
-) -> int:
+def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None, floor: int = 0) -> int:
     """`floor`: at least this many (a pool that still answers requests keeps a server, however
     short its queue: a queue time of 0 says the servers keep up, not that nobody uses them)."""
     if metric_ms is None:  # nothing completed: no queue, no pressure

@@ -23,7 +23,6 @@ from .xds_model_match import (
     named_methods_regex,
     refused_routes,
     rest_model_regex,
-    stream_scan,
     without_model_match,
 )
 from .xds_resources import (
@@ -211,15 +210,8 @@ def route_configuration(
     for m in models:
         match = {"prefix": "/", "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}]}
         routes.append(model_route(f"model-{m}", match, model_cluster(m), m))
-    stream = default_route(
-        "default-find-model-stream",
-        {"safe_regex": {"regex": named_methods_regex(stream=True)}},
-        ALL_SERVERS,
-        find_model=True,
-    )
-    stream["typed_per_filter_config"] = stream_scan()
     named = {"safe_regex": {"regex": named_methods_regex()}}
-    routes += [stream, default_route("default-find-model", named, ALL_SERVERS, find_model=True)]
+    routes.append(default_route("default-find-model", named, ALL_SERVERS, find_model=True))
     routes.append(default_route("default", {"prefix": "/"}, ALL_SERVERS))
     return {
         "@type": TYPE_URLS["routes"],

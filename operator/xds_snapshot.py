@@ -11,7 +11,6 @@ from sonicsite.contract.wire import ServerRecord
 
 from .try_timeouts import TryPolicy
 from .xds_jwt import JwtPolicy
-from .xds_model_match import check_cluster, check_listener
 from .xds_resources import (
     ALL_SERVERS,
     ALL_SERVERS_REST,
@@ -78,10 +77,7 @@ class Snapshot:
             rest.append(load_assignment(rest_cluster(m), holding, weights.get(m, {}), grpc=False))
         assignments += rest
         resources = {
-            "listeners": [
-                listener(listen_host, listen_port, retry_after_s, jwt, tracing),
-                check_listener(listen_port),
-            ],
+            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt, tracing)],
             "routes": [
                 route_configuration(
                     models,
@@ -96,7 +92,6 @@ class Snapshot:
             ],
             "clusters": [
                 *clusters(models, caps, lb_policy, selection),
-                check_cluster(listen_port),
                 *view_clusters(site_view, site_view_http),
                 *(hold_clusters(site_view, site_view_http) if held is not None else []),
                 *(jwt.clusters() if jwt else []),

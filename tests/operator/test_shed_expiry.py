@@ -98,7 +98,7 @@ def test_envoy_enforces_a_shed_only_until_its_expiry():
         assert {"envoy.filters.http.lua", "envoy.filters.http.fault"}.isdisjoint(
             by_name[open_route].get("typed_per_filter_config", {})
         )
-    listener = snapshot.resources["listeners"][0]  # [1]: xds_model_match.py's check
+    (listener,) = snapshot.resources["listeners"]
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
     assert names.index(LUA_FILTER) < names.index("envoy.filters.http.fault")
