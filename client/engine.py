@@ -21,7 +21,13 @@ reported failed with its last error: none is lost):
   from the same endpoint counts as unreachable.
 - Overloaded: RESOURCE_EXHAUSTED / HTTP 429 (admission, or Envoy's in-flight cap) hold the
   stream off that endpoint, and in site mode off every path, for at least the retry-after,
-  so a rejected stream never storms and a shed model is never sent around Envoy.
+  so a rejected stream never storms and a shed model is never sent around Envoy. A shed is
+  the site's flow control, not a failure: it says when to come back, and the site reopens
+  as its queues drain. So a chunk's sheds are no tries while it has waited them out for less
+  than `overload_wait_s` since its first (`shed_is_a_try`), and the back-off grows with the
+  sheds in a row; a site shedding one chunk longer than that fails it with the site's
+  reason, as before. With sheds counted as tries, a shed of 15 s (8 tries, the back-off at
+  its 2 s cap) failed chunks while the site brought capacity up (the simulated `waves`).
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
 - Loading: a model the site is loading holds the request (gateway/holding.py) until a server
   has it, or until the attempt's own wait is nearly over: then "still loading" with the time
@@ -92,6 +98,7 @@ class StreamOptions:
     max_tries: int = 8
     backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
     backoff_max_s: float = 2.0
+    overload_wait_s: float = 600.0  # a chunk's sheds are no tries for this long (see above)
     strict: bool = False  # refuse any payload copy
     # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers log):
     # a job sets it to name itself, so that executions can be traced to its events. Tagged
@@ -113,7 +120,7 @@ class StreamOptions:
         for name in ("batch", "window", "max_tries"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
-        for name in ("timeout_s", "statistics_timeout_s"):
+        for name in ("timeout_s", "statistics_timeout_s", "overload_wait_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)}")
 
@@ -127,6 +134,13 @@ def backoff_s(
     calls it at simulated time."""
     base = min(options.backoff_s * 2 ** (tries - 1), options.backoff_max_s)
     return max(at_least, base) + base * rng.random()
+
+
+def shed_is_a_try(options: StreamOptions, first_shed_at: float, now: float) -> bool:
+    """Whether a chunk's shed counts as one of its tries: not until it has waited out the
+    site's sheds for `overload_wait_s` since its first. The simulator calls it at simulated
+    time."""
+    return now - first_shed_at >= options.overload_wait_s
 
 
 @dataclass
@@ -216,6 +230,7 @@ class Stream:
         timeouts = 0  # of this chunk: each doubles its next deadline
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
         loading = LoadingWait()  # while the site holds the model
+        sheds, first_shed = 0, 0.0  # overloaded answers of this chunk, and when the first came
         while tries < self.options.max_tries:
             tries += 1
             probe = False
@@ -286,7 +301,11 @@ class Stream:
                 if exc.kind == OVERLOADED:
                     with self._lock:
                         result.overloaded += 1
-                    wait = self._backoff(tries, at_least=exc.retry_after)
+                    sheds += 1
+                    first_shed = first_shed or time.monotonic()
+                    if not shed_is_a_try(self.options, first_shed, time.monotonic()):
+                        tries -= 1  # the site's flow control: waited out, not failed
+                    wait = self._backoff(sheds, at_least=exc.retry_after)
                     self.balancer.hold(endpoint, wait)
                     continue  # the balancer holds every request of this stream back
                 if exc.unprocessed and unprocessed_from != endpoint.id:

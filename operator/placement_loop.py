@@ -53,7 +53,7 @@ from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
 from .catalogue import DEFAULT_POOL, Catalogue
-from .loadview import LoadView, per_request
+from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .model_control import ControlTarget, ModelControlError
 from .placement import (
@@ -66,7 +66,8 @@ from .placement import (
     ServerState,
     apply,
     decide,
-    pressure_since,
+    demand_of,
+    used_in,
     waiting_reasons,
 )
 from .placement_actuator import Backoff, PlacementActuator
@@ -152,8 +153,7 @@ class PlacementLoop(PlacementActuator):
             for load in loadview.loads.get(server.id, []):
                 key = (server.id, load.model)
                 pending[key] = int(load.pending)
-                used = load.requests > 0 or load.pending > 0 or load.failure_rps > 0
-                if used and health is not None:
+                if used_in(load) and health is not None:
                     self.last_used[key] = health.scraped_at
         return pending
 
@@ -173,12 +173,14 @@ class PlacementLoop(PlacementActuator):
         demand = {}
         held = self.held.held(now)
         for model in self.catalogue.models:
-            loads = loadview.model_loads(model)
-            queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
-            queue_ms = None if queue_us is None else queue_us / 1e3
-            over = pressure_since(self.over_since.get(model), queue_ms, self.settings.queue_ms, now)
-            self.over_since[model] = over
-            demand[model] = Demand(held.get(model, 0), queue_ms, self.settings.queue_ms, over)
+            demand[model] = demand_of(
+                loadview.model_loads(model),
+                held.get(model, 0),
+                self.over_since.get(model),
+                self.settings.queue_ms,
+                now,
+            )
+            self.over_since[model] = demand[model].over_since
         return demand
 
     def act(self, servers: list[ServerRecord], loadview: LoadView, now: float) -> None:

@@ -21,6 +21,9 @@ Modules, one job each:
 - `policies.py`: the two policy sets: `sonicsite` (the operator's load view, balancing
   weights, admission and autoscaler, called as the operator calls them) and `reference`
   (SuperSONIC's chart defaults).
+- `placing.py`: models placed on demand (a scenario's `placement`): the operator's
+  placement policy each step, its loads and unloads carried out at simulated time, and the
+  requests held for a model that no server has ready.
 - `site.py`: the pool of servers: slots by GPU kind, pod start and model load, drain.
 - `workload.py`: CRAB-like waves of jobs; a job's CPU time and its requests, with the
   client's retry-after and back-off.

@@ -40,7 +40,9 @@ class LeastRequest:
         self._seed = self.rng.getrandbits(32)
 
     def update(self, weights: dict[str, int]) -> None:
-        """A new endpoint assignment (xDS): hosts and weights; active counts carry over."""
+        """A new endpoint assignment (xDS): hosts and weights; active counts carry over. A
+        weight is at least 1, as the operator publishes it (xds_resources.py)."""
+        weights = {host: max(1, w) for host, w in weights.items()}
         if weights == self.weights:
             return
         self.weights = dict(weights)

@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import simpy
+from sonicsite.operator.placement_state import ReplicaState
 
 from .scenario import GpuKind, ModelSpec
 
@@ -128,6 +129,15 @@ class Host:
 
 
 @dataclass
+class Loaded:
+    """A model on a server, as Triton has it: loading, ready (served, counted in its
+    metrics) or unloading (still counted until it is gone)."""
+
+    state: ReplicaState
+    since: float
+
+
+@dataclass
 class Server:
     env: simpy.Environment
     id: str
@@ -140,10 +150,12 @@ class Server:
     stopped_at: float | None = None
     in_flight: int = 0  # requests sent here and not yet answered
     counters: dict[str, Counters] = field(default_factory=dict)
+    holds: dict[str, Loaded] = field(default_factory=dict)  # the models loaded or loading
     device: Host = field(init=False)  # where its executions run
     _queues: dict[str, deque] = field(default_factory=dict)
     _queued_items: dict[str, int] = field(default_factory=dict)
     _wakes: dict[str, simpy.Event] = field(default_factory=dict)
+    _executing: dict[str, int] = field(default_factory=dict)  # requests on the device
     _running: int = 0  # executions running now
     _busy_s: float = 0.0  # time with an execution running, to the last one's end
     _busy_since: float = 0.0
@@ -155,6 +167,7 @@ class Server:
             self.counters[m] = Counters()
             self._queues[m] = deque()
             self._queued_items[m] = 0
+            self._executing[m] = 0
             self._wakes[m] = self.env.event()
             self.env.process(self._batcher(m))
 
@@ -177,8 +190,34 @@ class Server:
     def pending(self, model: str) -> int:
         return len(self._queues[model])
 
+    def ready_models(self) -> list[str]:
+        return sorted(m for m, x in self.holds.items() if x.state is ReplicaState.READY)
+
     def scrape(self) -> dict[str, dict[str, float]]:
-        return {m: c.scrape(len(self._queues[m])) for m, c in self.counters.items()}
+        """Triton's metrics: the models loaded (ready or unloading), none loading."""
+        return {
+            m: self.counters[m].scrape(len(self._queues[m]))
+            for m, x in self.holds.items()
+            if x.state is not ReplicaState.LOADING
+        }
+
+    def load(self, model: str, seconds: float):
+        """Triton's model-control load: the model is ready `seconds` later (a process)."""
+        self.holds[model] = Loaded(ReplicaState.LOADING, self.env.now)
+        yield self.env.timeout(seconds)
+        if self.state != STOPPED:
+            self.holds[model] = Loaded(ReplicaState.READY, self.env.now)
+
+    def unload(self, model: str, seconds: float, routed, poll_s: float):
+        """Triton's model-control unload once `routed()` (some Envoy route still sends the
+        model here) is false and the requests it holds are answered; its statistics start
+        from zero if it is loaded again (a process)."""
+        self.holds[model] = Loaded(ReplicaState.UNLOADING, self.env.now)
+        while routed() or self._queues[model] or self._executing[model]:
+            yield self.env.timeout(poll_s)
+        yield self.env.timeout(seconds)
+        self.holds.pop(model, None)
+        self.counters[model] = Counters()
 
     def busy_seconds(self) -> float:
         """Time with at least one execution running, up to now."""
@@ -207,7 +246,9 @@ class Server:
             self._queued_items[model] -= items
             started = env.now
             self._started()
+            self._executing[model] += len(batch)
             yield self.device.run(self.kind.service[model].seconds(items, self.kind.slowdown))
+            self._executing[model] -= len(batch)
             self._ended()
             if self.state == STOPPED:  # killed while executing: the batch is lost
                 for r in batch:

@@ -6,13 +6,16 @@ calling the project's own code: every server's counters into the load view
 model's Envoy cluster (which picks by `Balancing.selection` while the weights are equal),
 the all-servers cluster's weights and the models whose routes send there
 (`route_clusters.pool_weights`, `shared_models`),
-`admission.decide` per model (a shed is answered at Envoy with its retry-after), and the
-local autoscaler (`Autoscaler.desired` on `queue_ms_per_request` over the load view's
-window), one actuation at a time as the operator's actuator thread does.
+`admission.decide` per model (a shed is answered at Envoy with its retry-after), where the
+scenario places models the operator's placement (`placement.decide`, carried out and the
+held requests released by sim/placing.py), and the local autoscaler (`Autoscaler.desired`
+on `queue_ms_per_request` over the load view's window), one actuation at a time as the
+operator's actuator thread does.
 
 `reference`: SuperSONIC's chart defaults, helm/supersonic/values.yaml and templates of
 fastmachinelearning/SuperSONIC (read at e5788010d54a):
 - `envoy.loadBalancerPolicy: "LEAST_REQUEST"`, one cluster over every server, equal weights
+  (where the scenario places models: one cluster per static group, `Scenario.placement`)
   (templates/envoy/configmaps.yaml `lb_policy: {{ .envoy.loadBalancerPolicy }}`, STRICT_DNS:
   hosts refreshed every 5 s, Envoy's default `dns_refresh_rate`);
 - admission: `envoy.rate_limiter.prometheus_based` (cfg/envoy-filter.lua) checks only the
@@ -39,6 +42,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import simpy
 from sonicsite.operator.admission import AdmissionPolicy, decide
 from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
 from sonicsite.operator.balancing import Balancing
@@ -49,6 +53,7 @@ from sonicsite.operator.xds_resources import ALL_SERVERS
 from sonicsite.contract.wire import SHED, AdmissionRecord
 
 from .gpu import DRAINING, READY
+from .placing import Placing
 from .site import Site
 
 ALL = ALL_SERVERS  # the reference's one cluster
@@ -74,6 +79,7 @@ class Sonicsite:
     admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
     weights: dict[str, dict[str, int]] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)  # models routed to the all-servers cluster
+    placing: Placing | None = None  # where the scenario places models on demand
     name: str = "sonicsite"
     _busy: bool = False
 
@@ -86,6 +92,14 @@ class Sonicsite:
 
     def connect(self, now: float) -> bool:
         return True  # admission is per request, at Envoy's route
+
+    def hold(self, model: str) -> simpy.Event | None:
+        """A request for a model that no server has ready: held (an event that fires once
+        one is routed), where models are placed on demand; else None."""
+        return None if self.placing is None else self.placing.hold(model)
+
+    def hold_deadline_s(self) -> float:
+        return self.placing.placement.hold_deadline_s if self.placing else 0.0
 
     def set_prometheus(self, up: bool) -> None:
         """Nothing to do: the operator reads each server's /metrics itself, not Prometheus."""
@@ -118,8 +132,10 @@ class Sonicsite:
             self.loadview.record_counters(s.id, now, s.scrape())
         models = self.site.scenario.models
         self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
+        if self.placing is not None:
+            self.placing.step(now, servers, self.loadview, self._routed)
         for m in models:
-            holding = [s.id for s in servers if s.state == READY]
+            holding = [s.id for s in servers if s.state == READY and m in s.ready_models()]
             self.weights[m] = self.balancing.weights(m, holding)
             self.site.cluster(m).update(self.weights[m])
             seen = [s for s in holding if self.loadview.in_view(s)]
@@ -129,11 +145,18 @@ class Sonicsite:
                 self.admission, self.admissions.get(m), loads, seen, now, unseen
             )
         ready = [s for s in servers if s.state == READY]
-        pool = pool_weights(self.weights, {s.id: tuple(s.models) for s in ready})
+        pool = pool_weights(self.weights, {s.id: tuple(s.ready_models()) for s in ready})
         self.site.cluster(ALL_SERVERS).update(pool)
         capped = {m for m, a in self.admissions.items() if a.fail_open}
-        self.shared = shared_models(self.weights, pool, capped, placing=False)
+        placing = self.placing is not None
+        self.shared = shared_models(self.weights, pool, capped, placing=placing)
+        if self.placing is not None:
+            self.placing.release({m for m, w in self.weights.items() if w})
         self._autoscale(now, len([s for s in servers if s.state == READY]))
+
+    def _routed(self, server: str, model: str) -> bool:
+        """Whether Envoy's route for `model` still sends to `server`."""
+        return server in self.site.cluster(self.cluster_of(model)).weights
 
     def _autoscale(self, now: float, current: int) -> None:
         if self.scaler is None:
@@ -169,11 +192,22 @@ class Reference:
             env.process(self._every(REF_POLLING_S, self._keda))
 
     def cluster_of(self, model: str) -> str:
-        return ALL
+        """One cluster over every server, or, where the scenario places models, the cluster
+        of the static group (a deployment of its own) that holds `model`."""
+        placement = self.site.scenario.placement
+        if placement is None:
+            return ALL
+        return next(f"static-{k}" for k, g in enumerate(placement.static) if model in g)
 
     def connect(self, now: float) -> bool:
         metric = self.metric_ms(now)
         return metric is not None and metric <= REF_THRESHOLD_MS
+
+    def hold(self, model: str) -> simpy.Event | None:
+        return None  # every model is loaded where its deployment runs
+
+    def hold_deadline_s(self) -> float:
+        return 0.0
 
     def refused(self, model: str, now: float) -> float | None:
         return None  # no admission per request
@@ -188,7 +222,13 @@ class Reference:
             yield self.site.env.timeout(period)
 
     def _dns(self, now: float) -> None:
-        self.site.cluster(ALL).update({s.id: 1 for s in self.site.ready()})
+        placement = self.site.scenario.placement
+        if placement is None:
+            self.site.cluster(ALL).update({s.id: 1 for s in self.site.ready()})
+            return
+        for k, group in enumerate(placement.static):
+            held = {s.id: 1 for s in self.site.ready() if set(group) <= set(s.ready_models())}
+            self.site.cluster(f"static-{k}").update(held)
 
     def _scrape(self, now: float) -> None:
         if not self.prometheus_up:

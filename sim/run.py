@@ -11,6 +11,7 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy
 from sonicsite.operator.balancing import Balancing
 
+from .placing import Placing
 from .policies import Reference, Sonicsite, reference_scaler
 from .scenario import Fault, Scenario
 from .site import Site
@@ -48,7 +49,8 @@ def build(
     pool = scenario.pool
     if policy_set == "sonicsite":
         balancing = balancing or Balancing()
-        site = Site(env, scenario, random.Random(seed), balancing.selection)
+        placement = scenario.placement
+        site = Site(env, scenario, random.Random(seed), balancing.selection, placement is not None)
         scaler = Autoscaler(ScalingPolicy(pool.min_servers, pool.max_servers))
         policies = Sonicsite(
             site,
@@ -56,6 +58,7 @@ def build(
             balancing,
             admission or AdmissionPolicy(),
             scaler=scaler if pool.autoscaling else None,
+            placing=None if placement is None else Placing(env, scenario, placement),
         )
     elif policy_set == "reference":
         site = Site(env, scenario, random.Random(seed))  # Envoy's default least request
@@ -160,6 +163,11 @@ def figures(r: Run) -> dict:
         "gpu_utilisation": round(site.busy_seconds() / gpu_s, 4) if gpu_s else 0.0,
         "servers_max": max((p["servers"] for p in r.timeline), default=len(site.servers)),
         "scale_events": len(site.scale_events),
+        "held_requests": out.held,
+        "held_failed": out.held_failed,
+        "cold_start_p50_s": _round(_quantile(sorted(out.cold_starts), 0.5)),
+        "cold_start_p99_s": _round(_quantile(sorted(out.cold_starts), 0.99)),
+        **(r.policies.placing.counts() if getattr(r.policies, "placing", None) else {}),
     }
 
 

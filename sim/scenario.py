@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
+from sonicsite.operator.placement_settings import PlacementSettings
+from sonicsite.operator.placement_state import PlacementPolicy
 
 SHIPPED = Path(__file__).parent / "scenarios"
 
@@ -108,6 +110,36 @@ class Pool:
     sweep: tuple[int, ...] = ()  # GPU counts of fixed pools run for the cost/makespan curve
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Models loaded where and when the work needs them. The sonicsite set places them with
+    the operator's placement policy (operator/placement.py: servers start holding nothing, a
+    request for a model that no server holds is held until a replica is ready, at most
+    `models_per_server` per server); the reference cannot (SuperSONIC loads every model of
+    its repository on every server), so it runs the models that do not fit one server
+    together as separate deployments, each with its own models: the server in slot i holds
+    `static[i % len(static)]`."""
+
+    models_per_server: int
+    static: tuple[tuple[str, ...], ...]
+    # the operator's defaults (operator/placement_settings.py, placement_state.py)
+    queue_ms: float = PlacementSettings.queue_ms
+    hold_deadline_s: float = PlacementSettings.hold_deadline_s
+    idle_unload_s: float = PlacementPolicy.idle_unload_s
+    evict_idle_s: float = PlacementPolicy.evict_idle_s
+    min_resident_s: float = PlacementPolicy.min_resident_s
+    pressure_s: float = PlacementPolicy.pressure_s
+    unload_s: float = 1.0  # Triton letting a model go, once nothing is in flight
+
+    def policy(self) -> PlacementPolicy:
+        return PlacementPolicy(
+            idle_unload_s=self.idle_unload_s,
+            evict_idle_s=self.evict_idle_s,
+            min_resident_s=self.min_resident_s,
+            pressure_s=self.pressure_s,
+        )
+
+
 FAULTS = {
     "prometheus_outage": "Prometheus answers nothing for duration_s",
     "node_lost": "the `servers` oldest ready servers die at once, their GPUs gone for good",
@@ -135,6 +167,7 @@ class Scenario:
     limit_s: float  # simulated time after which the run stops, finished or not
     sample_s: float = 60.0  # the timeline's resolution (plots)
     faults: tuple[Fault, ...] = ()
+    placement: Placement | None = None  # None: every server holds every model (both sets)
 
     def with_pool(self, **changes) -> Scenario:
         """The same scenario with pool fields changed (a fixed pool, a GPU count)."""

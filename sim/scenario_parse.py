@@ -13,6 +13,7 @@ from .scenario import (
     GpuKind,
     ModelSpec,
     OpenLoop,
+    Placement,
     Pool,
     Scenario,
     ScenarioError,
@@ -36,6 +37,7 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
             "control",
             "sources",
             "faults",
+            "placement",
         },
     )
     models = {}
@@ -82,6 +84,7 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         sample_s=_num(_control(top), "sample_s", "control", low=1.0, default=60.0),
         limit_s=_num(top, "limit_s", "", low=1.0, default=7 * 86400.0),
         faults=_faults(top.get("faults", [])),
+        placement=None if "placement" not in top else _placement(top["placement"], models),
     )
 
 
@@ -177,6 +180,33 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
         _num(f, "host_cv", where, low=0.0, default=0.0),
         tuple(sorted(set(sweep))),
     )
+
+
+def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
+    where = "placement"
+    numbers = ("queue_ms", "hold_deadline_s", "idle_unload_s", "evict_idle_s")
+    numbers += ("min_resident_s", "pressure_s", "unload_s")
+    f = _fields(data, where, {"models_per_server", "static", *numbers})
+    per_server = _int(f, "models_per_server", where)
+    groups = []
+    for i, group in enumerate(_list(f, "static", where)):
+        at = f"{where}.static[{i}]"
+        if not isinstance(group, list) or not group:
+            raise ScenarioError(f"{at}: expected a non-empty list of models, got {group!r}")
+        unknown = sorted(str(m) for m in group if m not in models)
+        if unknown:
+            raise ScenarioError(f"{at}: unknown model(s) {unknown}; expected of {sorted(models)}")
+        if len(group) > per_server:
+            raise ScenarioError(
+                f"{at}: {len(group)} models, more than models_per_server ({per_server})"
+            )
+        groups.append(tuple(group))
+    homeless = sorted(set(models) - {m for g in groups for m in g})
+    if homeless:
+        raise ScenarioError(f"{where}.static: model(s) {homeless} in no group")
+    defaults = Placement(per_server, ())
+    values = {k: _num(f, k, where, default=getattr(defaults, k)) for k in numbers}
+    return Placement(per_server, tuple(groups), **values)
 
 
 def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:

@@ -2,9 +2,12 @@
 and drained out of them, and the GPU time they hold.
 
 A server holds its slot's GPU from the moment it is asked for until it has stopped, so
-starting and draining count as GPU time. Scale-down takes the newest servers, those still
-starting first (as a ReplicaSet does); a draining server gets nothing new from the balancer
-once the endpoints are next updated, answers what it was sent, then stops.
+starting and draining count as GPU time. It starts with every model loaded, or, where the
+scenario places models (`Scenario.placement`), with none (the sonicsite set: placement loads
+them, sim/placing.py) or its slot's static group (the reference). Scale-down takes the
+newest servers, those still starting first (as a ReplicaSet does); a draining server gets
+nothing new from the balancer once the endpoints are next updated, answers what it was sent,
+then stops.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import random
 from dataclasses import dataclass, field
 
 import simpy
+from sonicsite.operator.placement_state import ReplicaState
 
 from .envoy import LeastRequest
-from .gpu import DRAINING, READY, STARTING, STOPPED, Host, Server
+from .gpu import DRAINING, READY, STARTING, STOPPED, Host, Loaded, Server
 from .scenario import Scenario
 
 DRAIN_POLL_S = 1.0
@@ -27,6 +31,7 @@ class Site:
     scenario: Scenario
     rng: random.Random
     selection: str = "N_CHOICES"  # Envoy's least-request pick at equal weights (sim/envoy.py)
+    on_demand: bool = False  # servers start empty: placement loads their models
     servers: dict[str, Server] = field(default_factory=dict)
     clusters: dict[str, LeastRequest] = field(default_factory=dict)  # Envoy's, by name
     scale_events: list[dict] = field(default_factory=list)
@@ -70,7 +75,7 @@ class Site:
             slot = self._free_slot()
             if slot is None:
                 break
-            waits.append(self._start(slot, self._delay()))
+            waits.append(self._start(slot, self._delay(self.models_at_start(slot))))
         newest = sorted(running, key=lambda s: (s.state == READY, s.started_at), reverse=True)
         for server in newest[: max(len(running) - desired, 0)]:
             server.state = DRAINING
@@ -84,9 +89,18 @@ class Site:
             if slot is not None:
                 self._start(slot, 0.0)
 
-    def _delay(self) -> float:
-        """A new server's way to ready: the pod starts, then each model loads."""
-        loading = sum(m.load_s for m in self.scenario.models.values())
+    def models_at_start(self, slot: int) -> tuple[str, ...]:
+        """What a server in `slot` loads as it starts (see the module's docstring)."""
+        placement = self.scenario.placement
+        if self.on_demand:
+            return ()
+        if placement is not None:
+            return placement.static[slot % len(placement.static)]
+        return tuple(self.scenario.models)
+
+    def _delay(self, models: tuple[str, ...]) -> float:
+        """A new server's way to ready: the pod starts, then each of its models loads."""
+        loading = sum(self.scenario.models[m].load_s for m in models)
         return self.scenario.pool.pod_start_s + loading
 
     def _start(self, slot: int, delay: float) -> simpy.Process:
@@ -97,13 +111,18 @@ class Site:
         server = Server(self.env, name, kind, scenario.models, self.env.now, slot, self.host)
         self.servers[server.id] = server
         if not delay:
-            server.state = READY
+            self._up(server)
         return self.env.process(self._ready(server, delay))
 
     def _ready(self, server: Server, delay: float):
         yield self.env.timeout(delay)
         if server.state == STARTING:
-            server.state = READY
+            self._up(server)
+
+    def _up(self, server: Server) -> None:
+        server.state = READY
+        for model in self.models_at_start(server.slot):
+            server.holds[model] = Loaded(ReplicaState.READY, self.env.now)
 
     def _drain(self, server: Server):
         """Stops once no Envoy cluster routes to it any more and it has answered all."""

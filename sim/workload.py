@@ -7,8 +7,13 @@ of those events, then one request per call (model) of the batch, sent together, 
 together. A request refused at Envoy (a shed, with its retry-after) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
 that endpoint ... for at least the retry-after"), computed by the client's own rule
-(`sonicsite.client.engine.backoff_s`), and is retried up to the client's `max_tries`.
-Latency is a request's first attempt to its final answer, back-off included.
+(`sonicsite.client.engine.backoff_s`), and is retried up to the client's `max_tries`, its
+sheds counting as tries only once it has waited them out for the client's
+`overload_wait_s` (`shed_is_a_try`).
+A request for a model that no server has ready, where models are placed on demand, is held
+until a replica is routed (its wait is a cold start) or its deadline passes (then backed
+off and tried again). Latency is a request's first attempt to its final answer, back-off
+and holding included.
 
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
@@ -24,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 import simpy
-from sonicsite.client.engine import StreamOptions, backoff_s
+from sonicsite.client.engine import StreamOptions, backoff_s, shed_is_a_try
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow
@@ -39,6 +44,9 @@ class Outcome:
     sheds: int = 0  # requests refused at Envoy (retry-after)
     unavailable: int = 0  # attempts that found no server, or whose server died
     refused_connects: int = 0
+    held: int = 0  # requests held for a model that no server had ready (placement)
+    held_failed: int = 0  # held past their deadline
+    cold_starts: list[float] = field(default_factory=list)  # a held request's wait, s
     first_release: float | None = None
     jobs_done: list[float] = field(default_factory=list)
 
@@ -145,19 +153,37 @@ class Workload:
         env, out = self.env, self.outcome
         half = self.scenario.rtt_ms / 2e3
         first = env.now
-        for tries in range(1, self.client.max_tries + 1):
+        tries, sheds, first_shed = 0, 0, None
+        while tries < self.client.max_tries:
+            tries += 1
             if job.not_before > env.now:
                 yield env.timeout(job.not_before - env.now)
             yield env.timeout(half)
             retry_after = self.policies.refused(model, env.now)
             cluster = self.site.cluster(self.policies.cluster_of(model))
             host = None if retry_after is not None else cluster.pick()
+            hold = self.policies.hold(model) if host is None and retry_after is None else None
+            if hold is not None:  # no replica ready anywhere: held until one is routed
+                out.held += 1
+                held_at = env.now
+                yield hold | env.timeout(self.policies.hold_deadline_s())
+                if not hold.triggered:  # its deadline: the client is told, and backs off
+                    hold.succeed(False)
+                    out.held_failed += 1
+                    yield env.timeout(half + backoff_s(self.client, tries, job.rng))
+                    continue
+                out.cold_starts.append(env.now - held_at)
+                host = cluster.pick()
             server = self.site.servers.get(host) if host else None
             if server is None or server.state == STOPPED:
                 yield env.timeout(half)
                 if retry_after is not None:
                     out.sheds += 1
-                    wait = backoff_s(self.client, tries, job.rng, retry_after)
+                    sheds += 1
+                    first_shed = env.now if first_shed is None else first_shed
+                    if not shed_is_a_try(self.client, first_shed, env.now):
+                        tries -= 1
+                    wait = backoff_s(self.client, sheds, job.rng, retry_after)
                     job.not_before = max(job.not_before, env.now + wait)
                 else:
                     out.unavailable += 1

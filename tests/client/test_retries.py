@@ -95,3 +95,34 @@ def test_a_deadline_that_always_passes_fails_the_chunk_without_losing_it(site):
             jets, lambda lo, hi, out: None
         )
         assert ok.events_ok == 16
+
+
+def _shed_stream(limited_envoy: str, **options):
+    """Eight chunks of one event at once through the Envoy that admits one a second: most
+    are shed several times in a row before their turn."""
+    host, port = limited_envoy.rsplit(":", 1)
+    envoy_as_server = ServerRecord("envoy", host, int(port), int(port), 0)
+    site = SiteRecord(servers=(envoy_as_server,), source="test")
+    with Client(site, "grpc", "direct") as client:
+        sample = generate("simple", 8, seed=4)
+        stream = client.stream("simple", sample.spec, batch=1, window=8, max_tries=2, **options)
+        return stream.run(sample, lambda lo, hi, out: None)
+
+
+def test_sheds_are_waited_out_not_counted_as_tries(limited_envoy):
+    """A shed is the site's flow control: chunks shed more often than `max_tries` in a row
+    are still delivered, while they have waited out the sheds for less than
+    `overload_wait_s`."""
+    result = _shed_stream(limited_envoy, backoff_s=0.01, backoff_max_s=0.2)
+    assert result.failed == {} and result.events_ok == 8
+    records = [r for r in result.stats.records if r.error == "overloaded"]
+    # more than one shed per chunk: some chunk was shed max_tries (2) times or more
+    assert result.overloaded == len(records) > 8
+
+
+def test_sheds_count_as_tries_once_the_overload_wait_is_over(limited_envoy):
+    """With no overload wait, a chunk shed `max_tries` times fails with the site's reason."""
+    result = _shed_stream(limited_envoy, backoff_s=0.01, backoff_max_s=0.2, overload_wait_s=1e-9)
+    assert result.failed, "every chunk got through: the sheds were not counted"
+    assert all("RESOURCE_EXHAUSTED" in why for why in result.failed.values()), result.failed
+    assert result.events_ok + result.events_failed == 8

@@ -144,7 +144,10 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
             timeout=120,
         )
         assert [s.id for s in SiteState.load(site_dir).servers] == ["triton-0"]
-        assert [e["direction"] for e in _state(state)["scale_events"]][-1] == "down"
+        # scaled down after the scale-up (with no window up, a busy machine's queue spike
+        # under the light load may scale up again afterwards: that is the policy too)
+        directions = [e["direction"] for e in _state(state)["scale_events"]]
+        assert "down" in directions[1:], directions
         after_drain = trickle_ok[0]  # the light load goes on after the drain
         wait_until(lambda: trickle_ok[0] >= after_drain + 10, "the light load to go on")
     finally:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import simpy
-from sonicsite.sim.gpu import Request, Server
+from sonicsite.operator.placement_state import ReplicaState
+from sonicsite.sim.gpu import Loaded, Request, Server
 from sonicsite.sim.scenario import Curve, GpuKind, ModelSpec
 
 MODELS = {
@@ -21,6 +22,7 @@ def _served(arrivals: list[tuple[float, str]]) -> tuple[Server, list[float]]:
     """Requests (arrival time, model) to one server; when each is answered."""
     env = simpy.Environment()
     server = Server(env, "s0", KIND, MODELS, started_at=0.0)
+    server.holds = {m: Loaded(ReplicaState.READY, 0.0) for m in MODELS}  # both loaded
     answered = [0.0] * len(arrivals)
 
     def client(k: int, at: float, model: str):
