@@ -150,6 +150,10 @@ class _Step:
     def decided(self, model: str) -> bool:
         return any(d.model == model for d in self.decisions)
 
+    def loads(self, model: str) -> bool:
+        """Whether this step gives `model` a replica (then none of its others makes room)."""
+        return any(d.model == model and d.kind is Kind.LOAD for d in self.decisions)
+
     def used(self, server: ServerState) -> tuple[int, int]:
         """(models, bytes) that count against the server's budget."""
         held = server.occupying
@@ -200,7 +204,7 @@ class _Step:
                 and r.in_flight == 0
                 and self.demand.get(r.model, Demand()).held == 0
                 and self.now - r.since >= self.policy.min_resident_s
-                and not self.decided(r.model)
+                and not self.loads(r.model)  # a model given a replica now keeps the others
             )
 
         def lru(r: Replica) -> tuple[float, str]:

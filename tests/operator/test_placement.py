@@ -196,6 +196,15 @@ def test_room_is_made_first_from_a_model_with_another_replica_not_from_an_only_c
         ("unload", "make_room", "a", "s1"),
         ("load", "queue_pressure", "b", "s1"),
     ]
+    # two pressed models in one step: the second takes another spare `a` too, not `d`'s only
+    # copy (a replica unloaded this step does not keep its model's others from making room)
+    pressed["c"] = Demand(queue_ms=500, threshold_ms=100, over_since=0.0)
+    assert moves(decide(catalogue(), idle_a, pressed, 100.0, POLICY)) == [
+        ("unload", "make_room", "a", "s1"),
+        ("load", "queue_pressure", "b", "s1"),
+        ("unload", "make_room", "a", "s0"),
+        ("load", "queue_pressure", "c", "s0"),
+    ]
 
 
 def test_a_step_taken_while_a_load_is_in_motion_loads_nothing_twice():
