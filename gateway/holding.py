@@ -81,6 +81,7 @@ class Holder:
     counts: dict[str, int] = field(default_factory=dict)  # requests held now, per model
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
+    forwarding: dict[str, int] = field(default_factory=dict)  # calls passed on now, by server
 
     def holds(self, model: str) -> bool:
         """True when a request for `model` is to be held: it is in the catalogue and no
@@ -172,17 +173,31 @@ class Holder:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
             )
-        server = max(servers, key=lambda s: s.weight)  # the operator's fastest
+        server = self.pick(servers)
         metadata = tuple(
             (k, v)
             for k, v in context.invocation_metadata() or ()
             if not k.startswith((":", "grpc-")) and k not in OWN_METADATA
         )
         call = self._channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
+        self.forwarding[server.id] = self.forwarding.get(server.id, 0) + 1
         try:
             return await call(request, timeout=context.time_remaining(), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             await context.abort(exc.code(), exc.details() or "")
+        finally:
+            self.forwarding[server.id] -= 1
+
+    def pick(self, servers: list[ServerRecord]) -> ServerRecord:
+        """Where a released call goes: the server with the fewest of this gateway's calls
+        under way per unit of the operator's weight (ties: its id), as Envoy's least request
+        picks. A job wave's held requests are released together: all to the server of the
+        highest weight, they queued on that one while the other replicas ready at the same
+        moment had none."""
+        return min(
+            servers,
+            key=lambda s: ((self.forwarding.get(s.id, 0) + 1) / max(s.weight, 1), s.id),
+        )
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if address not in self.channels:

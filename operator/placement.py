@@ -16,7 +16,12 @@ The rules, in the order they are applied within one step:
 2. FIRST_REPLICA: a model with requests held and no replica ready or loading (on a server
    that takes work, in the model's pool) is loaded on a server of its pool. Held requests
    are work that waits for nothing else; a model already loading gets no second load (its
-   requests wait for that one).
+   requests wait for that one). With a wave's worth held, more than `held_per_replica`, it
+   is loaded on ceil(held / held_per_replica) servers at once (each making room from idle
+   replicas only; up to `max_replicas`), once every held model has its first: the held
+   requests are released together when the first replica is ready, and on one replica a
+   wave of them queued for a minute while queue pressure added the others one by one (the
+   simulated `waves`, README).
 3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
    `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
@@ -226,15 +231,17 @@ class _Step:
         only = [r for r in idle if ready[r.model] <= 1]
         return idle_spare + (spare if surplus else []) + only
 
-    def place(self, model: str, rule: Rule, why: str) -> bool:
+    def place(self, model: str, rule: Rule, why: str, surplus: bool | None = None) -> bool:
         """Load `model` on the best server of its pool, making room if needed; False when
-        no server can take it."""
+        no server can take it. `surplus`: whether a surplus replica not idle yet may make
+        room (rule 4; by default for a first replica only)."""
         pool = self.catalogue.pool_of(model)
         best: tuple | None = None
         for server in sorted(self.servers.values(), key=lambda s: s.id):
             if server.pool != pool or not server.accepting or server.replica(model) is not None:
                 continue
-            candidates = self.evictable(server, surplus=rule is Rule.FIRST_REPLICA)
+            first = rule is Rule.FIRST_REPLICA if surplus is None else surplus
+            candidates = self.evictable(server, surplus=first)
             freed: list[Replica] = []
             while not self.fits(server, model, freed) and len(freed) < len(candidates):
                 freed.append(candidates[len(freed)])
@@ -327,20 +334,34 @@ def decide(
         ]
 
     # 2. FIRST_REPLICA: most requests held first
-    waiting = [
-        (m, d)
-        for m, d in demand.items()
-        if m in catalogue.models
-        and d.held > 0
-        and not replicas(m, ReplicaState.READY, ReplicaState.LOADING)
-    ]
-    for model, d in sorted(waiting, key=lambda md: (-md[1].held, md[0])):
-        step.place(
-            model,
-            Rule.FIRST_REPLICA,
-            f"{d.held} request(s) held and no replica ready or loading "
-            f"in pool {catalogue.pool_of(model)!r}",
-        )
+    waiting = sorted(
+        (
+            (m, d)
+            for m, d in demand.items()
+            if m in catalogue.models and d.held > 0 and not replicas(m, ReplicaState.READY)
+        ),
+        key=lambda md: (-md[1].held, md[0]),
+    )
+    for model, d in waiting:
+        if not replicas(model, ReplicaState.LOADING):
+            step.place(
+                model,
+                Rule.FIRST_REPLICA,
+                f"{d.held} request(s) held and no replica ready or loading "
+                f"in pool {catalogue.pool_of(model)!r}",
+            )
+    # a wave's worth held: more replicas at once, once every held model has its first
+    for model, d in waiting:
+        wanted = math.ceil(d.held / policy.held_per_replica)
+        if policy.max_replicas is not None:
+            wanted = min(wanted, policy.max_replicas)
+        for count in range(len(replicas(model, ReplicaState.LOADING)) + 1, wanted + 1):
+            why = (
+                f"{d.held} request(s) held and no replica ready: {wanted} wanted, one per "
+                f"{policy.held_per_replica} held (replica {count})"
+            )
+            if not step.place(model, Rule.FIRST_REPLICA, why, surplus=False):
+                break
 
     # 3. QUEUE_PRESSURE: highest queue time over threshold first
     pressed = []

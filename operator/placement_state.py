@@ -82,11 +82,14 @@ class PlacementPolicy:
     min_resident_s: float = 30.0  # never evicted sooner than this after it was loaded
     pressure_s: float = 10.0  # queue over threshold this long before another replica
     max_replicas: int | None = None  # per model; None: as many as the pool has servers
+    held_per_replica: int = 32  # requests held per first replica loaded at once (rule 2)
 
     def __post_init__(self) -> None:
         for name in ("idle_unload_s", "evict_idle_s", "min_resident_s", "pressure_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: expected ≥ 0, got {getattr(self, name)}")
+        if self.held_per_replica < 1:
+            raise ValueError(f"held_per_replica: expected ≥ 1, got {self.held_per_replica}")
         if self.max_replicas is not None and self.max_replicas < 1:
             raise ValueError(f"max_replicas: expected ≥ 1 or None, got {self.max_replicas}")
 

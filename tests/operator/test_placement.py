@@ -83,6 +83,36 @@ def test_a_model_ready_or_loading_gets_no_second_first_replica():
     assert decide(catalogue(), [server("s0")], {"zz": Demand(held=1)}, 0.0, POLICY) == []
 
 
+def test_a_waves_worth_held_loads_several_replicas_at_once():
+    """More than `held_per_replica` (32) held: ceil(held / 32) replicas, one per server,
+    after every held model has its first; the extras make room from idle replicas only."""
+    empty = [server("s0"), server("s1"), server("s2"), server("s3")]
+    decisions = decide(catalogue(), empty, {"c": Demand(held=70), "d": Demand(held=1)}, 0.0, POLICY)
+    assert moves(decisions) == [
+        ("load", "first_replica", "c", "s0"),
+        ("load", "first_replica", "d", "s1"),
+        ("load", "first_replica", "c", "s2"),
+        ("load", "first_replica", "c", "s3"),
+    ]
+    assert "70 request(s) held and no replica ready: 3 wanted, one per 32 held" in (
+        decisions[2].reason
+    )
+    # while the first loads, more held: the replicas loading count towards what is wanted
+    loading = [server("s0", Replica("c", LOADING, 0.0)), server("s1"), server("s2")]
+    assert moves(decide(catalogue(), loading, {"c": Demand(held=64)}, 1.0, POLICY)) == [
+        ("load", "first_replica", "c", "s1")
+    ]
+    assert decide(catalogue(), loading, {"c": Demand(held=32)}, 1.0, POLICY) == []
+    capped = replace(POLICY, max_replicas=2)
+    assert len(decide(catalogue(), empty, {"c": Demand(held=500)}, 0.0, capped)) == 2
+    # the extras take no replica that is not idle yet (a first replica may take a surplus one)
+    busy = [server(sid, used("a", 99.0), used("b", 99.0)) for sid in ("s0", "s1", "s2")]
+    assert moves(decide(catalogue(), busy, {"c": Demand(held=90)}, 100.0, POLICY)) == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "first_replica", "c", "s0"),
+    ]
+
+
 def test_a_model_is_placed_in_its_own_pool_only():
     pools = (
         Pool("gpu", ("a", "b"), Budget(models=1)),
