@@ -45,9 +45,10 @@ beside it (loading or with a request in flight), then the fewest used within
 first, because one server stands for one device: two models at work on one device share it
 while another holds only idle models, which cost little to evict.
 
-Rules 2 and 3 take one decision per model per step, first the models with the most requests
-held (2), or the highest queue time over threshold (3); every remaining tie is broken by
-name (model, then server id), so the same state always gives the same decisions.
+Rules 2 and 3 take one load per model per step (rule 2 more for a wave's worth held, after
+every held model's first), first the models with the most requests held (2), or the highest
+queue time over threshold (3); every remaining tie is broken by name (model, then server
+id), so the same state always gives the same decisions.
 
 A server's budget counts the footprints of its loading and ready replicas (a model not yet
 measured counts as the largest measured: `Catalogue.footprint_bytes`). An unloading replica
