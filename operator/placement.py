@@ -69,7 +69,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .catalogue import Catalogue
-from .loadview import ModelLoad, per_request
+from .placement_demand import pressure_since
 from .placement_state import (
     Decision,
     Demand,
@@ -93,45 +93,10 @@ __all__ = [
     "ServerState",
     "apply",
     "decide",
-    "demand_of",
     "pressure_since",
-    "used_in",
     "waiting_reasons",
 ]
 DEFAULT_PLACEMENT = PlacementPolicy()  # frozen: the policy `decide` uses unless given one
-
-
-def pressure_since(
-    previous: float | None, queue_ms: float | None, threshold_ms: float, now: float
-) -> float | None:
-    """Since when a model's queue time has stayed over its threshold: kept while it stays
-    over, `now` when it goes over, None when it is not over (or nothing completed: no
-    measure is no pressure, else an idle model would keep its last pressure forever)."""
-    if queue_ms is None or queue_ms <= threshold_ms:
-        return None
-    return previous if previous is not None else now
-
-
-def demand_of(
-    loads: Sequence[ModelLoad],
-    held: int,
-    over_since: float | None,
-    threshold_ms: float,
-    now: float,
-) -> Demand:
-    """A model's demand from its loads over the last interval (every server's): requests
-    held, queue time per request over all its requests, and since when it has stayed over
-    `threshold_ms` (`over_since`: the last step's)."""
-    queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
-    queue_ms = None if queue_us is None else queue_us / 1e3
-    over = pressure_since(over_since, queue_ms, threshold_ms, now)
-    return Demand(held, queue_ms, threshold_ms, over)
-
-
-def used_in(load: ModelLoad) -> bool:
-    """A replica was used in the interval of `load` if its model completed, failed or queued
-    requests there (the idle clock of rule 1 restarts)."""
-    return load.requests > 0 or load.pending > 0 or load.failure_rps > 0
 
 
 def _mib(n: float) -> str:

@@ -66,11 +66,10 @@ from .placement import (
     ServerState,
     apply,
     decide,
-    demand_of,
-    used_in,
     waiting_reasons,
 )
 from .placement_actuator import Backoff, PlacementActuator
+from .placement_demand import demands, usage
 from .placement_settings import PlacementSettings
 from .placement_state import HeldCounts
 
@@ -146,15 +145,13 @@ class PlacementLoop(PlacementActuator):
 
     def _usage(self, servers: list[ServerRecord], loadview: LoadView) -> dict[tuple, int]:
         """Mark used the replicas that completed, failed or queued requests in the last
-        interval; their requests pending now (the in-flight count decide reads)."""
-        pending = {}
-        for server in servers:
-            health = loadview.health.get(server.id)
-            for load in loadview.loads.get(server.id, []):
-                key = (server.id, load.model)
-                pending[key] = int(load.pending)
-                if used_in(load) and health is not None:
-                    self.last_used[key] = health.scraped_at
+        interval (at their server's scrape); their requests pending now (the in-flight
+        count decide reads)."""
+        pending, used = usage(loadview, [s.id for s in servers])
+        for server, model in used:
+            health = loadview.health.get(server)
+            if health is not None:
+                self.last_used[(server, model)] = health.scraped_at
         return pending
 
     def report_held(self, source: str, counts: dict[str, int], now: float) -> dict[str, int]:
@@ -170,17 +167,11 @@ class PlacementLoop(PlacementActuator):
         return held
 
     def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
-        demand = {}
         held = self.held.held(now)
-        for model in self.catalogue.models:
-            demand[model] = demand_of(
-                loadview.model_loads(model),
-                held.get(model, 0),
-                self.over_since.get(model),
-                self.settings.queue_ms,
-                now,
-            )
-            self.over_since[model] = demand[model].over_since
+        demand = demands(
+            self.catalogue.models, loadview, held, self.over_since, self.settings.queue_ms, now
+        )
+        self.over_since = {m: d.over_since for m, d in demand.items()}
         return demand
 
     def act(self, servers: list[ServerRecord], loadview: LoadView, now: float) -> None:

@@ -1,9 +1,9 @@
 """Models placed on demand in the simulated site, by the operator's placement policy.
 
 Each operator step (sim/policies.py `Sonicsite.step`): what every server holds (loading,
-ready, unloading), its requests pending and when each replica was last used (the load
-view's last interval, `placement.used_in`), each model's demand (`placement.demand_of`:
-requests held, queue time per request, pressure) go to `placement.decide`, the operator's
+ready, unloading), its requests pending and when each replica was last used, each model's
+demand (requests held, queue time per request, pressure), read from the load view as the
+operator reads them (`placement_demand.usage`, `demands`), go to `placement.decide`, the operator's
 own function, with the scenario's catalogue (one pool, `models_per_server` per server).
 The decisions are carried out as the operator's actuator does (placement_actuator.py):
 each server's in their order (a MAKE_ROOM unload before its load), the servers side by
@@ -26,14 +26,12 @@ from sonicsite.operator.catalogue import DEFAULT_POOL, Budget, Catalogue, ModelI
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.placement import (
     Decision,
-    Demand,
     Kind,
     Replica,
     ServerState,
     decide,
-    demand_of,
-    used_in,
 )
+from sonicsite.operator.placement_demand import demands, usage
 
 from .gpu import READY, Server
 from .scenario import Placement, Scenario
@@ -92,23 +90,13 @@ class Placing:
     def step(self, now: float, servers: list[Server], loadview: LoadView, routed) -> None:
         """Decide from this step's view and start carrying the decisions out. `routed(server,
         model)`: whether an Envoy route still sends `model` to `server`."""
-        pending: dict[tuple[str, str], int] = {}
-        for server in servers:
-            for load in loadview.loads.get(server.id, []):
-                pending[(server.id, load.model)] = int(load.pending)
-                if used_in(load):
-                    self.last_used[(server.id, load.model)] = now
-        held = self.held()
-        demand: dict[str, Demand] = {}
-        for model in self.catalogue.models:
-            demand[model] = demand_of(
-                loadview.model_loads(model),
-                held.get(model, 0),
-                self.over_since.get(model),
-                self.placement.queue_ms,
-                now,
-            )
-            self.over_since[model] = demand[model].over_since
+        pending, used = usage(loadview, [s.id for s in servers])
+        for key in used:
+            self.last_used[key] = now
+        settings, held = self.placement.settings, self.held()
+        threshold = settings.queue_ms
+        demand = demands(self.catalogue.models, loadview, held, self.over_since, threshold, now)
+        self.over_since = {m: d.over_since for m, d in demand.items()}
         states = [
             ServerState(
                 s.id,
@@ -126,7 +114,7 @@ class Placing:
             )
             for s in servers
         ]
-        chosen = decide(self.catalogue, states, demand, now, self.placement.policy())
+        chosen = decide(self.catalogue, states, demand, now, settings.policy())
         by_server: dict[str, list[Decision]] = {}
         for d in chosen:
             if d.server not in self.busy:

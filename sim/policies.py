@@ -99,7 +99,7 @@ class Sonicsite:
         return None if self.placing is None else self.placing.hold(model)
 
     def hold_deadline_s(self) -> float:
-        return self.placing.placement.hold_deadline_s if self.placing else 0.0
+        return self.placing.placement.settings.hold_deadline_s if self.placing else 0.0
 
     def set_prometheus(self, up: bool) -> None:
         """Nothing to do: the operator reads each server's /metrics itself, not Prometheus."""

@@ -9,12 +9,11 @@ The parser, field by field, is `scenario_parse.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 from sonicsite.operator.placement_settings import PlacementSettings
-from sonicsite.operator.placement_state import PlacementPolicy
 
 SHIPPED = Path(__file__).parent / "scenarios"
 
@@ -122,22 +121,10 @@ class Placement:
 
     models_per_server: int
     static: tuple[tuple[str, ...], ...]
-    # the operator's defaults (operator/placement_settings.py, placement_state.py)
-    queue_ms: float = PlacementSettings.queue_ms
-    hold_deadline_s: float = PlacementSettings.hold_deadline_s
-    idle_unload_s: float = PlacementPolicy.idle_unload_s
-    evict_idle_s: float = PlacementPolicy.evict_idle_s
-    min_resident_s: float = PlacementPolicy.min_resident_s
-    pressure_s: float = PlacementPolicy.pressure_s
+    # the operator's placement options (thresholds, idle and eviction times, hold deadline),
+    # with the operator's defaults
+    settings: PlacementSettings = field(default_factory=PlacementSettings)
     unload_s: float = 1.0  # Triton letting a model go, once nothing is in flight
-
-    def policy(self) -> PlacementPolicy:
-        return PlacementPolicy(
-            idle_unload_s=self.idle_unload_s,
-            evict_idle_s=self.evict_idle_s,
-            min_resident_s=self.min_resident_s,
-            pressure_s=self.pressure_s,
-        )
 
 
 FAULTS = {

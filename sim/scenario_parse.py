@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sonicsite.operator.placement_settings import PlacementSettings
+
 from .scenario import (
     FAULTS,
     Call,
@@ -204,9 +206,10 @@ def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
     homeless = sorted(set(models) - {m for g in groups for m in g})
     if homeless:
         raise ScenarioError(f"{where}.static: model(s) {homeless} in no group")
-    defaults = Placement(per_server, ())
-    values = {k: _num(f, k, where, default=getattr(defaults, k)) for k in numbers}
-    return Placement(per_server, tuple(groups), **values)
+    defaults = {"unload_s": Placement.unload_s, **vars(PlacementSettings())}
+    values = {k: _num(f, k, where, default=defaults[k]) for k in numbers}
+    unload_s = values.pop("unload_s")
+    return Placement(per_server, tuple(groups), PlacementSettings(**values), unload_s)
 
 
 def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:

@@ -37,7 +37,7 @@ from .processes import (
     stop_group,
     stop_groups,
 )
-from .servers import remove_leftovers, start_server
+from .servers import STARTING_DIR, remove_leftovers, start_server
 from .state import SiteState, create, edit
 from .supervision import SupervisionPolicy, start_supervisor
 from .tracing import TracingConfig
@@ -237,6 +237,10 @@ def down(site_dir: Path) -> list[int]:
         for server in state.servers
         if is_triton_server(server.pid, server.id) or group_members(server.pid)
     ]
+    for note in sorted((site_dir / STARTING_DIR).glob("*.pid")):  # added, not yet recorded
+        pid = int(note.read_text() or 0)
+        if pid and is_triton_server(pid, note.stem) and pid not in stopped:
+            stopped.append(pid)
     stop_groups(stopped)  # every server unloads its models at the same time
     for server in state.servers:
         remove_leftovers(server)

@@ -43,6 +43,10 @@ MODEL_WORK_FILE = "model_work.json"
 # Which server and site a server's model runners belong to (the runners inherit the
 # server's environment), e.g. for records they keep per server.
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
+# A server being added: its PID is noted here (one file per server id) from its start until
+# it is in the state file, so that `down` stops it even if the adder (the operator's
+# actuator) dies meanwhile; a server started and never recorded was left running.
+STARTING_DIR = "starting"
 PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
 
 
@@ -162,6 +166,9 @@ def add_server(
     models = common_models(state) if models is None else models
     install = TritonInstall.find()
     proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
+    note = site_dir / STARTING_DIR / f"{server_id}.pid"
+    note.parent.mkdir(exist_ok=True)
+    note.write_text(str(info.pid))
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
         with edit(site_dir) as state:
@@ -171,6 +178,8 @@ def add_server(
     except (TritonError, SiteError, FileNotFoundError):
         stop_server(info)
         raise
+    finally:
+        note.unlink(missing_ok=True)
     update_targets(state)
     return info
 
