@@ -18,7 +18,10 @@ def test_every_path_answers_the_same_soa_and_the_layers_hold(tmp_path, built_mod
     for layers in payload["paths"].values():
         total, server = layers["total_ms"], layers["server_ms"]
         assert len(total["repeats"]) == len(server["repeats"]) == 3
-        assert 0 < server["median"] < total["median"]
+        exchange = layers["exchange_ms"]["median"]
+        # the bench's own bound (check_layers): Triton stamps a stage's end as the reply
+        # goes out, so on a busy machine its time may pass the client's clock a little
+        assert 0 < server["median"] <= 1.25 * exchange + 1.0 and exchange <= total["median"]
     assert payload["layers_add_up"]["server_within_exchange_median_per_path"] is True
     assert payload["payload_copies_shm"] == 0 and payload["shm_output_in_region"] is True
     assert {s: payload["speedup"][s]["vs"] for s in ("grpc", "http", "shm")} == {
