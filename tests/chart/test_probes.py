@@ -65,6 +65,17 @@ def _probe_ok(probe: dict, address: str) -> bool:
         return False
 
 
+def _stopped(pid: int) -> bool:
+    """Every thread of the process is stopped (state T in /proc)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except FileNotFoundError:  # a thread that ended
+            continue
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 def _fires(probe: dict, address: str) -> bool:
     """True when `failureThreshold` probes in a row fail: the kubelet restarts the container."""
     return not any(_probe_ok(probe, address) for _ in range(probe.get("failureThreshold", 3)))
@@ -81,6 +92,9 @@ def test_liveness_fires_on_a_hung_process_only(local_site: SiteState, component:
     pid = SiteState.load(Path(local_site.site_dir)).process(component).pid
     os.kill(pid, signal.SIGSTOP)
     try:
+        # SIGSTOP reaches a process's threads a moment after kill() returns: a probe sent at
+        # once may still be answered (seen with Envoy on a loaded machine)
+        wait_until(lambda: _stopped(pid), f"{component} (PID {pid}) to stop")
         assert _fires(probe, address), f"{component}: a hung process passes its liveness probe"
     finally:
         os.kill(pid, signal.SIGCONT)

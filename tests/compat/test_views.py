@@ -349,12 +349,19 @@ def test_n_requests_raise_the_pooled_success_count_by_n(compat_site, protocol, p
 def test_statistics_field_by_field(compat_site, model):
     """Through Envoy (gRPC and REST) and the gateway: the servers' own statistics summed
     (for the held model, triton-1's own)."""
+    before = sum(_success(e) for e in _own_stats(compat_site, model))
     stock_infer(
         paths_for(compat_site, model).envoy,
         model,
         SIMPLE if model == "simple" else _inputs(model),
         [_output(model)],
     )  # at least one request, so that there is something to sum
+    # Triton counts a request once its reply is out: read the servers' own statistics only
+    # once they have counted it, or the views (read after) may have one request more
+    wait_until(
+        lambda: sum(_success(e) for e in _own_stats(compat_site, model)) > before,
+        "the servers to count the request",
+    )
     own = [_normal(e) for e in _own_stats(compat_site, model)]
     assert len(own) == (1 if model == HELD else len(compat_site.servers))
     pooled = _summed(own)
