@@ -7,15 +7,13 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
-from sonicsite.operator.loadview import parse_metrics
 
 from .admin_key import read_key
+from .drain import DRAIN_S, wait_drained
 from .errors import SiteError, TritonError
 from .ports import free_ports, port_free
 from .processes import kill_group, stop_group
@@ -184,10 +182,10 @@ def add_server(
     return info
 
 
-def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None:
-    """Drain a server, then stop it: it is marked draining, Envoy stops sending to it (the
-    change takes up to PROPAGATION_S), its in-flight requests finish (Triton's pending count
-    reaches zero), then the process stops."""
+def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> bool:
+    """Drain a server, then stop it: it is marked draining, and stopped once Envoy is done
+    with it and its queue is empty, or after `drain_s` (drain.py: the rule). False when
+    the deadline came first."""
     site_dir = Path(site_dir).resolve()
     with edit(site_dir) as state:  # stopped on purpose: the supervisor never restarts it
         server = state.server(server_id)
@@ -200,24 +198,13 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = 10.0) -> None
             why = "removed: drained and stopped by the site (scale-down or remove_server)"
             state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
     if state.grpc:
-        time.sleep(PROPAGATION_S)
-    deadline = time.monotonic() + drain_s
-    while time.monotonic() < deadline and in_flight(server) > 0:
-        time.sleep(0.1)
+        time.sleep(PROPAGATION_S)  # the gateway follows the state too: at least this long
+    drained = wait_drained(server, state.envoy_admin if state.grpc else "", drain_s)
     stop_server(server)
     with edit(site_dir) as state:
         state.drop_server(server_id)
     update_targets(state)
-
-
-def in_flight(server: LocalServer) -> float:
-    """Requests the server has accepted and not answered (Triton's pending count)."""
-    try:
-        with urllib.request.urlopen(server.metrics_url, timeout=1) as reply:
-            models = parse_metrics(reply.read().decode())
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0.0
-    return sum(values.get("pending", 0.0) for values in models.values())
+    return drained
 
 
 @dataclass(frozen=True)

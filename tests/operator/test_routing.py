@@ -88,7 +88,8 @@ def test_a_server_added_or_removed_reaches_envoy(tmp_path, built_models):
             lambda: address in envoy.healthy_hosts(state.envoy_admin, "model_simple"),
             "Envoy to send to the added server",
         )
-        remove_server(site_dir, added.id)
+        # drained: every Envoy cluster had it DRAINING with nothing under way before it stopped
+        assert remove_server(site_dir, added.id)
         wait_until(
             lambda: address not in envoy.hosts(state.envoy_admin, "model_simple"),
             "Envoy to forget the removed server",
