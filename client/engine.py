@@ -69,7 +69,7 @@ import numpy as np
 from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 
 from .backend_auto import AutoSwitch
-from .backend_local import BACKENDS, COMPILES, LocalRunner
+from .backend_local import LocalRunner
 from .balancer import Balancer, Endpoint
 from .errors import LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
@@ -77,6 +77,7 @@ from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
 from .stats import KEPT, RequestRecord, StreamStats, server_time_deltas
+from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 from .wire import OutputTensor
@@ -88,59 +89,6 @@ class Source(Protocol):
     def __len__(self) -> int: ...
 
     def request(self, lo: int, hi: int) -> Columns: ...
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    batch: int = 16  # events per request
-    window: int = 4  # requests in flight
-    timeout_s: float = 60.0  # the cap of one attempt's deadline (learnt below it: see above)
-    max_tries: int = 8
-    backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
-    backoff_max_s: float = 2.0
-    overload_wait_s: float = 600.0  # a chunk's sheds are no tries for this long (see above)
-    strict: bool = False  # refuse any payload copy
-    # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers log):
-    # a job sets it to name itself, so that executions can be traced to its events. Tagged
-    # requests are idempotent: the id names the inputs (see "At most once" above).
-    request_tag: str = ""
-    request_offset: int = 0  # added to lo and hi in request ids (a range of a job's events)
-    # How long each server's statistics (read before and after the stream, for the servers'
-    # own times in StreamStats) are waited for; a server that does not answer in time (hung)
-    # is left out of them.
-    statistics_timeout_s: float = CONTROL_TIMEOUT_S
-    backend: str = "site"  # "site", "local" (in process) or "auto" (see above)
-    compile: str = "jit"  # the in-process model: TorchScript ("jit"); "aot" not built yet
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")
-        if self.compile not in COMPILES:
-            raise ValueError(f"compile: expected one of {COMPILES}, got {self.compile!r}")
-        for name in ("batch", "window", "max_tries"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
-        for name in ("timeout_s", "statistics_timeout_s", "overload_wait_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: expected a positive number, got {getattr(self, name)}")
-
-
-def backoff_s(
-    options: StreamOptions, tries: int, rng: random.Random, at_least: float = 0.0
-) -> float:
-    """How long a stream waits before try `tries + 1`: the back-off doubles per try up to its
-    cap, never under the server's retry-after (`at_least`), plus up to as much again of
-    jitter so that the streams a shed turned away do not come back together. The simulator
-    calls it at simulated time."""
-    base = min(options.backoff_s * 2 ** (tries - 1), options.backoff_max_s)
-    return max(at_least, base) + base * rng.random()
-
-
-def shed_is_a_try(options: StreamOptions, first_shed_at: float, now: float) -> bool:
-    """Whether a chunk's shed counts as one of its tries: not until it has waited out the
-    site's sheds for `overload_wait_s` since its first. The simulator calls it at simulated
-    time."""
-    return now - first_shed_at >= options.overload_wait_s
 
 
 @dataclass
@@ -172,7 +120,7 @@ class Stream:
         balancer: Balancer | Failover,
         model: str,
         spec: TensorSpec,
-        options: StreamOptions = StreamOptions(),
+        options: StreamOptions = DEFAULT_OPTIONS,
         statistics: dict | None = None,
         latencies: PathLatencies | None = None,
         local: LocalRunner | None = None,

@@ -22,12 +22,13 @@ from .backend_local import LocalModels, LocalRunner, LocalStream
 from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
 from .discovery import discover
-from .engine import Stream, StreamOptions
+from .engine import Stream
 from .errors import InferError
 from .failover import PATHS, Failover
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
 from .spec import ModelInfo, TensorSpec
+from .stream_options import StreamOptions
 from .timeouts import PathLatencies
 from .tracing import ClientTracing
 from .transport_grpc import CONTROL_TIMEOUT_S, GrpcTransport

@@ -51,6 +51,13 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
     return models
 
 
+def read_metrics(metrics_url: str, timeout_s: float) -> dict[str, dict[str, float]]:
+    """A server's /metrics now, per model (`parse_metrics`); a failed read raises as it came
+    (URLError, ConnectionError, TimeoutError, OSError)."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
+        return parse_metrics(reply.read().decode())
+
+
 def per_request(total_us: float, requests: float) -> float | None:
     """Time per request: the increase of one of Triton's duration counters over the requests
     completed in the same interval (Δrequest_success; not per execution, which batching

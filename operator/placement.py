@@ -69,7 +69,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .catalogue import Catalogue
-from .placement_demand import pressure_since
 from .placement_state import (
     Decision,
     Demand,
@@ -93,7 +92,6 @@ __all__ = [
     "ServerState",
     "apply",
     "decide",
-    "pressure_since",
     "waiting_reasons",
 ]
 DEFAULT_PLACEMENT = PlacementPolicy()  # frozen: the policy `decide` uses unless given one
@@ -202,12 +200,12 @@ class _Step:
         no server can take it. `surplus`: whether a surplus replica not idle yet may make
         room (rule 4; by default for a first replica only)."""
         pool = self.catalogue.pool_of(model)
+        surplus = rule is Rule.FIRST_REPLICA if surplus is None else surplus
         best: tuple | None = None
         for server in sorted(self.servers.values(), key=lambda s: s.id):
             if server.pool != pool or not server.accepting or server.replica(model) is not None:
                 continue
-            first = rule is Rule.FIRST_REPLICA if surplus is None else surplus
-            candidates = self.evictable(server, surplus=first)
+            candidates = self.evictable(server, surplus=surplus)
             freed: list[Replica] = []
             while not self.fits(server, model, freed) and len(freed) < len(candidates):
                 freed.append(candidates[len(freed)])

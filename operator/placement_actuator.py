@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
-from .loadview import LoadView, parse_metrics
+from .loadview import LoadView, read_metrics
 from .model_control import ControlTarget, ModelControlError
 from .placement import Decision, Kind, Rule
 
@@ -250,8 +250,7 @@ class PlacementActuator:
         """Why the model counts as in use now (empty: it does not): its requests pending, or
         its counters moved since the load view's last scrape of the server."""
         try:
-            with urllib.request.urlopen(server.metrics_url, timeout=view.timeout_s * 4) as reply:
-                now = parse_metrics(reply.read().decode()).get(model, {})
+            now = read_metrics(server.metrics_url, view.timeout_s * 4).get(model, {})
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
             return f"metrics unreadable right before the unload: {exc}"
         if now.get("pending", 0.0) > 0:

@@ -3,8 +3,8 @@
 Each operator step (sim/policies.py `Sonicsite.step`): what every server holds (loading,
 ready, unloading), its requests pending and when each replica was last used, each model's
 demand (requests held, queue time per request, pressure), read from the load view as the
-operator reads them (`placement_demand.usage`, `demands`), go to `placement.decide`, the operator's
-own function, with the scenario's catalogue (one pool, `models_per_server` per server).
+operator reads them (`placement_demand.usage`, `demands`), go to `placement.decide`, the
+operator's own function, with the scenario's catalogue (one pool, `models_per_server` per server).
 The decisions are carried out as the operator's actuator does (placement_actuator.py):
 each server's in their order (a MAKE_ROOM unload before its load), the servers side by
 side, and a server with decisions under way gets no new ones until they are done. A load

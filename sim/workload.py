@@ -7,7 +7,7 @@ of those events, then one request per call (model) of the batch, sent together, 
 together. A request refused at Envoy (a shed, with its retry-after) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
 that endpoint ... for at least the retry-after"), computed by the client's own rule
-(`sonicsite.client.engine.backoff_s`), and is retried up to the client's `max_tries`, its
+(`sonicsite.client.stream_options.backoff_s`), and is retried up to the client's `max_tries`, its
 sheds counting as tries only once it has waited them out for the client's
 `overload_wait_s` (`shed_is_a_try`).
 A request for a model that no server has ready, where models are placed on demand, is held
@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 
 import simpy
-from sonicsite.client.engine import StreamOptions, backoff_s, shed_is_a_try
+from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow

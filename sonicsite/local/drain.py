@@ -12,27 +12,26 @@ waits on, to its deadline."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
-import urllib.request
 
-from sonicsite.operator.loadview import parse_metrics
+from sonicsite.operator.loadview import read_metrics
 
+from . import envoy
 from .state import LocalServer
 
 DRAIN_S = 40.0  # at most, as the chart's drainSeconds + exitTimeoutSeconds
 POLL_S = 0.1
 READ_TIMEOUT_S = 2.0
+UNREADABLE = (urllib.error.URLError, ConnectionError, TimeoutError, OSError)
 
 
 def queued(server: LocalServer) -> float | None:
     """Requests Triton has accepted and not yet begun (its pending count); None when the
     server's metrics do not answer."""
     try:
-        with urllib.request.urlopen(server.metrics_url, timeout=READ_TIMEOUT_S) as reply:
-            models = parse_metrics(reply.read().decode())
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        models = read_metrics(server.metrics_url, READ_TIMEOUT_S)
+    except UNREADABLE:
         return None
     return sum(values.get("pending", 0.0) for values in models.values())
 
@@ -40,26 +39,15 @@ def queued(server: LocalServer) -> float | None:
 def envoy_sending(envoy_admin: str, server: LocalServer) -> int | None:
     """How many of Envoy's hosts for the server still take new requests or have one under
     way (0: Envoy is done with it); None when Envoy's admin does not answer."""
-    url = f"http://{envoy_admin}/clusters?format=json"
     try:
-        with urllib.request.urlopen(url, timeout=READ_TIMEOUT_S) as reply:
-            clusters = json.loads(reply.read())["cluster_statuses"]
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
+        hosts = envoy.host_fields(envoy_admin, {server.grpc, server.http})
+    except UNREADABLE:
         return None
-    ports = {server.grpc_port, server.http_port}
-    busy = 0
-    for cluster in clusters:
-        for host in cluster.get("host_statuses", []):
-            address = host.get("address", {}).get("socket_address", {})
-            if address.get("address") != server.host or address.get("port_value") not in ports:
-                continue
-            health = host.get("health_status", {}).get("eds_health_status", "")
-            active = next(
-                (int(s.get("value", 0)) for s in host.get("stats", []) if s["name"] == "rq_active"),
-                0,
-            )
-            busy += health != "DRAINING" or active > 0
-    return busy
+    return sum(
+        "eds_status_draining" not in fields.get("health_flags", "")
+        or int(fields.get("rq_active", "0")) > 0
+        for fields in hosts.values()
+    )
 
 
 def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S) -> bool:

@@ -11,6 +11,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 
 from .errors import EnvoyError
@@ -101,15 +102,26 @@ def bootstrap(
     }
 
 
-def _host_values(admin: str, cluster: str, key: str) -> dict[str, str]:
-    """One field of every host of `cluster` from admin /clusters (`cluster::host::key::value`)."""
+def _host_lines(admin: str) -> list[list[str]]:
+    """Admin /clusters, one `[cluster, host, key, value]` per host field."""
     with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
         lines = reply.read().decode().splitlines()
-    return {
-        parts[1]: parts[3]
-        for parts in (line.split("::") for line in lines)
-        if len(parts) >= 4 and parts[0] == cluster and parts[2] == key
-    }
+    return [parts for parts in (line.split("::") for line in lines) if len(parts) >= 4]
+
+
+def _host_values(admin: str, cluster: str, key: str) -> dict[str, str]:
+    """One field of every host of `cluster`."""
+    return {p[1]: p[3] for p in _host_lines(admin) if p[0] == cluster and p[2] == key}
+
+
+def host_fields(admin: str, addresses: Collection[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """Every field (`health_flags`, `rq_active`, ...) of the hosts at `addresses`, per
+    (cluster, host), in every cluster that lists them."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for cluster, host, key, value, *_ in _host_lines(admin):
+        if host in addresses:
+            found.setdefault((cluster, host), {})[key] = value
+    return found
 
 
 def hosts(admin: str, cluster: str) -> dict[str, str]:

@@ -8,7 +8,8 @@ import pytest
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
-from sonicsite.client.engine import Stream, StreamOptions
+from sonicsite.client.engine import Stream
+from sonicsite.client.stream_options import StreamOptions
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 from sonicsite.operator.loadview import LoadView, _Scrape, compute_loads, parse_metrics, per_request

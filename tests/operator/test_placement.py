@@ -19,8 +19,8 @@ from sonicsite.operator.placement import (
     ServerState,
     apply,
     decide,
-    pressure_since,
 )
+from sonicsite.operator.placement_demand import pressure_since
 
 MIB = 2**20
 POLICY = PlacementPolicy(idle_unload_s=60, evict_idle_s=5, min_resident_s=10, pressure_s=5)

@@ -1,0 +1,321 @@
+"""The `sonicsite` command line's arguments: every command, its options and their checks
+(cli.py dispatches them), and the site's tracing settings from `up`'s options."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .bench.commands import add_bench_parser
+from .cli_placement import add_placement_args
+from .contract.options import at_least, non_negative
+from .local.state import DEFAULT_SITE_DIR
+from .models.frameworks import FRAMEWORKS, ONNX
+from .operator.balancing import DEFAULT_POLICY, POLICIES
+from .sim.commands import add_simulate_parser
+
+DESCRIPTION = (
+    "The `sonicsite` command line: parse the arguments, dispatch to the room that does the work."
+)
+
+DEMO_MODELS = ["particlenet_ak4", "deepmet"]
+
+
+def _model_list(text: str) -> list[str]:
+    from .models.repository import model_names
+
+    names = [n for n in text.split(",") if n]
+    known = model_names()
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {unknown or [text]}; "
+            f"expected a comma-separated list of: {', '.join(known)}"
+        )
+    return names
+
+
+def _any_models(text: str) -> list[str]:
+    """Model names as a site may have them (`check`: not only the demo models)."""
+    names = [n for n in text.split(",") if n]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
+    return names
+
+
+def _site_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=DEFAULT_SITE_DIR,
+        help="site directory holding state.json, logs and the local repository",
+    )
+
+
+def _held(text: str) -> tuple[str, list[str]]:
+    """MODEL=SERVER[,SERVER...]: a model that only the named servers hold."""
+    model, sep, servers = text.partition("=")
+    chosen = [s for s in servers.split(",") if s]
+    if not sep or not model or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
+        )
+    return _model_list(model)[0], chosen
+
+
+def _up_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--servers", type=at_least(1), default=2, help="Triton servers to start")
+    p.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path("build/models"),
+        help="where `sonicsite models build` wrote the ONNX files",
+    )
+    p.add_argument(
+        "--ort-threads", type=at_least(1), default=1, help="onnxruntime threads per model instance"
+    )
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=ONNX,
+        help="serve each model from its ONNX file, or (pytorch) the models built from "
+        "PyTorch from their TorchScript file (the others from ONNX)",
+    )
+    p.add_argument(
+        "--balancing",
+        choices=sorted(POLICIES),
+        default=DEFAULT_POLICY,
+        help="how Envoy spreads requests over a model's servers",
+    )
+
+
+def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) -> None:
+    p.add_argument("--jobs", type=at_least(1), default=jobs, help="worker jobs in the stream")
+    p.add_argument("--wave", type=at_least(1), default=wave, help="jobs running at once")
+    p.add_argument("--events", type=at_least(1), default=events, help="events per job")
+    p.add_argument(
+        "--batch", type=at_least(0), default=0, help="events per request (0: the model's default)"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--transport",
+        choices=["grpc", "http", "shm", "cuda"],
+        default="grpc",
+        help="how workers send: hand-framed gRPC, HTTP binary, system or CUDA shared memory",
+    )
+    p.add_argument("--window", type=at_least(1), default=2, help="requests in flight per job")
+    p.add_argument(
+        "--max-attempts",
+        type=at_least(1),
+        default=3,
+        help="runs of a job in all when its worker dies (the rerun sends only what is left)",
+    )
+    p.add_argument(
+        "--rate",
+        type=non_negative,
+        default=0.0,
+        help="open loop: events per second offered by each wave, in requests at Poisson "
+        "arrivals (latency counts from each request's arrival); 0: closed loop (--window)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["site", "direct"],
+        default=None,
+        help="through the site's Envoy (default) or straight to the servers",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("sonicsite-out"),
+        help="where report.json, report.png and the job files go",
+    )
+
+
+def _tracing_args(p: argparse.ArgumentParser) -> None:
+    """`up --tracing`: the site's collector, and every part tracing (sonicsite/local/tracing.py)."""
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="start an OpenTelemetry collector (rotel) and have Envoy, the gateway and Triton "
+        "trace to it; workers trace with OTEL_EXPORTER_OTLP_ENDPOINT=http://<its address>",
+    )
+    p.add_argument(
+        "--tracing-export",
+        default="",
+        metavar="URL",
+        help="with --tracing: the OTLP/HTTP base URL the collector sends spans on to "
+        "(default: its log, logs/collector.log)",
+    )
+    p.add_argument(
+        "--tracing-envoy-sampling",
+        type=float,
+        default=100.0,
+        metavar="PERCENT",
+        help="with --tracing: percent of requests without a traceparent that Envoy traces",
+    )
+    p.add_argument(
+        "--tracing-gateway-sampling",
+        type=float,
+        default=1.0,
+        metavar="RATIO",
+        help="with --tracing: ratio of requests without a traceparent the gateway traces",
+    )
+    p.add_argument(
+        "--tracing-triton-rate",
+        type=at_least(1),
+        default=1,
+        metavar="N",
+        help="with --tracing: Triton traces one in N requests without a trace context",
+    )
+
+
+def tracing_config(args: argparse.Namespace):
+    """The site's TracingConfig from `up`'s options; None without --tracing."""
+    from .local.tracing import TracingConfig
+
+    if not getattr(args, "tracing", False):
+        return None
+    return TracingConfig(
+        export=args.tracing_export,
+        envoy_sampling=args.tracing_envoy_sampling,
+        gateway_sampling=args.tracing_gateway_sampling,
+        triton_rate=args.tracing_triton_rate,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sonicsite", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("up", help="start a local site")
+    _site_args(p)
+    _up_args(p)
+    p.add_argument(
+        "--models",
+        type=_model_list,
+        default=None,
+        help="comma-separated models to serve (default: all)",
+    )
+    p.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="start no supervisor: a process of the site that dies stays dead",
+    )
+    p.add_argument(
+        "--hold",
+        type=_held,
+        action="append",
+        default=[],
+        metavar="MODEL=SERVER[,SERVER]",
+        help="a model only these servers load (repeatable; every server loads the others)",
+    )
+    add_placement_args(p)
+    _tracing_args(p)
+
+    p = sub.add_parser("down", help="stop the local site")
+    _site_args(p)
+
+    from .local.status import EXIT_HELP
+
+    p = sub.add_parser(
+        "status",
+        help="show the local site: every process with its state and restarts",
+        epilog=EXIT_HELP,
+    )
+    _site_args(p)
+    p.add_argument("--json", action="store_true", help="print the site state as JSON")
+
+    p = sub.add_parser("submit", help="run a stream of worker jobs against the site")
+    _site_args(p)
+    p.add_argument(
+        "--model",
+        type=_model_list,
+        required=True,
+        help="model, or comma-separated models that jobs take in turn",
+    )
+    _stream_args(p, jobs=4, wave=2, events=100)
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the stream in --out that a killed submit left: jobs with every "
+        "event answered are kept, the others rerun for the events without a result",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["site", "local", "auto"],
+        default="site",
+        help="where the workers' models run: the site (default), in each worker's process "
+        "(local: the TorchScript files of `models build`), or the site with the process as "
+        "fallback when it does not answer or keeps shedding (auto)",
+    )
+    p.add_argument(
+        "--models-dir",
+        type=Path,
+        default=Path("build/models"),
+        help="with --backend local or auto: the repository `models build` wrote, where the "
+        "workers find each model's PyTorch files",
+    )
+    p.add_argument(
+        "--compile",
+        choices=["jit", "aot"],
+        default="jit",
+        help="with --backend local or auto: TorchScript (jit) or the AOTInductor package (aot; "
+        "compile it first with `models build --aot`, or the first worker compiles it)",
+    )
+
+    p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
+    _site_args(p)
+    _up_args(p)
+    _stream_args(p, jobs=8, wave=4, events=300)
+
+    add_bench_parser(sub)
+    add_simulate_parser(sub)
+
+    p = sub.add_parser("models", help="the model repository")
+    msub = p.add_subparsers(dest="models_command", required=True)
+    b = msub.add_parser("build", help="build the ONNX files deterministically")
+    b.add_argument("--out", type=Path, default=Path("build/models"))
+    b.add_argument("--only", type=_model_list, default=None, help="comma-separated models")
+    b.add_argument(
+        "--configs",
+        action="store_true",
+        help="also copy each config.pbtxt: OUT becomes a model repository for Triton's "
+        "onnxruntime backend (the chart's demo models)",
+    )
+    b.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default=ONNX,
+        help="with --configs: pytorch writes the PyTorch-backend config (TorchScript "
+        "model.pt) for the models built from PyTorch, onnxruntime's for the others",
+    )
+    b.add_argument(
+        "--aot",
+        action="store_true",
+        help="also compile each PyTorch model's exported program with AOTInductor (cached "
+        "by program, torch and CPU; backend local compile='aot' compiles on first use else)",
+    )
+
+    st = msub.add_parser(
+        "status", help="per model: the servers holding it, its footprint, its idle time"
+    )
+    _site_args(st)
+    st.add_argument("--json", action="store_true", help="the operator's /v1/placement as is")
+
+    p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
+    p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
+    p.add_argument(
+        "--models",
+        type=_any_models,
+        required=True,
+        help="comma-separated models (the site's own need a request in --inputs)",
+    )
+    p.add_argument("--events", type=at_least(1), default=4, help="events per model")
+    p.add_argument(
+        "--inputs",
+        type=Path,
+        default=None,
+        help="a JSON file of requests for models with no demo sample: {model: {inputs: "
+        "[KServe v2 tensors], outputs: {name: expected values}, tolerance}}",
+    )
+    return parser
