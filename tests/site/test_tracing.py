@@ -104,14 +104,28 @@ def _complete_chain(
     return None
 
 
-def _wait_chain(receiver: OtlpReceiver, trace_id: str, hops: list[Hop], what: str):
-    """The complete chain, once it has come; failing, the spans of the trace that did."""
+def _wait_chain(receiver: OtlpReceiver, trace_id: str, hops: list[Hop], what: str, site_dir: Path):
+    """The complete chain, once it has come; failing, the spans of the trace that did, the
+    traces Triton's spans did arrive in, and the collector's and Triton's logs' ends (to
+    tell a span lost on its way from one exported under another trace)."""
     try:
         return wait_until(lambda: _complete_chain(receiver, trace_id, hops), what, 120)
     except AssertionError as exc:
         spans = receiver.trace(trace_id)
         got = "; ".join(f"{s.service}:{s.name} (kind {s.kind})" for s in spans) or "none"
-        raise AssertionError(f"{exc}; spans of the trace received: {got}") from None
+        tritons = sorted({s.trace_id for s in receiver.received() if s.service.endswith("triton")})
+        logs = "\n".join(
+            f"--- {name}:\n{_tail(site_dir / 'logs' / name)}"
+            for name in ("collector.log", "triton-0.log")
+        )
+        raise AssertionError(
+            f"{exc}; spans of the trace received: {got}; traces with Triton's spans: "
+            f"{tritons or 'none'}\n{logs}"
+        ) from None
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    return path.read_text(errors="replace")[-size:] if path.exists() else "(no log)"
 
 
 def _assert_triton_spans(chain: list[ReceivedSpan]) -> None:
@@ -157,7 +171,7 @@ def test_a_worker_call_through_envoy_is_one_trace_to_tritons_compute(traced):
         ("sonicsite-worker", "worker event", 0),
     ]
     what = f"trace {trace_id}: Triton's compute ← Envoy ← the worker's call"
-    chain = _wait_chain(receiver, trace_id, hops, what)
+    chain = _wait_chain(receiver, trace_id, hops, what, state.site_dir)
     _assert_triton_spans(chain)
     send, call = chain[5], chain[6]
     assert send.attributes["sonicsite.server"] == "envoy"  # the call went through Envoy
@@ -191,7 +205,7 @@ def test_an_http_call_through_the_gateway_is_one_trace_to_tritons_compute(traced
         ("http-caller", "http call", CLIENT),
     ]
     what = f"trace {trace_id}: Triton's compute ← the gateway ← the HTTP call"
-    chain = _wait_chain(receiver, trace_id, hops, what)
+    chain = _wait_chain(receiver, trace_id, hops, what, state.site_dir)
     _assert_triton_spans(chain)
     assert chain[4].attributes["http.response.status_code"] == 200
     _assert_one_tree(receiver.trace(trace_id), "http call")

@@ -102,6 +102,11 @@ class OtlpReceiver:
         with self._lock:
             return [s for s in self.spans if s.trace_id == trace_id]
 
+    def received(self) -> list[ReceivedSpan]:
+        """Every span received so far."""
+        with self._lock:
+            return list(self.spans)
+
     def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()
