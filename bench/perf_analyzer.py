@@ -91,8 +91,9 @@ def perf_analyzer_run(
     env: dict[str, str],
     workdir: Path,
     extra: tuple[str, ...] = (),
+    max_trials: int = MAX_TRIALS,
 ) -> PerfRun:
-    """perf_analyzer at STABILITY_PERCENT within MAX_TRIALS windows, pinned (`_pinned`);
+    """perf_analyzer at STABILITY_PERCENT within `max_trials` windows, pinned (`_pinned`);
     `extra`: more of its options (a shape, headers)."""
     out_csv = workdir / "pa.csv"
     out_csv.unlink(missing_ok=True)
@@ -100,7 +101,7 @@ def perf_analyzer_run(
         str(Path(sys.executable).parent / "perf_analyzer"),
         *("-m", model, "-u", target, "-i", protocol, "-b", str(rows)),
         *("--concurrency-range", str(concurrency), *window.options(), "--percentile", "50"),
-        *("-s", str(STABILITY_PERCENT), "-r", str(MAX_TRIALS), "-v", "-f", str(out_csv)),
+        *("-s", str(STABILITY_PERCENT), "-r", str(max_trials), "-v", "-f", str(out_csv)),
         *extra,
     ]
     try:

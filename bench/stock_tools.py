@@ -80,12 +80,15 @@ class Options:
     )
     batch: dict[str, int] = field(default_factory=lambda: {"simple": 1, HELD: 16})
     build_dir: Path = Path("build/models")
+    max_trials: int = MAX_TRIALS  # windows a run may take to get stable (3 at least)
 
     def __post_init__(self) -> None:
         if unknown := [m for m in self.models if m not in self.windows]:
             raise ValueError(f"models: {unknown} not measured here; choose of {list(self.windows)}")
         if not self.models:
             raise ValueError("models: none given")
+        if self.max_trials < 3:
+            raise ValueError(f"max_trials: 3 windows at least, got {self.max_trials}")
 
 
 def _last3_mean(windows: list[list[float]], k: int) -> float | None:
@@ -116,6 +119,7 @@ def run_perf_analyzer(
         env,
         workdir,
         extra,
+        options.max_trials,
     )
     seconds = round(time.perf_counter() - started, 2)
     rc, text, windows = run.rc, run.text, run.windows
@@ -367,7 +371,7 @@ def run(json_path: Path, options: Options | None = None) -> dict:
             },
             "perf_analyzer": {
                 "stability_percent": STABILITY_PERCENT,
-                "max_trials": MAX_TRIALS,
+                "max_trials": options.max_trials,
                 "min_windows": MIN_WINDOWS,
                 "each_run": "run once as it comes (no retry, no longer windows); ok = exit 0, "
                 "stable, at least 3 windows, no line of its output saying error",

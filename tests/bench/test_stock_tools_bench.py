@@ -19,6 +19,7 @@ def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_m
         models=("simple",),
         windows={"simple": Window("count_windows", 100)},
         build_dir=built_models,
+        max_trials=4,  # a run ends stable or not within 4 windows: not asserted here
     )
     result = stock_tools.run(tmp_path / "stock.json", options)
     saved = json.loads((tmp_path / "stock.json").read_text())
@@ -34,6 +35,7 @@ def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_m
     assert summary["envoy_no_header_over_bare_envoy_simple"] > 0
     assert "envoy_no_header_throughput_ratio_particlenet_ak4" not in summary  # not measured
     assert summary["targets"]["perf_analyzer_errors"] == "== 0"
+    assert saved["details"]["perf_analyzer"]["max_trials"] == 4
 
     cases = saved["details"]["runs_in_a_row"]
     assert set(cases) == {"grpc_envoy/simple", "http_gateway/simple"}

@@ -41,12 +41,12 @@ def pa_env(tmp_path_factory) -> tuple[dict[str, str], Path]:
     return perf_analyzer_env(workdir), workdir
 
 
-def _run(env, workdir, model: str, protocol: str, target: str, stability: int) -> str:
+def _run(env, workdir, model: str, protocol: str, target: str, stability: int, trials: int) -> str:
     cmd = [
         str(BINARY),
         *("-m", model, "-u", target, "-i", protocol, "-b", "1", "-p", "100"),
         *("--concurrency-range", "1", "--measurement-mode", "count_windows"),
-        *("--measurement-request-count", "50", "-s", str(stability), "--max-trials", "10"),
+        *("--measurement-request-count", "50", "-s", str(stability), "--max-trials", str(trials)),
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=workdir)
     text = out.stdout + out.stderr
@@ -74,8 +74,9 @@ def test_perf_analyzer_measures_every_path(compat_site, pa_env, protocol, path, 
     env, workdir = pa_env
     paths = paths_for(compat_site, model)
     target = paths.grpc(path) if protocol == "grpc" else paths.http(path)
-    text = _run(env, workdir, model, protocol, target, 10) or _run(
-        env, workdir, model, protocol, target, 100
+    # a window takes about a second whatever its size: 4 windows to get stable at 10 %
+    text = _run(env, workdir, model, protocol, target, 10, 4) or _run(
+        env, workdir, model, protocol, target, 100, 10
     )
     assert "Inferences/Second vs. Client" in text, text[-2000:]
     assert "error" not in text.lower(), text[-2000:]

@@ -1,8 +1,9 @@
 """The dashboards' builder is a script outside the installed package,
-monitoring/tools/dashboards.py (`make dashboards` runs it). `load()` loads that one file under
-its own module name, `monitoring_dashboards`, so that tests import it by that name: neither
-monitoring/ (whose `tests` and `dashboards` folders would shadow other imports) nor
-monitoring/tools goes on sys.path. `panels_without_data` asks a live Prometheus for every
+monitoring/tools/dashboards.py (`make dashboards` runs it), with its panels in its sibling
+dashboard_panels.py. `load()` loads the two files by path, the builder under its own module
+name, `monitoring_dashboards`, so that tests import it by that name: neither monitoring/
+(whose `tests` and `dashboards` folders would shadow other imports) nor monitoring/tools
+goes on sys.path. `panels_without_data` asks a live Prometheus for every
 panel's queries."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sonicsite.local import prometheus
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "monitoring" / "tools" / "dashboards.py"
 MODULE = "monitoring_dashboards"
+PANELS = BUILDER.with_name("dashboard_panels.py")  # imported by the builder under its name
 # What Grafana puts in for the boards' variables: every namespace, release and model.
 GRAFANA_VARIABLES = {
     "$namespace": ".*",
@@ -30,10 +32,15 @@ GRAFANA_VARIABLES = {
 def load() -> ModuleType:
     if MODULE in sys.modules:
         return sys.modules[MODULE]
-    spec = importlib.util.spec_from_file_location(MODULE, BUILDER)
-    assert spec is not None and spec.loader is not None, BUILDER
+    _load_file(PANELS.stem, PANELS)
+    return _load_file(MODULE, BUILDER)
+
+
+def _load_file(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE] = module  # before running it: its dataclasses look their module up
+    sys.modules[name] = module  # before running it: its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -1,0 +1,342 @@
+"""The dashboards' panels: what each board shows, and the PromQL of every panel.
+
+Queue time per request is not computed here. The site's value per model is the recording
+rule `sonicsite:model_queue_seconds_per_request:30s` (monitoring/rules/autoscaling.rules.yaml,
+the scaling metric: its one definition in PromQL), per namespace, release and model; per
+server it is the operator's gauge
+`sonicsite_model_queue_seconds_per_request{model, server}` (operator/loadview.py
+`per_request`, its one definition in Python). The other stages (compute input, infer,
+output) are per request over the rate interval here. Every query selects the boards'
+`namespace`, `release` and `model` variables (dashboards.py says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SITE = 'namespace=~"$namespace", release=~"$release"'
+MODEL = f'{SITE}, model=~"$model"'
+WINDOW = "$__rate_interval"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    unit: str
+    queries: tuple[Query, ...]
+    kind: str = "timeseries"  # or "stat"
+    description: str = ""
+
+
+def _rate(metric: str, by: str, selector: str = MODEL) -> str:
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{WINDOW}]))"
+
+
+def _stage_per_request(counter: str, by: str) -> str:
+    """Seconds per request of one of Triton's compute-stage duration counters (µs). Not for
+    the queue: queue time per request is the recording rule (QUEUE_SITE) or the operator's
+    gauge (QUEUE_BY_SERVER)."""
+    if counter == "nv_inference_queue_duration_us":
+        raise ValueError("queue time per request: use QUEUE_SITE or QUEUE_BY_SERVER")
+    return (
+        f"{_rate(counter, by)} / 1e6 / clamp_min({_rate('nv_inference_request_success', by)}, 1e-9)"
+    )
+
+
+# Queue time per request, from its two definitions (never recomputed from Triton's counters):
+# per model over the site, the scaling metric's recording rule (labels: namespace, release,
+# model); per model and server, the operator's gauge.
+QUEUE_SITE = f"sonicsite:model_queue_seconds_per_request:30s{{{MODEL}}}"
+QUEUE_BY_SERVER = f"max by (model, server) (sonicsite_model_queue_seconds_per_request{{{MODEL}}})"
+
+
+def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
+    """Rows of the site overview: (row title, panels)."""
+    stages = (
+        ("input", "nv_inference_compute_input_duration_us"),
+        ("compute", "nv_inference_compute_infer_duration_us"),
+        ("output", "nv_inference_compute_output_duration_us"),
+    )
+    return [
+        (
+            "Servers",
+            [
+                PanelSpec(
+                    "Servers taking work",
+                    "none",
+                    (Query(f"sum(sonicsite_server_up{{{SITE}}})", "ready"),),
+                    "stat",
+                    "Servers whose metrics the operator reads (CPU and GPU alike).",
+                ),
+                PanelSpec(
+                    "Servers: current vs desired",
+                    "none",
+                    (
+                        Query(f"max(sonicsite_autoscaler_current_servers{{{SITE}}})", "current"),
+                        Query(f"max(sonicsite_autoscaler_desired_servers{{{SITE}}})", "desired"),
+                    ),
+                ),
+                PanelSpec(
+                    "Endpoint weights",
+                    "none",
+                    (
+                        Query(
+                            f"max by (server) (sonicsite_endpoint_weight{{{SITE}}})", "{{server}}"
+                        ),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Throughput",
+            [
+                PanelSpec(
+                    "Requests per second by model",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "model"), "{{model}}"),),
+                ),
+                PanelSpec(
+                    "Requests per second by server",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "instance"), "{{instance}}"),),
+                ),
+                PanelSpec(
+                    "Pending requests",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model) (nv_inference_pending_request_count{{{MODEL}}})",
+                            "{{model}}",
+                        ),
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Latency",
+            [
+                PanelSpec(
+                    "Time per request in Triton: queue, input, compute, output",
+                    "s",
+                    (
+                        Query(QUEUE_SITE, "{{model}} queue"),
+                        *(
+                            Query(_stage_per_request(c, "model"), f"{{{{model}}}} {s}")
+                            for s, c in stages
+                        ),
+                    ),
+                    description=(
+                        "Queue: the scaling metric's recording rule "
+                        "sonicsite:model_queue_seconds_per_request:30s (over the site, the last "
+                        "30 s). Input, compute, output: over the rate interval."
+                    ),
+                ),
+                PanelSpec(
+                    "Latency at Envoy (p50, p99)",
+                    "ms",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le) (rate("
+                            f"envoy_cluster_upstream_rq_time_bucket{{{SITE}}}[{WINDOW}])))",
+                            f"p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                ),
+                PanelSpec(
+                    "Latency at the gateway (p50, p99)",
+                    "s",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le, model) (rate("
+                            f"sonicsite_gateway_request_duration_seconds_bucket{{{MODEL}}}"
+                            f"[{WINDOW}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                ),
+            ],
+        ),
+        (
+            "Admission and failures",
+            [
+                PanelSpec(
+                    "Models shed",
+                    "none",
+                    (Query(f"max by (model) (sonicsite_admission_shed{{{MODEL}}})", "{{model}}"),),
+                    description="1 while the operator sheds new work for the model.",
+                ),
+                PanelSpec(
+                    "Admission decisions",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model, state) (sonicsite_admission_changes_total{{{MODEL}}})",
+                            "{{model}} → {{state}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Rejections per second (Envoy shed, gateway)",
+                    "reqps",
+                    (
+                        Query(
+                            f"sum(rate(envoy_http_fault_aborts_injected{{{SITE}}}[{WINDOW}]))",
+                            "Envoy (RESOURCE_EXHAUSTED)",
+                        ),
+                        Query(
+                            f"sum by (reason) (rate("
+                            f"sonicsite_gateway_rejections_total{{{MODEL}}}[{WINDOW}]))",
+                            "gateway {{reason}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Failures per second",
+                    "reqps",
+                    (
+                        Query(_rate("nv_inference_request_failure", "model"), "{{model}} Triton"),
+                        Query(
+                            f"sum by (kind) (rate(sonicsite_gateway_upstream_errors_total"
+                            f"{{{SITE}}}[{WINDOW}]))",
+                            "gateway upstream {{kind}}",
+                        ),
+                    ),
+                ),
+            ],
+        ),
+    ]
+
+
+def model_panels() -> list[tuple[str, list[PanelSpec]]]:
+    return [
+        (
+            "Model",
+            [
+                PanelSpec(
+                    "Requests per second by server",
+                    "reqps",
+                    (Query(_rate("nv_inference_request_success", "instance"), "{{instance}}"),),
+                ),
+                PanelSpec(
+                    "Queue time per request over the site (scaling metric)",
+                    "s",
+                    (Query(QUEUE_SITE, "{{model}}"),),
+                    description=(
+                        "The recording rule sonicsite:model_queue_seconds_per_request:30s: "
+                        "Σ queue time / Σ requests over the model's servers in the last 30 s, "
+                        "what the autoscaler (or KEDA) scales on."
+                    ),
+                ),
+                PanelSpec(
+                    "Queue time per request by server",
+                    "s",
+                    (Query(QUEUE_BY_SERVER, "{{model}} on {{server}}"),),
+                    description=(
+                        "The operator's measure (sonicsite_model_queue_seconds_per_request), "
+                        "over its last step, which its admission and balancing read."
+                    ),
+                ),
+                PanelSpec(
+                    "Mean batch size",
+                    "none",
+                    (
+                        Query(
+                            f"{_rate('nv_inference_count', 'model')} / "
+                            f"clamp_min({_rate('nv_inference_exec_count', 'model')}, 1e-9)",
+                            "{{model}}",
+                        ),
+                    ),
+                ),
+            ],
+        )
+    ]
+
+
+def placement_panels() -> list[tuple[str, list[PanelSpec]]]:
+    """Models on demand (operator/placement*.py, gateway/holding.py): where models are,
+    what placement did, and the requests held for a model while it loads."""
+    return [
+        (
+            "Placement",
+            [
+                PanelSpec(
+                    "Models loaded per server",
+                    "none",
+                    (
+                        Query(
+                            f"max by (server) (sonicsite_placement_models_loaded{{{SITE}}})",
+                            "{{server}}",
+                        ),
+                    ),
+                ),
+                PanelSpec(
+                    "Loads and unloads by rule",
+                    "none",
+                    tuple(
+                        Query(
+                            f"sum by (model, rule) (increase(sonicsite_placement_{kind}_total"
+                            f"{{{MODEL}}}[{WINDOW}]))",
+                            f"{kind[:-1]} {{{{model}}}} ({{{{rule}}}})",
+                        )
+                        for kind in ("loads", "unloads")
+                    ),
+                    description="The reason of each decision is in the operator's log and "
+                    "`sonicsite models status`.",
+                ),
+            ],
+        ),
+        (
+            "Held requests",
+            [
+                PanelSpec(
+                    "Requests held now",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model) (sonicsite_gateway_held_requests{{{MODEL}}})",
+                            "{{model}}",
+                        ),
+                    ),
+                    description="Requests for a model no server holds ready, waiting in the "
+                    "gateway until one does (the operator loads it for them).",
+                ),
+                PanelSpec(
+                    "Cold start: time held until a server had the model (p50, p99)",
+                    "s",
+                    tuple(
+                        Query(
+                            f"histogram_quantile({q}, sum by (le, model) (rate("
+                            f'sonicsite_gateway_hold_seconds_bucket{{{MODEL}, outcome="forwarded"}}'
+                            f"[{WINDOW}])))",
+                            f"{{{{model}}}} p{int(q * 100)}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                    description="From a held request's arrival until it was sent to a server "
+                    "that had loaded the model; its inference comes after.",
+                ),
+                PanelSpec(
+                    "Holds ended, by outcome",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (outcome) (increase(sonicsite_gateway_hold_seconds_count"
+                            f"{{{MODEL}}}[{WINDOW}]))",
+                            "{{outcome}}",
+                        ),
+                    ),
+                    description="forwarded: answered by a server; asked_again: the client's "
+                    "own wait ran out first (the sonicsite client asks again); expired: the "
+                    "model's hold deadline passed (the caller got the reason).",
+                ),
+            ],
+        ),
+    ]
