@@ -71,7 +71,7 @@ clusters and endpoints come over xDS. The ConfigMap holds it; the Deployment's c
 annotation rolls the pods when it changes. */}}
 {{- define "sonicsite.envoyBootstrap" -}}
 {{- $e := .Values.envoy -}}
-{{- $rest := dict "resource_api_version" "V3" "api_config_source" (dict "api_type" "REST" "transport_api_version" "V3" "cluster_names" (list "sonicsite_operator") "refresh_delay" "1s") -}}
+{{- $rest := dict "resource_api_version" "V3" "api_config_source" (dict "api_type" "REST" "transport_api_version" "V3" "cluster_names" (list "sonicsite_operator") "refresh_delay" "0.5s") -}}
 {{- $operator := dict "address" (include "sonicsite.operatorHost" .) "port_value" (int .Values.operator.port) -}}
 {{- $bootstrap := dict
   "node" (dict "id" "sonicsite-envoy" "cluster" "sonicsite")
