@@ -117,7 +117,7 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 return
             self._json(200, snapshot.response(kind, request.get("resource_names") or None))
 
-        def log_message(self, format: str, *args) -> None:  # quiet: Envoy polls twice a second
+        def log_message(self, format: str, *args) -> None:  # quiet: Envoy polls all the time
             return
 
     return ThreadingHTTPServer((host, port), Handler)

@@ -14,6 +14,8 @@ from .xds_jwt import JwtPolicy
 from .xds_resources import (
     ALL_SERVERS,
     ALL_SERVERS_REST,
+    REFRESH,
+    REFRESH_PLACING,
     TYPE_URLS,
     clusters,
     listener,
@@ -62,8 +64,11 @@ class Snapshot:
         tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
         whose requests the gateway holds, with their deadlines (None: nothing is held);
         `lb_policy` and `selection`: Envoy's choice among a cluster's servers; `shared`: the
-        models whose routes send to the all-servers clusters (route_clusters.py)."""
+        models whose routes send to the all-servers clusters (route_clusters.py). Envoy asks
+        for routes and endpoints every REFRESH, with placement (`held` given) every
+        REFRESH_PLACING (xds_resources.py says why)."""
         models = sorted({m for s in servers for m in s.models})
+        refresh = REFRESH if held is None else REFRESH_PLACING  # held: placement is on
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
         default_per_try = max(per_try.values(), default=tries.cap_s)
@@ -77,7 +82,7 @@ class Snapshot:
             rest.append(load_assignment(rest_cluster(m), holding, weights.get(m, {}), grpc=False))
         assignments += rest
         resources = {
-            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt, tracing)],
+            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt, tracing, refresh)],
             "routes": [
                 route_configuration(
                     models,
@@ -91,7 +96,7 @@ class Snapshot:
                 )
             ],
             "clusters": [
-                *clusters(models, caps, lb_policy, selection),
+                *clusters(models, caps, lb_policy, selection, refresh),
                 *view_clusters(site_view, site_view_http),
                 *(hold_clusters(site_view, site_view_http) if held is not None else []),
                 *(jwt.clusters() if jwt else []),

@@ -104,6 +104,27 @@ def test_the_snapshot_has_the_hold_clusters_only_under_placement():
     assert "hold-simple" in _routes(held.resources["routes"][0])
 
 
+def test_envoy_polls_every_second_and_twice_as_often_with_placement():
+    """With placement a loaded model waits in the holder until Envoy has applied its
+    clusters, so the polls add to a cold start; without, the endpoints change only with the
+    pool (xds_resources.py REFRESH)."""
+    server = ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, models=("identity",))
+    args = ([server], {}, "127.0.0.1", 10)
+    for snapshot, every in (
+        (Snapshot.build(*args), "1s"),
+        (Snapshot.build(*args, held={"simple": 30.0}), "0.5s"),
+    ):
+        sources = [
+            c["eds_cluster_config"]["eds_config"]
+            for c in snapshot.resources["clusters"]
+            if c["type"] == "EDS"
+        ]
+        (manager,) = snapshot.resources["listeners"][0]["filter_chains"][0]["filters"]
+        sources.append(manager["typed_config"]["rds"]["config_source"])
+        assert len(sources) >= 5
+        assert {s["api_config_source"]["refresh_delay"] for s in sources} == {every}
+
+
 def test_hold_deadlines_go_from_the_settings_to_the_operators_options_and_back():
     settings = PlacementSettings(hold_deadline_s=30.0, hold_deadlines=(("identity", 5.0),))
     parser = options.parser()
