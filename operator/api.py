@@ -1,9 +1,8 @@
 """The operator's HTTP API: `/v1/state`, `/v1/placement` (with --placement), `/metrics`,
 `/healthz`, `PUT /v1/balancing`
 (`{"policy": "load-aware" | "least-request" | "round-robin"}`), `PUT /v1/held` (with
---placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`),
-and REST-JSON xDS for Envoy
-(`POST /v3/discovery:{listeners,routes,clusters,endpoints}`; 304 when Envoy is current)."""
+--placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`).
+Envoy's configuration is not here: it streams over gRPC ADS on its own port (xds_ads.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .controller import Operator
 
-XDS_PREFIX = "/v3/discovery:"
 HEALTHY_STEPS = 5  # /healthz answers 503 once no step completed for this many intervals
 
 
@@ -92,32 +90,7 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 return
             self._json(200, {"held": held})
 
-        def do_POST(self) -> None:
-            body = self._body()
-            if not self.path.startswith(XDS_PREFIX):
-                self._json(404, {"error": f"no route {self.path}"})
-                return
-            kind = self.path.removeprefix(XDS_PREFIX)
-            snapshot, _, _ = operator.view()
-            if snapshot is None or kind not in snapshot.versions:
-                self._json(503 if snapshot is None else 404, {"error": f"no {kind} yet"})
-                return
-            try:
-                request = json.loads(body or b"{}")
-            except json.JSONDecodeError as exc:
-                self._json(400, {"error": f"body: not JSON: {exc}"})
-                return
-            acks = getattr(operator, "envoy", None)  # what Envoy applied (controller.py)
-            if acks is not None:  # (None: a bare xDS source, as a test feeds Envoy)
-                node = (request.get("node") or {}).get("id", "")
-                names = request.get("resource_names") or []
-                acks.poll(node, kind, names, request.get("version_info", ""), time.time())
-            if request.get("version_info") == snapshot.versions[kind]:
-                self._send(304)
-                return
-            self._json(200, snapshot.response(kind, request.get("resource_names") or None))
-
-        def log_message(self, format: str, *args) -> None:  # quiet: Envoy polls all the time
+        def log_message(self, format: str, *args) -> None:  # quiet: scraped, read all the time
             return
 
     return ThreadingHTTPServer((host, port), Handler)

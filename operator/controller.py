@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import (
@@ -29,6 +29,7 @@ from sonicsite.contract.wire import (
 from .admission import AdmissionPolicy, decide
 from .balancing import Balancing, check_policy
 from .discovery import Discovery
+from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .placement_loop import PlacementLoop
@@ -36,105 +37,11 @@ from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
 from .try_timeouts import TryTimeouts
 from .xds_jwt import JwtPolicy
-from .xds_resources import ALL_SERVERS, model_cluster, rest_cluster
+from .xds_resources import ALL_SERVERS, model_cluster
 from .xds_snapshot import Snapshot
 from .xds_tracing import EnvoyTracing
 
 STEP_INTERVAL_S = 1.0  # seconds between steps: scrape, weigh, decide, publish
-ENVOY_GONE_S = 10.0  # an Envoy that has not polled for this long no longer holds a route back
-
-
-@dataclass
-class EnvoyAcks:
-    """Which models every Envoy can send to their own cluster: the clusters and endpoints it
-    last applied (the versions its xDS polls report) name them. A newly loaded model's
-    route leaves the holder only then: Envoy polls each resource type on its own, and a
-    route to a cluster it has not yet got (or got without endpoints) answers UNAVAILABLE
-    with no text; held requests meanwhile go straight to the new server from the gateway."""
-
-    published: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    # (kind, version) -> what it sends where: routes, the models routed to their own
-    # clusters; endpoints, the (model, server) pairs of the models' clusters
-    sending: dict[tuple[str, str], frozenset] = field(default_factory=dict)
-    # by Envoy node: (kind, resource names) -> the version it applied, and when it polled
-    polled: dict[str, tuple[dict[tuple, str], float]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def publish(
-        self,
-        versions: dict[str, str],
-        models: list[str],
-        routed: Iterable[str] = (),
-        replicas: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        """A snapshot's versions, its models, the models its routes send to their own
-        clusters and its (model, server) endpoints."""
-        with self._lock:
-            for kind in ("clusters", "endpoints"):
-                self.published.pop((kind, versions[kind]), None)  # to the end: the newest
-                self.published[(kind, versions[kind])] = frozenset(models)
-            for old in list(self.published)[:-40]:  # the last snapshots' are enough
-                del self.published[old]
-            for kind, sends in (("routes", routed), ("endpoints", replicas)):
-                if kind in versions:
-                    self.sending.pop((kind, versions[kind]), None)
-                    self.sending[(kind, versions[kind])] = frozenset(sends)
-            for old in list(self.sending)[:-40]:
-                del self.sending[old]
-
-    def poll(self, node: str, kind: str, names: list[str], version: str, now: float) -> None:
-        """An xDS poll: each subscription (a kind and its resource names; one per cluster
-        for endpoints) reports the version it applied last."""
-        with self._lock:
-            versions = self.polled.get(node, ({}, now))[0]
-            versions[(kind, tuple(sorted(names)))] = version
-            self.polled[node] = (versions, now)
-
-    def routable(self, now: float) -> set[str]:
-        """The models whose clusters (gRPC and REST) and their endpoints every Envoy
-        polling now has applied."""
-
-        def has(versions: dict[tuple, str], kind: str, names: tuple, model: str) -> bool:
-            return model in self.published.get((kind, versions.get((kind, names), "")), ())
-
-        found = []
-        with self._lock:
-            for versions, at in self.polled.values():
-                if now - at >= ENVOY_GONE_S:
-                    continue
-                models = self.published.get(("clusters", versions.get(("clusters", ()), "")), ())
-                found.append(
-                    {
-                        m
-                        for m in models
-                        if has(versions, "endpoints", (model_cluster(m),), m)
-                        and has(versions, "endpoints", (rest_cluster(m),), m)
-                    }
-                )
-        return set.intersection(*found) if found else set()
-
-    def routes_gone(self, model: str, server: str, now: float) -> bool:
-        """Whether no Envoy polling now can send `model`'s requests to `server`: the routes
-        it applied send the model elsewhere (the holder), or the endpoints it applied for
-        the model's clusters leave the server out. A version this operator no longer
-        knows counts as sending."""
-        clusters = (model_cluster(model), rest_cluster(model))
-        with self._lock:
-            for versions, at in self.polled.values():
-                if now - at >= ENVOY_GONE_S:
-                    continue
-                routes = [v for (kind, _), v in versions.items() if kind == "routes"]
-                routed = [self.sending.get(("routes", v)) for v in routes]
-                if routes and all(r is not None and model not in r for r in routed):
-                    continue
-                for cluster in clusters:
-                    version = versions.get(("endpoints", (cluster,)))
-                    if version is None:
-                        continue  # never subscribed: it has no such cluster
-                    pairs = self.sending.get(("endpoints", version))
-                    if pairs is None or (model, server) in pairs:
-                        return False
-        return True
 
 
 @dataclass
@@ -163,6 +70,8 @@ class Operator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     envoy: EnvoyAcks = field(default_factory=EnvoyAcks)
     wakeup: threading.Event = field(default_factory=threading.Event)  # a step now, not later
+    # called after each step's snapshot is in place: the ADS streams push what changed
+    on_publish: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.placement is not None:  # an unload drains: it waits on Envoy, steps sooner
@@ -240,6 +149,8 @@ class Operator:
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
         self.metrics.steps.inc()
+        for notify in self.on_publish:
+            notify()
 
     def _holding(self) -> HoldingRecord | None:
         """What holders follow (None without placement): the catalogue's models, their

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S
 
-from . import option_policies
+from . import option_policies, xds_ads
 from .admission import AdmissionPolicy
 from .api import make_server
 from .balancing import Balancing
@@ -113,9 +113,10 @@ def build(
     return operator
 
 
-def serve(operator: Operator, host: str, port: int) -> int:
-    """Run the control loop and the HTTP API until SIGTERM or SIGINT."""
+def serve(operator: Operator, host: str, port: int, xds_port: int) -> int:
+    """Run the control loop, the HTTP API and Envoy's ADS stream until SIGTERM or SIGINT."""
     server = make_server(operator, host, port)
+    ads, _ = xds_ads.serve(operator, host, xds_port)
     stop = threading.Event()
     loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
     loop.start()
@@ -127,6 +128,7 @@ def serve(operator: Operator, host: str, port: int) -> int:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     server.serve_forever()
+    ads.stop(grace=1)
     loop.join(timeout=5)
     return 0
 
@@ -134,7 +136,7 @@ def serve(operator: Operator, host: str, port: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     command_line = parser()
     args = command_line.parse_args(argv)
-    return serve(build(args, command_line), args.host, args.port)
+    return serve(build(args, command_line), args.host, args.port, args.xds_port)
 
 
 if __name__ == "__main__":

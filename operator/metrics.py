@@ -82,6 +82,15 @@ class OperatorMetrics:
         self.step_errors = Counter(
             "sonicsite_operator_step_errors", "Control loop steps that failed", registry=r
         )
+        self.xds_streams = Gauge(
+            "sonicsite_operator_xds_streams", "Envoys on the operator's ADS stream", registry=r
+        )
+        self.xds_rejected = Counter(
+            "sonicsite_operator_xds_rejected",
+            "xDS responses an Envoy rejected (a NACK; the operator's log has Envoy's reason)",
+            ["kind"],
+            registry=r,
+        )
         self.per_try = Gauge(
             "sonicsite_envoy_per_try_timeout_seconds",
             "Envoy's per-try timeout of the model's route",

@@ -15,6 +15,7 @@ from .controller import STEP_INTERVAL_S
 from .loadview import SCRAPE_GRACE
 from .placement_settings import PlacementSettings
 from .try_timeouts import TryPolicy
+from .xds_ads import XDS_PORT
 from .xds_jwt import SYSTEM_CA_FILE
 
 
@@ -39,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True, help="the operator's HTTP port")
+    parser.add_argument(
+        "--xds-port",
+        type=int,
+        default=XDS_PORT,
+        help=f"the port of Envoy's configuration stream (gRPC ADS; default {XDS_PORT})",
+    )
     parser.add_argument(
         "--envoy-listen",
         required=True,

@@ -29,7 +29,7 @@ and keeps the model if its counters moved or a request is pending since that scr
 the replica drains: `observe` leaves it out of the servers it returns, so the next step
 publishes routes without it (to the gateway's holding route, if it was the model's only
 replica), and the worker waits until every Envoy has applied them (`routes_gone`, from
-what Envoy's xDS polls report) before it unloads. A request that came in meanwhile was
+what Envoy acknowledges on its ADS stream) before it unloads. A request that came in meanwhile was
 routed elsewhere or held, not sent to a replica going away (Triton answers those "unknown
 model", which a client must not retry); if requests are held for the model once it has
 drained and no other replica holds it, the unload is called off.
@@ -96,7 +96,7 @@ class PlacementLoop(PlacementActuator):
     held: HeldCounts = field(default_factory=HeldCounts)  # requests held, per holder
     hold_reasons: dict[str, str] = field(default_factory=dict)  # why a held model is not ready
     draining: set[tuple[str, str]] = field(default_factory=set)  # (server, model) to unload
-    # whether an Envoy may still send a model's requests to a server (controller.py EnvoyAcks)
+    # whether an Envoy may still send a model's requests to a server (envoy_acks.py EnvoyAcks)
     routes_gone: Callable[[str, str], bool] = lambda model, server: True
     wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
     _policy: PlacementPolicy | None = None

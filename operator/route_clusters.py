@@ -17,7 +17,7 @@ and weights, so a route that moves between the two finds its cluster warm, and a
 admission, per-try timeout and stats stay on its routes.
 
 Placement's safety (an unload waits until no Envoy can send the model to the server:
-controller.py `EnvoyAcks.routes_gone`) reads the model's own clusters, so a site that places
+envoy_acks.py `EnvoyAcks.routes_gone`) reads the model's own clusters, so a site that places
 models never shares.
 """
 

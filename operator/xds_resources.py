@@ -77,31 +77,12 @@ def rest_cluster(model: str) -> str:
     return f"rest_{model}"
 
 
-# How often Envoy asks the operator again for each resource. Every REST-JSON ask carries
-# Envoy's whole node, its list of extensions included (77 KB of JSON with Envoy 1.40), which
-# Envoy writes and the operator reads: polling is an idle site's main cost (a 2-server site of
-# 7 models, at 0.5 s: 22 asks a second, operator 7 % and Envoy 9 % of a core; at 1 s: 11
-# asks, 5 % and 5 %). The operator publishes once a step (1 s), and without placement the
-# endpoints change only when the pool does (a server's start takes seconds): 1 s. With
-# placement a model loaded on demand waits in the holder until every Envoy has applied its
-# clusters and endpoints (controller.py EnvoyAcks), so the polls add to each cold start: 0.5 s
-# (at 1 s a pool at zero woke twice for one stream on a busy machine).
-REFRESH = "1s"
-REFRESH_PLACING = "0.5s"
-
-
-def rest_source(refresh: str = REFRESH_PLACING) -> dict:
-    """Envoy's REST-JSON xDS source: a subscription (listeners, routes, clusters, one per
-    cluster's endpoints) asks again `refresh` after its last answer."""
-    return {
-        "resource_api_version": "V3",
-        "api_config_source": {
-            "api_type": "REST",
-            "transport_api_version": "V3",
-            "cluster_names": [OPERATOR_CLUSTER],
-            "refresh_delay": refresh,
-        },
-    }
+def ads_source() -> dict:
+    """Where Envoy gets a resource: the operator's aggregated discovery stream (gRPC ADS,
+    xds_ads.py), which pushes each change as the operator publishes it. (REST-JSON polling
+    was the idle site's main cost: every ask carried Envoy's 77 KB node, 22 asks a second on
+    a 2-server site; a pushed change also reaches Envoy sooner than the next poll.)"""
+    return {"ads": {}, "resource_api_version": "V3"}
 
 
 def ready_path(model: str = "") -> str:
@@ -120,17 +101,15 @@ def _cluster(
     grpc: bool = True,
     health_path: str = "/v2/health/ready",
     selection: str = "",
-    refresh: str = REFRESH_PLACING,
 ) -> dict:
     """`grpc`: to the servers' gRPC port over HTTP/2; otherwise their REST port (HTTP/1.1).
     `health_path`: what the active health check asks (`ready_path`); `selection`: least
-    request's pick while the weights are equal (`least_request`); `refresh`: how often Envoy
-    asks for its endpoints."""
+    request's pick while the weights are equal (`least_request`)."""
     cluster = {
         "@type": TYPE_URLS["clusters"],
         "name": name,
         "type": "EDS",
-        "eds_cluster_config": {"eds_config": rest_source(refresh), "service_name": name},
+        "eds_cluster_config": {"eds_config": ads_source(), "service_name": name},
         "connect_timeout": "1s",
         "lb_policy": lb_policy,
         "typed_extension_protocol_options": {
@@ -207,13 +186,11 @@ def clusters(
     caps: dict[str, int] | None = None,
     lb_policy: str = "LEAST_REQUEST",
     selection: str = "",
-    refresh: str = REFRESH_PLACING,
 ) -> list[dict]:
     """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
-    `lb_policy` and `selection`: Envoy's choice among the endpoints (operator/balancing.py);
-    `refresh`: how often Envoy asks for each cluster's endpoints (REFRESH)."""
+    `lb_policy` and `selection`: Envoy's choice among the endpoints (operator/balancing.py)."""
     caps = caps or {}
-    lb = {"lb_policy": lb_policy, "selection": selection, "refresh": refresh}
+    lb = {"lb_policy": lb_policy, "selection": selection}
     return (
         [_cluster(ALL_SERVERS, LIMIT, **lb)]
         + [
@@ -332,11 +309,9 @@ def listener(
     retry_after_s: int = 1,
     jwt: JwtPolicy | None = None,
     tracing: EnvoyTracing | None = None,
-    refresh: str = REFRESH_PLACING,
 ) -> dict:
     """`jwt`: check a bearer JWT on every request but Envoy's own health path (401 /
-    UNAUTHENTICATED without one); `tracing`: Envoy's OpenTelemetry tracer (xds_tracing.py);
-    `refresh`: how often Envoy asks for the routes (REFRESH)."""
+    UNAUTHENTICATED without one); `tracing`: Envoy's OpenTelemetry tracer (xds_tracing.py)."""
     traced = {"tracing": tracing.hcm_tracing()} if tracing else {}
     return {
         "@type": TYPE_URLS["listeners"],
@@ -362,7 +337,7 @@ def listener(
                             "local_reply_config": shed_reply(retry_after_s),
                             **traced,
                             "rds": {
-                                "config_source": rest_source(refresh),
+                                "config_source": ads_source(),
                                 "route_config_name": ROUTE_CONFIG,
                             },
                             "http_filters": [

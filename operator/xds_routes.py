@@ -8,7 +8,7 @@ abort; the listener's local-reply mapper adds the retry-after and the admission 
 The abort applies only while a Lua filter, reading the shed's expiry from the route's own
 filter context, finds Envoy's clock before it: Envoy keeps its last configuration when the
 operator dies or hangs, so a shed that no operator renews reopens by itself at its expiry
-(REST-JSON xDS has no resource TTL: Envoy's HTTP subscription ignores `Resource.ttl`).
+(in the route itself, whatever the xDS transport: no resource TTL to keep alive).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The xDS snapshot: one consistent set of Envoy's resources with a version per type, and
-the REST-JSON discovery responses the operator's API serves from it (api.py)."""
+"""The xDS snapshot: one consistent set of Envoy's resources with a version per type, which
+the operator's aggregated discovery stream pushes to every Envoy (xds_ads.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from .xds_jwt import JwtPolicy
 from .xds_resources import (
     ALL_SERVERS,
     ALL_SERVERS_REST,
-    REFRESH,
-    REFRESH_PLACING,
-    TYPE_URLS,
     clusters,
     listener,
     load_assignment,
@@ -64,11 +61,8 @@ class Snapshot:
         tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
         whose requests the gateway holds, with their deadlines (None: nothing is held);
         `lb_policy` and `selection`: Envoy's choice among a cluster's servers; `shared`: the
-        models whose routes send to the all-servers clusters (route_clusters.py). Envoy asks
-        for routes and endpoints every REFRESH, with placement (`held` given) every
-        REFRESH_PLACING (xds_resources.py says why)."""
+        models whose routes send to the all-servers clusters (route_clusters.py)."""
         models = sorted({m for s in servers for m in s.models})
-        refresh = REFRESH if held is None else REFRESH_PLACING  # held: placement is on
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
         default_per_try = max(per_try.values(), default=tries.cap_s)
@@ -82,7 +76,7 @@ class Snapshot:
             rest.append(load_assignment(rest_cluster(m), holding, weights.get(m, {}), grpc=False))
         assignments += rest
         resources = {
-            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt, tracing, refresh)],
+            "listeners": [listener(listen_host, listen_port, retry_after_s, jwt, tracing)],
             "routes": [
                 route_configuration(
                     models,
@@ -96,7 +90,7 @@ class Snapshot:
                 )
             ],
             "clusters": [
-                *clusters(models, caps, lb_policy, selection, refresh),
+                *clusters(models, caps, lb_policy, selection),
                 *view_clusters(site_view, site_view_http),
                 *(hold_clusters(site_view, site_view_http) if held is not None else []),
                 *(jwt.clusters() if jwt else []),
@@ -109,15 +103,3 @@ class Snapshot:
             for kind, items in resources.items()
         }
         return cls(resources, versions)
-
-    def response(self, kind: str, names: list[str] | None = None) -> dict:
-        """A DiscoveryResponse for `kind` (only the named resources, when Envoy names them)."""
-        items = self.resources[kind]
-        if names:
-            key = "cluster_name" if kind == "endpoints" else "name"
-            items = [r for r in items if r[key] in names]
-        return {
-            "version_info": self.versions[kind],
-            "resources": items,
-            "type_url": TYPE_URLS[kind],
-        }

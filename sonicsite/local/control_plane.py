@@ -43,12 +43,15 @@ def start_control_plane(
     """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
     every server. Each is recorded in the state file as soon as it is started. `placement`:
     the operator loads and unloads models as their use asks (off when None)."""
-    op_port, listen, admin, http, view = free_ports(5, avoid=SiteState.load(site_dir).ports())
+    ports = free_ports(6, avoid=SiteState.load(site_dir).ports())
+    op_port, xds_port, listen, admin, http, view = ports
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
+        state.xds = f"127.0.0.1:{xds_port}"
         state.grpc = f"127.0.0.1:{listen}"
         state.envoy_admin = f"127.0.0.1:{admin}"
-    args = [f"--site={site_dir}", f"--port={op_port}", f"--envoy-listen={state.grpc}"]
+    args = [f"--site={site_dir}", f"--port={op_port}", f"--xds-port={xds_port}"]
+    args += [f"--envoy-listen={state.grpc}"]
     # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
     args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
@@ -59,7 +62,7 @@ def start_control_plane(
     health = f"http://{state.operator}/healthz"
     _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
     config = site_dir / "envoy.json"
-    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", op_port), indent=1))
+    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
     proxy = envoy.start(config, envoy_log)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")

@@ -58,43 +58,49 @@ def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 3
     wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError)
 
 
-def bootstrap(
-    admin_port: int, operator_host: str, operator_port: int, node_id: str = "sonicsite-envoy"
-) -> dict:
-    """Envoy's whole bootstrap: its admin port and where the operator is. Listeners, routes,
-    clusters and endpoints all come from the operator over REST-JSON xDS."""
-    from sonicsite.operator.xds_resources import OPERATOR_CLUSTER, rest_source
+# A restarted operator is found again within 2 s (Envoy's own back-off grows to 30 s).
+RECONNECT = {"retry_policy": {"retry_back_off": {"base_interval": "0.25s", "max_interval": "2s"}}}
 
+
+def bootstrap(
+    admin_port: int, operator_host: str, xds_port: int, node_id: str = "sonicsite-envoy"
+) -> dict:
+    """Envoy's whole bootstrap: its admin port and where the operator's ADS stream is
+    (gRPC, HTTP/2). Listeners, routes, clusters and endpoints all come over that stream
+    (operator/xds_ads.py); Envoy sends its node once per stream."""
+    from sonicsite.operator.xds_resources import GOOGLE, OPERATOR_CLUSTER, ads_source
+
+    operator = {"socket_address": {"address": operator_host, "port_value": xds_port}}
     return {
         "node": {"id": node_id, "cluster": "sonicsite"},
         "admin": {
             "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
         },
-        "dynamic_resources": {"lds_config": rest_source(), "cds_config": rest_source()},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": OPERATOR_CLUSTER, **RECONNECT}}],
+                "set_node_on_first_message_only": True,
+            },
+            "lds_config": ads_source(),
+            "cds_config": ads_source(),
+        },
         "static_resources": {
             "clusters": [
                 {
                     "name": OPERATOR_CLUSTER,
                     "type": "STRICT_DNS",
                     "connect_timeout": "1s",
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": f"{GOOGLE}.upstreams.http.v3.HttpProtocolOptions",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
                     "load_assignment": {
                         "cluster_name": OPERATOR_CLUSTER,
-                        "endpoints": [
-                            {
-                                "lb_endpoints": [
-                                    {
-                                        "endpoint": {
-                                            "address": {
-                                                "socket_address": {
-                                                    "address": operator_host,
-                                                    "port_value": operator_port,
-                                                }
-                                            }
-                                        }
-                                    }
-                                ]
-                            }
-                        ],
+                        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": operator}}]}],
                     },
                 }
             ]

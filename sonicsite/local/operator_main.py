@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = options.parse_args(argv)
     actuate = LocalActuator(args.site, args.placement) if args.site else None
     operator = operator_main.build(args, options, actuate)
-    return operator_main.serve(operator, args.host, args.port)
+    return operator_main.serve(operator, args.host, args.port, args.xds_port)
 
 
 if __name__ == "__main__":

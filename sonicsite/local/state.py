@@ -78,7 +78,8 @@ class SiteState:
     started_at: float = 0.0
     grpc: str = ""  # the site's balanced gRPC endpoint (Envoy)
     http: str = ""  # the site's HTTP endpoint (the gateway: KServe v2, /v1/site, status page)
-    operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, xDS)
+    operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, /healthz)
+    xds: str = ""  # the operator's gRPC ADS stream, Envoy's configuration (xds_ads.py)
     envoy_admin: str = ""
     prometheus: str = ""  # the site's Prometheus (when installed): rules, every target
     supervisor: str = ""  # the supervisor's HTTP address (/metrics, /healthz); "": unsupervised
@@ -155,6 +156,7 @@ class SiteState:
             grpc=data.get("grpc", ""),
             http=data.get("http", ""),
             operator=data.get("operator", ""),
+            xds=data.get("xds", ""),
             envoy_admin=data.get("envoy_admin", ""),
             prometheus=data.get("prometheus", ""),
             supervisor=data.get("supervisor", ""),

@@ -61,7 +61,8 @@ THIRD_PARTY = {
         "opentelemetry",
         "torch",
     },
-    "sonicsite.operator": {"prometheus_client", "kubernetes", "urllib3"},
+    # + Envoy's ADS stream (xds_ads.py, xds_protos.py): grpcio, protobuf's `google` package
+    "sonicsite.operator": {"prometheus_client", "kubernetes", "urllib3", "grpc", "google"},
     # + the one-server view over gRPC (grpc_view.py): Triton's messages, as the client has them
     "sonicsite.gateway": {
         "fastapi",

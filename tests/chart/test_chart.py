@@ -78,7 +78,7 @@ def test_min_zero_renders_zero_and_the_fallback_is_set():
 def test_the_envoy_bootstrap_is_the_local_sites():
     docs = _docs({})
     rendered = json.loads(_one(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
-    assert rendered == envoy.bootstrap(9901, "site-sonicsite-operator.hep.svc", 8080)
+    assert rendered == envoy.bootstrap(9901, "site-sonicsite-operator.hep.svc", 18000)
 
 
 def test_triton_drains_runs_non_root_and_requests_gpus_by_vendor():

@@ -103,7 +103,8 @@ CASES = {
         ["gateway", "operator"],
     ),
     "Envoy's admin port": ({"envoy": {"adminPort": 9902}}, ["envoy"]),
-    "the operator's port": ({"operator": {"port": 8090}}, ["envoy", "gateway", "operator"]),
+    "the operator's port": ({"operator": {"port": 8090}}, ["gateway", "operator"]),
+    "the operator's xDS port": ({"operator": {"xdsPort": 18001}}, ["envoy", "operator"]),
     "the gateway's probes": (
         {"gateway": {"probes": {"readiness": {"periodSeconds": 10}}}},
         ["gateway"],

@@ -1,13 +1,19 @@
 """The operator's HTTP API against a live site: `/v1/state` (the wire contract's site
-record and the operator's view), `/metrics`, `/healthz`, REST-JSON xDS."""
+record and the operator's view), `/metrics`, `/healthz`, and Envoy's ADS stream."""
 
 from __future__ import annotations
 
 import json
+import queue
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
+import grpc
 import pytest
+from sonicsite.operator.xds_protos import ADS_METHOD, KINDS, xds_types
+from sonicsite.operator.xds_resources import TYPE_URLS
 
 
 def _get(url: str):
@@ -34,22 +40,61 @@ def test_state_and_metrics_api(site):
     assert caught.value.code == 404
 
 
-def test_xds_answers_current_versions_with_304_and_rejects_bad_requests(site):
-    url = f"http://{site.operator}/v3/discovery:clusters"
+def _ads(site, requests: queue.Queue):
+    """An ADS stream to the site's operator, as Envoy opens one: requests from the queue
+    (None ends it), responses as they come."""
+    types = xds_types()
+    channel = grpc.insecure_channel(site.xds)
+    call = channel.stream_stream(
+        ADS_METHOD,
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=types.response.FromString,
+    )
+    return channel, call(iter(requests.get, None), timeout=120)
 
-    def post(body: bytes):
-        request = urllib.request.Request(
-            url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
-        return urllib.request.urlopen(request, timeout=5)
 
-    reply = json.loads(post(b"{}").read())
-    names = [c["name"] for c in reply["resources"]]
-    assert names[0] == "triton" and "model_particlenet_ak4" in names
-    current = json.dumps({"version_info": reply["version_info"]}).encode()
-    with pytest.raises(urllib.error.HTTPError) as unchanged:
-        post(current)
-    assert unchanged.value.code == 304  # Envoy is current: nothing to send
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        post(b"{not json")
-    assert caught.value.code == 400 and b"body: not JSON" in caught.value.read()
+def _decoded(response) -> list:
+    types = xds_types()
+    kind = KINDS[response.type_url]
+    return [types.kinds[kind].FromString(r.value) for r in response.resources]
+
+
+def test_envoys_stream_gets_each_subscription_and_a_rejection_is_logged(site):
+    """Envoy's side of ADS: clusters for the wildcard subscription, only the named
+    endpoints for an EDS subscription, nothing again for an ACK (the next response is the
+    one for the next subscription), and a NACK in the operator's log with Envoy's reason."""
+    types = xds_types()
+    requests: queue.Queue = queue.Queue()
+    channel, responses = _ads(site, requests)
+    node = {"id": "test-envoy", "cluster": "sonicsite"}
+    try:
+        requests.put(types.request(node=node, type_url=TYPE_URLS["clusters"]))
+        clusters = next(responses)
+        names = [c.name for c in _decoded(clusters)]
+        assert clusters.type_url == TYPE_URLS["clusters"] and clusters.nonce
+        assert names[0] == "triton" and "model_particlenet_ak4" in names
+        ack = {"version_info": clusters.version_info, "response_nonce": clusters.nonce}
+        requests.put(types.request(type_url=TYPE_URLS["clusters"], **ack))
+        wanted = ["model_simple"]
+        eds = {"type_url": TYPE_URLS["endpoints"], "resource_names": wanted}
+        requests.put(types.request(**eds))
+        endpoints = next(responses)  # the ACK got nothing: this answers the EDS request
+        assert endpoints.type_url == TYPE_URLS["endpoints"]
+        (assignment,) = _decoded(endpoints)
+        assert assignment.cluster_name == "model_simple"
+        assert len(assignment.endpoints[0].lb_endpoints) == len(site.servers)
+        nack = {"version_info": "", "response_nonce": endpoints.nonce}
+        refusal = {"code": 3, "message": "test-envoy says no"}
+        requests.put(types.request(**eds, **nack, error_detail=refusal))
+        log = Path(site.site_dir) / "logs" / "operator.log"
+        line = f"Envoy test-envoy rejected endpoints version {endpoints.version_info}: "
+        deadline = time.monotonic() + 60
+        while line + "test-envoy says no" not in log.read_text():
+            assert time.monotonic() < deadline, f"no {line!r} in {log}"
+            time.sleep(0.2)
+        metrics = _get(f"http://{site.operator}/metrics")[1].decode()
+        assert 'sonicsite_operator_xds_rejected_total{kind="endpoints"} 1.0' in metrics
+        assert "sonicsite_operator_xds_streams 2.0" in metrics  # the site's Envoy and this
+    finally:
+        requests.put(None)
+        channel.close()

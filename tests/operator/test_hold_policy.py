@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sonicsite.operator import option_policies, options
 from sonicsite.operator.catalogue import Budget, ModelInfo, Pool, catalogue_of
-from sonicsite.operator.controller import ENVOY_GONE_S, EnvoyAcks
+from sonicsite.operator.envoy_acks import ENVOY_GONE_S, EnvoyAcks
 from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.placement import (
     Demand,
@@ -104,16 +104,12 @@ def test_the_snapshot_has_the_hold_clusters_only_under_placement():
     assert "hold-simple" in _routes(held.resources["routes"][0])
 
 
-def test_envoy_polls_every_second_and_twice_as_often_with_placement():
-    """With placement a loaded model waits in the holder until Envoy has applied its
-    clusters, so the polls add to a cold start; without, the endpoints change only with the
-    pool (xds_resources.py REFRESH)."""
+def test_envoy_gets_routes_and_endpoints_from_the_operators_stream_with_or_without_placement():
+    """Every config source a snapshot names is the ADS stream (xds_ads.py): pushed, not
+    polled, so a model loaded on demand leaves the holder as soon as Envoy applied it."""
     server = ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, models=("identity",))
     args = ([server], {}, "127.0.0.1", 10)
-    for snapshot, every in (
-        (Snapshot.build(*args), "1s"),
-        (Snapshot.build(*args, held={"simple": 30.0}), "0.5s"),
-    ):
+    for snapshot in (Snapshot.build(*args), Snapshot.build(*args, held={"simple": 30.0})):
         sources = [
             c["eds_cluster_config"]["eds_config"]
             for c in snapshot.resources["clusters"]
@@ -122,7 +118,7 @@ def test_envoy_polls_every_second_and_twice_as_often_with_placement():
         (manager,) = snapshot.resources["listeners"][0]["filter_chains"][0]["filters"]
         sources.append(manager["typed_config"]["rds"]["config_source"])
         assert len(sources) >= 5
-        assert {s["api_config_source"]["refresh_delay"] for s in sources} == {every}
+        assert all(s == {"ads": {}, "resource_api_version": "V3"} for s in sources), sources
 
 
 def test_hold_deadlines_go_from_the_settings_to_the_operators_options_and_back():
@@ -146,28 +142,35 @@ def test_the_holding_record_reads_back_what_it_wrote_and_gives_each_model_its_de
 
 
 def test_a_loaded_models_route_leaves_the_holder_once_every_envoy_has_its_clusters():
-    """A model's own route needs its clusters (CDS) and both their endpoints (one EDS
-    subscription each) applied by every Envoy that polls: until then it stays held."""
+    """A model's own route needs its clusters (CDS) and both their endpoints (EDS, all of an
+    Envoy's clusters in one subscription) applied by every Envoy heard from: until then it
+    stays held."""
+    twins = [model_cluster("simple"), rest_cluster("simple")]
     acks = EnvoyAcks()
     acks.publish({"clusters": "c1", "endpoints": "e1"}, [])
     acks.publish({"clusters": "c2", "endpoints": "e2"}, ["simple"])
-    acks.poll("envoy-a", "clusters", [], "c1", now=100.0)
+    acks.applied("envoy-a", "clusters", [], "c1", now=100.0)
     assert acks.routable(100.0) == set()
-    acks.poll("envoy-a", "clusters", [], "c2", now=101.0)
-    acks.poll("envoy-a", "endpoints", [model_cluster("simple")], "e2", now=101.0)
+    acks.applied("envoy-a", "clusters", [], "c2", now=101.0)
+    acks.applied("envoy-a", "endpoints", ["triton", model_cluster("simple")], "e2", now=101.0)
     assert acks.routable(101.0) == set()  # the REST twin's endpoints not yet applied
-    acks.poll("envoy-a", "endpoints", [rest_cluster("simple")], "e2", now=101.0)
+    acks.applied("envoy-a", "endpoints", ["triton", *twins], "e2", now=101.0)
     assert acks.routable(101.0) == {"simple"}
-    acks.poll("envoy-b", "clusters", [], "c1", now=102.0)
+    acks.applied("envoy-a", "endpoints", ["triton", rest_cluster("simple")], "e2", now=101.0)
+    assert acks.routable(101.0) == set()  # no longer subscribed to the gRPC cluster's
+    acks.applied("envoy-a", "endpoints", ["triton", *twins], "e2", now=101.0)
+    acks.applied("envoy-b", "clusters", [], "c1", now=102.0)
     assert acks.routable(103.0) == set()  # a second Envoy, behind
-    acks.poll("envoy-a", "clusters", [], "c2", now=102.0 + ENVOY_GONE_S)
-    assert acks.routable(102.5 + ENVOY_GONE_S) == {"simple"}  # b no longer polls: gone
+    acks.alive("envoy-a", now=102.0 + ENVOY_GONE_S)
+    acks.alive("envoy-c", now=102.0 + ENVOY_GONE_S)  # never applied anything: not counted
+    assert acks.routable(102.5 + ENVOY_GONE_S) == {"simple"}  # b not heard from: gone
 
 
 def test_a_draining_replica_is_gone_once_every_envoy_applied_routes_without_it():
     """An unload waits for this: an Envoy whose applied endpoints for the model's clusters
     still name the server can send to it; one whose routes send the model to the holder
     cannot; a version the operator no longer knows counts as sending."""
+    twins = [model_cluster("simple"), rest_cluster("simple")]
     acks = EnvoyAcks()
     both = [("simple", "triton-0"), ("simple", "triton-1")]
     acks.publish(
@@ -176,22 +179,19 @@ def test_a_draining_replica_is_gone_once_every_envoy_applied_routes_without_it()
     one = both[1:]
     acks.publish({"clusters": "c1", "endpoints": "e2", "routes": "r1"}, ["simple"], ["simple"], one)
     acks.publish({"clusters": "c3", "endpoints": "e3", "routes": "r3"}, [], [], [])
-    assert acks.routes_gone("simple", "triton-0", 100.0)  # no Envoy polls: none sends
-    acks.poll("envoy-a", "routes", ["sonicsite"], "r1", now=100.0)
-    for cluster in (model_cluster("simple"), rest_cluster("simple")):
-        acks.poll("envoy-a", "endpoints", [cluster], "e1", now=100.0)
+    assert acks.routes_gone("simple", "triton-0", 100.0)  # no Envoy heard from: none sends
+    acks.applied("envoy-a", "routes", ["sonicsite"], "r1", now=100.0)
+    acks.applied("envoy-a", "endpoints", twins, "e1", now=100.0)
     assert not acks.routes_gone("simple", "triton-0", 100.0)
-    acks.poll("envoy-a", "endpoints", [model_cluster("simple")], "e2", now=101.0)
-    assert not acks.routes_gone("simple", "triton-0", 101.0)  # the REST twin still names it
-    acks.poll("envoy-a", "endpoints", [rest_cluster("simple")], "e2", now=101.0)
+    acks.applied("envoy-a", "endpoints", twins, "e2", now=101.0)
     assert acks.routes_gone("simple", "triton-0", 101.0)
     assert not acks.routes_gone("simple", "triton-1", 101.0)
-    acks.poll("envoy-b", "routes", ["sonicsite"], "r-unknown", now=102.0)
-    acks.poll("envoy-b", "endpoints", [model_cluster("simple")], "e2", now=102.0)
+    acks.applied("envoy-b", "routes", ["sonicsite"], "r-unknown", now=102.0)
+    acks.applied("envoy-b", "endpoints", [model_cluster("simple")], "e2", now=102.0)
     assert acks.routes_gone("simple", "triton-0", 102.0)  # routes unknown, endpoints without
-    acks.poll("envoy-b", "endpoints", [rest_cluster("simple")], "e-unknown", now=102.0)
+    acks.applied("envoy-b", "endpoints", twins, "e-unknown", now=102.0)
     assert not acks.routes_gone("simple", "triton-0", 102.0)  # an unknown version: sending
-    acks.poll("envoy-b", "routes", ["sonicsite"], "r3", now=103.0)  # to the holder
+    acks.applied("envoy-b", "routes", ["sonicsite"], "r3", now=103.0)  # to the holder
     assert acks.routes_gone("simple", "triton-1", 103.0) is False  # envoy-a still sends there
-    acks.poll("envoy-a", "routes", ["sonicsite"], "r3", now=104.0)
+    acks.applied("envoy-a", "routes", ["sonicsite"], "r3", now=104.0)
     assert acks.routes_gone("simple", "triton-1", 104.0)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from polling import wait_until
 from sonicsite.models.samples import generate
-from sonicsite.operator.api import make_server
+from sonicsite.operator import xds_ads
 from sonicsite.operator.controller import Operator
 from sonicsite.operator.discovery import KubernetesDiscovery, kubernetes_api
 from stock import stock_infer
@@ -203,13 +203,12 @@ def test_envoy_routes_to_the_servers_kubernetes_names(site, api, tmp_path):
     listen, admin = free_ports(2)
     operator = Operator(_discovery(api, site.models), "127.0.0.1", listen)
     operator.step()
-    server = make_server(operator, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, xds = xds_ads.serve(operator, "127.0.0.1", 0)
     stop = threading.Event()
     loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
     loop.start()
     config = tmp_path / "envoy.json"
-    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", server.server_address[1])))
+    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds)))
     proc = envoy.start(config, tmp_path / "envoy.log")
     try:
         envoy.wait_ready(proc, f"127.0.0.1:{admin}", tmp_path / "envoy.log")
@@ -228,5 +227,4 @@ def test_envoy_routes_to_the_servers_kubernetes_names(site, api, tmp_path):
         stop.set()
         stop_group(proc.pid)
         proc.wait(timeout=30)
-        server.shutdown()
-        server.server_close()
+        server.stop(grace=None)

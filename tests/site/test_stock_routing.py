@@ -3,19 +3,18 @@ sonicsite header) through a real Envoy reaches its model's route (cluster, weigh
 and what must not go through a balancer is refused by Envoy with the reason.
 
 The session's site (2 real Triton servers, its operator and Envoy) shows the operator's own
-xDS at work; a second Envoy, fed a fixed snapshot over the same REST-JSON xDS (the
-operator's API serving it), shows a shed and a model held by one server only, without
+xDS at work; a second Envoy, fed a fixed snapshot over the same ADS stream (the
+operator's xds_ads.py serving it), shows a shed and a model held by one server only, without
 overloading anything."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +27,8 @@ from polling import wait_until
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
-from sonicsite.operator.api import make_server
+from sonicsite.operator import xds_ads
+from sonicsite.operator.envoy_acks import EnvoyAcks
 from sonicsite.operator.xds_model_match import LOGGING, REPOSITORY, SHARED_MEMORY, TRACE
 from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
 from sonicsite.operator.xds_routes import route_counter
@@ -52,25 +52,25 @@ def _requests(admin: str, cluster: str) -> int:
 
 
 class FedEnvoy:
-    """A real Envoy whose whole configuration is `snapshot`, served over REST-JSON xDS by the
-    operator's own API: `feed` a new snapshot, and it reaches Envoy within a poll."""
+    """A real Envoy whose whole configuration is `snapshot`, pushed over ADS by the
+    operator's own stream (xds_ads.py): `feed` a new snapshot, and it reaches Envoy."""
 
     def __init__(self, servers: list[ServerRecord], work: Path) -> None:
         self.servers = servers
-        admin, listen, xds = free_ports(3)
+        admin, listen = free_ports(2)
         self.admin, self.grpc = f"127.0.0.1:{admin}", f"127.0.0.1:{listen}"
         self.listen = listen
         self.snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen)
-        self.api = make_server(self, "127.0.0.1", xds)
-        self.serving = threading.Thread(target=self.api.serve_forever, daemon=True)
-        self.serving.start()
+        self.envoy = EnvoyAcks()  # what the ADS stream records of Envoy's answers
+        self.on_publish: list[Callable[[], None]] = []  # the stream's wake-up
+        self.api, xds = xds_ads.serve(self, "127.0.0.1", 0)
         config = work / "envoy.json"
         config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds)))
         log = work / "envoy.log"
         self.proc = envoy.start(config, log)
         envoy.wait_ready(self.proc, self.admin, log)
 
-    def view(self) -> tuple[Snapshot, None, float]:  # what the operator's API asks of it
+    def view(self) -> tuple[Snapshot, None, float]:  # what the ADS stream asks of it
         return self.snapshot, None, time.time()
 
     def feed(self, shed: dict[str, float] | None = None, shared: set[str] | None = None) -> None:
@@ -78,6 +78,8 @@ class FedEnvoy:
         self.snapshot = Snapshot.build(
             self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared
         )
+        for notify in self.on_publish:
+            notify()
         self.wait_healthy()
 
     def wait_healthy(self) -> None:
@@ -86,8 +88,7 @@ class FedEnvoy:
 
     def close(self) -> None:
         stop_group(self.proc.pid)
-        self.api.shutdown()
-        self.api.server_close()
+        self.api.stop(grace=None)
 
 
 @pytest.fixture(scope="module")

@@ -66,21 +66,24 @@ seccompProfile:
 {{- end -}}
 
 {{/* Envoy's bootstrap as JSON, the same few lines as the local site's
-(sonicsite/local/envoy.py): the admin port and where the operator is; listeners, routes,
-clusters and endpoints come over xDS. The ConfigMap holds it; the Deployment's checksum
-annotation rolls the pods when it changes. */}}
+(sonicsite/local/envoy.py): the admin port and where the operator's ADS stream is (gRPC over
+HTTP/2); listeners, routes, clusters and endpoints come over that stream. The ConfigMap holds
+it; the Deployment's checksum annotation rolls the pods when it changes. */}}
 {{- define "sonicsite.envoyBootstrap" -}}
 {{- $e := .Values.envoy -}}
-{{- $rest := dict "resource_api_version" "V3" "api_config_source" (dict "api_type" "REST" "transport_api_version" "V3" "cluster_names" (list "sonicsite_operator") "refresh_delay" "0.5s") -}}
-{{- $operator := dict "address" (include "sonicsite.operatorHost" .) "port_value" (int .Values.operator.port) -}}
+{{- $ads := dict "ads" (dict) "resource_api_version" "V3" -}}
+{{- $adsConfig := dict "api_type" "GRPC" "transport_api_version" "V3" "grpc_services" (list (dict "envoy_grpc" (dict "cluster_name" "sonicsite_operator" "retry_policy" (dict "retry_back_off" (dict "base_interval" "0.25s" "max_interval" "2s"))))) "set_node_on_first_message_only" true -}}
+{{- $http2 := dict "envoy.extensions.upstreams.http.v3.HttpProtocolOptions" (dict "@type" "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions" "explicit_http_config" (dict "http2_protocol_options" (dict))) -}}
+{{- $operator := dict "address" (include "sonicsite.operatorHost" .) "port_value" (int .Values.operator.xdsPort) -}}
 {{- $bootstrap := dict
   "node" (dict "id" "sonicsite-envoy" "cluster" "sonicsite")
   "admin" (dict "address" (dict "socket_address" (dict "address" "127.0.0.1" "port_value" (int $e.adminPort))))
-  "dynamic_resources" (dict "lds_config" $rest "cds_config" $rest)
+  "dynamic_resources" (dict "ads_config" $adsConfig "lds_config" $ads "cds_config" $ads)
   "static_resources" (dict "clusters" (list (dict
     "name" "sonicsite_operator"
     "type" "STRICT_DNS"
     "connect_timeout" "1s"
+    "typed_extension_protocol_options" $http2
     "load_assignment" (dict "cluster_name" "sonicsite_operator" "endpoints" (list (dict "lb_endpoints" (list (dict "endpoint" (dict "address" (dict "socket_address" $operator))))))))))
 -}}
 {{- toJson $bootstrap -}}

@@ -1,0 +1,227 @@
+"""Envoy's configuration over gRPC ADS: the aggregated discovery service, state of the
+world. Each Envoy opens one stream to the operator and subscribes to listeners and clusters
+(its bootstrap), then to the routes and endpoints they name; the operator answers each
+subscription with the current snapshot's resources and pushes again whenever a step
+publishes a new version (controller.py `on_publish`), so that nothing is polled: Envoy's
+node (77 KB with its extensions) comes once per stream.
+
+The protocol, per resource type: a response carries a version and a nonce; Envoy answers
+with that nonce, the version it applied and, when it rejected the response (a NACK), the
+reason, which the operator logs. One response per type is awaiting its answer at a time; a
+newer version goes out once it is answered. What Envoy acknowledges is what EnvoyAcks
+(envoy_acks.py) knows it applied; a stream that sits on an unanswered response for
+ENVOY_GONE_S no longer counts as an Envoy that is there (a hung Envoy holds no route back).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+
+from .controller import Operator
+from .envoy_acks import ENVOY_GONE_S, EnvoyAcks
+from .xds_protos import KINDS, XdsTypes, xds_types
+from .xds_resources import TYPE_URLS
+from .xds_snapshot import Snapshot
+
+SERVICE = "envoy.service.discovery.v3.AggregatedDiscoveryService"
+ORDER = ("clusters", "endpoints", "listeners", "routes")  # a new cluster before its use
+WILDCARD = ("listeners", "clusters")  # the types Envoy asks for without naming resources
+TICK_S = 1.0  # a stream with nothing to do says it is alive this often
+STREAMS = 64  # Envoys one operator serves at once (each stream holds a thread)
+XDS_PORT = 18000  # the operator's ADS port unless told (--xds-port)
+
+
+@dataclass
+class Subscription:
+    """One resource type on one stream."""
+
+    names: tuple[str, ...] = ()  # what Envoy asks for (none: every resource of the type)
+    sent_version: str | None = None
+    sent_names: tuple[str, ...] = ()
+    nonce: str = ""  # of the response awaiting Envoy's answer ("": none)
+    sent_at: float = 0.0
+
+
+@dataclass
+class AdsStream:
+    """One Envoy's stream: its subscriptions, what was sent, what it answered."""
+
+    acks: EnvoyAcks
+    node: str = ""
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    nonces: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def receive(self, request, now: float) -> tuple[str, str]:
+        """A DiscoveryRequest: a subscription, an ACK or a NACK. Returns a line to log (a
+        NACK, or a type the operator does not serve), else "", and the kind a NACK
+        rejected."""
+        if not self.node:
+            self.node = request.node.id or "?"
+        kind = KINDS.get(request.type_url)
+        if kind is None:
+            return f"xDS: Envoy {self.node} asked for {request.type_url!r}, not served", ""
+        sub = self.subscriptions.setdefault(kind, Subscription())
+        sub.names = tuple(sorted(request.resource_names))
+        if not sub.nonce or request.response_nonce != sub.nonce:
+            return "", ""  # a subscription, or an answer to an older response
+        sub.nonce = ""
+        if request.HasField("error_detail"):
+            why = request.error_detail.message
+            return f"xDS: Envoy {self.node} rejected {kind} version {sub.sent_version}: {why}", kind
+        self.acks.applied(self.node, kind, list(sub.sent_names), sub.sent_version or "", now)
+        return "", ""
+
+    def due(self, snapshot: Snapshot) -> list[str]:
+        """The types to send now, in make-before-break order: those with no response
+        awaiting an answer whose version or requested names changed since the last send."""
+        return [
+            kind
+            for kind in ORDER
+            if (sub := self.subscriptions.get(kind)) is not None
+            and not sub.nonce
+            and (sub.sent_version != snapshot.versions[kind] or sub.names != sub.sent_names)
+        ]
+
+    def sent(self, kind: str, version: str, now: float) -> str:
+        """Record a response to `kind` and return its nonce."""
+        sub = self.subscriptions[kind]
+        sub.sent_version, sub.sent_names, sub.sent_at = version, sub.names, now
+        sub.nonce = str(next(self.nonces))
+        return sub.nonce
+
+    def answering(self, now: float) -> bool:
+        """Whether Envoy answered everything sent to it in time (else it may be hung)."""
+        return all(
+            not s.nonce or now - s.sent_at < ENVOY_GONE_S for s in self.subscriptions.values()
+        )
+
+
+@dataclass
+class AdsServer:
+    """The ADS service on the operator's xDS port: one stream per Envoy."""
+
+    operator: Operator
+    types: XdsTypes = field(default_factory=xds_types)
+    _inboxes: set[queue.Queue] = field(default_factory=set)
+    _encoded: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.operator.on_publish.append(self._published)
+
+    def _published(self) -> None:
+        with self._lock:
+            for inbox in self._inboxes:
+                inbox.put(None)  # a new snapshot: look at what is due
+
+    def _resources(self, snapshot: Snapshot, kind: str, names: tuple[str, ...]) -> list:
+        """The named resources of `kind` (listeners and clusters: all when none are named;
+        routes and endpoints: only those named), encoded once per version for all streams."""
+        version = snapshot.versions[kind]
+        with self._lock:
+            encoded = self._encoded.get((kind, version))
+            if encoded is None:
+                key = "cluster_name" if kind == "endpoints" else "name"
+                items = snapshot.resources[kind]
+                encoded = {r[key]: self.types.encode(kind, r) for r in items}
+                for old in [k for k in self._encoded if k[0] == kind]:
+                    del self._encoded[old]
+                self._encoded[(kind, version)] = encoded
+        wildcard = kind in WILDCARD and not names
+        return [encoded[n] for n in (encoded if wildcard else names) if n in encoded]
+
+    def stream(self, requests: Iterator, context: grpc.ServicerContext) -> Iterator:
+        """StreamAggregatedResources: answer and push until Envoy goes."""
+        inbox: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=_read, args=(requests, inbox), daemon=True)
+        ads = AdsStream(self.operator.envoy)
+        with self._lock:
+            self._inboxes.add(inbox)
+            self.operator.metrics.xds_streams.set(len(self._inboxes))
+        reader.start()
+        try:
+            yield from self._serve(ads, inbox)
+        except Exception as exc:  # a snapshot Envoy's API refuses, a bug: said, not swallowed
+            print(f"xDS: the stream to Envoy {ads.node} failed: {exc!r}", file=sys.stderr)
+            raise
+        finally:
+            with self._lock:
+                self._inboxes.discard(inbox)
+                self.operator.metrics.xds_streams.set(len(self._inboxes))
+
+    def _serve(self, ads: AdsStream, inbox: queue.Queue) -> Iterator:
+        while True:
+            try:
+                item = inbox.get(timeout=TICK_S)
+            except queue.Empty:
+                item = None
+            if isinstance(item, _End):
+                if item.error:
+                    print(f"xDS: Envoy {ads.node}'s stream ended: {item.error}", file=sys.stderr)
+                return
+            now = time.time()
+            if item is not None:
+                line, rejected = ads.receive(item, now)
+                if line:
+                    print(line, file=sys.stderr)
+                if rejected:
+                    self.operator.metrics.xds_rejected.labels(rejected).inc()
+            snapshot = self.operator.view()[0]
+            if snapshot is not None:
+                for kind in ads.due(snapshot):
+                    sub = ads.subscriptions[kind]
+                    resources = self._resources(snapshot, kind, sub.names)
+                    version = snapshot.versions[kind]
+                    nonce = ads.sent(kind, version, now)
+                    yield self.types.response(
+                        version_info=version,
+                        resources=resources,
+                        type_url=TYPE_URLS[kind],
+                        nonce=nonce,
+                    )
+            if ads.node and ads.answering(now):
+                self.operator.envoy.alive(ads.node, now)
+
+
+@dataclass(frozen=True)
+class _End:
+    error: str = ""  # why the stream ended, when not by Envoy closing it
+
+
+def _read(requests: Iterator, inbox: queue.Queue) -> None:
+    """Envoy's requests into the stream's inbox, then the end."""
+    try:
+        for request in requests:
+            inbox.put(request)
+    except grpc.RpcError as exc:
+        code = exc.code() if hasattr(exc, "code") else None
+        inbox.put(_End("" if code == grpc.StatusCode.CANCELLED else str(exc)))
+        return
+    inbox.put(_End())
+
+
+def serve(operator: Operator, host: str, port: int) -> tuple[grpc.Server, int]:
+    """Start the ADS service on host:port; returns the server and its port (0: a free one)."""
+    ads = AdsServer(operator)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=STREAMS))
+    handler = grpc.stream_stream_rpc_method_handler(
+        ads.stream,
+        request_deserializer=ads.types.request.FromString,
+        response_serializer=lambda message: message.SerializeToString(),
+    )
+    methods = {"StreamAggregatedResources": handler}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"xDS: cannot listen on {host}:{port} (in use?)")
+    server.start()
+    return server, bound
