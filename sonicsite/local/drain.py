@@ -8,7 +8,8 @@ stopped only once every Envoy cluster that lists it has it DRAINING with no requ
 way to it, and Triton's own queue for it is empty, or at the drain's deadline. What it is
 executing then is finished by Triton's exit timeout (`--exit-timeout-secs`). A figure that
 cannot be read (a server or an Envoy too busy to answer) is not taken for zero: the drain
-waits on, to its deadline."""
+waits on, to its deadline; but a server whose process has ended has nothing queued (one
+killed while draining is stopped as soon as Envoy is done with it, not at the deadline)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import urllib.error
 from sonicsite.operator.loadview import read_metrics
 
 from . import envoy
+from .processes import alive
 from .state import LocalServer
 
 DRAIN_S = 40.0  # at most, as the chart's drainSeconds + exitTimeoutSeconds
@@ -57,7 +59,8 @@ def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline:
         envoy_done = not envoy_admin or envoy_sending(envoy_admin, server) == 0
-        if envoy_done and queued(server) == 0:
+        ended = server.pid > 0 and not alive(server.pid)
+        if envoy_done and (ended or queued(server) == 0):
             return True
         time.sleep(POLL_S)
     return False

@@ -29,6 +29,7 @@ from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 from sonicsite.operator import xds_ads
 from sonicsite.operator.envoy_acks import EnvoyAcks
+from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.xds_model_match import LOGGING, REPOSITORY, SHARED_MEMORY, TRACE
 from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
 from sonicsite.operator.xds_routes import route_counter
@@ -63,6 +64,7 @@ class FedEnvoy:
         self.snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen)
         self.envoy = EnvoyAcks()  # what the ADS stream records of Envoy's answers
         self.on_publish: list[Callable[[], None]] = []  # the stream's wake-up
+        self.metrics = OperatorMetrics()  # the stream's counts
         self.api, xds = xds_ads.serve(self, "127.0.0.1", 0)
         config = work / "envoy.json"
         config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds)))
