@@ -8,6 +8,11 @@ growing while (0.25 s, doubling per failure in a row, at most 5 s); once that ha
 one request at a time probes the endpoint while the others go elsewhere, and its first
 answer brings it back: a dead endpoint is not hammered, a revived one is found within
 seconds. Endpoints that asked for a pause (retry-after) get nothing until it ends.
+
+An endpoint with nothing in flight is not being measured: its recent latency ages (halves
+every `LATENCY_HALF_LIFE_S` since its last answer), so a server measured slow once (a hiccup
+on a busy machine, or a slowdown that has passed) is tried again and re-measured rather
+than starved for good by a stale figure.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 
 DOWN_FIRST_S = 0.25  # how long a failed endpoint gets nothing; doubles per failure in a row
 DOWN_MAX_S = 5.0  # ... up to this: a revived endpoint is probed again within 5 s
+LATENCY_HALF_LIFE_S = 5.0  # an idle endpoint's recent latency halves this often
 
 
 @dataclass
@@ -35,17 +41,23 @@ class Endpoint:
     weight: float = 1.0  # the operator's view of the server, 1.0 = the fastest (gateway)
     path: str = "direct"  # how requests reach the model: "envoy", "gateway" or "direct"
     probing: bool = False  # after failures: the one request allowed to try it is out
+    answered_at: float = 0.0  # monotonic time of its last answer (0: none yet)
 
     def available(self, now: float) -> bool:
         """Whether a request may go here now: up, not paused, and not already probed."""
         return self.down_until <= now and self.not_before <= now and not self.probing
 
-    def cost(self) -> float:
-        return (self.in_flight + 1) * max(self.latency_s, 1e-4) / self.weight
+    def cost(self, now: float | None = None) -> float:
+        latency = self.latency_s
+        if self.in_flight == 0 and self.answered_at:  # not being measured: the figure ages
+            age = (time.monotonic() if now is None else now) - self.answered_at
+            latency *= 0.5 ** (max(age, 0.0) / LATENCY_HALF_LIFE_S)
+        return (self.in_flight + 1) * max(latency, 1e-4) / self.weight
 
     def observe(self, latency_s: float) -> None:
         """Fold one answered request's latency into the recent latency (EWMA)."""
         self.failures = 0
+        self.answered_at = time.monotonic()
         a = 0.2
         self.latency_s = (
             latency_s if not self.latency_s else (1 - a) * self.latency_s + a * latency_s
@@ -55,7 +67,8 @@ class Endpoint:
 def power_of_two(candidates: list[Endpoint], rng: random.Random) -> Endpoint:
     """Of two endpoints drawn at random, the one with the lower cost."""
     pair = rng.sample(candidates, min(2, len(candidates)))
-    return min(pair, key=Endpoint.cost)
+    now = time.monotonic()
+    return min(pair, key=lambda e: e.cost(now))
 
 
 @dataclass

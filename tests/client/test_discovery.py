@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
-from sonicsite.client.balancer import Balancer, Endpoint, power_of_two
+from sonicsite.client.balancer import LATENCY_HALF_LIFE_S, Balancer, Endpoint, power_of_two
 from sonicsite.client.discovery import DiscoveryError, discover, from_site_file
 
 from sonicsite.contract.wire import STATE_FILE, ServerRecord
@@ -47,6 +48,26 @@ def test_power_of_two_prefers_the_cheaper_of_two_and_counts_weight():
     assert power_of_two([busy, slow], rng).id == "slow"  # 21 x 10 ms > 1 x 100 ms
     slow.weight = 0.01  # the operator finds it far slower than it looks
     assert power_of_two([busy, slow], rng).id == "busy"
+
+
+def test_an_idle_endpoints_latency_ages_so_that_it_is_measured_again():
+    """Measured 10× slower once and then never picked, a server would starve for good; with
+    nothing in flight its figure halves every half-life, so it is tried again. One with a
+    request in flight is being measured: its figure does not age (a hung server is not
+    sent more for being slow to answer)."""
+    now = time.monotonic()
+    fast = Endpoint("fast", None, latency_s=0.01, answered_at=now)
+    stale = Endpoint("stale", None, latency_s=0.1, answered_at=now)
+    rng = random.Random(1)
+    assert power_of_two([fast, stale], rng).id == "fast"
+    stale.answered_at = now - 4 * LATENCY_HALF_LIFE_S  # 16× less: 6 ms against 10 ms
+    assert stale.cost(now) == pytest.approx(0.1 / 16)
+    assert power_of_two([fast, stale], rng).id == "stale"
+    stale.in_flight = 1
+    assert stale.cost(now) == pytest.approx(2 * 0.1)
+    stale.in_flight = 0
+    stale.observe(0.1)  # answered: measured now, the figure is fresh again
+    assert stale.cost(time.monotonic()) == pytest.approx(stale.latency_s, rel=1e-3)
 
 
 def test_the_balancer_avoids_servers_that_are_down_or_asked_for_a_pause():

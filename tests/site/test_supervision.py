@@ -72,7 +72,10 @@ def test_a_process_that_dies_at_once_is_restarted_with_a_growing_delay(plain_sit
     assert "exited with code 3; restart 3 in 0.80 s" in log
     assert "crasher restarted as pid" in log
     labels = '{process="crasher",kind="worker"}'
-    assert _value(site.supervisor, f"sonicsite_process_restarts_total{labels}") >= 6
+    wait_until(  # the metrics follow the records at the next sweep
+        lambda: _value(site.supervisor, f"sonicsite_process_restarts_total{labels}") >= 6,
+        "the restarts in the supervisor's metrics",
+    )
     assert _value(site.supervisor, f"sonicsite_process_restart_backoff_seconds{labels}") == 1.6
 
     # status names it as not running, with its reason, and exits non-zero
