@@ -116,7 +116,7 @@ def build(
 def serve(operator: Operator, host: str, port: int, xds_port: int) -> int:
     """Run the control loop, the HTTP API and Envoy's ADS stream until SIGTERM or SIGINT."""
     server = make_server(operator, host, port)
-    ads, _ = xds_ads.serve(operator, host, xds_port)
+    ads, _ = xds_ads.serve(xds_ads.AdsServer.of(operator), host, xds_port)
     stop = threading.Event()
     loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
     loop.start()

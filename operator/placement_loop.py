@@ -29,10 +29,10 @@ and keeps the model if its counters moved or a request is pending since that scr
 the replica drains: `observe` leaves it out of the servers it returns, so the next step
 publishes routes without it (to the gateway's holding route, if it was the model's only
 replica), and the worker waits until every Envoy has applied them (`routes_gone`, from
-what Envoy acknowledges on its ADS stream) before it unloads. A request that came in meanwhile was
-routed elsewhere or held, not sent to a replica going away (Triton answers those "unknown
-model", which a client must not retry); if requests are held for the model once it has
-drained and no other replica holds it, the unload is called off.
+what Envoy acknowledges on its ADS stream) before it unloads. A request that came in
+meanwhile was routed elsewhere or held, not sent to a replica going away (Triton answers
+those "unknown model", which a client must not retry); if requests are held for the model
+once it has drained and no other replica holds it, the unload is called off.
 
 A failed load or unload is logged with the model, the server and Triton's reason, counted,
 and tried again on a later step after a back-off that doubles up to `retry_max_s`; the loop

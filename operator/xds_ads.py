@@ -2,8 +2,8 @@
 world. Each Envoy opens one stream to the operator and subscribes to listeners and clusters
 (its bootstrap), then to the routes and endpoints they name; the operator answers each
 subscription with the current snapshot's resources and pushes again whenever a step
-publishes a new version (controller.py `on_publish`), so that nothing is polled: Envoy's
-node (77 KB with its extensions) comes once per stream.
+publishes a new version (`AdsServer.of`: controller.py `on_publish`), so that nothing is
+polled: Envoy's node (77 KB with its extensions) comes once per stream.
 
 The protocol, per resource type: a response carries a version and a nonce; Envoy answers
 with that nonce, the version it applied and, when it rejected the response (a NACK), the
@@ -20,7 +20,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -28,6 +28,7 @@ import grpc
 
 from .controller import Operator
 from .envoy_acks import ENVOY_GONE_S, EnvoyAcks
+from .metrics import OperatorMetrics
 from .xds_protos import KINDS, XdsTypes, xds_types
 from .xds_resources import TYPE_URLS
 from .xds_snapshot import Snapshot
@@ -107,18 +108,26 @@ class AdsStream:
 
 @dataclass
 class AdsServer:
-    """The ADS service on the operator's xDS port: one stream per Envoy."""
+    """The ADS service: one stream per Envoy, each sent what `snapshot` returns now and
+    pushed again on `published`; what Envoys acknowledge goes to `acks`."""
 
-    operator: Operator
+    snapshot: Callable[[], Snapshot | None]
+    acks: EnvoyAcks
+    metrics: OperatorMetrics
     types: XdsTypes = field(default_factory=xds_types)
     _inboxes: set[queue.Queue] = field(default_factory=set)
     _encoded: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __post_init__(self) -> None:
-        self.operator.on_publish.append(self._published)
+    @classmethod
+    def of(cls, operator: Operator) -> AdsServer:
+        """The operator's: its latest snapshot, pushed after each step that publishes."""
+        ads = cls(lambda: operator.view()[0], operator.envoy, operator.metrics)
+        operator.on_publish.append(ads.published)
+        return ads
 
-    def _published(self) -> None:
+    def published(self) -> None:
+        """A new snapshot is in place: every stream looks at what is due."""
         with self._lock:
             for inbox in self._inboxes:
                 inbox.put(None)  # a new snapshot: look at what is due
@@ -143,12 +152,12 @@ class AdsServer:
         """StreamAggregatedResources: answer and push until Envoy goes."""
         inbox: queue.Queue = queue.Queue()
         reader = threading.Thread(target=_read, args=(requests, inbox), daemon=True)
-        ads = AdsStream(self.operator.envoy)
-        with self._lock:
-            self._inboxes.add(inbox)
-            self.operator.metrics.xds_streams.set(len(self._inboxes))
-        reader.start()
+        ads = AdsStream(self.acks)
         try:
+            with self._lock:
+                self._inboxes.add(inbox)
+                self.metrics.xds_streams.set(len(self._inboxes))
+            reader.start()
             yield from self._serve(ads, inbox)
         except Exception as exc:  # a snapshot Envoy's API refuses, a bug: said, not swallowed
             print(f"xDS: the stream to Envoy {ads.node} failed: {exc!r}", file=sys.stderr)
@@ -156,7 +165,7 @@ class AdsServer:
         finally:
             with self._lock:
                 self._inboxes.discard(inbox)
-                self.operator.metrics.xds_streams.set(len(self._inboxes))
+                self.metrics.xds_streams.set(len(self._inboxes))
 
     def _serve(self, ads: AdsStream, inbox: queue.Queue) -> Iterator:
         while True:
@@ -174,8 +183,8 @@ class AdsServer:
                 if line:
                     print(line, file=sys.stderr)
                 if rejected:
-                    self.operator.metrics.xds_rejected.labels(rejected).inc()
-            snapshot = self.operator.view()[0]
+                    self.metrics.xds_rejected.labels(rejected).inc()
+            snapshot = self.snapshot()
             if snapshot is not None:
                 for kind in ads.due(snapshot):
                     sub = ads.subscriptions[kind]
@@ -189,7 +198,7 @@ class AdsServer:
                         nonce=nonce,
                     )
             if ads.node and ads.answering(now):
-                self.operator.envoy.alive(ads.node, now)
+                self.acks.alive(ads.node, now)
 
 
 @dataclass(frozen=True)
@@ -209,9 +218,8 @@ def _read(requests: Iterator, inbox: queue.Queue) -> None:
     inbox.put(_End())
 
 
-def serve(operator: Operator, host: str, port: int) -> tuple[grpc.Server, int]:
+def serve(ads: AdsServer, host: str, port: int) -> tuple[grpc.Server, int]:
     """Start the ADS service on host:port; returns the server and its port (0: a free one)."""
-    ads = AdsServer(operator)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=STREAMS))
     handler = grpc.stream_stream_rpc_method_handler(
         ads.stream,

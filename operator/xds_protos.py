@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -44,8 +44,8 @@ class XdsTypes:
     pool: descriptor_pool.DescriptorPool
     request: type[Message]  # DiscoveryRequest
     response: type[Message]  # DiscoveryResponse
-    kinds: dict[str, type[Message]] = field(default_factory=dict)  # by kind: the resource's
-    any: type[Message] | None = None  # google.protobuf.Any of this pool (not the runtime's)
+    kinds: dict[str, type[Message]]  # by kind: the resource's message
+    any: type[Message]  # google.protobuf.Any of this pool (not the runtime's)
 
     def encode(self, kind: str, resource: dict) -> Message:
         """One resource, as JSON with `@type` in its typed configs, packed as Envoy gets it.

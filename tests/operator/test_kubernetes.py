@@ -203,7 +203,7 @@ def test_envoy_routes_to_the_servers_kubernetes_names(site, api, tmp_path):
     listen, admin = free_ports(2)
     operator = Operator(_discovery(api, site.models), "127.0.0.1", listen)
     operator.step()
-    server, xds = xds_ads.serve(operator, "127.0.0.1", 0)
+    server, xds = xds_ads.serve(xds_ads.AdsServer.of(operator), "127.0.0.1", 0)
     stop = threading.Event()
     loop = threading.Thread(target=operator.run, args=(stop,), daemon=True)
     loop.start()

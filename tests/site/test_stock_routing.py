@@ -14,7 +14,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,26 +62,24 @@ class FedEnvoy:
         self.admin, self.grpc = f"127.0.0.1:{admin}", f"127.0.0.1:{listen}"
         self.listen = listen
         self.snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen)
-        self.envoy = EnvoyAcks()  # what the ADS stream records of Envoy's answers
-        self.on_publish: list[Callable[[], None]] = []  # the stream's wake-up
-        self.metrics = OperatorMetrics()  # the stream's counts
-        self.api, xds = xds_ads.serve(self, "127.0.0.1", 0)
+        self.ads = xds_ads.AdsServer(lambda: self.snapshot, EnvoyAcks(), OperatorMetrics())
+        self.api, xds = xds_ads.serve(self.ads, "127.0.0.1", 0)
         config = work / "envoy.json"
         config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds)))
         log = work / "envoy.log"
         self.proc = envoy.start(config, log)
-        envoy.wait_ready(self.proc, self.admin, log)
-
-    def view(self) -> tuple[Snapshot, None, float]:  # what the ADS stream asks of it
-        return self.snapshot, None, time.time()
+        try:
+            envoy.wait_ready(self.proc, self.admin, log)
+        except BaseException:  # a fixture that fails here gets no teardown: stop what started
+            self.close()
+            raise
 
     def feed(self, shed: dict[str, float] | None = None, shared: set[str] | None = None) -> None:
         """A new snapshot; returns once Envoy runs it and sees every server healthy."""
         self.snapshot = Snapshot.build(
             self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared
         )
-        for notify in self.on_publish:
-            notify()
+        self.ads.published()
         self.wait_healthy()
 
     def wait_healthy(self) -> None:
