@@ -26,12 +26,24 @@ def _small(slowdown: float = 1.0) -> scenario.Scenario:
     return replace(small, kinds=kinds)
 
 
+def _light(small: scenario.Scenario) -> scenario.Scenario:
+    """`small` with a quarter of its jobs, each of a quarter of its events: the same site and
+    policies in a few seconds, for checks that need a run, not the scenario's figures."""
+    (flow,) = small.workload.workflows
+    workload = replace(
+        small.workload,
+        events_per_job=small.workload.events_per_job // 4,
+        workflows=(replace(flow, jobs=flow.jobs // 4, wave_size=flow.wave_size // 4),),
+    )
+    return replace(small, workload=workload)
+
+
 def test_the_sonicsite_set_calls_the_project_balancing_and_admission():
     """A Balancing handed in is the one the run used: it measured every server from the
     simulated counters, the slow kind slower, and the weights Envoy's clusters hold are the
     ones it gives for those servers; the admission records are decide()'s own."""
     balancing = Balancing()
-    r = run(_small(), "sonicsite", seed=5, balancing=balancing)
+    r = run(_light(_small()), "sonicsite", seed=5, balancing=balancing)
     servers = sorted(s.id for s in r.site.servers.values() if s.state == READY)
     slow = [s for s in servers if s.endswith("t4")]
     fast = [s for s in servers if s.endswith("a100")]
@@ -55,7 +67,7 @@ def test_the_sonicsite_set_calls_the_project_balancing_and_admission():
 
 
 def test_a_seed_gives_the_same_run_and_another_seed_another():
-    small = _small()
+    small = _light(_small())
     first = figures(run(small, "sonicsite", seed=11))
     again = figures(run(small, "sonicsite", seed=11))
     other = figures(run(small, "sonicsite", seed=12))
@@ -105,7 +117,15 @@ def test_the_command_lists_and_writes_a_summary(tmp_path, capsys):
     listed = capsys.readouterr().out
     assert "small:" in listed and "tier2-day:" in listed
     out = tmp_path / "small.json"
-    assert main(["simulate", "small", "--json", str(out), "--seed", "2", "--seeds", "2"]) == 0
+    light = yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+    light["workload"]["events_per_job"] //= 4  # a scenario file of its own: a lighter small
+    light["workload"]["workflows"] = [
+        {"start_s": 0, "jobs": 30, "wave_size": 10, "wave_every_s": 30}
+    ]
+    light_file = tmp_path / "light.yaml"
+    light_file.write_text(yaml.safe_dump(light))
+    command = ["simulate", str(light_file), "--json", str(out), "--seed", "2", "--seeds", "2"]
+    assert main(command) == 0
     result = json.loads(out.read_text())
     summary = result["summary"]
     assert summary["headline"] == "fixed_pool" and summary["seeds"] == [2, 3]
@@ -126,7 +146,7 @@ def test_the_command_lists_and_writes_a_summary(tmp_path, capsys):
 
 
 def test_the_reference_admits_at_connect_time_only_and_fails_closed_without_metrics():
-    r = run(_small(), "reference", seed=4)
+    r = run(_light(_small()), "reference", seed=4)
     now = r.site.env.now
     assert r.policies.metric_ms(now) is not None
     assert r.policies.refused("particlenet", now) is None  # nothing per request
