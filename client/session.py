@@ -196,10 +196,13 @@ class Client:
         return ask
 
     def close(self) -> None:
-        for endpoint in self._endpoints:
-            endpoint.transport.close()
+        """The shared-memory regions first: they are unregistered from every server over the
+        transports' control channels, which must still be open (else every server kept
+        them: its mappings, a GPU's memory), then the transports."""
         if self.pool is not None:
             self.pool.close()
+        for endpoint in self._endpoints:
+            endpoint.transport.close()
         if self._own_tracing is not None:
             self._own_tracing.close()
 

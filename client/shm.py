@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import mmap
 import os
 import threading
@@ -25,6 +26,8 @@ from .plan import CopyPlan, CopyRefused, InputPlan
 from .spec import TRITON_DTYPES
 from .transport_grpc import CONTROL_TIMEOUT_S, GrpcTransport, Placement, Reply
 from .wire import OutputTensor
+
+log = logging.getLogger(__name__)
 
 SHM_DIR = "/dev/shm"
 
@@ -138,9 +141,22 @@ class RegionPool:
         return None
 
     def close(self) -> None:
+        """Unregister every region from every server, then free them. A server that cannot
+        be reached keeps its registrations until it restarts: a warning per server says so."""
+        failed: dict[str, list[str]] = {}
         for region, t in itertools.product(self._all, self.transports):
-            with contextlib.suppress(Exception):
+            try:
                 self._unregister(t, region)
+            except Exception as exc:
+                failed.setdefault(t.server, []).append(f"{region.name}: {exc}")
+        for server, reasons in failed.items():
+            log.warning(
+                "shared memory: %d region(s) not unregistered on %s, which keeps them until it "
+                "restarts (first: %s)",
+                len(reasons),
+                server,
+                reasons[0],
+            )
         for region in self._all:
             region.close()
         self._all.clear()

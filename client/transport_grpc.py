@@ -264,3 +264,4 @@ class GrpcTransport:
         self._pool.close()
         if self._control is not None:
             self._control.close()
+            self._control = None  # a control call after this opens a fresh channel

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from sonicsite.client import Client, Column, SoA, TensorSpec
 from sonicsite.client.cuda import CudaRuntime, CudaUnavailable
 from sonicsite.client.discovery import from_site_file
@@ -77,6 +78,31 @@ def test_shared_memory_sends_no_payload_and_the_server_writes_the_columns(site):
         assert record.copies == 0  # counted by the transport and the output delivery
         np.testing.assert_array_equal(sample.soa["sum"], sample.expected["sum"])
         assert client.pool.locate(sample.soa["sum"].reshape(-1).view(np.uint8)) is not None
+
+
+def test_closing_the_client_unregisters_its_regions_on_every_server(site):
+    """A closed client's regions are gone from every server (the stock client asks them):
+    the pool unregisters them before the transports close the channels it does that over,
+    or each server kept them mapped (on a GPU, their device memory) until it restarts."""
+    stock = [grpcclient.InferenceServerClient(s.grpc) for s in site.servers]
+
+    def registered() -> set[str]:
+        status = [c.get_system_shared_memory_status(as_json=True) for c in stock]
+        return {name for s in status for name in s.get("regions", {})}
+
+    before = registered()
+    client = Client(from_site_file(site.site_dir), "shm", "direct")
+    try:
+        sample = generate("simple", 8, seed=2, allocate=client.allocate)
+        result = client.stream("simple", sample.spec, batch=4).run(sample, lambda *_: None)
+        assert result.events_ok == 8
+        mine = registered() - before
+        assert mine  # the client's regions, on the servers while it is open
+    finally:
+        client.close()
+    assert not registered() & mine
+    for c in stock:
+        c.close()
 
 
 @pytest.mark.parametrize("mode", ["direct", "site"])
