@@ -18,7 +18,7 @@ XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium wabt
 
 .PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm \
-	xds-descriptors
+	xds-descriptors cuda-check-bundle
 
 # The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
 # output (the site, the progress bar, the report) is what fits on a screen.
@@ -67,6 +67,11 @@ $(XDS_WHEEL): | $(VENV)/.deps
 
 xds-descriptors: install $(XDS_WHEEL)
 	$(PY) operator/tools/xds_descriptors.py $(XDS_WHEEL)
+
+# The CUDA shared-memory check for a lent GPU machine (devices/cuda/README.md): what it
+# carries there (Triton, the client's wheels for the machine's Python, three models), in .dev/.
+cuda-check-bundle: install models
+	$(PY) devices/cuda/bundle.py .dev
 
 lint: install
 	$(BIN)/ruff check .
