@@ -58,14 +58,16 @@ def _spec(rows: int) -> TensorSpec:
 
 BUNDLE = ROOT / ".dev" / "provenance.json"  # the commit it was built from (bundle.py)
 result: dict = {
+    "benchmark": "cuda_check",  # the shape of a bench's result: `sonicsite bench report` reads it
+    "summary": {},
     "meta": {
         **(json.loads(BUNDLE.read_text()) if BUNDLE.is_file() else {}),
         "python": sys.version,
         "numpy": np.__version__,
         "cores": os.cpu_count(),
-        "load_1m_5m_15m": list(os.getloadavg()),
+        "load_before_1m_5m_15m": list(os.getloadavg()),
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    },
 }
 
 
@@ -140,6 +142,24 @@ def timing(site, mbytes: int, repeats: int) -> dict:
     return {"mbytes": mbytes, "median_total_ms": medians, "repeats_ms": times}
 
 
+def summary(found: dict) -> dict:
+    """Every model's answers right and no region left; per payload, each path's median time
+    per call and the shared-memory paths' ratios to our gRPC's."""
+    models = found["models"].values()
+    out: dict = {
+        "transport": TRANSPORT,
+        "models_ok": all(m["ok"] for m in models),
+        "regions_left_after_close": sum(m["regions_left_after_close"] for m in models),
+    }
+    for t in found["timing"]:
+        medians = t["median_total_ms"]
+        for path, ms in medians.items():
+            out[f"median_ms_{path}_{t['mbytes']}mb"] = ms
+            if path != "grpc":
+                out[f"speedup_{path}_vs_grpc_{t['mbytes']}mb"] = round(medians["grpc"] / ms, 3)
+    return out
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if TRANSPORT == "cuda":
@@ -158,6 +178,7 @@ def main() -> int:
         result["timing"] = [timing(site, mb, 10) for mb in (1, 16, 64)]
         for t in result["timing"]:
             print(t["mbytes"], "MB", t["median_total_ms"], flush=True)
+        result["summary"] = summary(result)
     except BaseException:
         result["error"] = traceback.format_exc()
         print(result["error"], flush=True)
@@ -165,6 +186,7 @@ def main() -> int:
             print(f"--- {log.name}\n{log.read_text()[-3000:]}", flush=True)
     finally:
         launcher.down(site_dir)
+        result["meta"]["load_1m_5m_15m"] = list(os.getloadavg())
         (OUT / "cuda_check.json").write_text(json.dumps(result, indent=1))
     return 0 if "error" not in result and all(m["ok"] for m in result["models"].values()) else 1
 
