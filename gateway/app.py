@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +66,8 @@ class GatewayApp(FastAPI):
 
 
 def create_app(config: GatewayConfig) -> GatewayApp:
-    view = SiteView(config.operator.rstrip("/"))
+    # named for the operator's drains: one name per process, as replicas share an address
+    view = SiteView(config.operator.rstrip("/"), reader=f"{socket.gethostname()}:{os.getpid()}")
     metrics = GatewayMetrics()
     tracing = GatewayTracing.start(config.tracing) if config.tracing else None
     holder = Holder(view, metrics)

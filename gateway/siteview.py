@@ -4,7 +4,9 @@ The operator already discovers the servers, scrapes their load and decides admis
 gateway follows it rather than deciding anything itself, so Envoy and the gateway always
 agree on which servers take work and which models are shed. The state's servers and
 admission are the site record of the wire contract. When the operator cannot be read the
-last state is kept (and `/healthz` says how old it is).
+last state is kept (and `/healthz` says how old it is). The gateway names itself when it
+reads (`reader`): an unload waits until it has read a state without the replica
+(operator/state_readers.py), so it sends no request to a model being unloaded.
 
 No shed outlives the operator that decided it: a shed is followed only until its expiry (the
 operator renews it while it holds) and while the state was read less than `STALE_AFTER_S`
@@ -23,6 +25,7 @@ import httpx
 from sonicsite.contract.wire import (
     SHED,
     SHED_TTL_S,
+    STATE_READER_HEADER,
     AdmissionRecord,
     HoldingRecord,
     ServerRecord,
@@ -41,6 +44,9 @@ class SiteView:
     updated_at: float = 0.0  # when the state was last read (time.time)
     error: str = ""  # why the last read failed, if it did
     holding: HoldingRecord | None = None  # what requests are held for (None: placement off)
+    # this gateway's name to the operator (STATE_READER_HEADER): an unload drains until it
+    # has read the state again (operator/state_readers.py); "" reads anonymously
+    reader: str = ""
 
     def apply(self, state: dict) -> None:
         self.site = SiteRecord.from_dict(state, source=self.operator)
@@ -94,7 +100,8 @@ class SiteView:
 
     async def refresh(self, client: httpx.AsyncClient) -> None:
         try:
-            reply = await client.get(f"{self.operator}/v1/state", timeout=2.0)
+            headers = {STATE_READER_HEADER: self.reader} if self.reader else None
+            reply = await client.get(f"{self.operator}/v1/state", timeout=2.0, headers=headers)
             reply.raise_for_status()
             self.apply(reply.json())
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sonicsite.contract.wire import STATE_READER_HEADER
+
 from .controller import Operator
 
 HEALTHY_STEPS = 5  # /healthz answers 503 once no step completed for this many intervals
@@ -32,6 +34,9 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             self._send(status, json.dumps(data).encode())
 
         def do_GET(self) -> None:
+            reader = self.headers.get(STATE_READER_HEADER)
+            if reader and self.path == "/v1/state":  # before the state is taken (a drain's bound)
+                operator.readers.read(reader, time.time())
             snapshot, state, last = operator.view()
             if self.path == "/healthz":  # the loop steps: 503 once it has not for a while
                 age, bound = time.time() - last, HEALTHY_STEPS * operator.interval_s

@@ -35,6 +35,7 @@ from .metrics import OperatorMetrics
 from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
+from .state_readers import StateReaders
 from .try_timeouts import TryTimeouts
 from .xds_jwt import JwtPolicy
 from .xds_resources import ALL_SERVERS, model_cluster
@@ -69,6 +70,7 @@ class Operator:
     last_step: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     envoy: EnvoyAcks = field(default_factory=EnvoyAcks)
+    readers: StateReaders = field(default_factory=StateReaders)  # the gateways reading /v1/state
     wakeup: threading.Event = field(default_factory=threading.Event)  # a step now, not later
     # called after each step's snapshot is in place: the ADS streams push what changed
     on_publish: list[Callable[[], None]] = field(default_factory=list)
@@ -76,6 +78,7 @@ class Operator:
     def __post_init__(self) -> None:
         if self.placement is not None:  # an unload drains: it waits on Envoy, steps sooner
             self.placement.routes_gone = lambda m, s: self.envoy.routes_gone(m, s, time.time())
+            self.placement.readers_behind = lambda since: self.readers.behind(since, time.time())
             self.placement.wake = self.wakeup.set
 
     def step(self) -> None:
@@ -96,6 +99,7 @@ class Operator:
         weights = self._weigh(servers, models)
         now = time.time()
         self._admit(servers, models, now)
+        self.metrics.state_readers.set(len(self.readers.live(now)))
         for gone in set(self.admissions) - set(models):
             del self.admissions[gone]
         shed = {m: a.expires_at for m, a in self.admissions.items() if a.state == SHED}

@@ -85,6 +85,11 @@ class OperatorMetrics:
         self.xds_streams = Gauge(
             "sonicsite_operator_xds_streams", "Envoys on the operator's ADS stream", registry=r
         )
+        self.state_readers = Gauge(
+            "sonicsite_operator_state_readers",
+            "Gateways that read the operator's state in the last 5 s (an unload waits for them)",
+            registry=r,
+        )
         self.xds_rejected = Counter(
             "sonicsite_operator_xds_rejected",
             "xDS responses an Envoy rejected (a NACK; the operator's log has Envoy's reason)",

@@ -23,7 +23,7 @@ from .model_control import ControlTarget, ModelControlError
 from .placement import Decision, Kind, Rule
 
 LOG = logging.getLogger("sonicsite.operator.placement")
-DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy to stop sending to it
+DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy and the gateways to stop
 
 
 @dataclass
@@ -230,7 +230,9 @@ class PlacementActuator:
 
     def _drain(self, d: Decision) -> str:
         """Wait until no Envoy routes `d.model` to `d.server` (the steps publish routes
-        without it); what went wrong, if anything, for the outcome."""
+        without it), then until every gateway has read the state since (the state Envoy's
+        routes came from, or a later one, names the replica no more); what went wrong, if
+        anything, for the outcome."""
         self.wake()
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while not self.routes_gone(d.model, d.server):
@@ -243,6 +245,19 @@ class PlacementActuator:
                     DRAIN_TIMEOUT_S,
                 )
                 return f" (Envoy still routed to it after {DRAIN_TIMEOUT_S:.0f} s)"
+            time.sleep(0.05)
+        published = time.time()  # Envoy applied routes from this state or a later one
+        while behind := self.readers_behind(published):
+            if time.monotonic() > deadline:
+                LOG.error(
+                    "placement: gateway(s) %s read no state since %s left %s's routes, in "
+                    "%.0f s of draining; unloading it anyway",
+                    ", ".join(behind),
+                    d.model,
+                    d.server,
+                    DRAIN_TIMEOUT_S,
+                )
+                return f" (gateway(s) {', '.join(behind)} had not read the state after the drain)"
             time.sleep(0.05)
         return ""
 

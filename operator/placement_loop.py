@@ -29,7 +29,8 @@ and keeps the model if its counters moved or a request is pending since that scr
 the replica drains: `observe` leaves it out of the servers it returns, so the next step
 publishes routes without it (to the gateway's holding route, if it was the model's only
 replica), and the worker waits until every Envoy has applied them (`routes_gone`, from
-what Envoy acknowledges on its ADS stream) before it unloads. A request that came in
+what Envoy acknowledges on its ADS stream) and every gateway has read the state since
+(`readers_behind`, state_readers.py) before it unloads. A request that came in
 meanwhile was routed elsewhere or held, not sent to a replica going away (Triton answers
 those "unknown model", which a client must not retry); if requests are held for the model
 once it has drained and no other replica holds it, the unload is called off.
@@ -98,6 +99,8 @@ class PlacementLoop(PlacementActuator):
     draining: set[tuple[str, str]] = field(default_factory=set)  # (server, model) to unload
     # whether an Envoy may still send a model's requests to a server (envoy_acks.py EnvoyAcks)
     routes_gone: Callable[[str, str], bool] = lambda model, server: True
+    # the gateways that have not read the state since a moment (state_readers.py)
+    readers_behind: Callable[[float], list[str]] = lambda since: []
     wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
     _policy: PlacementPolicy | None = None
     _busy: dict[str, list[Decision]] = field(default_factory=dict)  # server -> not yet done

@@ -194,6 +194,9 @@ HELD_TTL_S = 5.0
 # is still loading (ask again: gRPC UNAVAILABLE, HTTP 503, the message says "still loading");
 # 0: the model's deadline passed (the message says why). Stock clients read the message.
 HELD_HEADER = "sonicsite-held"
+# A gateway names itself with this header when it reads the operator's /v1/state, so that
+# an unload waits until it has read the state without the replica (operator/state_readers.py).
+STATE_READER_HEADER = "sonicsite-state-reader"
 # How long the sonicsite client waits for an HTTP attempt, in seconds (gRPC has grpc-timeout):
 # a holder answers "still loading" a little before it rather than let the attempt time out.
 WAIT_HEADER = "sonicsite-wait-s"

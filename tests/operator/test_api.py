@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from polling import wait_until
 from sonicsite.operator.xds_protos import ADS_METHOD, KINDS, xds_types
 from sonicsite.operator.xds_resources import TYPE_URLS
 
@@ -30,11 +31,18 @@ def test_state_and_metrics_api(site):
     assert set(state["models"]) == set(site.models)
     assert state["admission"]["simple"]["state"] == "open"
     assert all(s["weight"] >= 1 for s in state["servers"])
-    status, body = _get(f"http://{site.operator}/metrics")
+    metrics = f"http://{site.operator}/metrics"
+    status, body = _get(metrics)
     text = body.decode()
     assert 'sonicsite_server_up{server="triton-0"} 1.0' in text
     assert 'sonicsite_endpoint_weight{cluster="model_simple",server="triton-1"}' in text
     assert _get(f"http://{site.operator}/healthz")[0] == 200
+    # the site's gateway names itself as it follows the state: an unload waits for it
+    wait_until(
+        lambda: "sonicsite_operator_state_readers 1.0" in _get(metrics)[1].decode(),
+        "the operator to count the gateway among its state's readers",
+        timeout=60,
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         _get(f"http://{site.operator}/v2/nothing")
     assert caught.value.code == 404

@@ -4,6 +4,9 @@ the record holders follow. The real requests held and answered: test_holding.py.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from sonicsite.operator import option_policies, options
 from sonicsite.operator.catalogue import Budget, ModelInfo, Pool, catalogue_of
@@ -19,7 +22,8 @@ from sonicsite.operator.placement import (
 )
 from sonicsite.operator.placement_loop import PlacementLoop
 from sonicsite.operator.placement_settings import PlacementSettings
-from sonicsite.operator.placement_state import HeldCounts
+from sonicsite.operator.placement_state import Decision, HeldCounts, Rule
+from sonicsite.operator.state_readers import READER_GONE_S, StateReaders
 from sonicsite.operator.xds_resources import model_cluster, rest_cluster
 from sonicsite.operator.xds_routes import HOLD_ANSWER_S, route_configuration, seconds
 from sonicsite.operator.xds_site_view import HOLD_CLUSTER, HOLD_REST_CLUSTER
@@ -195,3 +199,39 @@ def test_a_draining_replica_is_gone_once_every_envoy_applied_routes_without_it()
     assert acks.routes_gone("simple", "triton-1", 103.0) is False  # envoy-a still sends there
     acks.applied("envoy-a", "routes", ["sonicsite"], "r3", now=104.0)
     assert acks.routes_gone("simple", "triton-1", 104.0)
+
+
+def test_a_reader_of_the_state_is_behind_until_it_reads_again_or_is_gone():
+    readers = StateReaders()
+    assert readers.behind(since=100.0, now=100.0) == []  # no gateway: nothing to wait for
+    readers.read("gw-a", 99.0)
+    readers.read("gw-b", 100.5)
+    assert readers.behind(since=100.0, now=101.0) == ["gw-a"]  # read before the drain began
+    readers.read("gw-a", 101.2)
+    assert readers.behind(since=100.0, now=101.5) == []
+    readers.read("gw-c", 99.5)  # never reads again: it holds back no longer than its silence
+    assert readers.behind(since=100.0, now=99.5 + READER_GONE_S - 0.1) == ["gw-c"]
+    assert readers.behind(since=100.0, now=99.5 + READER_GONE_S) == []
+
+
+def test_an_unload_drains_until_every_gateway_has_read_the_state_after_envoy():
+    """Envoy has applied routes without the replica; the drain then waits for the gateway
+    that has not read the state since, and ends once it has."""
+    loop = PlacementLoop(_catalogue(), PlacementSettings(), "key", OperatorMetrics())
+    readers = StateReaders()
+    readers.read("gateway-1", time.time() - 1.0)  # last read before the drain
+    loop.readers_behind = lambda since: readers.behind(since, time.time())
+    asked: list[float] = []
+
+    def read_later() -> None:
+        time.sleep(0.3)
+        asked.append(time.time())
+        readers.read("gateway-1", time.time())
+
+    reader = threading.Thread(target=read_later)
+    reader.start()
+    decision = Decision(Kind.UNLOAD, Rule.IDLE, "simple", "triton-0", "idle")
+    assert loop._drain(decision) == ""  # no Envoy or gateway left behind
+    finished = time.time()
+    reader.join()
+    assert asked and finished >= asked[0]  # it waited for the gateway's read
