@@ -64,37 +64,10 @@ from sonicsite.local import launcher
 
 from ..contract.provenance import load_now
 from .client_figures import check_layers, layers, ratios, summary
+from .client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _names, _spec
 from .client_stock import ClientPath, stock_paths
 from .client_timing import time_calls
 from .common import median_ms, time_repeats, write_result
-
-MODEL = "identity"
-COLUMNS = 16
-
-
-def _names() -> list[str]:
-    return [f"c{k:02d}" for k in range(COLUMNS)]
-
-
-def _columns() -> list[Column]:
-    return [Column(name, np.float32) for name in _names()]
-
-
-def _spec(rows: int, output_column: str | None) -> TensorSpec:
-    spec = TensorSpec(MODEL).append_block(
-        "INPUT0", *[c.name for c in _columns()], axis=0, shape=(1, COLUMNS * rows)
-    )
-    return spec.append_output("OUTPUT0", *([output_column] if output_column else []))
-
-
-def _fill(soa: SoA, rng: np.random.Generator) -> None:
-    for name in soa.names:
-        if name.startswith("c"):
-            soa[name][...] = rng.standard_normal(soa.rows, dtype=np.float32)
-
-
-def _expected(soa: SoA) -> np.ndarray:
-    return np.concatenate([soa[c.name] for c in _columns()])
 
 
 def bench_payload(

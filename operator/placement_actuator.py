@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sonicsite.contract.wire import ServerRecord
@@ -235,30 +235,27 @@ class PlacementActuator:
         anything, for the outcome."""
         self.wake()
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while not self.routes_gone(d.model, d.server):
-            if time.monotonic() > deadline:
-                LOG.error(
-                    "placement: Envoy still routes %s to %s after %.0f s of draining; "
-                    "unloading it anyway",
-                    d.model,
-                    d.server,
-                    DRAIN_TIMEOUT_S,
-                )
-                return f" (Envoy still routed to it after {DRAIN_TIMEOUT_S:.0f} s)"
-            time.sleep(0.05)
+        envoy = lambda: [] if self.routes_gone(d.model, d.server) else ["Envoy"]  # noqa: E731
+        if _waited(envoy, deadline):
+            LOG.error(
+                "placement: Envoy still routes %s to %s after %.0f s of draining; "
+                "unloading it anyway",
+                d.model,
+                d.server,
+                DRAIN_TIMEOUT_S,
+            )
+            return f" (Envoy still routed to it after {DRAIN_TIMEOUT_S:.0f} s)"
         published = time.time()  # Envoy applied routes from this state or a later one
-        while behind := self.readers_behind(published):
-            if time.monotonic() > deadline:
-                LOG.error(
-                    "placement: gateway(s) %s read no state since %s left %s's routes, in "
-                    "%.0f s of draining; unloading it anyway",
-                    ", ".join(behind),
-                    d.model,
-                    d.server,
-                    DRAIN_TIMEOUT_S,
-                )
-                return f" (gateway(s) {', '.join(behind)} had not read the state after the drain)"
-            time.sleep(0.05)
+        if behind := _waited(lambda: self.readers_behind(published), deadline):
+            LOG.error(
+                "placement: gateway(s) %s read no state since %s left %s's routes, in "
+                "%.0f s of draining; unloading it anyway",
+                ", ".join(behind),
+                d.model,
+                d.server,
+                DRAIN_TIMEOUT_S,
+            )
+            return f" (gateway(s) {', '.join(behind)} had not read the state after the drain)"
         return ""
 
     def _used_since_scrape(self, server: ServerRecord, model: str, view: LoadView) -> str:
@@ -295,3 +292,13 @@ class PlacementActuator:
         )
 
     # -- the API's view ---------------------------------------------------------------------
+
+
+def _waited(behind: Callable[[], list[str]], deadline: float) -> list[str]:
+    """Poll `behind` until it names no one or the monotonic `deadline` passes; who was
+    still behind then (empty: no one)."""
+    while left := behind():
+        if time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+    return []

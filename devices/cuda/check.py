@@ -35,26 +35,14 @@ PURELIB = sysconfig.get_paths()["purelib"]
 triton_mod.TritonInstall.python_path = staticmethod(lambda: [PURELIB, *EXTRA])
 
 import tritonclient.grpc as grpcclient  # noqa: E402
-from sonicsite.client import Client, Column, SoA, TensorSpec, make_plan  # noqa: E402
+from sonicsite.bench.client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _spec  # noqa: E402
+from sonicsite.client import Client, SoA, make_plan  # noqa: E402
 from sonicsite.client.cuda import CudaRuntime  # noqa: E402
 from sonicsite.client.discovery import from_site_file  # noqa: E402
 from sonicsite.models.samples import generate  # noqa: E402
 from stock import stock_infer  # noqa: E402
 
 from sonicsite.local import launcher  # noqa: E402
-
-MODEL, COLUMNS = "identity", 16  # bench/client.py's payload (its module needs tritonclient.http)
-
-
-def _columns() -> list[Column]:
-    return [Column(f"c{k:02d}", np.float32) for k in range(COLUMNS)]
-
-
-def _spec(rows: int) -> TensorSpec:
-    names = [c.name for c in _columns()]
-    spec = TensorSpec(MODEL).append_block("INPUT0", *names, axis=0, shape=(1, COLUMNS * rows))
-    return spec.append_output("OUTPUT0")
-
 
 BUNDLE = ROOT / ".dev" / "provenance.json"  # the commit it was built from (bundle.py)
 result: dict = {
@@ -116,11 +104,9 @@ def timing(site, mbytes: int, repeats: int) -> dict:
     each call's total time (plan, request, answer)."""
     rows = mbytes * (1 << 20) // 4 // COLUMNS
     soa = SoA.allocate(_columns(), rows)
-    rng = np.random.default_rng(1)
-    for c in _columns():
-        soa[c.name][...] = rng.standard_normal(rows, dtype=np.float32)
-    expected = np.concatenate([soa[c.name] for c in _columns()])
-    spec = _spec(rows)
+    _fill(soa, np.random.default_rng(1))
+    expected = _expected(soa)
+    spec = _spec(rows, None)
     clients = {t: Client(site, t, "direct") for t in dict.fromkeys(("grpc", "shm", TRANSPORT))}
     times = {t: [] for t in clients}
     try:
