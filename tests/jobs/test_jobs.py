@@ -28,6 +28,20 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.processes import alive
 
 
+def _unread_bytes(port: int) -> int:
+    """Bytes that reached the server listening on `port` and wait unread in its connections'
+    receive queues (the kernel's /proc/net/tcp: `tx_queue:rx_queue` of each established
+    socket whose local end is that port)."""
+    unread = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                unread += int(queues.split(":")[1], 16)
+    return unread
+
+
 def _answers(out: Path) -> Counter:
     counts: Counter = Counter()
     for path in sorted((out / "jobs").glob("job-*.json")):
@@ -108,7 +122,7 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             models=["particlenet_ak4"],
             jobs=4,
             wave=4,
-            events=80,  # 320 in all: the server dies with 240 of them still to answer
+            events=80,  # 320 in all: the server dies with most of them still to answer
             out=tmp_path / "out",
             batch=8,
             mode=mode,
@@ -119,8 +133,21 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             target=lambda: result.update(submit(spec, lambda p: progress.__setitem__(0, p)))
         )
         runner.start()
-        wait_until(lambda: progress[0].ok >= 80, "the stream to answer 80 events", timeout=180)
-        os.killpg(victim.pid, signal.SIGKILL)
+        wait_until(
+            lambda: progress[0].ok >= 8, "the stream to answer its first events", timeout=180
+        )
+        # The kill must land with a request on the victim, whatever the machine's speed:
+        # stopped, it answers nothing, and once a request has reached it (bytes wait unread
+        # on its gRPC port) it is killed with that request in flight.
+        os.killpg(victim.pid, signal.SIGSTOP)
+        try:
+            wait_until(
+                lambda: _unread_bytes(victim.grpc_port) > 0,
+                f"a request to reach the stopped {victim.id}",
+                timeout=120,
+            )
+        finally:
+            os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
         envoy_retries = envoy.counter(
