@@ -26,6 +26,9 @@ from .placement_settings import local_catalogue, local_pids, named_catalogue, re
 from .pool_scaling import Actuate, PoolScaling
 from .try_timeouts import TryPolicy, TryTimeouts
 
+# how often the API server looks for a shutdown (the standard library polls, 0.5 s by default)
+SHUTDOWN_POLL_S = 0.1
+
 
 def placement_loop(
     args: argparse.Namespace, parser: argparse.ArgumentParser, metrics: OperatorMetrics
@@ -123,11 +126,12 @@ def serve(operator: Operator, host: str, port: int, xds_port: int) -> int:
 
     def shutdown(*_) -> None:
         stop.set()
+        operator.wakeup.set()  # the loop's wait between steps ends now, not at the interval
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    server.serve_forever()
+    server.serve_forever(poll_interval=SHUTDOWN_POLL_S)
     ads.stop(grace=1)
     loop.join(timeout=5)
     return 0

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
@@ -40,9 +41,14 @@ def start_control_plane(
     shed_ttl_s: float = SHED_TTL_S,
     placement: PlacementSettings | None = None,
 ) -> None:
-    """The operator and Envoy, then the gateway and Prometheus; returns once Envoy sends to
-    every server. Each is recorded in the state file as soon as it is started. `placement`:
-    the operator loads and unloads models as their use asks (off when None)."""
+    """The operator and the gateway together, then Envoy, then Prometheus; returns once
+    Envoy sends to every server and the gateway has read the operator's state. Each is
+    recorded in the state file as soon as it is started. `placement`: the operator loads
+    and unloads models as their use asks (off when None).
+
+    The gateway starts with the operator, not after it: its imports take a second or more,
+    and it answers its health check only once it has read the operator's state (it reads
+    again every `refresh_s` until it can)."""
     ports = free_ports(6, avoid=SiteState.load(site_dir).ports())
     op_port, xds_port, listen, admin, http, view = ports
     with edit(site_dir) as state:
@@ -60,7 +66,9 @@ def start_control_plane(
     if state.collector:  # a traced site: Envoy's tracer, over xDS
         args += tracing_operator_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.operator}/healthz"
-    _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health, timeout)
+    operator = _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health)
+    gateway = start_gateway(site_dir, ports=(http, view))
+    operator.wait(timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
@@ -68,7 +76,7 @@ def start_control_plane(
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
     _wait_routed(state.envoy_admin, lambda: routed_hosts(SiteState.load(site_dir)), timeout)
-    start_gateway(site_dir, timeout, ports=(http, view))
+    gateway.wait(timeout)
     start_prometheus(site_dir, timeout)
 
 
@@ -146,14 +154,13 @@ def operator_args(
 
 def start_gateway(
     site_dir: Path,
-    timeout: float,
     tokens: Path | None = None,
     ports: tuple[int, int] | None = None,
-) -> None:
+) -> Started:
     """The gateway (KServe v2 over HTTP, /v1/site, the status page, and the one-server view
     over gRPC that Envoy routes to), following the operator and reading the site's
     processes from the state file for its status page. `ports`: its HTTP and gRPC ports
-    (free ones when not given)."""
+    (free ones when not given). Returns at once: `wait` on what it returns."""
     port, view = ports or free_ports(2, avoid=SiteState.load(site_dir).ports())
     with edit(site_dir) as state:
         state.http = f"127.0.0.1:{port}"
@@ -163,18 +170,30 @@ def start_gateway(
     if state.collector:  # a traced site: the gateway's own tracer
         args += gateway_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.http}/healthz"
-    _start_python(site_dir, "gateway", "sonicsite.gateway.main", args, health, timeout)
+    return _start_python(site_dir, "gateway", "sonicsite.gateway.main", args, health)
 
 
-def _start_python(
-    site_dir: Path, name: str, module: str, args: list[str], health: str, timeout: float
-) -> None:
+@dataclass(frozen=True)
+class Started:
+    """A process of the site started and recorded, not yet waited for."""
+
+    proc: subprocess.Popen
+    health: str
+    log: Path
+
+    def wait(self, timeout: float) -> None:
+        """Until `health` answers; SiteError (with the log's end) if the process exits or
+        `timeout` passes first."""
+        wait_for_http(self.health, self.proc, self.log, timeout, SiteError)
+
+
+def _start_python(site_dir: Path, name: str, module: str, args: list[str], health: str) -> Started:
     """One of our own Python services (the operator, the gateway), recorded in the state
-    file at once and waited for until `health` answers."""
+    file at once."""
     log = site_dir / "logs" / f"{name}.log"
     proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
     record_process(site_dir, name, proc, log, health)
-    wait_for_http(health, proc, log, timeout, SiteError)
+    return Started(proc, health, log)
 
 
 def record_process(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from sonicsite.contract.wire import SERVER, SHED_TTL_S, STATE_FILE, STOPPED, SUPERVISOR
+from sonicsite.contract.wire import SERVER, SHED_TTL_S, STATE_FILE, STOPPED
 from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
@@ -34,7 +34,6 @@ from .processes import (
     group_members,
     is_triton_server,
     runs_for_site,
-    stop_group,
     stop_groups,
 )
 from .servers import STARTING_DIR, remove_leftovers, start_server
@@ -209,27 +208,27 @@ def _pools(
 
 
 def down(site_dir: Path) -> list[int]:
-    """Stop every process of the site: first mark it stopping (under the state lock, so
-    the supervisor starts nothing more), then the supervisor, then the gateway, Envoy, the
-    operator and Prometheus together, then the servers together; returns the PIDs of the
-    servers that were stopped. Works the same whether the supervisor is alive, dead or was
-    never started."""
+    """Stop every process of the site: first mark it stopping (under the state lock), then
+    the supervisor, the gateway, Envoy, the operator and Prometheus together, then the
+    servers together; returns the PIDs of the servers that were stopped. Works the same
+    whether the supervisor is alive, dead or was never started.
+
+    The supervisor goes with the others, not before them: a restart records its PID in the
+    same locked change that checks `stopping` (supervisor.py), so once the site is marked
+    nothing is started any more and every PID is in the state read here. The servers go
+    last, once nothing holds a connection to them: Triton waits for its HTTP clients to
+    leave before it unloads, checking once a second."""
     site_dir = Path(site_dir)
     with edit(site_dir) as state:
         state.stopping = True
         for record in state.processes:
             why = "stopped by `sonicsite down`"
             state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
-    supervisor = state.process(SUPERVISOR)
-    if supervisor is not None and runs_for_site(supervisor.pid, state.site_dir):
-        stop_group(supervisor.pid)
-    state = SiteState.load(site_dir)  # every PID the supervisor recorded before it stopped
-    stop_groups(  # the gateway, Envoy, the operator and Prometheus, all at once
+    stop_groups(  # the supervisor, the gateway, Envoy, the operator and Prometheus, all at once
         [
             process.pid
             for process in reversed(state.processes)
-            if process.kind not in (SERVER, SUPERVISOR)
-            and runs_for_site(process.pid, state.site_dir)
+            if process.kind != SERVER and runs_for_site(process.pid, state.site_dir)
         ]
     )
     stopped = [
