@@ -19,6 +19,18 @@ LOADING = "loading"
 NOT_LOADED = "not-loaded"
 
 
+# Triton's texts for a model it has but not ready: loading, unloading or unloaded there
+# (placement moves models between servers). It refuses such a request before running it.
+NOT_READY_TEXTS = ("has no available versions", "is not at ready state")
+
+
+def not_ready_here(message: str) -> bool:
+    """Triton refused the request because the model is not ready on that server: it did
+    not run, and another server (or the site, once its routes follow an unload) may take
+    it. The caller makes it UNAVAILABLE and `unprocessed`, where Triton says NOT_FOUND."""
+    return any(text in message for text in NOT_READY_TEXTS)
+
+
 class InferError(Exception):
     """`unprocessed`: the server certainly did not act on the request (HTTP/2 REFUSED_STREAM,
     a GOAWAY below its stream, a request that could not be written), so a retry is safe and

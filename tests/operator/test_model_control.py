@@ -13,6 +13,10 @@ import pytest
 import tritonclient.http as httpclient
 from control_site import MODELS, control_target, two_servers
 from polling import wait_until
+from sonicsite.client import Client
+from sonicsite.client.discovery import from_site_file
+from sonicsite.client.errors import UNAVAILABLE
+from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
 from sonicsite.operator.catalogue import catalogue_of, read_repository
 from sonicsite.operator.loadview import LoadView
@@ -117,3 +121,26 @@ def test_a_reload_reads_as_the_work_done_since_never_as_negative_work(pair):
     span = history[-1].at - history[0].at  # every scrape since the first
     (window,) = [x for x in view.window_loads(span) if x.model == "simple"]
     assert window.requests == 23  # the reload counted from zero inside the window
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_a_request_sent_where_the_model_is_unloaded_is_answered_by_another_server(pair, transport):
+    """Triton refuses a request for a model it has unloaded ('has no available versions')
+    before running it, so the client sends it to another server rather than failing it:
+    the race of an unload with a client or gateway that has not yet seen it costs a retry,
+    not the events."""
+    target = control_target(pair, "triton-1")
+    model_control.unload(target, "simple")
+    try:
+        sample = generate("simple", 64, seed=5)
+        with Client(from_site_file(pair.site_dir), transport) as client:
+            result = client.stream("simple", sample.spec, batch=4, window=2).run(
+                sample, lambda *a: None
+            )
+        assert result.events_ok == 64 and result.failed == {}
+        refused = [r for r in result.stats.records if not r.ok]
+        assert refused and {r.server for r in refused} == {"triton-1"}
+        assert {(r.error, r.unprocessed) for r in refused} == {(UNAVAILABLE, True)}
+        assert result.stats.summary()["rows_per_server"] == {"triton-0": 64}
+    finally:
+        model_control.load(target, "simple")
