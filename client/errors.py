@@ -24,13 +24,6 @@ NOT_LOADED = "not-loaded"
 NOT_READY_TEXTS = ("has no available versions", "is not at ready state")
 
 
-def not_ready_here(message: str) -> bool:
-    """Triton refused the request because the model is not ready on that server: it did
-    not run, and another server (or the site, once its routes follow an unload) may take
-    it. The caller makes it UNAVAILABLE and `unprocessed`, where Triton says NOT_FOUND."""
-    return any(text in message for text in NOT_READY_TEXTS)
-
-
 class InferError(Exception):
     """`unprocessed`: the server certainly did not act on the request (HTTP/2 REFUSED_STREAM,
     a GOAWAY below its stream, a request that could not be written), so a retry is safe and
@@ -84,3 +77,15 @@ def held_kind(value: str) -> tuple[str, float]:
     except ValueError:
         left = 0.0
     return (LOADING, left) if left > 0 else (NOT_LOADED, 0.0)
+
+
+def server_error(
+    kind: str, message: str, server: str, retry_after: float = 0.0, status: str = ""
+) -> InferError:
+    """A server's error reply as an InferError of `kind` (from its status), but a refusal
+    because the model is not ready on that server (NOT_READY_TEXTS, NOT_FOUND or 404 from
+    Triton) is UNAVAILABLE and `unprocessed`: it did not run, and another server (or the
+    site, once its routes follow an unload) may take it."""
+    if kind == INVALID and any(text in message for text in NOT_READY_TEXTS):
+        return InferError(UNAVAILABLE, message, server, status=status, unprocessed=True)
+    return InferError(kind, message, server, retry_after, status)

@@ -30,7 +30,7 @@ from .errors import (
     InferError,
     RetryAfter,
     held_kind,
-    not_ready_here,
+    server_error,
 )
 from .http2 import ConnectionPool, GrpcReply, Http2Error
 from .plan import CopyPlan
@@ -108,9 +108,7 @@ def reply_error(reply: GrpcReply, server: str) -> InferError:
     held = reply.metadata.get(HELD_HEADER)  # a holder's answer (errors.py LOADING)
     if held is not None:
         kind, retry_after = held_kind(held)
-    elif kind == INVALID and not_ready_here(reply.details):
-        return InferError(UNAVAILABLE, reply.details, server, status=status, unprocessed=True)
-    return InferError(kind, reply.details, server, retry_after, status)
+    return server_error(kind, reply.details, server, retry_after, status)
 
 
 class GrpcTransport:
@@ -152,11 +150,7 @@ class GrpcTransport:
             # client when it is collected, once the last call has let go of it
             self._control = None
         message = exc.message() or str(exc)
-        if kind == INVALID and not_ready_here(message):
-            return InferError(
-                UNAVAILABLE, message, self.server, status=str(exc.status()), unprocessed=True
-            )
-        return InferError(kind, message, self.server, left, status=str(exc.status()))
+        return server_error(kind, message, self.server, left, status=str(exc.status()))
 
     def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         control = self.control

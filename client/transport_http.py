@@ -33,7 +33,7 @@ from .errors import (
     InferError,
     RetryAfter,
     held_kind,
-    not_ready_here,
+    server_error,
 )
 from .plan import CopyPlan
 from .spec import TRITON_DTYPES, ModelInfo
@@ -234,11 +234,7 @@ class HttpTransport:
         kind = {400: INVALID, 404: INVALID, 503: UNAVAILABLE, 502: UNAVAILABLE}.get(
             status, INTERNAL
         )
-        if kind == INVALID and not_ready_here(message):
-            return InferError(
-                UNAVAILABLE, message, self.server, status=str(status), unprocessed=True
-            )
-        return InferError(kind, message, self.server, status=str(status))
+        return server_error(kind, message, self.server, status=str(status))
 
     @staticmethod
     def _parse(data: bytes, header_length: int) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from sonicsite.contract.wire import SHED, AdmissionRecord
 
 from .loadview import ModelLoad
+from .state_readers import READER_GONE_S
 
 
 def _forget_servers(gauge: Gauge, names: tuple[str, ...], known: set[str]) -> None:
@@ -87,7 +88,8 @@ class OperatorMetrics:
         )
         self.state_readers = Gauge(
             "sonicsite_operator_state_readers",
-            "Gateways that read the operator's state in the last 5 s (an unload waits for them)",
+            f"Gateways that read the operator's state in the last {READER_GONE_S:g} s "
+            "(an unload waits for them)",
             registry=r,
         )
         self.xds_rejected = Counter(

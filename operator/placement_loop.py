@@ -32,7 +32,8 @@ replica), and the worker waits until every Envoy has applied them (`routes_gone`
 what Envoy acknowledges on its ADS stream) and every gateway has read the state since
 (`readers_behind`, state_readers.py) before it unloads. A request that came in
 meanwhile was routed elsewhere or held, not sent to a replica going away (Triton answers
-those "unknown model", which a client must not retry); if requests are held for the model
+those "unknown model ... has no available versions": the sonicsite client retries it
+elsewhere, a stock client fails); if requests are held for the model
 once it has drained and no other replica holds it, the unload is called off.
 
 A failed load or unload is logged with the model, the server and Triton's reason, counted,
