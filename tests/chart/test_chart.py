@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chartcheck import CHART, check_profile, objects, profiles, render
+from chartcheck import (
+    CHART,
+    KUBE_VERSIONS,
+    check_profile,
+    objects,
+    profiles,
+    render,
+    validate_builtin,
+)
 
 from sonicsite.local import envoy
 from sonicsite.local.admin_key import restriction_flags
@@ -23,6 +31,21 @@ def test_every_profile_lints_renders_and_passes_every_schema_and_tool(profile):
     report = check_profile(profile, profiles()[profile])
     assert report.errors == [], "\n".join(report.errors)
     assert report.objects > 10 and "Deployment" in report.kinds
+
+
+def test_a_built_in_object_off_its_schema_is_named_for_every_version():
+    """The built-in schemas (one validator per version and kind) refuse what the API server
+    would, and an apiVersion without a schema is named, not passed."""
+    deployment = next(d for d in _docs({}) if d["kind"] == "Deployment")
+    assert validate_builtin([deployment]) == []
+    deployment["spec"]["replicsa"] = 2
+    odd = {"apiVersion": "apps/v9", "kind": "Deployment", "metadata": {"name": "odd"}}
+    errors = validate_builtin([deployment, odd])
+    name = f"Deployment/{deployment['metadata']['name']}"
+    misspelt = [e for e in errors if e.startswith(name)]
+    assert len(misspelt) == len(KUBE_VERSIONS) and all("'replicsa'" in e for e in misspelt)
+    assert "(Kubernetes 1.28): spec: Additional properties" in misspelt[0]
+    assert f"Deployment/odd (Kubernetes {KUBE_VERSIONS[-1]}): no schema for apps/v9" in errors
 
 
 def _docs(values: dict) -> list[dict]:
