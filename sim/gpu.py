@@ -172,6 +172,11 @@ class Server:
             self.env.process(self._batcher(m))
 
     def submit(self, request: Request) -> None:
+        most = self.models[request.model].max_batch
+        if request.items > most:  # Triton refuses it; the batcher could never take it
+            raise ValueError(
+                f"{request.model}: a request of {request.items} inputs, over max_batch {most}"
+            )
         request.arrived = self.env.now
         self._queues[request.model].append(request)
         self._queued_items[request.model] += request.items

@@ -287,12 +287,18 @@ def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ..
         model = _str(o, "model", at)
         if model not in models:
             raise ScenarioError(f"{at}.model: expected one of {sorted(models)}, got {model!r}")
+        items = _int(o, "items", at, default=1)
+        if items > models[model].max_batch:
+            raise ScenarioError(
+                f"{at}.items: {items} exceeds {model}'s max_batch {models[model].max_batch} "
+                "(Triton would refuse it)"
+            )
         flows.append(
             OpenLoop(
                 model,
                 _num(o, "rate_per_s", at, low=0.001),
                 _num(o, "seconds", at, low=0.001),
-                _int(o, "items", at, default=1),
+                items,
                 _num(o, "start_s", at, low=0.0, default=0.0),
             )
         )

@@ -75,6 +75,11 @@ _DROP = object()
         ("pool/sweep", [2, 0], "pool.sweep[1]: expected a GPU count from 1 to 3"),
         ("pool/sweep", 4, "pool.sweep: expected a list of GPU counts"),
         (
+            "workload/open_loop",
+            [{"model": "deepmet", "rate_per_s": 1, "seconds": 1, "items": 10**6}],
+            "workload.open_loop[0].items: 1000000 exceeds deepmet's max_batch",
+        ),
+        (
             "workload/workflows/0/calls",
             [{"model": "resnet", "items_per_event": 1}],
             "workload.workflows[0].calls[0].model: expected one of",

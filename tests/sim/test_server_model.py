@@ -57,3 +57,11 @@ def test_a_request_waits_in_the_queue_for_its_own_models_batch():
     scraped = server.scrape()["small"]
     assert scraped["queue_us"] == pytest.approx(0.1e6)
     assert scraped["executions"] == 2 and scraped["success"] == 2
+
+
+def test_a_request_over_max_batch_is_refused_not_left_in_the_queue():
+    """Triton refuses it; a queued one would never fit a batch, and the run would not end."""
+    server = Server(simpy.Environment(), "s0", KIND, MODELS, started_at=0.0)
+    with pytest.raises(ValueError, match="big: a request of 2 inputs, over max_batch 1"):
+        server.submit(Request("big", 2, server.env.event()))
+    assert server.pending("big") == 0
