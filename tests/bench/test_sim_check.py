@@ -44,6 +44,8 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
     for label, part in (("50%", 0.5), ("85%", 0.85)):
         site, sim = s["site"][label], s["simulator"][label]
         assert site["failed"] == 0 and site["requests"] > 0
+        for f in ("p50_ms", "p99_ms"):  # each run's own beside the pooled one
+            assert len(site[f"{f}_runs"]["repeats"]) == SHORT.repeats
         offered = part * cal["capacity_rps"]
         # the simulator keeps up with the offered rate below capacity, as the site does
         assert sim["throughput"] == pytest.approx(offered, rel=0.2)
@@ -51,6 +53,8 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
         assert set(s["errors"][label]) == set(FIGURES)
     worst = max(e for by in s["errors"].values() for e in by.values())
     assert s["sim_vs_site_max_error"] == worst
+    spreads = [s["site"][x][f"{f}_runs"]["spread"] for x in s["site"] for f in FIGURES]
+    assert s["site_repeat_max_spread"] == max(spreads)
     assert s["sheds"] == 0 and result["meta"]["sheds"] == 0
     assert result["meta"]["admission"]["shed_above_ms"] > 1000  # the bench's admission
 
