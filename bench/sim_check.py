@@ -218,9 +218,9 @@ def validate(site: SiteRecord, rate: float, o: CheckOptions, seed: int) -> dict:
         answers = open_loop(site, rate, o.seconds, seed + k)
         latencies += answers.latency_ms
         throughputs.append(len(answers.latency_ms) / answers.elapsed_s)
-        run = sorted(answers.latency_ms)
-        p50s.append(_quantile(run, 0.5))
-        p99s.append(_quantile(run, 0.99))
+        own = sorted(answers.latency_ms)
+        p50s.append(_quantile(own, 0.5))
+        p99s.append(_quantile(own, 0.99))
         failed += answers.failed
     ordered = sorted(latencies)
     return {

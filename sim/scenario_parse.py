@@ -268,13 +268,21 @@ def _calls(data: dict, where: str, models: dict[str, ModelSpec], batch: int) -> 
         if model not in models:
             raise ScenarioError(f"{at}.model: expected one of {sorted(models)}, got {model!r}")
         items = _int(c, "items_per_event", at)
-        if items * batch > models[model].max_batch:
-            raise ScenarioError(
-                f"{at}.items_per_event: {items} × events_per_request {batch} exceeds "
-                f"{model}'s max_batch {models[model].max_batch} (Triton would refuse it)"
-            )
+        _fits(
+            models[model],
+            items * batch,
+            f"{at}.items_per_event: {items} × events_per_request {batch}",
+        )
         calls.append(Call(model, items))
     return tuple(calls)
+
+
+def _fits(model: ModelSpec, inputs: int, what: str) -> None:
+    """A request of `inputs` must fit one batch of `model`: Triton refuses a larger one."""
+    if inputs > model.max_batch:
+        raise ScenarioError(
+            f"{what} exceeds {model.name}'s max_batch {model.max_batch} (Triton would refuse it)"
+        )
 
 
 def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ...]:
@@ -288,11 +296,7 @@ def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ..
         if model not in models:
             raise ScenarioError(f"{at}.model: expected one of {sorted(models)}, got {model!r}")
         items = _int(o, "items", at, default=1)
-        if items > models[model].max_batch:
-            raise ScenarioError(
-                f"{at}.items: {items} exceeds {model}'s max_batch {models[model].max_batch} "
-                "(Triton would refuse it)"
-            )
+        _fits(models[model], items, f"{at}.items: {items}")
         flows.append(
             OpenLoop(
                 model,

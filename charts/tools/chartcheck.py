@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from crd_loading import SAFE_LOADER
 
 CHARTS = Path(__file__).resolve().parents[1]
 CHART = CHARTS / "sonicsite"
 CRDS = CHARTS / "crds"  # copies of the CRDs, see its README
-# libyaml's parser where PyYAML has it (the wheels do): the same documents, ten times faster
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KUBE_VERSIONS = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
 CUSTOM_KINDS = {
     "ScaledObject",

@@ -13,9 +13,12 @@ GVK = tuple[str, str, str]
 """(group, version, kind); the group of a core kind is ''."""
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """YAML read the way the API server reads it: timestamps stay strings (sigs.k8s.io/yaml).
-    libyaml's parser where PyYAML has it (the wheels do): CRDs are large."""
+# libyaml's parser where PyYAML has it (the wheels do): the same documents, ten times faster
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(SAFE_LOADER):
+    """YAML read the way the API server reads it: timestamps stay strings (sigs.k8s.io/yaml)."""
 
     yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, re.Pattern[str]]]]] = {
         first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
