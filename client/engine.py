@@ -50,7 +50,9 @@ again. A rerun of a killed job does the same for the chunks its journal says wer
 
 Backends: "site" (all of the above); "local", the model in process (backend_local.py);
 "auto": backend_auto.py says before each attempt whether a chunk goes to the site or runs in
-process, where a chunk that failed every try at the site runs too. Same spec and records.
+process, where a chunk that failed every try at the site runs too, and so does a probe's
+chunk as soon as the probe fails (not refused as invalid): it is not sent to the site again.
+Same spec and records.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 from .backend_auto import AutoSwitch
 from .backend_local import LocalRunner
 from .balancer import Balancer, Endpoint
-from .errors import LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
+from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
 from .layout import Columns
 from .plan import CopyPlan, make_plan
@@ -228,6 +230,11 @@ class Stream:
                 self.balancer.done(endpoint, None)
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
+                if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
+                    self.local.deliver(
+                        self.spec, self.options.strict, lo, hi, source, on_result, result
+                    )
+                    return
                 if exc.kind == LOADING and loading.ask_again(exc.retry_after):
                     tries -= 1  # held, not failed: asked again at once
                     with self._lock:
@@ -388,12 +395,18 @@ class Stream:
         return result
 
     def _server_statistics(self) -> dict[str, dict]:
-        snapshots = {}
-        for server, transport in self.statistics.items():
+        """Each server's statistics of the model, asked of all servers at once: a server that
+        does not answer within `statistics_timeout_s` (hung, stopped) is left out, and costs
+        the stream that wait once, not once per server."""
+
+        def read(transport) -> dict | None:
             try:
-                snapshots[server] = transport.statistics(
-                    self.model, self.options.statistics_timeout_s
-                )
+                return transport.statistics(self.model, self.options.statistics_timeout_s)
             except (InferError, OSError):
-                continue
-        return snapshots
+                return None
+
+        if not self.statistics:
+            return {}
+        with ThreadPoolExecutor(len(self.statistics), thread_name_prefix="statistics") as pool:
+            read_by = {s: pool.submit(read, t) for s, t in self.statistics.items()}
+        return {s: f.result() for s, f in read_by.items() if f.result() is not None}

@@ -9,7 +9,8 @@ import random
 from dataclasses import dataclass
 
 from .backend_local import BACKENDS, COMPILES
-from .transport_grpc import CONTROL_TIMEOUT_S
+
+STATISTICS_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,11 @@ class StreamOptions:
     # requests are idempotent: the id names the inputs (see "At most once" in engine.py).
     request_tag: str = ""
     request_offset: int = 0  # added to lo and hi in request ids (a range of a job's events)
-    # How long each server's statistics (read before and after the stream, for the servers'
-    # own times in StreamStats) are waited for; a server that does not answer in time (hung)
-    # is left out of them.
-    statistics_timeout_s: float = CONTROL_TIMEOUT_S
+    # How long the servers' statistics (read before and after the stream, for the servers'
+    # own times in StreamStats; all servers at once) are waited for; a server that does not
+    # answer in time (hung) is left out of them. Short: a detail of the report must not hold
+    # the stream back (backend "auto" switches to local after `unreachable_s`).
+    statistics_timeout_s: float = STATISTICS_TIMEOUT_S
     backend: str = "site"  # "site", "local" (in process) or "auto" (engine.py: Backends)
     compile: str = "jit"  # the in-process model: TorchScript ("jit"); "aot" not built yet
 

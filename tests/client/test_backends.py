@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -20,10 +22,14 @@ import numpy as np
 import pytest
 from polling import wait_until
 from sonicsite.client import Client
-from sonicsite.client.backend_auto import AutoPolicy
-from sonicsite.client.backend_local import LocalModels
+from sonicsite.client.backend_auto import AutoPolicy, AutoSwitch
+from sonicsite.client.backend_local import LOCAL, LocalModels, LocalRunner
+from sonicsite.client.balancer import Balancer, Endpoint
 from sonicsite.client.discovery import from_site_file
+from sonicsite.client.engine import Stream
 from sonicsite.client.layout import address
+from sonicsite.client.stream_options import StreamOptions
+from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.builders import TORCH_BUILT
 from sonicsite.models.samples import DEFAULT_BATCH, GraphSample, generate
 
@@ -61,8 +67,11 @@ def _run(client: Client, model: str, events: int, seed: int, **options):
         if "on_answer" in hooks:
             hooks["on_answer"](lo, hi)
 
-    hooks = {k: options.pop(k) for k in ("on_answer",) if k in options}
-    result = client.stream(model, sample.spec, **options).run(sample, on_result)
+    hooks = {k: options.pop(k) for k in ("on_answer", "on_stream") if k in options}
+    stream = client.stream(model, sample.spec, **options)
+    if "on_stream" in hooks:
+        hooks["on_stream"](stream)
+    result = stream.run(sample, on_result)
     batch = options.get("batch", 16)
     chunks = [(lo, min(lo + batch, events)) for lo in range(0, events, batch)]
     assert result.failed == {}, result.failed
@@ -187,22 +196,77 @@ def _stop(site_dir: str, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
+class _Observed:
+    """A server's statistics transport whose calls' start and end are recorded."""
+
+    def __init__(self, transport, calls: list[tuple[float, float]]) -> None:
+        self.transport, self.calls = transport, calls
+
+    def statistics(self, model: str, timeout: float):
+        start = time.monotonic()
+        try:
+            return self.transport.statistics(model, timeout)
+        finally:
+            self.calls.append((start, time.monotonic()))
+
+
+def test_a_failed_probe_runs_its_chunk_in_process_at_once(built_models):
+    """backend_auto.py's rule: in process, a probe of the site that fails runs its chunk here
+    at once, never a second try at the site. Six endpoints of a host that never answers (a
+    socket that accepts and stays silent, as a hung host's kernel does), one chunk at a time,
+    so that the records are each chunk's attempts in order: after the switch, a failed
+    attempt is always followed by a run in process."""
+    model = "deepmet"
+    batch = DEFAULT_BATCH[model]
+    sample = generate(model, 8 * batch, seed=5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        endpoints = [Endpoint(f"hung-{i}", GrpcTransport(address, f"hung-{i}")) for i in range(6)]
+        settings = LocalModels(built_models, config_info)
+        runner = LocalRunner(model, settings, "jit", lambda: config_info(model))
+        switch = AutoSwitch(AutoPolicy(unreachable_s=0.1, probe_s=0.01))
+        options = StreamOptions(batch=batch, window=1, timeout_s=0.3, backend="auto")
+        stream = Stream(Balancer(endpoints), model, sample.spec, options, {}, None, runner, switch)
+        result = stream.run(sample, sample.check)
+    assert result.events_ok == len(sample) and result.failed == {}
+    assert [s["to"] for s in result.switches] == ["local"]
+    order = "".join(
+        "L" if r.path == LOCAL else "F" for r in sorted(result.stats.records, key=lambda r: r.start)
+    )
+    after = order[order.index("L") :]
+    assert "F" in after, order  # probes were sent
+    assert "FF" not in after, order  # each failed one's chunk ran here next
+
+
 def test_auto_returns_to_the_site_when_it_answers_again(own_site, built_models):
     """Every part of the site stopped (SIGSTOP: attempts time out): the stream goes on in
-    process; continued (SIGCONT): a probe is answered and the streams go back to the site."""
-    state = own_site(servers=1, models=["particlenet_ak4"])
+    process; continued (SIGCONT): a probe is answered and the streams go back to the site.
+    The stopped servers' statistics (before and after the stream, for its report) are asked
+    of both at once and left out when they do not come: they hold the stream back for one
+    statistics timeout, not one per server."""
+    state = own_site(servers=2, models=["particlenet_ak4"])
     local = LocalModels(built_models, config_info)
     policy = AutoPolicy(unreachable_s=1.0, probe_s=0.2)
     options = {"batch": 16, "window": 2, "backend": "auto", "timeout_s": 3.0}
+    calls: list[tuple[float, float]] = []
+
+    def observe(stream) -> None:
+        stream.statistics = {s: _Observed(t, calls) for s, t in stream.statistics.items()}
+
     with Client(from_site_file(state.site_dir), "grpc", local=local, auto=policy) as client:
         _run(client, "particlenet_ak4", 64, 1, **options)  # learn the site's latencies
         _stop(state.site_dir, signal.SIGSTOP)
         try:
-            _, stopped = _run(client, "particlenet_ak4", 160, 2, **options)
+            _, stopped = _run(client, "particlenet_ak4", 160, 2, on_stream=observe, **options)
         finally:
             _stop(state.site_dir, signal.SIGCONT)
         assert [s["to"] for s in stopped.switches] == ["local"]
         assert stopped.stats.summary()["rows_per_path"].get("local", 0) > 0
+        assert stopped.stats.server_times == {}  # neither stopped server's came
+        calls.sort()
+        assert len(calls) == 4, calls  # both servers, before and after
+        for pair in (calls[:2], calls[2:]):  # each pair waited out together
+            assert max(start for start, _ in pair) < min(end for _, end in pair), calls
         back: list[dict] = []
 
         def returned() -> bool:
