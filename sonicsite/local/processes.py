@@ -126,7 +126,9 @@ def stop_groups(pids: Sequence[int], grace: float = 15.0) -> None:
     """SIGTERM the process groups led by `pids` all at once, then SIGKILL what is left of
     any of them after `grace` s. Together, not one after another: a Triton server takes a
     second or two to unload its models and exit, and the servers of a site can all do that
-    at the same time."""
+    at the same time. A group whose leader is gone (a server that crashed or was killed)
+    has no exit left to wait for: what remains of it (its Python-backend stubs, which do not
+    exit on SIGTERM) is killed at once rather than after the grace."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
@@ -135,6 +137,9 @@ def stop_groups(pids: Sequence[int], grace: float = 15.0) -> None:
     while left and time.monotonic() < deadline:
         for pid in left:
             _reap(pid)
+            members = group_members(pid)
+            if members and pid not in members:  # the leader is gone: leftovers only
+                kill_group(pid)
         time.sleep(0.1)
         left = [pid for pid in left if group_members(pid)]
     for pid in left:  # what is left after the grace

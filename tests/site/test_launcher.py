@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 from polling import wait_until
+from sonicsite.models.samples import generate
+from stock import stock_infer
+from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
-from sonicsite.local.processes import alive, group_members
+from sonicsite.local.processes import alive, group_members, stop_groups
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -50,6 +56,68 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
     assert stopped == [pid]
     assert not group_members(pid)
     assert not (tmp_path / "s" / "state.json").exists()
+
+
+def _stub_running(server_pid: int) -> bool:
+    """Whether a Python-backend stub of the server is on a CPU now (running a request)."""
+    for member in group_members(server_pid):
+        try:
+            state = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if member != server_pid and state == "R":
+            return True
+    return False
+
+
+def test_a_killed_servers_stubs_are_stopped_without_waiting_out_the_grace(tmp_path, built_models):
+    """A server killed outright (SIGKILL: a crash, the OOM killer) leaves its Python-backend
+    stubs in its process group, and they do not exit on SIGTERM. Stopping the group kills
+    them at once: no leader is left whose own exit the grace is for (`down` took its whole
+    15 s grace after such a kill)."""
+    state = launcher.up(
+        tmp_path / "s",
+        servers=1,
+        models=["particlenet_ak4"],
+        build_dir=built_models,
+        supervise=False,
+    )
+    pid = state.servers[0].pid
+    sample = generate("particlenet_ak4", 16, seed=1)
+    arrays, names = sample.reference_inputs(0, 16), sample.spec.output_names
+    answered = threading.Event()
+
+    def load() -> None:  # requests in flight on the stub when the server dies
+        client = grpcclient.InferenceServerClient(state.servers[0].grpc)
+        with contextlib.suppress(InferenceServerException):
+            while True:
+                stock_infer("", "particlenet_ak4", arrays, names, grpcclient, client)
+                answered.set()
+
+    loads = [threading.Thread(target=load, daemon=True) for _ in range(3)]
+    for thread in loads:
+        thread.start()
+    try:
+        wait_until(answered.is_set, "a first answer")
+        # killed while its stub runs a request: the stub then waits for the dead server
+        # and its SIGTERM handler never runs
+        wait_until(lambda: _stub_running(pid), "the stub running a request", interval=0.001)
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: pid not in group_members(pid), "the killed server gone")
+        assert group_members(pid), "no stub left in the killed server's group"
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stop_groups([pid], grace=600.0)
+            stopped.set()
+
+        threading.Thread(target=stop, daemon=True).start()
+        wait_until(stopped.is_set, "the stubs stopped before the 600 s grace", timeout=120)
+        assert not group_members(pid)
+        for thread in loads:
+            thread.join(timeout=120)
+    finally:
+        launcher.down(tmp_path / "s")
 
 
 def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
