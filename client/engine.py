@@ -409,4 +409,5 @@ class Stream:
             return {}
         with ThreadPoolExecutor(len(self.statistics), thread_name_prefix="statistics") as pool:
             read_by = {s: pool.submit(read, t) for s, t in self.statistics.items()}
-        return {s: f.result() for s, f in read_by.items() if f.result() is not None}
+        snapshots = {s: f.result() for s, f in read_by.items()}
+        return {s: snapshot for s, snapshot in snapshots.items() if snapshot is not None}
