@@ -78,7 +78,7 @@ from .failover import Failover
 from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
-from .stats import KEPT, RequestRecord, StreamStats, server_time_deltas
+from .stats import KEPT, RequestRecord, StreamStats, read_statistics, server_time_deltas
 from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
@@ -189,10 +189,7 @@ class Stream:
             else:
                 endpoint, probe = self.auto.endpoint(self.balancer, avoid)
                 if endpoint is None:
-                    self.local.deliver(
-                        self.spec, self.options.strict, lo, hi, source, on_result, result
-                    )
-                    return
+                    return self._run_here(lo, hi, source, on_result, result)
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             if loading.waiting:  # held while the model loads: as long as the user allows
                 deadline = self.options.timeout_s
@@ -231,10 +228,7 @@ class Stream:
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
                 if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
-                    self.local.deliver(
-                        self.spec, self.options.strict, lo, hi, source, on_result, result
-                    )
-                    return
+                    return self._run_here(lo, hi, source, on_result, result)
                 if exc.kind == LOADING and loading.ask_again(exc.retry_after):
                     tries -= 1  # held, not failed: asked again at once
                     with self._lock:
@@ -245,10 +239,7 @@ class Stream:
                     if self.auto is None:
                         break
                     self.auto.exhausted(tries, error)
-                    self.local.deliver(
-                        self.spec, self.options.strict, lo, hi, source, on_result, result
-                    )
-                    return
+                    return self._run_here(lo, hi, source, on_result, result)
                 if not exc.retryable:
                     break
                 with self._lock:
@@ -290,12 +281,15 @@ class Stream:
         else:  # every try failed at the site (none refused as invalid): auto runs it here
             if self.auto is not None:
                 self.auto.exhausted(tries, error)
-                self.local.deliver(
-                    self.spec, self.options.strict, lo, hi, source, on_result, result
-                )
-                return
+                return self._run_here(lo, hi, source, on_result, result)
         with self._lock:
             result.failed[(lo, hi)] = error
+
+    def _run_here(
+        self, lo: int, hi: int, source: Source, on_result: OnResult, result: StreamResult
+    ) -> None:
+        """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once."""
+        self.local.deliver(self.spec, self.options.strict, lo, hi, source, on_result, result)
 
     def _look_up(self, plan: CopyPlan, request_id: str, deadline: float) -> Reply | None:
         """Ask each server directly for the answer it kept of `request_id` (it ran the request
@@ -356,7 +350,7 @@ class Stream:
         journal), whose kept answers are looked up first (see "At most once")."""
         result = StreamResult()
         switched = len(self.auto.switches) if self.auto is not None else 0
-        before = self._server_statistics()
+        before = read_statistics(self.statistics, self.model, self.options.statistics_timeout_s)
         chunks = [
             (lo, min(lo + self.options.batch, len(source)))
             for lo in range(0, len(source), self.options.batch)
@@ -384,7 +378,7 @@ class Stream:
             ]
             for future in futures:
                 future.result()
-        after = self._server_statistics()
+        after = read_statistics(self.statistics, self.model, self.options.statistics_timeout_s)
         if self.auto is not None:
             result.switches = self.auto.switches[switched:]
         result.local.sort()
@@ -393,21 +387,3 @@ class Stream:
         }
         result.delivered.sort()
         return result
-
-    def _server_statistics(self) -> dict[str, dict]:
-        """Each server's statistics of the model, asked of all servers at once: a server that
-        does not answer within `statistics_timeout_s` (hung, stopped) is left out, and costs
-        the stream that wait once, not once per server."""
-
-        def read(transport) -> dict | None:
-            try:
-                return transport.statistics(self.model, self.options.statistics_timeout_s)
-            except (InferError, OSError):
-                return None
-
-        if not self.statistics:
-            return {}
-        with ThreadPoolExecutor(len(self.statistics), thread_name_prefix="statistics") as pool:
-            read_by = {s: pool.submit(read, t) for s, t in self.statistics.items()}
-        snapshots = {s: f.result() for s, f in read_by.items()}
-        return {s: snapshot for s, snapshot in snapshots.items() if snapshot is not None}

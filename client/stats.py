@@ -8,9 +8,12 @@ Triton's own statistics (deltas over the stream, per server that served it).
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .errors import InferError
 
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
@@ -42,6 +45,25 @@ def server_time_deltas(before: dict, after: dict) -> dict[str, float]:
         ns = after.get(stage, (0, 0))[1] - before.get(stage, (0, 0))[1]
         out[f"{stage}_us"] = round(ns / count / 1e3, 1) if count else 0.0
     return out
+
+
+def read_statistics(transports: dict, model: str, timeout: float) -> dict[str, dict]:
+    """Each server's statistics of `model` ({server id: transport}), asked of all servers at
+    once: a server that does not answer within `timeout` (hung, stopped) is left out, and
+    costs the caller that wait once, not once per server."""
+
+    def read(transport) -> dict | None:
+        try:
+            return transport.statistics(model, timeout)
+        except (InferError, OSError):
+            return None
+
+    if not transports:
+        return {}
+    with ThreadPoolExecutor(len(transports), thread_name_prefix="statistics") as pool:
+        read_by = {server: pool.submit(read, t) for server, t in transports.items()}
+    snapshots = {server: future.result() for server, future in read_by.items()}
+    return {server: s for server, s in snapshots.items() if s is not None}
 
 
 def parse_statistics(model_stats: dict) -> dict[str, tuple[int, int]]:

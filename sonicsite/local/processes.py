@@ -101,18 +101,28 @@ def kill_group(pid: int) -> None:
     _reap(pid)
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name (state first, then the parent
+    and the process group), or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def process_state(pid: int) -> str:
+    """The process's state letter (R running, S sleeping, Z zombie, ...); "" when gone."""
+    fields = _stat(pid)
+    return fields[0] if fields else ""
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group `pgid`."""
     members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields and int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
 

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
-from sonicsite.local.processes import alive, group_members, stop_groups
+from sonicsite.local.processes import alive, group_members, process_state, stop_groups
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -60,14 +60,10 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
 
 def _stub_running(server_pid: int) -> bool:
     """Whether a Python-backend stub of the server is on a CPU now (running a request)."""
-    for member in group_members(server_pid):
-        try:
-            state = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if member != server_pid and state == "R":
-            return True
-    return False
+    return any(
+        member != server_pid and process_state(member) == "R"
+        for member in group_members(server_pid)
+    )
 
 
 def test_a_killed_servers_stubs_are_stopped_without_waiting_out_the_grace(tmp_path, built_models):
