@@ -5,13 +5,19 @@ gives up a try that has waited `multiplier` times the model's current time per r
 (Triton's queue + compute per request, or the wait its pending requests imply by Little's
 law when that is longer, on its slowest server that can be measured), at least `floor_s`
 and at most `cap_s`, and retries it on another server; a model never measured gets the cap.
-The multiplier stands for a high percentile of the latency: the figure is a mean over the
-last step. With `hedge`, Envoy sends a second copy to another server after that time
-instead of abandoning the first try, and the first answer wins.
+The multiplier stands for a high percentile of the latency: the figure is a mean. With
+`hedge`, Envoy sends a second copy to another server after that time instead of abandoning
+the first try, and the first answer wins.
 
-The timeout, a multiple of `STEP_S`, grows at once when the model slows down; it shrinks at
-once to a target half as long or less, and to a lower target only once it has stayed lower
-for `SHRINK_AFTER` observations in a row: Envoy's routes do not change every step.
+The latency is taken over the last `WINDOW_S` seconds, not one step: a step sees a handful
+of completions, and a slow server that finished nothing in it is left out of it, so one
+step's figure can read the model several times faster than its tries take.
+
+The timeout, a multiple of `STEP_S`, grows at once when the model slows down, and shrinks
+only once a lower target has held for `SHRINK_AFTER` observations in a row. A timeout too
+short costs every try it cuts a duplicate execution elsewhere (more load on a busy site,
+and a failed request once the retries are spent); one too long costs only the time of a
+rare hang. Envoy's routes do not change every step either.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .loadview import ModelLoad
+from .loadview import LoadView, ModelLoad
 
 STEP_S = 0.5  # per-try timeouts are multiples of this
 SHRINK_AFTER = 10  # observations in a row with a lower target before the timeout follows it
+WINDOW_S = 5.0  # the latency's window (LoadView.window_loads)
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,21 @@ class TryTimeouts:
         return min(math.ceil(raw / STEP_S) * STEP_S, self.policy.cap_s)
 
     def observe(self, model: str, loads: list[ModelLoad]) -> float:
-        """Update the model's per-try timeout from its loads of the last step; returns it."""
+        """Update the model's per-try timeout from its loads over the last `WINDOW_S`;
+        returns it."""
         latency = latency_s(loads)
         if latency is not None:
             wanted, now = self.target(latency), self.current.get(model)
             lower = self._lower.get(model, 0) + 1 if now and wanted < now else 0
-            if now is None or wanted > now or wanted <= now / 2 or lower >= SHRINK_AFTER:
+            if now is None or wanted > now or lower >= SHRINK_AFTER:
                 self.current[model], lower = wanted, 0
             self._lower[model] = lower
         return self.timeout(model)
+
+    def observe_view(self, model: str, view: LoadView) -> float:
+        """Update the model's per-try timeout from the load view, over its last `WINDOW_S`
+        (what the operator does each step); returns it."""
+        return self.observe(model, [w for w in view.window_loads(WINDOW_S) if w.model == model])
 
     def timeout(self, model: str) -> float:
         return self.current.get(model, self.policy.cap_s)
