@@ -31,10 +31,10 @@ run:
 	@$(BIN)/sonicsite demo
 
 # Two workers (pytest-xdist), each taking whole test files so that a module's shared site
-# stays one site: most tests wait on servers rather than compute, and the suite's time halves.
+# stays one site, the longest files first (tests/conftest.py, LONGEST_FIRST).
 TEST_WORKERS ?= 2
 test: install models $(XDS_WHEEL)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The Helm chart: lint, render, Kubernetes and CRD schemas, Envoy and promtool, per profile
 # (tests/chart runs the same checks inside `make test`). The chart's tools are scripts in

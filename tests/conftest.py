@@ -21,6 +21,39 @@ BUILD_DIR = ROOT / "build" / "models"
 
 _skipped: list[str] = []
 
+# The modules that take longest, longest first (seconds each on one of these 2-core machines,
+# run alone, 2026-11-28). `make test` hands whole files to two workers in collection order
+# (--dist loadfile --no-loadscope-reorder): started first, the long ones run beside each
+# other and the short ones fill in at the end, so that neither worker finishes a minute
+# before the other. (pytest-xdist's own order, files with the most tests first, left the
+# one-test benches for last.) Only the order matters: a module missing here runs after
+# these, in the order pytest collects it.
+LONGEST_FIRST = (
+    "operator/test_holding.py",  # 83
+    "jobs/test_backends_submit.py",  # 73
+    "client/test_failover.py",  # 55
+    "site/test_supervisor.py",  # 54
+    "bench/test_placement_bench.py",  # 53
+    "client/test_backends.py",  # 50
+    "jobs/test_jobs.py",  # 47
+    "monitoring/test_dashboards.py",  # 47
+    "monitoring/test_scoped_queries.py",  # 46
+    "compat/test_perf_analyzer.py",  # 44
+    "operator/test_placement_loop.py",  # 38
+    "client/test_aot.py",  # 38
+    "jobs/test_faults.py",  # 37
+    "jobs/test_fault_bench.py",  # 36
+    "operator/test_autoscaler.py",  # 35
+    "sim/test_simulator.py",  # 35
+    "bench/test_stock_tools_bench.py",  # 32
+    "site/test_launcher.py",  # 29
+    "bench/test_sim_check.py",  # 27
+    "chart/test_probes.py",  # 25
+    "operator/test_shed_expiry.py",  # 25
+    "operator/test_blind_spots.py",  # 25
+    "operator/test_admission.py",  # 20
+)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Each pytest-xdist worker chooses its sites' ports from a range of its own, below the
@@ -29,6 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker.startswith("gw") and not os.environ.get(PORT_RANGE_VARIABLE):
         lo = 10000 + 2000 * int(worker[2:])
         os.environ[PORT_RANGE_VARIABLE] = f"{lo}-{lo + 1999}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first (LONGEST_FIRST), each module's tests in their own order."""
+    rank = {f"tests/{name}": k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

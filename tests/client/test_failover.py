@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from http2_calls import REFUSED_STREAM
 from http2_peer import Http2Peer
-from overload import overload
+from overload import SLEEPY_MODEL, overload, sleepy
 from polling import wait_until
 from sonicsite.client import Client, InferError
 from sonicsite.client.balancer import Balancer, Endpoint
@@ -214,6 +214,9 @@ def test_failover_goes_envoy_gateway_servers_and_returns_to_envoy(own_site):
 # -- admission is not failed over ------------------------------------------------------------
 
 
+SHED_MODEL = SLEEPY_MODEL  # the shed test's: overloaded by sleeping executions, at little CPU
+
+
 def _refused_by_envoy(state, sample) -> bool:
     transport = GrpcTransport(state.grpc, "envoy")
     try:
@@ -244,7 +247,7 @@ def _refusals(state) -> tuple[int, float]:
     at_envoy = envoy.counter(state.envoy_admin, "http.sonicsite.fault.aborts_injected")
     with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=10) as reply:
         lines = reply.read().decode().splitlines()
-    shed = 'sonicsite_gateway_rejections_total{model="particle_transformer",reason="shed"} '
+    shed = f'sonicsite_gateway_rejections_total{{model="{SHED_MODEL}",reason="shed"}} '
     at_gateway = sum(float(line[len(shed) :]) for line in lines if line.startswith(shed))
     return at_envoy, at_gateway
 
@@ -267,8 +270,8 @@ def test_a_shed_model_waits_and_is_never_sent_around_envoy_or_the_gateway(own_si
         inflight_cap=32,
         compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
     )
-    state = own_site(servers=1, models=["particle_transformer"], admission=policy)
-    probe = generate("particle_transformer", 2, seed=6)
+    state = own_site(servers=1, models=[SHED_MODEL], admission=policy, delay_ms=sleepy(1))
+    probe = generate(SHED_MODEL, 2, seed=6)
     results = {}
     with (
         Client(from_site_file(state.site_dir), "grpc") as via_envoy,
@@ -276,14 +279,14 @@ def test_a_shed_model_waits_and_is_never_sent_around_envoy_or_the_gateway(own_si
     ):
         assert via_envoy.mode == via_gateway.mode == "site"
         # load straight to the server until both streams have been refused
-        with overload(state.servers, "particle_transformer", window=12, seed=4):
-            wait_until(lambda: _shed(state, "particle_transformer"), "the model to be shed")
+        with overload(state.servers, SHED_MODEL, window=12, seed=4):
+            wait_until(lambda: _shed(state, SHED_MODEL), "the model to be shed")
             wait_until(lambda: _refused_by_envoy(state, probe), "Envoy to shed the model")
             wait_until(lambda: _refused_by_gateway(state, probe), "the gateway to shed it")
             at_envoy, at_gateway = _refusals(state)  # the probes', before the streams'
 
             def send(name: str, client: Client) -> None:
-                sample = generate("particle_transformer", 16, seed=5)
+                sample = generate(SHED_MODEL, 16, seed=5)
                 stream = client.stream(sample.spec.model, sample.spec, batch=4, max_tries=60)
                 results[name] = stream.run(sample, lambda *a: None)
 

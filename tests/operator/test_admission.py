@@ -10,7 +10,7 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
-from overload import overload, refusal
+from overload import SLEEPY_MODEL, overload, refusal, sleepy
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -124,6 +124,9 @@ def _admission(site_state, model: str) -> dict:
         return json.loads(reply.read())["admission"][model]
 
 
+MODEL = SLEEPY_MODEL  # overloaded by sleeping executions, at little CPU (overload.py)
+
+
 def _wait_for_admission(site_state, model: str, state: str) -> None:
     wait_until(
         lambda: _admission(site_state, model)["state"] == state,
@@ -134,7 +137,7 @@ def _wait_for_admission(site_state, model: str, state: str) -> None:
 def _stock_refusal(address: str, inputs: dict) -> InferenceServerException:
     """What a stock tritonclient (no sonicsite header) gets from a shed model through Envoy."""
     with pytest.raises(InferenceServerException) as refused:
-        stock_infer(address, "particle_transformer", inputs, ["softmax"])
+        stock_infer(address, MODEL, inputs, ["OUTPUT0"])
     return refused.value
 
 
@@ -151,18 +154,19 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
     state = launcher.up(
         site_dir,
         servers=2,
-        models=["particle_transformer", "simple"],
+        models=[MODEL, "simple"],
         build_dir=built_models,
         admission=POLICY,
+        delay_ms=sleepy(2),
     )
     envoy = GrpcTransport(state.grpc, "site")
     try:
-        jets = generate("particle_transformer", 2, seed=8)
+        jets = generate(MODEL, 2, seed=8)
         # load straight to the servers, as load that arrived before, until the shed is shown
-        with overload(state.servers, "particle_transformer", window=12):
-            _wait_for_admission(state, "particle_transformer", SHED)
-            assert "on every server" in _admission(state, "particle_transformer")["reason"]
-            info = envoy.model_info("particle_transformer")
+        with overload(state.servers, MODEL, window=12):
+            _wait_for_admission(state, MODEL, SHED)
+            assert "on every server" in _admission(state, MODEL)["reason"]
+            info = envoy.model_info(MODEL)
             plan = make_plan(jets.spec, info, jets.request(0, 2))
             refused = wait_until(
                 lambda: refusal(lambda: envoy.infer(plan, timeout=30)),
@@ -173,7 +177,7 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
             assert "model shed by sonicsite admission" in refused.message
             # The gateway refuses it too, with 429, Retry-After and the reason.
             body = kserve_json(jets.reference_inputs(0, 1))
-            url = f"http://{state.http}/v2/models/particle_transformer/infer"
+            url = f"http://{state.http}/v2/models/{MODEL}/infer"
             shed_reply = wait_until(
                 lambda: _http_refusal(url, body), "the gateway to refuse the shed model"
             )
@@ -190,25 +194,20 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
             outputs = ["OUTPUT0", "OUTPUT1"]
             answered = stock_infer(state.grpc, "simple", simple.reference_inputs(0, 4), outputs)
             assert all(answered[n] is not None for n in outputs)
-        _wait_for_admission(state, "particle_transformer", OPEN)
+        _wait_for_admission(state, MODEL, OPEN)
         admitted = []
         wait_until(
             lambda: refusal(lambda: admitted.append(envoy.infer(plan, timeout=30))) is None,
             "Envoy to admit the reopened model",
         )
-        assert admitted[0].outputs["softmax"].shape == (2, 10)
+        assert admitted[0].outputs["OUTPUT0"].shape == jets.reference_inputs(0, 2)["INPUT0"].shape
         with urllib.request.urlopen(f"http://{state.operator}/metrics", timeout=5) as r:
             metrics = r.read().decode()
         # the decisions are counted (the load may push it over the threshold more than once)
-        shed = re.search(
-            r'sonicsite_admission_changes_total\{model="particle_transformer",state="shed"\} '
-            r"([0-9.]+)",
-            metrics,
-        )
+        changes = f'sonicsite_admission_changes_total{{model="{MODEL}",state='
+        shed = re.search(re.escape(changes) + r'"shed"\} ([0-9.]+)', metrics)
         assert shed and float(shed.group(1)) >= 1
-        assert 'sonicsite_admission_changes_total{model="particle_transformer",state="open"}' in (
-            metrics
-        )
+        assert changes + '"open"}' in metrics
     finally:
         envoy.close()
         launcher.down(site_dir)
@@ -246,23 +245,24 @@ def test_the_client_honours_a_shed_route_and_completes_every_event(tmp_path, bui
     state = launcher.up(
         site_dir,
         servers=1,
-        models=["particle_transformer"],
+        models=[MODEL],
         build_dir=built_models,
         admission=policy,
+        delay_ms=sleepy(1),
     )
     try:
-        sample = generate("particle_transformer", 16, seed=5)
+        sample = generate(MODEL, 16, seed=5)
         results: dict = {}
         with Client(from_site_file(site_dir), "grpc") as through:
             # load straight to the server until the stream through Envoy has been refused
-            with overload(state.servers, "particle_transformer", events=240, seed=4):
-                _wait_for_admission(state, "particle_transformer", SHED)
+            with overload(state.servers, MODEL, events=240, seed=4):
+                _wait_for_admission(state, MODEL, SHED)
                 _wait_until_envoy_sheds(state, sample)  # the decision takes a moment to get there
                 refused = _envoy_refusals(state)  # the probes' refusals, before the stream's
                 stream = threading.Thread(
                     target=lambda: results.update(
                         result=through.stream(
-                            "particle_transformer", sample.spec, batch=4, window=2, max_tries=60
+                            MODEL, sample.spec, batch=4, window=2, max_tries=60
                         ).run(sample, lambda *a: None)
                     )
                 )

@@ -11,7 +11,7 @@ import socket
 import urllib.request
 
 import pytest
-from overload import overload
+from overload import SLEEPY_MODEL, overload, sleepy
 from polling import wait_until
 from sonicsite.client import InferError
 from sonicsite.client.errors import OVERLOADED
@@ -32,7 +32,7 @@ POLICY = AdmissionPolicy(
     inflight_cap=32,
     compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
-MODEL = "particle_transformer"
+MODEL = SLEEPY_MODEL  # overloaded by sleeping executions, at little CPU (overload.py)
 
 
 def _load(server: str, queue_ms: float | None, pending: float = 0.0) -> ModelLoad:
@@ -163,6 +163,7 @@ def test_one_hung_server_does_not_blind_admission(tmp_path, built_models):
         build_dir=built_models,
         admission=POLICY,
         supervise=False,
+        delay_ms=sleepy(2),
     )
     hung, busy = state.servers
     stopped: list[int] = []

@@ -14,7 +14,7 @@ import urllib.request
 
 import grpc
 import pytest
-from overload import overload
+from overload import SLEEPY_MODEL, overload, sleepy
 from polling import wait_until
 from sonicsite.client import InferError
 from sonicsite.client.errors import OVERLOADED
@@ -53,7 +53,7 @@ POLICY = AdmissionPolicy(
     inflight_cap=32,
     compute_multiple=0.0,  # the ms thresholds alone: shed by queue time
 )
-MODEL = "particle_transformer"
+MODEL = SLEEPY_MODEL  # overloaded by sleeping executions, at little CPU
 TTL_S = SHED_TTL_S / 2  # the sites' sheds: renewed every 2.5 s, lapsing 5 s after the last
 
 
@@ -171,6 +171,7 @@ def _up(tmp_path, built_models):
         admission=POLICY,
         supervise=False,  # nothing restarts the operator: the data plane is on its own
         shed_ttl_s=TTL_S,
+        delay_ms=sleepy(2),
     )
 
 

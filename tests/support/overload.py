@@ -19,6 +19,21 @@ from sonicsite.models.samples import generate
 
 from sonicsite.contract.wire import ServerRecord, SiteRecord
 
+# Overload by waiting, not by computing: every execution of the model on a site started with
+# `launcher.up(..., delay_ms=sleepy(n))` sleeps SLEEP_MS, and identity runs one request per
+# execution, so requests queue one behind another and queue time grows with the requests in
+# flight at a few per cent of a core. For tests of what the site does under overload; a test
+# of a model's own compute uses that model. (particle_transformer took both cores for as
+# long as each such test ran: the suite's costliest load.)
+SLEEPY_MODEL = "identity"
+SLEEP_MS = 50.0
+
+
+def sleepy(servers: int) -> dict[str, float]:
+    """`launcher.up`'s `delay_ms` for a site of `servers` servers, each sleeping SLEEP_MS
+    per execution."""
+    return {f"triton-{i}": SLEEP_MS for i in range(servers)}
+
 
 class _Ended(Exception):
     """Raised by a stream's `on_send` once the block has ended: the chunk is not sent."""
