@@ -10,6 +10,7 @@ import urllib.request
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from overload import SLEEPY_MODEL, sleepy
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -99,13 +100,16 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
     scaling = ScalingPolicy(
         min_servers=1, max_servers=2, target_ms=50, up_window_s=0, down_window_s=3, window_s=3
     )
+    # queue time from executions that sleep (overload.py), not from compute: the server the
+    # autoscaler adds does not sleep, and takes the load off the first
     state = launcher.up(
         site_dir,
         servers=1,
-        models=["particle_transformer", "simple"],
+        models=[SLEEPY_MODEL, "simple"],
         build_dir=built_models,
         scaling=scaling,
         admission=AdmissionPolicy(shed_above_ms=1e6, open_below_ms=1e5),
+        delay_ms=sleepy(1),
     )
     errors: list[str] = []
     trickle_ok = [0]
@@ -129,12 +133,12 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
     light = threading.Thread(target=trickle)
     light.start()
     try:
-        jets = generate("particle_transformer", 480, seed=3)
+        jets = generate(SLEEPY_MODEL, 1600, seed=3)
         with Client(from_site_file(site_dir), "grpc") as client:
-            result = client.stream("particle_transformer", jets.spec, batch=8, window=8).run(
+            result = client.stream(SLEEPY_MODEL, jets.spec, batch=8, window=8).run(
                 jets, lambda *a: None
             )
-        assert result.events_ok == 480 and result.failed == {}
+        assert result.events_ok == 1600 and result.failed == {}
         assert not [r for r in result.stats.records if not r.ok], "a request failed"
         events = _state(state)["scale_events"]
         assert events and events[0]["direction"] == "up" and events[0]["to"] == 2
