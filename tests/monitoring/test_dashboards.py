@@ -18,6 +18,7 @@ import pytest
 from dashboard_builder import panels_without_data
 from grafana_foundation_sdk.models.dashboard import Dashboard
 from monitoring_dashboards import OUT, dashboards, panel_queries, to_json
+from overload import SLEEPY_MODEL, sleepy
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -107,6 +108,7 @@ def test_every_query_selects_the_boards_namespace_and_release():
 # The boards a site without placement fills; sonicsite-placement.json is checked on a site
 # with placement on (tests/operator/test_holding.py).
 SITE_BOARDS = ("sonicsite-overview.json", "sonicsite-model.json")
+MODEL = SLEEPY_MODEL  # queue time from sleeping executions, at little CPU (overload.py)
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +126,10 @@ def busy_site(tmp_path_factory, built_models):
     state = launcher.up(
         site_dir,
         servers=1,
-        models=["particlenet_ak4", "simple"],
+        models=[MODEL, "simple"],
         build_dir=built_models,
         admission=policy,
+        delay_ms=sleepy(1),
     )
     yield state
     launcher.down(site_dir)
@@ -135,9 +138,9 @@ def busy_site(tmp_path_factory, built_models):
 def _gateway_rejections(state, stop: threading.Event, seen: list[int]) -> None:
     """HTTP requests to the gateway, one after another while the stream runs, until one is
     refused with 429."""
-    sample = generate("particlenet_ak4", 1, seed=9)
+    sample = generate(MODEL, 1, seed=9)
     body = kserve_json(sample.reference_inputs(0, 1))
-    url = f"http://{state.http}/v2/models/particlenet_ak4/infer"
+    url = f"http://{state.http}/v2/models/{MODEL}/infer"
     while not stop.is_set() and 429 not in seen:
         try:
             with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30) as r:
@@ -148,7 +151,7 @@ def _gateway_rejections(state, stop: threading.Event, seen: list[int]) -> None:
 
 def test_every_panel_of_every_dashboard_has_data_on_a_live_site(busy_site):
     assert busy_site.prometheus, "the local site starts Prometheus when it is installed"
-    jets = generate("particlenet_ak4", 256, seed=3)
+    jets = generate(MODEL, 256, seed=3)
     stop, seen = threading.Event(), []
     poker = threading.Thread(target=_gateway_rejections, args=(busy_site, stop, seen))
     poker.start()
@@ -159,9 +162,9 @@ def test_every_panel_of_every_dashboard_has_data_on_a_live_site(busy_site):
             def shed_at_envoy_and_at_the_gateway() -> bool:
                 # one more stream; shed at Envoy once the decision arrives (a second or two)
                 nonlocal overloaded
-                result = client.stream(
-                    "particlenet_ak4", jets.spec, batch=16, window=8, max_tries=100
-                ).run(jets, lambda *a: None)
+                result = client.stream(MODEL, jets.spec, batch=8, window=8, max_tries=100).run(
+                    jets, lambda *a: None
+                )
                 assert result.events_ok == 256 and result.failed == {}
                 overloaded += result.overloaded
                 return overloaded > 0 and 429 in seen
