@@ -25,7 +25,7 @@ _skipped: list[str] = []
 # run alone, 2026-11-28). `make test` hands whole files to its workers in collection order
 # (--dist loadfile --no-loadscope-reorder): started first, the long ones run beside each
 # other and the short ones fill in at the end, so that no worker finishes a minute
-# long before another. (pytest-xdist's own order, files with the most tests first, left the
+# before another. (pytest-xdist's own order, files with the most tests first, left the
 # one-test benches for last.) Only the order matters: a module missing here runs after
 # these, in the order pytest collects it.
 LONGEST_FIRST = (
