@@ -108,7 +108,7 @@ class Operator:
         placing = self.placement is not None
         shared = shared_models(per_model, weights[ALL_SERVERS], set(caps), placing)
         self.tries.forget(set(models))
-        per_try = {m: self.tries.observe_view(m, self.loadview) for m in models}
+        per_try = self.tries.observe_view(models, self.loadview)
         holding = self._holding()
         # a catalogue model no server holds, or whose cluster Envoy has not applied yet:
         # its requests go to the holder (the gateway), which sends them on once it is held

@@ -87,10 +87,12 @@ class TryTimeouts:
             self._lower[model] = lower
         return self.timeout(model)
 
-    def observe_view(self, model: str, view: LoadView) -> float:
-        """Update the model's per-try timeout from the load view, over its last `WINDOW_S`
-        (what the operator does each step); returns it."""
-        return self.observe(model, [w for w in view.window_loads(WINDOW_S) if w.model == model])
+    def observe_view(self, models: list[str], view: LoadView) -> dict[str, float]:
+        """Update each model's per-try timeout from the load view over its last `WINDOW_S`
+        (what the operator does each step, the window read once for all models); returns
+        them."""
+        window = view.window_loads(WINDOW_S)
+        return {m: self.observe(m, [w for w in window if w.model == m]) for m in models}
 
     def timeout(self, model: str) -> float:
         return self.current.get(model, self.policy.cap_s)

@@ -43,15 +43,15 @@ LONGEST_FIRST = (
     "client/test_aot.py",  # 38
     "jobs/test_faults.py",  # 37
     "jobs/test_fault_bench.py",  # 36
-    "operator/test_autoscaler.py",  # 35
     "sim/test_simulator.py",  # 35
     "bench/test_stock_tools_bench.py",  # 32
+    "operator/test_blind_spots.py",  # 32
+    "operator/test_shed_expiry.py",  # 31
     "site/test_launcher.py",  # 29
     "bench/test_sim_check.py",  # 27
+    "operator/test_autoscaler.py",  # 26
     "chart/test_probes.py",  # 25
-    "operator/test_shed_expiry.py",  # 25
-    "operator/test_blind_spots.py",  # 25
-    "operator/test_admission.py",  # 20
+    "operator/test_admission.py",  # 22
 )
 
 
