@@ -33,6 +33,15 @@ UNSTABLE = "Failed to obtain stable measurement"
 # thousands of requests, time slices longer than a request): one more per 500 requests.
 EDGE = 6
 EDGE_PER_REQUESTS = 500
+# The client keeps sending while perf_analyzer reads the counts, and counts only requests
+# inside its windows, which lie between those reads: requests completed while a read is
+# answered are the server's alone. Through the site a read crosses Envoy, the gateway and
+# every server; with three test workers on two cores one was answered so late that the
+# server counted 40 more than the client sent (1182 for 1142, through Envoy). So the
+# server's count may exceed the client's by a tenth: a view that missed one of simple's three
+# servers (about a third) or counted one twice is still caught, and the server never counts
+# fewer than the client sent beyond the edges.
+READ_SHARE = 10
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +75,12 @@ CASES = [(p, path, "simple") for p, path in RUNS] + [
 @pytest.mark.parametrize(("protocol", "path", "model"), CASES)
 def test_perf_analyzer_measures_every_path(compat_site, pa_env, protocol, path, model):
     """A run stable at 10 %; on a machine too busy for that, the same run accepting any
-    spread (the figures are not what this test is about). Its client-side request count
-    and the server-side count it read from the path's statistics agree, within a request
-    per window at the windows' edges (and one per 500 on a busy machine): through the site
-    the count is summed over the model's servers, on every path (Envoy sends statistics to
-    the site's view, gRPC and REST)."""
+    spread (the figures are not what this test is about). The server-side count it read
+    from the path's statistics is never short of its client-side request count beyond a
+    request per window edge (and one per 500 on a busy machine), nor over it by more than
+    the requests that complete while the counts are read: through the site the count is
+    summed over the model's servers, on every path (Envoy sends statistics to the site's
+    view, gRPC and REST)."""
     env, workdir = pa_env
     paths = paths_for(compat_site, model)
     target = paths.grpc(path) if protocol == "grpc" else paths.http(path)
@@ -83,4 +93,5 @@ def test_perf_analyzer_measures_every_path(compat_site, pa_env, protocol, path, 
     sent = int(CLIENT.search(text).group(1))
     assert sent >= 150  # three windows of at least 50
     served = int(SERVER.search(text).group(1))
-    assert abs(served - sent) <= EDGE + sent // EDGE_PER_REQUESTS, text[-1500:]
+    assert served >= sent - EDGE - sent // EDGE_PER_REQUESTS, text[-1500:]
+    assert served <= sent + EDGE + sent // READ_SHARE, text[-1500:]
