@@ -117,6 +117,43 @@ def _site(args: argparse.Namespace) -> int:
     return code
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is: not an error for `except Exception` to
+    take, it unwinds the command so that its `finally` blocks run."""
+
+
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (a batch system's kill, `timeout`) unwinds a command as Ctrl-C does: the
+    `finally` blocks that stop a bench's or the demo's own site run. Python's default would
+    end the process at once and leave that site's servers, Envoy and the rest running."""
+
+    def terminated(signum: int, _frame) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def _owning_a_site(args: argparse.Namespace) -> int:
+    """The commands that start a site of their own and must stop it: bench, simulate
+    check-local, demo (`submit`'s driver takes SIGTERM itself, stopping its workers)."""
+    _unwind_on_sigterm()
+    try:
+        if args.command == "bench":
+            return run_bench(args)
+        if args.command == "simulate":
+            from .bench.sim_check import run_command
+
+            return run_command(args)
+        return _site(args)
+    except Terminated:
+        print(
+            f"sonicsite {args.command}: stopped by SIGTERM before it finished; the site it "
+            "had started was stopped",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM.value
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "models":
@@ -129,18 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         from .local.status import print_status
 
         return print_status(args.dir, args.json)
-    if args.command == "bench":
-        return run_bench(args)
+    if args.command == "bench" or (args.command == "simulate" and args.scenario == CHECK_LOCAL):
+        return _owning_a_site(args)
     if args.command == "simulate":
-        if args.scenario == CHECK_LOCAL:
-            from .bench.sim_check import run_command
-
-            return run_command(args)
         return run_simulate(args)
     from .local.errors import SiteError
 
     try:
-        return _site(args)
+        return _owning_a_site(args) if args.command == "demo" else _site(args)
     except (SiteError, FileNotFoundError, ValueError) as exc:
         print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -154,7 +154,7 @@ def up(
             start_supervisor(site_dir, supervision)
     except BaseException as exc:  # whatever failed, nothing that was started keeps running
         down(site_dir)
-        if isinstance(exc, (SiteError, KeyboardInterrupt)):
+        if isinstance(exc, SiteError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM
             raise
         raise SiteError(str(exc)) from exc
     return SiteState.load(site_dir)
