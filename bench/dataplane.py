@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,17 @@ def comparison(base: list[dict], other: list[dict]) -> dict:
     }
 
 
+def case_line(label: str, figures: dict, base: str, other: str) -> str:
+    """One measured case for the console, while the bench goes on (a run takes minutes)."""
+
+    def path(name: str) -> str:
+        f = figures[name]
+        return f"{name} {f['throughput']['median']:.1f}/s p50 {f['p50_ms']['median']:.2f} ms"
+
+    ratio = ratio_of_medians(figures, base, other)
+    return f"{label}: {path(base)}; {path(other)} ({ratio} of {base})"
+
+
 def ratio_of_medians(figures: dict, base: str, other: str) -> float:
     """The summary's throughput ratio: median through `other` over median through `base`."""
     return round(figures[other]["throughput"]["median"] / figures[base]["throughput"]["median"], 3)
@@ -145,7 +157,12 @@ def _measure_case(
     return found
 
 
-def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
+def run(
+    json_path: Path,
+    repeats: int = 3,
+    build_dir: Path = Path("build/models"),
+    progress: Callable[[str], None] = print,
+) -> dict:
     started = load_now()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
@@ -161,7 +178,11 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
         try:
             for name, case in CASES.items():
                 for c in CONCURRENCY:
-                    results[f"{name}/c{c}"] = _measure_case(state, case, c, repeats, env, workdir)
+                    found = _measure_case(state, case, c, repeats, env, workdir)
+                    results[f"{name}/c{c}"] = found
+                    for driver in ("perf_analyzer", "client"):
+                        base, other = f"{driver}/direct", f"{driver}/envoy"
+                        progress(case_line(f"{name}/c{c}", found, base, other))
             shed = sheds(state)  # before the site stops: its counters go with it
         finally:
             launcher.down(workdir / "site")

@@ -13,6 +13,7 @@ medians.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from sonicsite.local import launcher
@@ -25,6 +26,7 @@ from .dataplane import (
     CONCURRENCY,
     PERF_ANALYZER,
     added_median_p50,
+    case_line,
     comparison,
     path_figures,
     ratio_of_medians,
@@ -52,7 +54,12 @@ def _measure_case(
     return found
 
 
-def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models")) -> dict:
+def run(
+    json_path: Path,
+    repeats: int = 3,
+    build_dir: Path = Path("build/models"),
+    progress: Callable[[str], None] = print,
+) -> dict:
     started = load_now()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
@@ -68,7 +75,9 @@ def run(json_path: Path, repeats: int = 3, build_dir: Path = Path("build/models"
         try:
             for name, case in CASES.items():
                 for c in CONCURRENCY:
-                    results[f"{name}/c{c}"] = _measure_case(state, case, c, repeats, env, workdir)
+                    found = _measure_case(state, case, c, repeats, env, workdir)
+                    results[f"{name}/c{c}"] = found
+                    progress(case_line(f"{name}/c{c}", found, "direct", "gateway"))
             shed = sheds(state)  # before the site stops: its counters go with it
         finally:
             launcher.down(workdir / "site")
