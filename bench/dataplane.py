@@ -157,13 +157,16 @@ def _measure_case(
     return found
 
 
-def run(
-    json_path: Path,
-    repeats: int = 3,
-    build_dir: Path = Path("build/models"),
-    progress: Callable[[str], None] = print,
-) -> dict:
-    started = load_now()
+def measure_cases(
+    build_dir: Path,
+    measure: Callable[[SiteState, Case, int, dict, Path], dict],
+    lines: Callable[[str, dict], list[str]],
+    progress: Callable[[str], None],
+) -> tuple[dict, int]:
+    """The dataplane and gateway benches' site (one server, identity and ParticleNet, the
+    benches' admission), every case at every concurrency measured on it (`measure`: the
+    site, the case, the concurrency, perf_analyzer's environment and workdir) and printed
+    as it is measured (`lines`); the figures by "case/cN" and the sheds the site saw."""
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
@@ -178,14 +181,32 @@ def run(
         try:
             for name, case in CASES.items():
                 for c in CONCURRENCY:
-                    found = _measure_case(state, case, c, repeats, env, workdir)
-                    results[f"{name}/c{c}"] = found
-                    for driver in ("perf_analyzer", "client"):
-                        base, other = f"{driver}/direct", f"{driver}/envoy"
-                        progress(case_line(f"{name}/c{c}", found, base, other))
+                    label = f"{name}/c{c}"
+                    results[label] = measure(state, case, c, env, workdir)
+                    for line in lines(label, results[label]):
+                        progress(line)
             shed = sheds(state)  # before the site stops: its counters go with it
         finally:
             launcher.down(workdir / "site")
+    return results, shed
+
+
+def run(
+    json_path: Path,
+    repeats: int = 3,
+    build_dir: Path = Path("build/models"),
+    progress: Callable[[str], None] = print,
+) -> dict:
+    started = load_now()
+
+    def measure(state: SiteState, case: Case, c: int, env: dict, workdir: Path) -> dict:
+        return _measure_case(state, case, c, repeats, env, workdir)
+
+    def lines(label: str, found: dict) -> list[str]:
+        drivers = ("perf_analyzer", "client")
+        return [case_line(label, found, f"{d}/direct", f"{d}/envoy") for d in drivers]
+
+    results, shed = measure_cases(build_dir, measure, lines, progress)
 
     def ratio(case: str, driver: str) -> float | None:
         if case not in results:  # not measured (a run of some cases only)

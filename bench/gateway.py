@@ -12,22 +12,19 @@ medians.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
 from ..contract.provenance import load_now
-from .common import BENCH_ADMISSION, conditions, sheds, write_result
+from .common import BENCH_ADMISSION, conditions, write_result
 from .dataplane import (
-    CASES,
-    CONCURRENCY,
     PERF_ANALYZER,
     added_median_p50,
     case_line,
     comparison,
+    measure_cases,
     path_figures,
     ratio_of_medians,
 )
@@ -35,7 +32,6 @@ from .perf_analyzer import (
     Case,
     failed_attempts,
     perf_analyzer,
-    perf_analyzer_env,
     unstable_runs,
 )
 
@@ -61,26 +57,14 @@ def run(
     progress: Callable[[str], None] = print,
 ) -> dict:
     started = load_now()
-    results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
-        workdir = Path(tmp)
-        env = perf_analyzer_env(workdir)
-        state = launcher.up(
-            workdir / "site",
-            servers=1,
-            models=["identity", "particlenet_ak4"],
-            build_dir=build_dir,
-            admission=BENCH_ADMISSION,
-        )
-        try:
-            for name, case in CASES.items():
-                for c in CONCURRENCY:
-                    found = _measure_case(state, case, c, repeats, env, workdir)
-                    results[f"{name}/c{c}"] = found
-                    progress(case_line(f"{name}/c{c}", found, "direct", "gateway"))
-            shed = sheds(state)  # before the site stops: its counters go with it
-        finally:
-            launcher.down(workdir / "site")
+
+    def measure(state: SiteState, case: Case, c: int, env: dict, workdir: Path) -> dict:
+        return _measure_case(state, case, c, repeats, env, workdir)
+
+    def lines(label: str, found: dict) -> list[str]:
+        return [case_line(label, found, "direct", "gateway")]
+
+    results, shed = measure_cases(build_dir, measure, lines, progress)
 
     def ratio(case: str) -> float | None:
         return ratio_of_medians(results[case], "direct", "gateway") if case in results else None

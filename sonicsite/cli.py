@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .bench.commands import run_bench
@@ -133,22 +134,17 @@ def _unwind_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, terminated)
 
 
-def _owning_a_site(args: argparse.Namespace) -> int:
-    """The commands that start a site of their own and must stop it: bench, simulate
-    check-local, demo (`submit`'s driver takes SIGTERM itself, stopping its workers)."""
+def _unwinding(command: str, run: Callable[[], int]) -> int:
+    """`run`, a command that starts a site of its own and must stop it (every bench,
+    simulate check-local, demo), stopped by SIGTERM as by Ctrl-C (`submit`'s driver takes
+    SIGTERM itself, stopping its workers)."""
     _unwind_on_sigterm()
     try:
-        if args.command == "bench":
-            return run_bench(args)
-        if args.command == "simulate":
-            from .bench.sim_check import run_command
-
-            return run_command(args)
-        return _site(args)
+        return run()
     except Terminated:
         print(
-            f"sonicsite {args.command}: stopped by SIGTERM before it finished; the site it "
-            "had started was stopped",
+            f"sonicsite {command}: stopped by SIGTERM before it finished; the site it had "
+            "started was stopped",
             file=sys.stderr,
         )
         return 128 + signal.SIGTERM.value
@@ -166,14 +162,20 @@ def main(argv: list[str] | None = None) -> int:
         from .local.status import print_status
 
         return print_status(args.dir, args.json)
-    if args.command == "bench" or (args.command == "simulate" and args.scenario == CHECK_LOCAL):
-        return _owning_a_site(args)
+    if args.command == "bench":
+        return _unwinding(args.command, lambda: run_bench(args))
     if args.command == "simulate":
+        if args.scenario == CHECK_LOCAL:
+            from .bench.sim_check import run_command
+
+            return _unwinding(args.command, lambda: run_command(args))
         return run_simulate(args)
     from .local.errors import SiteError
 
     try:
-        return _owning_a_site(args) if args.command == "demo" else _site(args)
+        if args.command == "demo":
+            return _unwinding(args.command, lambda: _site(args))
+        return _site(args)
     except (SiteError, FileNotFoundError, ValueError) as exc:
         print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -13,25 +13,19 @@ from pathlib import Path
 from polling import wait_until
 
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
+from sonicsite.local.processes import alive, group_members
 from sonicsite.local.state import SiteState
 
 
-def _in_session(sid: int) -> list[tuple[int, str]]:
-    """The live processes of session `sid`, with their command lines."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def _measuring(pgid: int) -> bool:
+    """A perf_analyzer runs in process group `pgid` (the bench's own)."""
+    for pid in group_members(pgid):
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if b"perf_analyzer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
         except OSError:  # gone meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append((int(entry.name), cmdline))
-    return found
+    return False
 
 
 def _site_state(tmp: Path) -> SiteState | None:
@@ -56,11 +50,7 @@ def test_sigterm_mid_measurement_stops_the_bench_site_and_its_load(tmp_path):
     state = None
     try:
         state = wait_until(lambda: _site_state(tmp_path), "the bench's site up", 300)
-
-        def measuring() -> bool:
-            return any("perf_analyzer" in c for _, c in _in_session(bench.pid))
-
-        wait_until(measuring, "perf_analyzer running under the bench", 300)
+        wait_until(lambda: _measuring(bench.pid), "perf_analyzer running under the bench", 300)
         bench.send_signal(signal.SIGTERM)
         _, stderr = bench.communicate(timeout=300)
     finally:
@@ -73,5 +63,5 @@ def test_sigterm_mid_measurement_stops_the_bench_site_and_its_load(tmp_path):
     assert bench.returncode == 128 + signal.SIGTERM.value, stderr.decode()[-2000:]
     assert "stopped by SIGTERM" in stderr.decode(), stderr.decode()[-2000:]
     assert not [p for p in pids if alive(p)]
-    assert not _in_session(bench.pid)  # perf_analyzer included
+    assert not group_members(bench.pid)  # perf_analyzer included
     assert not out.exists()
