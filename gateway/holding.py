@@ -124,6 +124,16 @@ class Holder:
             del self.counts[model]
         self.changed.set()
 
+    def due(self, counts: dict[str, int], sent: dict[str, int] | None) -> bool:
+        """Whether `counts` go to the operator now, `sent` being what it last took (None:
+        nothing yet, or the last send failed): while any is held, and once more when none
+        is. Never while placement is off: the operator takes no counts then (it answers
+        404), and a gateway that sent them anyway cost itself and the operator a request a
+        second for nothing."""
+        if self.view.holding is None:
+            return False
+        return bool(counts) or sent != {}
+
     async def report(self, client: httpx.AsyncClient, source: str) -> None:
         """Tell the operator the counts when they change, and every second while any is
         held (one more time once none is); a failed send is tried again on the next."""
@@ -133,7 +143,7 @@ class Holder:
                 await asyncio.wait_for(self.changed.wait(), REPORT_EVERY_S)
             self.changed.clear()
             counts = dict(self.counts)
-            if not counts and sent == {}:
+            if not self.due(counts, sent):
                 continue
             body = {"source": source, "held": counts}
             try:

@@ -12,15 +12,19 @@ No shed outlives the operator that decided it: a shed is followed only until its
 operator renews it while it holds) and while the state was read less than `STALE_AFTER_S`
 ago; past either, the model is open here as it is at Envoy, and `/healthz` and the
 gateway's metrics say so.
+
+The state is read with the gateway's own HTTP/1.1 client (upstream.py), not httpx: a read
+through httpx cost the gateway 4.5 ms of CPU, twice a second, taken from the requests it
+passes on (1 ms with its own).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
-
-import httpx
 
 from sonicsite.contract.wire import (
     SHED,
@@ -31,6 +35,8 @@ from sonicsite.contract.wire import (
     ServerRecord,
     SiteRecord,
 )
+
+from .upstream import Upstream
 
 STALE_AFTER_S = SHED_TTL_S  # an operator state read longer ago than this: no shed is followed
 EXPIRED, STALE = "expired", "stale"  # why a shed is not followed
@@ -47,6 +53,8 @@ class SiteView:
     # this gateway's name to the operator (STATE_READER_HEADER): an unload drains until it
     # has read the state again (operator/state_readers.py); "" reads anonymously
     reader: str = ""
+    client: Upstream = field(default_factory=Upstream)  # kept-alive connection to the operator
+    timeout_s: float = 2.0  # per read of the state
 
     def apply(self, state: dict) -> None:
         self.site = SiteRecord.from_dict(state, source=self.operator)
@@ -98,16 +106,25 @@ class SiteView:
             servers = [s for s in servers if model in s.models]
         return servers
 
-    async def refresh(self, client: httpx.AsyncClient) -> None:
+    async def refresh(self) -> None:
+        """Read the operator's state once; on failure keep the last and say why (`error`)."""
+        headers = {STATE_READER_HEADER: self.reader} if self.reader else {}
         try:
-            headers = {STATE_READER_HEADER: self.reader} if self.reader else None
-            reply = await client.get(f"{self.operator}/v1/state", timeout=2.0, headers=headers)
-            reply.raise_for_status()
-            self.apply(reply.json())
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            self.error = f"operator state unreadable: {exc!r}"
+            address = urllib.parse.urlsplit(self.operator).netloc
+            reply = await self.client.request(
+                address, "GET", "/v1/state", headers, timeout=self.timeout_s
+            )
+            reply = await reply.whole()
+            if reply.status != 200:
+                raise ValueError(f"HTTP {reply.status}: {bytes(reply.body)[:200]!r}")
+            self.apply(json.loads(reply.body))
+        except (OSError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+            self.error = f"operator state unreadable at {self.operator}/v1/state: {exc!r}"
 
-    async def follow(self, client: httpx.AsyncClient, interval_s: float = 0.5) -> None:
+    async def follow(self, interval_s: float = 0.5) -> None:
         while True:
-            await self.refresh(client)
+            await self.refresh()
             await asyncio.sleep(interval_s)
+
+    def close(self) -> None:
+        self.client.close()
