@@ -77,15 +77,29 @@ class Host:
     An operating system shares cores in time slices, not smoothly: an execution that starts
     while more run than there are cores may wait out whole slices of others, or none. So its
     work is drawn around its mean with a coefficient of variation `cv` × the part of the
-    time it would wait (1 − cores / n; 0 while the cores are enough)."""
+    time it would wait (1 − cores / n; 0 while the cores are enough).
+
+    A request's round trip outside the servers (client, proxy, the server's own network
+    threads) runs on the same cores: each of its legs is a thread woken to run, which waits
+    its turn while the cores are over-subscribed. `leg` stretches a leg by `wait_s` per
+    core's worth of threads beyond the cores (the leg's own thread counted with the
+    executions running); nothing while the cores are enough."""
 
     env: simpy.Environment
     cores: float | None = None
     cv: float = 0.0
     rng: random.Random = field(default_factory=random.Random)
+    wait_s: float = 0.0  # a leg's wait per core's worth of threads over the cores
     _jobs: list[list] = field(default_factory=list)  # [seconds of work left, done event]
     _since: float = 0.0  # when the work left was last brought up to date
     _generation: int = 0  # the wake-up that is still valid
+
+    def leg(self, seconds: float) -> float:
+        """How long a leg of `seconds` takes now (`wait_s`)."""
+        if not self.cores or not self.wait_s:
+            return seconds
+        over = (len(self._jobs) + 1) / self.cores - 1.0
+        return seconds + self.wait_s * over if over > 0 else seconds
 
     def run(self, seconds: float) -> simpy.Event:
         """An event that fires once `seconds` of work has been done on the host."""

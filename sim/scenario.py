@@ -107,6 +107,9 @@ class Pool:
     host_cores: float | None = None
     host_cv: float = 0.0  # the spread of an execution's time while the cores are short (gpu.Host)
     sweep: tuple[int, ...] = ()  # GPU counts of fixed pools run for the cost/makespan curve
+    # how long each leg of a request's round trip (to a server, back) waits for a core per
+    # core's worth of threads more than the cores hold (gpu.Host.leg)
+    host_wait_ms: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
             "fixed_servers",
             "host_cores",
             "host_cv",
+            "host_wait_ms",
             "sweep",
         },
     )
@@ -181,6 +182,7 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
         None if cores is None else _num(f, "host_cores", where, low=0.1),
         _num(f, "host_cv", where, low=0.0, default=0.0),
         tuple(sorted(set(sweep))),
+        _num(f, "host_wait_ms", where, low=0.0, default=0.0),
     )
 
 

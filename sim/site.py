@@ -42,7 +42,12 @@ class Site:
     def __post_init__(self) -> None:
         pool = self.scenario.pool
         cores = pool.host_cores
-        self.host = Host(self.env, cores, pool.host_cv, self.rng) if cores else None
+        wait_s = pool.host_wait_ms / 1e3
+        self.host = Host(self.env, cores, pool.host_cv, self.rng, wait_s) if cores else None
+
+    def leg(self, seconds: float) -> float:
+        """A leg of a request's round trip: on a shared host it waits for a core."""
+        return self.host.leg(seconds) if self.host is not None else seconds
 
     def cluster(self, name: str) -> LeastRequest:
         if name not in self.clusters:

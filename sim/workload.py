@@ -158,7 +158,7 @@ class Workload:
             tries += 1
             if job.not_before > env.now:
                 yield env.timeout(job.not_before - env.now)
-            yield env.timeout(half)
+            yield env.timeout(self.site.leg(half))
             retry_after = self.policies.refused(model, env.now)
             cluster = self.site.cluster(self.policies.cluster_of(model))
             host = None if retry_after is not None else cluster.pick()
@@ -203,7 +203,7 @@ class Workload:
                 continue
             server.in_flight -= 1
             cluster.finished(host)
-            yield env.timeout(half)
+            yield env.timeout(self.site.leg(half))
             out.answered.append((env.now, env.now - first))
             return
         out.failed += 1

@@ -14,7 +14,15 @@ import subprocess
 import sys
 
 import pytest
-from sonicsite.bench.sim_check import FIGURES, CheckOptions, errors, run
+from sonicsite.bench.sim_check import (
+    FIGURES,
+    FIT_CVS,
+    FIT_WAITS_MS,
+    CheckOptions,
+    errors,
+    fit_key,
+    run,
+)
 
 SHORT = CheckOptions(
     seconds=2.0,
@@ -38,7 +46,17 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
     assert SHORT.fit_load not in SHORT.loads
     assert 5.0 < cal["service_ms"] < 200.0  # the runner's 10 ms of work, and its overhead
     assert cal["capacity_rps"] > 0 and cal["host_cores"] > 0
-    assert str(cal["service_cv"]) in cal["fitted"]  # the spread is one of those tried
+    # the spread and the legs' wait are one pair of those tried, the nearest at fit_load
+    chosen = fit_key(cal["service_cv"], cal["leg_wait_ms"])
+    fit = cal["fit_site"]
+
+    def off(p50_p99: list[float]) -> float:
+        return max(
+            abs(x - fit[f]) / fit[f] for x, f in zip(p50_p99, ("p50_ms", "p99_ms"), strict=True)
+        )
+
+    assert len(cal["fitted"]) == len(FIT_CVS) * len(FIT_WAITS_MS)
+    assert off(cal["fitted"][chosen]) == min(off(t) for t in cal["fitted"].values())
     # validation: every load measured on the site and simulated, every request answered
     assert set(s["site"]) == set(s["simulator"]) == {"50%", "80%"}
     for label, part in (("50%", 0.5), ("80%", 0.8)):

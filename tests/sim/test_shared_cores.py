@@ -62,6 +62,20 @@ def test_time_slices_spread_an_execution_only_while_the_cores_are_short():
     assert len(drawn) == 5
 
 
+def test_a_round_trip_leg_waits_for_a_core_only_while_the_cores_are_over_subscribed():
+    env = simpy.Environment()
+    host = Host(env, 2.0, wait_s=0.010)
+    assert host.leg(0.002) == 0.002  # nothing running: the leg's thread has a core
+    host.run(1.0)
+    assert host.leg(0.002) == 0.002  # one execution and the leg: two threads, two cores
+    host.run(1.0)
+    host.run(1.0)
+    # three executions and the leg: four threads on two cores, one core's worth over
+    assert host.leg(0.002) == pytest.approx(0.002 + 0.010)
+    assert Host(env, 2.0).leg(0.002) == 0.002  # no wait given: legs are never stretched
+    assert Host(env, None, wait_s=0.010).leg(0.002) == 0.002  # servers on their own devices
+
+
 OPEN = """
 name: open
 network: {rtt_ms: 2.0}
@@ -78,7 +92,7 @@ def test_an_open_loop_scenario_on_shared_cores_keeps_up_below_capacity(tmp_path)
     path = tmp_path / "open.yaml"
     path.write_text(OPEN)
     s = scenario.load(path)
-    assert s.pool.host_cores == 2.0 and s.pool.host_cv == 0.5
+    assert s.pool.host_cores == 2.0 and s.pool.host_cv == 0.5 and s.pool.host_wait_ms == 0
     assert s.workload.open_loop[0].rate_per_s == 100 and not s.workload.workflows
     f = figures(run(s, "sonicsite", seed=2))
     # 100 requests/s of 10 ms on 2 cores: half the capacity; every request answered
@@ -87,6 +101,22 @@ def test_an_open_loop_scenario_on_shared_cores_keeps_up_below_capacity(tmp_path)
     assert f["requests_answered"] == pytest.approx(6000, rel=0.1)
     # latency: the round trip and the service, a little queueing and sharing on top
     assert 0.012 <= f["p50_latency_s"] < f["p99_latency_s"] < 0.2
+
+
+def test_legs_that_wait_for_a_core_slow_every_request_near_capacity(tmp_path):
+    path = tmp_path / "open.yaml"
+    near = OPEN.replace("rate_per_s: 100", "rate_per_s: 160")  # 80 % of the cores
+    found = {}
+    for wait_ms in (0, 20):
+        path.write_text(near.replace("host_cv: 0.5}", f"host_cv: 0.5, host_wait_ms: {wait_ms}}}"))
+        s = scenario.load(path)
+        assert s.pool.host_wait_ms == wait_ms
+        found[wait_ms] = figures(run(s, "sonicsite", seed=2))
+        assert found[wait_ms]["requests_failed"] == 0
+    # the executions are as many over the cores as before: the median and the tail both
+    # take the legs' waits
+    assert found[20]["p50_latency_s"] > 1.5 * found[0]["p50_latency_s"]
+    assert found[20]["p99_latency_s"] > found[0]["p99_latency_s"]
 
 
 def test_an_open_loop_for_an_unknown_model_is_refused_by_its_field(tmp_path):
