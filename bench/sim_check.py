@@ -84,7 +84,8 @@ TARGET_MAX_ERROR = 0.2
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """What a run measures; the defaults take about five minutes on 2 cores."""
+    """What a run measures; the defaults take about eight minutes on 2 cores (five on the
+    site, three fitting the simulator)."""
 
     work_ms: float = 10.0  # CPU work per request on every server
     # open-loop rates, as parts of the capacity: about half, and 80 % (the issue's "80 % or
@@ -308,6 +309,10 @@ def run(
             shed = sheds(state)
         finally:
             launcher.down(site_dir)
+    progress(
+        f"fitting the simulator to the site at {_label(o.fit_load)} of capacity: "
+        f"{len(FIT_CVS) * len(FIT_WAITS_MS)} pairs of service time spread and leg wait"
+    )
     cal = fit_spread(cal, o)
     progress(
         f"under load (fitted): service time cv {cal.service_cv}, a leg's wait for a core "
