@@ -23,7 +23,7 @@ from polling import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from sonicsite.operator import main as operator_main
 from sonicsite.operator import model_control
-from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.loadview import LoadView, read_metrics
 from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.placement_loop import PlacementLoop
 from sonicsite.operator.placement_settings import (
@@ -297,6 +297,16 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
     view.scrape_all({s.id: s.metrics_url for s in servers})
     decided_at = time.time()
     stock_infer(seen[0].grpc, "identity", {"INPUT0": np.ones((1, 8), np.float32)}, OUT)
+    # the re-check reads the server's counters: the request is in them before the decisions
+    # are carried out (a failure here names what the re-check would have seen)
+    then = view.last_counters(seen[0].id).get("identity", {}).get("success", 0.0)
+    metrics_url = {s.id: s.metrics_url for s in servers}[seen[0].id]
+
+    def counted() -> dict:
+        now = read_metrics(metrics_url, 5.0).get("identity", {})
+        return now if now.get("success", 0.0) != then else {}
+
+    wait_until(counted, f"{seen[0].id}'s identity success counter to move from {then}", 60.0)
     decisions = [
         Decision(Kind.UNLOAD, Rule.MAKE_ROOM, "simple", "triton-1", "room for identity"),
         Decision(Kind.LOAD, Rule.QUEUE_PRESSURE, "identity", "triton-1", "queue over"),
