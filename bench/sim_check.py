@@ -214,8 +214,10 @@ def _site(cal: Calibration, load: Workload) -> Scenario:
     model = ModelSpec(MODEL, max_batch=1, queue_delay_ms=0.0, load_s=0.0)
     kind = GpuKind("cpu", {MODEL: Curve(cal.service_ms, 0.0)})
     n = SERVERS
-    pool = Pool(("cpu",) * n, 0.0, False, n, n, n, n, cal.host_cores, cal.service_cv)
-    pool = replace(pool, host_wait_ms=cal.leg_wait_ms)
+    pool = Pool(
+        *(("cpu",) * n, 0.0, False, n, n, n, n, cal.host_cores, cal.service_cv),
+        host_wait_ms=cal.leg_wait_ms,
+    )
     return Scenario(
         name="check-local",
         description="the local site's three CPU servers, open loop",
