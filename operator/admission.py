@@ -1,9 +1,13 @@
 """Admission: which models take new work. Decided here, enforced by Envoy's routes.
 
-A model is shed when queue time per request is above its threshold on every server that
-holds it and that the operator can see (one server with room is enough to stay open). It
-reopens once some server is below its reopening threshold (hysteresis), and no decision
-changes before `min_hold_s` has passed, so the site does not flap.
+A model is shed when queue time per request is above its threshold, with requests waiting
+now, on every server that holds it and that the operator can see (one server with room is
+enough to stay open). It reopens once some server is below its reopening threshold
+(hysteresis), and no decision changes before `min_hold_s` has passed, so the site does not
+flap; but a shed ends at once when some server has no request of the model waiting: it has
+drained what it was shed for, and a shed kept past that point leaves the server without work
+while requests are refused (the simulated `burst`, with the hold alone: its servers 78 to
+82 % busy for minutes while 2,200 jobs waited; with this, 94 to 98 %).
 
 The thresholds are `shed_above_ms` and `open_below_ms`, raised for a slow model to
 `compute_multiple` times its own compute time per request on that server (the reopening one
@@ -126,7 +130,9 @@ def _decide(
     blind = f"; not measured: {', '.join(unseen)}" if unseen else ""
     if previous.state == OPEN:
         saturated = (
-            bool(measured) and not idle and all(q > limits[s][0] for s, q in measured.items())
+            bool(measured)
+            and not idle
+            and all(q > limits[s][0] and seen[s].pending for s, q in measured.items())
         )
         if saturated and held:
             above = _limit(limits, 0, policy.shed_above_ms)
@@ -141,6 +147,9 @@ def _decide(
             previous.since if not previous.fail_open else now,
             f"queue time per request: {worst or 'idle'}{blind}",
         )
+    drained = sorted(s for s, x in seen.items() if not x.pending)  # nothing waits there
+    if drained:
+        return AdmissionRecord(OPEN, now, f"no request waiting on {drained}{blind}")
     room = [s for s, q in measured.items() if q < limits[s][1]]
     if (room or idle) and held:
         below = _limit({s: limits[s] for s in room}, 1, policy.open_below_ms)

@@ -137,7 +137,8 @@ def parser() -> argparse.ArgumentParser:
         "--min-hold",
         type=float,
         default=defaults.min_hold_s,
-        help="seconds an admission decision holds at least",
+        help="seconds an admission decision holds at least (a shed ends sooner when a "
+        "server has none of the model's requests waiting)",
     )
     parser.add_argument(
         "--retry-after",

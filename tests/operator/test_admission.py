@@ -37,11 +37,12 @@ POLICY = AdmissionPolicy(
 )
 
 
-def _load(server: str, queue_ms: float | None) -> ModelLoad:
-    """Five requests in the interval, each `queue_ms` in the queue (None: none completed)."""
+def _load(server: str, queue_ms: float | None, waiting: float = 3.0) -> ModelLoad:
+    """Five requests in the interval, each `queue_ms` in the queue (None: none completed),
+    and `waiting` requests in the queue now."""
     requests = 0 if queue_ms is None else 5
     queue_us = 0.0 if queue_ms is None else queue_ms * 1e3 * requests
-    return ModelLoad("m", server, requests, queue_us, 5e3, 0.0, 5.0, 0.0, 1.0)
+    return ModelLoad("m", server, requests, queue_us, 5e3, waiting, 5.0, 0.0, 1.0)
 
 
 def test_shed_only_when_every_server_is_saturated_with_hysteresis_and_hold():
@@ -59,16 +60,35 @@ def test_shed_only_when_every_server_is_saturated_with_hysteresis_and_hold():
     assert early.state == SHED  # held at least min_hold_s
     reopened = decide(POLICY, both, [_load("a", 10), _load("b", 300)], servers, now=104.5)
     assert reopened.state == OPEN and "below 40 ms on ['a']" in reopened.reason
-    idle = decide(POLICY, both, [_load("a", None), _load("b", None)], servers, now=104.5)
+    idle = decide(POLICY, both, [_load("a", None, 0), _load("b", None, 0)], servers, now=104.5)
     assert idle.state == OPEN  # nothing completes while shed: nothing is queued either
+
+
+def test_a_shed_ends_at_once_when_a_server_has_nothing_waiting():
+    """The hold keeps a shed while queues drain; once a server's queue is empty there is
+    nothing left to drain, and refusing more would leave it without work."""
+    servers = ["a", "b"]
+    loads = [_load("a", 500), _load("b", 300)]
+    shed = decide(POLICY, decide(POLICY, None, loads, servers, now=100.0), loads, servers, 102.0)
+    assert shed.state == SHED
+    waiting = decide(POLICY, shed, [_load("a", 500, 1), _load("b", 300, 4)], servers, now=103.0)
+    assert waiting.state == SHED  # within the hold, requests still wait on both
+    drained = decide(POLICY, shed, [_load("a", 500, 0), _load("b", 300, 4)], servers, now=103.0)
+    assert drained.state == OPEN and drained.reason == "no request waiting on ['a']"
+    # nor is a model shed while some server's queue is empty, however long its requests waited
+    empty = [_load("a", 500, 0), _load("b", 300)]
+    assert (
+        decide(POLICY, decide(POLICY, None, empty, servers, 100.0), empty, servers, 102.0).state
+        == OPEN
+    )
 
 
 DERIVED = replace(POLICY, compute_multiple=AdmissionPolicy().compute_multiple)
 
 
 def _slow_load(server: str, queue_ms: float, compute_ms: float) -> ModelLoad:
-    """Five requests, each `queue_ms` in the queue and `compute_ms` computed."""
-    return ModelLoad("m", server, 5, queue_ms * 5e3, compute_ms * 5e3, 0.0, 5.0, 0.0, 1.0)
+    """Five requests, each `queue_ms` in the queue and `compute_ms` computed; three waiting."""
+    return ModelLoad("m", server, 5, queue_ms * 5e3, compute_ms * 5e3, 3.0, 5.0, 0.0, 1.0)
 
 
 def test_a_slow_models_thresholds_follow_its_compute_time():

@@ -35,8 +35,9 @@ POLICY = AdmissionPolicy(
 MODEL = SLEEPY_MODEL  # overloaded by sleeping executions, at little CPU (overload.py)
 
 
-def _load(server: str, queue_ms: float | None, pending: float = 0.0) -> ModelLoad:
-    """Five requests in the interval, each `queue_ms` in the queue (None: none completed)."""
+def _load(server: str, queue_ms: float | None, pending: float = 3.0) -> ModelLoad:
+    """Five requests in the interval, each `queue_ms` in the queue (None: none completed),
+    `pending` waiting now."""
     requests = 0 if queue_ms is None else 5
     queue_us = 0.0 if queue_ms is None else queue_ms * 1e3 * requests
     return ModelLoad("m", server, requests, queue_us, 5e3, pending, 5.0, 0.0, 1.0)
@@ -53,7 +54,7 @@ def test_a_server_out_of_view_neither_holds_back_nor_forces_a_shed():
     reopened = decide(POLICY, still, [_load("b", 10)], ["b"], now=104.0, unseen=["a"])
     assert reopened.state == OPEN and "below 40 ms on ['b']; not measured: a" in reopened.reason
     # a server in view with nothing completed and nothing waiting has room: no shed
-    idle = decide(POLICY, None, [_load("a", None), _load("b", 5000)], ["a", "b"], now=100.0)
+    idle = decide(POLICY, None, [_load("a", None, 0), _load("b", 5000)], ["a", "b"], now=100.0)
     assert idle.state == OPEN
     # one still working on a long request (nothing completed, requests waiting) is neither
     # room nor a reason to wait

@@ -58,7 +58,8 @@ TTL_S = SHED_TTL_S / 2  # the sites' sheds: renewed every 2.5 s, lapsing 5 s aft
 
 
 def _load(server: str, queue_ms: float) -> ModelLoad:
-    return ModelLoad("m", server, 5, queue_ms * 5e3, 5e3, 0.0, 5.0, 0.0, 1.0)
+    """Five requests, each `queue_ms` in the queue; three waiting now."""
+    return ModelLoad("m", server, 5, queue_ms * 5e3, 5e3, 3.0, 5.0, 0.0, 1.0)
 
 
 def test_a_shed_expires_unless_renewed_and_is_renewed_at_half_its_life():
