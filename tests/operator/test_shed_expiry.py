@@ -185,6 +185,23 @@ def _wait_for_shed(state, envoy: GrpcTransport, plan, body: bytes) -> dict:
     return shed
 
 
+def _stop_while_shed(state, operator: int, envoy, plan, body: bytes) -> None:
+    """SIGSTOP the operator at a moment when its last decision is the shed: once stopped,
+    Envoy and the gateway both still refuse the model. Under the overload a shed may end for
+    a moment (a server's queue drained: admission.py reopens at once), and a stop in that
+    moment leaves no shed to lapse; then the operator is resumed and stopped again."""
+
+    def stopped_while_shed() -> bool:
+        wait_until(lambda: _admission(state)["state"] == SHED, "the operator to shed the model")
+        os.kill(operator, signal.SIGSTOP)
+        if _refusal(envoy, plan) and _gateway_status(state, body) == 429:
+            return True
+        os.kill(operator, signal.SIGCONT)
+        return False
+
+    wait_until(stopped_while_shed, "the operator stopped while its shed is in force", 180)
+
+
 def _wait_until_reopened_without_operator(state, envoy, plan, body: bytes) -> None:
     wait_until(lambda: _refusal(envoy, plan) is None, "Envoy to reopen the model by itself")
     wait_until(lambda: _gateway_status(state, body) == 200, "the gateway to stop refusing it")
@@ -240,8 +257,8 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
             )
             assert refused.status == "RESOURCE_EXHAUSTED"
             assert "model shed by sonicsite admission" in refused.message
-            os.kill(operator, signal.SIGSTOP)
-            stopped = True
+            stopped = True  # from here on (the finally resumes it if a wait fails)
+            _stop_while_shed(state, operator, envoy, plan, body)
             _wait_until_reopened_without_operator(state, envoy, plan, body)
             os.kill(operator, signal.SIGCONT)
             stopped = False
@@ -263,6 +280,7 @@ def test_a_shed_lapses_when_the_operator_is_killed(tmp_path, built_models):
         body = kserve_json(jets.reference_inputs(0, 1))
         with overload(state.servers, MODEL, streams=2):
             _wait_for_shed(state, envoy, plan, body)
+            _stop_while_shed(state, operator, envoy, plan, body)  # killed with the shed in force
             os.kill(operator, signal.SIGKILL)
             wait_until(lambda: not alive(operator), "the operator to die")
             _wait_until_reopened_without_operator(state, envoy, plan, body)
