@@ -215,9 +215,9 @@ def _site(cal: Calibration, load: Workload) -> Scenario:
     kind = GpuKind("cpu", {MODEL: Curve(cal.service_ms, 0.0)})
     n = SERVERS
     pool = Pool(
-        *(("cpu",) * n, 0.0, False, n, n, n, n, cal.host_cores, cal.service_cv),
+        ("cpu",) * n, 0.0, False, n, n, n, n, cal.host_cores, cal.service_cv,
         host_wait_ms=cal.leg_wait_ms,
-    )
+    )  # fmt: skip
     return Scenario(
         name="check-local",
         description="the local site's three CPU servers, open loop",

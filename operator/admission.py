@@ -125,6 +125,7 @@ def _decide(
     }
     # nothing completed and nothing waiting (or no figures yet): nothing is queued there
     idle = [s for s in servers if s not in measured and (s not in seen or not seen[s].pending)]
+    drained = sorted(s for s, x in seen.items() if not x.pending)  # nothing waits there now
     held = now - previous.since >= policy.min_hold_s
     worst = ", ".join(f"{s} {q:.0f} ms" for s, q in sorted(measured.items()))
     blind = f"; not measured: {', '.join(unseen)}" if unseen else ""
@@ -132,7 +133,8 @@ def _decide(
         saturated = (
             bool(measured)
             and not idle
-            and all(q > limits[s][0] and seen[s].pending for s, q in measured.items())
+            and not drained
+            and all(q > limits[s][0] for s, q in measured.items())
         )
         if saturated and held:
             above = _limit(limits, 0, policy.shed_above_ms)
@@ -147,7 +149,6 @@ def _decide(
             previous.since if not previous.fail_open else now,
             f"queue time per request: {worst or 'idle'}{blind}",
         )
-    drained = sorted(s for s, x in seen.items() if not x.pending)  # nothing waits there
     if drained:
         return AdmissionRecord(OPEN, now, f"no request waiting on {drained}{blind}")
     room = [s for s, q in measured.items() if q < limits[s][1]]

@@ -77,10 +77,8 @@ def test_a_shed_ends_at_once_when_a_server_has_nothing_waiting():
     assert drained.state == OPEN and drained.reason == "no request waiting on ['a']"
     # nor is a model shed while some server's queue is empty, however long its requests waited
     empty = [_load("a", 500, 0), _load("b", 300)]
-    assert (
-        decide(POLICY, decide(POLICY, None, empty, servers, 100.0), empty, servers, 102.0).state
-        == OPEN
-    )
+    start = decide(POLICY, None, empty, servers, now=100.0)
+    assert decide(POLICY, start, empty, servers, now=102.0).state == OPEN
 
 
 DERIVED = replace(POLICY, compute_multiple=AdmissionPolicy().compute_multiple)

@@ -294,16 +294,16 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
     # it held the counters from before Triton reset them (seen on a busy machine: the
     # request below then did not count as one since, and the idle unload went ahead)
     view = LoadView()
-    view.scrape_all({s.id: s.metrics_url for s in servers})
+    metrics_urls = {s.id: s.metrics_url for s in servers}
+    view.scrape_all(metrics_urls)
     decided_at = time.time()
     stock_infer(seen[0].grpc, "identity", {"INPUT0": np.ones((1, 8), np.float32)}, OUT)
     # the re-check reads the server's counters: the request is in them before the decisions
     # are carried out (a failure here names what the re-check would have seen)
     then = view.last_counters(seen[0].id).get("identity", {}).get("success", 0.0)
-    metrics_url = {s.id: s.metrics_url for s in servers}[seen[0].id]
 
     def counted() -> dict:
-        now = read_metrics(metrics_url, 5.0).get("identity", {})
+        now = read_metrics(metrics_urls[seen[0].id], 5.0).get("identity", {})
         return now if now.get("success", 0.0) != then else {}
 
     wait_until(counted, f"{seen[0].id}'s identity success counter to move from {then}", 60.0)
