@@ -18,7 +18,7 @@ XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium wabt
 
 .PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm \
-	xds-descriptors cuda-check-bundle
+	xds-descriptors cuda-check-bundle site-bench-bundle
 
 # The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
 # output (the site, the progress bar, the report) is what fits on a screen.
@@ -75,6 +75,11 @@ xds-descriptors: install $(XDS_WHEEL)
 # carries there (Triton, the client's wheels for the machine's Python, three models), in .dev/.
 cuda-check-bundle: install models
 	$(PY) devices/cuda/bundle.py .dev
+
+# A local site's bench on a lent GPU machine's CPUs (devices/site/README.md): its two parts,
+# in .devsite-a/ and .devsite-b/.
+site-bench-bundle: install models
+	$(PY) devices/site/bundle.py
 
 lint: install
 	$(BIN)/ruff check .

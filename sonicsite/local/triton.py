@@ -76,8 +76,11 @@ class TritonInstall:
 
     @staticmethod
     def python_path() -> list[str]:
-        """Where the stub's interpreter (the system libpython, run isolated) finds our packages."""
+        """Where the stub's interpreter (the system libpython, run isolated, so blind to
+        PYTHONPATH) finds our packages: the environment's, then those PYTHONPATH adds (a site
+        run from unpacked packages, as on a lent machine: devices/site)."""
         paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         return list(dict.fromkeys(paths))
 
     def environment(self) -> dict[str, str]:

