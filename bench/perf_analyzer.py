@@ -6,6 +6,7 @@ pinned to the second core; and the counts of such runs a bench's summary gives."
 from __future__ import annotations
 
 import csv
+import ctypes.util
 import os
 import re
 import shutil
@@ -61,13 +62,25 @@ class Case(NamedTuple):
 
 
 def perf_analyzer_env(workdir: Path) -> dict[str, str]:
-    """perf_analyzer links libcudart.so.12; nvidia-pytriton ships it under another name."""
+    """perf_analyzer links libcudart.so.12, which nvidia-pytriton ships under another name,
+    and libb64.so.0d (Debian's libb64-0d; where the system has none, as on a lent machine,
+    devices/site, the wheel's copy)."""
     libs = TritonInstall.find().libs
-    cudart = next(libs.glob("libcudart-*.so.12*"))
-    link = workdir / "libcudart.so.12"
-    link.unlink(missing_ok=True)
-    link.symlink_to(cudart)
+    wanted = {"libcudart.so.12": "libcudart-*.so.12*"}
+    if ctypes.util.find_library("b64") is None:
+        wanted["libb64.so.0d"] = "libb64-*.so.0d"
+    for name, pattern in wanted.items():
+        link = workdir / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(next(libs.glob(pattern)))
     return dict(os.environ, LD_LIBRARY_PATH=f"{workdir}:{libs}")
+
+
+def perf_analyzer_binary() -> str:
+    """tritonclient's perf_analyzer beside this interpreter, else the one on PATH (a lent
+    machine's, devices/site)."""
+    beside = Path(sys.executable).parent / "perf_analyzer"
+    return str(beside) if beside.is_file() else shutil.which("perf_analyzer") or str(beside)
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ def perf_analyzer_run(
     out_csv = workdir / "pa.csv"
     out_csv.unlink(missing_ok=True)
     cmd = [
-        str(Path(sys.executable).parent / "perf_analyzer"),
+        perf_analyzer_binary(),
         *("-m", model, "-u", target, "-i", protocol, "-b", str(rows)),
         *("--concurrency-range", str(concurrency), *window.options(), "--percentile", "50"),
         *("-s", str(STABILITY_PERCENT), "-r", str(max_trials), "-v", "-f", str(out_csv)),

@@ -8,8 +8,8 @@ each unpacked into `.devsite-unpacked/` (git-ignored, kept between calls on a wa
 - `.devsite-a/`: Triton, tritonclient, the wheels and the small models (`run_a.sh`, which
   travels with the working tree, unpacks them and checks that every part of the site
   imports and that a server serves them);
-- `.devsite-b/`: Envoy, Prometheus and the two large models (`run_b.sh` unpacks them and runs
-  the bench).
+- `.devsite-b/`: Envoy, Prometheus, perf_analyzer and the two large models (`run_b.sh`
+  unpacks them and runs the bench).
 
 Run as a script: `python devices/site/bundle.py` (`make site-bench-bundle`)."""
 
@@ -84,12 +84,15 @@ def envoy_tar(out: Path) -> None:
                 tar.add(path, arcname=str(path.relative_to(pkg.parent)))
 
 
-def prometheus_xz(out: Path) -> None:
-    binary = shutil.which("prometheus")
-    if binary is None:
+def binaries(out: Path) -> None:
+    """Prometheus (Debian's) and tritonclient's perf_analyzer, for the machine's PATH."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
         raise SystemExit("prometheus not found: run `make system` first")
+    perf_analyzer = Path(sys.executable).parent / "perf_analyzer"
     with tarfile.open(out, "w:xz") as tar:
-        tar.add(binary, arcname="bin/prometheus")
+        tar.add(prometheus, arcname="bin/prometheus")
+        tar.add(perf_analyzer, arcname="bin/perf_analyzer")
 
 
 def models(out: Path, names: tuple[str, ...]) -> None:
@@ -134,7 +137,7 @@ def main() -> int:
     models(b / "models.tar.xz", MODELS_B)
     (a / "provenance.json").write_text(json.dumps(cuda.provenance(), indent=1))
     envoy_tar(b / "envoy.tar.xz")
-    prometheus_xz(b / "prometheus.tar.xz")
+    binaries(b / "binaries.tar.xz")
     for part in (a, b):
         print(f"{part}: {_size(part):.1f} MiB (the working tree travels beside it; 64 MiB in all)")
     return 0

@@ -1,12 +1,13 @@
 #!/bin/bash
-# Part B (after run_a.sh on the same warm machine): Envoy and Prometheus unpacked, then the
-# bench named by the arguments (`bash devices/site/run_b.sh placement --phase-s 25`), its JSON in
-# $OUT with the bundle's commit and the machine in its meta.
+# Part B (after run_a.sh on the same warm machine): Envoy, Prometheus and perf_analyzer
+# unpacked, then the bench named by the arguments
+# (`bash devices/site/run_b.sh placement --phase-s 25`), its JSON in $OUT with the bundle's
+# commit and the machine in its meta.
 U=$PWD/.devsite-unpacked
 [ -f "$U/provenance.json" ] || { echo "part A is not unpacked on this machine"; exit 4; }
 mkdir -p "$U"/envoy
 tar -xJf .devsite-b/envoy.tar.xz -C "$U"/envoy || exit 3
-tar -xJf .devsite-b/prometheus.tar.xz -C "$U" || exit 3
+tar -xJf .devsite-b/binaries.tar.xz -C "$U" || exit 3
 tar -xJf .devsite-b/models.tar.xz -C "$U"/models || exit 3
 source devices/site/env.sh
 prometheus --version 2>&1 | head -1
