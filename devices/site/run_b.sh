@@ -5,10 +5,12 @@
 # commit and the machine in its meta.
 U=$PWD/.devsite-unpacked
 [ -f "$U/provenance.json" ] || { echo "part A is not unpacked on this machine"; exit 4; }
-mkdir -p "$U"/envoy
-tar -xJf .devsite-b/envoy.tar.xz -C "$U"/envoy || exit 3
-tar -xJf .devsite-b/binaries.tar.xz -C "$U" || exit 3
-tar -xJf .devsite-b/models.tar.xz -C "$U"/models || exit 3
+if [ ! -x "$U/bin/perf_analyzer" ]; then  # a later bench on the same machine carries nothing
+  mkdir -p "$U"/envoy
+  tar -xJf .devsite-b/envoy.tar.xz -C "$U"/envoy || exit 3
+  tar -xJf .devsite-b/binaries.tar.xz -C "$U" || exit 3
+  tar -xJf .devsite-b/models.tar.xz -C "$U"/models || exit 3
+fi
 source devices/site/env.sh
 prometheus --version 2>&1 | head -1
 name=$1; shift
