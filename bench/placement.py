@@ -109,6 +109,7 @@ class ModelLoad:
     first_answer_s: float | None = None  # after the phase began
     cold: bool = False  # no server held it ready when the phase began
     errors: dict[str, int] = field(default_factory=dict)  # last error of a lost chunk -> events
+    stopped: str = ""  # what stopped its streams, where something other than a chunk failed
 
 
 def _holding() -> dict[str, list[str]]:
@@ -138,15 +139,19 @@ def _drive(
         if load.first_answer_s is None:
             load.first_answer_s = time.monotonic() - began
 
-    with Client(from_site_file(state.site_dir), "grpc") as client:
-        while time.monotonic() < until:
-            stream = client.stream(model, sample.spec, batch=batch, window=window)
-            result = stream.run(sample, on_result)
-            load.events += result.events_ok
-            load.lost += result.events_failed
-            for (lo, hi), error in result.failed.items():
-                load.errors[error] = load.errors.get(error, 0) + hi - lo
-    load.seconds = time.monotonic() - began
+    try:
+        with Client(from_site_file(state.site_dir), "grpc") as client:
+            while time.monotonic() < until:
+                stream = client.stream(model, sample.spec, batch=batch, window=window)
+                result = stream.run(sample, on_result)
+                load.events += result.events_ok
+                load.lost += result.events_failed
+                for (lo, hi), error in result.failed.items():
+                    load.errors[error] = load.errors.get(error, 0) + hi - lo
+    except Exception as exc:  # said by the phase (_run_phases), not lost in a thread
+        load.stopped = f"{type(exc).__name__}: {exc}"
+    finally:
+        load.seconds = time.monotonic() - began
 
 
 def _run_phases(
@@ -169,6 +174,8 @@ def _run_phases(
             t.start()
         for t in threads:
             t.join()
+        if stopped := {m: x.stopped for m, x in loads.items() if x.stopped}:
+            raise RuntimeError(f"phase {list(models)}: the streams stopped: {stopped}")
         phases.append(loads)
     return phases, starts
 

@@ -39,6 +39,7 @@ from .stats import parse_statistics
 from .tracing import ClientTracing, RequestTrace
 from .wire import (
     RAW_INPUT_FIELD,
+    MalformedReply,
     OutputTensor,
     TensorHeader,
     parse_response,
@@ -252,8 +253,12 @@ class GrpcTransport:
             raise reply_error(reply, self.server)
         if reply.message is None:
             raise InferError(INTERNAL, "the reply had no message", self.server)
+        try:
+            outputs = parse_response(reply.message, frozenset(placements))
+        except MalformedReply as exc:
+            raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
         return Reply(
-            parse_response(reply.message, frozenset(placements)),
+            outputs,
             reply.metadata.get(SERVER_HEADER, self.server),
             t1 - t0,
             t2 - t1,

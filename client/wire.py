@@ -119,6 +119,11 @@ def request_header(
     return request.SerializeToString()
 
 
+class MalformedReply(ValueError):
+    """A reply whose outputs do not hold what their headers say (the transport makes it an
+    INTERNAL error of the server that sent it)."""
+
+
 @dataclass
 class OutputTensor:
     name: str
@@ -162,6 +167,12 @@ def parse_response(
         if header.name in placed:
             continue
         dtype = np.dtype(TRITON_DTYPES[header.datatype])
+        expected = int(np.prod(header.shape, dtype=np.int64)) * dtype.itemsize
+        if length != expected:
+            raise MalformedReply(
+                f"output {header.name!r} holds {length} bytes where its shape "
+                f"{list(header.shape)} of {header.datatype} needs {expected}"
+            )
         array = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=start)
         array.flags.writeable = False  # a view of the reply, shared by every output
         results[header.name] = array.reshape(header.shape)

@@ -213,6 +213,13 @@ SESSIONS = {ONNX: (OnnxSession, "model.onnx"), TORCHSCRIPT: (TorchScriptSession,
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
+        if int(np.__version__.split(".")[0]) >= 2:  # the stub would answer empty outputs
+            raise pb_utils.TritonModelException(
+                f"NumPy {np.__version__} ({np.__file__}) in the Python-backend stub: "
+                "nvidia-pytriton 0.7.0's stub is built for NumPy 1.x and answers NumPy 2 "
+                "arrays as empty tensors; put a NumPy 1.x first on the stub's path "
+                f"({_PATHS.name} beside the model, from the launcher's python_path)"
+            )
         config = json.loads(args["model_config"])
         self.batching = int(config.get("max_batch_size", 0)) > 0
         self.inputs = [i["name"] for i in config["input"]]

@@ -31,8 +31,9 @@ from sonicsite.local import triton as triton_mod  # noqa: E402
 TRANSPORT = os.environ.get("CHECK_TRANSPORT", "cuda")
 EXTRA = [p for p in os.environ.get("DEV_STUB_PATH", "").split(":") if p]  # NumPy 1.x, ours
 PURELIB = sysconfig.get_paths()["purelib"]
-# the stub's interpreter finds the machine's onnxruntime, and first the carried packages
-triton_mod.TritonInstall.python_path = staticmethod(lambda: [PURELIB, *EXTRA])
+# the stub's interpreter finds the carried packages first (NumPy 1.x: the machine's NumPy 2
+# would make the stub answer empty tensors), then the machine's onnxruntime
+triton_mod.TritonInstall.python_path = staticmethod(lambda: [*EXTRA, PURELIB])
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 from sonicsite.bench.client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _spec  # noqa: E402

@@ -50,9 +50,26 @@ def main(models: Path) -> int:
                 url = f"http://{server.http}/v2/models/{name}/ready"
                 with urllib.request.urlopen(url, timeout=10) as reply:
                     print(f"{name}: ready ({reply.status})")
+            _identity_answers(server.grpc)
         finally:
             launcher.down(state.site_dir)
     return 0
+
+
+def _identity_answers(address: str) -> None:
+    """The identity model answers its input (a stub that does not run the NumPy it found
+    answers empty tensors: models/runner.py refuses to load then, and this would see it)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    sent = np.arange(8, dtype=np.float32).reshape(2, 4)
+    tensor = grpcclient.InferInput("INPUT0", list(sent.shape), "FP32")
+    tensor.set_data_from_numpy(sent)
+    reply = grpcclient.InferenceServerClient(address).infer("identity", [tensor])
+    got = reply.as_numpy("OUTPUT0")
+    if got is None or not np.array_equal(got, sent):
+        raise SystemExit(f"identity answered {got!r} for {sent!r}")
+    print("identity: answers its input")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""A bench JSON written on a lent machine names the bundle's commit (the machine has no git
-checkout) and the machine (run_b.sh). Arguments: the JSON, the bundle's provenance.json."""
+"""A bench JSON written on a lent machine names the commit that ran (the machine has no git
+checkout: $SITE_COMMIT, which the call sets from `git rev-parse HEAD` here, else the commit
+the bundle was built from) and the machine (run_b.sh). Arguments: the JSON, the bundle's
+provenance.json."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ def main(result: Path, provenance: Path) -> int:
     data = json.loads(result.read_text())
     bundle = json.loads(provenance.read_text())
     meta = data.setdefault("meta", {})
-    meta["commit"] = bundle["commit"]
-    meta["uncommitted_changes"] = bundle["uncommitted_changes"]
+    given = os.environ.get("SITE_COMMIT", "")
+    meta["commit"] = given or bundle["commit"]
+    meta["commit_from"] = "the call ($SITE_COMMIT)" if given else "the bundle's provenance"
+    meta["uncommitted_changes"] = None if given else bundle["uncommitted_changes"]
     meta["machine"] = (
         f"a lent GPU machine (devices/site): {os.cpu_count()} cores, {platform.platform()}; "
         "the site's processes on its CPUs, as on the local site"

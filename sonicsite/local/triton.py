@@ -77,10 +77,11 @@ class TritonInstall:
     @staticmethod
     def python_path() -> list[str]:
         """Where the stub's interpreter (the system libpython, run isolated, so blind to
-        PYTHONPATH) finds our packages: the environment's, then those PYTHONPATH adds (a site
-        run from unpacked packages, as on a lent machine: devices/site)."""
-        paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-        paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        PYTHONPATH) finds our packages, in the launcher's own order: PYTHONPATH's folders
+        first (a site run from unpacked packages, as on a lent machine: devices/site, whose
+        NumPy 1.x must come before the machine's NumPy 2), then the environment's."""
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
         return list(dict.fromkeys(paths))
 
     def environment(self) -> dict[str, str]:
