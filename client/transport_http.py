@@ -40,6 +40,7 @@ from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
 from .tracing import ClientTracing, RequestTrace
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
+from .wire import MalformedReply
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -213,7 +214,11 @@ class HttpTransport:
             self._give_back(conn)
             raise self._error(response, data)
         self._give_back(conn)
-        outputs = self._parse(data, int(response.getheader(INFERENCE_HEADER_LENGTH) or len(data)))
+        try:
+            length = int(response.getheader(INFERENCE_HEADER_LENGTH) or len(data))
+            outputs = self._parse(data, length)
+        except MalformedReply as exc:
+            raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
         copies = sum(i.copies for i in plan.inputs)
         server = response.getheader(SERVER_HEADER) or self.server  # named by the gateway
         return Reply(outputs, server, t1 - t0, t2 - t1, total, copies)
@@ -238,16 +243,31 @@ class HttpTransport:
 
     @staticmethod
     def _parse(data: bytes, header_length: int) -> dict[str, np.ndarray]:
-        header = json.loads(data[:header_length])
+        """The outputs, binary ones as views of `data`; MalformedReply names what the reply
+        lacks (an output without its data, or data that does not fill its shape)."""
+        try:
+            header = json.loads(data[:header_length])
+        except ValueError as exc:
+            raise MalformedReply(f"its JSON header does not parse: {exc}") from exc
         outputs, pos = {}, header_length
         for out in header.get("outputs", []):
             dtype = np.dtype(TRITON_DTYPES[out["datatype"]])
             size = int(out.get("parameters", {}).get("binary_data_size", 0))
+            count = int(np.prod(out["shape"], dtype=np.int64))
             if size:
                 array = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=pos)
                 pos += size
-            else:
+            elif "data" in out:
                 array = np.asarray(out["data"], dtype=dtype)
+            elif count == 0:  # an empty output has nothing to send
+                array = np.empty(0, dtype=dtype)
+            else:
+                raise MalformedReply(f"output {out['name']!r} has neither binary data nor data")
+            if array.size != count:
+                raise MalformedReply(
+                    f"output {out['name']!r} holds {array.size} values where its shape "
+                    f"{out['shape']} needs {count}"
+                )
             outputs[out["name"]] = array.reshape(out["shape"])
         return outputs
 
