@@ -67,6 +67,25 @@ def subset_tar(wheel: Path, out: Path, keep, drop=(), strip: str = "") -> None:
             tar.addfile(entry, io.BytesIO(data))
 
 
+def triton_tars(out: Path, scratch: Path) -> None:
+    """`triton.tar.xz` (TRITON_KEEP of the pytriton wheel) and `tritonclient.tar.xz` (the
+    tritonclient package) in `out`, each with its wheel's METADATA (its version, which a
+    result's meta reads); `scratch`: where the wheels are downloaded."""
+    subset_tar(
+        download(TRITON, scratch),
+        out / "triton.tar.xz",
+        (*TRITON_KEEP, "nvidia_pytriton-*.dist-info/METADATA"),
+        TRITON_DROP,
+    )
+    purelib = "tritonclient-2.51.0.data/purelib/"
+    subset_tar(
+        download(TRITONCLIENT, scratch),
+        out / "tritonclient.tar.xz",
+        (purelib + "tritonclient/*", "tritonclient-*.dist-info/METADATA"),
+        strip=purelib,
+    )
+
+
 def provenance() -> dict:
     """The commit the bundle was built from (the machine gets no .git), and whether the
     working tree differed from it."""
@@ -82,14 +101,7 @@ def main(out: Path) -> int:
     (out / "whl").mkdir(parents=True)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        subset_tar(download(TRITON, scratch), out / "triton.tar.xz", TRITON_KEEP, TRITON_DROP)
-        purelib = "tritonclient-2.51.0.data/purelib/"
-        subset_tar(
-            download(TRITONCLIENT, scratch),
-            out / "tritonclient.tar.xz",
-            (purelib + "tritonclient/*",),
-            strip=purelib,
-        )
+        triton_tars(out, scratch)
         for spec in WHEELS:
             shutil.copy(download(spec, scratch), out / "whl")
     built = ROOT / "build" / "models"

@@ -33,10 +33,7 @@ _spec.loader.exec_module(cuda)  # type: ignore[union-attr]
 # machine's Python lacks or holds at another version: pinned as in the project's .venv.
 # grpcio and uvloop are the machine's own (2026-11: in its image; 12 MiB that do not fit).
 WHEELS = (
-    "numpy==1.26.4",  # the Python-backend stub runs NumPy 1.x
-    "protobuf==4.25.9",  # tritonclient[grpc] 2.51: protobuf < 5
-    "python-rapidjson==1.25",
-    "hpack==4.2.0",
+    *cuda.WHEELS,  # the client's: NumPy 1.x (the stub's), protobuf < 5 (tritonclient's), ...
     "fastapi==0.165.0",
     "starlette==1.10.0",
     "pydantic==2.14.4",
@@ -56,7 +53,6 @@ WHEELS = (
     "idna==3.20",
     "pyjwt==2.15.1",
     "prometheus-client==0.26.0",
-    "opentelemetry-api==1.45.2",
     "opentelemetry-sdk==1.45.2",
     "opentelemetry-semantic-conventions==0.66b2",
     "opentelemetry-exporter-otlp-json-http==0.66b1",
@@ -118,19 +114,7 @@ def main() -> int:
     (a / "whl").mkdir()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        cuda.subset_tar(
-            cuda.download(cuda.TRITON, scratch),
-            a / "triton.tar.xz",
-            (*cuda.TRITON_KEEP, "nvidia_pytriton-*.dist-info/METADATA"),  # its version, in meta
-            cuda.TRITON_DROP,
-        )
-        purelib = "tritonclient-2.51.0.data/purelib/"
-        cuda.subset_tar(
-            cuda.download(cuda.TRITONCLIENT, scratch),
-            a / "tritonclient.tar.xz",
-            (purelib + "tritonclient/*", "tritonclient-*.dist-info/METADATA"),
-            strip=purelib,
-        )
+        cuda.triton_tars(a, scratch)
         for spec in WHEELS:
             shutil.copy(cuda.download(spec, scratch), a / "whl")
     models(a / "models.tar.xz", MODELS_A)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Part A of a site bench on a lent GPU machine (README.md beside this): Triton, tritonclient,
 # the wheels and the models into .devsite-unpacked/, our packages linked as `sonicsite`;
-# then every part of the site imports, and one server serves two models.
+# then every part of the site imports, and one server serves part A's models (smoke.py).
 U=$PWD/.devsite-unpacked; rm -rf "$U"; mkdir -p "$U"/site "$U"/tri "$U"/pkg/sonicsite "$U"/models
 nproc; python3 -V
 tar -xJf .devsite-a/triton.tar.xz -C "$U"/tri || exit 3
