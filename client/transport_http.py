@@ -40,7 +40,7 @@ from .spec import TRITON_DTYPES, ModelInfo
 from .stats import parse_statistics
 from .tracing import ClientTracing, RequestTrace
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
-from .wire import MalformedReply
+from .wire import MalformedReply, expect_filled
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -253,21 +253,16 @@ class HttpTransport:
         for out in header.get("outputs", []):
             dtype = np.dtype(TRITON_DTYPES[out["datatype"]])
             size = int(out.get("parameters", {}).get("binary_data_size", 0))
-            count = int(np.prod(out["shape"], dtype=np.int64))
             if size:
                 array = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=pos)
                 pos += size
             elif "data" in out:
                 array = np.asarray(out["data"], dtype=dtype)
-            elif count == 0:  # an empty output has nothing to send
+            elif 0 in out["shape"]:  # an empty output has nothing to send
                 array = np.empty(0, dtype=dtype)
             else:
                 raise MalformedReply(f"output {out['name']!r} has neither binary data nor data")
-            if array.size != count:
-                raise MalformedReply(
-                    f"output {out['name']!r} holds {array.size} values where its shape "
-                    f"{out['shape']} needs {count}"
-                )
+            expect_filled(out["name"], out["shape"], array.size, "values")
             outputs[out["name"]] = array.reshape(out["shape"])
         return outputs
 

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import mmap
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,6 +125,18 @@ class MalformedReply(ValueError):
     INTERNAL error of the server that sent it)."""
 
 
+def expect_filled(
+    name: str, shape: Sequence[int], held: int, unit: str, per_value: int = 1
+) -> None:
+    """MalformedReply unless `held` (in `unit`, `per_value` of them a value) fills `shape`:
+    both transports' check of an output's data against its header."""
+    needs = int(np.prod(shape, dtype=np.int64)) * per_value
+    if held != needs:
+        raise MalformedReply(
+            f"output {name!r} holds {held} {unit} where its shape {list(shape)} needs {needs}"
+        )
+
+
 @dataclass
 class OutputTensor:
     name: str
@@ -167,12 +180,7 @@ def parse_response(
         if header.name in placed:
             continue
         dtype = np.dtype(TRITON_DTYPES[header.datatype])
-        expected = int(np.prod(header.shape, dtype=np.int64)) * dtype.itemsize
-        if length != expected:
-            raise MalformedReply(
-                f"output {header.name!r} holds {length} bytes where its shape "
-                f"{list(header.shape)} of {header.datatype} needs {expected}"
-            )
+        expect_filled(header.name, header.shape, length, "bytes", dtype.itemsize)
         array = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=start)
         array.flags.writeable = False  # a view of the reply, shared by every output
         results[header.name] = array.reshape(header.shape)

@@ -86,6 +86,11 @@ def triton_tars(out: Path, scratch: Path) -> None:
     )
 
 
+def size_mib(folder: Path) -> float:
+    """What a bundle's folder weighs (a call carries 64 MiB with the working tree)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
 def provenance() -> dict:
     """The commit the bundle was built from (the machine gets no .git), and whether the
     working tree differed from it."""
@@ -113,8 +118,7 @@ def main(out: Path) -> int:
     for name in ("check.py", "run.sh"):
         shutil.copy(HERE / name, out / name)
     (out / "provenance.json").write_text(json.dumps(provenance(), indent=1))
-    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(f"{out}: {size / 2**20:.1f} MiB (the working tree travels beside it; 64 MiB in all)")
+    print(f"{out}: {size_mib(out):.1f} MiB (the working tree travels beside it; 64 MiB in all)")
     return 0
 
 

@@ -85,10 +85,11 @@ def binaries(out: Path) -> None:
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         raise SystemExit("prometheus not found: run `make system` first")
-    perf_analyzer = Path(sys.executable).parent / "perf_analyzer"
+    from sonicsite.bench.perf_analyzer import perf_analyzer_binary
+
     with tarfile.open(out, "w:xz") as tar:
         tar.add(prometheus, arcname="bin/prometheus")
-        tar.add(perf_analyzer, arcname="bin/perf_analyzer")
+        tar.add(perf_analyzer_binary(), arcname="bin/perf_analyzer")
 
 
 def models(out: Path, names: tuple[str, ...]) -> None:
@@ -99,10 +100,6 @@ def models(out: Path, names: tuple[str, ...]) -> None:
                 if path.is_file() and path.name not in ("model.pt", "model.pt2"):
                     tar.add(path, arcname=str(path.relative_to(built)))
         tar.add(built / "manifest.json", arcname="manifest.json")
-
-
-def _size(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 
 
 def main() -> int:
@@ -123,7 +120,8 @@ def main() -> int:
     envoy_tar(b / "envoy.tar.xz")
     binaries(b / "binaries.tar.xz")
     for part in (a, b):
-        print(f"{part}: {_size(part):.1f} MiB (the working tree travels beside it; 64 MiB in all)")
+        size = cuda.size_mib(part)
+        print(f"{part}: {size:.1f} MiB (the working tree travels beside it; 64 MiB in all)")
     return 0
 
 
