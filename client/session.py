@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import SiteRecord
 
+from .admitted import Admitted
 from .backend_auto import AutoPolicy, AutoSwitch
 from .backend_local import LocalModels, LocalRunner, LocalStream
 from .balancer import Balancer, Endpoint
@@ -75,10 +76,14 @@ class Client:
         self.tracing = tracing or self._own_tracing
         self._endpoints: list[Endpoint] = []
         self.pool: RegionPool | CudaRegionPool | None = None
+        self.admitted = Admitted()  # the models that have answered: a shed spares them
         if mode == "site":
-            self._endpoints = _site_endpoints(site, transport, token, self.tracing)
+            self._endpoints = _site_endpoints(site, transport, token, self.tracing, self.admitted)
         else:
-            grpcs = [GrpcTransport(s.grpc, s.id, tracing=self.tracing) for s in site.servers]
+            grpcs = [
+                GrpcTransport(s.grpc, s.id, tracing=self.tracing, admitted=self.admitted)
+                for s in site.servers
+            ]
             if transport in SHARED_MEMORY:
                 try:
                     self.pool = (
@@ -97,7 +102,10 @@ class Client:
                 for g in grpcs:
                     g.close()
                 self._endpoints = [
-                    Endpoint(s.id, HttpTransport(s.http, s.id, tracing=self.tracing))
+                    Endpoint(
+                        s.id,
+                        HttpTransport(s.http, s.id, tracing=self.tracing, admitted=self.admitted),
+                    )
                     for s in site.servers
                 ]
         self._models = {s.id: s.models for s in site.servers}
@@ -214,22 +222,30 @@ class Client:
 
 
 def _site_endpoints(
-    site: SiteRecord, transport: str, token: str, tracing: ClientTracing | None = None
+    site: SiteRecord,
+    transport: str,
+    token: str,
+    tracing: ClientTracing | None = None,
+    admitted: Admitted | None = None,
 ) -> list[Endpoint]:
     """Site mode's endpoints in order of preference: Envoy (gRPC), the gateway (HTTP), then
-    every server directly over the same transport (no token: servers take none)."""
+    every server directly over the same transport (no token: servers take none). They
+    share `admitted` (admitted.py): the site's admission is the site's, whatever the path."""
     endpoints = []
+    admitted = admitted or Admitted()
     if transport == "grpc" and site.grpc:
-        envoy = GrpcTransport(site.grpc, "envoy", token, tracing)
+        envoy = GrpcTransport(site.grpc, "envoy", token, tracing, admitted)
         endpoints.append(Endpoint("envoy", envoy, path="envoy"))
     if site.http:
-        gateway = HttpTransport(site.http, "gateway", token=token, tracing=tracing)
+        gateway = HttpTransport(
+            site.http, "gateway", token=token, tracing=tracing, admitted=admitted
+        )
         endpoints.append(Endpoint("gateway", gateway, path="gateway"))
     for s in site.servers:
         if transport == "grpc" and s.grpc_port:
-            direct = GrpcTransport(s.grpc, s.id, tracing=tracing)
+            direct = GrpcTransport(s.grpc, s.id, tracing=tracing, admitted=admitted)
             endpoints.append(Endpoint(s.id, direct, path="direct"))
         elif transport == "http" and s.http_port:
-            direct = HttpTransport(s.http, s.id, tracing=tracing)
+            direct = HttpTransport(s.http, s.id, tracing=tracing, admitted=admitted)
             endpoints.append(Endpoint(s.id, direct, path="direct"))
     return endpoints

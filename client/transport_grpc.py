@@ -19,6 +19,7 @@ from sonicsite.contract.wire import (
     loading_left,
 )
 
+from .admitted import Admitted
 from .errors import (
     INTERNAL,
     INVALID,
@@ -116,12 +117,19 @@ class GrpcTransport:
     kind = "grpc"
 
     def __init__(
-        self, address: str, server: str = "", token: str = "", tracing: ClientTracing | None = None
+        self,
+        address: str,
+        server: str = "",
+        token: str = "",
+        tracing: ClientTracing | None = None,
+        admitted: Admitted | None = None,
     ):
-        """`tracing`: each infer call's spans (tracing.py), its context sent on."""
+        """`tracing`: each infer call's spans (tracing.py), its context sent on;
+        `admitted`: the models that have answered the client (admitted.py)."""
         self.address = address
         self.server = server or address
         self.tracing = tracing
+        self.admitted = admitted or Admitted()
         self._pool = ConnectionPool(address)
         # a bearer token for a site whose Envoy requires one (JWT)
         self._auth = {"authorization": f"Bearer {token}"} if token else None
@@ -232,7 +240,11 @@ class GrpcTransport:
         parts.insert(0, request_header(plan.model, inputs, outputs, request_id, parameters))
         t1 = time.perf_counter()
         try:
-            metadata = [(MODEL_HEADER, plan.model), *(self._auth or {}).items()]
+            metadata = [
+                (MODEL_HEADER, plan.model),
+                *self.admitted.headers(plan.model).items(),
+                *(self._auth or {}).items(),
+            ]
             if traced is not None:  # the send span's context, to Envoy or the server
                 metadata += traced.sending()
             reply = self._pool.unary(INFER_METHOD, parts, metadata, timeout)
@@ -257,6 +269,7 @@ class GrpcTransport:
             outputs = parse_response(reply.message, frozenset(placements))
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
+        self.admitted.answered(plan.model)
         return Reply(
             outputs,
             reply.metadata.get(SERVER_HEADER, self.server),

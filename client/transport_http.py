@@ -24,6 +24,7 @@ from sonicsite.contract.wire import (
     WAIT_HEADER,
 )
 
+from .admitted import Admitted
 from .errors import (
     INTERNAL,
     INVALID,
@@ -70,11 +71,14 @@ class HttpTransport:
         pool: int = 8,
         token: str = "",
         tracing: ClientTracing | None = None,
+        admitted: Admitted | None = None,
     ):
-        """`tracing`: each infer call's spans (tracing.py), its context sent on."""
+        """`tracing`: each infer call's spans (tracing.py), its context sent on;
+        `admitted`: the models that have answered the client (admitted.py)."""
         self.address = address
         self.server = server or address
         self.tracing = tracing
+        self.admitted = admitted or Admitted()
         # a bearer token for a site that requires one (the gateway's tokens)
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._host, port = address.rsplit(":", 1)
@@ -188,6 +192,7 @@ class HttpTransport:
             "Content-Length": str(total),
             MODEL_HEADER: plan.model,
             WAIT_HEADER: f"{timeout:g}",  # a holder answers "still loading" before it
+            **self.admitted.headers(plan.model),
             **self._auth,
         }
         if traced is not None:  # the send span's context, to the gateway or the server
@@ -219,6 +224,7 @@ class HttpTransport:
             outputs = self._parse(data, length)
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
+        self.admitted.answered(plan.model)
         copies = sum(i.copies for i in plan.inputs)
         server = response.getheader(SERVER_HEADER) or self.server  # named by the gateway
         return Reply(outputs, server, t1 - t0, t2 - t1, total, copies)

@@ -4,7 +4,8 @@ error texts in triton_errors.py).
 
 Every inference request is checked for a well-formed body (kserve.py), refused at once with 429
 and Retry-After while the operator's shed of its model is in force (siteview.py: not
-expired, state not stale), then sent on to one server chosen per request (forwarding.py)
+expired, state not stale) unless the model has answered its caller before (the client's
+admitted header: client/admitted.py), then sent on to one server chosen per request (forwarding.py)
 with its body as received, binary tensors and all, and its reply passed back as the server
 sends it. Whether the request fits the model (input names, datatypes, shapes, batch size)
 is the server's to say, in Triton's own words.
@@ -28,6 +29,7 @@ from opentelemetry.trace import Span
 from starlette.types import Receive, Scope, Send
 
 from sonicsite.contract.wire import (
+    ADMITTED_HEADER,
     INFERENCE_HEADER_LENGTH,
     RETRY_AFTER_HEADER,
     WAIT_HEADER,
@@ -230,10 +232,12 @@ async def _infer_reply(
     forwarder = _forwarder(request)
     metrics = forwarder.metrics
     metrics.follow(forwarder.view)
-    admission, lapsed = forwarder.view.shed(model, time.time())
+    now = time.time()
+    admission, lapsed = forwarder.view.shed(model, now)
     if lapsed:  # the operator's shed expired or its state is stale: open, and counted
         metrics.admission_lapsed.labels(model, lapsed).inc()
-    if admission is not None:
+    admitted = ADMITTED_HEADER in fields  # the model has answered this caller before
+    if admission is not None and admission.refuses(now, admitted):
         metrics.rejections.labels(model, "shed").inc()
         wait = max(1, admission.retry_after_s)
         return error(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from sonicsite.contract.wire import MODEL_HEADER, SERVER_HEADER
+from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, SERVER_HEADER
 
 from .try_timeouts import TryPolicy
 from .xds_model_match import (
@@ -136,7 +136,9 @@ def shed_filter_config(expires_at: float, grpc: bool = True) -> dict:
     and the fault filter aborts marked inference requests with RESOURCE_EXHAUSTED (`grpc`;
     a REST route: 429, since a gRPC status abort answers a REST client 200); Triton sees
     nothing. Only inference is refused: a shed protects the model's compute, and a client
-    must still read the model's metadata, config and readiness to wait for its reopening."""
+    must still read the model's metadata, config and readiness to wait for its reopening.
+    Only callers the model has not answered yet are refused: a request with the client's
+    admitted header passes (`AdmissionRecord.refuses`, client/admitted.py)."""
     abort = {"grpc_status": 8} if grpc else {"http_status": 429}
     inference = {"safe_regex": {"regex": GRPC_INFER if grpc else REST_INFER}}
     return {
@@ -151,6 +153,7 @@ def shed_filter_config(expires_at: float, grpc: bool = True) -> dict:
             "headers": [
                 {"name": SHED_IN_FORCE, "present_match": True},
                 {"name": ":path", "string_match": inference},
+                {"name": ADMITTED_HEADER, "present_match": True, "invert_match": True},
             ],
         },
     }

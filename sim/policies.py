@@ -50,7 +50,7 @@ from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.route_clusters import pool_weights, shared_models
 from sonicsite.operator.xds_resources import ALL_SERVERS
 
-from sonicsite.contract.wire import SHED, AdmissionRecord
+from sonicsite.contract.wire import AdmissionRecord
 
 from .gpu import DRAINING, READY
 from .placing import Placing
@@ -104,12 +104,17 @@ class Sonicsite:
     def set_prometheus(self, up: bool) -> None:
         """Nothing to do: the operator reads each server's /metrics itself, not Prometheus."""
 
-    def refused(self, model: str, now: float) -> float | None:
-        """The retry-after Envoy answers a request for `model` with, or None to route it."""
+    def shed_models(self, now: float) -> list[str]:
+        """The models whose shed is in force now."""
+        return sorted(m for m, a in self.admissions.items() if a.sheds(now))
+
+    def refused(self, model: str, now: float, admitted: bool) -> float | None:
+        """The retry-after Envoy answers a request for `model` with, or None to route it
+        (`admitted`: the model has answered this job before)."""
         record = self.admissions.get(model)
         if record is None:
             return None
-        if record.state == SHED and record.expires_at > now:
+        if record.refuses(now, admitted):
             return float(record.retry_after_s)
         if record.fail_open:
             active = sum(self.site.cluster(model).active.values())
@@ -209,7 +214,10 @@ class Reference:
     def hold_deadline_s(self) -> float:
         return 0.0
 
-    def refused(self, model: str, now: float) -> float | None:
+    def shed_models(self, now: float) -> list[str]:
+        return []  # no admission per request
+
+    def refused(self, model: str, now: float, admitted: bool) -> float | None:
         return None  # no admission per request
 
     def set_prometheus(self, up: bool) -> None:

@@ -108,7 +108,8 @@ def _fault(r: Run, fault: Fault):
 
 
 def _sample(r: Run):
-    """Every `sample_s`: servers held and ready, GPU busy share, latencies answered."""
+    """Every `sample_s`: servers held and ready, GPU busy share, latencies answered, the
+    models shed."""
     env, site = r.site.env, r.site
     every = site.scenario.sample_s
     busy_then, seen = 0.0, 0
@@ -128,6 +129,7 @@ def _sample(r: Run):
                 "p50_s": _quantile(latencies, 0.5),
                 "p99_s": _quantile(latencies, 0.99),
                 "requests": len(latencies),
+                "shed": r.policies.shed_models(env.now),
             }
         )
         busy_then = busy

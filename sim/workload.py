@@ -4,7 +4,8 @@ client's retry-after and back-off.
 A job connects (the reference's admission may refuse it: the job fails and is resubmitted
 `resubmit_s` later), then processes its events `events_per_request` at a time: the CPU work
 of those events, then one request per call (model) of the batch, sent together, awaited
-together. A request refused at Envoy (a shed, with its retry-after) waits the client's
+together. A request refused at Envoy (a shed, with its retry-after: only a job that the
+model has not answered yet, as the client says with its admitted header) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
 that endpoint ... for at least the retry-after"), computed by the client's own rule
 (`sonicsite.client.stream_options.backoff_s`), and is retried up to the client's `max_tries`, its
@@ -57,6 +58,7 @@ class _Job:
     rng: random.Random
     calls: tuple[Call, ...] = ()  # per event batch: its workflow's, else the workload's
     not_before: float = 0.0
+    admitted: set[str] = field(default_factory=set)  # models that have answered it
 
 
 class Workload:
@@ -159,7 +161,7 @@ class Workload:
             if job.not_before > env.now:
                 yield env.timeout(job.not_before - env.now)
             yield env.timeout(self.site.leg(half))
-            retry_after = self.policies.refused(model, env.now)
+            retry_after = self.policies.refused(model, env.now, model in job.admitted)
             cluster = self.site.cluster(self.policies.cluster_of(model))
             host = None if retry_after is not None else cluster.pick()
             hold = self.policies.hold(model) if host is None and retry_after is None else None
@@ -205,5 +207,6 @@ class Workload:
             cluster.finished(host)
             yield env.timeout(self.site.leg(half))
             out.answered.append((env.now, env.now - first))
+            job.admitted.add(model)
             return
         out.failed += 1

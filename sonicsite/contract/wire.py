@@ -20,6 +20,9 @@ from typing import Any
 MODEL_HEADER = "sonicsite-model"  # set by the sonicsite client: Envoy routes on it per model
 SERVER_HEADER = "sonicsite-server"  # on every reply: which server answered (Envoy, gateway)
 ADMISSION_HEADER = "sonicsite-admission"  # "shed" on a reply refused by admission
+# set by the sonicsite client on a model's requests once that model has answered it: a shed
+# refuses only callers it has not admitted yet (AdmissionRecord.refuses)
+ADMITTED_HEADER = "sonicsite-admitted"
 RETRY_AFTER_HEADER = "retry-after"  # seconds to wait before the next request (shed, 429)
 # the key of Triton's restricted protocols (model repository, trace, logging): only the
 # operator holds it (a file of the site's user locally, a Secret in the chart)
@@ -128,6 +131,14 @@ class AdmissionRecord:
         """True while the model is shed and the shed has not lapsed (a record without an
         expiry, from an older operator, holds until the reader's own staleness bound)."""
         return self.state == SHED and (not self.expires_at or now < self.expires_at)
+
+    def refuses(self, now: float, admitted: bool) -> bool:
+        """Whether a request is refused now: a shed holds back callers that the model has
+        not answered yet (`admitted`: it has), so that new jobs wait at their start while
+        running ones finish. A running job's refused request is not less work for the
+        site (the job sends it again after its back-off): it only makes that job wait,
+        and under a closed population of jobs the queue is set by how many run."""
+        return not admitted and self.sheds(now)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -80,6 +80,14 @@ def test_a_shed_is_in_force_until_its_expiry_and_readers_ignore_unknown_keys():
     assert AdmissionRecord.from_dict(older).expires_at == 0.0
 
 
+def test_a_shed_refuses_only_callers_the_model_has_not_answered():
+    shed = AdmissionRecord(SHED, since=5.0, reason="saturated", retry_after_s=1, expires_at=15.0)
+    assert shed.refuses(10.0, admitted=False)  # a job that has not started waits
+    assert not shed.refuses(10.0, admitted=True)  # a running one goes on
+    assert not shed.refuses(15.0, admitted=False)  # lapsed: refuses nobody
+    assert not AdmissionRecord().refuses(10.0, admitted=False)  # open
+
+
 def test_the_state_file_reader(tmp_path):
     with pytest.raises(FileNotFoundError, match="start one with `sonicsite up`"):
         read_state_file(tmp_path)

@@ -17,7 +17,7 @@ from sonicsite.gateway.siteview import EXPIRED, STALE, STALE_AFTER_S
 from sonicsite.models.samples import generate
 from stock import kserve_json
 
-from sonicsite.contract.wire import SHED, AdmissionRecord
+from sonicsite.contract.wire import ADMITTED_HEADER, SHED, AdmissionRecord
 
 MODEL = "simple"
 
@@ -46,10 +46,12 @@ def _apply(client, admission: AdmissionRecord, read_at: float | None = None) -> 
         view.updated_at = read_at  # when the gateway last read it
 
 
-def _infer(client):
+def _infer(client, headers: dict[str, str] | None = None):
     sample = generate(MODEL, 2, seed=1)
     return client.post(
-        f"/v2/models/{MODEL}/infer", content=kserve_json(sample.reference_inputs(0, 1))
+        f"/v2/models/{MODEL}/infer",
+        content=kserve_json(sample.reference_inputs(0, 1)),
+        headers=headers,
     )
 
 
@@ -69,6 +71,8 @@ def test_a_shed_is_followed_until_its_expiry(gateway):
     assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
     assert "is shed: saturated" in refused.json()["error"]
     assert gateway.get("/healthz").json()["sheds_not_followed"] == {}
+    # a caller the model has answered before (the client's header) is not held back
+    assert _infer(gateway, {ADMITTED_HEADER: "1"}).status_code == 200
     _apply(gateway, AdmissionRecord(SHED, now - 20, "saturated", 2, expires_at=now - 1))
     assert _infer(gateway).status_code == 200  # expired: nobody renewed it
     assert _lapsed(gateway, EXPIRED) == 1.0

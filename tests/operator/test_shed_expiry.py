@@ -32,6 +32,7 @@ from stock import kserve_json
 
 from sonicsite.contract.wire import (
     ADMISSION_HEADER,
+    ADMITTED_HEADER,
     MODEL_HEADER,
     OPEN,
     RETRY_AFTER_HEADER,
@@ -88,9 +89,10 @@ def test_envoy_enforces_a_shed_only_until_its_expiry():
     assert shed[LUA_FILTER]["filter_context"] == {"until_ms": 1234568}
     fault = shed["envoy.filters.http.fault"]
     assert fault["abort"]["grpc_status"] == 8  # RESOURCE_EXHAUSTED
-    assert fault["headers"] == [  # marked by the script, and an inference call
+    assert fault["headers"] == [  # marked by the script, an inference call, a new caller
         {"name": SHED_IN_FORCE, "present_match": True},
         {"name": ":path", "string_match": {"safe_regex": {"regex": GRPC_INFER}}},
+        {"name": ADMITTED_HEADER, "present_match": True, "invert_match": True},
     ]
     rest = by_name["rest-model-m"]["typed_per_filter_config"]["envoy.filters.http.fault"]
     assert rest["abort"]["http_status"] == 429
@@ -128,12 +130,17 @@ def _admission(site) -> dict:
 
 
 def _refusal(envoy: GrpcTransport, plan) -> InferError | None:
+    """A new caller's request through Envoy: refused while the shed holds (a transport
+    the model has answered carries the admitted header, which a shed spares)."""
+    caller = GrpcTransport(envoy.address, "site")
     try:
-        envoy.infer(plan, timeout=120)
+        caller.infer(plan, timeout=120)
     except InferError as exc:
         if exc.kind == OVERLOADED:
             return exc
         raise
+    finally:
+        caller.close()
     return None
 
 

@@ -149,7 +149,7 @@ def test_the_reference_admits_at_connect_time_only_and_fails_closed_without_metr
     r = run(_light(_small()), "reference", seed=4)
     now = r.site.env.now
     assert r.policies.metric_ms(now) is not None
-    assert r.policies.refused("particlenet", now) is None  # nothing per request
+    assert r.policies.refused("particlenet", now, admitted=False) is None  # nothing per request
     r.policies.prometheus_up = False
     assert r.policies.metric_ms(now) is None
     assert r.policies.connect(now) is False

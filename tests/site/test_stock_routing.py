@@ -38,7 +38,7 @@ from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json, stock_infer
 from tritonclient.utils import InferenceServerException
 
-from sonicsite.contract.wire import MODEL_HEADER, ServerRecord
+from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, ServerRecord
 from sonicsite.local import envoy
 from sonicsite.local.ports import free_ports
 from sonicsite.local.processes import stop_group
@@ -398,6 +398,40 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
         lambda: refusal(lambda: transport_infer(fed.grpc, plan)) is None,
         "Envoy to reopen simple",
     )
+
+
+def test_a_shed_spares_the_callers_its_model_has_answered(fed):
+    """Admission holds back jobs that have not started, not running ones: once a model has
+    answered a client, the client's later requests carry the admitted header and pass its
+    shed (gRPC and REST); a new caller and a stock client are refused as before."""
+    sample = generate("simple", 4, seed=4)
+    running = GrpcTransport(fed.grpc, "site")
+    plan = make_plan(sample.spec, running.model_info("simple"), sample.request(0, 4))
+    url = f"http://{fed.grpc}/v2/models/simple/infer"
+    try:
+        assert not running.admitted.headers("simple")  # nothing answered yet: a new caller
+        running.infer(plan, timeout=30)
+        assert running.admitted.headers("simple") == {ADMITTED_HEADER: "1"}
+        fed.feed(shed={"simple": time.time() + 600})
+        wait_until(lambda: refusal(lambda: transport_infer(fed.grpc, plan)), "Envoy to shed simple")
+        answered = running.infer(plan, timeout=30)  # the running job goes on
+        assert np.array_equal(answered.outputs["OUTPUT0"], sample.expected["sum"][0:4])
+        request = urllib.request.Request(url, data=kserve_json(SIMPLE))
+        with pytest.raises(urllib.error.HTTPError) as shed:
+            urllib.request.urlopen(request, timeout=30)
+        assert shed.value.code == 429
+        request.add_header(ADMITTED_HEADER, "1")
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert reply.status == 200
+        stock = grpcclient.InferenceServerClient(fed.grpc)
+        try:
+            error = _grpc_refusal(lambda: stock.infer("simple", _simple_inputs()))
+        finally:
+            stock.close()
+        assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    finally:
+        fed.feed()
+        running.close()
 
 
 def transport_infer(address: str, plan) -> None:
