@@ -149,37 +149,55 @@ def _gateway_rejections(state, stop: threading.Event, seen: list[int]) -> None:
             seen.append(exc.code)
 
 
+def _keep_busy(client: Client, jets, stop: threading.Event, results: list) -> None:
+    """A running job: streams of the model, one after another, until `stop`."""
+    while not stop.is_set():
+        results.append(
+            client.stream(MODEL, jets.spec, batch=8, window=8, max_tries=100).run(
+                jets, lambda *a: None
+            )
+        )
+
+
 def test_every_panel_of_every_dashboard_has_data_on_a_live_site(busy_site):
+    """A running job loads the site until its model is shed; new jobs (a fresh client each,
+    which the model has not answered) are shed at Envoy and plain HTTP calls at the
+    gateway, while the running job goes on (client/admitted.py)."""
     assert busy_site.prometheus, "the local site starts Prometheus when it is installed"
     jets = generate(MODEL, 256, seed=3)
-    stop, seen = threading.Event(), []
+    small = generate(MODEL, 32, seed=4)
+    stop, seen, running = threading.Event(), [], []
     poker = threading.Thread(target=_gateway_rejections, args=(busy_site, stop, seen))
-    poker.start()
     overloaded = 0
-    try:
-        with Client(from_site_file(busy_site.site_dir), "grpc") as client:
+    with Client(from_site_file(busy_site.site_dir), "grpc") as load:
+        loader = threading.Thread(target=_keep_busy, args=(load, jets, stop, running))
+        loader.start()
+        poker.start()
+        try:
 
-            def shed_at_envoy_and_at_the_gateway() -> bool:
-                # one more stream; shed at Envoy once the decision arrives (a second or two)
+            def a_new_job_shed_at_envoy_and_a_429_from_the_gateway() -> bool:
                 nonlocal overloaded
-                result = client.stream(MODEL, jets.spec, batch=8, window=8, max_tries=100).run(
-                    jets, lambda *a: None
-                )
-                assert result.events_ok == 256 and result.failed == {}
+                with Client(from_site_file(busy_site.site_dir), "grpc") as job:
+                    result = job.stream(MODEL, small.spec, batch=8, window=8, max_tries=100).run(
+                        small, lambda *a: None
+                    )
+                assert result.events_ok == 32 and result.failed == {}
                 overloaded += result.overloaded
                 return overloaded > 0 and 429 in seen
 
             wait_until(
-                shed_at_envoy_and_at_the_gateway,
-                "a stream shed at Envoy and a 429 from the gateway",
+                a_new_job_shed_at_envoy_and_a_429_from_the_gateway,
+                "a new job shed at Envoy and a 429 from the gateway",
                 timeout=300,
             )
-    finally:
-        stop.set()
-        poker.join(timeout=60)
-    assert not poker.is_alive()
+        finally:
+            stop.set()
+            poker.join(timeout=60)
+            loader.join(timeout=300)
+    assert not poker.is_alive() and not loader.is_alive()
     assert overloaded > 0, "no stream was shed: no rejection to show"
     assert 429 in seen and 200 in seen
+    assert running and all(r.events_ok == 256 and r.failed == {} for r in running)
     # Wait for the samples the panels need: the last scrapes, two samples of each counter for
     # its rate, and 30 s of history behind the scaling metric's recording rule.
     missing: list[str] = []
