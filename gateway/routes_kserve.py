@@ -5,10 +5,10 @@ error texts in triton_errors.py).
 Every inference request is checked for a well-formed body (kserve.py), refused at once with 429
 and Retry-After while the operator's shed of its model is in force (siteview.py: not
 expired, state not stale) unless the model has answered its caller before (the client's
-admitted header: client/admitted.py), then sent on to one server chosen per request (forwarding.py)
-with its body as received, binary tensors and all, and its reply passed back as the server
-sends it. Whether the request fits the model (input names, datatypes, shapes, batch size)
-is the server's to say, in Triton's own words.
+admitted header: client/admitted.py), then sent on to one server chosen per request
+(forwarding.py) with its body as received, binary tensors and all, and its reply passed back
+as the server sends it. Whether the request fits the model (input names, datatypes, shapes,
+batch size) is the server's to say, in Triton's own words.
 
 Inference requests go through neither FastAPI's middleware nor its router (`serve_infer`, a
 plain ASGI app that the gateway's app calls first, behind authentication: app.py

@@ -9,11 +9,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE
+from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE, ServerRecord, SiteRecord
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
@@ -75,18 +76,30 @@ def start_control_plane(
     proxy = envoy.start(config, envoy_log)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    _wait_routed(state.envoy_admin, lambda: routed_hosts(SiteState.load(site_dir)), timeout)
+    _wait_routed(state.envoy_admin, lambda: routes_now(site_dir, state.operator), timeout)
     gateway.wait(timeout)
     start_prometheus(site_dir, timeout)
 
 
-def routed_hosts(state: SiteState) -> dict[str, list[str]]:
+def routes_now(site_dir: Path, operator: str) -> dict[str, list[str]]:
+    """The hosts Envoy must send to now, from the servers the operator's last step routed
+    (its `/v1/state`: with placement on, the models each server holds now, which an idle
+    unload may have changed since the site started: a suite run once waited a minute for
+    the routes of models unloaded meanwhile); from the state file until the operator answers."""
+    try:
+        with urllib.request.urlopen(f"http://{operator}/v1/state", timeout=5) as reply:
+            return routed_hosts(SiteRecord.from_dict(json.loads(reply.read())).servers)
+    except (OSError, ValueError):  # not answering yet, or no step yet (503)
+        return routed_hosts(SiteState.load(site_dir).servers)
+
+
+def routed_hosts(servers: Iterable[ServerRecord]) -> dict[str, list[str]]:
     """Envoy's clusters and the hosts each must send to: every server not draining, and
     each model's clusters (gRPC and its REST twin) the servers that hold it."""
-    servers = [s for s in state.servers if not s.draining]
-    wanted = {ALL_SERVERS: sorted(s.grpc for s in servers)}
-    for model in sorted({m for s in servers for m in s.models}):
-        holders = [s for s in servers if model in s.models]
+    taking = [s for s in servers if not s.draining]
+    wanted = {ALL_SERVERS: sorted(s.grpc for s in taking)}
+    for model in sorted({m for s in taking for m in s.models}):
+        holders = [s for s in taking if model in s.models]
         wanted[model_cluster(model)] = sorted(s.grpc for s in holders)
         wanted[rest_cluster(model)] = sorted(s.http for s in holders)
     return wanted

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 from polling import wait_until
 from sonicsite.models.samples import generate
+from sonicsite.operator.placement_settings import PlacementSettings
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
@@ -192,3 +194,29 @@ def test_an_unsupervised_site_reports_a_dead_process_and_leaves_it_dead(tmp_path
         down = _cli("down", "--dir", str(site_dir))
     assert down.returncode == 0, down.stderr
     assert not any(alive(p.pid) for p in state.processes)
+
+
+def test_up_waits_for_the_routes_the_operator_publishes_not_those_it_started_with(
+    tmp_path, built_models
+):
+    """With placement on, the operator may unload a model before Envoy has passed its health
+    checks (here: idle at once): `up` waits for the routes of the operator's last step, not
+    for those of the models the servers started with (which would never come)."""
+    settings = PlacementSettings(idle_unload_s=0.0, min_resident_s=0.0)
+    site_dir = tmp_path / "s"
+    state = launcher.up(
+        site_dir,
+        servers=1,
+        models=["simple"],
+        build_dir=built_models,
+        supervise=False,
+        placing=settings,
+    )
+    try:
+        log = site_dir / "logs" / "operator.log"
+        wait_until(lambda: "unload simple on triton-0 (idle)" in log.read_text(), "the idle unload")
+        with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=10) as reply:
+            servers = json.loads(reply.read())["servers"]
+        assert [s["models"] for s in servers] == [[]]
+    finally:
+        launcher.down(site_dir)
