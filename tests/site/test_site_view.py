@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from polling import wait_until
 from tritonclient.utils import InferenceServerException
 
 N = 12
@@ -34,6 +35,8 @@ def test_statistics_through_envoy_count_every_request_once(site):
         before = _success(client, "simple")
         for _ in range(N):
             client.infer("simple", _simple_inputs())
+        # Triton counts a request once its reply is out: the last may be a moment behind it
+        wait_until(lambda: _success(client, "simple") >= before + N, f"the site to count {N}")
         after = _success(client, "simple")
         direct = 0
         for server in site.servers:
