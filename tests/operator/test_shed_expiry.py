@@ -14,10 +14,8 @@ import urllib.request
 
 import grpc
 import pytest
-from overload import SLEEPY_MODEL, overload, sleepy
+from overload import SLEEPY_MODEL, new_caller_refusal, overload, sleepy
 from polling import wait_until
-from sonicsite.client import InferError
-from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
@@ -129,21 +127,6 @@ def _admission(site) -> dict:
         return json.loads(reply.read())["admission"][MODEL]
 
 
-def _refusal(envoy: GrpcTransport, plan) -> InferError | None:
-    """A new caller's request through Envoy: refused while the shed holds (a transport
-    the model has answered carries the admitted header, which a shed spares)."""
-    caller = GrpcTransport(envoy.address, "site")
-    try:
-        caller.infer(plan, timeout=120)
-    except InferError as exc:
-        if exc.kind == OVERLOADED:
-            return exc
-        raise
-    finally:
-        caller.close()
-    return None
-
-
 def _gateway_status(site, body: bytes) -> int:
     url = f"http://{site.http}/v2/models/{MODEL}/infer"
     try:
@@ -187,7 +170,9 @@ def _wait_for_shed(state, envoy: GrpcTransport, plan, body: bytes) -> dict:
     shed = wait_until(
         lambda: (a := _admission(state))["state"] == SHED and a, "the operator to shed the model"
     )
-    wait_until(lambda: _refusal(envoy, plan), "Envoy to refuse the shed model")
+    wait_until(
+        lambda: new_caller_refusal(envoy.address, plan, 120), "Envoy to refuse the shed model"
+    )
     wait_until(lambda: _gateway_status(state, body) == 429, "the gateway to refuse it (429)")
     return shed
 
@@ -201,7 +186,7 @@ def _stop_while_shed(state, operator: int, envoy, plan, body: bytes) -> None:
     def stopped_while_shed() -> bool:
         wait_until(lambda: _admission(state)["state"] == SHED, "the operator to shed the model")
         os.kill(operator, signal.SIGSTOP)
-        if _refusal(envoy, plan) and _gateway_status(state, body) == 429:
+        if new_caller_refusal(envoy.address, plan, 120) and _gateway_status(state, body) == 429:
             return True
         os.kill(operator, signal.SIGCONT)
         return False
@@ -210,7 +195,10 @@ def _stop_while_shed(state, operator: int, envoy, plan, body: bytes) -> None:
 
 
 def _wait_until_reopened_without_operator(state, envoy, plan, body: bytes) -> None:
-    wait_until(lambda: _refusal(envoy, plan) is None, "Envoy to reopen the model by itself")
+    wait_until(
+        lambda: new_caller_refusal(envoy.address, plan, 120) is None,
+        "Envoy to reopen the model by itself",
+    )
     wait_until(lambda: _gateway_status(state, body) == 200, "the gateway to stop refusing it")
     health = _get_json(f"http://{state.http}/healthz")
     assert health["ok"] and health["sheds_not_followed"].get(MODEL) in ("expired", "stale")
@@ -258,7 +246,10 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
             )
             assert renewed["expires_at"] > first["expires_at"]
             refused = wait_until(
-                lambda: time.time() > first["expires_at"] + 1 and _refusal(envoy, plan),
+                lambda: (
+                    time.time() > first["expires_at"] + 1
+                    and new_caller_refusal(envoy.address, plan, 120)
+                ),
                 "Envoy to refuse the model past the shed's first expiry",
                 180,
             )
@@ -269,7 +260,10 @@ def test_sheds_are_renewed_while_they_hold_and_lapse_when_the_operator_hangs(
             _wait_until_reopened_without_operator(state, envoy, plan, body)
             os.kill(operator, signal.SIGCONT)
             stopped = False
-            wait_until(lambda: _refusal(envoy, plan), "the resumed operator to shed again")
+            wait_until(
+                lambda: new_caller_refusal(envoy.address, plan, 120),
+                "the resumed operator to shed again",
+            )
     finally:
         if stopped:
             os.kill(operator, signal.SIGCONT)

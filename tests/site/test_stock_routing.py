@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from overload import refusal
+from overload import new_caller_refusal, refusal
 from polling import wait_until
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
@@ -397,7 +397,7 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
         transport.close()
         stock.close()
     wait_until(
-        lambda: refusal(lambda: transport_infer(fed.grpc, plan)) is None,
+        lambda: new_caller_refusal(fed.grpc, plan) is None,
         "Envoy to reopen simple",
     )
 
@@ -415,7 +415,7 @@ def test_a_shed_spares_the_callers_its_model_has_answered(fed):
         running.infer(plan, timeout=30)
         assert running.admitted.headers("simple") == {ADMITTED_HEADER: "1"}
         fed.feed(shed={"simple": time.time() + 600})
-        wait_until(lambda: refusal(lambda: transport_infer(fed.grpc, plan)), "Envoy to shed simple")
+        wait_until(lambda: new_caller_refusal(fed.grpc, plan), "Envoy to shed simple")
         answered = running.infer(plan, timeout=30)  # the running job goes on
         assert np.array_equal(answered.outputs["OUTPUT0"], sample.expected["sum"][0:4])
         request = urllib.request.Request(url, data=kserve_json(SIMPLE))
@@ -434,11 +434,3 @@ def test_a_shed_spares_the_callers_its_model_has_answered(fed):
     finally:
         fed.feed()
         running.close()
-
-
-def transport_infer(address: str, plan) -> None:
-    transport = GrpcTransport(address, "site")
-    try:
-        transport.infer(plan, timeout=30)
-    finally:
-        transport.close()

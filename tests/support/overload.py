@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from sonicsite.client import Client, InferError
 from sonicsite.client.errors import OVERLOADED
+from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 
 from sonicsite.contract.wire import ServerRecord, SiteRecord
@@ -95,3 +96,14 @@ def refusal(call) -> InferError | None:
             return exc
         raise
     return None
+
+
+def new_caller_refusal(address: str, plan, timeout: float = 30.0) -> InferError | None:
+    """`refusal` of one request through Envoy at `address` by a caller the model has never
+    answered (a transport of its own: one that has been answered carries the admitted
+    header, which a shed spares; client/admitted.py)."""
+    caller = GrpcTransport(address, "site")
+    try:
+        return refusal(lambda: caller.infer(plan, timeout=timeout))
+    finally:
+        caller.close()
