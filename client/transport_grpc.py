@@ -10,6 +10,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from sonicsite.contract.wire import (
+    ADMITTED_HEADER,
     HELD_HEADER,
     MODEL_HEADER,
     NOT_LOADED_WITHIN,
@@ -269,7 +270,7 @@ class GrpcTransport:
             outputs = parse_response(reply.message, frozenset(placements))
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
-        self.admitted.answered(plan.model)
+        self.admitted.answered(plan.model, reply.metadata.get(ADMITTED_HEADER))
         return Reply(
             outputs,
             reply.metadata.get(SERVER_HEADER, self.server),

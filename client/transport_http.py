@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from sonicsite.contract.wire import (
+    ADMITTED_HEADER,
     HELD_HEADER,
     INFERENCE_HEADER_LENGTH,
     MODEL_HEADER,
@@ -224,7 +225,7 @@ class HttpTransport:
             outputs = self._parse(data, length)
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
-        self.admitted.answered(plan.model)
+        self.admitted.answered(plan.model, response.getheader(ADMITTED_HEADER))
         copies = sum(i.copies for i in plan.inputs)
         server = response.getheader(SERVER_HEADER) or self.server  # named by the gateway
         return Reply(outputs, server, t1 - t0, t2 - t1, total, copies)

@@ -20,6 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sonicsite.contract.admission_pass import AdmissionPasses
+
 from . import grpc_view, routes_kserve, routes_refused, routes_site
 from .auth import Authenticator, BearerAuth, Tokens
 from .forwarding import Forwarder, error
@@ -48,6 +50,9 @@ class GatewayConfig:
     max_body_bytes: int = 1 << 30
     grpc: str = ""  # host:port of the one-server view over gRPC (grpc_view.py); "" = none
     tracing: TracingSettings | None = None  # the gateway's own tracer (tracing.py); None: off
+    # the admission passes its inference replies carry and a shed accepts (None: none given,
+    # a shed refuses every caller): sonicsite/contract/admission_pass.py
+    passes: AdmissionPasses | None = None
 
 
 class GatewayApp(FastAPI):

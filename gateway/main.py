@@ -10,6 +10,8 @@ from pathlib import Path
 
 import uvicorn
 
+from sonicsite.contract.admission_pass import AdmissionPasses
+
 from .app import GatewayConfig, create_app
 from .jwks import JwksSettings
 from .server import READ_SIZE, PassThroughProtocol, keep_freed_memory
@@ -60,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a local site's state file: /v1/status and the status page list the site's "
         "processes (leave out on Kubernetes, where the cluster restarts pods)",
+    )
+    parser.add_argument(
+        "--admission-key-file",
+        default="",
+        help="the file holding the site's admission key (the operator holds it too): "
+        "inference replies carry each model's admission pass, and a shed spares the "
+        "callers that bring one back; none: a shed refuses every caller",
     )
     parser.add_argument("--refresh", type=float, default=0.5, help="seconds between state reads")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per upstream request")
@@ -116,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         except ValueError as exc:
             parser.error(str(exc))
+    passes = None
+    if args.admission_key_file:
+        try:
+            passes = AdmissionPasses.from_file(args.admission_key_file)
+        except ValueError as exc:
+            parser.error(f"--admission-key-file: {exc}")
     config = GatewayConfig(
         operator=args.operator,
         name=args.name,
@@ -129,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         refresh_s=args.refresh,
         timeout_s=args.timeout,
         tracing=tracing,
+        passes=passes,
     )
     keep_freed_memory()
     uvicorn.run(

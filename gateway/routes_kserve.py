@@ -4,8 +4,9 @@ error texts in triton_errors.py).
 
 Every inference request is checked for a well-formed body (kserve.py), refused at once with 429
 and Retry-After while the operator's shed of its model is in force (siteview.py: not
-expired, state not stale) unless the model has answered its caller before (the client's
-admitted header: client/admitted.py), then sent on to one server chosen per request
+expired, state not stale) unless the model has answered its caller before (the request
+brings back the model's admission pass, which a server's answer carries:
+sonicsite/contract/admission_pass.py), then sent on to one server chosen per request
 (forwarding.py) with its body as received, binary tensors and all, and its reply passed back
 as the server sends it. Whether the request fits the model (input names, datatypes, shapes,
 batch size) is the server's to say, in Triton's own words.
@@ -32,6 +33,7 @@ from sonicsite.contract.wire import (
     ADMITTED_HEADER,
     INFERENCE_HEADER_LENGTH,
     RETRY_AFTER_HEADER,
+    SERVER_HEADER,
     WAIT_HEADER,
 )
 
@@ -236,7 +238,10 @@ async def _infer_reply(
     admission, lapsed = forwarder.view.shed(model, now)
     if lapsed:  # the operator's shed expired or its state is stale: open, and counted
         metrics.admission_lapsed.labels(model, lapsed).inc()
-    admitted = ADMITTED_HEADER in fields  # the model has answered this caller before
+    passes = request.app.state.config.passes
+    # the model has answered this caller before: it brings back the pass it was given
+    presented = fields.get(ADMITTED_HEADER)
+    admitted = admission is not None and passes is not None and passes.admits(model, presented, now)
     if admission is not None and admission.refuses(now, admitted):
         metrics.rejections.labels(model, "shed").inc()
         wait = max(1, admission.retry_after_s)
@@ -272,7 +277,7 @@ async def _infer_reply(
     # the caller's trace context goes on (a traced gateway's own replaces it)
     headers = {k: fields[k] for k in (*PASSED_HEADERS, *TRACE_HEADERS) if k in fields}
     path = version_path(model, version) + "/infer"
-    return await forwarder.send(
+    reply = await forwarder.send(
         "POST",
         model,
         path,
@@ -285,6 +290,9 @@ async def _infer_reply(
         span=span,
         client=client,
     )
+    if passes is not None and SERVER_HEADER in reply.headers:  # a server's answer: a pass
+        reply.headers[ADMITTED_HEADER] = passes.current(model, time.time())
+    return reply
 
 
 async def _taken_body(

@@ -21,8 +21,9 @@ in-flight cap that Envoy enforces, and says so. A server that is measured but co
 nothing while requests wait there (one long request) counts neither as room nor as
 saturated.
 
-A shed refuses only callers the model has not answered yet (`AdmissionRecord.refuses`: the
-client's admitted header, client/admitted.py): it holds back jobs that have not started,
+A shed refuses only callers the model has not answered yet (`AdmissionRecord.refuses`: a
+caller brings back the admission pass the model's answers carry,
+sonicsite/contract/admission_pass.py): it holds back jobs that have not started,
 while running ones finish; a refused request of a running job is no less work, only more
 wait (the simulated `burst`: p99 2.10 of the reference's with every request refusable,
 1.00 with this).

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import (
     DEFAULT_POOL,
     SHED,
@@ -55,6 +56,8 @@ class Operator:
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     balancing: Balancing = field(default_factory=Balancing)
     jwt: JwtPolicy | None = None  # Envoy checks a bearer JWT on every request
+    # the admission passes Envoy gives and a shed accepts (None: none, a shed refuses all)
+    passes: AdmissionPasses | None = None
     admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
     scaling: PoolScaling | None = None  # autoscaling, per pool (pool_scaling.py)
     loadview: LoadView = field(default_factory=LoadView)
@@ -135,6 +138,7 @@ class Operator:
             held,
             self.balancing.selection,
             shared,
+            self._passes(models, now),
         )
         routed = [m for m in models if held is None or m not in held]
         pairs = [(m, s.id) for s in servers for m in s.models]
@@ -155,6 +159,13 @@ class Operator:
         self.metrics.steps.inc()
         for notify in self.on_publish:
             notify()
+
+    def _passes(self, models: list[str], now: float) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Each model's admission pass now and the passes a shed accepts (admission_pass.py):
+        they change at each epoch, and with them Envoy's routes."""
+        if self.passes is None:
+            return {}
+        return {m: (self.passes.current(m, now), self.passes.accepted(m, now)) for m in models}
 
     def _holding(self) -> HoldingRecord | None:
         """What holders follow (None without placement): the catalogue's models, their

@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import SHED_TTL_S
 
 from . import option_policies, xds_ads
@@ -90,6 +91,11 @@ def build(
     for flag, value in (("--site-view", args.site_view), ("--site-view-http", args.site_view_http)):
         if value and not value.rpartition(":")[2].isdigit():
             parser.error(f"{flag}: expected host:port, got {value!r}")
+    passes = None
+    if args.admission_key_file:
+        passes = option_policies.checked(
+            parser, lambda: AdmissionPasses.from_file(args.admission_key_file)
+        )
     metrics = OperatorMetrics()
     placement = placement_loop(args, parser, metrics)
     listen_host, listen_port = args.envoy_listen.rsplit(":", 1)
@@ -102,6 +108,7 @@ def build(
         policy=policy,
         balancing=Balancing(args.balancing),
         jwt=jwt,
+        passes=passes,
         scaling=PoolScaling(scaler.policy, actuate, metrics) if scaler else None,
         loadview=loadview,
         tries=TryTimeouts(tries),

@@ -236,6 +236,13 @@ def parser() -> argparse.ArgumentParser:
         "placement_loop.py); off: every server keeps the models it started with",
     )
     parser.add_argument(
+        "--admission-key-file",
+        default="",
+        help="the file holding the site's admission key: Envoy's inference replies carry "
+        "each model's admission pass, and a shed spares the callers that bring one back "
+        "(the gateway holds the same key); none: a shed refuses every caller",
+    )
+    parser.add_argument(
         "--admin-key-file",
         default="",
         help="with --placement and --kubernetes: the file holding the site's administrative "

@@ -21,8 +21,10 @@ import json
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from sonicsite.contract.admission_pass import NO_PASS
 from sonicsite.contract.wire import (
     ADMISSION_HEADER,
+    ADMITTED_HEADER,
     FULL_WEIGHT,
     RETRY_AFTER_HEADER,
     ServerRecord,
@@ -234,9 +236,9 @@ def load_assignment(
 
 
 def shed_reply(retry_after_s: int) -> dict:
-    """Replies to requests the fault filter refused (response flag FI) carry the retry-after:
-    gRPC clients get RESOURCE_EXHAUSTED with the reason, REST clients 429 with it in a
-    KServe error body (as the gateway answers)."""
+    """Replies to requests the fault filter refused (response flag FI) carry the retry-after
+    and no admission pass: gRPC clients get RESOURCE_EXHAUSTED with the reason, REST
+    clients 429 with it in a KServe error body (as the gateway answers)."""
     reason = (
         "model shed by sonicsite admission: its queue time per request is over the "
         f"threshold; retry after {retry_after_s} s"
@@ -248,6 +250,12 @@ def shed_reply(retry_after_s: int) -> dict:
         },
         {
             "header": {"key": ADMISSION_HEADER, "value": "shed"},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        },
+        # Envoy puts the route's response headers (the model's admission pass) on its own
+        # replies too: a refused caller must not get a pass from its refusal
+        {
+            "header": {"key": ADMITTED_HEADER, "value": NO_PASS},
             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
         },
     ]

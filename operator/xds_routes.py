@@ -9,6 +9,13 @@ The abort applies only while a Lua filter, reading the shed's expiry from the ro
 filter context, finds Envoy's clock before it: Envoy keeps its last configuration when the
 operator dies or hangs, so a shed that no operator renews reopens by itself at its expiry
 (in the route itself, whatever the xDS transport: no resource TTL to keep alive).
+
+A model's inference has a route of its own, before the model's other calls: its replies
+carry the model's admission pass (sonicsite/contract/admission_pass.py) and a shed spares a
+request that brings a valid one back. Only inference gives a pass, so that a caller cannot
+get one from a metadata call a shed lets through. Envoy adds a route's response headers to
+its own replies on the route too: the shed's refusals say `NO_PASS` in the pass's place
+(xds_resources.py `shed_reply`), so that a refused caller is not given one.
 """
 
 from __future__ import annotations
@@ -131,16 +138,38 @@ GRPC_INFER = r"^/inference\.GRPCInferenceService/Model(Stream)?Infer$"
 REST_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
 
 
-def shed_filter_config(expires_at: float, grpc: bool = True) -> dict:
+def rest_infer_regex(model: str) -> str:
+    """The KServe v2 REST inference paths of `model` (any version)."""
+    return rf"^/v2/models/{re.escape(model)}(/versions/[^/]+)?/infer$"
+
+
+def shed_filter_config(
+    expires_at: float, grpc: bool = True, accepted: tuple[str, ...] = ()
+) -> dict:
     """A shed route's filters: the Lua script marks requests until `expires_at` (epoch s),
     and the fault filter aborts marked inference requests with RESOURCE_EXHAUSTED (`grpc`;
     a REST route: 429, since a gRPC status abort answers a REST client 200); Triton sees
     nothing. Only inference is refused: a shed protects the model's compute, and a client
     must still read the model's metadata, config and readiness to wait for its reopening.
-    Only callers the model has not answered yet are refused: a request with the client's
-    admitted header passes (`AdmissionRecord.refuses`, client/admitted.py)."""
+    Only callers the model has not answered yet are refused: a request that brings one of
+    the `accepted` passes back passes (`AdmissionRecord.refuses`; none: every caller is
+    refused)."""
     abort = {"grpc_status": 8} if grpc else {"http_status": 429}
     inference = {"safe_regex": {"regex": GRPC_INFER if grpc else REST_INFER}}
+    refused = [
+        {"name": SHED_IN_FORCE, "present_match": True},
+        {"name": ":path", "string_match": inference},
+    ]
+    if accepted:  # no pass, or another one: refused (a missing header reads as "")
+        passes = "|".join(re.escape(p) for p in accepted)
+        refused.append(
+            {
+                "name": ADMITTED_HEADER,
+                "string_match": {"safe_regex": {"regex": f"^({passes})$"}},
+                "invert_match": True,
+                "treat_missing_header_as_empty": True,
+            }
+        )
     return {
         LUA_FILTER: {
             "@type": LUA_PER_ROUTE,
@@ -150,13 +179,20 @@ def shed_filter_config(expires_at: float, grpc: bool = True) -> dict:
         "envoy.filters.http.fault": {
             "@type": HTTP_FAULT,
             "abort": abort | {"percentage": {"numerator": 100, "denominator": "HUNDRED"}},
-            "headers": [
-                {"name": SHED_IN_FORCE, "present_match": True},
-                {"name": ":path", "string_match": inference},
-                {"name": ADMITTED_HEADER, "present_match": True, "invert_match": True},
-            ],
+            "headers": refused,
         },
     }
+
+
+def pass_header(current: str) -> list[dict]:
+    """An inference route's response headers: the model's pass now, on its replies (not on
+    a shed's refusals: `shed_reply` voids it there)."""
+    return [
+        {
+            "header": {"key": ADMITTED_HEADER, "value": current},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        }
+    ]
 
 
 def route_configuration(
@@ -168,6 +204,7 @@ def route_configuration(
     site_view: tuple[bool, bool] = (False, False),
     held: dict[str, float] | None = None,
     shared: set[str] | None = None,
+    passes: dict[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> dict:
     """`site_view`: whether the pool's answers (server metadata, statistics, repository
     index) come from the site's view (xds_site_view.py), over gRPC and over REST;
@@ -176,12 +213,18 @@ def route_configuration(
     the default route, which carries every model); `held`: models no server holds, with
     their hold deadlines (s): their inference goes to the gateway's holder (`hold_routes`);
     `shared`: models whose routes send to the all-servers clusters, not their own
-    (route_clusters.py). The model routes and the default ones carry their names as their
-    stat prefixes, so Envoy counts each route's requests (`route_counter`) whichever cluster
-    serves them."""
+    (route_clusters.py); `passes`: each model's admission pass now and the passes a shed
+    accepts (admission_pass.py; none: no pass is given, a shed refuses every caller). A
+    model's inference route is named as its route was before inference had one of its own
+    (`model-<m>`, `rest-model-<m>`), its other calls' `...-calls`. The routes carry their
+    names as their stat prefixes, so Envoy counts each route's requests (`route_counter`)
+    whichever cluster serves them."""
     shed, per_try, held, shared = shed or {}, per_try or {}, held or {}, shared or set()
+    passes = passes or {}
 
-    def model_route(name: str, match: dict, cluster: str, m: str, grpc: bool = True) -> dict:
+    def model_route(
+        name: str, match: dict, cluster: str, m: str, grpc: bool = True, infer: bool = False
+    ) -> dict:
         if m in shared:
             cluster = ALL_SERVERS if grpc else ALL_SERVERS_REST
         route = {
@@ -191,8 +234,11 @@ def route_configuration(
             "route": route_action(cluster, per_try.get(m, default_per_try_s), hedge),
             "typed_per_filter_config": without_model_match(),
         }
-        if m in shed:
-            route["typed_per_filter_config"] |= shed_filter_config(shed[m], grpc)
+        if infer and m in passes:
+            route["response_headers_to_add"] = pass_header(passes[m][0])
+        if infer and m in shed:
+            accepted = passes[m][1] if m in passes else ()
+            route["typed_per_filter_config"] |= shed_filter_config(shed[m], grpc, accepted)
         return route
 
     def default_route(name: str, match: dict, cluster: str, find_model: bool = False) -> dict:
@@ -207,12 +253,17 @@ def route_configuration(
     for m, deadline in sorted(held.items()):
         routes += hold_routes(m, deadline, *site_view)
     for m in models:
+        infer = {"safe_regex": {"regex": rest_infer_regex(m)}}
+        routes.append(model_route(f"rest-model-{m}", infer, rest_cluster(m), m, False, True))
         match = {"safe_regex": {"regex": rest_model_regex(m)}}
-        routes.append(model_route(f"rest-model-{m}", match, rest_cluster(m), m, grpc=False))
+        routes.append(model_route(f"rest-model-{m}-calls", match, rest_cluster(m), m, False))
     routes.append(default_route("default-rest", {"prefix": "/v2"}, ALL_SERVERS_REST))
     for m in models:
-        match = {"prefix": "/", "headers": [{"name": MODEL_HEADER, "string_match": {"exact": m}}]}
-        routes.append(model_route(f"model-{m}", match, model_cluster(m), m))
+        header = [{"name": MODEL_HEADER, "string_match": {"exact": m}}]
+        infer = {"safe_regex": {"regex": GRPC_INFER}, "headers": header}
+        routes.append(model_route(f"model-{m}", infer, model_cluster(m), m, infer=True))
+        match = {"prefix": "/", "headers": header}
+        routes.append(model_route(f"model-{m}-calls", match, model_cluster(m), m))
     named = {"safe_regex": {"regex": named_methods_regex()}}
     routes.append(default_route("default-find-model", named, ALL_SERVERS, find_model=True))
     routes.append(default_route("default", {"prefix": "/"}, ALL_SERVERS))

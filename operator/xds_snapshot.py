@@ -52,6 +52,7 @@ class Snapshot:
         held: dict[str, float] | None = None,
         selection: str = "",
         shared: set[str] | None = None,
+        passes: dict[str, tuple[str, tuple[str, ...]]] | None = None,
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
@@ -61,7 +62,8 @@ class Snapshot:
         tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
         whose requests the gateway holds, with their deadlines (None: nothing is held);
         `lb_policy` and `selection`: Envoy's choice among a cluster's servers; `shared`: the
-        models whose routes send to the all-servers clusters (route_clusters.py)."""
+        models whose routes send to the all-servers clusters (route_clusters.py); `passes`:
+        each model's admission pass now and those a shed accepts (xds_routes.py)."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
@@ -87,6 +89,7 @@ class Snapshot:
                     (bool(site_view), bool(site_view_http)),
                     held,
                     shared,
+                    passes,
                 )
             ],
             "clusters": [

@@ -5,7 +5,7 @@ A job connects (the reference's admission may refuse it: the job fails and is re
 `resubmit_s` later), then processes its events `events_per_request` at a time: the CPU work
 of those events, then one request per call (model) of the batch, sent together, awaited
 together. A request refused at Envoy (a shed, with its retry-after: only a job that the
-model has not answered yet, as the client says with its admitted header) waits the client's
+model has not answered yet, as the pass its answers gave the client says) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
 that endpoint ... for at least the retry-after"), computed by the client's own rule
 (`sonicsite.client.stream_options.backoff_s`), and is retried up to the client's `max_tries`, its

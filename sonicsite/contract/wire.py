@@ -20,14 +20,17 @@ from typing import Any
 MODEL_HEADER = "sonicsite-model"  # set by the sonicsite client: Envoy routes on it per model
 SERVER_HEADER = "sonicsite-server"  # on every reply: which server answered (Envoy, gateway)
 ADMISSION_HEADER = "sonicsite-admission"  # "shed" on a reply refused by admission
-# set by the sonicsite client on a model's requests once that model has answered it: a shed
-# refuses only callers it has not admitted yet (AdmissionRecord.refuses)
+# a model's admission pass (admission_pass.py): on the replies its servers send through Envoy
+# and the gateway, and sent back by the sonicsite client on that model's requests; a shed
+# refuses only callers without a valid one (AdmissionRecord.refuses)
 ADMITTED_HEADER = "sonicsite-admitted"
 RETRY_AFTER_HEADER = "retry-after"  # seconds to wait before the next request (shed, 429)
 # the key of Triton's restricted protocols (model repository, trace, logging): only the
 # operator holds it (a file of the site's user locally, a Secret in the chart)
 ADMIN_KEY_HEADER = "sonicsite-admin-key"
 ADMIN_KEY_FILE = "admin.key"  # in the site's folder, readable by the site's user only
+# the key of the admission passes (admission_pass.py): the operator and the gateway hold it
+ADMISSION_KEY_FILE = "admission.key"  # in the site's folder, readable by the site's user only
 RESTRICTED_PROTOCOLS = ("model-repository", "trace", "logging")
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"
@@ -134,7 +137,8 @@ class AdmissionRecord:
 
     def refuses(self, now: float, admitted: bool) -> bool:
         """Whether a request is refused now: a shed holds back callers that the model has
-        not answered yet (`admitted`: it has), so that new jobs wait at their start while
+        not answered yet (`admitted`: it has, the request's pass says so:
+        admission_pass.py), so that new jobs wait at their start while
         running ones finish. A running job's refused request is not less work for the
         site (the job sends it again after its back-off): it only makes that job wait,
         and under a closed population of jobs the queue is set by how many run."""

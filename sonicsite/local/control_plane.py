@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import SHED_TTL_S, STATE_FILE, ServerRecord, SiteRecord
+from sonicsite.contract.wire import (
+    ADMISSION_KEY_FILE,
+    SHED_TTL_S,
+    STATE_FILE,
+    ServerRecord,
+    SiteRecord,
+)
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
@@ -62,6 +68,7 @@ def start_control_plane(
     # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
     args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
+    args += admission_key_args(site_dir)
     if placement is not None:
         args += placement.args()
     if state.collector:  # a traced site: Envoy's tracer, over xDS
@@ -165,6 +172,13 @@ def operator_args(
     return args
 
 
+def admission_key_args(site_dir: Path) -> list[str]:
+    """The option that hands the operator and the gateway the site's admission key (`up`
+    makes it); none for a folder without one: passes are not given, a shed refuses all."""
+    key = Path(site_dir) / ADMISSION_KEY_FILE
+    return [f"--admission-key-file={key}"] if key.exists() else []
+
+
 def start_gateway(
     site_dir: Path,
     tokens: Path | None = None,
@@ -178,7 +192,7 @@ def start_gateway(
     with edit(site_dir) as state:
         state.http = f"127.0.0.1:{port}"
     args = [f"--operator=http://{state.operator}", f"--port={port}", f"--grpc-port={view}"]
-    args += [f"--site-state={site_dir / STATE_FILE}"]
+    args += [f"--site-state={site_dir / STATE_FILE}", *admission_key_args(site_dir)]
     args += [f"--tokens={tokens}"] if tokens else []
     if state.collector:  # a traced site: the gateway's own tracer
         args += gateway_args(TracingConfig.from_dict(state.tracing), state.collector)

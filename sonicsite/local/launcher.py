@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from sonicsite.contract.wire import SERVER, SHED_TTL_S, STATE_FILE, STOPPED
+from sonicsite.contract.wire import ADMISSION_KEY_FILE, SERVER, SHED_TTL_S, STATE_FILE, STOPPED
 from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
@@ -115,6 +115,7 @@ def up(
     install.prepare_backends(site_dir / "backends")
     (site_dir / "logs").mkdir(parents=True, exist_ok=True)
     create_key(site_dir)
+    create_key(site_dir, ADMISSION_KEY_FILE)  # the operator's and the gateway's
 
     state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
     if supervise:  # chosen now: Prometheus, started before it, scrapes it

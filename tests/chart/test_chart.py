@@ -266,9 +266,10 @@ def test_triton_refuses_repository_trace_and_logging_without_the_operators_key()
         "key": "admin-key",
     }
     operator = _pod(docs, "operator")
-    (volume,) = operator["volumes"]
+    (volume,) = [v for v in operator["volumes"] if v["name"] == "admin-key"]
     assert volume["secret"]["secretName"] == secret["metadata"]["name"]
-    assert operator["containers"][0]["volumeMounts"][0]["readOnly"] is True
+    (mount,) = [m for m in operator["containers"][0]["volumeMounts"] if m["name"] == "admin-key"]
+    assert mount["readOnly"] is True
     holders = [d for d in docs if secret["metadata"]["name"] in json.dumps(d.get("spec", {}))]
     assert sorted(d["metadata"]["labels"]["app.kubernetes.io/component"] for d in holders) == [
         "operator",
@@ -277,14 +278,46 @@ def test_triton_refuses_repository_trace_and_logging_without_the_operators_key()
 
     own = _docs({"triton": {"adminKey": {"existingSecret": "site-admin"}}})
     assert not [d for d in own if d["kind"] == "Secret" and "admin-key" in d.get("data", {})]
-    assert _pod(own, "operator")["volumes"][0]["secret"]["secretName"] == "site-admin"
+    (volume,) = [v for v in _pod(own, "operator")["volumes"] if v["name"] == "admin-key"]
+    assert volume["secret"]["secretName"] == "site-admin"
 
     none = _docs({"triton": {"restrictedProtocols": []}})
     args = _pod(none, "triton")["containers"][0]["args"]
     assert not [a for a in args if "restricted" in a]
-    assert "volumes" not in _pod(none, "operator")
+    assert [v["name"] for v in _pod(none, "operator")["volumes"]] == ["admission-key"]
     refused = _render_error({"triton": {"restrictedProtocols": ["nonsense"]}})
     assert "at '/triton/restrictedProtocols/0': value must be one of" in refused
+
+
+def test_the_operator_and_the_gateway_alone_hold_the_admission_passes_key():
+    """The passes a model's answers carry (Envoy's, from the operator, and the gateway's)
+    come from one key in a Secret that only those two mount, as the local site's file."""
+    docs = _docs({})
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and "admission-key" in d.get("data", {})]
+    assert len(base64.b64decode(secret["data"]["admission-key"])) == 48
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    for component in ("operator", "gateway"):
+        pod = _pod(docs, component)
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "admission-key"]
+        assert volume["secret"] == {
+            "secretName": secret["metadata"]["name"],
+            "defaultMode": 0o400,
+        }
+        container = pod["containers"][0]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "admission-key"]
+        assert mount["readOnly"] is True
+        flag = f"--admission-key-file={mount['mountPath']}/admission-key"
+        assert flag in container["args"], (component, container["args"])
+    holders = [d for d in docs if secret["metadata"]["name"] in json.dumps(d.get("spec", {}))]
+    assert sorted(d["metadata"]["labels"]["app.kubernetes.io/component"] for d in holders) == [
+        "gateway",
+        "operator",
+    ]
+    own = _docs({"operator": {"admission": {"passKey": {"existingSecret": "site-passes"}}}})
+    assert not [d for d in own if d["kind"] == "Secret" and "admission-key" in d.get("data", {})]
+    for component in ("operator", "gateway"):
+        (volume,) = [v for v in _pod(own, component)["volumes"] if v["name"] == "admission-key"]
+        assert volume["secret"]["secretName"] == "site-passes"
 
 
 def test_envoy_reaches_the_gateways_one_server_view_and_clients_do_not():

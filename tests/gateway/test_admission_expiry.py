@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import socket
 import time
 import urllib.request
@@ -17,6 +18,7 @@ from sonicsite.gateway.siteview import EXPIRED, STALE, STALE_AFTER_S
 from sonicsite.models.samples import generate
 from stock import kserve_json
 
+from sonicsite.contract.admission_pass import PASS_EPOCH_S, AdmissionPasses
 from sonicsite.contract.wire import ADMITTED_HEADER, SHED, AdmissionRecord
 
 MODEL = "simple"
@@ -33,7 +35,10 @@ def refused_operator() -> str:
 @pytest.fixture()
 def gateway(site, refused_operator):
     """An in-process gateway whose operator is gone, holding the live site's last state."""
-    with TestClient(create_app(GatewayConfig(operator=refused_operator))) as client:
+    passes = AdmissionPasses(secrets.token_bytes(32))  # the site's admission key's
+    config = GatewayConfig(operator=refused_operator, passes=passes)
+    with TestClient(create_app(config)) as client:
+        client.passes = passes
         with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=10) as reply:
             client.last_state = json.loads(reply.read())
         yield client
@@ -66,13 +71,24 @@ def _lapsed(client, reason: str) -> float:
 
 def test_a_shed_is_followed_until_its_expiry(gateway):
     now = time.time()
+    gateway.app.state.view.apply(gateway.last_state)  # the operator's last state: no shed
+    answered = _infer(gateway)  # before the shed: a server's answer, with the model's pass
+    given = answered.headers[ADMITTED_HEADER]
+    assert answered.status_code == 200 and gateway.passes.admits(MODEL, given, now)
+    assert ADMITTED_HEADER not in gateway.get(f"/v2/models/{MODEL}").headers  # metadata: none
     _apply(gateway, AdmissionRecord(SHED, now, "saturated", 2, expires_at=now + 60))
     refused = _infer(gateway)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
     assert "is shed: saturated" in refused.json()["error"]
+    assert ADMITTED_HEADER not in refused.headers  # a refused caller gets no pass
     assert gateway.get("/healthz").json()["sheds_not_followed"] == {}
-    # a caller the model has answered before (the client's header) is not held back
-    assert _infer(gateway, {ADMITTED_HEADER: "1"}).status_code == 200
+    # a caller the model has answered before (it brings the pass back) is not held back;
+    # one that claims a pass it was not given, or brings a lapsed one, is
+    assert _infer(gateway, {ADMITTED_HEADER: given}).status_code == 200
+    lapsed = gateway.passes.current(MODEL, now - 2 * PASS_EPOCH_S)
+    other = gateway.passes.current("identity", now)
+    for claimed in ("1", lapsed, other):
+        assert _infer(gateway, {ADMITTED_HEADER: claimed}).status_code == 429
     _apply(gateway, AdmissionRecord(SHED, now - 20, "saturated", 2, expires_at=now - 1))
     assert _infer(gateway).status_code == 200  # expired: nobody renewed it
     assert _lapsed(gateway, EXPIRED) == 1.0
@@ -102,7 +118,10 @@ def test_no_shed_of_a_stale_operator_state_is_followed(gateway):
 
 
 def test_without_any_operator_state_the_gateway_is_live_but_not_ready(refused_operator):
-    with TestClient(create_app(GatewayConfig(operator=refused_operator))) as client:
+    passes = AdmissionPasses(secrets.token_bytes(32))  # the site's admission key's
+    config = GatewayConfig(operator=refused_operator, passes=passes)
+    with TestClient(create_app(config)) as client:
+        client.passes = passes
         assert client.get("/v2/health/live").status_code == 200  # the liveness probe's path
         health = client.get("/healthz")
         assert health.status_code == 503 and not health.json()["ok"]

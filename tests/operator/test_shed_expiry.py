@@ -18,6 +18,7 @@ from overload import SLEEPY_MODEL, new_caller_refusal, overload, sleepy
 from polling import wait_until
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.gateway.main import main as gateway_main
 from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy, decide, with_expiry
 from sonicsite.operator.loadview import ModelLoad
@@ -79,7 +80,8 @@ def test_a_shed_expires_unless_renewed_and_is_renewed_at_half_its_life():
 
 def test_envoy_enforces_a_shed_only_until_its_expiry():
     servers = [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n"))]
-    snapshot = Snapshot.build(servers, {}, "127.0.0.1", 9, shed={"m": 1234.5678})
+    passes = {"m": ("p-now", ("p-before", "p-now", "p-next")), "n": ("q-now", ("q-now",))}
+    snapshot = Snapshot.build(servers, {}, "127.0.0.1", 9, shed={"m": 1234.5678}, passes=passes)
     (routes,) = snapshot.resources["routes"]
     by_name = {r["name"]: r for r in routes["virtual_hosts"][0]["routes"]}
     shed = by_name["model-m"]["typed_per_filter_config"]
@@ -87,18 +89,41 @@ def test_envoy_enforces_a_shed_only_until_its_expiry():
     assert shed[LUA_FILTER]["filter_context"] == {"until_ms": 1234568}
     fault = shed["envoy.filters.http.fault"]
     assert fault["abort"]["grpc_status"] == 8  # RESOURCE_EXHAUSTED
+    new_caller = {  # no pass, or none of those accepted now
+        "name": ADMITTED_HEADER,
+        "string_match": {"safe_regex": {"regex": "^(p\\-before|p\\-now|p\\-next)$"}},
+        "invert_match": True,
+        "treat_missing_header_as_empty": True,
+    }
     assert fault["headers"] == [  # marked by the script, an inference call, a new caller
         {"name": SHED_IN_FORCE, "present_match": True},
         {"name": ":path", "string_match": {"safe_regex": {"regex": GRPC_INFER}}},
-        {"name": ADMITTED_HEADER, "present_match": True, "invert_match": True},
+        new_caller,
     ]
     rest = by_name["rest-model-m"]["typed_per_filter_config"]["envoy.filters.http.fault"]
     assert rest["abort"]["http_status"] == 429
     assert rest["headers"][1]["string_match"]["safe_regex"]["regex"] == REST_INFER
-    for open_route in ("model-n", "rest-model-n", "default"):  # no shed script or abort
+    assert rest["headers"][2] == new_caller
+    # the inference routes give the model's pass now; its other calls neither give one
+    # (a metadata call a shed lets through would hand new callers a pass) nor are refused
+    for name, given in (("model-m", "p-now"), ("rest-model-m", "p-now"), ("model-n", "q-now")):
+        (header,) = by_name[name]["response_headers_to_add"]
+        assert header["header"] == {"key": ADMITTED_HEADER, "value": given}
+    for calls in ("model-m-calls", "rest-model-m-calls", "default"):
+        assert "response_headers_to_add" not in by_name[calls]
+    for open_route in ("model-n", "rest-model-n", "model-m-calls", "rest-model-m-calls", "default"):
         assert {"envoy.filters.http.lua", "envoy.filters.http.fault"}.isdisjoint(
             by_name[open_route].get("typed_per_filter_config", {})
         )
+    # without the site's admission key no pass is given, and a shed refuses every caller
+    keyless = Snapshot.build(servers, {}, "127.0.0.1", 9, shed={"m": 1234.5678})
+    (routes,) = keyless.resources["routes"]
+    by_name = {r["name"]: r for r in routes["virtual_hosts"][0]["routes"]}
+    assert "response_headers_to_add" not in by_name["model-m"]
+    assert (
+        by_name["model-m"]["typed_per_filter_config"]["envoy.filters.http.fault"]["headers"]
+        == fault["headers"][:2]
+    )
     (listener,) = snapshot.resources["listeners"]
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     names = [f["name"] for f in hcm["http_filters"]]
@@ -117,6 +142,21 @@ def test_the_operator_refuses_a_shed_ttl_beyond_the_contracts_bound(capsys):
             build(options.parse_args([*base, f"--shed-ttl={ttl}"]), options)
         expected = f"--shed-ttl: expected 0 < seconds ≤ {SHED_TTL_S:g}, got {ttl:g}"
         assert expected in capsys.readouterr().err
+
+
+def test_the_operator_and_the_gateway_name_an_admission_key_they_cannot_use(capsys, tmp_path):
+    options = operator_parser()
+    base = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=s"]
+    assert options.parse_args(base).admission_key_file == ""  # none: no passes
+    missing, short = tmp_path / "admission.key", tmp_path / "short.key"
+    short.write_text("too-short\n")
+    for path, why in ((missing, "cannot be read"), (short, "expected a key of at least 16")):
+        with pytest.raises(SystemExit):
+            build(options.parse_args([*base, f"--admission-key-file={path}"]), options)
+        assert f"admission key {path}: {why}" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            gateway_main(["--operator=http://x", "--port=1", f"--admission-key-file={path}"])
+        assert f"--admission-key-file: admission key {path}: {why}" in capsys.readouterr().err
 
 
 # -- a real site: the operator killed or hung while a model is shed -----------------------

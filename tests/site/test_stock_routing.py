@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -18,12 +19,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from overload import new_caller_refusal, refusal
 from polling import wait_until
+from sonicsite.client.admitted import Admitted
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
@@ -36,8 +39,10 @@ from sonicsite.operator.xds_routes import route_counter
 from sonicsite.operator.xds_site_view import VIEW_CLUSTER, VIEW_REST_CLUSTER
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json, stock_infer
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from sonicsite.contract.admission_pass import NO_PASS, AdmissionPasses
 from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, ServerRecord
 from sonicsite.local import envoy
 from sonicsite.local.ports import free_ports
@@ -61,7 +66,8 @@ class FedEnvoy:
         admin, listen = free_ports(2)
         self.admin, self.grpc = f"127.0.0.1:{admin}", f"127.0.0.1:{listen}"
         self.listen = listen
-        self.snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen)
+        self.passes = AdmissionPasses(secrets.token_bytes(32))  # as the operator's key gives
+        self.snapshot = self._build()
         self.ads = xds_ads.AdsServer(lambda: self.snapshot, EnvoyAcks(), OperatorMetrics())
         self.api, xds = xds_ads.serve(self.ads, "127.0.0.1", 0)
         config = work / "envoy.json"
@@ -76,11 +82,19 @@ class FedEnvoy:
 
     def feed(self, shed: dict[str, float] | None = None, shared: set[str] | None = None) -> None:
         """A new snapshot; returns once Envoy runs it and sees every server healthy."""
-        self.snapshot = Snapshot.build(
-            self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared
-        )
+        self.snapshot = self._build(shed, shared)
         self.ads.published()
         self.wait_healthy()
+
+    def _build(
+        self, shed: dict[str, float] | None = None, shared: set[str] | None = None
+    ) -> Snapshot:
+        """The operator's snapshot (with its admission passes now, as its step builds it)."""
+        now, models = time.time(), {m for s in self.servers for m in s.models}
+        passes = {m: (self.passes.current(m, now), self.passes.accepted(m, now)) for m in models}
+        return Snapshot.build(
+            self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared, passes=passes
+        )
 
     def wait_healthy(self) -> None:
         wanted = sorted(s.grpc for s in self.servers)
@@ -139,13 +153,16 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
         ServerRecord("b", "127.0.0.1", 9001, 9000, 9002, ("simple", "odd.name-1")),
     ]
     weights = {"simple": {"a": 1000, "b": 7}, "triton": {"a": 500, "b": 3}}
-    snapshot = Snapshot.build(servers, weights, "127.0.0.1", 10000, shed={"simple": 2e9})
+    passes = {"simple": ("a" * 32, ("b" * 32, "a" * 32, "c" * 32))}  # the pass, the accepted
+    snapshot = Snapshot.build(
+        servers, weights, "127.0.0.1", 10000, shed={"simple": 2e9}, passes=passes
+    )
     config = tmp_path / "envoy.json"
     config.write_text(json.dumps(_static(snapshot)))
     envoy.validate(config)
     # a REST cluster has the same servers and weights as its gRPC twin, on the REST port
     loads = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
-    for grpc, rest in (
+    for grpc_cluster, rest in (
         (model_cluster("simple"), rest_cluster("simple")),
         ("triton", "triton_rest"),
     ):
@@ -153,7 +170,9 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
             (e["endpoint"]["address"]["socket_address"]["port_value"], e["load_balancing_weight"])
             for e in loads[rest]["endpoints"][0]["lb_endpoints"]
         ]
-        twin = [e["load_balancing_weight"] for e in loads[grpc]["endpoints"][0]["lb_endpoints"]]
+        twin = [
+            e["load_balancing_weight"] for e in loads[grpc_cluster]["endpoints"][0]["lb_endpoints"]
+        ]
         assert [p for p, _ in pairs] == [8000, 9000] and [w for _, w in pairs] == twin
     # the model's REST paths, and only its own, match its route
     routes = snapshot.resources["routes"][0]["virtual_hosts"][0]["routes"]
@@ -161,15 +180,19 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
     assert names.index("refused-rest-trace") < names.index("rest-model-simple")
     assert names.index("rest-model-odd.name-1") < names.index("default-rest")
     assert names[-1] == "default" and "model-simple" in names
-    odd = re.compile(
-        next(r for r in routes if r["name"] == "rest-model-odd.name-1")["match"]["safe_regex"][
-            "regex"
-        ]
-    )
-    assert odd.match("/v2/models/odd.name-1/versions/3/infer")
+
+    def regex(name: str) -> re.Pattern:
+        return re.compile(
+            next(r for r in routes if r["name"] == name)["match"]["safe_regex"]["regex"]
+        )
+
+    infer, odd = regex("rest-model-odd.name-1"), regex("rest-model-odd.name-1-calls")
+    assert names.index("rest-model-odd.name-1") < names.index("rest-model-odd.name-1-calls")
+    assert infer.match("/v2/models/odd.name-1/versions/3/infer")
+    assert infer.match("/v2/models/odd.name-1/infer") and not infer.match("/v2/models/odd.name-1")
     assert odd.match("/v2/models/odd.name-1") and not odd.match("/v2/models/oddxname-1/ready")
     assert not odd.match("/v2/models/odd.name-10/ready")
-    # the shed applies to both of the model's routes
+    # the shed applies to both of the model's inference routes
     for name in ("model-simple", "rest-model-simple"):
         route = next(r for r in routes if r["name"] == name)
         assert "envoy.filters.http.fault" in route["typed_per_filter_config"]
@@ -179,8 +202,12 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
 
 
 def _routed(admin: str, route: str) -> int:
-    """A route's requests, whichever cluster served them (route_clusters.py)."""
-    return envoy.counter(admin, route_counter(route))
+    """A route's requests, whichever cluster served them (route_clusters.py); a model's
+    route counts both of its own, inference's and its other calls' (`...-calls`)."""
+    counted = envoy.counter(admin, route_counter(route))
+    if "model-" in route:
+        counted += envoy.counter(admin, route_counter(f"{route}-calls"))
+    return counted
 
 
 def test_stock_grpc_without_the_header_takes_its_models_route(site):
@@ -376,9 +403,10 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
     try:
         plan = make_plan(sample.spec, transport.model_info("simple"), sample.request(0, 4))
         fed.feed(shed={"simple": time.time() + 600})
-        refused = wait_until(
-            lambda: refusal(lambda: transport.infer(plan, timeout=30)), "Envoy to shed simple"
-        )
+        # probed by callers of their own: one that got an answer first would be spared
+        wait_until(lambda: new_caller_refusal(fed.grpc, plan), "Envoy to shed simple")
+        refused = refusal(lambda: transport.infer(plan, timeout=30))
+        assert refused is not None, "a caller the model never answered was let through"
         assert refused.status == "RESOURCE_EXHAUSTED" and refused.retry_after == 1.0
         error = _grpc_refusal(lambda: stock.infer("simple", _simple_inputs()))
         assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
@@ -403,28 +431,53 @@ def test_a_shed_model_refuses_stock_clients_as_it_refuses_the_sonicsite_client(f
 
 
 def test_a_shed_spares_the_callers_its_model_has_answered(fed):
-    """Admission holds back jobs that have not started, not running ones: once a model has
-    answered a client, the client's later requests carry the admitted header and pass its
-    shed (gRPC and REST); a new caller and a stock client are refused as before."""
+    """Admission holds back jobs that have not started, not running ones: a model's answers
+    carry its admission pass, the client sends it back, and a shed spares it (gRPC and
+    REST); a new caller, a stock client and a caller that claims a pass it was not given
+    are refused as before, and no call a shed lets through hands out a pass."""
     sample = generate("simple", 4, seed=4)
     running = GrpcTransport(fed.grpc, "site")
     plan = make_plan(sample.spec, running.model_info("simple"), sample.request(0, 4))
     url = f"http://{fed.grpc}/v2/models/simple/infer"
+    forger = GrpcTransport(fed.grpc, "site", admitted=Admitted({"simple": "1"}))
     try:
-        assert not running.admitted.headers("simple")  # nothing answered yet: a new caller
+        assert not running.admitted.headers("simple")  # metadata answered: no pass for it
         running.infer(plan, timeout=30)
-        assert running.admitted.headers("simple") == {ADMITTED_HEADER: "1"}
+        given = running.admitted.headers("simple")[ADMITTED_HEADER]
+        assert fed.passes.admits("simple", given, time.time())  # the site's pass, from Envoy
+        with urllib.request.urlopen(urllib.request.Request(url, data=kserve_json(SIMPLE))) as r:
+            rest_given = r.headers[ADMITTED_HEADER]  # REST inference gives it too
+        assert fed.passes.admits("simple", rest_given, time.time())
+        with urllib.request.urlopen(f"http://{fed.grpc}/v2/models/simple", timeout=30) as r:
+            assert r.status == 200 and ADMITTED_HEADER not in r.headers  # metadata: none
         fed.feed(shed={"simple": time.time() + 600})
         wait_until(lambda: new_caller_refusal(fed.grpc, plan), "Envoy to shed simple")
         answered = running.infer(plan, timeout=30)  # the running job goes on
         assert np.array_equal(answered.outputs["OUTPUT0"], sample.expected["sum"][0:4])
-        request = urllib.request.Request(url, data=kserve_json(SIMPLE))
-        with pytest.raises(urllib.error.HTTPError) as shed:
-            urllib.request.urlopen(request, timeout=30)
-        assert shed.value.code == 429
-        request.add_header(ADMITTED_HEADER, "1")
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            assert reply.status == 200
+        assert refusal(lambda: forger.infer(plan, timeout=30)) is not None  # a claimed pass
+        with grpc.insecure_channel(fed.grpc) as channel:  # a refusal gives no pass either
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ModelInfer(
+                    service_pb2.ModelInferRequest(model_name="simple"),
+                    metadata=[(MODEL_HEADER, "simple")],
+                    timeout=30,
+                )
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        sent = dict(refused.value.initial_metadata()) | dict(refused.value.trailing_metadata())
+        assert sent.get(ADMITTED_HEADER, NO_PASS) == NO_PASS
+        for claimed in (None, "1", rest_given):
+            request = urllib.request.Request(url, data=kserve_json(SIMPLE))
+            if claimed is not None:
+                request.add_header(ADMITTED_HEADER, claimed)
+            if claimed == rest_given:
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    assert reply.status == 200
+                continue
+            with pytest.raises(urllib.error.HTTPError) as shed:
+                urllib.request.urlopen(request, timeout=30)
+            assert shed.value.code == 429  # and no pass for a refused caller
+            assert shed.value.headers.get(ADMITTED_HEADER, NO_PASS) == NO_PASS
         stock = grpcclient.InferenceServerClient(fed.grpc)
         try:
             error = _grpc_refusal(lambda: stock.infer("simple", _simple_inputs()))
@@ -434,3 +487,4 @@ def test_a_shed_spares_the_callers_its_model_has_answered(fed):
     finally:
         fed.feed()
         running.close()
+        forger.close()

@@ -100,8 +100,8 @@ def refusal(call) -> InferError | None:
 
 def new_caller_refusal(address: str, plan, timeout: float = 30.0) -> InferError | None:
     """`refusal` of one request through Envoy at `address` by a caller the model has never
-    answered (a transport of its own: one that has been answered carries the admitted
-    header, which a shed spares; client/admitted.py)."""
+    answered (a transport of its own: one that has been answered brings back the model's
+    admission pass, which a shed spares; client/admitted.py)."""
     caller = GrpcTransport(address, "site")
     try:
         return refusal(lambda: caller.infer(plan, timeout=timeout))

@@ -99,6 +99,11 @@ it; the Deployment's checksum annotation rolls the pods when it changes. */}}
 {{- .Values.triton.adminKey.existingSecret | default (printf "%s-admin-key" (include "sonicsite.component" (dict "root" . "component" "triton"))) -}}
 {{- end -}}
 
+{{/* The Secret holding the key of the admission passes (the operator's and the gateway's). */}}
+{{- define "sonicsite.admissionKeySecret" -}}
+{{- .Values.operator.admission.passKey.existingSecret | default (printf "%s-admission-key" (include "sonicsite.component" (dict "root" . "component" "operator"))) -}}
+{{- end -}}
+
 {{/* Every pod of the release, whatever its component (for NetworkPolicy peers). */}}
 {{- define "sonicsite.releasePods" -}}
 {{- toYaml (dict "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/name" .Chart.Name) -}}

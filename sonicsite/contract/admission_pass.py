@@ -1,0 +1,84 @@
+"""The admission pass: the site's proof, on a model's answers, that the model has answered
+the caller, so that a shed spares the caller's later requests.
+
+A shed holds back callers that a model has not answered yet (`AdmissionRecord.refuses`):
+new jobs wait at their start while running ones finish. Whether the model has answered a
+caller cannot be the caller's word: a header any client may set would take any client past
+every shed. So the site hands the proof out with its answers. Envoy's inference routes and
+the gateway put the model's current pass on every reply a server sends (`ADMITTED_HEADER`),
+the sonicsite client sends the last pass it got back on that model's requests
+(client/admitted.py), and a shed spares a request whose pass is valid.
+
+A pass is an HMAC of the model and the epoch (`epoch_s` of wall clock) under the site's
+admission key, which the operator (it gives Envoy the passes) and the gateway hold and
+nothing publishes: so Envoy and every gateway agree without asking each other, a restarted
+operator gives the same passes, and a pass lapses by itself. One is valid in its epoch and
+the epochs beside it (the parts' clocks need not agree to the second): a job that stops
+sending for `2 × epoch_s` or more has to be answered again, like a new one, while a running
+job gets the current pass with every answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import math
+from dataclasses import dataclass
+
+PASS_EPOCH_S = 300.0  # a pass is valid in its epoch and the ones beside it
+PASS_CHARS = 32  # hex digits of the HMAC kept: 128 bits
+NO_PASS = "none"  # what a refusal says in the pass's place (never a pass: not hex)
+
+
+@dataclass(frozen=True)
+class AdmissionPasses:
+    """The passes of a site's admission key."""
+
+    key: bytes
+    epoch_s: float = PASS_EPOCH_S
+
+    def __post_init__(self) -> None:
+        if len(self.key) < 16:
+            raise ValueError(f"expected a key of at least 16 bytes, got {len(self.key)}")
+        if not self.epoch_s > 0:
+            raise ValueError(f"epoch_s: expected a positive number, got {self.epoch_s}")
+
+    @classmethod
+    def from_file(cls, path: str) -> AdmissionPasses:
+        """The passes of the key in `path` (its text, stripped); ValueError naming the file
+        when it cannot be read or holds too short a key."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                key = f.read().strip()
+        except OSError as exc:
+            raise ValueError(f"admission key {path}: cannot be read: {exc}") from exc
+        try:
+            return cls(key.encode())
+        except ValueError as exc:
+            raise ValueError(f"admission key {path}: {exc}") from exc
+
+    def _epoch(self, now: float) -> int:
+        return math.floor(now / self.epoch_s)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 (a site's few keys live as long as it)
+    def _pass(self, model: str, epoch: int) -> str:
+        """Cached: the gateway gives a pass with every answer, and checks some on each shed
+        request."""
+        mac = hmac.new(self.key, f"{model}\n{epoch}".encode(), hashlib.sha256)
+        return mac.hexdigest()[:PASS_CHARS]
+
+    def current(self, model: str, now: float) -> str:
+        """The pass a reply of `model` carries now."""
+        return self._pass(model, self._epoch(now))
+
+    def accepted(self, model: str, now: float) -> tuple[str, ...]:
+        """The passes of `model` a shed lets through now: this epoch's and its neighbours'."""
+        epoch = self._epoch(now)
+        return tuple(self._pass(model, e) for e in (epoch - 1, epoch, epoch + 1))
+
+    def admits(self, model: str, presented: str | None, now: float) -> bool:
+        """Whether `presented` (the request's pass, if any) is a valid pass of `model` now."""
+        if not presented:
+            return False
+        return any(hmac.compare_digest(presented, p) for p in self.accepted(model, now))

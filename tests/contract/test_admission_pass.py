@@ -1,0 +1,44 @@
+"""The admission pass: a model's answers carry it, a shed spares who brings it back."""
+
+from __future__ import annotations
+
+import pytest
+
+from sonicsite.contract.admission_pass import PASS_EPOCH_S, AdmissionPasses
+
+KEY = b"a-site-key-of-some-length"
+
+
+def test_a_pass_is_the_sites_and_the_models_and_lapses_by_itself():
+    passes, now = AdmissionPasses(KEY), 1_000_000.0
+    given = passes.current("m", now)
+    assert passes.admits("m", given, now)
+    # another holder of the key (a restarted operator, a second gateway) agrees
+    assert AdmissionPasses(KEY).admits("m", given, now + 1.0)
+    # the model's, the key's: not another model's, not another site's
+    assert not passes.admits("n", given, now)
+    assert not AdmissionPasses(b"another-site-key-entirely").admits("m", given, now)
+    assert passes.current("n", now) != given
+    # a caller's own word is no pass
+    for claimed in (None, "", "1", "true", given[:-1], given + "0"):
+        assert not passes.admits("m", claimed, now)
+    # valid in its epoch and beside it (clocks differ), then void unless answered again
+    assert passes.admits("m", given, now + PASS_EPOCH_S)
+    assert passes.admits("m", given, now - PASS_EPOCH_S)
+    assert not passes.admits("m", given, now + 2 * PASS_EPOCH_S)
+    assert passes.admits("m", passes.current("m", now + 2 * PASS_EPOCH_S), now + 2 * PASS_EPOCH_S)
+    assert passes.current("m", now) in passes.accepted("m", now)
+    assert len(set(passes.accepted("m", now))) == 3
+
+
+def test_a_key_too_short_or_unreadable_is_named(tmp_path):
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        AdmissionPasses(b"short")
+    missing = tmp_path / "admission.key"
+    with pytest.raises(ValueError, match=f"admission key {missing}: cannot be read"):
+        AdmissionPasses.from_file(str(missing))
+    missing.write_text("short\n")
+    with pytest.raises(ValueError, match=f"admission key {missing}: expected a key of at least 16"):
+        AdmissionPasses.from_file(str(missing))
+    missing.write_text(KEY.decode() + "\n")
+    assert AdmissionPasses.from_file(str(missing)) == AdmissionPasses(KEY)
