@@ -21,9 +21,18 @@ from sonicsite.local import launcher
 def test_a_server_that_cannot_be_reached_costs_a_retry_not_a_request(tmp_path, built_models):
     site_dir = tmp_path / "site"
     # equal weights: load-aware ones could weigh triton-1 down on a busy machine (a few
-    # requests measured slow by chance), and then the gateway would rightly never pick it
+    # requests measured slow by chance), and then the gateway would rightly never pick it.
+    # No supervisor: the dead server stays dead until the gateway picks it. On a busy machine
+    # its latency, measured slow by chance, may keep it from being picked until that figure
+    # has aged, and a supervisor restarts it long before (a suite run beside two CPU hogs
+    # waited 120 s for a retry that could no longer come)
     state = launcher.up(
-        site_dir, servers=2, models=["simple"], build_dir=built_models, balancing="least-request"
+        site_dir,
+        servers=2,
+        models=["simple"],
+        build_dir=built_models,
+        balancing="least-request",
+        supervise=False,
     )
     try:
         sample = generate("simple", 2, seed=3)
