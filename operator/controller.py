@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sonicsite.contract.admission_pass import AdmissionPasses
+from sonicsite.contract.admission_pass import AdmissionPasses, ModelPasses
 from sonicsite.contract.wire import (
     DEFAULT_POOL,
     SHED,
@@ -160,12 +160,12 @@ class Operator:
         for notify in self.on_publish:
             notify()
 
-    def _passes(self, models: list[str], now: float) -> dict[str, tuple[str, tuple[str, ...]]]:
+    def _passes(self, models: list[str], now: float) -> dict[str, ModelPasses]:
         """Each model's admission pass now and the passes a shed accepts (admission_pass.py):
         they change at each epoch, and with them Envoy's routes."""
         if self.passes is None:
             return {}
-        return {m: (self.passes.current(m, now), self.passes.accepted(m, now)) for m in models}
+        return {m: self.passes.of(m, now) for m in models}
 
     def _holding(self) -> HoldingRecord | None:
         """What holders follow (None without placement): the catalogue's models, their

@@ -94,7 +94,9 @@ def build(
     passes = None
     if args.admission_key_file:
         passes = option_policies.checked(
-            parser, lambda: AdmissionPasses.from_file(args.admission_key_file)
+            parser,
+            lambda: AdmissionPasses.from_file(args.admission_key_file),
+            "--admission-key-file: ",
         )
     metrics = OperatorMetrics()
     placement = placement_loop(args, parser, metrics)

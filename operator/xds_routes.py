@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from sonicsite.contract.admission_pass import ModelPasses
 from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, SERVER_HEADER
 
 from .try_timeouts import TryPolicy
@@ -204,7 +205,7 @@ def route_configuration(
     site_view: tuple[bool, bool] = (False, False),
     held: dict[str, float] | None = None,
     shared: set[str] | None = None,
-    passes: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    passes: dict[str, ModelPasses] | None = None,
 ) -> dict:
     """`site_view`: whether the pool's answers (server metadata, statistics, repository
     index) come from the site's view (xds_site_view.py), over gRPC and over REST;
@@ -235,9 +236,9 @@ def route_configuration(
             "typed_per_filter_config": without_model_match(),
         }
         if infer and m in passes:
-            route["response_headers_to_add"] = pass_header(passes[m][0])
+            route["response_headers_to_add"] = pass_header(passes[m].current)
         if infer and m in shed:
-            accepted = passes[m][1] if m in passes else ()
+            accepted = passes[m].accepted if m in passes else ()
             route["typed_per_filter_config"] |= shed_filter_config(shed[m], grpc, accepted)
         return route
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from sonicsite.contract.admission_pass import ModelPasses
 from sonicsite.contract.wire import ServerRecord
 
 from .try_timeouts import TryPolicy
@@ -52,7 +53,7 @@ class Snapshot:
         held: dict[str, float] | None = None,
         selection: str = "",
         shared: set[str] | None = None,
-        passes: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+        passes: dict[str, ModelPasses] | None = None,
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default

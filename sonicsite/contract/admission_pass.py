@@ -32,6 +32,14 @@ NO_PASS = "none"  # what a refusal says in the pass's place (never a pass: not h
 
 
 @dataclass(frozen=True)
+class ModelPasses:
+    """One model's passes at one moment: the one its replies carry, those a shed accepts."""
+
+    current: str
+    accepted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AdmissionPasses:
     """The passes of a site's admission key."""
 
@@ -76,6 +84,10 @@ class AdmissionPasses:
         """The passes of `model` a shed lets through now: this epoch's and its neighbours'."""
         epoch = self._epoch(now)
         return tuple(self._pass(model, e) for e in (epoch - 1, epoch, epoch + 1))
+
+    def of(self, model: str, now: float) -> ModelPasses:
+        """`model`'s passes now, as Envoy's routes carry them (operator/xds_routes.py)."""
+        return ModelPasses(self.current(model, now), self.accepted(model, now))
 
     def admits(self, model: str, presented: str | None, now: float) -> bool:
         """Whether `presented` (the request's pass, if any) is a valid pass of `model` now."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sonicsite.contract.admission_pass import PASS_EPOCH_S, AdmissionPasses
+from sonicsite.contract.admission_pass import PASS_EPOCH_S, AdmissionPasses, ModelPasses
 
 KEY = b"a-site-key-of-some-length"
 
@@ -28,6 +28,7 @@ def test_a_pass_is_the_sites_and_the_models_and_lapses_by_itself():
     assert not passes.admits("m", given, now + 2 * PASS_EPOCH_S)
     assert passes.admits("m", passes.current("m", now + 2 * PASS_EPOCH_S), now + 2 * PASS_EPOCH_S)
     assert passes.current("m", now) in passes.accepted("m", now)
+    assert passes.of("m", now) == ModelPasses(given, passes.accepted("m", now))
     assert len(set(passes.accepted("m", now))) == 3
 
 

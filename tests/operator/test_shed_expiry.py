@@ -29,6 +29,7 @@ from sonicsite.operator.xds_routes import GRPC_INFER, REST_INFER
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json
 
+from sonicsite.contract.admission_pass import ModelPasses
 from sonicsite.contract.wire import (
     ADMISSION_HEADER,
     ADMITTED_HEADER,
@@ -80,7 +81,10 @@ def test_a_shed_expires_unless_renewed_and_is_renewed_at_half_its_life():
 
 def test_envoy_enforces_a_shed_only_until_its_expiry():
     servers = [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n"))]
-    passes = {"m": ("p-now", ("p-before", "p-now", "p-next")), "n": ("q-now", ("q-now",))}
+    passes = {
+        "m": ModelPasses("p-now", ("p-before", "p-now", "p-next")),
+        "n": ModelPasses("q-now", ("q-now",)),
+    }
     snapshot = Snapshot.build(servers, {}, "127.0.0.1", 9, shed={"m": 1234.5678}, passes=passes)
     (routes,) = snapshot.resources["routes"]
     by_name = {r["name"]: r for r in routes["virtual_hosts"][0]["routes"]}
@@ -153,7 +157,7 @@ def test_the_operator_and_the_gateway_name_an_admission_key_they_cannot_use(caps
     for path, why in ((missing, "cannot be read"), (short, "expected a key of at least 16")):
         with pytest.raises(SystemExit):
             build(options.parse_args([*base, f"--admission-key-file={path}"]), options)
-        assert f"admission key {path}: {why}" in capsys.readouterr().err
+        assert f"--admission-key-file: admission key {path}: {why}" in capsys.readouterr().err
         with pytest.raises(SystemExit):
             gateway_main(["--operator=http://x", "--port=1", f"--admission-key-file={path}"])
         assert f"--admission-key-file: admission key {path}: {why}" in capsys.readouterr().err

@@ -42,7 +42,7 @@ from stock import kserve_json, stock_infer
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from sonicsite.contract.admission_pass import NO_PASS, AdmissionPasses
+from sonicsite.contract.admission_pass import NO_PASS, AdmissionPasses, ModelPasses
 from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, ServerRecord
 from sonicsite.local import envoy
 from sonicsite.local.ports import free_ports
@@ -91,7 +91,7 @@ class FedEnvoy:
     ) -> Snapshot:
         """The operator's snapshot (with its admission passes now, as its step builds it)."""
         now, models = time.time(), {m for s in self.servers for m in s.models}
-        passes = {m: (self.passes.current(m, now), self.passes.accepted(m, now)) for m in models}
+        passes = {m: self.passes.of(m, now) for m in models}
         return Snapshot.build(
             self.servers, {}, "127.0.0.1", self.listen, shed=shed, shared=shared, passes=passes
         )
@@ -153,7 +153,7 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
         ServerRecord("b", "127.0.0.1", 9001, 9000, 9002, ("simple", "odd.name-1")),
     ]
     weights = {"simple": {"a": 1000, "b": 7}, "triton": {"a": 500, "b": 3}}
-    passes = {"simple": ("a" * 32, ("b" * 32, "a" * 32, "c" * 32))}  # the pass, the accepted
+    passes = {"simple": ModelPasses("a" * 32, ("b" * 32, "a" * 32, "c" * 32))}
     snapshot = Snapshot.build(
         servers, weights, "127.0.0.1", 10000, shed={"simple": 2e9}, passes=passes
     )
@@ -466,16 +466,18 @@ def test_a_shed_spares_the_callers_its_model_has_answered(fed):
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         sent = dict(refused.value.initial_metadata()) | dict(refused.value.trailing_metadata())
         assert sent.get(ADMITTED_HEADER, NO_PASS) == NO_PASS
-        for claimed in (None, "1", rest_given):
+
+        def rest(claimed: str | None) -> urllib.request.Request:
             request = urllib.request.Request(url, data=kserve_json(SIMPLE))
             if claimed is not None:
                 request.add_header(ADMITTED_HEADER, claimed)
-            if claimed == rest_given:
-                with urllib.request.urlopen(request, timeout=30) as reply:
-                    assert reply.status == 200
-                continue
+            return request
+
+        with urllib.request.urlopen(rest(rest_given), timeout=30) as reply:
+            assert reply.status == 200
+        for claimed in (None, "1"):
             with pytest.raises(urllib.error.HTTPError) as shed:
-                urllib.request.urlopen(request, timeout=30)
+                urllib.request.urlopen(rest(claimed), timeout=30)
             assert shed.value.code == 429  # and no pass for a refused caller
             assert shed.value.headers.get(ADMITTED_HEADER, NO_PASS) == NO_PASS
         stock = grpcclient.InferenceServerClient(fed.grpc)
