@@ -73,6 +73,7 @@ from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 from .backend_auto import AutoSwitch
 from .backend_local import LocalRunner
 from .balancer import Balancer, Endpoint
+from .declared_work import StreamWork, WorkReporter
 from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
 from .layout import Columns
@@ -127,12 +128,15 @@ class Stream:
         latencies: PathLatencies | None = None,
         local: LocalRunner | None = None,
         auto: AutoSwitch | None = None,
+        work: WorkReporter | None = None,
     ):
         """`balancer`: the servers (direct mode) or the site's paths in order (site mode).
         `statistics`: server id -> a transport to read that server's Triton statistics from
         (by default the endpoints themselves; behind a balancer, each server directly).
         `latencies`: what deadlines are learnt from (shared by the streams of a client).
-        `local` and `auto`: backend "auto"'s model in process and its switch."""
+        `local` and `auto`: backend "auto"'s model in process and its switch.
+        `work`: where the stream's requests left are counted and reported to the site
+        (declared_work.py; shared by the streams of a client)."""
         self.balancer = balancer
         self.model = model
         self.spec = spec
@@ -145,6 +149,7 @@ class Stream:
             statistics = {e.id: e.transport for e in balancer.endpoints}
         self.statistics = statistics
         self.local, self.auto = local, auto  # backend "auto": both, or neither
+        self.work = work
 
     def model_info(self, endpoint: Endpoint, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         """The model's metadata and config as `endpoint` serves them (fetched once)."""
@@ -285,6 +290,13 @@ class Stream:
         with self._lock:
             result.failed[(lo, hi)] = error
 
+    def _counted(self, work: StreamWork | None, *chunk) -> None:
+        """`_chunk`, then the chunk off the work left: delivered or failed, it is answered
+        (a chunk that raised is taken off when the stream ends)."""
+        self._chunk(*chunk)
+        if work is not None:
+            work.answered()
+
     def _run_here(
         self, lo: int, hi: int, source: Source, on_result: OnResult, result: StreamResult
     ) -> None:
@@ -358,26 +370,32 @@ class Stream:
         if arrivals is not None and len(arrivals) != len(chunks):
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
-        with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
-            # each chunk runs in the caller's context: a span the worker has open is the
-            # parent of every call's span (tracing.py)
-            futures = [
-                pool.submit(
-                    contextvars.copy_context().run,
-                    self._chunk,
-                    lo,
-                    hi,
-                    source,
-                    on_result,
-                    result,
-                    at,
-                    (lo, hi) in resent,
-                    on_send,
-                )
-                for (lo, hi), at in zip(chunks, times, strict=True)
-            ]
-            for future in futures:
-                future.result()
+        work = self.work.begin(self.model, len(chunks)) if self.work is not None else None
+        try:
+            with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
+                # each chunk runs in the caller's context: a span the worker has open is the
+                # parent of every call's span (tracing.py)
+                futures = [
+                    pool.submit(
+                        contextvars.copy_context().run,
+                        self._counted,
+                        work,
+                        lo,
+                        hi,
+                        source,
+                        on_result,
+                        result,
+                        at,
+                        (lo, hi) in resent,
+                        on_send,
+                    )
+                    for (lo, hi), at in zip(chunks, times, strict=True)
+                ]
+                for future in futures:
+                    future.result()
+        finally:
+            if work is not None:
+                work.end()
         after = read_statistics(self.statistics, self.model, self.options.statistics_timeout_s)
         if self.auto is not None:
             result.switches = self.auto.switches[switched:]

@@ -22,6 +22,7 @@ from .backend_auto import AutoPolicy, AutoSwitch
 from .backend_local import LocalModels, LocalRunner, LocalStream
 from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
+from .declared_work import WorkReporter, work_url
 from .discovery import discover
 from .engine import Stream
 from .errors import InferError
@@ -52,13 +53,16 @@ class Client:
         tracing: ClientTracing | None = None,
         local: LocalModels | None = None,
         auto: AutoPolicy | None = None,
+        declare_work: bool = True,
     ):
         """`local`: where the in-process backend finds its models and how it runs them
         (streams with backend "local" or "auto" need it); `auto`: backend "auto"'s
         deadlines (backend_auto.py). `token`: a bearer token for a site that requires one
         (Envoy's JWT, the gateway's tokens); default SONICSITE_TOKEN. `tracing`: spans of
         every call (tracing.py); default: from the OpenTelemetry variables, off when they
-        name no endpoint (a tracing made here is closed with the client)."""
+        name no endpoint (a tracing made here is closed with the client). `declare_work`:
+        in site mode, tell the site the requests its streams have left (declared_work.py),
+        so that its autoscaler starts no server the work would not keep busy."""
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
@@ -112,6 +116,9 @@ class Client:
         self._failovers: dict[str, Failover] = {}  # per model: its shed holds every path
         self._latencies: dict[tuple[str, int], PathLatencies] = {}  # per model and batch
         self._autos: dict[str, AutoSwitch] = {}  # backend "auto": per model, where it runs
+        self.work: WorkReporter | None = None  # the streams' work left, reported to the site
+        if declare_work and mode == "site" and site.http:
+            self.work = WorkReporter(work_url(site.http), token=token)
 
     @classmethod
     def connect(
@@ -181,7 +188,9 @@ class Client:
         auto = None
         if runner is not None:  # one per model: a job's streams share what they learnt
             auto = self._autos.setdefault(model, AutoSwitch(self.auto))
-        return Stream(balancer, model, spec, stream_options, statistics, latencies, runner, auto)
+        return Stream(
+            balancer, model, spec, stream_options, statistics, latencies, runner, auto, self.work
+        )
 
     def _info_of(self, model: str):
         """How the in-process backend gets `model`'s metadata: from LocalModels.infos, else
@@ -206,7 +215,10 @@ class Client:
     def close(self) -> None:
         """The shared-memory regions first: they are unregistered from every server over the
         transports' control channels, which must still be open (else every server kept
-        them: its mappings, a GPU's memory), then the transports."""
+        them: its mappings, a GPU's memory), then the transports. The work report is
+        withdrawn first: the client sends nothing more."""
+        if self.work is not None:
+            self.work.close()
         if self.pool is not None:
             self.pool.close()
         for endpoint in self._endpoints:

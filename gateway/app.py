@@ -1,7 +1,8 @@
 """The gateway's app: KServe v2 over REST (routes_kserve.py), the site's own routes
-(routes_site.py), bearer tokens (auth.py), errors in KServe's shape, and the lifespan that
-follows the operator's state (siteview.py), serves the one-server view over gRPC
-(grpc_view.py) for Envoy and holds requests for models no server holds (holding.py)."""
+(routes_site.py), clients' work reports relayed to the operator (routes_work.py), bearer
+tokens (auth.py), errors in KServe's shape, and the lifespan that follows the operator's
+state (siteview.py), serves the one-server view over gRPC (grpc_view.py) for Envoy and holds
+requests for models no server holds (holding.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sonicsite.contract.admission_pass import AdmissionPasses
 
-from . import grpc_view, routes_kserve, routes_refused, routes_site
+from . import grpc_view, routes_kserve, routes_refused, routes_site, routes_work
 from .auth import Authenticator, BearerAuth, Tokens
 from .forwarding import Forwarder, error
 from .holding import Holder
@@ -84,6 +85,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     async def lifespan(app: FastAPI):
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=4)
         async with httpx.AsyncClient(limits=limits, timeout=config.timeout_s) as client:
+            app.state.operator_client = client  # clients' work reports relayed (routes_work.py)
             await view.refresh()
             if auth.jwt is not None:
                 await auth.jwt.keys.refresh()  # the first request need not wait for the keys
@@ -142,6 +144,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
         app.infer = BearerAuth(routes_kserve.serve_infer, auth=auth, metrics=metrics)
     app.include_router(routes_kserve.router)
     app.include_router(routes_site.router)
+    app.include_router(routes_work.router)
     app.include_router(routes_refused.router)
     return app
 

@@ -71,6 +71,14 @@ class GatewayMetrics:
             "1 while the operator's state is too old to follow its sheds (every model open)",
             registry=r,
         )
+        self.work_reports = Counter(
+            "sonicsite_gateway_work_reports",
+            "Clients' reports of their work left (PUT /v1/work, routes_work.py): relayed to "
+            "the operator, refused (a bad report, here or by the operator) or "
+            "operator_unreachable",
+            ["outcome"],
+            registry=r,
+        )
 
         self.held = Gauge(
             "sonicsite_gateway_held_requests",

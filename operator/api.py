@@ -1,7 +1,8 @@
 """The operator's HTTP API: `/v1/state`, `/v1/placement` (with --placement), `/metrics`,
 `/healthz`, `PUT /v1/balancing`
 (`{"policy": "load-aware" | "least-request" | "round-robin"}`), `PUT /v1/held` (with
---placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`).
+--placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`), `PUT
+/v1/work` (a client's work left, contract `WorkReport`, passed on by the gateway).
 Envoy's configuration is not here: it streams over gRPC ADS on its own port (xds_ads.py)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from sonicsite.contract.wire import STATE_READER_HEADER
+from sonicsite.contract.wire import STATE_READER_HEADER, WORK_PATH, WorkReport
 
 from .controller import Operator
 
@@ -66,6 +67,9 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             if self.path == "/v1/held":
                 self._held(body)
                 return
+            if self.path == WORK_PATH:
+                self._work(body)
+                return
             if self.path != "/v1/balancing":
                 self._json(404, {"error": f"no route PUT {self.path}; try /v1/balancing"})
                 return
@@ -94,6 +98,16 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 self._json(400, {"error": str(exc)})
                 return
             self._json(200, {"held": held})
+
+        def _work(self, body: bytes) -> None:
+            """A client's work left (declared_work.py): what the autoscaler may start for."""
+            try:
+                report = WorkReport.from_dict(json.loads(body))
+            except ValueError as exc:  # JSONDecodeError is a ValueError
+                self._json(400, {"error": f"PUT {WORK_PATH}: {exc}"})
+                return
+            operator.declared.report(report, time.time())
+            self._json(200, {"source": report.source, "lease_s": report.lease_s})
 
         def log_message(self, format: str, *args) -> None:  # quiet: scraped, read all the time
             return

@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from sonicsite.contract.admission_pass import AdmissionPasses, ModelPasses
 from sonicsite.contract.wire import (
@@ -29,6 +29,7 @@ from sonicsite.contract.wire import (
 
 from .admission import AdmissionPolicy, decide
 from .balancing import Balancing, check_policy
+from .declared_work import DeclaredWork
 from .discovery import Discovery
 from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
@@ -68,6 +69,7 @@ class Operator:
     tracing: EnvoyTracing | None = None  # Envoy's OpenTelemetry tracer (xds_tracing.py)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     placement: PlacementLoop | None = None  # loads and unloads models (placement_loop.py)
+    declared: DeclaredWork = field(default_factory=DeclaredWork)  # clients' work left
     snapshot: Snapshot | None = None
     site_state: dict = field(default_factory=dict)
     last_step: float = 0.0
@@ -207,16 +209,18 @@ class Operator:
     def _autoscale(self, servers: list[ServerRecord], now: float) -> None:
         """Each pool's servers from its models' queue time, woken by their held requests
         (pool_scaling.py); one pool, `default`, without placement's pools."""
+        work = self.declared.totals(now)
+        self.metrics.export_declared(work)
         if self.scaling is None:
             return
         loads = self.loadview.window_loads(self.scaling.policy.window_s)
         if self.placement is None:
-            views = pool_views([DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {})
+            views = pool_views([DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {}, work)
         else:
             catalogue = self.placement.catalogue
             pools = [p.name for p in catalogue.pools]
             held = self.placement.held.held(now)
-            views = pool_views(pools, catalogue.pool_of, servers, loads, held)
+            views = pool_views(pools, catalogue.pool_of, servers, loads, held, work)
         self.scaling.step(views, now)
 
     def _state(
@@ -258,6 +262,9 @@ class Operator:
                 for m in models
             },
             "placement": self.placement.recent(time.time()) if self.placement else None,
+            "declared_work": {
+                m: asdict(w) for m, w in sorted(self.declared.totals(time.time()).items())
+            },
         }
 
     def set_balancing(self, policy: str) -> None:

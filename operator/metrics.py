@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from sonicsite.contract.wire import SHED, AdmissionRecord
 
+from .declared_work import ModelWork
 from .loadview import ModelLoad
 from .state_readers import READER_GONE_S
 
@@ -130,6 +131,13 @@ class OperatorMetrics:
             "The most servers the autoscaler may run",
             registry=r,
         )
+        self.declared_left = Gauge(
+            "sonicsite_declared_requests_left",
+            "Requests the site's clients say they have left, per model (PUT /v1/work); a "
+            "scale-up starts no server this work would not keep busy",
+            ["model"],
+            registry=r,
+        )
         self.scale_events = Counter(
             "sonicsite_autoscaler_scale_events", "Scale actions started", ["direction"], registry=r
         )
@@ -164,6 +172,15 @@ class OperatorMetrics:
             ["server"],
             registry=r,
         )
+
+    def export_declared(self, work: dict[str, ModelWork]) -> None:
+        """Requests left per model; a model no report names any more is dropped."""
+        for family in self.declared_left.collect():
+            for sample in family.samples:
+                if sample.labels["model"] not in work:
+                    self.declared_left.remove(sample.labels["model"])
+        for model, w in work.items():
+            self.declared_left.labels(model).set(w.left)
 
     def export_placement(self, loaded: dict[str, int]) -> None:
         """Models ready per server (server -> count); servers that are gone are dropped."""

@@ -7,7 +7,10 @@ without pools is one pool, `default`, of every server and model: the one autosca
 
 The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
 a pool whose last action is still running decides nothing new. Every action is a scale event
-(pool, from, to, reason, then its seconds and outcome) in `/v1/state`.
+(pool, from, to, reason, then its seconds and outcome) in `/v1/state`. A scale-up goes no
+higher than the pool's declared work keeps busy (autoscaler.py `scale_up_cap`), with a
+server's start as the pool's last scale-up took (its seconds: the actuator returns once the
+servers it started are ready).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from dataclasses import dataclass, field
 
 from sonicsite.contract.wire import DEFAULT_POOL, ServerRecord
 
-from .autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
+from .autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request, scale_up_cap
+from .declared_work import ModelWork
 from .loadview import ModelLoad
 from .metrics import OperatorMetrics
 
@@ -31,11 +35,12 @@ EVENTS_KEPT = 20
 @dataclass(frozen=True)
 class PoolView:
     """What one step knows of a pool: its servers taking work, its models' loads over the
-    policy's window, and its models' held requests."""
+    policy's window, its models' held requests and the work declared for them."""
 
     current: int
     loads: list[ModelLoad]
     held: int
+    work: dict[str, ModelWork] = field(default_factory=dict)
 
 
 def pool_views(
@@ -44,9 +49,11 @@ def pool_views(
     servers: list[ServerRecord],
     loads: list[ModelLoad],
     held: dict[str, int],
+    work: dict[str, ModelWork] | None = None,
 ) -> dict[str, PoolView]:
-    """Each pool's view: servers by their pool ("" is the default pool), loads and held
-    requests by their model's pool."""
+    """Each pool's view: servers by their pool ("" is the default pool), loads, held
+    requests and declared work by their model's pool."""
+    work = work or {}
     return {
         pool: PoolView(
             current=len(
@@ -54,6 +61,7 @@ def pool_views(
             ),
             loads=[load for load in loads if pool_of(load.model) == pool],
             held=sum(n for model, n in held.items() if pool_of(model) == pool),
+            work={m: w for m, w in work.items() if pool_of(m) == pool},
         )
         for pool in pools
     }
@@ -66,6 +74,7 @@ class PoolScaling:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     scalers: dict[str, Autoscaler] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
+    start_s: dict[str, float] = field(default_factory=dict)  # per pool, its last scale-up's
     _running: dict[str, threading.Thread] = field(default_factory=dict)
 
     def step(self, views: dict[str, PoolView], now: float) -> None:
@@ -78,7 +87,10 @@ class PoolScaling:
             # a pool that answered requests within the window keeps a server (min 0 only
             # scales an idle pool to zero); held requests wake one at once (activation)
             serving = any(load.requests or load.pending for load in view.loads)
-            desired = scaler.desired(now, view.current, metric, floor=int(serving))
+            cap = scale_up_cap(
+                self.policy, view.current, view.work, view.loads, self.start_s.get(pool)
+            )
+            desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
             activation = view.held > 0 and desired < 1
             if activation:
                 desired = 1
@@ -95,6 +107,8 @@ class PoolScaling:
             event = {"at": now, "pool": pool, "from": view.current, "to": desired}
             event |= {"metric_ms": metric, "direction": direction}
             event["reason"] = reason or f"queue time {metric or 0.0:.1f} ms per request"
+            if cap is not None and direction == "up" and desired == cap:
+                event["reason"] += f"; the declared work keeps {cap} server(s) busy"
             self.events.append(event)
             del self.events[:-EVENTS_KEPT]
             thread = threading.Thread(target=self._carry_out, args=(event,), daemon=True)
@@ -113,6 +127,8 @@ class PoolScaling:
         try:
             self.actuate(event["to"], event["pool"])
             event["outcome"] = "done"
+            if event["direction"] == "up":  # the actuator returns once they are ready
+                self.start_s[event["pool"]] = time.monotonic() - started
         except Exception as exc:  # a server that would not start: said, and tried again
             event["outcome"] = f"failed: {exc}"
             self.metrics.step_errors.inc()

@@ -44,13 +44,19 @@ from dataclasses import dataclass, field
 
 import simpy
 from sonicsite.operator.admission import AdmissionPolicy, decide
-from sonicsite.operator.autoscaler import Autoscaler, ScalingPolicy, queue_ms_per_request
+from sonicsite.operator.autoscaler import (
+    Autoscaler,
+    ScalingPolicy,
+    queue_ms_per_request,
+    scale_up_cap,
+)
 from sonicsite.operator.balancing import Balancing
+from sonicsite.operator.declared_work import DeclaredWork
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.route_clusters import pool_weights, shared_models
 from sonicsite.operator.xds_resources import ALL_SERVERS
 
-from sonicsite.contract.wire import AdmissionRecord
+from sonicsite.contract.wire import AdmissionRecord, WorkReport
 
 from .gpu import DRAINING, READY
 from .placing import Placing
@@ -80,6 +86,8 @@ class Sonicsite:
     weights: dict[str, dict[str, int]] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)  # models routed to the all-servers cluster
     placing: Placing | None = None  # where the scenario places models on demand
+    declared: DeclaredWork = field(default_factory=DeclaredWork)  # the jobs' work left
+    start_s: float | None = None  # a server's start to ready, as the last scale-up took
     name: str = "sonicsite"
     _busy: bool = False
 
@@ -103,6 +111,10 @@ class Sonicsite:
 
     def set_prometheus(self, up: bool) -> None:
         """Nothing to do: the operator reads each server's /metrics itself, not Prometheus."""
+
+    def declare(self, report: WorkReport, now: float) -> None:
+        """A client's work left, as the gateway passes it to the operator (`PUT /v1/work`)."""
+        self.declared.report(report, now)
 
     def shed_models(self, now: float) -> list[str]:
         """The models whose shed is in force now."""
@@ -166,15 +178,22 @@ class Sonicsite:
     def _autoscale(self, now: float, current: int) -> None:
         if self.scaler is None:
             return
-        window = self.loadview.window_loads(self.scaler.policy.window_s)
-        desired = self.scaler.desired(now, current, queue_ms_per_request(window))
+        policy = self.scaler.policy
+        window = self.loadview.window_loads(policy.window_s)
+        work = self.declared.totals(now)
+        cap = scale_up_cap(policy, current, work, window, self.start_s)
+        desired = self.scaler.desired(now, current, queue_ms_per_request(window), cap=cap)
         if desired != current and not self._busy:
             self._busy = True
-            self.site.env.process(self._actuate(desired))
+            self.site.env.process(self._actuate(desired, current))
 
-    def _actuate(self, desired: int):
-        """Blocking, as the local actuator is: the next decision waits for this one."""
+    def _actuate(self, desired: int, current: int):
+        """Blocking, as the local actuator is: the next decision waits for this one; a
+        scale-up's seconds are the servers' start (pool_scaling.py measures it so)."""
+        began = self.site.env.now
         yield self.site.scale_to(desired, "sonicsite autoscaler")
+        if desired > current:
+            self.start_s = self.site.env.now - began
         self._busy = False
 
 
@@ -219,6 +238,9 @@ class Reference:
 
     def refused(self, model: str, now: float, admitted: bool) -> float | None:
         return None  # no admission per request
+
+    def declare(self, report: WorkReport, now: float) -> None:
+        """Nothing: the reference's clients are stock clients, which declare no work."""
 
     def set_prometheus(self, up: bool) -> None:
         """An outage: the query answers nothing (connects refused, KEDA holds)."""

@@ -33,6 +33,12 @@ RATIOS = {  # summary name: figure
 }
 
 
+PER_MODEL = {  # per model (comparison's `per_model`): name: figure of sim/run.py `_percentiles`
+    "p50_ratio_vs_reference": "p50_latency_s",
+    "p99_ratio_vs_reference": "p99_latency_s",
+}
+
+
 def one_run(scenario: Scenario, policy_set: str, seed: int) -> dict:
     """One run (in a worker process): its figures, timeline, scale events and wall time."""
     t0 = time.perf_counter()
@@ -60,8 +66,21 @@ def comparison(runs: dict[str, dict]) -> dict:
     for key, figure in RATIOS.items():
         result[key] = ratio(result["sonicsite"][figure], result["reference"][figure])
     result["gpu_utilisation"] = {n: result[n]["gpu_utilisation"] for n in POLICY_SETS}
+    result["per_model"] = per_model_ratios(result["sonicsite"], result["reference"])
     result["wall_s"] = {name: runs[name]["wall_s"] for name in POLICY_SETS}
     return result
+
+
+def per_model_ratios(ours: dict, theirs: dict) -> dict:
+    """Per model, the p50 and p99 ratios (the models' own latencies, not all requests')."""
+    return {
+        model: {
+            key: ratio(figures[figure], theirs["per_model"][model][figure])
+            for key, figure in PER_MODEL.items()
+        }
+        for model, figures in ours["per_model"].items()
+        if model in theirs["per_model"]
+    }
 
 
 def ratio(ours: float | None, theirs: float | None) -> float | None:
@@ -124,14 +143,17 @@ def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
 
 
 def wins(comparisons: dict) -> list[str]:
-    """Where sonicsite wins or loses, and by how much, in words."""
+    """Where sonicsite wins or loses, and by how much, in words: over all requests, and
+    each model's p50 and p99 over its own requests."""
     said = []
     for case, c in comparisons.items():
-        for key in RATIOS:
-            value = c[key]
+        named = [("", key, c[key]) for key in RATIOS]
+        for model, ratios in c.get("per_model", {}).items():
+            named += [(f"{model}'s ", key, ratios.get(key)) for key in PER_MODEL]
+        for whose, key, value in named:
             if value is None:
                 continue
-            what = key.removesuffix("_ratio_vs_reference")
+            what = whose + key.removesuffix("_ratio_vs_reference")
             if value < 0.99:
                 said.append(f"{case}: {what} {(1 - value) * 100:.0f}% lower than reference")
             elif value > 1.01:
@@ -153,13 +175,26 @@ def over_seeds(summaries: list[dict]) -> dict:
         for key in RATIOS:
             values = [x[case][key] for x in summaries if x[case][key] is not None]
             if values:
-                spread[case][key] = {
-                    "mean": round(statistics.fmean(values), 4),
-                    "min": min(values),
-                    "max": max(values),
-                    "values": values,
-                }
+                spread[case][key] = _spread(values)
+        models = summaries[0][case]["per_model"]
+        spread[case]["per_model"] = {
+            model: {
+                key: _spread([x[case]["per_model"][model][key] for x in summaries])
+                for key in PER_MODEL
+                if all(x[case]["per_model"].get(model, {}).get(key) is not None for x in summaries)
+            }
+            for model in models
+        }
     return spread
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "mean": round(statistics.fmean(values), 4),
+        "min": min(values),
+        "max": max(values),
+        "values": values,
+    }
 
 
 def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: int = 1) -> dict:
@@ -188,7 +223,14 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
         for key in RATIOS:
             summary[key] = spread[summary["headline"]].get(key, {}).get("mean")
         means = {
-            case: {key: v["mean"] for key, v in ratios.items()} for case, ratios in spread.items()
+            case: {key: ratios[key]["mean"] for key in RATIOS if key in ratios}
+            | {
+                "per_model": {
+                    model: {key: v["mean"] for key, v in by_key.items()}
+                    for model, by_key in ratios["per_model"].items()
+                }
+            }
+            for case, ratios in spread.items()
         }
         summary["wins"] = [f"{w} (mean over {seeds} seeds)" for w in wins(means)]
         summary["seeds"] = list(numbers)

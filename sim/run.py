@@ -41,17 +41,23 @@ def build(
     seed: int,
     balancing: Balancing | None = None,
     admission: AdmissionPolicy | None = None,
+    scaling: ScalingPolicy | None = None,
 ) -> Run:
     """The site, policies and jobs of one run, not started. `balancing`: the instance the
     sonicsite set uses (a test passes its own to inspect it afterwards); `admission`: the
-    sonicsite set's admission policy (default: the operator's default)."""
+    sonicsite set's admission policy (default: the operator's default); `scaling`: its
+    autoscaler's (default: the operator's, between the pool's bounds, told the servers'
+    start as the scenario has it)."""
     env = simpy.Environment()
     pool = scenario.pool
     if policy_set == "sonicsite":
         balancing = balancing or Balancing()
         placement = scenario.placement
         site = Site(env, scenario, random.Random(seed), balancing.selection, placement is not None)
-        scaler = Autoscaler(ScalingPolicy(pool.min_servers, pool.max_servers))
+        scaling = scaling or ScalingPolicy(
+            pool.min_servers, pool.max_servers, server_start_s=site.start_s()
+        )
+        scaler = Autoscaler(scaling)
         policies = Sonicsite(
             site,
             scenario.step_s,
@@ -75,8 +81,9 @@ def run(
     seed: int,
     balancing: Balancing | None = None,
     admission: AdmissionPolicy | None = None,
+    scaling: ScalingPolicy | None = None,
 ) -> Run:
-    r = build(scenario, policy_set, seed, balancing, admission)
+    r = build(scenario, policy_set, seed, balancing, admission, scaling)
     env = r.site.env
     r.site.open(scenario.pool.initial_servers)
     r.policies.start()
@@ -135,6 +142,17 @@ def _sample(r: Run):
         busy_then = busy
 
 
+def _percentiles(latencies: list[float]) -> dict:
+    """One model's requests answered, p50 and p99: where models' times differ a hundredfold,
+    the p50 of all requests can fall between one model's answers and the other's."""
+    ordered = sorted(latencies)
+    return {
+        "requests": len(ordered),
+        "p50_latency_s": _round(_quantile(ordered, 0.5)),
+        "p99_latency_s": _round(_quantile(ordered, 0.99)),
+    }
+
+
 def _quantile(ordered: list[float], q: float) -> float | None:
     if not ordered:
         return None
@@ -167,6 +185,7 @@ def figures(r: Run) -> dict:
         "scale_events": len(site.scale_events),
         "held_requests": out.held,
         "held_failed": out.held_failed,
+        "per_model": {m: _percentiles(x) for m, x in sorted(out.latencies.items())},
         "cold_start_p50_s": _round(_quantile(sorted(out.cold_starts), 0.5)),
         "cold_start_p99_s": _round(_quantile(sorted(out.cold_starts), 0.99)),
         **(r.policies.placing.counts() if getattr(r.policies, "placing", None) else {}),

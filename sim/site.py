@@ -103,6 +103,11 @@ class Site:
             return placement.static[slot % len(placement.static)]
         return tuple(self.scenario.models)
 
+    def start_s(self) -> float:
+        """A server's start to ready, as the site's admin states it to the autoscaler (its
+        `server_start_s`, until a scale-up has measured one): the first slot's."""
+        return self._delay(self.models_at_start(0))
+
     def _delay(self, models: tuple[str, ...]) -> float:
         """A new server's way to ready: the pod starts, then each of its models loads."""
         loading = sum(self.scenario.models[m].load_s for m in models)

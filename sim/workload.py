@@ -19,6 +19,12 @@ and holding included.
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
 
+Jobs declare the work they have left, as the sonicsite client does (`client/declared_work.py`:
+every `WORK_REPORT_EVERY_S`, the requests its streams have not had answered, and the rate they
+were answered at) to the policies (`declare`; the reference's stock clients declare nothing).
+One report per workflow sums its running jobs' (the operator sums the reports it holds, so
+the totals are the same as one report per job, without a simulated event per job).
+
 Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
 answers, as the benches' load generator does; a flow is one client stream (a shed holds the
 flow's next requests off), and a request's latency runs from its arrival.
@@ -32,6 +38,8 @@ from dataclasses import dataclass, field
 import simpy
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
+from sonicsite.contract.wire import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
+
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow
 
@@ -41,6 +49,7 @@ class Outcome:
     """What the jobs saw."""
 
     answered: list[tuple[float, float]] = field(default_factory=list)  # (at, latency s)
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # per model, s
     failed: int = 0
     sheds: int = 0  # requests refused at Envoy (retry-after)
     unavailable: int = 0  # attempts that found no server, or whose server died
@@ -59,6 +68,16 @@ class _Job:
     calls: tuple[Call, ...] = ()  # per event batch: its workflow's, else the workload's
     not_before: float = 0.0
     admitted: set[str] = field(default_factory=set)  # models that have answered it
+    flow: int = -1  # its workflow's index (declares its work); -1: an open-loop stream
+
+
+@dataclass
+class _FlowWork:
+    """A workflow's running jobs' work, as their clients would declare it."""
+
+    left: dict[str, int] = field(default_factory=dict)  # requests not answered yet
+    answered: dict[str, int] = field(default_factory=dict)  # since the last report
+    reported: bool = False
 
 
 class Workload:
@@ -81,10 +100,13 @@ class Workload:
         self._numbers = 0
         self._open_flows = len(scenario.workload.open_loop)  # still sending
         self._open_waiting = 0  # open-loop requests sent and not over
+        self._work = [_FlowWork() for _ in scenario.workload.workflows]
 
     def start(self) -> None:
-        for flow in self.scenario.workload.workflows:
-            self.env.process(self._release(flow))
+        for k, flow in enumerate(self.scenario.workload.workflows):
+            self.env.process(self._release(flow, k))
+        if self._work:
+            self.env.process(self._declare())
         for k, flow in enumerate(self.scenario.workload.open_loop):
             self.env.process(self._open(flow, k))
 
@@ -115,7 +137,32 @@ class Workload:
         self._open_waiting -= 1
         self._check_finished()
 
-    def _release(self, flow: Workflow):
+    def _declare(self):
+        """Every WORK_REPORT_EVERY_S, each workflow's work left; a workflow with none left
+        withdraws its report once."""
+        env, every = self.env, WORK_REPORT_EVERY_S
+        while not self.finished.triggered:
+            yield env.timeout(every)
+            for k, work in enumerate(self._work):
+                left = {m: n for m, n in work.left.items() if n}
+                if not left and not work.reported:
+                    continue
+                rps = {m: n / every for m, n in work.answered.items()}
+                self.policies.declare(WorkReport(f"workflow-{k}", left, rps, WORK_LEASE_S), env.now)
+                work.answered, work.reported = {}, bool(left)
+
+    def _answered(self, job: _Job, model: str) -> None:
+        """A request of a job's answered or failed for good: one less left."""
+        if job.flow < 0:
+            return
+        work = self._work[job.flow]
+        work.left[model] -= 1
+        work.answered[model] = work.answered.get(model, 0) + 1
+        if work.reported and not any(work.left.values()):  # its last stream ended: withdrawn
+            self.policies.declare(WorkReport(f"workflow-{job.flow}", {}), self.env.now)
+            work.reported = False
+
+    def _release(self, flow: Workflow, k: int):
         env = self.env
         yield env.timeout(flow.start_s)
         left, calls = flow.jobs, flow.calls or self.scenario.workload.calls
@@ -125,7 +172,7 @@ class Workload:
             for _ in range(min(flow.wave_size, left)):
                 self._numbers += 1
                 rng = random.Random(self.seed * 1_000_003 + self._numbers)
-                env.process(self._job(_Job(self._numbers, rng, calls)))
+                env.process(self._job(_Job(self._numbers, rng, calls, flow=k)))
             left -= flow.wave_size
             if left > 0:
                 yield env.timeout(flow.wave_every_s)
@@ -137,6 +184,11 @@ class Workload:
             yield env.timeout(self.resubmit_s)
         events = work.events_per_job
         mean = work.cpu_ms_per_event / 1e3
+        if job.flow >= 0:  # its streams begin: their requests are declared
+            left = self._work[job.flow].left
+            chunks = -(-events // work.events_per_request)
+            for c in job.calls:
+                left[c.model] = left.get(c.model, 0) + chunks
         for lo in range(0, events, work.events_per_request):
             n = min(work.events_per_request, events - lo)
             cpu = n * mean
@@ -207,6 +259,9 @@ class Workload:
             cluster.finished(host)
             yield env.timeout(self.site.leg(half))
             out.answered.append((env.now, env.now - first))
+            out.latencies.setdefault(model, []).append(env.now - first)
             job.admitted.add(model)
+            self._answered(job, model)
             return
         out.failed += 1
+        self._answered(job, model)

@@ -8,7 +8,7 @@ import urllib.parse
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sonicsite.gateway import routes_kserve, routes_refused, routes_site
+from sonicsite.gateway import routes_kserve, routes_refused, routes_site, routes_work
 
 
 def test_the_openapi_document_matches_the_routes(app_client):
@@ -16,7 +16,12 @@ def test_the_openapi_document_matches_the_routes(app_client):
     document = app_client.get("/openapi.json", headers=auth).json()
     routes = {
         (method.lower(), route.path_format)
-        for router in (routes_kserve.router, routes_site.router, routes_refused.router)
+        for router in (
+            routes_kserve.router,
+            routes_site.router,
+            routes_work.router,
+            routes_refused.router,
+        )
         for route in router.routes
         if route.include_in_schema
         for method in route.methods - {"HEAD"}

@@ -1,0 +1,56 @@
+"""The work the site's clients say they have left: the autoscaler's one view of the future.
+
+A burst of jobs lifts queue time as much whether it will be over in a minute or in an hour;
+queue time alone cannot tell whether a server started now (ready only after its start time)
+will find work. Each sonicsite client reports, every few seconds while it streams, how many
+requests it has left per model and how fast they have been answered (contract
+`WorkReport`, `PUT /v1/work` through the gateway). A report lapses at the end of its lease
+unless renewed, so a job that dies stops counting within seconds and nothing here outlives
+the job that said it. The time is passed in.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from sonicsite.contract.wire import WorkReport
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """One model's declared work, summed over the reports that hold."""
+
+    left: int = 0  # requests left
+    rps: float = 0.0  # the rate the reporting clients' requests were answered at
+    sources: int = 0  # reports that name the model
+
+
+@dataclass
+class DeclaredWork:
+    """The reports that hold; the API's threads write them while the loop reads them."""
+
+    reports: dict[str, tuple[WorkReport, float]] = field(default_factory=dict)  # until
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def report(self, report: WorkReport, now: float) -> None:
+        """Replace the source's report; one with nothing left withdraws it."""
+        with self._lock:
+            if any(report.left.values()):
+                self.reports[report.source] = (report, now + report.lease_s)
+            else:
+                self.reports.pop(report.source, None)
+
+    def totals(self, now: float) -> dict[str, ModelWork]:
+        """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""
+        with self._lock:
+            for source in [s for s, (_, until) in self.reports.items() if until <= now]:
+                del self.reports[source]
+            holding = [report for report, _ in self.reports.values()]
+        totals: dict[str, ModelWork] = {}
+        for report in holding:
+            for model, left in report.left.items():
+                was = totals.get(model, ModelWork())
+                rps = report.rps.get(model, 0.0)
+                totals[model] = ModelWork(was.left + left, was.rps + rps, was.sources + 1)
+        return totals

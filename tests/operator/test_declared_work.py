@@ -1,0 +1,170 @@
+"""Declared work: the clients' reports of the requests they have left (contract
+`WorkReport`, operator/declared_work.py) and the scale-up they allow (autoscaler.py
+`declared_work_s`, `worth_starting`, `scale_up_cap`)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+from polling import wait_until
+from sonicsite.operator.autoscaler import (
+    Autoscaler,
+    ScalingPolicy,
+    declared_work_s,
+    scale_up_cap,
+    worth_starting,
+)
+from sonicsite.operator.declared_work import DeclaredWork, ModelWork
+from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.pool_scaling import PoolScaling, PoolView
+
+from sonicsite.contract.wire import WORK_PATH, WorkReport
+
+
+def test_reports_add_up_per_model_and_lapse_with_their_lease():
+    work = DeclaredWork()
+    work.report(WorkReport("job-1", {"a": 10, "b": 4}, {"a": 2.0, "b": 1.0}, lease_s=20), 0.0)
+    work.report(WorkReport("job-2", {"a": 5}, {"a": 1.0}, lease_s=5), 1.0)
+    assert work.totals(2.0) == {"a": ModelWork(15, 3.0, 2), "b": ModelWork(4, 1.0, 1)}
+    work.report(WorkReport("job-1", {"a": 8, "b": 0}, {"a": 2.0}, lease_s=20), 3.0)  # replaces
+    assert work.totals(4.0) == {"a": ModelWork(13, 3.0, 2), "b": ModelWork(0, 0.0, 1)}
+    assert work.totals(6.0) == {
+        "a": ModelWork(8, 2.0, 1),
+        "b": ModelWork(0, 0.0, 1),
+    }  # job-2 lapsed
+    work.report(WorkReport("job-1", {}), 7.0)  # done: withdrawn
+    assert work.totals(7.0) == {} and work.reports == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ([], "body: expected"),
+        ({"left": {}}, "source: expected a non-empty string"),
+        ({"source": "j", "left": {"a": -1}}, "left['a']: expected a whole number ≥ 0, got -1"),
+        ({"source": "j", "left": {"a": 1.5}}, "left['a']: expected a whole number"),
+        ({"source": "j", "rps": {"a": "fast"}}, "rps['a']: expected a number ≥ 0"),
+        ({"source": "j", "lease_s": 0}, "lease_s: expected seconds in (0, 120]"),
+        ({"source": "j", "lease_s": 600}, "lease_s: expected seconds in (0, 120]"),
+        ({"source": "j", "left": {"a": float("inf")}}, "left['a']: expected a whole number"),
+        ({"source": "j", "left": {"a": float("nan")}}, "left['a']: expected a whole number"),
+        ({"source": "j", "rps": {"a": float("nan")}}, "rps['a']: expected a number ≥ 0"),
+        ({"source": "j", "left": {"a": True}}, "left['a']: expected a whole number"),
+    ],
+)
+def test_a_bad_report_is_refused_naming_its_field(body, says):
+    with pytest.raises(ValueError) as caught:
+        WorkReport.from_dict(body)
+    assert says in str(caught.value)
+
+
+def _load(model: str, server: str, requests: float, cost_ms: float) -> ModelLoad:
+    """`requests` answered one per execution, each costing the server `cost_ms`."""
+    return ModelLoad(model, server, requests, 0.0, requests * cost_ms * 1e3, 0, 0, 0, 1, requests)
+
+
+def test_declared_work_in_server_seconds_only_where_the_declared_jobs_carry_the_load():
+    loads = [_load("a", "s0", 300, 10.0), _load("a", "s1", 300, 10.0), _load("b", "s0", 60, 50.0)]
+    # over a 30 s window: a 20 requests/s, b 2 requests/s answered
+    work = {"a": ModelWork(6000, 20.0, 40), "b": ModelWork(100, 2.0, 40)}
+    assert declared_work_s(work, loads, 30.0, 0.8) == pytest.approx(6000 * 0.010 + 100 * 0.050)
+    # declared jobs sending half of a's requests: the rest is work nobody declared
+    half = {"a": ModelWork(6000, 10.0, 20), "b": ModelWork(100, 2.0, 40)}
+    assert declared_work_s(half, loads, 30.0, 0.8) is None
+    assert declared_work_s(work, [], 30.0, 0.8) is None  # nothing answered: no cost known
+    assert declared_work_s({}, loads, 30.0, 0.8) is None  # nothing declared
+
+
+def test_a_server_is_started_only_for_work_that_keeps_it_busy():
+    # 4 servers, a start of 60 s, busy 4 × 60 s at least: 4 × 60 s of the work is done while
+    # the new ones start, the rest shared by N must last 240 s (busy 4/5 of the time paid)
+    assert worth_starting(4, 4 * 60 + 8 * 240, 60.0, 4.0) == 8
+    assert worth_starting(4, 4 * 60 + 8 * 240 - 1, 60.0, 4.0) == 7
+    assert worth_starting(4, 100.0, 60.0, 4.0) == 4  # never below the servers running
+
+
+def test_a_scale_up_goes_no_higher_than_the_declared_work():
+    policy = ScalingPolicy(min_servers=1, max_servers=16, up_window_s=60, server_start_s=60)
+    loads = [_load("a", "s0", 600, 10.0)]  # 20 requests/s over the 30 s window, 10 ms each
+    short = {"a": ModelWork(24_000, 20.0, 50)}  # 240 s of work left
+    assert scale_up_cap(policy, 1, short, loads) == 1  # too little for another server
+    long = {"a": ModelWork(1_806_000, 20.0, 50)}  # 18,060 s: 100 servers busy 3 × 60 s
+    assert scale_up_cap(policy, 1, long, loads) == 100
+    assert scale_up_cap(ScalingPolicy(busy_over_start=0), 1, long, loads) is None  # off
+    # the up window holds as before (a wave's first minute is no reason to grow); then the
+    # pool grows to the queue's answer, or to the work's where that is lower
+    scaler = Autoscaler(policy)
+    assert scaler.desired(0.0, 1, 50.0, cap=100) == 1
+    assert scaler.desired(30.0, 1, 1000.0, cap=100) == 1
+    assert scaler.desired(61.0, 1, 1000.0, cap=100) == 10
+    capped = Autoscaler(policy)
+    assert capped.desired(0.0, 1, 1000.0, cap=4) == 4
+    assert capped.desired(1.0, 4, 1000.0, cap=4) == 4  # no higher than the work allows
+    assert capped.desired(2.0, 4, 1000.0, cap=3) == 4  # and never down for it
+
+
+def test_a_pool_measures_its_servers_start_and_names_the_cap_in_its_event():
+    policy = ScalingPolicy(min_servers=1, max_servers=32, up_window_s=0, server_start_s=60)
+    servers = [1]
+    pools = PoolScaling(policy, actuate=lambda n, pool: servers.__setitem__(0, n))
+    # 600 requests over the window, 2 s of queue and 10 ms of compute each: the HPA says 20
+    loads = [ModelLoad("a", "s0", 600, 600 * 2e6, 600 * 10e3, 0, 20, 0, 1, 600)]
+    work = {"a": ModelWork(150_000, 20.0, 50)}  # 1,500 s: 8 servers busy 3 × 60 s
+    pools.step({"default": PoolView(1, loads, 0, work)}, 0.0)
+    for running in pools._running.values():
+        running.join()
+    (event,) = pools.events
+    assert (event["from"], event["to"], event["outcome"]) == (1, 8, "done")
+    assert event["reason"].endswith("the declared work keeps 8 server(s) busy")
+    assert servers == [8]
+    assert pools.start_s["default"] == pytest.approx(event["seconds"], abs=0.01)
+
+
+def _put(url: str, body: object) -> tuple[int, dict]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), method="PUT")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _state(site) -> dict:
+    with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _metrics(site) -> str:
+    with urllib.request.urlopen(f"http://{site.operator}/metrics", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(site):
+    url = f"http://{site.operator}{WORK_PATH}"
+    report = WorkReport("test-job", {"simple": 120}, {"simple": 4.0}, lease_s=60)
+    assert _put(url, report.to_dict()) == (200, {"source": "test-job", "lease_s": 60.0})
+    wait_until(
+        lambda: _state(site)["declared_work"].get("simple", {}).get("left") == 120,
+        "the operator's state to show the declared work",
+        timeout=60,
+    )
+    wait_until(
+        lambda: 'sonicsite_declared_requests_left{model="simple"} 120.0' in _metrics(site),
+        "the declared work's gauge",
+        timeout=60,
+    )
+    status, body = _put(url, {"source": "test-job", "left": {"simple": -3}})
+    assert status == 400 and "left['simple']: expected a whole number ≥ 0" in body["error"]
+    assert _put(url, WorkReport("test-job", {}).to_dict())[0] == 200  # the job is done
+    wait_until(
+        lambda: (
+            "simple" not in _state(site)["declared_work"]
+            and "sonicsite_declared_requests_left{" not in _metrics(site)
+        ),
+        "the withdrawn report to leave the state and the gauge",
+        timeout=60,
+    )

@@ -1,0 +1,26 @@
+"""The jobs declare their work left, and the operator's autoscaler (imported) starts only
+the servers that work keeps busy: in a burst of 2,200 jobs on 4 GPUs that may grow to 16,
+the queue time alone grows the pool to 16; with the work declared, to fewer, for fewer
+GPU-hours."""
+
+from __future__ import annotations
+
+from sonicsite.operator.autoscaler import ScalingPolicy
+from sonicsite.sim import scenario
+from sonicsite.sim.run import figures, run
+
+
+def test_a_burst_grows_the_pool_only_as_far_as_its_declared_work_keeps_servers_busy():
+    burst = scenario.load("burst")
+    pool = burst.pool
+    declared = run(burst, "sonicsite", seed=1)
+    off = ScalingPolicy(pool.min_servers, pool.max_servers, busy_over_start=0)
+    undeclared = run(burst, "sonicsite", seed=1, scaling=off)
+    assert figures(declared)["finished"] and figures(undeclared)["finished"]
+    assert figures(undeclared)["servers_max"] == pool.max_servers
+    assert pool.min_servers < figures(declared)["servers_max"] < pool.max_servers
+    assert figures(declared)["gpu_hours"] < figures(undeclared)["gpu_hours"]
+    # the jobs' reports reached the operator's table, and were withdrawn as they ended
+    assert declared.policies.declared.reports == {}
+    (first, *_) = declared.site.scale_events
+    assert first["to"] == figures(declared)["servers_max"]  # one step, to what the work keeps busy
