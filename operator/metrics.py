@@ -138,6 +138,14 @@ class OperatorMetrics:
             ["model"],
             registry=r,
         )
+        self.declared_cap = Gauge(
+            "sonicsite_autoscaler_declared_cap_seconds",
+            "Per pool, the highest scaling metric the declared work allows now: the target "
+            "times the servers it keeps busy over those taking work (absent where the queue "
+            "time alone decides); KEDA's query takes the lower of the two",
+            ["pool"],
+            registry=r,
+        )
         self.scale_events = Counter(
             "sonicsite_autoscaler_scale_events", "Scale actions started", ["direction"], registry=r
         )

@@ -33,7 +33,14 @@ def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Aut
         low, high = (int(v) for v in args.autoscale.split(","))
         return Autoscaler(
             ScalingPolicy(
-                low, high, args.target_ms, args.up_window, args.down_window, args.scaling_window
+                low,
+                high,
+                args.target_ms,
+                args.up_window,
+                args.down_window,
+                args.scaling_window,
+                busy_over_start=args.busy_over_start,
+                server_start_s=args.server_start_s,
             )
         )
 

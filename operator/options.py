@@ -228,6 +228,19 @@ def parser() -> argparse.ArgumentParser:
         default=scaling.window_s,
         help="seconds of counters the scaling metric is computed over",
     )
+    parser.add_argument(
+        "--busy-over-start",
+        type=float,
+        default=scaling.busy_over_start,
+        help="a scale-up starts only servers that the work clients declare keeps busy this "
+        "many times a server's start (0: queue time alone decides)",
+    )
+    parser.add_argument(
+        "--server-start-s",
+        type=float,
+        default=scaling.server_start_s,
+        help="a server's start to ready in seconds, until a scale-up has measured one",
+    )
     placing = PlacementSettings()
     parser.add_argument(
         "--placement",

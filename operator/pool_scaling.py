@@ -76,6 +76,7 @@ class PoolScaling:
     events: list[dict] = field(default_factory=list)
     start_s: dict[str, float] = field(default_factory=dict)  # per pool, its last scale-up's
     _running: dict[str, threading.Thread] = field(default_factory=dict)
+    _capped: set[tuple[str]] = field(default_factory=set)  # pools whose cap is exported
 
     def step(self, views: dict[str, PoolView], now: float) -> None:
         """Decide each pool's servers; start an action for each pool that must change. The
@@ -91,6 +92,7 @@ class PoolScaling:
                 self.policy, view.current, view.work, view.loads, self.start_s.get(pool)
             )
             desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
+            self._export_cap(pool, cap, view.current)
             activation = view.held > 0 and desired < 1
             if activation:
                 desired = 1
@@ -118,6 +120,17 @@ class PoolScaling:
         self.metrics.desired.set(wanted)
         self.metrics.current.set(current)
         self.metrics.max_servers.set(self.policy.max_servers * max(len(views), 1))
+
+    def _export_cap(self, pool: str, cap: int | None, current: int) -> None:
+        """The cap as the scaling metric it allows (the chart's KEDA applies it: desired =
+        ceil(current × metric / target) is then at most `cap`); none without one."""
+        if cap is None or current < 1:
+            if (pool,) in self._capped:
+                self.metrics.declared_cap.remove(pool)
+                self._capped.discard((pool,))
+            return
+        self.metrics.declared_cap.labels(pool).set(self.policy.target_ms / 1e3 * cap / current)
+        self._capped.add((pool,))
 
     def _carry_out(self, event: dict) -> None:
         """One scale event; its seconds and outcome go into it (and a failure to the log:

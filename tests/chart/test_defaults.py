@@ -81,6 +81,20 @@ def test_autoscaling_values_are_the_scaling_policys_defaults():
     assert chart["scaleDownStabilizationSeconds"] == policy.down_window_s
     assert chart["minReplicas"] == policy.min_servers
     assert chart["maxReplicas"] == policy.max_servers
+    assert chart["busyOverStart"] == policy.busy_over_start
+    assert chart["serverStartSeconds"] == policy.server_start_s
+
+
+def test_with_autoscaling_the_operator_computes_the_declared_works_cap():
+    """KEDA scales; the operator decides as the local autoscaler would, with the chart's
+    values, and exports the cap that KEDA's query applies (tests/chart/test_keda_query.py)."""
+    values = {"autoscaling": {"enabled": True, "maxReplicas": 8, "busyOverStart": 2.5}}
+    values["monitoring"] = {"prometheus": {"enabled": True}}
+    parsed = operator_parser().parse_args(_operator_args(values))
+    assert parsed.autoscale == "1,8" and parsed.busy_over_start == 2.5
+    assert (parsed.target_ms, parsed.up_window, parsed.down_window) == (100.0, 60.0, 600.0)
+    assert parsed.server_start_s == ScalingPolicy().server_start_s
+    assert not operator_parser().parse_args(_operator_args({})).autoscale  # KEDA off: nothing
 
 
 def test_the_operator_gets_every_policy_value_from_the_chart():

@@ -77,9 +77,15 @@ def test_the_scaled_object_query_is_the_rules_expression_over_the_releases_serie
     # computes it inline for its own release, so that it needs no recording rule loaded in
     # the site's Prometheus
     query = trigger["metadata"]["query"]
-    inline = f"max({_scoped(rules[SITE_QUEUE_RULE].strip(), namespace, name)})"
-    assert query == f"{inline} or vector(0)"  # a pool at zero has no series: 0
     matchers = f'{{namespace="{namespace}",release="{name}"}}'
+    inline = f"max({_scoped(rules[SITE_QUEUE_RULE].strip(), namespace, name)})"
+    # no higher than the operator's cap for the clients' declared work (test_keda_query.py);
+    # a pool at zero has no series: 0
+    cap = f'max(sonicsite_autoscaler_declared_cap_seconds{matchers[:-1]},pool="default"}})'
+    assert query == (
+        f'min(label_replace(({inline} or vector(0)), "limit", "queue", "", "") or '
+        f'label_replace({cap}, "limit", "declared work", "", ""))'
+    )
     assert query.count(matchers) == 4 == len(SERIES.findall(rules[SITE_QUEUE_RULE]))
     assert f"sonicsite_gateway_held_requests{matchers}" in held["metadata"]["query"]
     assert trigger["metricType"] == "Value"

@@ -68,7 +68,9 @@ CASES = {
         {"gateway": {"auth": {"tokens": ["a-new-token-of-the-site-0001"]}}},
         [],
     ),
-    "more servers at most": ({"autoscaling": {"maxReplicas": 20}}, []),
+    # the operator decides as KEDA's HPA does (its gauges, alerts and the declared work's
+    # cap that KEDA's query applies), between the same bounds: it reads them at start
+    "more servers at most": ({"autoscaling": {"maxReplicas": 20}}, ["operator"]),
     "scale-down policies": (
         {
             "autoscaling": {

@@ -121,6 +121,12 @@ def test_a_pool_measures_its_servers_start_and_names_the_cap_in_its_event():
     assert event["reason"].endswith("the declared work keeps 8 server(s) busy")
     assert servers == [8]
     assert pools.start_s["default"] == pytest.approx(event["seconds"], abs=0.01)
+    # the cap as the scaling metric it allows, for the chart's KEDA query: the target × 8 / 1
+    registry = pools.metrics.registry
+    cap = "sonicsite_autoscaler_declared_cap_seconds"
+    assert registry.get_sample_value(cap, {"pool": "default"}) == pytest.approx(0.1 * 8)
+    pools.step({"default": PoolView(8, loads, 0, {})}, 1.0)  # the work withdrawn: no cap
+    assert registry.get_sample_value(cap, {"pool": "default"}) is None
 
 
 def _put(url: str, body: object) -> tuple[int, dict]:

@@ -64,6 +64,20 @@ release's servers; one series, its labels dropped. */}}
 {{- printf "max(%s)" (include "sonicsite.scopedExpr" (dict "root" .root "expr" (trim $expr) "matcher" .matcher)) -}}
 {{- end -}}
 
+{{/* KEDA's query for a pool: the scaling metric, no higher than the operator allows for the
+work the clients declare (`sonicsite_autoscaler_declared_cap_seconds`, the target times the
+servers that work keeps busy over those taking work; absent where queue time alone decides),
+so that the HPA's ceil(servers × metric / target) starts no server the work would leave
+idle: operator/autoscaler.py `scale_up_cap`, as the local autoscaler applies it. Takes (dict
+"root" $ "matcher" MATCHER "pool" NAME "idle" ZERO): "idle" adds `or vector(0)` (a pool at
+zero has no queue series). */}}
+{{- define "sonicsite.kedaQuery" -}}
+{{- $queue := include "sonicsite.scalingQuery" (dict "root" .root "matcher" .matcher) -}}
+{{- if .idle }}{{ $queue = printf "(%s or vector(0))" $queue }}{{ end -}}
+{{- $cap := include "sonicsite.scopedExpr" (dict "root" .root "expr" "max(sonicsite_autoscaler_declared_cap_seconds)" "matcher" (printf ",pool=%q" .pool)) -}}
+{{- printf "min(label_replace(%s, \"limit\", \"queue\", \"\", \"\") or label_replace(%s, \"limit\", \"declared work\", \"\", \"\"))" $queue $cap -}}
+{{- end -}}
+
 {{/* prometheus-operator's relabelings that give a target this release's labels. */}}
 {{- define "sonicsite.monitorRelabelings" -}}
 - action: replace
