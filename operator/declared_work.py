@@ -12,7 +12,7 @@ the job that said it. The time is passed in.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import WorkReport
 
@@ -34,12 +34,18 @@ class DeclaredWork:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def report(self, report: WorkReport, now: float) -> None:
-        """Replace the source's report; one with nothing left withdraws it."""
+        """Replace the source's report. One with nothing left says the job is done: its
+        models stay, with nothing left and their last rate, until its lease ends (the queue
+        time of its last requests is still in the autoscaler's window: done work, not
+        undeclared work of unknown length)."""
         with self._lock:
             if any(report.left.values()):
                 self.reports[report.source] = (report, now + report.lease_s)
-            else:
-                self.reports.pop(report.source, None)
+                return
+            last = self.reports.get(report.source)
+            if last is not None:
+                done = replace(last[0], left=dict.fromkeys(last[0].left, 0))
+                self.reports[report.source] = (done, now + last[0].lease_s)
 
     def totals(self, now: float) -> dict[str, ModelWork]:
         """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""

@@ -155,6 +155,8 @@ def operator_args(
             f"--up-window={scaling.up_window_s}",
             f"--down-window={scaling.down_window_s}",
             f"--scaling-window={scaling.window_s}",
+            f"--busy-over-start={scaling.busy_over_start}",
+            f"--server-start-s={scaling.server_start_s}",
         ]
     if jwt is not None:
         args += [

@@ -95,14 +95,20 @@ def _state(site_state) -> dict:
         return json.loads(reply.read())
 
 
-def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_models):
-    site_dir = tmp_path / "site"
+def _sleepy_site(site_dir, built_models, busy_over_start: float, up_window_s: float) -> SiteState:
+    """One server whose executions of SLEEPY_MODEL sleep (overload.py), so that queue time
+    comes from the load, not the CPU (the server the autoscaler adds does not sleep, and
+    takes the load off the first), autoscaled from 1 to 2."""
     scaling = ScalingPolicy(
-        min_servers=1, max_servers=2, target_ms=50, up_window_s=0, down_window_s=3, window_s=3
+        min_servers=1,
+        max_servers=2,
+        target_ms=50,
+        up_window_s=up_window_s,
+        down_window_s=3,
+        window_s=3,
+        busy_over_start=busy_over_start,
     )
-    # queue time from executions that sleep (overload.py), not from compute: the server the
-    # autoscaler adds does not sleep, and takes the load off the first
-    state = launcher.up(
+    return launcher.up(
         site_dir,
         servers=1,
         models=[SLEEPY_MODEL, "simple"],
@@ -111,6 +117,12 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
         admission=AdmissionPolicy(shed_above_ms=1e6, open_below_ms=1e5),
         delay_ms=sleepy(1),
     )
+
+
+def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_models):
+    site_dir = tmp_path / "site"
+    # queue time alone decides here (the declared work's cap is the next test's)
+    state = _sleepy_site(site_dir, built_models, busy_over_start=0, up_window_s=0)
     errors: list[str] = []
     trickle_ok = [0]
     stop = threading.Event()
@@ -159,3 +171,61 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
         light.join(timeout=30)
         launcher.down(site_dir)
     assert errors == [] and trickle_ok[0] > 20
+
+
+def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_path, built_models):
+    """The same load, longer, its work declared by the client (some seconds of it, against
+    the 60 s a server is assumed to take to start): queue time stays over the target for
+    longer than the up window, which alone would add a server; the declared work says it
+    would be ready after the stream is over. (The up window lets a report with a rate
+    measured over seconds, not over its first quarter second, reach the operator first.)"""
+    site_dir = tmp_path / "site"
+    window = 8.0
+    state = _sleepy_site(site_dir, built_models, busy_over_start=3, up_window_s=window)
+    metric = "sonicsite_autoscaler_queue_seconds_per_request"
+    seen: list[tuple[float, float]] = []  # (time, the scaling metric in seconds)
+    declared: list[dict] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with urllib.request.urlopen(f"http://{state.operator}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            now = time.monotonic()
+            samples = [x for x in text.splitlines() if x.startswith(metric)]
+            seen.extend((now, float(x.split()[-1])) for x in samples)
+            declared.append({"at": now} | _state(state)["declared_work"])
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        jets = generate(SLEEPY_MODEL, 3200, seed=3)
+        with Client(from_site_file(site_dir), "grpc") as client:
+            result = client.stream(SLEEPY_MODEL, jets.spec, batch=8, window=8).run(
+                jets, lambda *a: None
+            )
+            assert client.work is not None and client.work.sent >= 2  # the gateway took them
+        assert result.events_ok == 3200
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+        scale_events = _state(state)["scale_events"]
+        launcher.down(site_dir)
+    assert _longest_over(seen, 0.05) > window, seen  # queue time alone would have scaled
+    assert any(SLEEPY_MODEL in d for d in declared), declared  # the operator had the work
+    began = seen[0][0] if seen else 0.0
+    reports = [(round(d["at"] - began, 1), d.get(SLEEPY_MODEL)) for d in declared]
+    assert scale_events == [], (scale_events, reports)  # and no server was started for it
+
+
+def _longest_over(samples: list[tuple[float, float]], target: float) -> float:
+    """The longest stretch of time the samples stayed over `target`."""
+    longest, since = 0.0, None
+    for at, value in samples:
+        if value > target:
+            since = at if since is None else since
+            longest = max(longest, at - since)
+        else:
+            since = None
+    return longest

@@ -35,8 +35,11 @@ def test_reports_add_up_per_model_and_lapse_with_their_lease():
         "a": ModelWork(8, 2.0, 1),
         "b": ModelWork(0, 0.0, 1),
     }  # job-2 lapsed
-    work.report(WorkReport("job-1", {}), 7.0)  # done: withdrawn
-    assert work.totals(7.0) == {} and work.reports == {}
+    work.report(WorkReport("job-1", {}), 7.0)  # done: nothing left, its rate until its lease ends
+    assert work.totals(26.0) == {"a": ModelWork(0, 2.0, 1), "b": ModelWork(0, 0.0, 1)}
+    assert work.totals(27.0) == {} and work.reports == {}
+    work.report(WorkReport("job-3", {}), 28.0)  # done before it said anything: nothing
+    assert work.totals(28.0) == {}
 
 
 @pytest.mark.parametrize(
@@ -151,8 +154,8 @@ def _metrics(site) -> str:
 
 def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(site):
     url = f"http://{site.operator}{WORK_PATH}"
-    report = WorkReport("test-job", {"simple": 120}, {"simple": 4.0}, lease_s=60)
-    assert _put(url, report.to_dict()) == (200, {"source": "test-job", "lease_s": 60.0})
+    report = WorkReport("test-job", {"simple": 120}, {"simple": 4.0}, lease_s=10)
+    assert _put(url, report.to_dict()) == (200, {"source": "test-job", "lease_s": 10.0})
     wait_until(
         lambda: _state(site)["declared_work"].get("simple", {}).get("left") == 120,
         "the operator's state to show the declared work",
@@ -165,12 +168,18 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
     )
     status, body = _put(url, {"source": "test-job", "left": {"simple": -3}})
     assert status == 400 and "left['simple']: expected a whole number ≥ 0" in body["error"]
+    assert _put(url, report.to_dict())[0] == 200  # renewed while the job runs
     assert _put(url, WorkReport("test-job", {}).to_dict())[0] == 200  # the job is done
     wait_until(
+        lambda: _state(site)["declared_work"].get("simple", {}).get("left") == 0,
+        "the done job's work to be nothing left",
+        timeout=60,
+    )
+    wait_until(  # and its report to lapse with its lease
         lambda: (
             "simple" not in _state(site)["declared_work"]
             and "sonicsite_declared_requests_left{" not in _metrics(site)
         ),
-        "the withdrawn report to leave the state and the gauge",
+        "the done job's report to leave the state and the gauge",
         timeout=60,
     )
