@@ -63,17 +63,7 @@ def test_the_scaling_metric_is_capped_by_the_declared_work(tmp_path):
         }
         for extra, want in cases
     ]
-    (tmp_path / "keda.test.yaml").write_text(
-        yaml.safe_dump({"rule_files": [], "evaluation_interval": "5s", "tests": tests})
-    )
-    out = subprocess.run(
-        ["promtool", "test", "rules", "keda.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS" in out.stdout
+    _promtool(tmp_path, tests)
 
 
 def test_with_placement_a_pool_at_zero_reads_zero_not_nothing(tmp_path):
@@ -90,13 +80,17 @@ def test_with_placement_a_pool_at_zero_reads_zero_not_nothing(tmp_path):
             {"expr": query, "eval_time": "60s", "exp_samples": [{"labels": "{}", "value": 0}]}
         ],
     }
-    (tmp_path / "zero.test.yaml").write_text(
-        yaml.safe_dump({"rule_files": [], "evaluation_interval": "5s", "tests": [test]})
+    _promtool(tmp_path, [test])
+
+
+def _promtool(folder, tests: list[dict]) -> None:
+    """promtool's unit tests of PromQL expressions (no rule file: each test evaluates the
+    query itself over its input series)."""
+    (folder / "keda.test.yaml").write_text(
+        yaml.safe_dump({"rule_files": [], "evaluation_interval": "5s", "tests": tests})
     )
     out = subprocess.run(
-        ["promtool", "test", "rules", "zero.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+        ["promtool", "test", "rules", "keda.test.yaml"], cwd=folder, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
