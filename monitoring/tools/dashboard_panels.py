@@ -83,6 +83,21 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     ),
                 ),
                 PanelSpec(
+                    "Work the clients declare",
+                    "none",
+                    (
+                        Query(
+                            f"sum by (model) (sonicsite_declared_requests_left{{{SITE}}})",
+                            "{{model}}",
+                        ),
+                    ),
+                    description=(
+                        "Requests the sonicsite clients say they have left, per model: a "
+                        "scale-up starts no server this work would not keep busy 3 times its "
+                        "start (autoscaling.busyOverStart)."
+                    ),
+                ),
+                PanelSpec(
                     "Endpoint weights",
                     "none",
                     (
