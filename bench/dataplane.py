@@ -30,7 +30,7 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
 from .perf_analyzer import (
     LONGER,
@@ -197,7 +197,7 @@ def run(
     build_dir: Path = Path("build/models"),
     progress: Callable[[str], None] = print,
 ) -> dict:
-    started = load_now()
+    started = run_start()
 
     def measure(state: SiteState, case: Case, c: int, env: dict, workdir: Path) -> dict:
         return _measure_case(state, case, c, repeats, env, workdir)

@@ -35,7 +35,7 @@ from sonicsite.local import launcher
 from sonicsite.local.processes import alive, group_members
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .common import write_result
 from .fault_figures import (
     in_flight_at,
@@ -267,7 +267,7 @@ def run(
     rate: float = 0.0,
 ) -> dict:
     """`rate`: the offered events per second; by default half the capacity measured first."""
-    started = load_now()
+    started = run_start()
     chosen = [s for s in SCENARIOS if not scenarios or s.name in scenarios]
     unknown = set(scenarios) - {s.name for s in SCENARIOS}
     if unknown:

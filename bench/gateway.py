@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .common import BENCH_ADMISSION, conditions, write_result
 from .dataplane import (
     PERF_ANALYZER,
@@ -56,7 +56,7 @@ def run(
     build_dir: Path = Path("build/models"),
     progress: Callable[[str], None] = print,
 ) -> dict:
-    started = load_now()
+    started = run_start()
 
     def measure(state: SiteState, case: Case, c: int, env: dict, workdir: Path) -> dict:
         return _measure_case(state, case, c, repeats, env, workdir)

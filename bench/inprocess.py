@@ -58,7 +58,7 @@ from sonicsite.local import launcher
 from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from .common import BENCH_ADMISSION, figure, time_repeats, write_result
 from .first_event import first_events
 
@@ -290,7 +290,7 @@ def workflow(options: Options) -> dict:
 
 
 def run(json_path: Path, options: Options = Options()) -> dict:
-    load_before = load_now()
+    load_before = run_start()
     found = copies()
     times = conversion(options.repeats)
     ours = {rows: times[f"ours_{rows}"]["median"] for rows in (1_000, 100_000, 1_000_000)}

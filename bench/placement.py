@@ -50,7 +50,7 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from . import from_zero
 from .common import BENCH_ADMISSION, conditions, gateway_count, sheds, write_result
 
@@ -328,7 +328,7 @@ def _from_zero_figures(zero: dict) -> dict:
 
 
 def run(json_path: Path, options: Options = Options()) -> dict:
-    started = load_now()
+    started = run_start()
     repeats = []
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         for k in range(options.repeats):

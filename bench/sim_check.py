@@ -59,7 +59,7 @@ from sonicsite.local import launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from ..sim.run import figures as sim_figures
 from ..sim.run import run as sim_run
 from ..sim.scenario import (
@@ -287,7 +287,7 @@ def errors(site: dict, sim: dict) -> dict[str, float]:
 def run(
     json_path: Path, options: CheckOptions = CheckOptions(), progress: Callable[[str], None] = print
 ) -> dict:
-    started = load_now()
+    started = run_start()
     o = options
     with tempfile.TemporaryDirectory(prefix="sonicsite-check-") as tmp:
         site_dir = Path(tmp) / "site"

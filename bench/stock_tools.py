@@ -41,7 +41,7 @@ from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import load_now
+from ..contract.provenance import run_start
 from . import bare_envoy
 from .common import conditions, figure, sheds, write_result
 from .perf_analyzer import (
@@ -303,7 +303,7 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
 
 def run(json_path: Path, options: Options | None = None) -> dict:
     options = options or Options()
-    started = load_now()
+    started = run_start()
     admission = AdmissionPolicy()  # the defaults, as the issue asks
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)

@@ -15,7 +15,6 @@ The runs are independent: they go to worker processes, one per core by default.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -161,8 +160,8 @@ def wins(comparisons: dict) -> list[str]:
     return said
 
 
-def meta(seed: int, load_before: list[float]) -> dict:
-    return {**provenance.meta(load_before, ("simpy",)), "seed": seed}
+def meta(seed: int, start: provenance.RunStart) -> dict:
+    return {**provenance.meta(start, ("simpy",)), "seed": seed}
 
 
 def over_seeds(summaries: list[dict]) -> dict:
@@ -203,7 +202,7 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     wins are the means over the seeds (`over_seeds` has each ratio's spread); the
     comparisons and details are the first seed's. The sweep (`pool.sweep`) runs the first
     seed."""
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    start = provenance.run_start()
     t0 = time.perf_counter()
     numbers = range(seed, seed + seeds)
     compared, pools = cases(scenario), swept(scenario)
@@ -241,7 +240,7 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     result = {
         "simulation": scenario.name,
         "summary": summary,
-        "meta": meta(seed, load_before) | {"workers": workers},
+        "meta": meta(seed, start) | {"workers": workers},
         "details": details,
     }
     path.parent.mkdir(parents=True, exist_ok=True)

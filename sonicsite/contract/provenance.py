@@ -10,6 +10,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 
 def load_now() -> list[float]:
@@ -37,16 +38,36 @@ def _git(*args: str) -> str:
         return ""
 
 
-def meta(load_before: list[float] | None, packages: Iterable[str]) -> dict:
-    """`load_before`: load_now() when the run started (None: the run did not say);
-    `packages`: the distributions whose versions the result depends on."""
-    commit = _git("rev-parse", "HEAD")
+@dataclass(frozen=True)
+class RunStart:
+    """What a run records as it starts: the machine's load and the code that runs (a
+    commit made while a long run goes on is not the code that ran it)."""
+
+    load: list[float]
+    commit: str
+    uncommitted_changes: bool
+
+
+def run_start() -> RunStart:
+    return RunStart(load_now(), *_code())
+
+
+def _code() -> tuple[str, bool]:
+    commit = _git("rev-parse", "HEAD") or "unknown (not a git checkout)"
+    return commit, bool(_git("status", "--porcelain", "--untracked-files=no"))
+
+
+def meta(start: RunStart | None, packages: Iterable[str]) -> dict:
+    """`start`: run_start() when the run started (None: the run did not say; the code is
+    then the checkout's as the result is written); `packages`: the distributions whose
+    versions the result depends on."""
+    commit, changed = (start.commit, start.uncommitted_changes) if start else _code()
     return {
-        "commit": commit or "unknown (not a git checkout)",
-        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "commit": commit,
+        "uncommitted_changes": changed,
         "cores": os.cpu_count(),
         "load_1m_5m_15m": load_now(),  # after: when the result is written
-        "load_before_1m_5m_15m": load_before,
+        "load_before_1m_5m_15m": start.load if start else None,
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions(packages),
     }
