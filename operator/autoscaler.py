@@ -20,8 +20,9 @@ clients say they have left keeps busy for `busy_over_start` times a server's sta
 burst ends is cost without use. In the simulated burst (2,200 jobs at once, 10× the pool)
 the queue time's own answer, 4 → 8 → 16 servers, finished 25 % sooner than the reference
 chart's one server a minute but took 1.33 of its GPU-hours (README, "Simulation"). Where the
-declared jobs send less than `declared_coverage` of the requests the servers answer, the
-rest is work of unknown length and the check does not apply.
+declared jobs send less than `declared_coverage` (half) of the requests the servers answer,
+the rest is work of unknown length and the check does not apply; above it, the others' work
+is taken to be like the declared jobs'.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class ScalingPolicy:
     # their start time (3: busy at least 3/4 of the time they are paid for); 0: no such check
     busy_over_start: float = 3.0
     server_start_s: float = 60.0  # a server's start to ready, until the site has measured one
-    declared_coverage: float = 0.8  # the declared jobs' least share of the requests answered
+    # the declared jobs' least share of the requests answered for the check to apply (their
+    # work is scaled up by the share they did not send)
+    declared_coverage: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_servers <= self.max_servers or self.max_servers < 1:
@@ -86,9 +89,11 @@ def declared_work_s(
 ) -> float | None:
     """Server-seconds of the declared work left: each model's requests left times what one
     of its requests cost a server over the window (`ModelLoad.cost_us_per_request`, the
-    executions' time shared among the requests they ran). None where it cannot be told:
-    no request answered, a model with work and no cost measured, or declared jobs sending
-    less than `coverage` of the requests answered."""
+    executions' time shared among the requests they ran), over the share of the requests
+    answered that the declared jobs sent (the others' work taken to be like theirs; a
+    client's rate is measured over seconds, the window's over its own, so a share is
+    approximate). None where it cannot be told: no request answered, a model with work and
+    no cost measured, or declared jobs sending less than `coverage` of the requests."""
     answered: dict[str, float] = {}
     cost_us: dict[str, float] = {}
     for load in loads:
@@ -100,7 +105,8 @@ def declared_work_s(
     if not total or not work:
         return None
     declared = sum(min(w.rps * window_s, answered.get(m, 0.0)) for m, w in work.items())
-    if declared < coverage * total:
+    share = declared / total
+    if share < coverage:
         return None
     seconds = 0.0
     for model, w in work.items():
@@ -108,7 +114,7 @@ def declared_work_s(
             return None
         if w.left:
             seconds += w.left * cost_us[model] / answered[model] / 1e6
-    return seconds
+    return seconds / share
 
 
 def worth_starting(current: int, work_s: float, start_s: float, busy_over_start: float) -> int:

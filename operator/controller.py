@@ -210,7 +210,7 @@ class Operator:
         """Each pool's servers from its models' queue time, woken by their held requests
         (pool_scaling.py); one pool, `default`, without placement's pools."""
         work = self.declared.totals(now)
-        self.metrics.export_declared(work)
+        self.metrics.export_declared(work, {m for s in servers for m in s.models})
         if self.scaling is None:
             return
         loads = self.loadview.window_loads(self.scaling.policy.window_s)

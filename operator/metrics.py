@@ -181,14 +181,16 @@ class OperatorMetrics:
             registry=r,
         )
 
-    def export_declared(self, work: dict[str, ModelWork]) -> None:
-        """Requests left per model; a model no report names any more is dropped."""
+    def export_declared(self, work: dict[str, ModelWork], models: set[str]) -> None:
+        """Requests left per model the site serves (0: none declared, a series and not a
+        gap) or a report names; any other model's series is dropped."""
+        named = models | set(work)
         for family in self.declared_left.collect():
             for sample in family.samples:
-                if sample.labels["model"] not in work:
+                if sample.labels["model"] not in named:
                     self.declared_left.remove(sample.labels["model"])
-        for model, w in work.items():
-            self.declared_left.labels(model).set(w.left)
+        for model in named:
+            self.declared_left.labels(model).set(work[model].left if model in work else 0)
 
     def export_placement(self, loaded: dict[str, int]) -> None:
         """Models ready per server (server -> count); servers that are gone are dropped."""

@@ -54,9 +54,8 @@ def build(
         balancing = balancing or Balancing()
         placement = scenario.placement
         site = Site(env, scenario, random.Random(seed), balancing.selection, placement is not None)
-        scaling = scaling or ScalingPolicy(
-            pool.min_servers, pool.max_servers, server_start_s=site.start_s()
-        )
+        stated = {"server_start_s": site.start_s()} if site.start_s() > 0 else {}
+        scaling = scaling or ScalingPolicy(pool.min_servers, pool.max_servers, **stated)
         scaler = Autoscaler(scaling)
         policies = Sonicsite(
             site,

@@ -10,6 +10,7 @@ from sonicsite.bench import report
 from sonicsite.bench.common import figure, write_result
 
 from sonicsite.cli import main
+from sonicsite.contract.provenance import RunStart
 
 
 def test_a_figure_keeps_every_repeat_its_median_and_spread():
@@ -35,7 +36,7 @@ def _client_result(path: Path) -> Path:
         "client",
         {"speedup_grpc_16mb": 3.0, "targets": {"speedup_grpc_16mb": ">= 3"}},
         {"payloads": {"1mb": payload, "16mb": payload}},
-        load_before=[0.5, 0.4, 0.3],
+        load_before=RunStart([0.5, 0.4, 0.3], "0" * 40, False),
         site={"admission": "none", "sheds": 0},
     )
     return path
@@ -80,7 +81,7 @@ def _balancing_result(path: Path) -> Path:
         "balancing",
         {"recovery_s": 1.0, "targets": {"recovery_s": "<= 15"}},
         {"figures": figures, "recovery_runs": [{"recovery_s": 1.0, "shares": shares}]},
-        load_before=[0.1, 0.1, 0.1],
+        load_before=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
     )
     return path
 
@@ -88,7 +89,13 @@ def _balancing_result(path: Path) -> Path:
 def _gateway_result(path: Path) -> Path:
     ratio = {"throughput_ratio": figure([0.8, 0.9]), "added_p50_ms": figure([0.1, 0.2])}
     cases = {"identity_1mb/c4": {"gateway_vs_direct": ratio}, "tiny/c1": {"other": {}}}
-    write_result(path, "gateway", {"sheds": 0}, {"cases": cases}, load_before=[0.1, 0.1, 0.1])
+    write_result(
+        path,
+        "gateway",
+        {"sheds": 0},
+        {"cases": cases},
+        load_before=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
+    )
     return path
 
 

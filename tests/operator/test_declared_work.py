@@ -73,12 +73,17 @@ def test_declared_work_in_server_seconds_only_where_the_declared_jobs_carry_the_
     loads = [_load("a", "s0", 300, 10.0), _load("a", "s1", 300, 10.0), _load("b", "s0", 60, 50.0)]
     # over a 30 s window: a 20 requests/s, b 2 requests/s answered
     work = {"a": ModelWork(6000, 20.0, 40), "b": ModelWork(100, 2.0, 40)}
-    assert declared_work_s(work, loads, 30.0, 0.8) == pytest.approx(6000 * 0.010 + 100 * 0.050)
-    # declared jobs sending half of a's requests: the rest is work nobody declared
-    half = {"a": ModelWork(6000, 10.0, 20), "b": ModelWork(100, 2.0, 40)}
-    assert declared_work_s(half, loads, 30.0, 0.8) is None
-    assert declared_work_s(work, [], 30.0, 0.8) is None  # nothing answered: no cost known
-    assert declared_work_s({}, loads, 30.0, 0.8) is None  # nothing declared
+    declared_s = 6000 * 0.010 + 100 * 0.050
+    assert declared_work_s(work, loads, 30.0, 0.5) == pytest.approx(declared_s)
+    # declared jobs sending 3/4 of a's requests (510 of the 660 answered): the others' work
+    # is taken to be like theirs
+    most = {"a": ModelWork(6000, 15.0, 30), "b": ModelWork(100, 2.0, 40)}
+    assert declared_work_s(most, loads, 30.0, 0.5) == pytest.approx(declared_s * 660 / 510)
+    # a tenth of a's (120 of 660): the rest is work of unknown length
+    few = {"a": ModelWork(6000, 2.0, 4), "b": ModelWork(100, 2.0, 40)}
+    assert declared_work_s(few, loads, 30.0, 0.5) is None
+    assert declared_work_s(work, [], 30.0, 0.5) is None  # nothing answered: no cost known
+    assert declared_work_s({}, loads, 30.0, 0.5) is None  # nothing declared
 
 
 def test_a_server_is_started_only_for_work_that_keeps_it_busy():
@@ -178,8 +183,8 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
     wait_until(  # and its report to lapse with its lease
         lambda: (
             "simple" not in _state(site)["declared_work"]
-            and "sonicsite_declared_requests_left{" not in _metrics(site)
+            and 'sonicsite_declared_requests_left{model="simple"} 0.0' in _metrics(site)
         ),
-        "the done job's report to leave the state and the gauge",
+        "the done job's report to leave the state, its gauge at 0",
         timeout=60,
     )
