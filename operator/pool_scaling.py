@@ -76,7 +76,7 @@ class PoolScaling:
     events: list[dict] = field(default_factory=list)
     start_s: dict[str, float] = field(default_factory=dict)  # per pool, its last scale-up's
     _running: dict[str, threading.Thread] = field(default_factory=dict)
-    _capped: set[tuple[str]] = field(default_factory=set)  # pools whose cap is exported
+    _capped: set[str] = field(default_factory=set)  # pools whose cap is exported
 
     def step(self, views: dict[str, PoolView], now: float) -> None:
         """Decide each pool's servers; start an action for each pool that must change. The
@@ -125,12 +125,12 @@ class PoolScaling:
         """The cap as the scaling metric it allows (the chart's KEDA applies it: desired =
         ceil(current × metric / target) is then at most `cap`); none without one."""
         if cap is None or current < 1:
-            if (pool,) in self._capped:
+            if pool in self._capped:
                 self.metrics.declared_cap.remove(pool)
-                self._capped.discard((pool,))
+                self._capped.discard(pool)
             return
         self.metrics.declared_cap.labels(pool).set(self.policy.target_ms / 1e3 * cap / current)
-        self._capped.add((pool,))
+        self._capped.add(pool)
 
     def _carry_out(self, event: dict) -> None:
         """One scale event; its seconds and outcome go into it (and a failure to the log:
