@@ -110,10 +110,11 @@ def declared_work_s(
         return None
     seconds = 0.0
     for model, w in work.items():
-        if w.left and not cost_us.get(model):
+        if not w.left:
+            continue
+        if not cost_us.get(model):
             return None
-        if w.left:
-            seconds += w.left * cost_us[model] / answered[model] / 1e6
+        seconds += w.left * cost_us[model] / answered[model] / 1e6
     return seconds / share
 
 

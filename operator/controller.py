@@ -29,7 +29,7 @@ from sonicsite.contract.wire import (
 
 from .admission import AdmissionPolicy, decide
 from .balancing import Balancing, check_policy
-from .declared_work import DeclaredWork
+from .declared_work import DeclaredWork, ModelWork
 from .discovery import Discovery
 from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
@@ -145,8 +145,9 @@ class Operator:
         routed = [m for m in models if held is None or m not in held]
         pairs = [(m, s.id) for s in servers for m in s.models]
         self.envoy.publish(snapshot.versions, models, routed, pairs)
-        self._autoscale(servers, now)
-        state = self._state(servers, models, weights, per_try, shared)
+        work = self.declared.totals(now)  # the clients' work left: scaling and the state
+        self._autoscale(servers, work, now)
+        state = self._state(servers, models, weights, per_try, shared, work)
         if holding is not None:
             state["holding"] = holding.to_dict()
         self.metrics.export(
@@ -156,6 +157,7 @@ class Operator:
             {c if c == ALL_SERVERS else model_cluster(c): table for c, table in weights.items()},
         )
         self.metrics.export_view({s.id: self.loadview.in_view(s.id) for s in servers}, per_try)
+        self.metrics.export_declared(work, set(models))
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
         self.metrics.steps.inc()
@@ -206,11 +208,11 @@ class Operator:
                 self.metrics.changes.labels(m, decision.state).inc()
             self.admissions[m] = decision
 
-    def _autoscale(self, servers: list[ServerRecord], now: float) -> None:
+    def _autoscale(
+        self, servers: list[ServerRecord], work: dict[str, ModelWork], now: float
+    ) -> None:
         """Each pool's servers from its models' queue time, woken by their held requests
         (pool_scaling.py); one pool, `default`, without placement's pools."""
-        work = self.declared.totals(now)
-        self.metrics.export_declared(work, {m for s in servers for m in s.models})
         if self.scaling is None:
             return
         loads = self.loadview.window_loads(self.scaling.policy.window_s)
@@ -230,6 +232,7 @@ class Operator:
         weights,
         per_try: dict[str, float],
         shared: set[str],
+        work: dict[str, ModelWork],
     ) -> dict:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
         and weight as this step saw them, plus the load, weights, per-try timeouts, policy,
@@ -262,9 +265,7 @@ class Operator:
                 for m in models
             },
             "placement": self.placement.recent(time.time()) if self.placement else None,
-            "declared_work": {
-                m: asdict(w) for m, w in sorted(self.declared.totals(time.time()).items())
-            },
+            "declared_work": {m: asdict(w) for m, w in sorted(work.items())},
         }
 
     def set_balancing(self, policy: str) -> None:

@@ -15,14 +15,14 @@ from .loadview import ModelLoad
 from .state_readers import READER_GONE_S
 
 
-def _forget_servers(gauge: Gauge, names: tuple[str, ...], known: set[str]) -> None:
-    """Drop the gauge's series of servers that are gone, so that a removed server is not
-    reported down (or ready) forever."""
+def _forget_gone(gauge: Gauge, names: tuple[str, ...], known: set[str], by: str = "server") -> None:
+    """Drop the gauge's series whose `by` label (a server, by default) is not known any more,
+    so that a removed server is not reported down (or ready) forever."""
     stale = {
         tuple(sample.labels[n] for n in names)
         for family in gauge.collect()
         for sample in family.samples
-        if sample.labels.get("server") not in known
+        if sample.labels.get(by) not in known
     }
     for labels in stale:
         gauge.remove(*labels)
@@ -185,16 +185,13 @@ class OperatorMetrics:
         """Requests left per model the site serves (0: none declared, a series and not a
         gap) or a report names; any other model's series is dropped."""
         named = models | set(work)
-        for family in self.declared_left.collect():
-            for sample in family.samples:
-                if sample.labels["model"] not in named:
-                    self.declared_left.remove(sample.labels["model"])
+        _forget_gone(self.declared_left, ("model",), named, by="model")
         for model in named:
             self.declared_left.labels(model).set(work[model].left if model in work else 0)
 
     def export_placement(self, loaded: dict[str, int]) -> None:
         """Models ready per server (server -> count); servers that are gone are dropped."""
-        _forget_servers(self.models_loaded, ("server",), set(loaded))
+        _forget_gone(self.models_loaded, ("server",), set(loaded))
         for server, count in loaded.items():
             self.models_loaded.labels(server).set(count)
 
@@ -217,7 +214,7 @@ class OperatorMetrics:
             (self.failures, ("model", "server")),
             (self.weight, ("cluster", "server")),
         ):
-            _forget_servers(gauge, names, set(health))
+            _forget_gone(gauge, names, set(health))
         for server, up in health.items():
             self.up.labels(server).set(1 if up else 0)
         for load in loads:

@@ -145,11 +145,7 @@ def test_scale_up_and_down_under_load_with_zero_failed_requests(tmp_path, built_
     light = threading.Thread(target=trickle)
     light.start()
     try:
-        jets = generate(SLEEPY_MODEL, 1600, seed=3)
-        with Client(from_site_file(site_dir), "grpc") as client:
-            result = client.stream(SLEEPY_MODEL, jets.spec, batch=8, window=8).run(
-                jets, lambda *a: None
-            )
+        result, _ = _sleepy_stream(site_dir, 1600)
         assert result.events_ok == 1600 and result.failed == {}
         assert not [r for r in result.stats.records if not r.ok], "a request failed"
         events = _state(state)["scale_events"]
@@ -184,7 +180,7 @@ def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_pat
     state = _sleepy_site(site_dir, built_models, busy_over_start=3, up_window_s=window)
     metric = "sonicsite_autoscaler_queue_seconds_per_request"
     seen: list[tuple[float, float]] = []  # (time, the scaling metric in seconds)
-    declared: list[dict] = []
+    declared: list[tuple[float, dict]] = []  # (time, the operator's declared work)
     stop = threading.Event()
 
     def watch() -> None:
@@ -194,18 +190,14 @@ def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_pat
             now = time.monotonic()
             samples = [x for x in text.splitlines() if x.startswith(metric)]
             seen.extend((now, float(x.split()[-1])) for x in samples)
-            declared.append({"at": now} | _state(state)["declared_work"])
+            declared.append((now, _state(state)["declared_work"]))
             time.sleep(0.2)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        jets = generate(SLEEPY_MODEL, 3200, seed=3)
-        with Client(from_site_file(site_dir), "grpc") as client:
-            result = client.stream(SLEEPY_MODEL, jets.spec, batch=8, window=8).run(
-                jets, lambda *a: None
-            )
-            assert client.work is not None and client.work.sent >= 2  # the gateway took them
+        result, reports_sent = _sleepy_stream(site_dir, 3200)
+        assert reports_sent >= 2  # the gateway took the client's reports
         assert result.events_ok == 3200
     finally:
         stop.set()
@@ -213,12 +205,24 @@ def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_pat
         scale_events = _state(state)["scale_events"]
         launcher.down(site_dir)
     assert _longest_over(seen, 0.05) > window, seen  # queue time alone would have scaled
-    assert any(SLEEPY_MODEL in d for d in declared), declared  # the operator had the work
-    began = time.time() - time.monotonic()  # the events' clock from the watcher's
-    changes = [(round(d["at"], 1), d.get(SLEEPY_MODEL)) for d in declared if d.get(SLEEPY_MODEL)]
-    started = [(round(e["at"] - began, 1), e["reason"]) for e in scale_events]
+    assert any(SLEEPY_MODEL in d for _, d in declared), declared  # the operator had the work
+    offset = time.time() - time.monotonic()  # the events' clock (epoch) less the watcher's
+    changes = [(round(t, 1), d[SLEEPY_MODEL]) for t, d in declared if SLEEPY_MODEL in d]
+    started = [(round(e["at"] - offset, 1), e["reason"]) for e in scale_events]
     over = [(round(t, 1), v) for t, v in seen if v > 0.05][:3]
     assert started == [], (started, over, changes[:3], changes[-3:])  # no server started
+
+
+def _sleepy_stream(site_dir, events: int) -> tuple:
+    """`events` of SLEEPY_MODEL through the site by a sonicsite client: its stream's result,
+    and the work reports the gateway took from it."""
+    jets = generate(SLEEPY_MODEL, events, seed=3)
+    with Client(from_site_file(site_dir), "grpc") as client:
+        result = client.stream(SLEEPY_MODEL, jets.spec, batch=8, window=8).run(
+            jets, lambda *a: None
+        )
+        assert client.work is not None
+        return result, client.work.sent
 
 
 def _longest_over(samples: list[tuple[float, float]], target: float) -> float:
