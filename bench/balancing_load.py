@@ -16,7 +16,7 @@ from sonicsite.operator.balancing import POLICIES
 from sonicsite.operator.xds_resources import model_cluster
 
 from sonicsite.contract.wire import SiteRecord
-from sonicsite.jobs.arrivals import arrival_offsets
+from sonicsite.jobs.arrivals import open_loop_offsets
 from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
@@ -131,10 +131,9 @@ def closed_loop(site: SiteRecord, requests: int, concurrency: int) -> Answers:
 
 def open_loop(site: SiteRecord, rate: float, seconds: float, seed: int) -> Answers:
     """Poisson arrivals at `rate` per second for `seconds`, starting a moment from now."""
-    count = max(2, round(rate * seconds))
     start = time.time() + 0.2
-    arrivals = [start + t for t in arrival_offsets(count, rate, seed)]
-    return _send(site, count, OPEN_WINDOW, arrivals)
+    arrivals = [start + t for t in open_loop_offsets(rate, seconds, seed)]
+    return _send(site, len(arrivals), OPEN_WINDOW, arrivals)
 
 
 def stream(site: SiteRecord, requests: int, concurrency: int, slow: str = SLOW) -> dict:

@@ -8,6 +8,14 @@ them) and in the simulator under sonicsite's policies, at `loads` parts of the s
 capacity. Throughput, p50 and p99 are compared; `sim_vs_site_max_error` is the largest
 relative difference.
 
+The simulator replays the very arrivals the site was sent (the load generator's seeds). The
+tail of an open loop near capacity is made by its bunches of arrivals: most of the 1 %
+slowest requests of a 20 s run arrived in two or three bunches of a few tenths of a second,
+and the same seeds sent twice to one site gave the same p99 again (94.4 and 93.2 ms at
+70 %, 123.2 and 122.1 ms at 80 %), while two draws at one rate differ by more than the
+simulator's error. Replayed, both sides see the same bunches. The simulator's own draws
+(the spread of service times under load) are averaged over `sim_repeats` runs of each.
+
 The simulator is given only what calibration measured, in runs of their own before the
 validation runs (none of the validation runs' figures go into the simulator):
 
@@ -20,11 +28,9 @@ validation runs (none of the validation runs' figures go into the simulator):
   time, closed loop, the latency runs from the send: about 2 ms where the open loop's is 4);
 - the capacity: what the site answers per second, open loop offered more than it can
   answer (the validation's load generator, whose own work takes part of the cores). The
-  closed loop that sets the offered rate is kept beside it: in the first four recorded
-  runs (docs/bench/results/sim_check_local*.json) it answered 1 to 8 % less, and where it
-  answered 7 to 8 % less the simulator's p99 at 80 % came out 29 and 35 % low, as if
-  the site sustained less then than the open loop had measured; in the fifth it answered
-  3 % more, and the simulator's p99 at 80 % was 41 % low all the same;
+  closed loop that sets the offered rate is kept beside it: in the five runs recorded
+  before the arrivals were replayed (docs/bench/results/before-replay/) it answered 8 % less
+  to 3 % more, and the simulator's p99 at 80 % was low whichever it was;
 - how many executions the machine runs side by side (the cores the servers effectively
   share, `host_cores`): the capacity times the service time;
 - how the shared cores stretch a request under load, two figures fitted together so that
@@ -84,6 +90,7 @@ FIGURES = ("throughput", "p50_ms", "p99_ms")
 FIT_CVS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0)
 FIT_WAITS_MS = (0.0, 2.5, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0)
 TARGET_MAX_ERROR = 0.2
+FIT_SEED = 7  # the load generator's first seed at fit_load (validation: 100, 200, ... per load)
 
 
 @dataclass(frozen=True)
@@ -105,15 +112,15 @@ class CheckOptions:
     repeats: int = 3  # validation runs per load
     calibration_requests: int = 300  # one at a time
     capacity_requests: int = 600  # the closed-loop capacity run
-    sim_seconds: float = 300.0  # of simulated arrivals per load
-    seed: int = 1
+    sim_repeats: int = 3  # simulator runs of each site run's arrivals (its own draws differ)
+    seed: int = 1  # the simulator's first seed
     build_dir: Path = Path("build/models")
 
     def __post_init__(self) -> None:
         if not all(0 < x < 1 for x in (*self.loads, self.fit_load, self.rtt_load)):
             raise ValueError(f"loads: expected parts of capacity in (0, 1), got {self.loads}")
-        if min(self.work_ms, self.seconds, self.sim_seconds) <= 0 or self.repeats < 1:
-            raise ValueError("work_ms, seconds, sim_seconds and repeats must be positive")
+        if min(self.work_ms, self.seconds) <= 0 or min(self.repeats, self.sim_repeats) < 1:
+            raise ValueError("work_ms, seconds, repeats and sim_repeats must be positive")
 
 
 @dataclass(frozen=True)
@@ -170,20 +177,21 @@ def calibrate(state: SiteState, site: SiteRecord, o: CheckOptions) -> Calibratio
     for k in range(3):
         answers = open_loop(site, OVERLOAD * closed_rps, o.seconds / 2, seed=3 + k)
         runs.append(len(answers.latency_ms) / answers.elapsed_s)
-    capacity = statistics.median(runs)
+    # as recorded: the fit load's arrivals are drawn from it, here and in the simulator
+    capacity = round(statistics.median(runs), 2)
     light, done = _counted(state, lambda: open_loop(site, o.rtt_load * capacity, o.seconds, 5))
     request_s = done["request_s"] / done["requests"]
     mean_s = statistics.fmean(light.latency_ms) / 1e3
     cal = Calibration(
         service_ms=round(service_s * 1e3, 4),
         rtt_ms=round(max(mean_s - request_s, 0.0) * 1e3, 4),
-        capacity_rps=round(capacity, 2),
+        capacity_rps=capacity,
         capacity_runs=[round(x, 2) for x in runs],
         closed_loop_rps=round(closed_rps, 2),
         host_cores=round(capacity * service_s, 4),
         requests=len(one.latency_ms),
     )
-    return replace(cal, fit_site=validate(site, o.fit_load * capacity, o, seed=7))
+    return replace(cal, fit_site=validate(site, o.fit_load * capacity, o, FIT_SEED))
 
 
 def fit_key(cv: float, wait_ms: float) -> str:
@@ -199,7 +207,7 @@ def fit_spread(cal: Calibration, o: CheckOptions) -> Calibration:
     for cv in FIT_CVS:
         for wait_ms in FIT_WAITS_MS:
             trial = replace(cal, service_cv=cv, leg_wait_ms=wait_ms)
-            sim = simulate(trial, o.fit_load * cal.capacity_rps, o)
+            sim = simulate(trial, o.fit_load * cal.capacity_rps, o, FIT_SEED)
             tried[fit_key(cv, wait_ms)] = [sim["p50_ms"], sim["p99_ms"]]
             error = max(abs(sim[f] - site[f]) / site[f] for f in ("p50_ms", "p99_ms"))
             if error < best_error:
@@ -207,9 +215,11 @@ def fit_spread(cal: Calibration, o: CheckOptions) -> Calibration:
     return replace(cal, service_cv=best[0], leg_wait_ms=best[1], fitted=tried)
 
 
-def scenario(cal: Calibration, rate: float, seconds: float) -> Scenario:
-    """The local site as the simulator sees it, open-loop arrivals at `rate`."""
-    return _site(cal, Workload(1, 1, 0.0, 0.0, (), (), (OpenLoop(MODEL, rate, seconds),)))
+def scenario(cal: Calibration, rate: float, seconds: float, seed: int) -> Scenario:
+    """The local site as the simulator sees it, sent the open loop that the load generator
+    sends from `seed` at `rate` for `seconds`."""
+    flow = OpenLoop(MODEL, rate, seconds, seed=seed)
+    return _site(cal, Workload(1, 1, 0.0, 0.0, (), (), (flow,)))
 
 
 def _site(cal: Calibration, load: Workload) -> Scenario:
@@ -236,15 +246,26 @@ def _site(cal: Calibration, load: Workload) -> Scenario:
     )
 
 
-def simulate(cal: Calibration, rate: float, o: CheckOptions) -> dict:
-    r = sim_run(scenario(cal, rate, o.sim_seconds), "sonicsite", o.seed, admission=BENCH_ADMISSION)
-    f = sim_figures(r)
+def simulate(cal: Calibration, rate: float, o: CheckOptions, seed: int) -> dict:
+    """The simulator sent what `validate(..., seed)` sends the site, each run's arrivals
+    `sim_repeats` times: figures pooled as `validate` pools them."""
+    latencies: list[float] = []
+    throughputs, sheds = [], 0
+    for k in range(o.repeats):
+        for draw in range(o.sim_repeats):
+            sent = scenario(cal, rate, o.seconds, seed + k)
+            r = sim_run(sent, "sonicsite", o.seed + draw, admission=BENCH_ADMISSION)
+            f = sim_figures(r)
+            latencies += [x * 1e3 for _, x in r.workload.outcome.answered]
+            throughputs.append(f["throughput_rps"])
+            sheds += f["sheds"]
+    ordered = sorted(latencies)
     return {
-        "throughput": f["throughput_rps"],
-        "p50_ms": round(f["p50_latency_s"] * 1e3, 3),
-        "p99_ms": round(f["p99_latency_s"] * 1e3, 3),
-        "requests": f["requests_answered"],
-        "sheds": f["sheds"],
+        "throughput": round(statistics.median(throughputs), 3),
+        "p50_ms": round(_quantile(ordered, 0.5), 3),
+        "p99_ms": round(_quantile(ordered, 0.99), 3),
+        "requests": len(ordered),
+        "sheds": sheds,
     }
 
 
@@ -310,7 +331,7 @@ def run(
             )
             measured = {}
             for k, part in enumerate(o.loads):
-                measured[_label(part)] = validate(site, part * cal.capacity_rps, o, 100 * (k + 1))
+                measured[_label(part)] = validate(site, part * cal.capacity_rps, o, _seed(k))
                 progress(f"site at {_label(part)}: {measured[_label(part)]}")
             shed = sheds(state)
         finally:
@@ -324,7 +345,10 @@ def run(
         f"under load (fitted): service time cv {cal.service_cv}, a leg's wait for a core "
         f"{cal.leg_wait_ms} ms per core over-subscribed"
     )
-    simulated = {_label(part): simulate(cal, part * cal.capacity_rps, o) for part in o.loads}
+    simulated = {
+        _label(part): simulate(cal, part * cal.capacity_rps, o, _seed(k))
+        for k, part in enumerate(o.loads)
+    }
     compared = {label: errors(measured[label], simulated[label]) for label in measured}
     summary = {
         "sim_vs_site_max_error": max(e for by in compared.values() for e in by.values()),
@@ -360,6 +384,11 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"the site against itself, largest spread over repeats: {s['site_repeat_max_spread']}")
     print(f"written: {args.json}")
     return 0
+
+
+def _seed(k: int) -> int:
+    """The load generator's first seed at the k-th validated load."""
+    return 100 * (k + 1)
 
 
 def _label(part: float) -> str:

@@ -26,19 +26,23 @@ One report per workflow sums its running jobs' (the operator sums the reports it
 the totals are the same as one report per job, without a simulated event per job).
 
 Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
-answers, as the benches' load generator does; a flow is one client stream (a shed holds the
-flow's next requests off), and a request's latency runs from its arrival.
+answers, as the benches' load generator does (or the very arrivals it sent, from their seed:
+the check against the local site replays them); a flow is one client stream (a shed holds
+the flow's next requests off), and a request's latency runs from its arrival.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import simpy
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
 from sonicsite.contract.wire import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
+from sonicsite.jobs.arrivals import open_loop_offsets
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow
@@ -119,18 +123,25 @@ class Workload:
         env = self.env
         yield env.timeout(flow.start_s)
         stream = _Job(-1 - k, random.Random(self.seed * 1_000_003 - 1 - k))
-        arrivals = random.Random(self.seed * 7_919 + k)
-        end = env.now + flow.seconds
         if self.outcome.first_release is None:
             self.outcome.first_release = env.now
-        while True:
-            yield env.timeout(arrivals.expovariate(flow.rate_per_s))
-            if env.now >= end:
-                break
+        for gap in self._gaps(flow, k):
+            yield env.timeout(gap)
             self._open_waiting += 1
             env.process(self._open_request(stream, flow))
         self._open_flows -= 1
         self._check_finished()
+
+    def _gaps(self, flow: OpenLoop, k: int) -> Iterator[float]:
+        """The seconds before each of an open loop's requests: the benches' own arrivals where
+        the flow names their seed (the first at once), else Poisson from the run's seed."""
+        if flow.seed is not None:
+            offsets = open_loop_offsets(flow.rate_per_s, flow.seconds, flow.seed)
+            yield from np.diff(offsets, prepend=0.0).tolist()
+            return
+        arrivals, sent = random.Random(self.seed * 7_919 + k), 0.0
+        while (sent := sent + (gap := arrivals.expovariate(flow.rate_per_s))) < flow.seconds:
+            yield gap
 
     def _open_request(self, stream: _Job, flow: OpenLoop):
         yield from self._request(stream, flow.model, flow.items)

@@ -20,6 +20,12 @@ def arrival_offsets(requests: int, rate: float, seed: int) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(gaps)])
 
 
+def open_loop_offsets(rate: float, seconds: float, seed: int) -> np.ndarray:
+    """A load generator's open loop: `rate` × `seconds` arrivals (at least 2) from `seed`. The
+    benches send these, and the simulator replays them where a check compares the two."""
+    return arrival_offsets(max(2, round(rate * seconds)), rate, seed)
+
+
 def schedule(
     events: int, batch: int, rate_events: float, seed: int, start_at: float
 ) -> list[float]:

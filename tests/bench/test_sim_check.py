@@ -29,7 +29,7 @@ SHORT = CheckOptions(
     repeats=1,
     calibration_requests=60,
     capacity_requests=160,
-    sim_seconds=20.0,
+    sim_repeats=1,
 )
 
 
@@ -67,6 +67,8 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
         offered = part * cal["capacity_rps"]
         # the simulator keeps up with the offered rate below capacity, as the site does
         assert sim["throughput"] == pytest.approx(offered, rel=0.2)
+        # it was sent the very requests the site was sent (their arrivals replayed)
+        assert sim["requests"] == site["requests"] * SHORT.sim_repeats
         assert s["errors"][label] == errors(site, sim)
         assert set(s["errors"][label]) == set(FIGURES)
     worst = max(e for by in s["errors"].values() for e in by.values())
