@@ -35,6 +35,7 @@ RATIOS = {  # summary name: figure
 PER_MODEL = {  # per model (comparison's `per_model`): name: figure of sim/run.py `_percentiles`
     "p50_ratio_vs_reference": "p50_latency_s",
     "p99_ratio_vs_reference": "p99_latency_s",
+    "mean_ratio_vs_reference": "mean_latency_s",
 }
 
 
@@ -71,7 +72,8 @@ def comparison(runs: dict[str, dict]) -> dict:
 
 
 def per_model_ratios(ours: dict, theirs: dict) -> dict:
-    """Per model, the p50 and p99 ratios (the models' own latencies, not all requests')."""
+    """Per model, the p50, p99 and mean ratios (the models' own latencies, not all
+    requests')."""
     return {
         model: {
             key: ratio(figures[figure], theirs["per_model"][model][figure])
@@ -143,7 +145,7 @@ def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
 
 def wins(comparisons: dict) -> list[str]:
     """Where sonicsite wins or loses, and by how much, in words: over all requests, and
-    each model's p50 and p99 over its own requests."""
+    each model's p50, p99 and mean over its own requests."""
     said = []
     for case, c in comparisons.items():
         named = [("", key, c[key]) for key in RATIOS]

@@ -141,6 +141,18 @@ def test_the_command_lists_and_writes_a_summary(tmp_path, capsys):
     for name in ("sonicsite", "reference"):
         assert summary["fixed_pool"][name]["finished"]
         assert 0 < summary["gpu_utilisation"][name] <= 1
+    # each model's own p50, p99 and mean, and their ratios: the first seed's runs
+    first = summary["fixed_pool"]
+    assert set(first["per_model"]) == {"particlenet", "deepmet"}
+    for model, ratios in first["per_model"].items():
+        ours, theirs = (first[name]["per_model"][model] for name in ("sonicsite", "reference"))
+        for key in ("p50", "p99", "mean"):
+            figure = f"{key}_latency_s"
+            assert ratios[f"{key}_ratio_vs_reference"] == round(ours[figure] / theirs[figure], 4)
+        assert ours["p50_latency_s"] <= ours["p99_latency_s"]
+        assert ours["mean_latency_s"] > 0
+    spread = summary["over_seeds"]["fixed_pool"]["per_model"]["particlenet"]
+    assert len(spread["mean_ratio_vs_reference"]["values"]) == 2
     assert result["meta"]["seed"] == 2 and result["meta"]["versions"]["simpy"]
     assert main(["simulate", str(tmp_path / "nothing.yaml"), "--json", str(out)]) == 1
 
