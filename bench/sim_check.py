@@ -95,8 +95,8 @@ FIT_SEED = 7  # the load generator's first seed at fit_load (validation: 100, 20
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """What a run measures; the defaults take about eight minutes on 2 cores (five on the
-    site, three fitting the simulator)."""
+    """What a run measures; the defaults took 313 to 319 s on 2 cores (about four minutes on
+    the site, one fitting the simulator)."""
 
     work_ms: float = 10.0  # CPU work per request on every server
     # open-loop rates, as parts of the capacity: about half, and 80 % (the issue's "80 % or
