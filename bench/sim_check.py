@@ -61,6 +61,7 @@ from pathlib import Path
 from sonicsite.client.discovery import from_site_file
 
 from sonicsite.contract.wire import SiteRecord
+from sonicsite.jobs.arrivals import open_loop_offsets
 from sonicsite.local import launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
@@ -218,7 +219,8 @@ def fit_spread(cal: Calibration, o: CheckOptions) -> Calibration:
 def scenario(cal: Calibration, rate: float, seconds: float, seed: int) -> Scenario:
     """The local site as the simulator sees it, sent the open loop that the load generator
     sends from `seed` at `rate` for `seconds`."""
-    flow = OpenLoop(MODEL, rate, seconds, seed=seed)
+    sent = open_loop_offsets(rate, seconds, seed).tolist()
+    flow = OpenLoop(MODEL, rate, seconds, arrivals=tuple(sent))
     return _site(cal, Workload(1, 1, 0.0, 0.0, (), (), (flow,)))
 
 

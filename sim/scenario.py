@@ -72,17 +72,16 @@ class Workflow:
 class OpenLoop:
     """Requests that arrive whatever the site answers: Poisson arrivals at `rate_per_s` for
     `seconds` from `start_s`, each of `items` inputs of `model` (a load generator's, as the
-    benches' open loop sends them; latency from each arrival). With `seed`, the arrivals are
-    the ones the benches' load generator sends from that seed (`jobs.arrivals.
-    open_loop_offsets`), so that a run on the local site can be replayed; without, they are
-    drawn from the run's seed."""
+    benches' open loop sends them; latency from each arrival). With `arrivals` (seconds from
+    the flow's start to each request, ascending), those requests instead of Poisson ones from
+    the run's seed: a load generator's run on the local site replayed."""
 
     model: str
     rate_per_s: float
     seconds: float
     items: int = 1
     start_s: float = 0.0
-    seed: int | None = None
+    arrivals: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

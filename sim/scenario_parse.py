@@ -293,7 +293,7 @@ def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ..
     flows = []
     for i, item in enumerate(data):
         at = f"workload.open_loop[{i}]"
-        o = _fields(item, at, {"model", "rate_per_s", "seconds", "items", "start_s", "seed"})
+        o = _fields(item, at, {"model", "rate_per_s", "seconds", "items", "start_s"})
         model = _str(o, "model", at)
         if model not in models:
             raise ScenarioError(f"{at}.model: expected one of {sorted(models)}, got {model!r}")
@@ -306,7 +306,6 @@ def _open_loop(data: object, models: dict[str, ModelSpec]) -> tuple[OpenLoop, ..
                 _num(o, "seconds", at, low=0.001),
                 items,
                 _num(o, "start_s", at, low=0.0, default=0.0),
-                _int(o, "seed", at, low=0) if "seed" in o else None,
             )
         )
     return tuple(flows)

@@ -26,8 +26,8 @@ One report per workflow sums its running jobs' (the operator sums the reports it
 the totals are the same as one report per job, without a simulated event per job).
 
 Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
-answers, as the benches' load generator does (or the very arrivals it sent, from their seed:
-the check against the local site replays them); a flow is one client stream (a shed holds
+answers, as the benches' load generator does (or the very arrivals it sent: the check
+against the local site replays them); a flow is one client stream (a shed holds
 the flow's next requests off), and a request's latency runs from its arrival.
 """
 
@@ -36,13 +36,12 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 
-import numpy as np
 import simpy
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
 from sonicsite.contract.wire import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
-from sonicsite.jobs.arrivals import open_loop_offsets
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow
@@ -133,11 +132,10 @@ class Workload:
         self._check_finished()
 
     def _gaps(self, flow: OpenLoop, k: int) -> Iterator[float]:
-        """The seconds before each of an open loop's requests: the benches' own arrivals where
-        the flow names their seed (the first at once), else Poisson from the run's seed."""
-        if flow.seed is not None:
-            offsets = open_loop_offsets(flow.rate_per_s, flow.seconds, flow.seed)
-            yield from np.diff(offsets, prepend=0.0).tolist()
+        """The seconds before each of an open loop's requests: its given arrivals', else
+        Poisson gaps from the run's seed."""
+        if flow.arrivals:
+            yield from (b - a for a, b in pairwise((0.0, *flow.arrivals)))
             return
         arrivals, sent = random.Random(self.seed * 7_919 + k), 0.0
         while (sent := sent + (gap := arrivals.expovariate(flow.rate_per_s))) < flow.seconds:

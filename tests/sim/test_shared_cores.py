@@ -4,6 +4,7 @@ what `simulate check-local` needs of the simulator to stand for the local site."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -122,36 +123,24 @@ def test_legs_that_wait_for_a_core_slow_every_request_near_capacity(tmp_path):
     assert found[20]["p99_latency_s"] > found[0]["p99_latency_s"]
 
 
-def test_an_open_loop_with_a_seed_replays_the_load_generators_arrivals(tmp_path):
+def test_an_open_loop_with_its_arrivals_replays_them(tmp_path):
     path = tmp_path / "open.yaml"
-    path.write_text(OPEN.replace("seconds: 60}", "seconds: 20, seed: 202}"))
-    s = scenario.load(path)
-    assert s.workload.open_loop[0].seed == 202
-    r = run(s, "sonicsite", seed=2)
-    # each request's arrival (its answer less its latency) is the benches' own, from the
+    path.write_text(OPEN.replace("seconds: 60}", "seconds: 20}"))
+    drawn = scenario.load(path)
+    sent = open_loop_offsets(100, 20, 202)  # what the benches' load generator sends
+    flow = replace(drawn.workload.open_loop[0], arrivals=tuple(sent.tolist()))
+    s = replace(drawn, workload=replace(drawn.workload, open_loop=(flow,)))
+    # each request's arrival (its answer less its latency) is the one given, from the
     # flow's start; the run's seed changes nothing of them
-    arrived = sorted(at - latency for at, latency in r.workload.outcome.answered)
-    sent = open_loop_offsets(100, 20, 202) + WARMUP_S
-    assert len(arrived) == len(sent) == 2000
-    assert np.allclose(arrived, sent, atol=1e-6)
-    again = run(s, "sonicsite", seed=3).workload.outcome.answered
-    assert np.allclose(sorted(at - latency for at, latency in again), sent, atol=1e-6)
-    # without a seed, the run's own Poisson arrivals: neither the benches' nor the same
-    unseeded = scenario.load(_written(tmp_path, OPEN.replace("seconds: 60}", "seconds: 20}")))
-    drawn = sorted(at - x for at, x in run(unseeded, "sonicsite", seed=2).workload.outcome.answered)
-    assert len(drawn) != len(sent) or not np.allclose(drawn, sent, atol=1e-3)
-
-
-def test_a_negative_open_loop_seed_is_refused_by_its_field(tmp_path):
-    bad = _written(tmp_path, OPEN.replace("seconds: 60}", "seconds: 20, seed: -1}"))
-    with pytest.raises(scenario.ScenarioError, match=r"workload.open_loop\[0\].seed"):
-        scenario.load(bad)
-
-
-def _written(tmp_path, text: str):
-    path = tmp_path / "written.yaml"
-    path.write_text(text)
-    return path
+    for seed in (2, 3):
+        answered = run(s, "sonicsite", seed=seed).workload.outcome.answered
+        arrived = sorted(at - latency for at, latency in answered)
+        assert len(arrived) == len(sent) == 2000
+        assert np.allclose(arrived, sent + WARMUP_S, atol=1e-6)
+    # without them, the run's own Poisson arrivals: not the load generator's
+    answered = run(drawn, "sonicsite", seed=2).workload.outcome.answered
+    poisson = sorted(at - latency for at, latency in answered)
+    assert len(poisson) != len(sent) or not np.allclose(poisson, sent + WARMUP_S, atol=1e-3)
 
 
 def test_an_open_loop_for_an_unknown_model_is_refused_by_its_field(tmp_path):
