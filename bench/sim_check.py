@@ -254,9 +254,9 @@ def simulate(cal: Calibration, rate: float, o: CheckOptions, seed: int) -> dict:
     latencies: list[float] = []
     throughputs, sheds = [], 0
     for k in range(o.repeats):
+        replayed = scenario(cal, rate, o.seconds, seed + k)
         for draw in range(o.sim_repeats):
-            sent = scenario(cal, rate, o.seconds, seed + k)
-            r = sim_run(sent, "sonicsite", o.seed + draw, admission=BENCH_ADMISSION)
+            r = sim_run(replayed, "sonicsite", o.seed + draw, admission=BENCH_ADMISSION)
             f = sim_figures(r)
             latencies += [x * 1e3 for _, x in r.workload.outcome.answered]
             throughputs.append(f["throughput_rps"])

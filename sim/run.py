@@ -144,9 +144,9 @@ def _sample(r: Run):
 def _percentiles(latencies: list[float]) -> dict:
     """One model's requests answered, p50, p99 and mean: where models' times differ a
     hundredfold, the p50 of all requests can fall between one model's answers and the
-    other's. The mean beside them: jobs that wait for their answers, as many at once under
-    either policy set, wait as long on average for the same throughput (Little's law), so
-    that a policy that cuts the tail raises the median towards the mean."""
+    other's. The mean beside them: where as many jobs wait for their answers at once under
+    either policy set, at the same throughput they wait as long on average (Little's law),
+    so that a policy that cuts the tail raises the median towards the mean."""
     ordered = sorted(latencies)
     return {
         "requests": len(ordered),
