@@ -378,7 +378,7 @@ def run(
             "restarts": restarts,  # site processes the supervisor restarted during the run
             "load_aware_envoy_weights": bench.weights,
         },
-        load_before=started,
+        started=started,
         site={**conditions(BENCH_ADMISSION), "sheds": shed},
     )
 

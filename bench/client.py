@@ -261,7 +261,7 @@ def run(
                 "get_contents_as_numpy",
             },
         },
-        load_before=started,
+        started=started,
         site={
             "admission": "none: the client reaches the one server directly (no Envoy)",
             "autoscaling": "off (one server)",

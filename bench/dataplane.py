@@ -246,6 +246,6 @@ def run(
             "(every repeat, median, spread) and its runs; <driver>/envoy_vs_direct: the ratio "
             "and added p50 repeat by repeat; the summary: ratios of medians",
         },
-        load_before=started,
+        started=started,
         site={**conditions(BENCH_ADMISSION), "sheds": shed},
     )

@@ -329,7 +329,7 @@ def run(
             f"request, Poisson arrivals at half the measured capacity, {duration_s:g} s",
             "scenarios": rows,
         },
-        load_before=started,
+        started=started,
     )
 
 

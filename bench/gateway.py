@@ -102,6 +102,6 @@ def run(
             "(every repeat, median, spread) and its runs; gateway_vs_direct: the ratio and "
             "added p50 repeat by repeat; the summary: ratios of medians",
         },
-        load_before=started,
+        started=started,
         site={**conditions(BENCH_ADMISSION), "sheds": shed},
     )

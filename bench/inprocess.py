@@ -290,7 +290,7 @@ def workflow(options: Options) -> dict:
 
 
 def run(json_path: Path, options: Options = Options()) -> dict:
-    load_before = run_start()
+    started = run_start()
     found = copies()
     times = conversion(options.repeats)
     ours = {rows: times[f"ours_{rows}"]["median"] for rows in (1_000, 100_000, 1_000_000)}
@@ -332,4 +332,4 @@ def run(json_path: Path, options: Options = Options()) -> dict:
         "cpu_count": os.cpu_count(),
         "torch": torch_version(),
     }
-    return write_result(json_path, "inprocess", summary, details, load_before)
+    return write_result(json_path, "inprocess", summary, details, started)

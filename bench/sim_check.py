@@ -261,14 +261,7 @@ def simulate(cal: Calibration, rate: float, o: CheckOptions, seed: int) -> dict:
             latencies += [x * 1e3 for _, x in r.workload.outcome.answered]
             throughputs.append(f["throughput_rps"])
             sheds += f["sheds"]
-    ordered = sorted(latencies)
-    return {
-        "throughput": round(statistics.median(throughputs), 3),
-        "p50_ms": round(_quantile(ordered, 0.5), 3),
-        "p99_ms": round(_quantile(ordered, 0.99), 3),
-        "requests": len(ordered),
-        "sheds": sheds,
-    }
+    return {**_pooled(latencies, throughputs), "sheds": sheds}
 
 
 def validate(site: SiteRecord, rate: float, o: CheckOptions, seed: int) -> dict:
@@ -285,16 +278,24 @@ def validate(site: SiteRecord, rate: float, o: CheckOptions, seed: int) -> dict:
         p50s.append(_quantile(own, 0.5))
         p99s.append(_quantile(own, 0.99))
         failed += answers.failed
-    ordered = sorted(latencies)
     return {
-        "throughput": round(statistics.median(throughputs), 3),
+        **_pooled(latencies, throughputs),
         "throughput_runs": figure(throughputs, 3),
-        "p50_ms": round(_quantile(ordered, 0.5), 3),
-        "p99_ms": round(_quantile(ordered, 0.99), 3),
         "p50_ms_runs": figure(p50s, 3),
         "p99_ms_runs": figure(p99s, 3),
-        "requests": len(latencies),
         "failed": failed,
+    }
+
+
+def _pooled(latencies_ms: list[float], throughputs: list[float]) -> dict:
+    """Runs pooled, the site's or the simulator's alike: the median run's throughput, p50 and
+    p99 of all their latencies together, how many were answered."""
+    ordered = sorted(latencies_ms)
+    return {
+        "throughput": round(statistics.median(throughputs), 3),
+        "p50_ms": round(_quantile(ordered, 0.5), 3),
+        "p99_ms": round(_quantile(ordered, 0.99), 3),
+        "requests": len(ordered),
     }
 
 

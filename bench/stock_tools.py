@@ -392,6 +392,6 @@ def run(json_path: Path, options: Options | None = None) -> dict:
             "that holds it) vs Envoy without a header, turns within each repeat, Envoy's "
             "requests per server in every run; the summary's ratio: of medians",
         },
-        load_before=started,
+        started=started,
         site={**conditions(admission), "sheds": shed},
     )

@@ -36,7 +36,7 @@ def _client_result(path: Path) -> Path:
         "client",
         {"speedup_grpc_16mb": 3.0, "targets": {"speedup_grpc_16mb": ">= 3"}},
         {"payloads": {"1mb": payload, "16mb": payload}},
-        load_before=RunStart([0.5, 0.4, 0.3], "0" * 40, False),
+        started=RunStart([0.5, 0.4, 0.3], "0" * 40, False),
         site={"admission": "none", "sheds": 0},
     )
     return path
@@ -81,7 +81,7 @@ def _balancing_result(path: Path) -> Path:
         "balancing",
         {"recovery_s": 1.0, "targets": {"recovery_s": "<= 15"}},
         {"figures": figures, "recovery_runs": [{"recovery_s": 1.0, "shares": shares}]},
-        load_before=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
+        started=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
     )
     return path
 
@@ -94,7 +94,7 @@ def _gateway_result(path: Path) -> Path:
         "gateway",
         {"sheds": 0},
         {"cases": cases},
-        load_before=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
+        started=RunStart([0.1, 0.1, 0.1], "0" * 40, False),
     )
     return path
 
