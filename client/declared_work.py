@@ -4,9 +4,11 @@ Queue time alone cannot tell a burst that ends in a minute from one that lasts a
 client knows. While any of its streams runs, a client's `WorkReporter` tells the gateway
 (`PUT /v1/work`, contract `WorkReport`; the gateway passes it on to the operator) how many
 requests it has left per model and the rate they were answered at lately: promptly when the
-first stream begins (a burst's word reaches the operator before its first scale decision),
-then every `WORK_REPORT_EVERY_S`; once the last stream ends it withdraws the report. A
-report lapses at its lease, so a job that dies stops counting on its own.
+first stream begins (a burst's word reaches the operator before its first scale decision, and
+a model no server holds is loaded while the job's first events are made: engine.py builds a
+chunk's columns before it asks the site anything), then every `WORK_REPORT_EVERY_S`; once
+the last stream ends it withdraws the report. A report lapses at its lease, so a job that
+dies stops counting on its own.
 
 Reporting is advice: a failed report never touches a stream. It is logged once, and once
 more when reports go through again; a gateway without the route (404) is not asked again.

@@ -202,8 +202,10 @@ class Stream:
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
             record.path, record.timeout_s = endpoint.path, deadline
             try:
-                info = self.model_info(endpoint, deadline)
+                # the columns first: a job's CPU work that makes them comes before the site is
+                # asked anything, so a model loaded for the stream's declared work is ready
                 columns = source.request(lo, hi)
+                info = self.model_info(endpoint, deadline)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
                 asks = maybe_run and info.keeps_answers  # a runner that does not would run it

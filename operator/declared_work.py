@@ -60,3 +60,8 @@ class DeclaredWork:
                 rps = report.rps.get(model, 0.0)
                 totals[model] = ModelWork(was.left + left, was.rps + rps, was.sources + 1)
         return totals
+
+    def left(self, now: float) -> dict[str, int]:
+        """Per model with any, the requests left that the holding reports declare (what
+        placement loads a first replica for)."""
+        return {m: w.left for m, w in self.totals(now).items() if w.left}

@@ -8,17 +8,22 @@ its reason. Nothing here reads a clock or does I/O, so the operator and the simu
 
 The rules, in the order they are applied within one step:
 
-1. IDLE: a ready replica unused for `idle_unload_s` with no request in flight and none held
-   for its model is unloaded. Memory held by an unused model is memory another model cannot
-   have; the wait keeps a model that is used now and then (job waves with gaps) loaded, and
-   the in-flight count is a reference count: a replica with a request in it is never
-   unloaded, whatever its age.
-2. FIRST_REPLICA: a model with requests held and no replica ready or loading (on a server
-   that takes work, in the model's pool) is loaded on a server of its pool. Held requests
-   are work that waits for nothing else; a model already loading gets no second load (its
-   requests wait for that one). With a wave's worth held, more than `held_per_replica`, it
-   is loaded on ceil(held / held_per_replica) servers at once (each making room from idle
-   replicas only; up to `max_replicas`), once every held model has its first: the held
+1. IDLE: a ready replica unused for `idle_unload_s` with no request in flight, none held
+   and none declared for its model is unloaded. Memory held by an unused model is memory
+   another model cannot have; the wait keeps a model that is used now and then (job waves
+   with gaps) loaded, and the in-flight count is a reference count: a replica with a
+   request in it is never unloaded, whatever its age.
+2. FIRST_REPLICA: a model with requests held, or declared by the jobs that will send them
+   (declared_work.py: a client says what its streams have left as they begin, before the
+   job's first events are processed), and no replica ready or loading (on a server that
+   takes work, in the model's pool) is loaded on a server of its pool. Held requests are
+   work that waits for nothing else; declared requests are work that will, and a load
+   begun when a job starts is ready that much sooner than one begun at its first request
+   (a cold start of tens of seconds against a job's minutes). A model already loading gets
+   no second load (its requests wait for that one). With a wave's worth held, more than
+   `held_per_replica`, it is loaded on ceil(held / held_per_replica) servers at once (each
+   making room from idle replicas only; up to `max_replicas`), once every held model has
+   its first (declared requests are not requests at once: they ask for one): the held
    requests are released together when the first replica is ready, and on one replica a
    wave of them queued for a minute while queue pressure added the others one by one (the
    simulated `waves`, README).
@@ -37,7 +42,8 @@ The rules, in the order they are applied within one step:
    another trades one cold start for another and flaps. Held requests weigh more than queue
    pressure: only a first replica may also take a surplus replica that is not idle yet (of
    a model with several ready), before any model's only replica, and only while nothing is
-   in flight in it.
+   in flight in it. A model with work declared keeps its only replica (its next load
+   would be decided at once: a flap).
 
 Where a load goes (2 and 3): the server of the pool with the fewest replicas at work left
 beside it (loading or with a request in flight), then the fewest used within
@@ -46,9 +52,9 @@ first, because one server stands for one device: two models at work on one devic
 while another holds only idle models, which cost little to evict.
 
 Rules 2 and 3 take one load per model per step (rule 2 more for a wave's worth held, after
-every held model's first), first the models with the most requests held (2), or the highest
-queue time over threshold (3); every remaining tie is broken by name (model, then server
-id), so the same state always gives the same decisions.
+every held model's first), first the models with the most requests held, then declared
+(2), or the highest queue time over threshold (3); every remaining tie is broken by name
+(model, then server id), so the same state always gives the same decisions.
 
 A server's budget counts the footprints of its loading and ready replicas (a model not yet
 measured counts as the largest measured: `Catalogue.footprint_bytes`). An unloading replica
@@ -172,6 +178,7 @@ class _Step:
                 r.state is ReplicaState.READY
                 and r.in_flight == 0
                 and self.demand.get(r.model, Demand()).held == 0
+                and (self.demand.get(r.model, Demand()).declared == 0 or ready[r.model] > 1)
                 and self.now - r.since >= self.policy.min_resident_s
                 and not self.loads(r.model)  # a model given a replica now keeps the others
             )
@@ -273,7 +280,7 @@ def decide(
                 r.state is ReplicaState.READY
                 and r.model in catalogue.models
                 and r.in_flight == 0
-                and demand.get(r.model, Demand()).held == 0
+                and not demand.get(r.model, Demand()).waiting
                 and idle >= policy.idle_unload_s
             ):
                 step.take(
@@ -297,22 +304,26 @@ def decide(
             if r.model == model and r.state in states
         ]
 
-    # 2. FIRST_REPLICA: most requests held first
+    # 2. FIRST_REPLICA: most requests held first, then most declared
     waiting = sorted(
         (
             (m, d)
             for m, d in demand.items()
-            if m in catalogue.models and d.held > 0 and not replicas(m, ReplicaState.READY)
+            if m in catalogue.models and d.waiting and not replicas(m, ReplicaState.READY)
         ),
-        key=lambda md: (-md[1].held, md[0]),
+        key=lambda md: (-md[1].held, -md[1].declared, md[0]),
     )
     for model, d in waiting:
         if not replicas(model, ReplicaState.LOADING):
+            work = (
+                f"{d.held} request(s) held"
+                if d.held
+                else f"{d.declared} request(s) declared by its running jobs"
+            )
             step.place(
                 model,
                 Rule.FIRST_REPLICA,
-                f"{d.held} request(s) held and no replica ready or loading "
-                f"in pool {catalogue.pool_of(model)!r}",
+                f"{work} and no replica ready or loading in pool {catalogue.pool_of(model)!r}",
             )
     # a wave's worth held: more replicas at once, once every held model has its first
     for model, d in waiting:

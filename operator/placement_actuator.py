@@ -172,8 +172,9 @@ class PlacementActuator:
             if rule is Rule.FIRST_REPLICA:
                 if any(model in held for held in self.loaded.values()):
                     return "a replica is ready now"
-                if not self.held.held(time.time()).get(model, 0):
-                    return "no request is held for it now"
+                now = time.time()
+                if not self.held.held(now).get(model, 0) and not self.declared(now).get(model, 0):
+                    return "no request is held or declared for it now"
             if rule is Rule.QUEUE_PRESSURE and self.over_since.get(model) is None:
                 return f"its queue time is no longer over {self.settings.queue_ms:g} ms"
         return ""

@@ -1,7 +1,8 @@
 """What placement reads from the load view (loadview.py): each model's demand (requests held,
-queue time per request, since when it has stayed over its threshold) and each replica's use
-in the last interval (requests pending, used or not). The operator's placement loop and the
-simulator (sim/placing.py) both call these, each with its own clock."""
+queue time per request, since when it has stayed over its threshold; and the requests its
+clients declare, from declared_work.py) and each replica's use in the last interval
+(requests pending, used or not). The operator's placement loop and the simulator
+(sim/placing.py) both call these, each with its own clock."""
 
 from __future__ import annotations
 
@@ -29,17 +30,21 @@ def demands(
     over_since: Mapping[str, float | None],
     threshold_ms: float,
     now: float,
+    declared: Mapping[str, int],
 ) -> dict[str, Demand]:
     """Each model's demand from its loads over the last interval (every server's): requests
     held, queue time per request over all its requests, and since when it has stayed over
-    `threshold_ms` (`over_since`: the last step's, per model)."""
+    `threshold_ms` (`over_since`: the last step's, per model); with the requests its
+    clients declare they have left (`declared`, declared_work.py)."""
     result = {}
     for model in models:
         loads = loadview.model_loads(model)
         queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
         queue_ms = None if queue_us is None else queue_us / 1e3
         over = pressure_since(over_since.get(model), queue_ms, threshold_ms, now)
-        result[model] = Demand(held.get(model, 0), queue_ms, threshold_ms, over)
+        result[model] = Demand(
+            held.get(model, 0), queue_ms, threshold_ms, over, declared.get(model, 0)
+        )
     return result
 
 

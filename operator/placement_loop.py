@@ -6,7 +6,8 @@ What the servers hold is read from each server's repository index every step (`o
 and the operator publishes that, not what discovery said at start: Envoy's per-model routes
 and the gateway follow a load or an unload on the next step; a request for a model that no
 server holds is held by the gateway (gateway/holding.py), whose counts (`report_held`) are
-the demand that loads it.
+the demand that loads it, as is the work the clients declare before their first request
+(`declared`, the controller's declared_work.py).
 
 The decisions are carried out in worker threads, one per server, each server's in their
 order (a MAKE_ROOM unload before the load it makes room for) and the servers side by side
@@ -18,9 +19,9 @@ decides with the replicas in motion as they are (`apply`: loading, unloading), s
 is loaded twice and no budget counted short. Each
 decision is checked again right before it is carried out, against what the steps saw since
 (a list can take seconds, and no decision outlives the state it was taken on): a load
-whose held requests or queue pressure are gone is dropped, with the MAKE_ROOM unload that
-was for it; an unload whose replica was used since is kept, and a load whose room was not
-made is dropped. Each is recorded with its outcome and why.
+whose held or declared requests or queue pressure are gone is dropped, with the MAKE_ROOM
+unload that was for it; an unload whose replica was used since is kept, and a load whose
+room was not made is dropped. Each is recorded with its outcome and why.
 
 Reference counting and draining: `decide` never unloads a replica with a request in flight
 (Triton's pending count) or used within the idle time (requests completed in the last scrape
@@ -103,6 +104,8 @@ class PlacementLoop(PlacementActuator):
     # the gateways that have not read the state since a moment (state_readers.py)
     readers_behind: Callable[[float], list[str]] = lambda since: []
     wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
+    # the requests the site's clients declare they have left, per model (declared_work.py)
+    declared: Callable[[float], dict[str, int]] = lambda now: {}
     _policy: PlacementPolicy | None = None
     _busy: dict[str, list[Decision]] = field(default_factory=dict)  # server -> not yet done
     _loaded: set[Decision] = field(default_factory=set)  # loads done, not yet observed ready
@@ -173,7 +176,13 @@ class PlacementLoop(PlacementActuator):
     def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
         held = self.held.held(now)
         demand = demands(
-            self.catalogue.models, loadview, held, self.over_since, self.settings.queue_ms, now
+            self.catalogue.models,
+            loadview,
+            held,
+            self.over_since,
+            self.settings.queue_ms,
+            now,
+            self.declared(now),
         )
         self.over_since = {m: d.over_since for m, d in demand.items()}
         return demand
@@ -264,6 +273,7 @@ class PlacementLoop(PlacementActuator):
                 "models": models,
                 "decisions": list(self.decisions),
                 "held": self.held.held(now),
+                "declared": self.declared(now),
                 "hold_reasons": dict(self.hold_reasons),
                 "backoff": {
                     f"{k[0]} {k[1]} on {k[2]}": vars(b).copy() for k, b in self.backoff.items()

@@ -73,6 +73,12 @@ class Demand:
     queue_ms: float | None = None  # queue time per request over the recent window
     threshold_ms: float = math.inf  # over this, the model wants another replica
     over_since: float | None = None  # since when queue_ms has stayed over it (pressure_since)
+    declared: int = 0  # requests its running jobs say they have left (declared_work.py)
+
+    @property
+    def waiting(self) -> bool:
+        """Work that waits for a replica or will: requests held, or declared left."""
+        return self.held > 0 or self.declared > 0
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Each operator step (sim/policies.py `Sonicsite.step`): what every server holds (loading,
 ready, unloading), its requests pending and when each replica was last used, each model's
-demand (requests held, queue time per request, pressure), read from the load view as the
-operator reads them (`placement_demand.usage`, `demands`), go to `placement.decide`, the
-operator's own function, with the scenario's catalogue (one pool, `models_per_server` per server).
+demand (requests held or declared, queue time per request, pressure), read from the load
+view as the operator reads them (`placement_demand.usage`, `demands`), go to
+`placement.decide`, the operator's own function, with the scenario's catalogue (one pool,
+`models_per_server` per server).
 The decisions are carried out as the operator's actuator does (placement_actuator.py):
 each server's in their order (a MAKE_ROOM unload before its load), the servers side by
 side, and a server with decisions under way gets no new ones until they are done. A load
@@ -87,15 +88,25 @@ class Placing:
                 if not event.triggered:
                     event.succeed(True)
 
-    def step(self, now: float, servers: list[Server], loadview: LoadView, routed) -> None:
+    def step(
+        self,
+        now: float,
+        servers: list[Server],
+        loadview: LoadView,
+        routed,
+        declared: dict[str, int],
+    ) -> None:
         """Decide from this step's view and start carrying the decisions out. `routed(server,
-        model)`: whether an Envoy route still sends `model` to `server`."""
+        model)`: whether an Envoy route still sends `model` to `server`; `declared`: the
+        requests the jobs declare they have left, per model (DeclaredWork.left)."""
         pending, used = usage(loadview, [s.id for s in servers])
         for key in used:
             self.last_used[key] = now
         settings, held = self.placement.settings, self.held()
         threshold = settings.queue_ms
-        demand = demands(self.catalogue.models, loadview, held, self.over_since, threshold, now)
+        demand = demands(
+            self.catalogue.models, loadview, held, self.over_since, threshold, now, declared
+        )
         self.over_since = {m: d.over_since for m, d in demand.items()}
         states = [
             ServerState(

@@ -20,10 +20,11 @@ Each job draws its CPU times from its own generator (seeded by the run's seed an
 number), so both policy sets see the same jobs.
 
 Jobs declare the work they have left, as the sonicsite client does (`client/declared_work.py`:
-every `WORK_REPORT_EVERY_S`, the requests its streams have not had answered, and the rate they
-were answered at) to the policies (`declare`; the reference's stock clients declare nothing).
-One report per workflow sums its running jobs' (the operator sums the reports it holds, so
-the totals are the same as one report per job, without a simulated event per job).
+`FIRST_AFTER_S` after its first stream begins, then every `WORK_REPORT_EVERY_S`, the requests
+its streams have not had answered, and the rate they were answered at) to the policies
+(`declare`; the reference's stock clients declare nothing). One report per workflow sums its
+running jobs' (the operator sums the reports it holds, so the totals are the same as one
+report per job, without a simulated event per job).
 
 Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
 answers, as the benches' load generator does (or the very arrivals it sent: the check
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 import simpy
+from sonicsite.client.declared_work import FIRST_AFTER_S
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
 from sonicsite.contract.wire import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
@@ -81,6 +83,7 @@ class _FlowWork:
     left: dict[str, int] = field(default_factory=dict)  # requests not answered yet
     answered: dict[str, int] = field(default_factory=dict)  # since the last report
     reported: bool = False
+    prompt: bool = False  # a first report is on its way (the client's FIRST_AFTER_S)
 
 
 class Workload:
@@ -149,16 +152,26 @@ class Workload:
     def _declare(self):
         """Every WORK_REPORT_EVERY_S, each workflow's work left; a workflow with none left
         withdraws its report once."""
-        env, every = self.env, WORK_REPORT_EVERY_S
         while not self.finished.triggered:
-            yield env.timeout(every)
-            for k, work in enumerate(self._work):
-                left = {m: n for m, n in work.left.items() if n}
-                if not left and not work.reported:
-                    continue
-                rps = {m: n / every for m, n in work.answered.items()}
-                self.policies.declare(WorkReport(f"workflow-{k}", left, rps, WORK_LEASE_S), env.now)
-                work.answered, work.reported = {}, bool(left)
+            yield self.env.timeout(WORK_REPORT_EVERY_S)
+            for k in range(len(self._work)):
+                self._report(k)
+
+    def _first_report(self, k: int):
+        """A workflow's first report, FIRST_AFTER_S after its first job's streams begin (the
+        client reports promptly when its first stream begins, not at its next period)."""
+        yield self.env.timeout(FIRST_AFTER_S)
+        self._work[k].prompt = False
+        self._report(k)
+
+    def _report(self, k: int) -> None:
+        work = self._work[k]
+        left = {m: n for m, n in work.left.items() if n}
+        if not left and not work.reported:
+            return
+        rps = {m: n / WORK_REPORT_EVERY_S for m, n in work.answered.items()}
+        self.policies.declare(WorkReport(f"workflow-{k}", left, rps, WORK_LEASE_S), self.env.now)
+        work.answered, work.reported = {}, bool(left)
 
     def _answered(self, job: _Job, model: str) -> None:
         """A request of a job's answered or failed for good: one less left."""
@@ -194,10 +207,13 @@ class Workload:
         events = work.events_per_job
         mean = work.cpu_ms_per_event / 1e3
         if job.flow >= 0:  # its streams begin: their requests are declared
-            left = self._work[job.flow].left
+            flow = self._work[job.flow]
             chunks = -(-events // work.events_per_request)
             for c in job.calls:
-                left[c.model] = left.get(c.model, 0) + chunks
+                flow.left[c.model] = flow.left.get(c.model, 0) + chunks
+            if not flow.reported and not flow.prompt:
+                flow.prompt = True
+                env.process(self._first_report(job.flow))
         for lo in range(0, events, work.events_per_request):
             n = min(work.events_per_request, events - lo)
             cpu = n * mean

@@ -1,7 +1,8 @@
 """Requests held, not failed, on a local site of real Triton servers with placement on: a
 stock client's request for a model that no server holds is held (Envoy's hold route to the
 gateway over gRPC, the gateway itself over HTTP) and answered once the operator has loaded
-the model for it; a held request past its model's deadline gets an error naming the model
+the model for it; a model is loaded for the work a stream declares, before its first
+request; a held request past its model's deadline gets an error naming the model
 and the operator's reason; a request held while the operator is killed is answered once the
 supervisor has restarted it and it loads the model. The tests run in order on one site."""
 
@@ -10,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,7 @@ from dashboard_builder import panels_without_data
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
+from sonicsite.client.engine import Source
 from sonicsite.client.errors import TIMEOUT
 from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
@@ -245,6 +249,62 @@ def test_the_client_asks_again_while_the_model_loads_and_loses_no_event(
     errors = [r.error for r in result.stats.records if r.error]
     assert TIMEOUT not in errors, errors
     _report(capsys, f"{transport}: asked again {result.loading} times while simple loaded")
+
+
+def _routed(state: SiteState, model: str) -> bool:
+    """Whether `model` is ready on a server and routed to it: by Envoy (its hold route gone)
+    and by the gateway (its site view names the server)."""
+    return (
+        any(model in model_control.ready_models(control_target(state, s.id)) for s in state.servers)
+        and f'"hold-{model}"' not in _get(state.envoy_admin, "/config_dump").decode()
+        and any(model in s["models"] for s in json.loads(_get(state.http, "/v1/site"))["servers"])
+    )
+
+
+def _holds(state: SiteState, model: str) -> float:
+    """The requests the gateway has held for `model` (its hold-time histogram's count)."""
+    metrics = _get(state.http, "/metrics").decode()
+    pattern = rf'^sonicsite_gateway_hold_seconds_count\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$'
+    return sum(float(n) for n in re.findall(pattern, metrics, re.M))
+
+
+@dataclass
+class _AfterCpuWork:
+    """A job's events whose inputs take CPU work to make: its first request waits until
+    `ready()` (a job whose first events take longer than the model's load)."""
+
+    sample: Source
+    ready: Callable[[], bool]
+    waited: bool = False
+
+    def __len__(self) -> int:
+        return len(self.sample)
+
+    def request(self, lo: int, hi: int):
+        if not self.waited:
+            wait_until(self.ready, "simple loaded for the stream's declared work", DEADLINE_S, 0.5)
+            self.waited = True
+        return self.sample.request(lo, hi)
+
+
+def test_a_model_is_loaded_for_a_streams_declared_work_before_its_first_request(held_site, capsys):
+    """A sonicsite stream declares its work as it begins (declared_work.py), before its
+    first request, which waits for the job's CPU work; the operator loads the model for
+    that work, so the request finds it ready and routed: the gateway holds nothing for it,
+    no attempt is told "still loading"."""
+    _unloaded_everywhere(held_site, "simple")
+    holds = _holds(held_site, "simple")
+    sample = generate("simple", 32, seed=6)
+    with Client(from_site_file(held_site.site_dir), "grpc") as client:
+        run = client.stream("simple", sample.spec, batch=8, window=2)
+        source = _AfterCpuWork(sample, lambda: _routed(held_site, "simple"))
+        result = run.run(source, lambda lo, hi, out: sample.check(lo, hi, out))
+    assert result.failed == {} and result.events_ok == 32, result.failed
+    assert result.loading == 0, "an attempt was held: the model was not ready before it"
+    assert _holds(held_site, "simple") == holds, "the gateway held a request for simple"
+    declared = [d for d in _loads(held_site, "simple", "loaded") if "declared" in d["reason"]]
+    assert declared, _placement(held_site)["decisions"]
+    _report(capsys, f"loaded before the first request: {declared[-1]['reason']}")
 
 
 def test_the_client_fails_a_chunk_once_with_the_sites_reason_past_the_deadline(held_site):

@@ -1,6 +1,7 @@
-"""Placement as pure functions with the time passed in: a first replica for held requests,
-replicas under queue pressure, idle unloads, least-recently-used eviction when a budget is
-full, never an unload under an in-flight request, and no flapping over a run of steps."""
+"""Placement as pure functions with the time passed in: a first replica for held requests
+or work declared, replicas under queue pressure, idle unloads, least-recently-used eviction
+when a budget is full, never an unload under an in-flight request, and no flapping over a
+run of steps."""
 
 from __future__ import annotations
 
@@ -66,6 +67,47 @@ def test_held_requests_load_the_model_on_the_server_with_the_most_room():
     assert moves(two) == [
         ("load", "first_replica", "c", "s0"),
         ("load", "first_replica", "d", "s1"),
+    ]
+
+
+def test_work_its_jobs_declare_loads_a_model_before_any_request_is_held():
+    """A job's client says what its streams will send as they begin (declared_work.py); the
+    model is loaded then, during the job's first CPU work, not at its first request. Held
+    requests come first; declared work asks for one replica, not a wave's worth."""
+    empty = [server("s0"), server("s1"), server("s2")]
+    decisions = decide(catalogue(), empty, {"c": Demand(declared=4000)}, 0.0, POLICY)
+    assert moves(decisions) == [("load", "first_replica", "c", "s0")]
+    assert "4000 request(s) declared by its running jobs" in decisions[0].reason
+    both = {"c": Demand(declared=4000), "d": Demand(held=1)}
+    one_room = [server("s0", used("a", 99.0, in_flight=1))]
+    assert moves(decide(catalogue(), one_room, both, 100.0, POLICY)) == [
+        ("load", "first_replica", "d", "s0")
+    ]
+    # nothing declared, nothing held: nothing loaded
+    assert decide(catalogue(), empty, {"c": Demand(declared=0)}, 0.0, POLICY) == []
+
+
+def test_a_model_with_work_declared_keeps_its_only_replica():
+    """Unloading the only replica of a model whose jobs say they have work left would load
+    it again at the next step (a flap): neither the idle rule nor making room takes it.
+    A spare replica of such a model still makes room."""
+    declared = {"a": Demand(declared=50)}
+    idle = [server("s0", used("a", 0.0))]
+    assert decide(catalogue(), idle, declared, 1e9, POLICY) == []
+    assert moves(decide(catalogue(), idle, {}, 1e9, POLICY)) == [("unload", "idle", "a", "s0")]
+    full = [server("s0", used("a", 0.0), used("b", 90.0))]
+    wanted = declared | {"c": Demand(held=1)}
+    assert moves(decide(catalogue(), full, wanted, 100.0, POLICY)) == [
+        ("unload", "make_room", "b", "s0"),
+        ("load", "first_replica", "c", "s0"),
+    ]
+    two = [
+        server("s0", used("a", 0.0), used("b", 99.9, in_flight=1)),
+        server("s1", used("a", 99.0), used("b", 99.9, in_flight=1)),
+    ]
+    assert moves(decide(catalogue(), two, wanted, 100.0, POLICY))[:2] == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "first_replica", "c", "s0"),
     ]
 
 

@@ -1,5 +1,6 @@
 """Models placed on demand in the simulator: the operator's placement policy decides (the
-decisions carry its rules and reasons), requests for a model no server has ready are held
+decisions carry its rules and reasons), a model is loaded for the work its jobs declare as
+they begin, requests for a model no server has ready are held
 and answered once it loads, an idle model is unloaded, a full server makes room for another
 model, a held request past its deadline is retried, and nothing is lost; the reference runs
 the static groups."""
@@ -70,10 +71,16 @@ def test_models_are_loaded_when_their_jobs_need_them_and_nothing_is_lost(placed)
     assert f["finished"] and f["requests_failed"] == 0 and f["unavailable"] == 0, f
     assert f["requests_answered"] == 60 * 20 * 2
     # the servers started empty: the first requests of each model were held, then answered
+    # (a second of CPU work before them; the loads take 10 to 20 s)
     assert f["held_requests"] > 0 and f["held_failed"] == 0
     firsts = [d for d in r.policies.placing.decisions if d["rule"] == "first_replica"]
     assert sorted(d["model"] for d in firsts) == ["a", "b", "c", "d"]
-    assert all("request(s) held and no replica ready" in d["why"] for d in firsts)
+    # each first replica for what the operator heard of first: the requests held, or the
+    # work the jobs declared as they began
+    assert all(
+        re.search(r"request\(s\) (held|declared by its running jobs) and no replica", d["why"])
+        for d in firsts
+    ), firsts
     # a cold start is at least the model's load (b's 10 s is the shortest)
     assert f["cold_start_p50_s"] >= 10.0
     # every server held at most 2 models at any decision (the budget)
@@ -82,6 +89,21 @@ def test_models_are_loaded_when_their_jobs_need_them_and_nothing_is_lost(placed)
         models = held.setdefault(d["server"], set())
         (models.add if d["kind"] == "load" else models.discard)(d["model"])
         assert len(models) <= 2, (d, models)
+
+
+def test_jobs_whose_first_cpu_work_outlasts_the_load_find_their_models_ready():
+    """A minute of CPU work before each request (3 s per event, every job alike): the
+    models their jobs declared as they began are loaded then (a load takes 10 to 20 s)
+    and ready before the first request; nothing is held."""
+    scenario = _scenario()
+    scenario["workload"] |= {"events_per_job": 60, "cpu_ms_per_event": 3000, "cpu_cv": 0}
+    r = run(parse(scenario), "sonicsite", seed=3)
+    f = figures(r)
+    assert f["finished"] and f["requests_answered"] == 60 * 3 * 2, f
+    assert f["held_requests"] == 0 and f["cold_start_p50_s"] is None, f
+    firsts = [d for d in r.policies.placing.decisions if d["rule"] == "first_replica"]
+    assert sorted(d["model"] for d in firsts) == ["a", "b", "c", "d"]
+    assert all("request(s) declared by its running jobs" in d["why"] for d in firsts), firsts
 
 
 def test_an_idle_model_is_unloaded_and_a_full_server_makes_room(placed):
