@@ -100,13 +100,16 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             self._json(200, {"held": held})
 
         def _work(self, body: bytes) -> None:
-            """A client's work left (declared_work.py): what the autoscaler may start for."""
+            """A client's work left (declared_work.py): what the autoscaler may start for and
+            placement loads a model for. A model newly declared asks for a step now: its
+            load is decided at once, not on the next interval (as a newly held one)."""
             try:
                 report = WorkReport.from_dict(json.loads(body))
             except ValueError as exc:  # JSONDecodeError is a ValueError
                 self._json(400, {"error": f"PUT {WORK_PATH}: {exc}"})
                 return
-            operator.declared.report(report, time.time())
+            if operator.declared.report(report, time.time()) and operator.placement is not None:
+                operator.wakeup.set()
             self._json(200, {"source": report.source, "lease_s": report.lease_s})
 
         def log_message(self, format: str, *args) -> None:  # quiet: scraped, read all the time

@@ -33,19 +33,23 @@ class DeclaredWork:
     reports: dict[str, tuple[WorkReport, float]] = field(default_factory=dict)  # until
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def report(self, report: WorkReport, now: float) -> None:
-        """Replace the source's report. One with nothing left says the job is done: its
-        models stay, with nothing left and their last rate, until its lease ends (the queue
-        time of its last requests is still in the autoscaler's window: done work, not
-        undeclared work of unknown length)."""
+    def report(self, report: WorkReport, now: float) -> set[str]:
+        """Replace the source's report; the models it newly declares (requests left now,
+        none before: placement loads a first replica for them, so the operator steps at
+        once). One with nothing left says the job is done: its models stay, with nothing
+        left and their last rate, until its lease ends (the queue time of its last requests
+        is still in the autoscaler's window: done work, not undeclared work of unknown
+        length)."""
+        before = self.left(now)
         with self._lock:
             if any(report.left.values()):
                 self.reports[report.source] = (report, now + report.lease_s)
-                return
+                return {m for m, n in report.left.items() if n and not before.get(m)}
             last = self.reports.get(report.source)
             if last is not None:
                 done = replace(last[0], left=dict.fromkeys(last[0].left, 0))
                 self.reports[report.source] = (done, now + last[0].lease_s)
+            return set()
 
     def totals(self, now: float) -> dict[str, ModelWork]:
         """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""

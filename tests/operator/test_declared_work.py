@@ -24,6 +24,17 @@ from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 from sonicsite.contract.wire import WORK_PATH, WorkReport
 
 
+def test_a_report_says_which_models_it_newly_declares():
+    """Models with requests left now and none before: placement loads them, at once."""
+    work = DeclaredWork()
+    assert work.report(WorkReport("job-1", {"a": 10, "b": 0}), 0.0) == {"a"}
+    assert work.report(WorkReport("job-1", {"a": 9}), 1.0) == set()  # a was declared
+    assert work.report(WorkReport("job-2", {"a": 4, "b": 2}), 1.0) == {"b"}
+    assert work.left(2.0) == {"a": 13, "b": 2}
+    assert work.report(WorkReport("job-2", {}), 3.0) == set()  # done
+    assert work.left(3.0) == {"a": 9}
+
+
 def test_reports_add_up_per_model_and_lapse_with_their_lease():
     work = DeclaredWork()
     work.report(WorkReport("job-1", {"a": 10, "b": 4}, {"a": 2.0, "b": 1.0}, lease_s=20), 0.0)
