@@ -3,12 +3,12 @@
 Queue time alone cannot tell a burst that ends in a minute from one that lasts an hour; the
 client knows. While any of its streams runs, a client's `WorkReporter` tells the gateway
 (`PUT /v1/work`, contract `WorkReport`; the gateway passes it on to the operator) how many
-requests it has left per model and the rate they were answered at lately: promptly when the
-first stream begins (a burst's word reaches the operator before its first scale decision, and
-a model no server holds is loaded while the job's first events are made: engine.py builds a
-chunk's columns before it asks the site anything), then every `WORK_REPORT_EVERY_S`; once
-the last stream ends it withdraws the report. A report lapses at its lease, so a job that
-dies stops counting on its own.
+requests it has left per model, the rate they were answered at lately and the streams it
+runs: promptly when the first stream begins (a burst's word reaches the operator before its
+first scale decision, and a model no server holds is loaded while the job's first events
+are made: engine.py builds a chunk's columns before it asks the site anything), then every
+`WORK_REPORT_EVERY_S`; once the last stream ends it withdraws the report. A report lapses
+at its lease, so a job that dies stops counting on its own.
 
 Reporting is advice: a failed report never touches a stream. It is logged once, and once
 more when reports go through again; a gateway without the route (404) is not asked again.
@@ -87,6 +87,7 @@ class WorkReporter:
     _left: dict[str, int] = field(default_factory=dict)  # per model, chunks not answered
     _answered: dict[str, int] = field(default_factory=dict)  # per model, since the last report
     _streams: int = 0  # streams registered now
+    _per_model: dict[str, int] = field(default_factory=dict)  # streams running, per model
     _since: float = 0.0  # monotonic time of the last report (or of the first stream's begin)
     _due: float | None = None  # monotonic time the next report is due; None: nothing to say
     _out: bool = False  # a report with work left may stand at the operator (not withdrawn)
@@ -110,6 +111,7 @@ class WorkReporter:
         with self._lock:
             self._left[model] = self._left.get(model, 0) + requests
             self._streams += 1
+            self._per_model[model] = self._per_model.get(model, 0) + 1
             now = time.monotonic()
             if self._streams == 1 and not self._out:
                 self._since = now  # the rate is of this work's answers
@@ -141,6 +143,7 @@ class WorkReporter:
             if not self._left[work.model]:
                 del self._left[work.model]
             self._streams -= 1
+            self._per_model[work.model] -= 1
             if not self._streams:
                 self._due = time.monotonic() + self.first_after_s
                 self._start_thread()
@@ -200,11 +203,12 @@ class WorkReporter:
         elapsed = max(now - self._since, 1e-3)
         left = {m: n for m, n in self._left.items() if n and not self.stopped}
         rps = {m: self._answered.get(m, 0) / elapsed for m in left}
+        streams = {m: n for m, n in self._per_model.items() if n and m in left}
         self._answered, self._since = {}, now
         self._due = now + self.every_s if self._streams and not self.stopped else None
         if not left and not self._out:
             return None
-        return WorkReport(self.source, left, rps, self.lease_s)
+        return WorkReport(self.source, left, rps, self.lease_s, streams)
 
     def _send(self, report: WorkReport) -> int:
         """PUT the report; its HTTP status (0: no answer). Failures are logged once."""

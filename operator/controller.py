@@ -85,7 +85,7 @@ class Operator:
             self.placement.routes_gone = lambda m, s: self.envoy.routes_gone(m, s, time.time())
             self.placement.readers_behind = lambda since: self.readers.behind(since, time.time())
             self.placement.wake = self.wakeup.set
-            self.placement.declared = self.declared.left
+            self.placement.declared = self.declared.pending
 
     def step(self) -> None:
         servers = self.discovery.servers()

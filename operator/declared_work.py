@@ -24,6 +24,7 @@ class ModelWork:
     left: int = 0  # requests left
     rps: float = 0.0  # the rate the reporting clients' requests were answered at
     sources: int = 0  # reports that name the model
+    streams: int = 0  # the reporting clients' streams of it running now (requests at once)
 
 
 @dataclass
@@ -40,14 +41,14 @@ class DeclaredWork:
         left and their last rate, until its lease ends (the queue time of its last requests
         is still in the autoscaler's window: done work, not undeclared work of unknown
         length)."""
-        before = self.left(now)
+        before = self.pending(now)
         with self._lock:
             if any(report.left.values()):
                 self.reports[report.source] = (report, now + report.lease_s)
-                return {m for m, n in report.left.items() if n and not before.get(m)}
+                return {m for m, n in report.left.items() if n and m not in before}
             last = self.reports.get(report.source)
             if last is not None:
-                done = replace(last[0], left=dict.fromkeys(last[0].left, 0))
+                done = replace(last[0], left=dict.fromkeys(last[0].left, 0), streams={})
                 self.reports[report.source] = (done, now + last[0].lease_s)
             return set()
 
@@ -62,10 +63,10 @@ class DeclaredWork:
             for model, left in report.left.items():
                 was = totals.get(model, ModelWork())
                 rps = report.rps.get(model, 0.0)
-                totals[model] = ModelWork(was.left + left, was.rps + rps, was.sources + 1)
+                streams = was.streams + report.streams.get(model, 0)
+                totals[model] = ModelWork(was.left + left, was.rps + rps, was.sources + 1, streams)
         return totals
 
-    def left(self, now: float) -> dict[str, int]:
-        """Per model with any, the requests left that the holding reports declare (what
-        placement loads a first replica for)."""
-        return {m: w.left for m, w in self.totals(now).items() if w.left}
+    def pending(self, now: float) -> dict[str, ModelWork]:
+        """The work of the models with requests left (what placement loads replicas for)."""
+        return {m: w for m, w in self.totals(now).items() if w.left}

@@ -20,13 +20,15 @@ The rules, in the order they are applied within one step:
    work that waits for nothing else; declared requests are work that will, and a load
    begun when a job starts is ready that much sooner than one begun at its first request
    (a cold start of tens of seconds against a job's minutes). A model already loading gets
-   no second load (its requests wait for that one). With a wave's worth held, more than
-   `held_per_replica`, it is loaded on ceil(held / held_per_replica) servers at once (each
-   making room from idle replicas only; up to `max_replicas`), once every held model has
-   its first (declared requests are not requests at once: they ask for one): the held
-   requests are released together when the first replica is ready, and on one replica a
-   wave of them queued for a minute while queue pressure added the others one by one (the
-   simulated `waves`, README).
+   no second load (its requests wait for that one). With a wave's worth of requests at
+   once, more than `held_per_replica` held or as many streams declared sending them (each
+   keeps a request in flight), it is loaded on ceil(that / held_per_replica) servers at
+   once (each making room from idle replicas only; up to `max_replicas`), once every
+   waiting model has its first: the held requests are released together when the first
+   replica is ready, and on one replica a wave of them queued for a minute while queue
+   pressure added the others one by one (the simulated `waves`, README); a wave declared
+   is loaded so before its requests come, or its first replica, ready seconds before the
+   others, took them all (and admission shed some).
 3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
    `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
@@ -51,8 +53,8 @@ beside it (loading or with a request in flight), then the fewest used within
 first, because one server stands for one device: two models at work on one device share it
 while another holds only idle models, which cost little to evict.
 
-Rules 2 and 3 take one load per model per step (rule 2 more for a wave's worth held, after
-every held model's first), first the models with the most requests held, then declared
+Rules 2 and 3 take one load per model per step (rule 2 more for a wave's worth, after
+every waiting model's first), first the models with the most requests held, then declared
 (2), or the highest queue time over threshold (3); every remaining tie is broken by name
 (model, then server id), so the same state always gives the same decisions.
 
@@ -325,18 +327,23 @@ def decide(
                 Rule.FIRST_REPLICA,
                 f"{work} and no replica ready or loading in pool {catalogue.pool_of(model)!r}",
             )
-    # a wave's worth held: more replicas at once, once every held model has its first
+    # a wave's worth held or sending: more replicas at once, once every model has its first,
+    # a replica of each waiting model in turn (two waves declared at once share the servers)
+    wanted = {}
     for model, d in waiting:
-        wanted = math.ceil(d.held / policy.held_per_replica)
-        if policy.max_replicas is not None:
-            wanted = min(wanted, policy.max_replicas)
-        for count in range(len(replicas(model, ReplicaState.LOADING)) + 1, wanted + 1):
+        count = math.ceil(max(d.held, d.streams) / policy.held_per_replica)
+        wanted[model] = count if policy.max_replicas is None else min(count, policy.max_replicas)
+    turns = [(m, d) for m, d in waiting if wanted[m] > 1]
+    while turns:
+        for model, d in list(turns):
+            count = len(replicas(model, ReplicaState.LOADING)) + 1
+            what = f"{d.held} request(s) held" if d.held >= d.streams else f"{d.streams} stream(s)"
             why = (
-                f"{d.held} request(s) held and no replica ready: {wanted} wanted, one per "
-                f"{policy.held_per_replica} held (replica {count})"
+                f"{what} and no replica ready: {wanted[model]} wanted, one per "
+                f"{policy.held_per_replica} requests at once (replica {count})"
             )
-            if not step.place(model, Rule.FIRST_REPLICA, why, surplus=False):
-                break
+            if count > wanted[model] or not step.place(model, Rule.FIRST_REPLICA, why, False):
+                turns.remove((model, d))
 
     # 3. QUEUE_PRESSURE: highest queue time over threshold first
     pressed = []

@@ -173,7 +173,7 @@ class PlacementActuator:
                 if any(model in held for held in self.loaded.values()):
                     return "a replica is ready now"
                 now = time.time()
-                if not self.held.held(now).get(model, 0) and not self.declared(now).get(model, 0):
+                if not self.held.held(now).get(model, 0) and model not in self.declared(now):
                     return "no request is held or declared for it now"
             if rule is Rule.QUEUE_PRESSURE and self.over_since.get(model) is None:
                 return f"its queue time is no longer over {self.settings.queue_ms:g} ms"

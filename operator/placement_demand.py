@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from .declared_work import ModelWork
 from .loadview import LoadView, ModelLoad, per_request
 from .placement_state import Demand
 
@@ -30,20 +31,22 @@ def demands(
     over_since: Mapping[str, float | None],
     threshold_ms: float,
     now: float,
-    declared: Mapping[str, int],
+    declared: Mapping[str, ModelWork],
 ) -> dict[str, Demand]:
     """Each model's demand from its loads over the last interval (every server's): requests
     held, queue time per request over all its requests, and since when it has stayed over
     `threshold_ms` (`over_since`: the last step's, per model); with the requests its
-    clients declare they have left (`declared`, declared_work.py)."""
+    clients declare they have left and the streams that send them (`declared`,
+    declared_work.py `DeclaredWork.pending`)."""
     result = {}
     for model in models:
         loads = loadview.model_loads(model)
         queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
         queue_ms = None if queue_us is None else queue_us / 1e3
         over = pressure_since(over_since.get(model), queue_ms, threshold_ms, now)
+        work = declared.get(model, ModelWork())
         result[model] = Demand(
-            held.get(model, 0), queue_ms, threshold_ms, over, declared.get(model, 0)
+            held.get(model, 0), queue_ms, threshold_ms, over, work.left, work.streams
         )
     return result
 

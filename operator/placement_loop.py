@@ -56,6 +56,7 @@ from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
 from .catalogue import DEFAULT_POOL, Catalogue
+from .declared_work import ModelWork
 from .loadview import LoadView
 from .metrics import OperatorMetrics
 from .model_control import ControlTarget, ModelControlError
@@ -104,8 +105,8 @@ class PlacementLoop(PlacementActuator):
     # the gateways that have not read the state since a moment (state_readers.py)
     readers_behind: Callable[[float], list[str]] = lambda since: []
     wake: Callable[[], None] = lambda: None  # asks for a step now (a drain waits on one)
-    # the requests the site's clients declare they have left, per model (declared_work.py)
-    declared: Callable[[float], dict[str, int]] = lambda now: {}
+    # the work the site's clients declare they have left, per model (declared_work.py)
+    declared: Callable[[float], dict[str, ModelWork]] = lambda now: {}
     _policy: PlacementPolicy | None = None
     _busy: dict[str, list[Decision]] = field(default_factory=dict)  # server -> not yet done
     _loaded: set[Decision] = field(default_factory=set)  # loads done, not yet observed ready
@@ -273,7 +274,7 @@ class PlacementLoop(PlacementActuator):
                 "models": models,
                 "decisions": list(self.decisions),
                 "held": self.held.held(now),
-                "declared": self.declared(now),
+                "declared": {m: w.left for m, w in self.declared(now).items()},
                 "hold_reasons": dict(self.hold_reasons),
                 "backoff": {
                     f"{k[0]} {k[1]} on {k[2]}": vars(b).copy() for k, b in self.backoff.items()

@@ -74,6 +74,7 @@ class Demand:
     threshold_ms: float = math.inf  # over this, the model wants another replica
     over_since: float | None = None  # since when queue_ms has stayed over it (pressure_since)
     declared: int = 0  # requests its running jobs say they have left (declared_work.py)
+    streams: int = 0  # the streams that send them, running now (requests at once)
 
     @property
     def waiting(self) -> bool:

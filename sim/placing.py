@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import simpy
 from sonicsite.operator.catalogue import DEFAULT_POOL, Budget, Catalogue, ModelInfo, Pool
+from sonicsite.operator.declared_work import ModelWork
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.placement import (
     Decision,
@@ -94,11 +95,11 @@ class Placing:
         servers: list[Server],
         loadview: LoadView,
         routed,
-        declared: dict[str, int],
+        declared: dict[str, ModelWork],
     ) -> None:
         """Decide from this step's view and start carrying the decisions out. `routed(server,
         model)`: whether an Envoy route still sends `model` to `server`; `declared`: the
-        requests the jobs declare they have left, per model (DeclaredWork.left)."""
+        work the jobs declare they have left, per model (DeclaredWork.pending)."""
         pending, used = usage(loadview, [s.id for s in servers])
         for key in used:
             self.last_used[key] = now

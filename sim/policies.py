@@ -150,7 +150,7 @@ class Sonicsite:
         models = self.site.scenario.models
         self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
         if self.placing is not None:
-            self.placing.step(now, servers, self.loadview, self._routed, self.declared.left(now))
+            self.placing.step(now, servers, self.loadview, self._routed, self.declared.pending(now))
         for m in models:
             holding = [s.id for s in servers if s.state == READY and m in s.ready_models()]
             self.weights[m] = self.balancing.weights(m, holding)

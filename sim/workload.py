@@ -21,10 +21,11 @@ number), so both policy sets see the same jobs.
 
 Jobs declare the work they have left, as the sonicsite client does (`client/declared_work.py`:
 `FIRST_AFTER_S` after its first stream begins, then every `WORK_REPORT_EVERY_S`, the requests
-its streams have not had answered, and the rate they were answered at) to the policies
-(`declare`; the reference's stock clients declare nothing). One report per workflow sums its
-running jobs' (the operator sums the reports it holds, so the totals are the same as one
-report per job, without a simulated event per job).
+its streams have not had answered, the rate they were answered at and the streams, one per
+model it calls, until the job ends) to the policies (`declare`; the reference's stock
+clients declare nothing). One report per workflow sums its running jobs' (the operator sums
+the reports it holds, so the totals are the same as one report per job, but for the count
+of reports, without a simulated event per job).
 
 Open-loop flows (`workload.open_loop`) send requests at Poisson arrivals whatever the site
 answers, as the benches' load generator does (or the very arrivals it sent: the check
@@ -82,6 +83,7 @@ class _FlowWork:
 
     left: dict[str, int] = field(default_factory=dict)  # requests not answered yet
     answered: dict[str, int] = field(default_factory=dict)  # since the last report
+    streams: dict[str, int] = field(default_factory=dict)  # its running jobs' streams
     reported: bool = False
     prompt: bool = False  # a first report is on its way (the client's FIRST_AFTER_S)
 
@@ -170,7 +172,9 @@ class Workload:
         if not left and not work.reported:
             return
         rps = {m: n / WORK_REPORT_EVERY_S for m, n in work.answered.items()}
-        self.policies.declare(WorkReport(f"workflow-{k}", left, rps, WORK_LEASE_S), self.env.now)
+        streams = {m: n for m, n in work.streams.items() if n and m in left}
+        report = WorkReport(f"workflow-{k}", left, rps, WORK_LEASE_S, streams)
+        self.policies.declare(report, self.env.now)
         work.answered, work.reported = {}, bool(left)
 
     def _answered(self, job: _Job, model: str) -> None:
@@ -211,6 +215,7 @@ class Workload:
             chunks = -(-events // work.events_per_request)
             for c in job.calls:
                 flow.left[c.model] = flow.left.get(c.model, 0) + chunks
+                flow.streams[c.model] = flow.streams.get(c.model, 0) + 1
             if not flow.reported and not flow.prompt:
                 flow.prompt = True
                 env.process(self._first_report(job.flow))
@@ -225,6 +230,9 @@ class Workload:
                 env.process(self._request(job, c.model, n * c.items_per_event)) for c in job.calls
             ]
             yield simpy.AllOf(env, sends)
+        if job.flow >= 0:  # its streams end
+            for c in job.calls:
+                self._work[job.flow].streams[c.model] -= 1
         self.outcome.jobs_done.append(env.now)
         self._check_finished()
 

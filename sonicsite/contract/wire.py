@@ -283,13 +283,15 @@ def _finite(value: Any) -> bool:
 @dataclass(frozen=True)
 class WorkReport:
     """One client's work left: per model, the requests it has not had answered yet (those
-    in flight included) and the rate its requests were answered at lately. A report
-    replaces the source's last one; an empty `left` withdraws it (the job is done)."""
+    in flight included), the rate its requests were answered at lately and the streams it
+    runs (each keeps a request in flight at least: how many at once, for placement). A
+    report replaces the source's last one; an empty `left` withdraws it (the job is done)."""
 
     source: str  # the client's own name for itself (unique per client process)
     left: dict[str, int] = field(default_factory=dict)
     rps: dict[str, float] = field(default_factory=dict)
     lease_s: float = WORK_LEASE_S
+    streams: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,14 +304,14 @@ class WorkReport:
         source = data.get("source")
         if not isinstance(source, str) or not source:
             raise ValueError(f"source: expected a non-empty string, got {source!r}")
-        left, rps = data.get("left", {}), data.get("rps", {})
-        for name, table in (("left", left), ("rps", rps)):
+        left, rps, streams = data.get("left", {}), data.get("rps", {}), data.get("streams", {})
+        for name, table in (("left", left), ("rps", rps), ("streams", streams)):
             if not isinstance(table, dict):
                 raise ValueError(f"{name}: expected {{model: number}}, got {table!r}")
             for model, value in table.items():
                 ok = _finite(value) and value >= 0
-                if not ok or (name == "left" and value != int(value)):
-                    kind = "a whole number" if name == "left" else "a number"
+                if not ok or (name != "rps" and value != int(value)):
+                    kind = "a number" if name == "rps" else "a whole number"
                     raise ValueError(f"{name}[{model!r}]: expected {kind} ≥ 0, got {value!r}")
         lease = data.get("lease_s", WORK_LEASE_S)
         if not _finite(lease) or not 0 < lease <= WORK_LEASE_MAX_S:
@@ -321,6 +323,7 @@ class WorkReport:
             {m: int(n) for m, n in left.items()},
             {m: float(r) for m, r in rps.items()},
             float(lease),
+            {m: int(n) for m, n in streams.items()},
         )
 
 

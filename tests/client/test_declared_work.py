@@ -115,6 +115,8 @@ def test_reports_count_the_streams_down_and_withdraw_when_the_last_ends(gateway)
     )
     assert reporter.left() == {"m": 8, "n": 4}  # streams of one model add up
     wait_until(lambda: any(r.left == {"m": 8, "n": 4} for r in gateway.sent()), "the work")
+    # and so do the streams themselves: how many requests at once, for placement
+    assert {"m": 2, "n": 1} in [r.streams for r in gateway.sent() if r.left == {"m": 8, "n": 4}]
 
     by_size = {h.left: h for h in handles}
     answers = {5: 4, 3: 2, 4: 4}  # of each stream, chunks answered from its own thread
@@ -127,7 +129,7 @@ def test_reports_count_the_streams_down_and_withdraw_when_the_last_ends(gateway)
     _in_threads(*(h.end for h in handles))
     wait_until(lambda: not reporter.reporting, "the reporting thread's end")
     reports = gateway.sent()
-    assert reports[-1].left == {}  # the withdrawal, once the last stream ended
+    assert reports[-1].left == {} and reports[-1].streams == {}  # the withdrawal
     assert sum(1 for r in reports if not r.left) == 1
     assert {r.source for r in reports} == {reporter.source}
     assert {r.lease_s for r in reports} == {WORK_LEASE_S}

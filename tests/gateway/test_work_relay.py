@@ -42,6 +42,7 @@ REPORT = st.fixed_dictionaries(
         "left": st.dictionaries(st.text(max_size=6), NUMBERS | JSON, max_size=3) | JSON,
         "rps": st.dictionaries(st.text(max_size=6), NUMBERS, max_size=3) | JSON,
         "lease_s": NUMBERS | JSON,
+        "streams": st.dictionaries(st.text(max_size=6), NUMBERS | JSON, max_size=3) | JSON,
     },
 )
 
@@ -69,6 +70,7 @@ def test_a_report_goes_to_the_operator_and_its_answer_comes_back(app_client):
     ("body", "named"),
     [
         ({"source": "relay-test:2", "left": {"m": -1}}, "left['m']"),
+        ({"source": "relay-test:2", "left": {"m": 1}, "streams": {"m": 1.5}}, "streams['m']"),
         ({"left": {"m": 1}}, "source"),
         ({"source": "relay-test:2", "left": {"m": 1}, "lease_s": 1e6}, "lease_s"),
         (b"{not json", "body"),

@@ -24,15 +24,20 @@ from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 from sonicsite.contract.wire import WORK_PATH, WorkReport
 
 
-def test_a_report_says_which_models_it_newly_declares():
-    """Models with requests left now and none before: placement loads them, at once."""
+def test_a_report_says_which_models_it_newly_declares_and_the_streams_add_up():
+    """Models with requests left now and none before: placement loads them, at once; one
+    per 32 streams running for a wave (the requests that will come at once)."""
     work = DeclaredWork()
     assert work.report(WorkReport("job-1", {"a": 10, "b": 0}), 0.0) == {"a"}
     assert work.report(WorkReport("job-1", {"a": 9}), 1.0) == set()  # a was declared
-    assert work.report(WorkReport("job-2", {"a": 4, "b": 2}), 1.0) == {"b"}
-    assert work.left(2.0) == {"a": 13, "b": 2}
-    assert work.report(WorkReport("job-2", {}), 3.0) == set()  # done
-    assert work.left(3.0) == {"a": 9}
+    assert work.report(WorkReport("job-2", {"a": 4, "b": 2}, streams={"a": 1, "b": 2}), 1.0) == {
+        "b"
+    }
+    assert work.pending(2.0) == {"a": ModelWork(13, 0.0, 2, 1), "b": ModelWork(2, 0.0, 1, 2)}
+    # job-2 is done: its report says so (nothing left, no stream) until its lease ends
+    assert work.report(WorkReport("job-2", {}), 3.0) == set()
+    assert work.pending(3.0) == {"a": ModelWork(9, 0.0, 2, 0)}
+    assert work.totals(3.0)["b"] == ModelWork(0, 0.0, 1, 0)
 
 
 def test_reports_add_up_per_model_and_lapse_with_their_lease():

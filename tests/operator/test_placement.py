@@ -85,6 +85,17 @@ def test_work_its_jobs_declare_loads_a_model_before_any_request_is_held():
     ]
     # nothing declared, nothing held: nothing loaded
     assert decide(catalogue(), empty, {"c": Demand(declared=0)}, 0.0, POLICY) == []
+    # a wave declared: one replica per `held_per_replica` streams sending at once, before
+    # its requests come (else the first replica ready takes them all for seconds)
+    wave = decide(catalogue(), empty, {"c": Demand(declared=4000, streams=70)}, 0.0, POLICY)
+    assert moves(wave) == [("load", "first_replica", "c", s) for s in ("s0", "s1", "s2")]
+    assert "70 stream(s) and no replica ready: 3 wanted, one per 32" in wave[2].reason
+    # two waves declared at once take turns: each gets half of the servers, not the first
+    # named all of them while the other's requests come to one replica
+    four = [server(f"s{k}") for k in range(4)]
+    both = {m: Demand(declared=4000, streams=200) for m in "cd"}
+    taken = [d.model for d in decide(catalogue(slots=1), four, both, 0.0, POLICY)]
+    assert taken == ["c", "d", "c", "d"]
 
 
 def test_a_model_with_work_declared_keeps_its_only_replica():
@@ -136,7 +147,7 @@ def test_a_waves_worth_held_loads_several_replicas_at_once():
         ("load", "first_replica", "c", "s2"),
         ("load", "first_replica", "c", "s3"),
     ]
-    assert "70 request(s) held and no replica ready: 3 wanted, one per 32 held" in (
+    assert "70 request(s) held and no replica ready: 3 wanted, one per 32 requests at once" in (
         decisions[2].reason
     )
     # while the first loads, more held: the replicas loading count towards what is wanted
