@@ -6,12 +6,13 @@ shared memory), and the async engine with retries, back-off and failover.
 """
 
 from .cuda import CudaUnavailable
-from .engine import Stream, StreamResult
+from .engine import Stream
 from .errors import InferError
 from .layout import Column, Columns, LayoutError, Ragged, SoA
 from .plan import CopyPlan, CopyRefused, make_plan
 from .session import Client
 from .spec import ModelInfo, SpecError, TensorSpec
+from .stream_io import StreamResult
 from .stream_options import StreamOptions
 
 __all__ = [

@@ -25,6 +25,7 @@ from pathlib import Path
 from .layout import Columns
 from .spec import ModelInfo, TensorSpec
 from .stats import RequestRecord
+from .stream_io import StreamResult
 
 BACKENDS = ("site", "local", "auto")
 COMPILES = ("jit", "aot")
@@ -105,7 +106,7 @@ class LocalRunner:
 
     def deliver(self, spec: TensorSpec, strict: bool, lo: int, hi: int, source, on_result, result):
         """Run events [lo, hi) of `source` and deliver them once: recorded (path "local")
-        in `result` (an engine StreamResult), then given to `on_result` with the outputs
+        in `result` (a StreamResult, stream_io.py), then given to `on_result` with the outputs
         returned as arrays (the others are in their columns)."""
         start, t0 = time.time(), time.perf_counter()
         call = self.run(spec, source.request(lo, hi), strict)
@@ -136,8 +137,6 @@ class LocalStream:
         """Every event of `source`, in chunks of `batch`; `arrivals` as the engine's (the
         time each chunk starts at the earliest). `on_send` and `resent` need nothing here:
         a chunk run in process is never sent anywhere."""
-        from .engine import StreamResult
-
         result = StreamResult()
         batch = self.options.batch
         chunks = [(lo, min(lo + batch, len(source))) for lo in range(0, len(source), batch)]

@@ -28,7 +28,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 
-from sonicsite.contract.wire import WORK_LEASE_S, WORK_PATH, WORK_REPORT_EVERY_S, WorkReport
+from sonicsite.contract.work_report import WORK_LEASE_S, WORK_PATH, WORK_REPORT_EVERY_S, WorkReport
 
 LOG = logging.getLogger("sonicsite.client")
 TIMEOUT_S = 2.0  # per report: advice is not worth holding a thread longer
@@ -86,8 +86,7 @@ class WorkReporter:
     stopped: bool = False  # the gateway has no such route (404), or the client closed
     _left: dict[str, int] = field(default_factory=dict)  # per model, chunks not answered
     _answered: dict[str, int] = field(default_factory=dict)  # per model, since the last report
-    _streams: int = 0  # streams registered now
-    _per_model: dict[str, int] = field(default_factory=dict)  # streams running, per model
+    _streams: dict[str, int] = field(default_factory=dict)  # per model, streams running now
     _since: float = 0.0  # monotonic time of the last report (or of the first stream's begin)
     _due: float | None = None  # monotonic time the next report is due; None: nothing to say
     _out: bool = False  # a report with work left may stand at the operator (not withdrawn)
@@ -110,12 +109,12 @@ class WorkReporter:
         work = StreamWork(self, model, requests)
         with self._lock:
             self._left[model] = self._left.get(model, 0) + requests
-            self._streams += 1
-            self._per_model[model] = self._per_model.get(model, 0) + 1
+            self._streams[model] = self._streams.get(model, 0) + 1
+            only = self._running() == 1  # the client's first stream now
             now = time.monotonic()
-            if self._streams == 1 and not self._out:
+            if only and not self._out:
                 self._since = now  # the rate is of this work's answers
-            if self._streams == 1 or self._thread is None:  # soon; else with the next report
+            if only or self._thread is None:  # soon; else with the next report
                 first = now + self.first_after_s
                 self._due = first if self._due is None else min(self._due, first)
                 self._start_thread()
@@ -142,12 +141,15 @@ class WorkReporter:
             work.left = 0
             if not self._left[work.model]:
                 del self._left[work.model]
-            self._streams -= 1
-            self._per_model[work.model] -= 1
-            if not self._streams:
+            self._streams[work.model] -= 1
+            if not self._running():
                 self._due = time.monotonic() + self.first_after_s
                 self._start_thread()
                 self._wake.notify()
+
+    def _running(self) -> int:
+        """Under the lock: the streams running now, of every model."""
+        return sum(self._streams.values())
 
     def left(self) -> dict[str, int]:
         """Per model, the chunks not answered yet (in flight included)."""
@@ -203,9 +205,9 @@ class WorkReporter:
         elapsed = max(now - self._since, 1e-3)
         left = {m: n for m, n in self._left.items() if n and not self.stopped}
         rps = {m: self._answered.get(m, 0) / elapsed for m in left}
-        streams = {m: n for m, n in self._per_model.items() if n and m in left}
+        streams = {m: n for m, n in self._streams.items() if n and m in left}
         self._answered, self._since = {}, now
-        self._due = now + self.every_s if self._streams and not self.stopped else None
+        self._due = now + self.every_s if self._running() and not self.stopped else None
         if not left and not self._out:
             return None
         return WorkReport(self.source, left, rps, self.lease_s, streams)

@@ -63,10 +63,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Protocol
-
-import numpy as np
 
 from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 
@@ -76,45 +72,14 @@ from .balancer import Balancer, Endpoint
 from .declared_work import StreamWork, WorkReporter
 from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
-from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
-from .stats import KEPT, RequestRecord, StreamStats, read_statistics, server_time_deltas
+from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
+from .stream_io import OnResult, Source, StreamResult
 from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
 from .wire import OutputTensor
-
-
-class Source(Protocol):
-    """A job's events: how many, and the columns of events [lo, hi) as one request."""
-
-    def __len__(self) -> int: ...
-
-    def request(self, lo: int, hi: int) -> Columns: ...
-
-
-@dataclass
-class StreamResult:
-    delivered: list[tuple[int, int]] = field(default_factory=list)  # chunks given to on_result
-    failed: dict[tuple[int, int], str] = field(default_factory=dict)  # chunk -> last error
-    retries: int = 0
-    overloaded: int = 0  # RESOURCE_EXHAUSTED / 429 replies honoured
-    loading: int = 0  # "still loading" answers: attempts held while the site loaded the model
-    stats: StreamStats = field(default_factory=StreamStats)
-    local: list[tuple[int, int]] = field(default_factory=list)  # chunks run in process
-    switches: list[dict] = field(default_factory=list)  # backend "auto": at, from, to, reason
-
-    @property
-    def events_ok(self) -> int:
-        return sum(hi - lo for lo, hi in self.delivered)
-
-    @property
-    def events_failed(self) -> int:
-        return sum(hi - lo for lo, hi in self.failed)
-
-
-OnResult = Callable[[int, int, dict[str, np.ndarray]], None]
 
 
 class Stream:
@@ -202,8 +167,7 @@ class Stream:
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
             record.path, record.timeout_s = endpoint.path, deadline
             try:
-                # the columns first: a job's CPU work that makes them comes before the site is
-                # asked anything, so a model loaded for the stream's declared work is ready
+                # the columns first: the job's CPU work runs while its declared model loads
                 columns = source.request(lo, hi)
                 info = self.model_info(endpoint, deadline)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)

@@ -13,7 +13,7 @@ import math
 import httpx
 from fastapi import APIRouter, Request, Response
 
-from sonicsite.contract.wire import WORK_PATH, WorkReport
+from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 from .forwarding import error
 

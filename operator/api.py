@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from sonicsite.contract.wire import STATE_READER_HEADER, WORK_PATH, WorkReport
+from sonicsite.contract.wire import STATE_READER_HEADER
+from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 from .controller import Operator
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 
-from sonicsite.contract.wire import WorkReport
+from sonicsite.contract.work_report import WorkReport
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,21 @@ class DeclaredWork:
         left and their last rate, until its lease ends (the queue time of its last requests
         is still in the autoscaler's window: done work, not undeclared work of unknown
         length)."""
-        before = self.pending(now)
         with self._lock:
             if any(report.left.values()):
+                new = {m for m, n in report.left.items() if n and not self._declared(m, now)}
                 self.reports[report.source] = (report, now + report.lease_s)
-                return {m for m, n in report.left.items() if n and m not in before}
+                return new
             last = self.reports.get(report.source)
             if last is not None:
                 done = replace(last[0], left=dict.fromkeys(last[0].left, 0), streams={})
                 self.reports[report.source] = (done, now + last[0].lease_s)
             return set()
+
+    def _declared(self, model: str, now: float) -> bool:
+        """Under the lock: whether a report that holds has requests left for `model` (the
+        first found will do: a report comes from every client every few seconds)."""
+        return any(r.left.get(model) and until > now for r, until in self.reports.values())
 
     def totals(self, now: float) -> dict[str, ModelWork]:
         """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""

@@ -73,8 +73,8 @@ The state the rules read and the decisions they return: placement_state.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from .catalogue import Catalogue
 from .placement_state import (
@@ -86,6 +86,7 @@ from .placement_state import (
     ReplicaState,
     Rule,
     ServerState,
+    apply,
 )
 
 # the state's names are importable from here too (placement_loop.py, the tests)
@@ -370,28 +371,6 @@ def decide(
             f"{d.threshold_ms:.0f} ms for {now - d.over_since:.0f} s with {count} replica(s)",
         )
     return step.decisions
-
-
-def apply(
-    servers: Iterable[ServerState], decisions: Sequence[Decision], now: float
-) -> list[ServerState]:
-    """The servers once `decisions` are issued: a load adds a LOADING replica, an unload
-    marks the replica UNLOADING (whoever carries them out moves them on: ready, gone)."""
-    result = []
-    for server in servers:
-        replicas = list(server.replicas)
-        for d in decisions:
-            if d.server != server.id:
-                continue
-            if d.kind is Kind.LOAD:
-                replicas.append(Replica(d.model, ReplicaState.LOADING, now, 0, now))
-            else:
-                replicas = [
-                    replace(r, state=ReplicaState.UNLOADING, since=now) if r.model == d.model else r
-                    for r in replicas
-                ]
-        result.append(replace(server, replicas=tuple(replicas)))
-    return result
 
 
 def waiting_reasons(

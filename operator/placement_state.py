@@ -1,13 +1,15 @@
 """Placement's state and its outcome: each server's replicas (loading, ready, unloading;
 requests in flight; last use), each model's demand, the policy's figures, and the decisions
-(load or unload, with rule and reason) that the rules in placement.py take from them. Frozen
-dataclasses: a step never changes what it was given."""
+(load or unload, with rule and reason) that the rules in placement.py take from them, and
+the servers once decisions are issued (`apply`). Frozen dataclasses: a step never changes
+what it was given."""
 
 from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import HELD_TTL_S
 
@@ -137,3 +139,25 @@ class HeldCounts:
             for model, count in counts.items():
                 total[model] = total.get(model, 0) + count
         return total
+
+
+def apply(
+    servers: Iterable[ServerState], decisions: Sequence[Decision], now: float
+) -> list[ServerState]:
+    """The servers once `decisions` are issued: a load adds a LOADING replica, an unload
+    marks the replica UNLOADING (whoever carries them out moves them on: ready, gone)."""
+    result = []
+    for server in servers:
+        replicas = list(server.replicas)
+        for d in decisions:
+            if d.server != server.id:
+                continue
+            if d.kind is Kind.LOAD:
+                replicas.append(Replica(d.model, ReplicaState.LOADING, now, 0, now))
+            else:
+                replicas = [
+                    replace(r, state=ReplicaState.UNLOADING, since=now) if r.model == d.model else r
+                    for r in replicas
+                ]
+        result.append(replace(server, replicas=tuple(replicas)))
+    return result

@@ -56,7 +56,8 @@ from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.route_clusters import pool_weights, shared_models
 from sonicsite.operator.xds_resources import ALL_SERVERS
 
-from sonicsite.contract.wire import AdmissionRecord, WorkReport
+from sonicsite.contract.wire import AdmissionRecord
+from sonicsite.contract.work_report import WorkReport
 
 from .gpu import DRAINING, READY
 from .placing import Placing

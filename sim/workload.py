@@ -44,7 +44,7 @@ import simpy
 from sonicsite.client.declared_work import FIRST_AFTER_S
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
-from sonicsite.contract.wire import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
+from sonicsite.contract.work_report import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
 
 from .gpu import STOPPED, Request, ServerLost
 from .scenario import Call, OpenLoop, Scenario, Workflow

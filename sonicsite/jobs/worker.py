@@ -33,10 +33,10 @@ from pathlib import Path
 
 from sonicsite.client import Client
 from sonicsite.client.backend_local import BACKENDS, COMPILES, LOCAL, LocalModels
-from sonicsite.client.engine import Source
 from sonicsite.client.layout import Columns
 from sonicsite.client.spec import ModelInfo, TensorInfo
 from sonicsite.client.stats import StreamStats
+from sonicsite.client.stream_io import Source
 from sonicsite.models.repository import load_entry
 from sonicsite.models.samples import DEFAULT_BATCH, AnswerError, generate
 

@@ -22,7 +22,7 @@ from sonicsite.client.declared_work import WorkReporter, work_url
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
 
-from sonicsite.contract.wire import WORK_LEASE_S, WORK_PATH, WorkReport
+from sonicsite.contract.work_report import WORK_LEASE_S, WORK_PATH, WorkReport
 
 
 @dataclass

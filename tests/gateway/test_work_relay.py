@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sonicsite.gateway.app import GatewayConfig, create_app
 
-from sonicsite.contract.wire import WORK_LEASE_S, WORK_PATH
+from sonicsite.contract.work_report import WORK_LEASE_S, WORK_PATH
 
 AUTH = {"Authorization": "Bearer first-token"}  # conftest.py's app_client takes this token
 

@@ -21,7 +21,7 @@ from sonicsite.operator.declared_work import DeclaredWork, ModelWork
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 
-from sonicsite.contract.wire import WORK_PATH, WorkReport
+from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 
 def test_a_report_says_which_models_it_newly_declares_and_the_streams_add_up():

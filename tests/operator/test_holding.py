@@ -32,8 +32,8 @@ from dashboard_builder import panels_without_data
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
-from sonicsite.client.engine import Source
 from sonicsite.client.errors import TIMEOUT
+from sonicsite.client.stream_io import Source
 from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
 from sonicsite.operator.placement_settings import PlacementSettings
@@ -76,31 +76,33 @@ def held_site(tmp_path_factory, built_models) -> Iterator[SiteState]:
         launcher.down(site_dir)
 
 
+def _ready_on(state: SiteState, model: str) -> list[str]:
+    """The servers that hold `model` ready, as Triton's repository index says."""
+    return [
+        s.id
+        for s in state.servers
+        if model in model_control.ready_models(control_target(state, s.id))
+    ]
+
+
+def _envoy_holds(state: SiteState, model: str) -> bool:
+    """Whether Envoy sends `model`'s requests to the holder (its hold route)."""
+    return f'"hold-{model}"' in _get(state.envoy_admin, "/config_dump").decode()
+
+
+def _gateway_names(state: SiteState, model: str) -> bool:
+    """Whether the gateway's site view names a server for `model`."""
+    return any(model in s["models"] for s in json.loads(_get(state.http, "/v1/site"))["servers"])
+
+
 def _unloaded_everywhere(state: SiteState, model: str) -> None:
     """Wait until no server holds `model` and both Envoy and the gateway hold its requests."""
-    wait_until(
-        lambda: all(
-            model not in model_control.ready_models(control_target(state, s.id))
-            for s in state.servers
-        ),
-        f"{model} unloaded after its idle time",
-        DEADLINE_S,
-        0.5,
-    )
-    wait_until(
-        lambda: f'"hold-{model}"' in _get(state.envoy_admin, "/config_dump").decode(),
-        f"Envoy's hold route for {model}",
-        DEADLINE_S,
-        0.5,
-    )
-    wait_until(
-        lambda: all(
-            model not in s["models"] for s in json.loads(_get(state.http, "/v1/site"))["servers"]
-        ),
-        f"the gateway to name no server for {model}",
-        DEADLINE_S,
-        0.5,
-    )
+    gone = f"{model} unloaded after its idle time"
+    wait_until(lambda: not _ready_on(state, model), gone, DEADLINE_S, 0.5)
+    held = f"Envoy's hold route for {model}"
+    wait_until(lambda: _envoy_holds(state, model), held, DEADLINE_S, 0.5)
+    unnamed = f"the gateway to name no server for {model}"
+    wait_until(lambda: not _gateway_names(state, model), unnamed, DEADLINE_S, 0.5)
 
 
 @contextlib.contextmanager
@@ -255,9 +257,9 @@ def _routed(state: SiteState, model: str) -> bool:
     """Whether `model` is ready on a server and routed to it: by Envoy (its hold route gone)
     and by the gateway (its site view names the server)."""
     return (
-        any(model in model_control.ready_models(control_target(state, s.id)) for s in state.servers)
-        and f'"hold-{model}"' not in _get(state.envoy_admin, "/config_dump").decode()
-        and any(model in s["models"] for s in json.loads(_get(state.http, "/v1/site"))["servers"])
+        bool(_ready_on(state, model))
+        and not _envoy_holds(state, model)
+        and _gateway_names(state, model)
     )
 
 
