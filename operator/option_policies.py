@@ -120,6 +120,7 @@ def placement_settings(
             pressure_s=args.placement_pressure_s,
             evict_idle_s=args.evict_idle_s,
             min_resident_s=args.min_resident_s,
+            keep_warm=args.keep_warm,
             hold_deadline_s=default,
             hold_deadlines=deadlines,
             pools=pools(args.pool),

@@ -298,6 +298,13 @@ def parser() -> argparse.ArgumentParser:
         help="with --placement: a model loaded less long ago is never unloaded for another",
     )
     parser.add_argument(
+        "--keep-warm",
+        action="store_true",
+        help="with --placement: a model's last replica is not unloaded for being idle, and a "
+        "model with none is loaded where a server has room to spare (room another model "
+        "needs is still made by unloading the least recently used)",
+    )
+    parser.add_argument(
         "--pool",
         action="append",
         default=[],

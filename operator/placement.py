@@ -9,10 +9,11 @@ its reason. Nothing here reads a clock or does I/O, so the operator and the simu
 The rules, in the order they are applied within one step:
 
 1. IDLE: a ready replica unused for `idle_unload_s` with no request in flight, none held
-   and none declared for its model is unloaded. Memory held by an unused model is memory
-   another model cannot have; the wait keeps a model that is used now and then (job waves
-   with gaps) loaded, and the in-flight count is a reference count: a replica with a
-   request in it is never unloaded, whatever its age.
+   and none declared for its model is unloaded (with `keep_warm`, not its model's last
+   ready replica). Memory held by an unused model is memory another model cannot have; the
+   wait keeps a model that is used now and then (job waves with gaps) loaded, and the
+   in-flight count is a reference count: a replica with a request in it is never unloaded,
+   whatever its age.
 2. FIRST_REPLICA: a model with requests held, or declared by the jobs that will send them
    (declared_work.py: a client says what its streams have left as they begin, before the
    job's first events are processed), and no replica ready or loading (on a server that
@@ -20,15 +21,16 @@ The rules, in the order they are applied within one step:
    work that waits for nothing else; declared requests are work that will, and a load
    begun when a job starts is ready that much sooner than one begun at its first request
    (a cold start of tens of seconds against a job's minutes). A model already loading gets
-   no second load (its requests wait for that one). With a wave's worth of requests at
-   once, more than `held_per_replica` held or as many streams declared sending them (each
-   keeps a request in flight), it is loaded on ceil(that / held_per_replica) servers at
-   once (each making room from idle replicas only; up to `max_replicas`), once every
-   waiting model has its first: the held requests are released together when the first
-   replica is ready, and on one replica a wave of them queued for a minute while queue
-   pressure added the others one by one (the simulated `waves`, README); a wave declared
-   is loaded so before its requests come, or its first replica, ready seconds before the
-   others, took them all (and admission shed some).
+   no second load (its requests wait for that one).
+   WAVE: with a wave's worth of requests at once, more than `held_per_replica` held or as
+   many streams declared sending them (each keeps a request in flight), a model is loaded
+   on ceil(that / held_per_replica) servers (up to `max_replicas`), its replicas ready or
+   loading counted, once every waiting model has its first, the waiting models taking
+   turns (two waves declared together each get a share). The held requests are released
+   together when the first replica is ready, and on one replica a wave of them queued for a
+   minute while queue pressure added the others one by one (the simulated `waves`,
+   README); a wave declared is loaded so before its requests come, or its first replica,
+   ready seconds before the others (or kept warm), took them all (and admission shed some).
 3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
    `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
@@ -38,14 +40,23 @@ The rules, in the order they are applied within one step:
    nothing in flight, nothing held, unused for `evict_idle_s`, resident for
    `min_resident_s`) is unloaded to make it: first one whose model has another ready
    replica (nothing is lost: no later cold start), then one that is its model's only
-   replica; least recently used first within each. Least recently used, because the model
-   used longest ago is the least likely to be needed next (job waves move from model to
-   model); "idle" and "resident", because evicting a model in use, or one just loaded, for
-   another trades one cold start for another and flaps. Held requests weigh more than queue
-   pressure: only a first replica may also take a surplus replica that is not idle yet (of
-   a model with several ready), before any model's only replica, and only while nothing is
-   in flight in it. A model with work declared keeps its only replica (its next load
-   would be decided at once: a flap).
+   replica (with `keep_warm`, for a first replica only); least recently used first within
+   each. Least recently used, because the model used longest ago is the least likely to be
+   needed next (job waves move from model to model); "idle" and "resident", because
+   evicting a model in use, or one just loaded, for another trades one cold start for
+   another and flaps. Held requests weigh more than queue pressure: only a first replica
+   may also take a surplus replica that is not idle yet (of a model with several ready),
+   before any model's only replica, and only while nothing is in flight in it. A wave may
+   take one from a model with more replicas than the wave's model will have with it (a
+   fair share: once the counts are within one, neither takes the other's, so two waves at
+   once meet and stay), also only while nothing is in flight in it. A model with work
+   declared keeps its only replica (its next load would be decided at once: a flap).
+5. WARM (with `keep_warm`): a model with no replica ready or loading in its pool is loaded
+   on a server with room to spare, making none. A server's memory holds models and its
+   compute runs the ones at work: a model kept loaded beside another costs nothing until its
+   room is needed, and its next wave finds it ready (no cold start; SuperSONIC's servers
+   load their whole repository at start). With 1 and 4 it keeps each model's last replica
+   until a first replica needs the room.
 
 Where a load goes (2 and 3): the server of the pool with the fewest replicas at work left
 beside it (loading or with a request in flight), then the fewest used within
@@ -53,7 +64,7 @@ beside it (loading or with a request in flight), then the fewest used within
 first, because one server stands for one device: two models at work on one device share it
 while another holds only idle models, which cost little to evict.
 
-Rules 2 and 3 take one load per model per step (rule 2 more for a wave's worth, after
+Rules 2, 3 and 5 take one load per model per step (rule 2 more for a wave's worth, after
 every waiting model's first), first the models with the most requests held, then declared
 (2), or the highest queue time over threshold (3); every remaining tie is broken by name
 (model, then server id), so the same state always gives the same decisions.
@@ -125,6 +136,17 @@ class _Step:
         self.decisions.append(decision)
         self.servers = {s.id: s for s in apply(self.servers.values(), [decision], self.now)}
 
+    def replicas(self, model: str, *states: ReplicaState) -> list[Replica]:
+        """`model`'s replicas in these states on the servers of its pool that take work."""
+        pool = self.catalogue.pool_of(model)
+        return [
+            r
+            for s in self.servers.values()
+            if s.accepting and s.pool == pool
+            for r in s.replicas
+            if r.model == model and r.state in states
+        ]
+
     def decided(self, model: str) -> bool:
         return any(d.model == model for d in self.decisions)
 
@@ -162,11 +184,15 @@ class _Step:
             shares.append(used / budget.memory_bytes)
         return max(shares)
 
-    def evictable(self, server: ServerState, surplus: bool) -> list[Replica]:
-        """Replicas that may make room on `server`, in the order to take them: idle ones
-        of models with another ready replica elsewhere (no model is lost); with `surplus`,
-        then the other replicas of such models; then idle ones that are their model's only
-        replica (it will need a load again). Least recently used first within each."""
+    def evictable(self, server: ServerState, rule: Rule, model: str) -> list[Replica]:
+        """Replicas that may make room on `server` for a load by `rule`, in the order to
+        take them: idle ones of models with another ready replica elsewhere (no model is
+        lost); for a first replica, then the other replicas of such models; then idle ones
+        that are their model's only replica (it will need a load again; with `keep_warm`,
+        for a first replica only). Least recently used first within each."""
+        if rule is Rule.WARM:
+            return []
+        first = rule is Rule.FIRST_REPLICA
         ready = {
             m: sum(
                 1
@@ -203,19 +229,36 @@ class _Step:
         )
         idle_spare = [r for r in idle if ready[r.model] > 1]
         only = [r for r in idle if ready[r.model] <= 1]
-        return idle_spare + (spare if surplus else []) + only
+        crowded = []
+        if rule is Rule.WAVE:
+            mine = len(self.replicas(model, ReplicaState.LOADING, ReplicaState.READY))
+            crowded = sorted(
+                (
+                    r
+                    for r in server.replicas
+                    if movable(r)
+                    and r not in idle
+                    and len(self.replicas(r.model, ReplicaState.LOADING, ReplicaState.READY))
+                    > mine + 1
+                ),
+                key=lru,
+            )
+        return (
+            idle_spare
+            + (spare if first else [])
+            + crowded
+            + (only if first or not self.policy.keep_warm else [])
+        )
 
-    def place(self, model: str, rule: Rule, why: str, surplus: bool | None = None) -> bool:
-        """Load `model` on the best server of its pool, making room if needed; False when
-        no server can take it. `surplus`: whether a surplus replica not idle yet may make
-        room (rule 4; by default for a first replica only)."""
+    def place(self, model: str, rule: Rule, why: str) -> bool:
+        """Load `model` on the best server of its pool, making room if needed (rule 4,
+        `evictable`); False when no server can take it."""
         pool = self.catalogue.pool_of(model)
-        surplus = rule is Rule.FIRST_REPLICA if surplus is None else surplus
         best: tuple | None = None
         for server in sorted(self.servers.values(), key=lambda s: s.id):
             if server.pool != pool or not server.accepting or server.replica(model) is not None:
                 continue
-            candidates = self.evictable(server, surplus=surplus)
+            candidates = self.evictable(server, rule, model)
             freed: list[Replica] = []
             while not self.fits(server, model, freed) and len(freed) < len(candidates):
                 freed.append(candidates[len(freed)])
@@ -275,6 +318,7 @@ def decide(
     """What to load and unload now, in the order to carry it out (see the module's rules).
     Models not in the catalogue are left alone."""
     step = _Step(catalogue, policy, demand, now, {s.id: s for s in servers}, [])
+    replicas = step.replicas
     # 1. IDLE
     for server in sorted(servers, key=lambda s: s.id):
         for r in sorted(server.replicas, key=lambda r: r.model):
@@ -285,6 +329,7 @@ def decide(
                 and r.in_flight == 0
                 and not demand.get(r.model, Demand()).waiting
                 and idle >= policy.idle_unload_s
+                and not (policy.keep_warm and len(replicas(r.model, ReplicaState.READY)) <= 1)
             ):
                 step.take(
                     Decision(
@@ -297,27 +342,13 @@ def decide(
                     )
                 )
 
-    def replicas(model: str, *states: ReplicaState) -> list[Replica]:
-        pool = catalogue.pool_of(model)
-        return [
-            r
-            for s in step.servers.values()
-            if s.accepting and s.pool == pool
-            for r in s.replicas
-            if r.model == model and r.state in states
-        ]
-
     # 2. FIRST_REPLICA: most requests held first, then most declared
-    waiting = sorted(
-        (
-            (m, d)
-            for m, d in demand.items()
-            if m in catalogue.models and d.waiting and not replicas(m, ReplicaState.READY)
-        ),
+    order = sorted(
+        ((m, d) for m, d in demand.items() if m in catalogue.models and d.waiting),
         key=lambda md: (-md[1].held, -md[1].declared, md[0]),
     )
-    for model, d in waiting:
-        if not replicas(model, ReplicaState.LOADING):
+    for model, d in order:
+        if not replicas(model, ReplicaState.READY, ReplicaState.LOADING):
             work = (
                 f"{d.held} request(s) held"
                 if d.held
@@ -328,22 +359,23 @@ def decide(
                 Rule.FIRST_REPLICA,
                 f"{work} and no replica ready or loading in pool {catalogue.pool_of(model)!r}",
             )
-    # a wave's worth held or sending: more replicas at once, once every model has its first,
-    # a replica of each waiting model in turn (two waves declared at once share the servers)
+    # WAVE: a wave's worth held or sending, more replicas at once, once every model has its
+    # first, a replica of each such model in turn (two waves declared at once share the
+    # servers)
     wanted = {}
-    for model, d in waiting:
+    for model, d in order:
         count = math.ceil(max(d.held, d.streams) / policy.held_per_replica)
         wanted[model] = count if policy.max_replicas is None else min(count, policy.max_replicas)
-    turns = [(m, d) for m, d in waiting if wanted[m] > 1]
+    turns = [(m, d) for m, d in order if wanted[m] > 1]
     while turns:
         for model, d in list(turns):
-            count = len(replicas(model, ReplicaState.LOADING)) + 1
+            have = len(replicas(model, ReplicaState.LOADING, ReplicaState.READY))
             what = f"{d.held} request(s) held" if d.held >= d.streams else f"{d.streams} stream(s)"
             why = (
-                f"{what} and no replica ready: {wanted[model]} wanted, one per "
-                f"{policy.held_per_replica} requests at once (replica {count})"
+                f"{what}: {wanted[model]} replicas wanted, one per {policy.held_per_replica} "
+                f"requests at once, {have} ready or loading"
             )
-            if count > wanted[model] or not step.place(model, Rule.FIRST_REPLICA, why, False):
+            if have >= wanted[model] or not step.place(model, Rule.WAVE, why):
                 turns.remove((model, d))
 
     # 3. QUEUE_PRESSURE: highest queue time over threshold first
@@ -370,6 +402,19 @@ def decide(
             f"queue time {d.queue_ms:.0f} ms per request over its threshold "
             f"{d.threshold_ms:.0f} ms for {now - d.over_since:.0f} s with {count} replica(s)",
         )
+
+    # 5. WARM: a model with no replica, loaded where a server has room to spare
+    if policy.keep_warm:
+        for model in sorted(catalogue.models):
+            if not step.decided(model) and not replicas(
+                model, ReplicaState.LOADING, ReplicaState.READY
+            ):
+                step.place(
+                    model,
+                    Rule.WARM,
+                    f"no replica in pool {catalogue.pool_of(model)!r}: kept warm while a "
+                    "server has room to spare",
+                )
     return step.decisions
 
 

@@ -169,9 +169,10 @@ class PlacementActuator:
         """Why a load of `model` by `rule` is no longer wanted, from what the steps saw since
         it was decided (empty: it is wanted)."""
         with self._lock:
-            if rule is Rule.FIRST_REPLICA:
-                if any(model in held for held in self.loaded.values()):
-                    return "a replica is ready now"
+            ready = any(model in held for held in self.loaded.values())
+            if rule in (Rule.FIRST_REPLICA, Rule.WARM) and ready:
+                return "a replica is ready now"
+            if rule in (Rule.FIRST_REPLICA, Rule.WAVE):
                 now = time.time()
                 if not self.held.held(now).get(model, 0) and model not in self.declared(now):
                     return "no request is held or declared for it now"

@@ -32,6 +32,7 @@ class PlacementSettings:
     pressure_s: float = PlacementPolicy.pressure_s
     evict_idle_s: float = PlacementPolicy.evict_idle_s
     min_resident_s: float = PlacementPolicy.min_resident_s
+    keep_warm: bool = PlacementPolicy.keep_warm  # a model's last replica stays while room allows
     hold_deadline_s: float = HOLD_DEADLINE_S  # a held request's deadline, by default
     hold_deadlines: tuple[tuple[str, float], ...] = ()  # (model, deadline s) where not
     # (pool, models pinned to it; () for the pool of every model no other pool names);
@@ -44,6 +45,7 @@ class PlacementSettings:
             evict_idle_s=self.evict_idle_s,
             min_resident_s=self.min_resident_s,
             pressure_s=self.pressure_s,
+            keep_warm=self.keep_warm,
         )
 
     def args(self) -> list[str]:
@@ -58,6 +60,8 @@ class PlacementSettings:
             f"--hold-deadline-s={self.hold_deadline_s}",
             *(f"--hold-deadline-s={m}={s}" for m, s in self.hold_deadlines),
         ]
+        if self.keep_warm:
+            args.append("--keep-warm")
         if self.budget_models is not None:
             args.append(f"--budget-models={self.budget_models}")
         args += [

@@ -25,9 +25,11 @@ class Rule(enum.Enum):
     """Why a decision was taken (a metric's label; the reason string says the figures)."""
 
     FIRST_REPLICA = "first_replica"
+    WAVE = "wave"
     QUEUE_PRESSURE = "queue_pressure"
     IDLE = "idle"
     MAKE_ROOM = "make_room"
+    WARM = "warm"
 
 
 class ReplicaState(enum.Enum):
@@ -91,7 +93,10 @@ class PlacementPolicy:
     min_resident_s: float = 30.0  # never evicted sooner than this after it was loaded
     pressure_s: float = 10.0  # queue over threshold this long before another replica
     max_replicas: int | None = None  # per model; None: as many as the pool has servers
-    held_per_replica: int = 32  # requests held per first replica loaded at once (rule 2)
+    held_per_replica: int = 32  # requests held or streams declared per replica (rule 2)
+    # a model's last replica stays while nothing needs its room, and a model with none is
+    # loaded where a server has room to spare (rules 1 and 5)
+    keep_warm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("idle_unload_s", "evict_idle_s", "min_resident_s", "pressure_s"):

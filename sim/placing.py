@@ -31,6 +31,7 @@ from sonicsite.operator.placement import (
     Kind,
     Replica,
     ServerState,
+    apply,
     decide,
 )
 from sonicsite.operator.placement_demand import demands, usage
@@ -65,6 +66,7 @@ class Placing:
     last_used: dict[tuple[str, str], float] = field(default_factory=dict)
     waiting: dict[str, list[simpy.Event]] = field(default_factory=dict)  # held, per model
     busy: set[str] = field(default_factory=set)  # servers whose decisions are under way
+    queued: list[Decision] = field(default_factory=list)  # decided, not begun (behind another)
 
     def __post_init__(self) -> None:
         self.catalogue = catalogue_of(self.scenario, self.placement)
@@ -126,6 +128,9 @@ class Placing:
             )
             for s in servers
         ]
+        # what is decided and not begun counts as under way, as the operator's actuator
+        # reports it (a load waiting behind another on its server is one loading)
+        states = apply(states, self.queued, now)
         chosen = decide(self.catalogue, states, demand, now, settings.policy())
         by_server: dict[str, list[Decision]] = {}
         for d in chosen:
@@ -134,10 +139,12 @@ class Placing:
         on = {s.id: s for s in servers}
         for server_id, mine in by_server.items():
             self.busy.add(server_id)
+            self.queued += mine
             self.env.process(self._carry_out(on[server_id], mine, routed))
 
     def _carry_out(self, server: Server, decisions: list[Decision], routed):
         for d in decisions:
+            self.queued.remove(d)
             self.decisions.append(
                 {
                     "at": round(self.env.now, 3),

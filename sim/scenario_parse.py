@@ -190,7 +190,7 @@ def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
     where = "placement"
     numbers = ("queue_ms", "hold_deadline_s", "idle_unload_s", "evict_idle_s")
     numbers += ("min_resident_s", "pressure_s", "unload_s")
-    f = _fields(data, where, {"models_per_server", "static", *numbers})
+    f = _fields(data, where, {"models_per_server", "static", "keep_warm", *numbers})
     per_server = _int(f, "models_per_server", where)
     groups = []
     for i, group in enumerate(_list(f, "static", where)):
@@ -211,7 +211,11 @@ def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
     defaults = {"unload_s": Placement.unload_s, **vars(PlacementSettings())}
     values = {k: _num(f, k, where, default=defaults[k]) for k in numbers}
     unload_s = values.pop("unload_s")
-    return Placement(per_server, tuple(groups), PlacementSettings(**values), unload_s)
+    keep_warm = f.get("keep_warm", PlacementSettings.keep_warm)
+    if not isinstance(keep_warm, bool):
+        raise ScenarioError(f"{where}.keep_warm: expected true or false, got {keep_warm!r}")
+    settings = PlacementSettings(**values, keep_warm=keep_warm)
+    return Placement(per_server, tuple(groups), settings, unload_s)
 
 
 def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:

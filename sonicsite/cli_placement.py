@@ -24,6 +24,13 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
         help="with --placement: a model unused this long, nothing in flight, is unloaded",
     )
     p.add_argument(
+        "--keep-warm",
+        action="store_true",
+        help="with --placement: every model stays loaded where room allows (its last replica "
+        "is not unloaded for being idle; one with none loads where a server has room to "
+        "spare); room another model needs is still made",
+    )
+    p.add_argument(
         "--budget-models",
         type=at_least(1),
         default=None,
@@ -55,7 +62,11 @@ def placement_settings(args: argparse.Namespace) -> PlacementSettings | None:
     held = {} if args.hold_deadline_s is None else {"hold_deadline_s": args.hold_deadline_s}
     pools = tuple((name, models) for name, _, models in args.pool)
     return PlacementSettings(
-        idle_unload_s=args.idle_unload_s, budget_models=args.budget_models, pools=pools, **held
+        idle_unload_s=args.idle_unload_s,
+        budget_models=args.budget_models,
+        keep_warm=args.keep_warm,
+        pools=pools,
+        **held,
     )
 
 

@@ -24,6 +24,7 @@ ON_DEMAND = {
         "preload": ["deepmet"],
         "budgetModels": 2,
         "idleUnloadSeconds": 900,
+        "keepWarm": True,
         "holdDeadlines": {"particlenet_ak4": 30},
     },
     "autoscaling": {"enabled": True, "minReplicas": 0},
@@ -51,6 +52,7 @@ def test_placement_values_are_the_placement_settings_defaults():
         chart["pressureSeconds"],
         chart["evictIdleSeconds"],
         chart["minResidentSeconds"],
+        chart["keepWarm"],
         chart["holdDeadlineSeconds"],
     ) == (
         settings.idle_unload_s,
@@ -58,6 +60,7 @@ def test_placement_values_are_the_placement_settings_defaults():
         settings.pressure_s,
         settings.evict_idle_s,
         settings.min_resident_s,
+        settings.keep_warm,
         settings.hold_deadline_s,
     )
 
@@ -70,6 +73,7 @@ def test_the_operator_gets_every_placement_value_as_it_parses_them():
     assert option_policies.placement_settings(parsed, parser) == PlacementSettings(
         idle_unload_s=900,
         budget_models=2,
+        keep_warm=True,
         hold_deadlines=(("particlenet_ak4", 30.0),),
     )
     off = operator_parser().parse_args(_container(objects(render({})), "operator")["args"])

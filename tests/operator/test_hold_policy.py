@@ -125,8 +125,10 @@ def test_envoy_gets_routes_and_endpoints_from_the_operators_stream_with_or_witho
         assert all(s == {"ads": {}, "resource_api_version": "V3"} for s in sources), sources
 
 
-def test_hold_deadlines_go_from_the_settings_to_the_operators_options_and_back():
-    settings = PlacementSettings(hold_deadline_s=30.0, hold_deadlines=(("identity", 5.0),))
+def test_placement_settings_go_to_the_operators_options_and_back():
+    settings = PlacementSettings(
+        hold_deadline_s=30.0, hold_deadlines=(("identity", 5.0),), keep_warm=True
+    )
     parser = options.parser()
     required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
     args = parser.parse_args(required + settings.args())

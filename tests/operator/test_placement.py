@@ -88,8 +88,12 @@ def test_work_its_jobs_declare_loads_a_model_before_any_request_is_held():
     # a wave declared: one replica per `held_per_replica` streams sending at once, before
     # its requests come (else the first replica ready takes them all for seconds)
     wave = decide(catalogue(), empty, {"c": Demand(declared=4000, streams=70)}, 0.0, POLICY)
-    assert moves(wave) == [("load", "first_replica", "c", s) for s in ("s0", "s1", "s2")]
-    assert "70 stream(s) and no replica ready: 3 wanted, one per 32" in wave[2].reason
+    assert moves(wave) == [("load", "first_replica", "c", "s0")] + [
+        ("load", "wave", "c", s) for s in ("s1", "s2")
+    ]
+    assert "70 stream(s): 3 replicas wanted, one per 32 requests at once, 2 ready or" in (
+        wave[2].reason
+    )
     # two waves declared at once take turns: each gets half of the servers, not the first
     # named all of them while the other's requests come to one replica
     four = [server(f"s{k}") for k in range(4)]
@@ -144,25 +148,114 @@ def test_a_waves_worth_held_loads_several_replicas_at_once():
     assert moves(decisions) == [
         ("load", "first_replica", "c", "s0"),
         ("load", "first_replica", "d", "s1"),
-        ("load", "first_replica", "c", "s2"),
-        ("load", "first_replica", "c", "s3"),
+        ("load", "wave", "c", "s2"),
+        ("load", "wave", "c", "s3"),
     ]
-    assert "70 request(s) held and no replica ready: 3 wanted, one per 32 requests at once" in (
+    assert "70 request(s) held: 3 replicas wanted, one per 32 requests at once, 1 ready" in (
         decisions[2].reason
     )
     # while the first loads, more held: the replicas loading count towards what is wanted
     loading = [server("s0", Replica("c", LOADING, 0.0)), server("s1"), server("s2")]
     assert moves(decide(catalogue(), loading, {"c": Demand(held=64)}, 1.0, POLICY)) == [
-        ("load", "first_replica", "c", "s1")
+        ("load", "wave", "c", "s1")
     ]
     assert decide(catalogue(), loading, {"c": Demand(held=32)}, 1.0, POLICY) == []
     capped = replace(POLICY, max_replicas=2)
     assert len(decide(catalogue(), empty, {"c": Demand(held=500)}, 0.0, capped)) == 2
-    # the extras take no replica that is not idle yet (a first replica may take a surplus one)
+    # the extras take a replica not idle yet only from a model that keeps more than the
+    # wave's will then have (a first replica may take any surplus one): a has 2 left, b 3
     busy = [server(sid, used("a", 99.0), used("b", 99.0)) for sid in ("s0", "s1", "s2")]
     assert moves(decide(catalogue(), busy, {"c": Demand(held=90)}, 100.0, POLICY)) == [
         ("unload", "make_room", "a", "s0"),
         ("load", "first_replica", "c", "s0"),
+        ("unload", "make_room", "b", "s1"),
+        ("load", "wave", "c", "s1"),
+    ]
+
+
+def test_a_wave_declared_adds_replicas_while_its_first_is_ready():
+    """A wave's streams want one replica per `held_per_replica` whether or not one is ready
+    (a warm replica alone would take the whole wave's first requests)."""
+    ready = [server("s0", used("c", 0.0)), server("s1"), server("s2"), server("s3")]
+    decisions = decide(catalogue(), ready, {"c": Demand(declared=9000, streams=100)}, 1.0, POLICY)
+    assert moves(decisions) == [("load", "wave", "c", s) for s in ("s1", "s2", "s3")]
+    assert "100 stream(s): 4 replicas wanted" in decisions[0].reason
+    assert "1 ready or loading" in decisions[0].reason
+    # as many as wanted: nothing more
+    four = [server(f"s{k}", used("c", 0.0)) for k in range(4)]
+    assert decide(catalogue(), four, {"c": Demand(declared=9000, streams=100)}, 1.0, POLICY) == []
+
+
+def test_two_waves_share_the_servers_without_flapping():
+    """A wave takes a busy model's replica (nothing in flight) only while that model keeps
+    more replicas than the wave's model will have: the shares meet and stay."""
+    a_everywhere = [server(f"s{k}", used("a", 99.0)) for k in range(4)]
+    one = catalogue(slots=1)
+    c = {"c": Demand(declared=9000, streams=200), "a": Demand(declared=9000, streams=200)}
+    first = decide(one, a_everywhere, c, 100.0, POLICY)
+    assert moves(first) == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "first_replica", "c", "s0"),
+        ("unload", "make_room", "a", "s1"),
+        ("load", "wave", "c", "s1"),
+    ]
+    # two each: neither takes the other's, whichever asks
+    settled = [
+        replace(s, replicas=tuple(replace(r, last_used=199.9) for r in s.replicas))
+        for s in _settle(apply(a_everywhere, first, 100.0), 200.0, {})
+    ]
+    assert sorted(r.model for s in settled for r in s.replicas) == ["a", "a", "c", "c"]
+    assert decide(one, settled, c, 200.0, POLICY) == []
+    # a replica with a request in flight is never taken
+    busy = [server(f"s{k}", used("a", 99.0, in_flight=1)) for k in range(4)]
+    assert moves(decide(one, busy, c, 100.0, POLICY)) == []
+
+
+def test_keep_warm_keeps_a_last_replica_and_fills_room_to_spare():
+    """With `keep_warm`: the idle rule leaves a model's last replica (it unloads the
+    others); a model with none is loaded where a server has room to spare, never by making
+    room; making room for a wave spares an only replica, a first replica may still take it."""
+    warm = replace(POLICY, keep_warm=True)
+    idle = [server("s0", used("a", 0.0)), server("s1", used("a", 0.0))]
+    assert moves(decide(catalogue("a"), idle, {}, 1e4, warm)) == [("unload", "idle", "a", "s0")]
+    assert moves(decide(catalogue("a"), idle, {}, 1e4, POLICY)) == [
+        ("unload", "idle", "a", "s0"),
+        ("unload", "idle", "a", "s1"),
+    ]
+    empty = [server("s0"), server("s1")]
+    decisions = decide(catalogue("abc"), empty, {}, 0.0, warm)
+    assert sorted((d.rule.value, d.model) for d in decisions) == [
+        ("warm", "a"),
+        ("warm", "b"),
+        ("warm", "c"),
+    ]
+    assert "kept warm while a server has room to spare" in decisions[0].reason
+    assert decide(catalogue("abc"), empty, {}, 0.0, POLICY) == []
+    full = [server("s0", used("a", 0.0), used("b", 0.0))]
+    assert decide(catalogue("abc"), full, {}, 1e3, warm) == []
+    # a's replicas ready on s0 and s1; b's only one on s1; c's wave: s1's b stays
+    held = [
+        server("s0", used("a", 49.0, in_flight=1), used("c", 0.0)),
+        server("s1", used("a", 0.0), used("b", 0.0)),
+    ]
+    wave = {"c": Demand(declared=9000, streams=64)}
+    assert moves(decide(catalogue("abc"), held, wave, 50.0, warm)) == [
+        ("unload", "make_room", "a", "s1"),
+        ("load", "wave", "c", "s1"),
+    ]
+    only_b = [
+        server("s0", used("c", 0.0), used("d", 49.0, in_flight=1)),
+        server("s1", used("b", 0.0), used("e", 49.0, in_flight=1)),
+    ]
+    assert decide(catalogue("bcde"), only_b, wave, 50.0, warm) == []
+    assert moves(decide(catalogue("bcde"), only_b, wave, 50.0, POLICY)) == [
+        ("unload", "make_room", "b", "s1"),
+        ("load", "wave", "c", "s1"),
+    ]
+    first = {"a": Demand(held=1)}
+    assert moves(decide(catalogue("abcde"), only_b, first, 50.0, warm)) == [
+        ("unload", "make_room", "c", "s0"),
+        ("load", "first_replica", "a", "s0"),
     ]
 
 

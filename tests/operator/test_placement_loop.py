@@ -311,6 +311,8 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
         Decision(Kind.UNLOAD, Rule.MAKE_ROOM, "simple", "triton-1", "room for identity"),
         Decision(Kind.LOAD, Rule.QUEUE_PRESSURE, "identity", "triton-1", "queue over"),
         Decision(Kind.LOAD, Rule.FIRST_REPLICA, "identity", "triton-1", "1 request held"),
+        Decision(Kind.LOAD, Rule.WAVE, "identity", "triton-1", "64 stream(s)"),
+        Decision(Kind.LOAD, Rule.WARM, "identity", "triton-1", "kept warm"),
         Decision(Kind.UNLOAD, Rule.IDLE, "identity", "triton-0", "unused"),
     ]
     loop.carry_out(decisions, {s.id: s for s in seen}, view, decided_at)
@@ -324,6 +326,8 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
         "dropped: its queue time is no longer over 1e-06 ms"
     )
     assert outcomes[("triton-1", "first_replica")] == "dropped: a replica is ready now"
+    assert outcomes[("triton-1", "wave")] == "dropped: no request is held or declared for it now"
+    assert outcomes[("triton-1", "warm")] == "dropped: a replica is ready now"
     assert outcomes[("triton-0", "idle")].startswith("kept: requests completed since")
     assert loop.draining == set()
 
@@ -361,13 +365,14 @@ def test_a_failed_unload_is_logged_with_tritons_reason_and_retried_after_a_back_
 def test_up_placement_options_reach_the_operator_and_are_off_by_default():
     """`sonicsite up --placement ...` gives the launcher settings whose operator options
     parse back to the same settings; without --placement the operator places nothing."""
-    up = ["up", "--placement", "--idle-unload-s", "3", "--budget-models", "2"]
+    up = ["up", "--placement", "--idle-unload-s", "3", "--budget-models", "2", "--keep-warm"]
     settings = cli_placement.placement_settings(cli.build_parser().parse_args(up))
-    assert settings == PlacementSettings(idle_unload_s=3.0, budget_models=2)
+    assert settings == PlacementSettings(idle_unload_s=3.0, budget_models=2, keep_warm=True)
     assert cli_placement.placement_settings(cli.build_parser().parse_args(["up"])) is None
     required = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=/nonexistent"]
     args = operator_main.parser().parse_args(required + settings.args())
     assert (args.placement, args.idle_unload_s, args.budget_models) == (True, 3.0, 2)
+    assert args.keep_warm and not operator_main.parser().parse_args(required).keep_warm
     assert (args.placement_queue_ms, args.placement_pressure_s) == (
         settings.queue_ms,
         settings.pressure_s,

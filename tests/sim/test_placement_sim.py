@@ -117,11 +117,27 @@ def test_an_idle_model_is_unloaded_and_a_full_server_makes_room(placed):
             assert "with no request in flight" in d["why"] and d["model"] in "ab"
         if d["rule"] == "make_room":
             assert "least recently used" in d["why"] and d["model"] in "ab"
-    assert f["loads"] == sum(rules[k] for k in ("first_replica", "queue_pressure"))
+    assert f["loads"] == sum(rules[k] for k in ("first_replica", "wave", "queue_pressure"))
     assert f["unloads"] == rules["idle"] + rules["make_room"]
     # whatever was unloaded was unloaded: no server holds a, b and c or d at once now
     for server in r.site.servers.values():
         assert len(server.holds) <= 2
+
+
+def test_kept_warm_every_model_loads_once_at_start_and_no_request_is_held():
+    """`keep_warm`: the four models load where the servers have room as the site starts (a
+    load waiting behind another on its server counts as loading: d is loaded once), before
+    the first workflow's requests; the second workflow's models are still there at 200 s."""
+    r = run(parse(_scenario(keep_warm=True)), "sonicsite", seed=3)
+    f = figures(r)
+    assert f["finished"] and f["requests_failed"] == 0 and f["requests_answered"] == 2400, f
+    assert f["held_requests"] == 0 and f["cold_start_p50_s"] is None, f
+    decisions = r.policies.placing.decisions
+    assert sorted((d["model"], d["rule"]) for d in decisions) == [(m, "warm") for m in "abcd"], (
+        decisions
+    )
+    assert all("kept warm while a server has room to spare" in d["why"] for d in decisions)
+    assert sorted(m for s in r.site.servers.values() for m in s.holds) == ["a", "b", "c", "d"]
 
 
 def test_a_held_request_past_its_deadline_is_retried_and_answered():
@@ -153,6 +169,7 @@ def test_the_reference_runs_the_static_groups():
         ({"static": [["a", "b"], ["c"]]}, "placement.static: model(s) ['d'] in no group"),
         ({"models_per_server": 0}, "placement.models_per_server: expected an integer ≥ 1"),
         ({"budget": 2}, "placement.budget: unknown field"),
+        ({"keep_warm": "yes"}, "placement.keep_warm: expected true or false, got 'yes'"),
     ],
 )
 def test_a_bad_placement_names_the_field(change, message):

@@ -113,6 +113,9 @@ restricted protocols stay keyed by the operator's key. */}}
 - --placement-pressure-s={{ .pressureSeconds }}
 - --evict-idle-s={{ .evictIdleSeconds }}
 - --min-resident-s={{ .minResidentSeconds }}
+{{- if .keepWarm }}
+- --keep-warm
+{{- end }}
 - --hold-deadline-s={{ .holdDeadlineSeconds }}
 {{- range $model, $seconds := .holdDeadlines }}
 - --hold-deadline-s={{ $model }}={{ $seconds }}
