@@ -22,15 +22,12 @@ The rules, in the order they are applied within one step:
    begun when a job starts is ready that much sooner than one begun at its first request
    (a cold start of tens of seconds against a job's minutes). A model already loading gets
    no second load (its requests wait for that one).
-   WAVE: with a wave's worth of requests at once, more than `held_per_replica` held or as
-   many streams declared sending them (each keeps a request in flight), a model is loaded
-   on ceil(that / held_per_replica) servers (up to `max_replicas`), its replicas ready or
-   loading counted, once every waiting model has its first, the waiting models taking
-   turns (two waves declared together each get a share). The held requests are released
-   together when the first replica is ready, and on one replica a wave of them queued for a
-   minute while queue pressure added the others one by one (the simulated `waves`,
-   README); a wave declared is loaded so before its requests come, or its first replica,
-   ready seconds before the others (or kept warm), took them all (and admission shed some).
+   WAVE: more than `held_per_replica` requests held, or as many streams declared (each
+   keeps a request in flight), want ceil(that / held_per_replica) replicas, ready or
+   loading (up to `max_replicas`), once every waiting model has its first, the waiting
+   models taking turns. On one replica (the first ready, or one kept warm) a wave's
+   requests queued for a minute while queue pressure added the others one by one (the
+   simulated `waves`, README).
 3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
    `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
@@ -47,16 +44,13 @@ The rules, in the order they are applied within one step:
    another and flaps. Held requests weigh more than queue pressure: only a first replica
    may also take a surplus replica that is not idle yet (of a model with several ready),
    before any model's only replica, and only while nothing is in flight in it. A wave may
-   take one from a model with more replicas than the wave's model will have with it (a
-   fair share: once the counts are within one, neither takes the other's, so two waves at
-   once meet and stay), also only while nothing is in flight in it. A model with work
-   declared keeps its only replica (its next load would be decided at once: a flap).
+   also take one, with nothing in flight, of a model that keeps more replicas than the
+   wave's model then has (a fair share: two waves at once meet and stay). A model with
+   work declared keeps its only replica (its next load would be decided at once: a flap).
 5. WARM (with `keep_warm`): a model with no replica ready or loading in its pool is loaded
-   on a server with room to spare, making none. A server's memory holds models and its
-   compute runs the ones at work: a model kept loaded beside another costs nothing until its
-   room is needed, and its next wave finds it ready (no cold start; SuperSONIC's servers
-   load their whole repository at start). With 1 and 4 it keeps each model's last replica
-   until a first replica needs the room.
+   on a server with room to spare, making none. Memory holds models, compute runs those at
+   work: a model kept beside another costs nothing until its room is needed, and its next
+   wave finds it ready (SuperSONIC's servers load their whole repository at start).
 
 Where a load goes (2 and 3): the server of the pool with the fewest replicas at work left
 beside it (loading or with a request in flight), then the fewest used within
@@ -98,6 +92,7 @@ from .placement_state import (
     Rule,
     ServerState,
     apply,
+    waiting_reasons,
 )
 
 # the state's names are importable from here too (placement_loop.py, the tests)
@@ -416,23 +411,3 @@ def decide(
                     "server has room to spare",
                 )
     return step.decisions
-
-
-def waiting_reasons(
-    servers: Sequence[ServerState],
-    demand: Mapping[str, Demand],
-    decisions: Sequence[Decision],
-    failed_loads: Mapping[str, str],
-) -> dict[str, str]:
-    """Why each model with requests held has no replica coming, for the error its held
-    requests get at their deadline: its last load failed (`failed_loads`: Triton's reason
-    per model), or no server of its pool takes it (no load decided)."""
-    reasons = {}
-    for model, d in demand.items():
-        if not d.held or any(s.replica(model) for s in servers if s.accepting):
-            continue
-        if model in failed_loads:
-            reasons[model] = failed_loads[model]
-        elif not any(x.kind is Kind.LOAD and x.model == model for x in decisions):
-            reasons[model] = "no server of its pool has room for it (every budget is full)"
-    return reasons

@@ -1,14 +1,15 @@
 """Placement's state and its outcome: each server's replicas (loading, ready, unloading;
 requests in flight; last use), each model's demand, the policy's figures, and the decisions
 (load or unload, with rule and reason) that the rules in placement.py take from them, and
-the servers once decisions are issued (`apply`). Frozen dataclasses: a step never changes
-what it was given."""
+the servers once decisions are issued (`apply`), and why a model whose requests are held
+has no replica coming (`waiting_reasons`). Frozen dataclasses: a step never changes what it
+was given."""
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import HELD_TTL_S
@@ -166,3 +167,23 @@ def apply(
                 ]
         result.append(replace(server, replicas=tuple(replicas)))
     return result
+
+
+def waiting_reasons(
+    servers: Sequence[ServerState],
+    demand: Mapping[str, Demand],
+    decisions: Sequence[Decision],
+    failed_loads: Mapping[str, str],
+) -> dict[str, str]:
+    """Why each model with requests held has no replica coming, for the error its held
+    requests get at their deadline: its last load failed (`failed_loads`: Triton's reason
+    per model), or no server of its pool takes it (no load decided)."""
+    reasons = {}
+    for model, d in demand.items():
+        if not d.held or any(s.replica(model) for s in servers if s.accepting):
+            continue
+        if model in failed_loads:
+            reasons[model] = failed_loads[model]
+        elif not any(x.kind is Kind.LOAD and x.model == model for x in decisions):
+            reasons[model] = "no server of its pool has room for it (every budget is full)"
+    return reasons

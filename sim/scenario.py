@@ -118,13 +118,13 @@ class Pool:
 @dataclass(frozen=True)
 class Placement:
     """Models loaded where and when the work needs them. The sonicsite set places them with
-    the operator's placement policy (operator/placement.py: servers start holding nothing,
+    the operator's placement policy (operator/placement.py: servers start holding nothing;
     with `keep_warm` each model is loaded where a server has room to spare and its last
-    replica kept while room allows, a request for a model that no server holds is held until
-    a replica is ready, at most `models_per_server` per server); the reference cannot (SuperSONIC loads every model of
-    its repository on every server), so it runs the models that do not fit one server
-    together as separate deployments, each with its own models: the server in slot i holds
-    `static[i % len(static)]`."""
+    replica kept while room allows; a request for a model that no server holds is held
+    until a replica is ready; at most `models_per_server` per server); the reference cannot
+    (SuperSONIC loads every model of its repository on every server), so it runs the models
+    that do not fit one server together as separate deployments, each with its own models:
+    the server in slot i holds `static[i % len(static)]`."""
 
     models_per_server: int
     static: tuple[tuple[str, ...], ...]
