@@ -96,8 +96,8 @@ FIT_SEED = 7  # the load generator's first seed at fit_load (validation: 100, 20
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """What a run measures; the defaults took about 10 minutes on 2 cores (about six on the
-    site, four fitting the simulator)."""
+    """What a run measures; the defaults took 313 to 319 s on 2 cores (about four minutes on
+    the site, one fitting the simulator)."""
 
     work_ms: float = 10.0  # CPU work per request on every server
     # open-loop rates, as parts of the capacity: about half, and 80 % (the issue's "80 % or
@@ -108,9 +108,9 @@ class CheckOptions:
     rtt_load: float = 0.15  # the calibration's light open loop (the round trip is taken there)
     # of arrivals per validation run: at 85 % of capacity the tail comes in bursts (the
     # cores are shared in time slices), and runs of 8 s put one run's p99 anywhere from
-    # 164 to 332 ms; at 80 %, runs of 20 s differed by up to 59 % of their median, of 40 s
-    # by 5 % (the first such run)
-    seconds: float = 40.0
+    # 164 to 332 ms; runs of 40 s settled nothing: four such checks came to 0.16, 0.26,
+    # 0.27 and 0.36, their runs at 80 % up to 31 % apart (docs/bench/results/forty-seconds/)
+    seconds: float = 20.0
     repeats: int = 3  # validation runs per load
     calibration_requests: int = 300  # one at a time
     capacity_requests: int = 600  # the closed-loop capacity run
