@@ -180,11 +180,13 @@ class _Step:
         return max(shares)
 
     def evictable(self, server: ServerState, rule: Rule, model: str) -> list[Replica]:
-        """Replicas that may make room on `server` for a load by `rule`, in the order to
-        take them: idle ones of models with another ready replica elsewhere (no model is
-        lost); for a first replica, then the other replicas of such models; then idle ones
-        that are their model's only replica (it will need a load again; with `keep_warm`,
-        for a first replica only). Least recently used first within each."""
+        """Replicas that may make room on `server` for a load of `model` by `rule`, in the
+        order to take them: idle ones of models with another ready replica elsewhere (no
+        model is lost); for a first replica, then the other replicas of such models; for a
+        wave, then those of a model keeping more replicas than `model` then has (its fair
+        share); then idle ones that are their model's only replica (it will need a load
+        again; with `keep_warm`, for a first replica only). Nothing for WARM, nothing with a
+        request in flight. Least recently used first within each."""
         if rule is Rule.WARM:
             return []
         first = rule is Rule.FIRST_REPLICA

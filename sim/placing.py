@@ -8,7 +8,9 @@ view as the operator reads them (`placement_demand.usage`, `demands`), go to
 `models_per_server` per server).
 The decisions are carried out as the operator's actuator does (placement_actuator.py):
 each server's in their order (a MAKE_ROOM unload before its load), the servers side by
-side, and a server with decisions under way gets no new ones until they are done. A load
+side, and a server with decisions under way gets no new ones until they are done; a
+decision waiting behind another on its server is shown to the next steps as begun (a load
+as loading), as the operator's actuator reports its own. A load
 takes the model's `load_s`; an unload first leaves the model's route (the next step
 publishes the weights without it), waits for the requests the server holds for it, then
 takes `unload_s` (sim/gpu.py `Server.load`, `Server.unload`).
