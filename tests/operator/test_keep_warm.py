@@ -6,7 +6,7 @@ server has room to spare (rule `warm`)."""
 from __future__ import annotations
 
 import pytest
-from control_site import control_target, two_servers
+from control_site import control_target, placed_site
 from control_site import placement_view as _placement
 from polling import wait_until
 from sonicsite.operator import model_control
@@ -22,9 +22,7 @@ DEADLINE_S = 120.0  # generous: the machine is busy
 
 @pytest.fixture(scope="module")
 def warm_site(tmp_path_factory, built_models) -> SiteState:
-    site_dir = tmp_path_factory.mktemp("keep-warm") / "site"
-    with two_servers(site_dir, built_models, placing=SETTINGS) as state:
-        yield state
+    yield from placed_site(tmp_path_factory, built_models, "keep-warm", SETTINGS)
 
 
 def _ready(state: SiteState) -> dict[str, set[str]]:

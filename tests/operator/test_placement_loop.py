@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from control_site import MODELS, control_target, two_servers
+from control_site import MODELS, control_target, placed_site
 from control_site import fetch as _get
 from control_site import placement_view as _placement
 from polling import wait_until
@@ -51,9 +51,7 @@ DEADLINE_S = 120.0  # generous: the machine is busy
 @pytest.fixture(scope="module")
 def placed(tmp_path_factory, built_models) -> SiteState:
     """Two servers, identity on triton-0 only, placement on."""
-    site_dir = tmp_path_factory.mktemp("placement") / "site"
-    with two_servers(site_dir, built_models, placing=SETTINGS) as state:
-        yield state
+    yield from placed_site(tmp_path_factory, built_models, "placement", SETTINGS)
 
 
 def _ready(state: SiteState, server_id: str) -> set[str]:

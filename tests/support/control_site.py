@@ -37,6 +37,12 @@ def two_servers(site_dir: Path, build_dir: Path, **options) -> Iterator[SiteStat
         launcher.down(site_dir)
 
 
+def placed_site(factory, build_dir: Path, name: str, settings) -> Iterator[SiteState]:
+    """A module fixture's two-server site with placement `settings` (its folder `name`)."""
+    with two_servers(factory.mktemp(name) / "site", build_dir, placing=settings) as state:
+        yield state
+
+
 def control_target(state: SiteState, server_id: str) -> ControlTarget:
     """Where the operator loads and unloads on `server_id`: its own port, with the key."""
     server = state.server(server_id)
