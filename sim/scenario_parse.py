@@ -142,9 +142,7 @@ def _pool(data: object, kinds: dict[str, GpuKind]) -> Pool:
         if kind not in kinds:
             raise ScenarioError(f"{at}.kind: expected one of {sorted(kinds)}, got {kind!r}")
         slots += [kind] * _int(s, "count", at)
-    autoscaling = f.get("autoscaling", False)
-    if not isinstance(autoscaling, bool):
-        raise ScenarioError(f"{where}.autoscaling: expected true or false, got {autoscaling!r}")
+    autoscaling = _bool(f, "autoscaling", where, default=False)
     most = _int(f, "max_servers", where, default=len(slots))
     if most > len(slots):
         raise ScenarioError(
@@ -211,9 +209,7 @@ def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
     defaults = {"unload_s": Placement.unload_s, **vars(PlacementSettings())}
     values = {k: _num(f, k, where, default=defaults[k]) for k in numbers}
     unload_s = values.pop("unload_s")
-    keep_warm = f.get("keep_warm", PlacementSettings.keep_warm)
-    if not isinstance(keep_warm, bool):
-        raise ScenarioError(f"{where}.keep_warm: expected true or false, got {keep_warm!r}")
+    keep_warm = _bool(f, "keep_warm", where, default=PlacementSettings.keep_warm)
     settings = PlacementSettings(**values, keep_warm=keep_warm)
     return Placement(per_server, tuple(groups), settings, unload_s)
 
@@ -341,6 +337,13 @@ def _str(data: dict, key: str, where: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise ScenarioError(f"{_path(where, key)}: expected a name, got {value!r}")
+    return value
+
+
+def _bool(data: dict, key: str, where: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ScenarioError(f"{_path(where, key)}: expected true or false, got {value!r}")
     return value
 
 
