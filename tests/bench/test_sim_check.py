@@ -14,14 +14,15 @@ import subprocess
 import sys
 
 import pytest
-from sonicsite.bench.sim_check import (
+from sonicsite.bench.sim_check import run, seeds
+from sonicsite.bench.sim_check_model import (
     FIGURES,
     FIT_CVS,
     FIT_WAITS_MS,
     CheckOptions,
     errors,
+    fit_error,
     fit_key,
-    run,
 )
 
 SHORT = CheckOptions(
@@ -41,19 +42,20 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
     assert json.loads(out.read_text())["summary"] == result["summary"]
     s = result["summary"]
     cal = s["calibration"]
-    # calibration: its own runs, at a load that is not validated
-    assert cal["requests"] == 60 and cal["fit_site"]["requests"] > 0
-    assert SHORT.fit_load not in SHORT.loads
+    # calibration: its own runs, at loads that are not validated, with seeds of their own
+    assert cal["requests"] == 60
+    assert set(cal["fit_site"]) == {"60%", "70%"} and not set(cal["fit_site"]) & set(s["site"])
+    assert all(cal["fit_site"][at]["requests"] > 0 for at in cal["fit_site"])
+    first = seeds(SHORT)
+    assert len(set(first.values())) == len(first) == 4
     assert 5.0 < cal["service_ms"] < 200.0  # the runner's 10 ms of work, and its overhead
     assert cal["capacity_rps"] > 0 and cal["host_cores"] > 0
-    # the spread and the legs' wait are one pair of those tried, the nearest at fit_load
+    # the spread and the legs' wait are one pair of those tried, the nearest over the fit loads
     chosen = fit_key(cal["service_cv"], cal["leg_wait_ms"])
-    fit = cal["fit_site"]
 
-    def off(p50_p99: list[float]) -> float:
-        return max(
-            abs(x - fit[f]) / fit[f] for x, f in zip(p50_p99, ("p50_ms", "p99_ms"), strict=True)
-        )
+    def off(by_load: dict[str, list[float]]) -> float:
+        assert set(by_load) == set(cal["fit_site"])
+        return max(fit_error(x, cal["fit_site"][at]) for at, x in by_load.items())
 
     assert len(cal["fitted"]) == len(FIT_CVS) * len(FIT_WAITS_MS)
     assert off(cal["fitted"][chosen]) == min(off(t) for t in cal["fitted"].values())
@@ -86,3 +88,10 @@ def test_check_local_is_listed_and_asks_for_its_json():
     asked = subprocess.run([*cli, "simulate", "check-local"], capture_output=True, text=True)
     assert asked.returncode == 2
     assert "check-local: expected --json F" in asked.stderr
+
+
+def test_check_local_refuses_to_fit_where_it_validates():
+    with pytest.raises(ValueError, match="not a validated load"):
+        CheckOptions(fit_loads=(0.5, 0.7))
+    with pytest.raises(ValueError, match="parts of capacity"):
+        CheckOptions(fit_loads=())
