@@ -34,7 +34,7 @@ validation runs' figures go into the simulator):
 - how many executions the machine runs side by side (the cores the servers effectively
   share, `host_cores`): the capacity times the service time;
 - how the shared cores stretch a request under load, two figures fitted together so that
-  the simulator's p50 and p99 at `fit_loads` of capacity (60 % and 70 %: open loop, runs of
+  the simulator's p50 and p99 at `fit_loads` of capacity (70 % and 90 %: open loop, runs of
   their own, loads that are not validated) come nearest the site's: how much the servers'
   times vary (their coefficient of variation; one request at a time they hardly vary, with
   the cores shared by Envoy, the client, the operator and the other servers they vary much
@@ -42,7 +42,8 @@ validation runs' figures go into the simulator):
   for a core while the cores are over-subscribed (the client's and Envoy's threads wait
   their turn behind the servers' executions, so that every request slows as the load rises,
   which the spread alone cannot give: fitted to the p99 alone, it held the p50 at 80 % 43 %
-  low). Fitted at two loads, the pair follows how fast the tail grows with the load.
+  low). Fitted at two loads, the pair follows how fast the tail grows with the load; 80 %
+  lies between them, 50 % below.
 
 The loads fitted and the loads validated are sent in turns, a round of each at a time
 (`repeats` rounds), so that what the machine does meanwhile weighs on both alike: sent one

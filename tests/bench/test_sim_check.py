@@ -44,7 +44,7 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
     cal = s["calibration"]
     # calibration: its own runs, at loads that are not validated, with seeds of their own
     assert cal["requests"] == 60
-    assert set(cal["fit_site"]) == {"60%", "70%"} and not set(cal["fit_site"]) & set(s["site"])
+    assert set(cal["fit_site"]) == {"70%", "90%"} and not set(cal["fit_site"]) & set(s["site"])
     assert all(cal["fit_site"][at]["requests"] > 0 for at in cal["fit_site"])
     first = seeds(SHORT)
     assert len(set(first.values())) == len(first) == 4
