@@ -34,8 +34,8 @@ TARGET_MAX_ERROR = 0.2
 
 @dataclass(frozen=True)
 class CheckOptions:
-    """What a run measures; the defaults took about six and a half minutes on 2 cores (five
-    on the site, one and a half fitting the simulator)."""
+    """What a run measures; the defaults took a little over 8 minutes on 2 cores (about six
+    on the site, two fitting and running the simulator)."""
 
     work_ms: float = 10.0  # CPU work per request on every server
     # open-loop rates, as parts of the capacity: about half, and 80 % (the issue's "80 % or
