@@ -74,6 +74,7 @@ from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
 from ..contract.provenance import run_start
+from ..sim.run import quantile
 from .balancing_load import MODEL, Answers, closed_loop, open_loop, set_policy
 from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
 from .sim_check_model import (
@@ -88,7 +89,6 @@ from .sim_check_model import (
     fit_spread,
     label,
     pooled,
-    quantile,
     simulate,
 )
 
@@ -152,10 +152,12 @@ def calibrate(state: SiteState, site: SiteRecord, o: CheckOptions) -> Calibratio
     )
 
 
-def measure(site: SiteRecord, cal: Calibration, o: CheckOptions) -> dict[str, dict]:
+def measure(
+    site: SiteRecord, cal: Calibration, o: CheckOptions, first: dict[str, int]
+) -> dict[str, dict]:
     """Every load, fitted and validated, sent in turns: `repeats` rounds of one open-loop run
-    per load (a fitted load, then a validated one, ...), each load's runs then pooled."""
-    first = seeds(o)
+    per load (a fitted load, then a validated one, ...), each load's runs then pooled;
+    `first`: each load's first seed (`seeds`)."""
     parts = [x for pair in zip_longest(o.fit_loads, o.loads) for x in pair if x is not None]
     runs: dict[str, list[Answers]] = {label(part): [] for part in parts}
     for k in range(o.repeats):
@@ -191,6 +193,7 @@ def run(
 ) -> dict:
     started = run_start()
     o = options or CheckOptions()
+    first = seeds(o)
     with tempfile.TemporaryDirectory(prefix="sonicsite-check-") as tmp:
         site_dir = Path(tmp) / "site"
         state = launcher.up(
@@ -212,13 +215,12 @@ def run(
             )
             fit, valid = (", ".join(map(label, x)) for x in (o.fit_loads, o.loads))
             progress(f"the loads in turns, {o.repeats} rounds: fitted {fit}, validated {valid}")
-            at_load = measure(site, cal, o)
+            at_load = measure(site, cal, o, first)
             for at, by in at_load.items():
                 progress(f"site at {at}: p50 {by['p50_ms']} ms, p99 {by['p99_ms']} ms")
             shed = sheds(state)
         finally:
             launcher.down(site_dir)
-    first = seeds(o)
     fitted_at = [label(part) for part in o.fit_loads]
     cal = replace(cal, fit_site={at: at_load[at] for at in fitted_at})
     measured = {label(part): at_load[label(part)] for part in o.loads}

@@ -12,6 +12,7 @@ from pathlib import Path
 from sonicsite.jobs.arrivals import open_loop_offsets
 
 from ..sim.run import figures as sim_figures
+from ..sim.run import quantile
 from ..sim.run import run as sim_run
 from ..sim.scenario import (
     Curve,
@@ -176,10 +177,6 @@ def pooled(latencies_ms: list[float], throughputs: list[float]) -> dict:
         "p99_ms": round(quantile(ordered, 0.99), 3),
         "requests": len(ordered),
     }
-
-
-def quantile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def errors(site: dict, sim: dict) -> dict[str, float]:

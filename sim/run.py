@@ -132,8 +132,8 @@ def _sample(r: Run):
                 "servers": allocated,
                 "ready": len(site.ready()),
                 "utilisation": (busy - busy_then) / (every * allocated) if allocated else 0.0,
-                "p50_s": _quantile(latencies, 0.5),
-                "p99_s": _quantile(latencies, 0.99),
+                "p50_s": quantile(latencies, 0.5),
+                "p99_s": quantile(latencies, 0.99),
                 "requests": len(latencies),
                 "shed": r.policies.shed_models(env.now),
             }
@@ -150,13 +150,15 @@ def _percentiles(latencies: list[float]) -> dict:
     ordered = sorted(latencies)
     return {
         "requests": len(ordered),
-        "p50_latency_s": _round(_quantile(ordered, 0.5)),
-        "p99_latency_s": _round(_quantile(ordered, 0.99)),
+        "p50_latency_s": _round(quantile(ordered, 0.5)),
+        "p99_latency_s": _round(quantile(ordered, 0.99)),
         "mean_latency_s": _round(sum(ordered) / len(ordered)) if ordered else None,
     }
 
 
-def _quantile(ordered: list[float], q: float) -> float | None:
+def quantile(ordered: list[float], q: float) -> float | None:
+    """The q-quantile of sorted values (None when there are none): the simulator's figures
+    and check-local's, of the site and of the simulator alike."""
     if not ordered:
         return None
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -174,8 +176,8 @@ def figures(r: Run) -> dict:
         "jobs": r.workload.total,
         "jobs_done": done,
         "makespan_s": round((max(out.jobs_done) if out.jobs_done else r.ended_at) - start, 3),
-        "p50_latency_s": _round(_quantile(latencies, 0.5)),
-        "p99_latency_s": _round(_quantile(latencies, 0.99)),
+        "p50_latency_s": _round(quantile(latencies, 0.5)),
+        "p99_latency_s": _round(quantile(latencies, 0.99)),
         "requests_answered": len(latencies),
         "throughput_rps": _round(_throughput(out.answered, start)),
         "requests_failed": out.failed,
@@ -189,8 +191,8 @@ def figures(r: Run) -> dict:
         "held_requests": out.held,
         "held_failed": out.held_failed,
         "per_model": {m: _percentiles(x) for m, x in sorted(out.latencies.items())},
-        "cold_start_p50_s": _round(_quantile(sorted(out.cold_starts), 0.5)),
-        "cold_start_p99_s": _round(_quantile(sorted(out.cold_starts), 0.99)),
+        "cold_start_p50_s": _round(quantile(sorted(out.cold_starts), 0.5)),
+        "cold_start_p99_s": _round(quantile(sorted(out.cold_starts), 0.99)),
         **(r.policies.placing.counts() if getattr(r.policies, "placing", None) else {}),
     }
 
