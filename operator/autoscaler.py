@@ -174,7 +174,10 @@ class Autoscaler:
     ) -> int:
         """The number of servers to run now, after the stabilisation windows (`floor`: this
         step's recommendation is at least that, see `recommend`; `cap`: a scale-up goes no
-        higher, see `worth_starting`; the windows keep the recommendations without it)."""
+        higher, see `worth_starting`; the windows keep the recommendations without it). The
+        cap never holds a pool below `min_servers` or `floor`: a pool that lost a server (its
+        node gone) is brought back to its minimum whatever work is left. Capped there, the
+        simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on."""
         self.history.append((now, recommend(self.policy, current, metric_ms, floor)))
         horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
         while self.history and self.history[0][0] < horizon:
@@ -182,7 +185,8 @@ class Autoscaler:
         up = [r for t, r in self.history if t >= now - self.policy.up_window_s]
         down = [r for t, r in self.history if t >= now - self.policy.down_window_s]
         if min(up) > current:
-            return min(up) if cap is None else max(current, min(min(up), cap))
+            least = max(self.policy.min_servers, floor)
+            return min(up) if cap is None else max(current, min(min(up), max(cap, least)))
         if max(down) < current:
             return max(down)
         return current

@@ -130,6 +130,21 @@ def test_a_scale_up_goes_no_higher_than_the_declared_work():
     assert capped.desired(2.0, 4, 1000.0, cap=3) == 4  # and never down for it
 
 
+def test_a_pool_that_lost_a_server_is_brought_back_to_its_minimum_whatever_the_work():
+    policy = ScalingPolicy(min_servers=4, max_servers=6, up_window_s=60, server_start_s=60)
+    scaler = Autoscaler(policy)
+    for t in range(0, 120, 10):  # 4 servers with no queue: the minimum holds them
+        assert scaler.desired(float(t), 4, 1.0, cap=4) == 4
+    # a node lost: 3 left, and the work left keeps no new server busy (cap 3)
+    assert scaler.desired(120.0, 3, 1.0, cap=3) == 4
+    # the same holds for the floor a serving pool keeps (min 0, one server answering)
+    serving = Autoscaler(ScalingPolicy(min_servers=0, max_servers=4, up_window_s=0))
+    assert serving.desired(0.0, 0, None, floor=1, cap=0) == 1
+    # above the minimum the cap still holds a scale-up down (the queue's answer is 6)
+    at_once = Autoscaler(ScalingPolicy(min_servers=4, max_servers=6, up_window_s=0))
+    assert at_once.desired(0.0, 4, 1000.0, cap=5) == 5
+
+
 def test_a_pool_measures_its_servers_start_and_names_the_cap_in_its_event():
     policy = ScalingPolicy(min_servers=1, max_servers=32, up_window_s=0, server_start_s=60)
     servers = [1]
