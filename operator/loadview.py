@@ -33,6 +33,7 @@ COUNTERS = {
     "nv_inference_compute_infer_duration_us": "compute_infer_us",
     "nv_inference_compute_output_duration_us": "compute_output_us",
 }
+COUNTER_KEYS = tuple(COUNTERS.values())
 GAUGES = {"nv_inference_pending_request_count": "pending"}
 SCRAPE_GRACE = 3  # failed scrapes in a row after which a server leaves the load view
 
@@ -138,9 +139,10 @@ def increases(
     reset would read as no work for some counters and some work for others (a queue time
     per request made up by the reset), or, unclamped, as negative work. A reload after which
     every counter passed its old value shows only in `reloaded`."""
-    reset = reloaded or any(now.get(k, 0.0) < then.get(k, 0.0) for k in COUNTERS.values())
-    base = {} if reset else then
-    return {k: max(now.get(k, 0.0) - base.get(k, 0.0), 0.0) for k in COUNTERS.values()}
+    grew = [now.get(k, 0.0) - then.get(k, 0.0) for k in COUNTER_KEYS]
+    if reloaded or min(grew) < 0:
+        return {k: max(now.get(k, 0.0), 0.0) for k in COUNTER_KEYS}
+    return dict(zip(COUNTER_KEYS, grew, strict=True))
 
 
 def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoad]:
@@ -160,17 +162,16 @@ def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
     dt = max(scrapes[-1].at - scrapes[0].at, 1e-6)
     loads = []
     for model, now in sorted(scrapes[-1].models.items()):
-        pairs = [
-            (a.models[model], b.models[model], model in b.reloaded)
-            for a, b in pairwise(scrapes)
-            if model in a.models and model in b.models
-        ]
-        if not pairs:
-            continue
-        total = dict.fromkeys(COUNTERS.values(), 0.0)
-        for then, later, reloaded in pairs:
-            for key, grew in increases(then, later, reloaded).items():
+        total, held = dict.fromkeys(COUNTER_KEYS, 0.0), False
+        for a, b in pairwise(scrapes):
+            then, later = a.models.get(model), b.models.get(model)
+            if then is None or later is None:
+                continue
+            held = True
+            for key, grew in increases(then, later, model in b.reloaded).items():
                 total[key] += grew
+        if not held:
+            continue
         requests, executions = total["success"], total["executions"]
         loads.append(
             ModelLoad(

@@ -152,8 +152,9 @@ class Sonicsite:
         self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
         if self.placing is not None:
             self.placing.step(now, servers, self.loadview, self._routed, self.declared.pending(now))
+        ready_models = {s.id: s.ready_models() for s in servers if s.state == READY}
         for m in models:
-            holding = [s.id for s in servers if s.state == READY and m in s.ready_models()]
+            holding = [server for server, held in ready_models.items() if m in held]
             self.weights[m] = self.balancing.weights(m, holding)
             self.site.cluster(m).update(self.weights[m])
             seen = [s for s in holding if self.loadview.in_view(s)]
@@ -162,8 +163,7 @@ class Sonicsite:
             self.admissions[m] = decide(
                 self.admission, self.admissions.get(m), loads, seen, now, unseen
             )
-        ready = [s for s in servers if s.state == READY]
-        pool = pool_weights(self.weights, {s.id: tuple(s.ready_models()) for s in ready})
+        pool = pool_weights(self.weights, {s: tuple(held) for s, held in ready_models.items()})
         self.site.cluster(ALL_SERVERS).update(pool)
         capped = {m for m, a in self.admissions.items() if a.fail_open}
         placing = self.placing is not None
