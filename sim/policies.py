@@ -170,7 +170,7 @@ class Sonicsite:
         self.shared = shared_models(self.weights, pool, capped, placing=placing)
         if self.placing is not None:
             self.placing.release({m for m, w in self.weights.items() if w})
-        self._autoscale(now, len([s for s in servers if s.state == READY]))
+        self._autoscale(now, len(ready_models))
 
     def _routed(self, server: str, model: str) -> bool:
         """Whether Envoy's route for `model` still sends to `server`."""
