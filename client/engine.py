@@ -14,7 +14,11 @@ reported failed with its last error: none is lost):
   reset, closed; UNAVAILABLE), marks the endpoint down for 0.25 s, doubling per failure in a
   row up to 5 s; then one request at a time probes it and its first answer brings it back
   (balancer.py). The chunk goes to another endpoint after an exponential back-off with
-  jitter (`backoff_s` doubling up to `backoff_max_s`).
+  jitter (`backoff_s` doubling up to `backoff_max_s`). A failed probe of an endpoint already
+  down is the balancer's test, not the chunk's try: while another endpoint is up, the chunk
+  goes on at once (at most `max_tries` such probes per chunk). With Envoy and the gateway
+  both dead, a chunk that drew their probes in turn used up its tries on them and failed
+  while the servers answered (beside two CPU hogs, where a stream outlasts the cool-downs).
 - Unprocessed: an attempt the server certainly did not act on (REFUSED_STREAM, a GOAWAY
   below its stream, a request that could not be written) is retried at once, on a fresh
   connection or another endpoint, without marking the endpoint down; a second one in a row
@@ -124,6 +128,11 @@ class Stream:
             self._infos[endpoint.id] = info
         return info
 
+    def _up(self, besides: Endpoint) -> bool:
+        """Whether an endpoint other than `besides` is believed up (no failure since its
+        last answer)."""
+        return any(e is not besides and not e.failures for e in self.balancer.endpoints)
+
     def _backoff(self, tries: int, at_least: float = 0.0) -> float:
         return backoff_s(self.options, tries, self._rng, at_least)
 
@@ -147,6 +156,7 @@ class Stream:
         parameters = {IDEMPOTENT_PARAMETER: True} if tag else None
         maybe_run = maybe_run and bool(tag)
         tries, avoid, error = 0, "", ""
+        probes = 0  # failed probes of endpoints already down, not counted as tries
         timeouts = 0  # of this chunk: each doubles its next deadline
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
         loading = LoadingWait()  # while the site holds the model
@@ -160,6 +170,7 @@ class Stream:
                 endpoint, probe = self.auto.endpoint(self.balancer, avoid)
                 if endpoint is None:
                     return self._run_here(lo, hi, source, on_result, result)
+            down_probe = endpoint.probing  # it had failed: this attempt tests it
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             if loading.waiting:  # held while the model loads: as long as the user allows
                 deadline = self.options.timeout_s
@@ -225,13 +236,21 @@ class Stream:
                     wait = self._backoff(sheds, at_least=exc.retry_after)
                     self.balancer.hold(endpoint, wait)
                     continue  # the balancer holds every request of this stream back
+                down = exc.kind in (UNAVAILABLE, TIMEOUT)
+                if down and down_probe and probes < self.options.max_tries and self._up(endpoint):
+                    probes += 1
+                    tries -= 1  # the balancer's probe failed, not the chunk: on at once
+                    maybe_run = maybe_run or (bool(tag) and not exc.unprocessed)
+                    self.balancer.mark_down(endpoint)
+                    avoid = endpoint.id
+                    continue
                 if exc.unprocessed and unprocessed_from != endpoint.id:
                     unprocessed_from = endpoint.id
                     continue  # at once: the failed connection is closed, the endpoint is fine
                 unprocessed_from = ""
                 if exc.kind == TIMEOUT:
                     timeouts += 1
-                if exc.kind in (UNAVAILABLE, TIMEOUT):
+                if down:
                     maybe_run = bool(tag)  # it went out: a server may have run it
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id

@@ -55,7 +55,7 @@ def _kill(site_dir: str, name: str) -> None:
     wait_until(lambda: not alive(pid), f"the site's {name} (pid {pid}) to die")
 
 
-def _stream(client: Client, events: int, seed: int, on_answer=None):
+def _stream(client: Client, events: int, seed: int, on_answer=None, window: int = 4, **options):
     """Stream `events` simple events; every answer checked and counted per chunk."""
     sample = generate("simple", events, seed=seed)
     answers: Counter[tuple[int, int]] = Counter()
@@ -68,7 +68,8 @@ def _stream(client: Client, events: int, seed: int, on_answer=None):
             if on_answer:
                 on_answer(len(answers))
 
-    result = client.stream("simple", sample.spec, batch=BATCH, window=4).run(sample, on_result)
+    stream = client.stream("simple", sample.spec, batch=BATCH, window=window, **options)
+    result = stream.run(sample, on_result)
     chunks = [(lo, min(lo + BATCH, events)) for lo in range(0, events, BATCH)]
     assert result.failed == {}, result.failed
     assert sorted(answers) == chunks and set(answers.values()) == {1}  # each exactly once
@@ -209,6 +210,24 @@ def test_failover_goes_envoy_gateway_servers_and_returns_to_envoy(own_site):
         finally:
             stop_group(revived.pid)
             revived.wait(timeout=30)
+
+
+def test_a_failed_probe_of_a_dead_path_is_not_one_of_the_chunks_tries(own_site):
+    """Envoy known down and due for its probe, the gateway dead too: a lone chunk with two
+    tries probes Envoy, fails on the gateway and is answered by a server directly. Counted
+    as a try, Envoy's probe left the chunk none for the servers (a stream beside two CPU
+    hogs outlasts Envoy's cool-down, and one of its chunks failed so)."""
+    state = own_site(servers=2, models=["simple"])
+    _kill(state.site_dir, "envoy")
+    with Client(from_site_file(Path(state.site_dir)), "grpc") as client:
+        assert _stream(client, 16, seed=36).stats.summary()["rows_per_path"] == {"gateway": 16}
+        _kill(state.site_dir, "gateway")
+        proxy = client.balancer("simple").paths["envoy"].endpoints[0]
+        assert proxy.failures > 0
+        wait_until(lambda: proxy.available(time.monotonic()), "Envoy's cool-down to pass")
+        result = _stream(client, BATCH, seed=37, window=1, max_tries=2)
+    paths = [(r.path, r.ok) for r in result.stats.records]
+    assert paths == [("envoy", False), ("gateway", False), ("direct", True)], paths
 
 
 # -- admission is not failed over ------------------------------------------------------------
