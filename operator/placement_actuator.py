@@ -199,13 +199,16 @@ class PlacementActuator:
         view: LoadView,
         decided_at: float,
     ) -> str:
-        """Unload unless the model was used since the decision; drained first (the module
-        says how)."""
+        """Unload unless the model was used since the decision (a replica taken at work
+        was in use when decided: its use is no reason to keep it); drained first (the module
+        says how), Triton answering the requests it holds before it lets the model go."""
         key = (d.server, d.model)
         with self._lock:
             used_at = self.last_used.get(key, 0.0)
-        used = "used since the decision" if used_at > decided_at else ""
-        used = used or self._used_since_scrape(server, d.model, view)
+        used = ""
+        if not d.at_work:
+            used = "used since the decision" if used_at > decided_at else ""
+            used = used or self._used_since_scrape(server, d.model, view)
         if used:
             LOG.warning("placement: kept %s on %s: %s", d.model, d.server, used)
             return f"kept: {used}"

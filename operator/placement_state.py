@@ -116,6 +116,9 @@ class Decision:
     model: str
     server: str
     reason: str
+    # an unload of a replica at work (a wave's fair share, a surplus for held requests):
+    # drained and unloaded though used, not kept for being used since the decision
+    at_work: bool = False
 
     def __str__(self) -> str:
         return f"{self.kind.value} {self.model} on {self.server} ({self.rule.value}): {self.reason}"

@@ -12,10 +12,15 @@ waves move from model to model); "idle" and "resident", because evicting a model
 one just loaded, for another trades one cold start for another and flaps. Held requests
 weigh more than queue pressure: only a first replica may also take a surplus replica that is
 not idle yet (of a model with several ready), before any model's only replica, and only
-while nothing is in flight in it. A wave may also take one, with nothing in flight, of a
-model that keeps more replicas than the wave's model then has (a fair share: two waves at
-once meet and stay). A model with work declared keeps its only replica (its next load would
-be decided at once: a flap).
+while nothing is in flight in it. A wave may also take one of a model that keeps more ready
+replicas than the wave's model then has ready or loading (a fair share: two waves at once
+meet and stay; ready, because a model whose new replicas load needs the ones that answer
+meanwhile), requests in flight or not: in a wave of jobs a busy model's replicas are seldom
+empty at a step, and a share taken only at such a moment is a draw (the simulated `waves`,
+seed 4: a wave ran on one replica for minutes). A replica taken while at work (used within
+`evict_idle_s`) is marked `at_work`: whoever carries the unload out drains it and does not
+keep it for being used since. A model with work declared keeps its only replica (its next
+load would be decided at once: a flap).
 
 Where a load goes (2, WAVE, 3 and 5): the server of the pool with the fewest replicas at
 work left beside it (loading or with a request in flight), then the fewest used within
@@ -124,10 +129,11 @@ class Step:
         """Replicas that may make room on `server` for a load of `model` by `rule`, in the
         order to take them: idle ones of models with another ready replica elsewhere (no
         model is lost); for a first replica, then the other replicas of such models; for a
-        wave, then those of a model keeping more replicas than `model` then has (its fair
-        share); then idle ones that are their model's only replica (it will need a load
-        again; with `keep_warm`, for a first replica only). Nothing for WARM, nothing with a
-        request in flight. Least recently used first within each."""
+        wave, then those of a model keeping more ready replicas than `model` then has ready
+        or loading (its fair share); then idle ones that are their model's only replica (it
+        will need a load again; with `keep_warm`, for a first replica only). Nothing for
+        WARM; nothing with a request in flight but a wave's share. Least recently used first
+        within each."""
         if rule is Rule.WARM:
             return []
         first = rule is Rule.FIRST_REPLICA
@@ -135,10 +141,10 @@ class Step:
             m: len(self.replicas(m, ReplicaState.READY)) for m in {r.model for r in server.replicas}
         }
 
-        def movable(r: Replica) -> bool:
+        def movable(r: Replica, in_flight_ok: bool = False) -> bool:
             return (
                 r.state is ReplicaState.READY
-                and r.in_flight == 0
+                and (in_flight_ok or r.in_flight == 0)
                 and self.demand.get(r.model, Demand()).held == 0
                 and (self.demand.get(r.model, Demand()).declared == 0 or ready[r.model] > 1)
                 and self.now - r.since >= self.policy.min_resident_s
@@ -169,10 +175,9 @@ class Step:
                 (
                     r
                     for r in server.replicas
-                    if movable(r)
+                    if movable(r, in_flight_ok=True)
                     and r not in idle
-                    and len(self.replicas(r.model, ReplicaState.LOADING, ReplicaState.READY))
-                    > mine + 1
+                    and len(self.replicas(r.model, ReplicaState.READY)) > mine + 1
                 ),
                 key=lru,
             )
@@ -216,14 +221,23 @@ class Step:
             return False
         _, server, freed = best
         for victim in freed:
+            idle = victim.idle_for(self.now)
+            at_work = idle < self.policy.evict_idle_s
             self.take(
                 Decision(
                     Kind.UNLOAD,
                     Rule.MAKE_ROOM,
                     victim.model,
                     server.id,
-                    f"least recently used model on {server.id} with nothing in flight "
-                    f"(unused {victim.idle_for(self.now):.0f} s): makes room for {model}",
+                    (
+                        f"least recently used model on {server.id}, at work ("
+                        f"{victim.in_flight} request(s) in flight, used {idle:.0f} s ago): "
+                        f"drained, then unloaded, to make room for {model}"
+                    )
+                    if at_work
+                    else f"least recently used model on {server.id} with nothing in flight "
+                    f"(unused {idle:.0f} s): makes room for {model}",
+                    at_work=at_work,
                 )
             )
         server = self.servers[server.id]

@@ -187,8 +187,9 @@ def test_a_wave_declared_adds_replicas_while_its_first_is_ready():
 
 
 def test_two_waves_share_the_servers_without_flapping():
-    """A wave takes a busy model's replica (nothing in flight) only while that model keeps
-    more replicas than the wave's model will have: the shares meet and stay."""
+    """A wave takes a busy model's replica only while that model keeps more replicas than
+    the wave's model will have: the shares meet and stay. A replica with requests in flight
+    may be taken: drained, and unloaded once Triton answered them (`at_work`)."""
     a_everywhere = [server(f"s{k}", used("a", 99.0)) for k in range(4)]
     one = catalogue(slots=1)
     c = {"c": Demand(declared=9000, streams=200), "a": Demand(declared=9000, streams=200)}
@@ -206,9 +207,37 @@ def test_two_waves_share_the_servers_without_flapping():
     ]
     assert sorted(r.model for s in settled for r in s.replicas) == ["a", "a", "c", "c"]
     assert decide(one, settled, c, 200.0, POLICY) == []
-    # a replica with a request in flight is never taken
+    # replicas with a request in flight: the first replica takes none (a surplus with
+    # nothing in flight only), the wave its share, each taken at work
     busy = [server(f"s{k}", used("a", 99.0, in_flight=1)) for k in range(4)]
-    assert moves(decide(one, busy, c, 100.0, POLICY)) == []
+    taken = decide(one, busy, c, 100.0, POLICY)
+    assert moves(taken) == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "wave", "c", "s0"),
+        ("unload", "make_room", "a", "s1"),
+        ("load", "wave", "c", "s1"),
+    ]
+    unloads = [d for d in taken if d.kind is Kind.UNLOAD]
+    assert all(d.at_work for d in unloads), unloads
+    assert "at work (1 request(s) in flight, used 1 s ago): drained" in unloads[0].reason
+    # the share counts ready replicas: a model whose new replicas are loading keeps the
+    # ones that answer meanwhile (taken, it ran on one for the length of a load)
+    growing = [
+        server("s0", used("a", 99.0, in_flight=9)),
+        server("s1", used("a", 99.0, in_flight=9)),
+        server("s2", Replica("a", LOADING, 99.0)),
+        server("s3", Replica("a", LOADING, 99.0)),
+        server("s4", used("c", 99.0, since=50.0, in_flight=9)),
+    ]
+    assert decide(one, growing, c, 100.0, POLICY) == []
+    grown = [replace(s, replicas=(used("a", 99.0, in_flight=9),)) for s in growing[:4]]
+    assert moves(decide(one, [*grown, growing[4]], c, 100.0, POLICY)) == [
+        ("unload", "make_room", "a", "s0"),
+        ("load", "wave", "c", "s0"),
+    ]
+    # an idle replica taken is not at work
+    idle = [server(f"s{k}", used("a", 0.0)) for k in range(4)]
+    assert not any(d.at_work for d in decide(one, idle, c, 100.0, POLICY))
 
 
 def test_keep_warm_keeps_a_last_replica_and_fills_room_to_spare():

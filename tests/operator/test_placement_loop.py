@@ -39,6 +39,7 @@ from tritonclient.utils import InferenceServerException
 from sonicsite import cli, cli_placement
 from sonicsite.contract.wire import read_state_file
 from sonicsite.local import envoy
+from sonicsite.local.servers import MODEL_WORK_FILE, set_model_work
 from sonicsite.local.state import SiteState
 
 IDLE_S = 4.0
@@ -328,6 +329,63 @@ def test_a_decision_that_no_longer_stands_when_its_turn_comes_is_dropped_or_kept
     assert outcomes[("triton-1", "warm")] == "dropped: a replica is ready now"
     assert outcomes[("triton-0", "idle")].startswith("kept: requests completed since")
     assert loop.draining == set()
+
+
+def test_a_replica_taken_at_work_is_unloaded_once_triton_answered_what_it_held(placed):
+    """A wave's fair share takes a replica at work (placement_step.py): its use since the
+    decision does not keep it. With one request running in identity on triton-0 and one
+    waiting behind it, the unload is carried out, and Triton answers both before the model
+    goes (what lets placement take a replica with requests in flight)."""
+    site_dir = Path(placed.site_dir)
+    servers = list(read_state_file(site_dir).servers)
+    loop = PlacementLoop(
+        local_catalogue(site_dir, SETTINGS), SETTINGS, read_admin_key(site_dir), OperatorMetrics()
+    )
+    target = control_target(placed, "triton-0")
+    if "identity" not in _ready(placed, "triton-0"):  # the operator's idle unloads ran
+        model_control.load(target, "identity")
+    seen = loop.observe(servers, time.time())
+    view = LoadView()
+    view.scrape_all({s.id: s.metrics_url for s in servers})
+    work = site_dir / MODEL_WORK_FILE
+    before = work.read_text() if work.exists() else None
+    set_model_work(site_dir, 3000.0, {})  # each request runs 3 s
+    answers: dict[int, object] = {}
+
+    def send(k: int) -> None:
+        x = np.full((1, 8), float(k), np.float32)
+        try:
+            answers[k] = stock_infer(seen[0].grpc, "identity", {"INPUT0": x}, OUT)["OUTPUT0"]
+        except InferenceServerException as exc:
+            answers[k] = exc
+
+    senders = [threading.Thread(target=send, args=(k,)) for k in (1, 2)]
+    try:
+        for sender in senders:
+            sender.start()
+        url = seen[0].metrics_url
+        wait_until(
+            lambda: read_metrics(url, 5.0).get("identity", {}).get("pending", 0.0) >= 1,
+            "a request of identity waiting on triton-0 behind the one it runs",
+            DEADLINE_S,
+            0.1,
+        )
+        taken = Decision(
+            Kind.UNLOAD, Rule.MAKE_ROOM, "identity", "triton-0", "a wave's share", at_work=True
+        )
+        loop.carry_out([taken], {s.id: s for s in seen}, view, time.time())
+        for sender in senders:
+            sender.join(DEADLINE_S)
+    finally:
+        if before is None:
+            work.unlink(missing_ok=True)
+        else:
+            work.write_text(before)
+    assert loop.decisions[0]["outcome"].startswith("unloaded"), loop.decisions
+    for k in (1, 2):
+        assert isinstance(answers.get(k), np.ndarray), answers
+        assert np.array_equal(answers[k], np.full((1, 8), float(k), np.float32))
+    assert "identity" not in _ready(placed, "triton-0")
 
 
 def test_a_failed_unload_is_logged_with_tritons_reason_and_retried_after_a_back_off(placed, caplog):
