@@ -34,7 +34,8 @@ The rules, in the order they are applied within one step:
    one slow interval is noise; and the newest replica must have had time to take its share
    before the queue is judged again, or a burst would load a replica per step.
 4. MAKE_ROOM (inside 2, WAVE and 3): when no server of the pool has room, an idle replica is
-   unloaded to make it, least recently used first (placement_step.py says which and why).
+   unloaded to make it, least recently used first; a wave may take its fair share from a
+   model at work, drained first (placement_step.py says which and why).
 5. WARM (with `keep_warm`): a model with no replica ready or loading in its pool is loaded
    on a server with room to spare, making none. Memory holds models, compute runs those at
    work: a model kept beside another costs nothing until its room is needed, and its next
