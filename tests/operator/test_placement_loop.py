@@ -1,8 +1,9 @@
 """The operator acting on placement, on a local site of real Triton servers: an idle model is
 unloaded after its idle time and Envoy and the gateway stop routing it there; a model under
 steady requests is never unloaded while they run, and one whose queue time stays over its
-threshold gets a second replica; every decision is in `/v1/placement`, the metrics and
-`sonicsite models status` with its reason. The tests run in order on one site."""
+threshold gets a second replica; a replica taken at work (a wave's share) is unloaded with
+its requests answered; every decision is in `/v1/placement`, the metrics and `sonicsite
+models status` with its reason. The tests run in order on one site."""
 
 from __future__ import annotations
 
