@@ -203,10 +203,10 @@ class PlacementActuator:
         was in use when decided: its use is no reason to keep it); drained first (the module
         says how), Triton answering the requests it holds before it lets the model go."""
         key = (d.server, d.model)
-        with self._lock:
-            used_at = self.last_used.get(key, 0.0)
         used = ""
         if not d.at_work:
+            with self._lock:
+                used_at = self.last_used.get(key, 0.0)
             used = "used since the decision" if used_at > decided_at else ""
             used = used or self._used_since_scrape(server, d.model, view)
         if used:

@@ -88,6 +88,10 @@ class Step:
             if r.model == model and r.state in states
         ]
 
+    def at_work(self, replica: Replica) -> bool:
+        """Used within `evict_idle_s`: not idle, for making room and for where a load goes."""
+        return replica.idle_for(self.now) < self.policy.evict_idle_s
+
     def decided(self, model: str) -> bool:
         return any(d.model == model for d in self.decisions)
 
@@ -155,11 +159,7 @@ class Step:
             return (max(r.last_used, r.since), r.model)
 
         idle = sorted(
-            (
-                r
-                for r in server.replicas
-                if movable(r) and r.idle_for(self.now) >= self.policy.evict_idle_s
-            ),
+            (r for r in server.replicas if movable(r) and not self.at_work(r)),
             key=lru,
         )
         spare = sorted(
@@ -207,7 +207,7 @@ class Step:
             in_flight = sum(r.in_flight for r in server.replicas)
             key = (
                 sum(1 for r in staying if r.state is ReplicaState.LOADING or r.in_flight),
-                sum(1 for r in staying if r.idle_for(self.now) < self.policy.evict_idle_s),
+                sum(1 for r in staying if self.at_work(r)),
                 len(freed),
                 newest,
                 self.occupancy_after(server, model, freed),
@@ -221,8 +221,7 @@ class Step:
             return False
         _, server, freed = best
         for victim in freed:
-            idle = victim.idle_for(self.now)
-            at_work = idle < self.policy.evict_idle_s
+            idle, at_work = victim.idle_for(self.now), self.at_work(victim)
             self.take(
                 Decision(
                     Kind.UNLOAD,
