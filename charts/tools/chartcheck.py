@@ -4,9 +4,9 @@ For every site profile in `charts/sonicsite/ci/` (and the defaults): strict lint
 Helm engine (helm-python-sdk) for Kubernetes 1.28 to 1.33; render; every built-in object
 against those versions' Kubernetes schemas (kubernetes-validate, strict); every ScaledObject,
 TriggerAuthentication, ServiceMonitor, PodMonitor, PrometheusRule and cert-manager
-Certificate against its CRD's schema and CEL rules (crdcheck.py); the rendered Envoy
-bootstrap through `envoy --mode validate`; the rendered Prometheus configuration and rules
-through promtool.
+Certificate against its CRD's schema and CEL rules (crdcheck.py); every selector against
+the objects it selects (check_selectors); the rendered Envoy bootstrap through
+`envoy --mode validate`; the rendered Prometheus configuration and rules through promtool.
 
 Usage: python charts/tools/chartcheck.py [CHART] [--json]  (from the repository root after
 `make install`; the script's own folder is on the path, so crdcheck.py is found beside it).
@@ -208,6 +208,57 @@ def check_prometheus(docs: list[dict], workdir: Path) -> list[str]:
     return [e for e in errors if e]
 
 
+def selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions; {} selects everything) on labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression(e, labels) for e in selector.get("matchExpressions") or [])
+
+
+def _expression(e: dict, labels: dict) -> bool:
+    key, values, op = e["key"], e.get("values") or [], e["operator"]
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"matchExpressions: unknown operator {op!r}")
+
+
+def check_selectors(docs: list[dict]) -> list[str]:
+    """Every selector of the release meets what it is for: a Deployment its pods; a Service,
+    a PodDisruptionBudget, a PodMonitor and a NetworkPolicy some pod of the release; a
+    ServiceMonitor exactly one Service (two Services of the same pods scrape each twice)."""
+    pods = [d["spec"]["template"]["metadata"]["labels"] for d in docs if d["kind"] == "Deployment"]
+    services = [d for d in docs if d["kind"] == "Service"]
+    errors = []
+    for d in docs:
+        where = f"{d['kind']}/{d['metadata']['name']}"
+        spec = d.get("spec", {})
+        if d["kind"] == "Deployment":
+            if not selects(spec["selector"], spec["template"]["metadata"]["labels"]):
+                errors.append(f"{where}: its selector does not select its own pods")
+        elif d["kind"] == "Service" and spec.get("selector"):
+            if not any(selects({"matchLabels": spec["selector"]}, p) for p in pods):
+                errors.append(f"{where}: selects no pod of the release")
+        elif d["kind"] in ("PodDisruptionBudget", "PodMonitor", "NetworkPolicy"):
+            selector = spec["podSelector" if d["kind"] == "NetworkPolicy" else "selector"]
+            if not any(selects(selector, p) for p in pods):
+                errors.append(f"{where}: selects no pod of the release")
+        elif d["kind"] == "ServiceMonitor":
+            chosen = [
+                s["metadata"]["name"]
+                for s in services
+                if selects(spec["selector"], s["metadata"]["labels"])
+            ]
+            if len(chosen) != 1:
+                errors.append(f"{where}: expected one Service, selects {chosen}")
+    return errors
+
+
 def check_profile(name: str, values: dict, chart: Path = CHART) -> ProfileReport:
     report = ProfileReport(name)
     report.errors += lint(values, chart)
@@ -220,6 +271,7 @@ def check_profile(name: str, values: dict, chart: Path = CHART) -> ProfileReport
     report.kinds = sorted({d["kind"] for d in docs})
     report.errors += validate_builtin(docs)
     report.errors += validate_custom(docs)
+    report.errors += check_selectors(docs)
     with tempfile.TemporaryDirectory(prefix="sonicsite-chart-") as tmp:
         report.errors += check_envoy(docs, Path(tmp))
         report.errors += check_prometheus(docs, Path(tmp))

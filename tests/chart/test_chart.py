@@ -344,3 +344,45 @@ def test_envoy_reaches_the_gateways_one_server_view_and_clients_do_not():
 
     without = _docs({"gateway": {"enabled": False}})
     assert not [a for a in _pod(without, "operator")["containers"][0]["args"] if "site-view" in a]
+
+
+def _pod_specs(docs: list[dict]) -> dict[str, dict]:
+    """Every pod spec by its object's name: the Deployments' templates, the `helm test` Pod."""
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        if d["kind"] == "Deployment"
+        else d["spec"]
+        for d in docs
+        if d["kind"] in ("Deployment", "Pod")
+    }
+
+
+def test_every_pod_of_the_chart_pulls_with_the_sites_image_pull_secrets():
+    """The `helm test` pod and the chart's Prometheus too: a private registry's credentials
+    cover every image the chart runs."""
+    secrets = [{"name": "regcred"}]
+    specs = _pod_specs(_docs({**EVERYTHING, "imagePullSecrets": secrets}))
+    components = {name.removeprefix("site-sonicsite-") for name in specs}
+    assert {"triton", "envoy", "operator", "gateway", "prometheus", "test"} <= components
+    assert [name for name, spec in specs.items() if spec.get("imagePullSecrets") != secrets] == []
+    without = _pod_specs(_docs(EVERYTHING))
+    assert [name for name, spec in without.items() if "imagePullSecrets" in spec] == []
+
+
+@pytest.mark.parametrize("tls", [True, False])
+def test_notes_give_the_ingress_scheme_and_port_that_its_tls_gives(tls):
+    ingress = {"enabled": True, "tls": {"secretName": "site-tls" if tls else ""}}
+    values = {
+        "envoy": {"ingress": {**ingress, "host": "grpc.example.org"}},
+        "gateway": {"ingress": {**ingress, "host": "sonic.example.org"}},
+    }
+    docs = _docs(values)
+    ingresses = {d["spec"]["rules"][0]["host"]: d["spec"] for d in docs if d["kind"] == "Ingress"}
+    assert all(("tls" in spec) == tls for spec in ingresses.values())
+    notes = render(values)["sonicsite/templates/NOTES.txt"]
+    scheme, port = ("https", 443) if tls else ("http", 80)
+    assert f"grpc.example.org:{port}" in notes
+    assert f"{scheme}://sonic.example.org" in notes
+    other = ("http", 80) if tls else ("https", 443)
+    assert f"grpc.example.org:{other[1]}" not in notes
+    assert f"{other[0]}://sonic.example.org" not in notes

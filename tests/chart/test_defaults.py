@@ -167,3 +167,19 @@ def test_keda_scales_with_the_chart_values_as_the_local_autoscaler_would(autosca
 
 def test_the_charts_restricted_protocols_are_the_local_sites():
     assert tuple(VALUES["triton"]["restrictedProtocols"]) == RESTRICTED_PROTOCOLS
+
+
+@pytest.mark.parametrize(("shed", "open_below"), [(500, 600), (300, 300.5)])
+def test_thresholds_the_operator_refuses_are_refused_by_the_chart(shed, open_below):
+    """openBelowMs over shedAboveMs would crash-loop the operator: the chart says so first."""
+    with pytest.raises(ValueError, match="open_below_ms: expected at most shed_above_ms"):
+        AdmissionPolicy(shed_above_ms=shed, open_below_ms=open_below)
+    values = {"operator": {"admission": {"shedAboveMs": shed, "openBelowMs": open_below}}}
+    with pytest.raises(Exception, match=r"operator\.admission\.openBelowMs: expected at most"):
+        render(values)
+
+
+def test_equal_thresholds_pass_the_chart_and_the_operator():
+    values = {"operator": {"admission": {"shedAboveMs": 250, "openBelowMs": 250}}}
+    parsed = operator_parser().parse_args(_operator_args(values))
+    assert _admission_of(parsed).open_below_ms == 250

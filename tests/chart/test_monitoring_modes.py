@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from chartcheck import CHART, objects, profiles, render
+from chartcheck import CHART, check_selectors, objects, profiles, render, selects
 from sonicsite.operator.autoscaler import ScalingPolicy
 
 ROOT = CHART.parents[1]
@@ -274,13 +274,11 @@ def test_the_network_policy_lets_the_sites_prometheus_scrape_in_every_mode(mode)
     assert [_ports(r) for r in scrape] == [{8002, 8080}]  # Triton's metrics, the operator's
     scrape = [r for r in entry["ingress"] if r.get("from") == [PEER]]
     assert [_ports(r) for r in scrape] == [{8080}]  # the gateway's
-    # with no selector, any source reaches the metrics ports, and only those
-    anyone = _docs(MODES[mode])
-    open_rules = [r for r in _policy(anyone, "internal")["ingress"] if "from" not in r]
-    assert [_ports(r) for r in open_rules] == [{8002, 8080}]
-    triton = _component(anyone, "Deployment", "triton")["spec"]["template"]["spec"]
-    served = {p["containerPort"] for p in triton["containers"][0]["ports"]}
-    assert served - {8002} and not (served - {8002}) & _ports(open_rules[0])
+    # with no selector, no rule admits any source to them: the operator's port is its whole
+    # HTTP API (test_network_policy.py evaluates who reaches what)
+    nobody = _policy(_docs(MODES[mode]), "internal")["ingress"]
+    assert [r for r in nobody if "from" not in r] == []
+    assert [r for r in nobody if r["from"] != internal["ingress"][0]["from"]] == []
 
 
 def test_kedas_step_policies_and_fallback_are_the_sites():
@@ -339,3 +337,23 @@ def test_only_envoy_the_gateway_the_operator_and_prometheus_reach_triton():
     }
     # every caller it names is a component the chart runs; the collector is not among them
     assert {"envoy", "gateway", "operator"} <= components and "otel-collector" in components
+
+
+def test_each_service_monitor_scrapes_its_pods_once():
+    """The gateway's headless `-pods` Service (for the chart's own Prometheus) carries the
+    gateway's labels too; its ServiceMonitor must still select the gateway's Service alone, or
+    prometheus-operator scrapes every gateway pod twice."""
+    values = {
+        "monitoring": {"prometheus": {"enabled": True}, "prometheusOperator": {"enabled": True}}
+    }
+    docs = _docs(values)
+    services = _kind(docs, "Service")
+    assert len([s for s in services if s["metadata"]["name"].endswith("-pods")]) == 1
+    for monitor in _kind(docs, "ServiceMonitor"):
+        chosen = [
+            s["metadata"]["name"]
+            for s in services
+            if selects(monitor["spec"]["selector"], s["metadata"]["labels"])
+        ]
+        assert chosen == [monitor["metadata"]["name"]], chosen
+    assert check_selectors(docs) == []

@@ -5,6 +5,8 @@ pool refused with the reason."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from chartcheck import CHART, check_profile, objects, render
@@ -109,3 +111,78 @@ def test_pools_need_placement():
     values = {"pools": [{"name": "a"}], "monitoring": {"prometheus": {"enabled": True}}}
     with pytest.raises(Exception, match=r"pools: expected placement\.enabled"):
         render(values)
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_a_pools_own_zero_and_empty_values_are_kept_not_replaced_by_tritons():
+    """A pool parked at 0 servers, or with no tolerations and no node selector of its own, is
+    not given triton's (sprig's merge took 0, [] and {} for unset)."""
+    values = {
+        "triton": {
+            "replicas": 2,
+            "gpu": {"vendor": "nvidia", "count": 2},
+            "nodeSelector": {"gpu": "yes"},
+            "tolerations": [GPU_TAINT],
+        },
+        "pools": [
+            {
+                "name": "parked",
+                "models": ["deepmet"],
+                "replicas": 0,
+                "nodeSelector": {},
+                "tolerations": [],
+                "gpu": {"vendor": "none"},
+            },
+            {"name": "amd", "gpu": {"vendor": "amd"}, "resources": {"limits": {"memory": "9Gi"}}},
+        ],
+        "placement": {"enabled": True},
+    }
+    deployments = _named(objects(render(values)), "Deployment")
+    parked = deployments["site-sonicsite-triton-parked"]["spec"]
+    assert parked["replicas"] == 0
+    pod = parked["template"]["spec"]
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert not [k for k in pod["containers"][0]["resources"]["limits"] if "gpu" in k]
+    amd = deployments["site-sonicsite-triton-amd"]["spec"]
+    assert amd["replicas"] == 2  # triton's, the pool names none
+    pod = amd["template"]["spec"]
+    assert pod["tolerations"] == [GPU_TAINT] and pod["nodeSelector"] == {"gpu": "yes"}
+    (triton,) = pod["containers"]
+    assert triton["image"].startswith("rocm/tritonserver:")
+    # the pool's gpu key by key over triton's (its count), its resources whole
+    assert triton["resources"] == {
+        "limits": {"memory": "9Gi", "amd.com/gpu": 2},
+        "requests": {"amd.com/gpu": 2},
+    }
+
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def test_a_long_release_name_keeps_every_pools_objects_apart_and_within_63_characters():
+    """The pool's suffix (and the gateway's `-pods`) is kept whole after the shortened rest, so
+    that names stay DNS labels, distinct, and the references to them still meet."""
+    release = "cms-tier2-analysis-facility-inference-prod-1"  # 44 characters
+    values = {**POOLS, "gateway": {"replicas": 2}}
+    docs = objects(render(values, name=release))
+    services = _named(docs, "Service")
+    deployments = _named(docs, "Deployment")
+    scaled = _named(docs, "ScaledObject")
+    for names in (services, deployments, scaled):
+        assert all(len(n) <= 63 and DNS_LABEL.match(n) for n in names), sorted(names)
+    pools = {n for n in deployments if n.endswith(("-a100", "-t4"))}
+    assert len(pools) == 2 and pools <= set(services) and pools == set(scaled)
+    assert {s["spec"]["scaleTargetRef"]["name"] for s in scaled.values()} == pools
+    (operator,) = [d for d in deployments.values() if "--pool" in str(d)]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    named = {a.split("=", 2)[2] for a in args if a.startswith("--pool-service=")}
+    assert named == pools
+    headless = [n for n in services if n.endswith("-pods")]
+    (prometheus,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and "prometheus.yml" in d.get("data", {})
+    ]
+    config = yaml.safe_load(prometheus["data"]["prometheus.yml"])
+    (gateway_job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gateway"]
+    assert gateway_job["dns_sd_configs"][0]["names"] == [f"{headless[0]}.hep.svc"]

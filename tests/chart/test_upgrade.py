@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,44 @@ def test_the_only_checksum_is_envoys_bootstrap():
         if d["kind"] == "Deployment"
     }
     assert {c: v for c, v in checksums.items() if v} == {"envoy": ["checksum/bootstrap"]}
+
+
+def _bumped_chart(tmp_path: Path) -> Path:
+    """A copy of the chart (its linked files copied in) at the next version and appVersion."""
+    chart = tmp_path / CHART.name
+    shutil.copytree(CHART, chart)  # follows the links to monitoring/
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    assert meta["version"] != "9.9.9" and meta["appVersion"] != "9.9.9"
+    meta.update(version="9.9.9", appVersion="9.9.9")
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    return chart
+
+
+def _templates(values: dict, chart: Path = CHART) -> dict[str, dict]:
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]
+        for d in objects(render(values, chart=chart))
+        if d["kind"] == "Deployment"
+    }
+
+
+def test_a_new_chart_version_rolls_only_the_pods_of_a_new_image(tmp_path):
+    """No pod template carries the chart's version (helm.sh/chart, app.kubernetes.io/version):
+    an upgrade to a new chart leaves Triton's GPU pods (and Envoy's, Prometheus's) running; the
+    pods of the sonicsite image, whose tag defaults to appVersion, roll for the new image."""
+    bumped = _bumped_chart(tmp_path)
+    values = yaml.safe_load(PROFILE.read_text())
+    values["monitoring"] = {**values["monitoring"], "prometheus": {"enabled": True}}
+    pinned = {**values, "image": {"tag": "0.1.0"}}
+    old, new = _templates(pinned), _templates(pinned, bumped)
+    assert old.keys() == new.keys() and len(old) >= 5
+    assert [n for n in old if old[n] != new[n]] == []
+    old, new = _templates(values), _templates(values, bumped)
+    rolled = sorted(n for n in old if old[n] != new[n])
+    sonicsite_image = sorted(n for n in old if "ghcr.io/sonicsite/sonicsite:" in json.dumps(old[n]))
+    assert rolled == sonicsite_image and rolled
+    # what the Deployments, Services and budgets select by is still on every pod
+    for template in new.values():
+        labels = template["metadata"]["labels"]
+        assert {"app.kubernetes.io/name", "app.kubernetes.io/instance"} <= set(labels)
+        assert "app.kubernetes.io/component" in labels

@@ -120,6 +120,13 @@ def _schema_nodes(node, path=""):
             yield from _schema_nodes(sub, f"{path}[{index}]")
 
 
+def _resolved(schema: dict, node: dict) -> dict:
+    """A schema node with its `$ref`s (to the schema's `$defs`) followed."""
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
+    return node
+
+
 def test_the_schema_checks_types_strictly_and_repeats_no_description():
     schema = json.loads((CHART / "values.schema.json").read_text())
     nodes = list(_schema_nodes(schema))
@@ -130,6 +137,7 @@ def test_the_schema_checks_types_strictly_and_repeats_no_description():
     values = yaml.safe_load(VALUES_TEXT)
 
     def declared(node: dict, value: object, path: str) -> list[str]:
+        node = _resolved(schema, node)
         if not isinstance(value, dict) or "properties" not in node:
             return []
         missing = [f"{path}.{k}".lstrip(".") for k in value if k not in node["properties"]]
@@ -141,3 +149,25 @@ def test_the_schema_checks_types_strictly_and_repeats_no_description():
         ]
 
     assert declared(schema, values, "") == []  # every value has a type in the schema
+
+
+def test_every_choice_the_schema_allows_is_named_in_the_values_description():
+    """A value the schema holds to a set of choices (an enum, of it or of its items) names
+    each of them in values.yaml, so that the README offers what the chart takes."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    checked = []
+    for value in documented(VALUES_TEXT):
+        node = schema
+        for key in value.path.split("."):
+            node = _resolved(schema, node).get("properties", {}).get(key)
+            if node is None:
+                break
+        if node is None:
+            continue
+        node = _resolved(schema, node)
+        choices = node.get("enum") or _resolved(schema, node.get("items", {})).get("enum")
+        if choices:
+            checked.append(value.path)
+            missing = [c for c in choices if str(c) not in value.description]
+            assert missing == [], (value.path, value.description)
+    assert {"envoy.service.type", "gateway.service.type", "operator.balancing"} <= set(checked)

@@ -7,9 +7,13 @@
 {{- end -}}
 {{- end -}}
 
-{{/* One component's name: <fullname>-<component>. */}}
+{{/* One component's name: <fullname>-<component>, at most 63 characters, and with "suffix"
+(a pool's "-<pool>", "-pods") the suffix kept whole after the shortened rest, so that the
+objects of two pools never share a name however long the release's is. */}}
 {{- define "sonicsite.component" -}}
-{{- printf "%s-%s" (include "sonicsite.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- $suffix := .suffix | default "" -}}
+{{- $base := printf "%s-%s" (include "sonicsite.fullname" .root) .component | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" -}}
+{{- printf "%s%s" $base $suffix -}}
 {{- end -}}
 
 {{- define "sonicsite.labels" -}}
@@ -23,6 +27,13 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/name: {{ .root.Chart.Name }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* A Deployment's pod template labels: the selector's alone, none that changes with the
+chart's version (helm.sh/chart, app.kubernetes.io/version), so that an upgrade rolls only the
+pods whose spec changed (a pool's Deployment adds its pool label). */}}
+{{- define "sonicsite.podLabels" -}}
+{{- include "sonicsite.selectorLabels" . -}}
 {{- end -}}
 
 {{/* The sonicsite image (operator, gateway, helm test, demo models). */}}
@@ -63,6 +74,15 @@ seccompProfile:
 {{- end -}}
 {{- define "sonicsite.tritonService" -}}
 {{- include "sonicsite.component" (dict "root" . "component" "triton") -}}
+{{- end -}}
+{{/* A pool's Deployment, headless Service and ScaledObject. Takes (dict "root" $ "pool" POOL),
+POOL an entry of _triton.tpl sonicsite.tritonPools. */}}
+{{- define "sonicsite.tritonPoolName" -}}
+{{- include "sonicsite.component" (dict "root" .root "component" "triton" "suffix" .pool.suffix) -}}
+{{- end -}}
+{{/* The gateway's headless Service, one address per pod (for the chart's Prometheus). */}}
+{{- define "sonicsite.gatewayPodsService" -}}
+{{- include "sonicsite.component" (dict "root" . "component" "gateway" "suffix" "-pods") -}}
 {{- end -}}
 
 {{/* Envoy's bootstrap as JSON, the same few lines as the local site's
@@ -107,4 +127,50 @@ it; the Deployment's checksum annotation rolls the pods when it changes. */}}
 {{/* Every pod of the release, whatever its component (for NetworkPolicy peers). */}}
 {{- define "sonicsite.releasePods" -}}
 {{- toYaml (dict "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/name" .Chart.Name) -}}
+{{- end -}}
+
+{{/* A NetworkPolicy ingress rule admitting a LoadBalancer Service's allowed source ranges
+(`loadBalancerSourceRanges`) to a container port; nothing unless the Service is a
+LoadBalancer with ranges. Takes (dict "service" SERVICE-VALUES "port" PORT). */}}
+{{- define "sonicsite.loadBalancerRule" -}}
+{{- if and (eq .service.type "LoadBalancer") .service.loadBalancerSourceRanges -}}
+- from:
+    {{- range .service.loadBalancerSourceRanges }}
+    - ipBlock:
+        cidr: {{ . | quote }}
+    {{- end }}
+  ports:
+    - port: {{ .port }}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod spec's imagePullSecrets (values imagePullSecrets), for every pod of the chart:
+the registry's credentials cover the sonicsite image and the others alike. */}}
+{{- define "sonicsite.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A key the chart makes once and keeps: the one already in the release's Secret (kept
+across upgrades, and by helm.sh/resource-policy past an uninstall), else 48 random
+characters. Takes (dict "root" $ "secret" NAME "key" KEY). */}}
+{{- define "sonicsite.persistentKey" -}}
+{{- $found := lookup "v1" "Secret" .root.Release.Namespace .secret -}}
+{{- if and $found $found.data (index $found.data .key) -}}
+{{- index $found.data .key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum 48 -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The prometheus.io/* annotations of a pod (monitoring.scrapeAnnotations), for a
+Prometheus that discovers targets by them. Takes (dict "root" $ "port" PORT). */}}
+{{- define "sonicsite.scrapeAnnotations" -}}
+{{- if .root.Values.monitoring.scrapeAnnotations -}}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end -}}
 {{- end -}}

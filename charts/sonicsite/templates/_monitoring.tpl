@@ -96,7 +96,9 @@ zero has no queue series). */}}
   replacement: {{ .Release.Name | quote }}
 {{- end -}}
 
-{{/* A ServiceMonitor for prometheus-operator on a component's `http` Service port. */}}
+{{/* A ServiceMonitor for prometheus-operator on a component's `http` Service port: its
+Service alone, not a headless twin (the gateway's `-pods`, labelled sonicsite.io/service),
+which would scrape every pod twice. */}}
 {{- define "sonicsite.serviceMonitor" -}}
 {{- $m := .root.Values.monitoring.prometheusOperator -}}
 apiVersion: monitoring.coreos.com/v1
@@ -112,6 +114,9 @@ spec:
   selector:
     matchLabels:
       {{- include "sonicsite.selectorLabels" . | nindent 6 }}
+    matchExpressions:
+      - key: sonicsite.io/service
+        operator: DoesNotExist
   endpoints:
     - port: http
       path: /metrics

@@ -190,7 +190,8 @@ autoscaling's). */}}
 {{- $_ := set $pool "replicas" (hasKey . "replicas" | ternary .replicas $t.replicas) -}}
 {{- $_ := set $pool "minReplicas" (hasKey . "minReplicas" | ternary .minReplicas $a.minReplicas) -}}
 {{- $_ := set $pool "maxReplicas" (hasKey . "maxReplicas" | ternary .maxReplicas $a.maxReplicas) -}}
-{{- $_ := set $pool "gpu" (.gpu | default $t.gpu) -}}
+{{- /* a pool's gpu key by key over triton's (its count, never 0, defaults to triton's) */ -}}
+{{- $_ := set $pool "gpu" (merge (deepCopy (.gpu | default dict)) $t.gpu) -}}
 {{- $_ := set $pool "nodeSelector" (hasKey . "nodeSelector" | ternary .nodeSelector $t.nodeSelector) -}}
 {{- $_ := set $pool "tolerations" (hasKey . "tolerations" | ternary .tolerations $t.tolerations) -}}
 {{- $_ := set $pool "resources" (hasKey . "resources" | ternary .resources $t.resources) -}}
@@ -217,7 +218,7 @@ autoscaling's). */}}
 {{- if .Values.pools -}}
 {{- range (include "sonicsite.tritonPools" . | fromYaml).pools }}
 - --pool={{ .name }}{{ with .models }}={{ join "," . }}{{ end }}
-- --pool-service={{ .name }}={{ include "sonicsite.tritonService" $ }}{{ .suffix }}
+- --pool-service={{ .name }}={{ include "sonicsite.tritonPoolName" (dict "root" $ "pool" .) }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
