@@ -2,7 +2,12 @@
 (routes_site.py), clients' work reports relayed to the operator (routes_work.py), bearer
 tokens (auth.py), errors in KServe's shape, and the lifespan that follows the operator's
 state (siteview.py), serves the one-server view over gRPC (grpc_view.py) for Envoy and holds
-requests for models no server holds (holding.py)."""
+requests for models no server holds (holding.py).
+
+The loops the lifespan starts (following the operator's state, reporting held requests)
+handle their own failures and go on; one that ends all the same (a bug outside its
+handling) would leave the gateway routing on a frozen state while it looked healthy, so it
+is logged with its traceback and `/healthz` fails from then on (`Background`)."""
 
 from __future__ import annotations
 
@@ -10,10 +15,13 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request, Response
@@ -32,6 +40,8 @@ from .jwt_auth import JwtVerifier
 from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .tracing import GatewayTracing, TracingSettings
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,6 +64,40 @@ class GatewayConfig:
     # the admission passes its inference replies carry and a shed accepts (None: none given,
     # a shed refuses every caller): sonicsite/contract/admission_pass.py
     passes: AdmissionPasses | None = None
+
+
+@dataclass
+class Background:
+    """The lifespan's loops, watched: one that ends other than by being cancelled at
+    shutdown is logged and recorded in `ended` (loop's name: why), which /healthz reports."""
+
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)
+    ended: dict[str, str] = field(default_factory=dict)  # loop's name: why it ended
+
+    def start(self, name: str, loop: Coroutine[Any, Any, None]) -> asyncio.Task:
+        """Run `loop` as a task, watched: its end is told, never silent."""
+        task = asyncio.create_task(loop, name=name)
+        self.tasks[name] = task
+        task.add_done_callback(lambda done: self._ended(name, done))
+        return task
+
+    def _ended(self, name: str, task: asyncio.Task) -> None:
+        if task.cancelled():  # shutdown
+            return
+        exc = task.exception()
+        why = f"raised {exc!r}" if exc is not None else "returned"
+        self.ended[name] = why
+        LOG.error(
+            "the gateway's %s loop stopped (%s): it no longer runs, /healthz fails until the "
+            "gateway is restarted",
+            name,
+            why,
+            exc_info=exc,
+        )
+
+    def cancel(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
 
 
 class GatewayApp(FastAPI):
@@ -80,6 +124,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     holder = Holder(view, metrics)
     forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing, holder=holder)
     auth = Authenticator(Tokens(config.tokens), _jwt_verifier(config))
+    background = Background()  # loops that must not end unseen: /healthz fails if one does
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -89,8 +134,8 @@ def create_app(config: GatewayConfig) -> GatewayApp:
             await view.refresh()
             if auth.jwt is not None:
                 await auth.jwt.keys.refresh()  # the first request need not wait for the keys
-            follower = asyncio.create_task(view.follow(config.refresh_s))
-            reporter = asyncio.create_task(holder.report(client, config.http or config.name))
+            background.start("operator state", view.follow(config.refresh_s))
+            background.start("held counts", holder.report(client, config.http or config.name))
             served = (
                 await grpc_view.serve(forwarder, config.name, config.grpc, holder)
                 if config.grpc
@@ -103,8 +148,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
             try:
                 yield
             finally:
-                follower.cancel()
-                reporter.cancel()
+                background.cancel()
                 view.close()
                 if served is not None:
                     await served.stop(grace=1.0)
@@ -125,6 +169,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     app.state.view = view
     app.state.metrics = metrics
     app.state.forwarder = forwarder
+    app.state.background = background
 
     @app.exception_handler(HTTPException)
     async def kserve_error(request: Request, exc: HTTPException) -> Response:

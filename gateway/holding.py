@@ -82,6 +82,7 @@ class Holder:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
     forwarding: dict[str, int] = field(default_factory=dict)  # calls passed on now, by server
+    trouble: str = ""  # the kind of the last failure to send the counts, logged; "": none
 
     def holds(self, model: str) -> bool:
         """True when a request for `model` is to be held: it is in the catalogue and no
@@ -136,7 +137,9 @@ class Holder:
 
     async def report(self, client: httpx.AsyncClient, source: str) -> None:
         """Tell the operator the counts when they change, and every second while any is
-        held (one more time once none is); a failed send is tried again on the next."""
+        held (one more time once none is); a failed send is tried again on the next. A
+        failure is logged once per kind (not every second), and once more when the
+        operator takes the counts again."""
         sent: dict[str, int] | None = None
         while True:
             with contextlib.suppress(TimeoutError):
@@ -145,13 +148,38 @@ class Holder:
             counts = dict(self.counts)
             if not self.due(counts, sent):
                 continue
-            body = {"source": source, "held": counts}
             try:
-                reply = await client.put(f"{self.view.operator}/v1/held", json=body, timeout=2.0)
-                sent = counts if reply.status_code == 200 else None
-            except httpx.HTTPError as exc:
-                LOG.warning("held counts not sent to the operator: %r", exc)
+                sent = await self._send(client, source, counts)
+            except Exception:  # a bug: said, and the counts sent again on the next round
+                LOG.exception("held counts not sent to the operator")
                 sent = None
+
+    async def _send(
+        self, client: httpx.AsyncClient, source: str, counts: dict[str, int]
+    ) -> dict[str, int] | None:
+        """`counts` to the operator: what it took, None when it did not."""
+        url = f"{self.view.operator}/v1/held"
+        try:
+            reply = await client.put(url, json={"source": source, "held": counts}, timeout=2.0)
+        except httpx.HTTPError as exc:
+            self._trouble(type(exc).__name__, f"PUT {url}: held counts not sent: {exc!r}")
+            return None
+        if reply.status_code != 200:
+            said = f"the operator refused the held counts (HTTP {reply.status_code})"
+            body = reply.text[:200]
+            self._trouble(f"HTTP {reply.status_code}", f"PUT {url}: {said}: {body}")
+            return None
+        if self.trouble:
+            LOG.warning("PUT %s: the operator takes the held counts again", url)
+            self.trouble = ""
+        return counts
+
+    def _trouble(self, kind: str, message: str) -> None:
+        """Log why the counts did not reach the operator, once per kind of failure (its
+        exception's type, or its HTTP status) rather than at every send."""
+        if kind != self.trouble:
+            LOG.warning("%s; the operator's placement does not see what is held here", message)
+            self.trouble = kind
 
     # -- gRPC -------------------------------------------------------------------------------
 

@@ -40,6 +40,14 @@ class GatewayMetrics:
             ["server", "kind"],
             registry=r,
         )
+        self.left_out = Counter(
+            "sonicsite_gateway_view_servers_left_out",
+            "Servers left out of an answer the gateway composes from every server (answer: "
+            "statistics, repository_index) because their own answer failed: it covered the "
+            "others only",
+            ["server", "answer"],
+            registry=r,
+        )
         self.retries = Counter(
             "sonicsite_gateway_retries",
             "Requests retried on another server after a connection failure",

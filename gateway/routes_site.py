@@ -57,12 +57,16 @@ async def prometheus_metrics(request: Request) -> Response:
 async def healthz(request: Request) -> Response:
     """200 once the gateway has read the operator's state (it can route): an operator that
     is down does not make the gateway unhealthy, and the gateway's liveness is
-    /v2/health/live. The body says how old the state is and which sheds are not followed."""
+    /v2/health/live. The body says how old the state is and which sheds are not followed.
+    503 for good once a loop the gateway needs has stopped (app.py `Background`, `stopped` says
+    which and why): it would route on a state it no longer follows."""
     view, now = request.app.state.view, time.time()
     request.app.state.metrics.follow(view)
     has_state = view.updated_at > 0
+    stopped = request.app.state.background.ended
+    ok = has_state and not stopped
     body = {
-        "ok": has_state,
+        "ok": ok,
         "operator_state_age_s": round(now - view.updated_at, 3) if has_state else None,
         "operator_state_stale": view.stale(now),
         "admission": view.following(now),
@@ -70,4 +74,6 @@ async def healthz(request: Request) -> Response:
     }
     if view.error:
         body["error"] = view.error
-    return JSONResponse(body, status_code=200 if has_state else 503)
+    if stopped:
+        body["stopped"] = dict(stopped)
+    return JSONResponse(body, status_code=200 if ok else 503)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 from fastapi import Response
 from fastapi.responses import JSONResponse
@@ -34,6 +35,7 @@ REFUSED_EXTENSIONS = frozenset(
         "logging",
     }
 )
+LOG = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 10.0
 ALL_MODELS_STATS = "/v2/models/stats"
 
@@ -64,6 +66,26 @@ async def _gather(forwarder: Forwarder, servers: list[ServerRecord], path: str) 
     return await asyncio.gather(*fetches, return_exceptions=True)
 
 
+def _failed(servers: list[ServerRecord], replies: list, refusals: bool = True) -> dict[str, str]:
+    """The servers whose reply is not a 200, with why: an exception, or (`refusals`) the
+    status and body they answered."""
+    failed = {}
+    for server, reply in zip(servers, replies, strict=True):
+        if not isinstance(reply, Reply):
+            failed[server.id] = repr(reply)
+        elif reply.status != 200 and refusals:
+            failed[server.id] = f"HTTP {reply.status}: {bytes(reply.body)[:200]!r}"
+    return failed
+
+
+def _left_out(forwarder: Forwarder, answer: str, path: str, failed: dict[str, str]) -> None:
+    """Servers an answer covers not: each logged and counted, so that a partial sum is never
+    taken for the site's (the answer itself keeps Triton's shape)."""
+    for server, why in failed.items():
+        forwarder.metrics.left_out.labels(server, answer).inc()
+        LOG.warning("%s: server %s left out, GET %s failed: %s", answer, server, path, why)
+
+
 async def statistics(forwarder: Forwarder, model: str, version: str | None) -> Response:
     """Triton's statistics summed over the servers that hold the model ('' = every model)."""
     path = version_path(model, version) + "/stats" if model else ALL_MODELS_STATS
@@ -72,18 +94,26 @@ async def statistics(forwarder: Forwarder, model: str, version: str | None) -> R
         return await forwarder.send("GET", model, path, kind=STATS, version=version)
     replies = await _gather(forwarder, servers, path)
     good = [json.loads(r.body) for r in replies if isinstance(r, Reply) and r.status == 200]
+    failed = _failed(servers, replies)
     if not good:
         answered = [r for r in replies if isinstance(r, Reply)]
         if answered:  # the servers refused the request (e.g. no such version): say why
+            _left_out(forwarder, "statistics", path, _failed(servers, replies, refusals=False))
             kind = answered[0].headers.get("content-type", "application/json")
             return Response(answered[0].body, answered[0].status, media_type=kind)
-        return error(502, f"no server of {model or 'the site'!r} answered its statistics")
+        _left_out(forwarder, "statistics", path, failed)
+        whys = "; ".join(f"{s}: {why}" for s, why in failed.items())
+        return error(502, f"no server of {model or 'the site'!r} answered its statistics: {whys}")
+    _left_out(forwarder, "statistics", path, failed)
     return JSONResponse(merge_statistics(good))
 
 
-def _index_entries(forwarder: Forwarder, replies: list) -> list[dict]:
+def _index_entries(
+    forwarder: Forwarder, servers: list[ServerRecord], replies: list, failed: dict[str, str]
+) -> list[dict]:
     """Every model version some server holds ready, READY; every other model of the site,
-    UNAVAILABLE (Triton's states and shape)."""
+    UNAVAILABLE (Triton's states and shape), its reason naming the servers that may hold
+    it but did not answer, where any did not."""
     ready: set[tuple[str, str]] = set()
     for reply in replies:
         if isinstance(reply, Reply) and reply.status == 200:
@@ -91,9 +121,16 @@ def _index_entries(forwarder: Forwarder, replies: list) -> list[dict]:
             ready |= {(m["name"], m["version"]) for m in stats}
     entries = [{"name": n, "version": v, "state": "READY"} for n, v in ready]
     held = {n for n, _ in ready}
-    reason = "no server of the site holds it ready now"
+    unknown = [s for s in servers if s.id in failed]
+
+    def reason(model: str) -> str:
+        silent = [s.id for s in unknown if not s.models or model in s.models]
+        if not silent:
+            return "no server of the site holds it ready now"
+        return f"server{'s' if len(silent) > 1 else ''} {', '.join(silent)} did not answer"
+
     entries += [
-        {"name": m, "state": "UNAVAILABLE", "reason": reason}
+        {"name": m, "state": "UNAVAILABLE", "reason": reason(m)}
         for m in forwarder.view.site.models
         if m not in held
     ]
@@ -111,7 +148,10 @@ async def repository_index(forwarder: Forwarder, body: bytes) -> Response:
     if not isinstance(request, dict):
         return error(400, 'body: expected a JSON object, e.g. {"ready": true}')
     servers = [s for s in forwarder.view.site.servers if s.ready and not s.draining]
-    entries = _index_entries(forwarder, await _gather(forwarder, servers, ALL_MODELS_STATS))
+    replies = await _gather(forwarder, servers, ALL_MODELS_STATS)
+    failed = _failed(servers, replies)
+    _left_out(forwarder, "repository_index", ALL_MODELS_STATS, failed)
+    entries = _index_entries(forwarder, servers, replies, failed)
     if request.get("ready") is True:
         entries = [e for e in entries if e["state"] == "READY"]
     return JSONResponse(entries)

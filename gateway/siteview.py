@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from sonicsite.contract.wire import (
 
 from .upstream import Upstream
 
+LOG = logging.getLogger(__name__)
+# what a read of the state can raise as the operator fails: refused, reset, timed out, a reply
+# that is not the state (HTTP status, JSON, fields); anything else is unexpected: a bug
+UNREADABLE = (OSError, TimeoutError, ValueError, KeyError, TypeError)
 STALE_AFTER_S = SHED_TTL_S  # an operator state read longer ago than this: no shed is followed
 EXPIRED, STALE = "expired", "stale"  # why a shed is not followed
 
@@ -55,6 +60,7 @@ class SiteView:
     reader: str = ""
     client: Upstream = field(default_factory=Upstream)  # kept-alive connection to the operator
     timeout_s: float = 2.0  # per read of the state
+    told: str = ""  # the error last logged: "" while reads succeed
 
     def apply(self, state: dict) -> None:
         self.site = SiteRecord.from_dict(state, source=self.operator)
@@ -107,7 +113,8 @@ class SiteView:
         return servers
 
     async def refresh(self) -> None:
-        """Read the operator's state once; on failure keep the last and say why (`error`)."""
+        """Read the operator's state once; on failure keep the last and say why (`error`,
+        logged when it appears and when it clears, not at every read)."""
         headers = {STATE_READER_HEADER: self.reader} if self.reader else {}
         try:
             address = urllib.parse.urlsplit(self.operator).netloc
@@ -118,12 +125,38 @@ class SiteView:
             if reply.status != 200:
                 raise ValueError(f"HTTP {reply.status}: {bytes(reply.body)[:200]!r}")
             self.apply(json.loads(reply.body))
-        except (OSError, TimeoutError, ValueError, KeyError, TypeError) as exc:
+        except UNREADABLE as exc:
             self.error = f"operator state unreadable at {self.operator}/v1/state: {exc!r}"
+            self._tell()
+        except Exception as exc:  # a state of a shape never seen, or a bug: read again later
+            self.error = f"operator state not applied from {self.operator}/v1/state: {exc!r}"
+            self._tell(exc)
+        else:
+            self._tell()
+
+    def _tell(self, unexpected: Exception | None = None) -> None:
+        """Log the read's failure once when it appears (and an unexpected one, with its
+        traceback, once per message), and once when the state is read again."""
+        if self.error and (not self.told or (unexpected and self.error != self.told)):
+            age = f"{time.time() - self.updated_at:.0f} s old" if self.updated_at else "none"
+            LOG.warning(
+                "%s; routing on the state last read (%s) until it is read again",
+                self.error,
+                age,
+                exc_info=unexpected,
+            )
+            self.told = self.error
+        elif not self.error and self.told:
+            LOG.warning("operator state read again at %s/v1/state", self.operator)
+            self.told = ""
 
     async def follow(self, interval_s: float = 0.5) -> None:
+        """Read the state every `interval_s`, whatever a read meets (`refresh` says it)."""
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # never ends the loop: a gateway that stops following is stuck
+                LOG.exception("reading the operator's state at %s failed", self.operator)
             await asyncio.sleep(interval_s)
 
     def close(self) -> None:

@@ -207,8 +207,11 @@ class ServerPool:
             connection.close()
             if rest is not None or (client is not None and client.started):  # the body is gone
                 raise ConnectionError(str(exc)) from exc
-            if reused:  # the server had closed the idle connection: once more, afresh
-                return await self.request(method, path, headers, body, timeout, client=client)
+            if reused:  # the server had closed the idle connection: once more, afresh, the
+                # body as long as the first try's (a spliced rest is still on the client's socket)
+                return await self.request(
+                    method, path, headers, body, timeout, rest, length, client
+                )
             raise
         except BaseException:
             connection.close()

@@ -28,7 +28,7 @@ from .declared_work import ModelWork
 from .loadview import ModelLoad
 from .metrics import OperatorMetrics
 
-Actuate = Callable[[int, str], None]  # brings pool (2nd) to N servers (1st); blocking
+Actuate = Callable[[int, str], str | None]  # pool (2nd) to N servers (1st); blocking; a note
 EVENTS_KEPT = 20
 
 
@@ -138,8 +138,10 @@ class PoolScaling:
         assert self.actuate is not None
         started = time.monotonic()
         try:
-            self.actuate(event["to"], event["pool"])
-            event["outcome"] = "done"
+            note = self.actuate(event["to"], event["pool"])  # done, with what it met
+            event["outcome"] = f"done; {note}" if note else "done"
+            if note:
+                print(f"operator: scaling pool {event['pool']}: {note}", file=sys.stderr)
             if event["direction"] == "up":  # the actuator returns once they are ready
                 self.start_s[event["pool"]] = time.monotonic() - started
         except Exception as exc:  # a server that would not start: said, and tried again

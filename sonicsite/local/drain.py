@@ -13,6 +13,7 @@ killed while draining is stopped as soon as Envoy is done with it, not at the de
 
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 
@@ -25,7 +26,10 @@ from .state import LocalServer
 DRAIN_S = 40.0  # at most, as the chart's drainSeconds + exitTimeoutSeconds
 POLL_S = 0.1
 READ_TIMEOUT_S = 2.0
-UNREADABLE = (urllib.error.URLError, ConnectionError, TimeoutError, OSError)
+# what a read can raise: refused, reset, timed out (OSError and its URLError), a reply cut
+# short or not HTTP (HTTPException), a body not as expected (ValueError): not zero, and
+# never an error that stops the drain before its server is stopped
+UNREADABLE = (urllib.error.URLError, OSError, http.client.HTTPException, ValueError)
 
 
 def queued(server: LocalServer) -> float | None:
@@ -43,13 +47,13 @@ def envoy_sending(envoy_admin: str, server: LocalServer) -> int | None:
     way (0: Envoy is done with it); None when Envoy's admin does not answer."""
     try:
         hosts = envoy.host_fields(envoy_admin, {server.grpc, server.http})
+        return sum(
+            "eds_status_draining" not in fields.get("health_flags", "")
+            or int(fields.get("rq_active", "0")) > 0
+            for fields in hosts.values()
+        )
     except UNREADABLE:
         return None
-    return sum(
-        "eds_status_draining" not in fields.get("health_flags", "")
-        or int(fields.get("rq_active", "0")) > 0
-        for fields in hosts.values()
-    )
 
 
 def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S) -> bool:
@@ -64,3 +68,23 @@ def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S
             return True
         time.sleep(POLL_S)
     return False
+
+
+def still_routed(server: LocalServer, envoy_admin: str) -> str:
+    """What keeps the server from counting as drained now, in words: for the log line of a
+    server stopped at its drain deadline."""
+    said = []
+    if envoy_admin:
+        sending = envoy_sending(envoy_admin, server)
+        said.append(
+            f"Envoy's admin at {envoy_admin} did not answer"
+            if sending is None
+            else f"{sending} of Envoy's hosts for it still sending to it or with requests on it"
+        )
+    pending = queued(server)
+    said.append(
+        f"its metrics at {server.metrics_url} did not answer"
+        if pending is None
+        else f"{pending:g} request(s) in Triton's queue"
+    )
+    return "; ".join(said)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
 import os
 import signal
 import subprocess
@@ -19,6 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sonicsite.contract.wire import pid_alive
+
+LOG = logging.getLogger(__name__)
+KILL_WAIT_S = 10.0  # SIGKILLed processes still there after this are not waited for longer
 
 
 def start_process(
@@ -90,15 +94,47 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def kill_group(pid: int) -> None:
+def kill_group(pid: int, wait_s: float = KILL_WAIT_S) -> list[int]:
     """SIGKILL what is left of the process group led by `pid` (a hung process, or the
-    children of one that crashed) and wait until it is gone."""
+    children of one that crashed) and wait until it is gone, at most `wait_s`: a process
+    stuck in the kernel (state D) outlives SIGKILL, and its caller must not hang with it.
+    Returns what is left then (logged with each process's state), [] when all is gone."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while group_members(pid):
-        _reap(pid)
+    return wait_group_gone(pid, wait_s)
+
+
+def wait_group_gone(pgid: int, wait_s: float) -> list[int]:
+    """Until process group `pgid` has no live member, at most `wait_s`; what is left then,
+    logged as a warning with each process's state and command."""
+    deadline = time.monotonic() + wait_s
+    while group_members(pgid) and time.monotonic() < deadline:
+        _reap(pgid)
         time.sleep(0.05)
-    _reap(pid)
+    _reap(pgid)
+    left = group_members(pgid)
+    if left:
+        shown = ", ".join(f"{p} ({describe(p)})" for p in left)
+        LOG.warning(
+            "process group %d: %d process(es) still there %g s after SIGKILL, not waited for "
+            "longer: %s",
+            pgid,
+            len(left),
+            wait_s,
+            shown,
+        )
+    return left
+
+
+def describe(pid: int) -> str:
+    """A process's state (as /proc says: D is uninterruptible, stuck in the kernel) and
+    the start of its command line, for a log line."""
+    state = process_state(pid) or "gone"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+    except OSError:
+        command = b""
+    return f"state {state}, {command[:120].decode(errors='replace') or '?'}"
 
 
 def _stat(pid: int | str) -> list[str] | None:

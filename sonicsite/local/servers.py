@@ -4,6 +4,7 @@ one, and the actuator that lets the operator's autoscaler do both."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -13,8 +14,8 @@ from pathlib import Path
 from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
 
 from .admin_key import read_key
-from .drain import DRAIN_S, wait_drained
-from .errors import SiteError, TritonError
+from .drain import DRAIN_S, still_routed, wait_drained
+from .errors import SiteError
 from .ports import free_ports, port_free
 from .processes import kill_group, stop_group
 from .prometheus import write_targets
@@ -45,6 +46,7 @@ SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
 # it is in the state file, so that `down` stops it even if the adder (the operator's
 # actuator) dies meanwhile; a server started and never recorded was left running.
 STARTING_DIR = "starting"
+log = logging.getLogger(__name__)
 PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
 
 
@@ -173,8 +175,9 @@ def add_server(
             if state.stopping or state.server(server_id) is not None:
                 raise SiteError(f"{server_id} not added: the site is stopping or has one")
             state.put_server(info)
-    except (TritonError, SiteError, FileNotFoundError):
+    except BaseException:  # whatever failed (Ctrl-C too): no server left that `down` cannot find
         stop_server(info)
+        proc.poll()
         raise
     finally:
         note.unlink(missing_ok=True)
@@ -185,7 +188,8 @@ def add_server(
 def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> bool:
     """Drain a server, then stop it: it is marked draining, and stopped once Envoy is done
     with it and its queue is empty, or after `drain_s` (drain.py: the rule). False when
-    the deadline came first."""
+    the deadline came first (logged, with what was still routed to it). Stopped whatever
+    the drain met: marked STOPPED, nothing else would ever stop it."""
     site_dir = Path(site_dir).resolve()
     with edit(site_dir) as state:  # stopped on purpose: the supervisor never restarts it
         server = state.server(server_id)
@@ -197,13 +201,25 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> b
         if record is not None:
             why = "removed: drained and stopped by the site (scale-down or remove_server)"
             state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
-    if state.grpc:
-        time.sleep(PROPAGATION_S)  # the gateway follows the state too: at least this long
-    drained = wait_drained(server, state.envoy_admin if state.grpc else "", drain_s)
-    stop_server(server)
-    with edit(site_dir) as state:
-        state.drop_server(server_id)
-    update_targets(state)
+    envoy_admin = state.envoy_admin if state.grpc else ""
+    drained = False
+    try:
+        if state.grpc:
+            time.sleep(PROPAGATION_S)  # the gateway follows the state too: at least this long
+        drained = wait_drained(server, envoy_admin, drain_s)
+        if not drained:
+            log.warning(
+                "%s: stopped at its drain deadline (%g s) with requests still routed to it "
+                "or queued: %s; those may fail",
+                server_id,
+                drain_s,
+                still_routed(server, envoy_admin),
+            )
+    finally:
+        stop_server(server)
+        with edit(site_dir) as state:
+            state.drop_server(server_id)
+        update_targets(state)
     return drained
 
 
@@ -218,8 +234,13 @@ class LocalActuator:
 
     site_dir: Path
     placement: bool = False
+    drain_s: float = DRAIN_S  # a removed server's drain deadline
 
-    def __call__(self, desired: int, pool: str = DEFAULT_POOL) -> None:
+    def __call__(self, desired: int, pool: str = DEFAULT_POOL) -> str | None:
+        """A note for the operator's scale event when a server removed had to be stopped at
+        its drain deadline: the pool is at `desired` all the same, some requests may have
+        failed."""
+
         def members(state: SiteState) -> list[LocalServer]:
             return [s for s in state.servers if (s.pool or DEFAULT_POOL) == pool]
 
@@ -229,5 +250,11 @@ class LocalActuator:
             empty = self.placement and (bool(named) or not members(SiteState.load(self.site_dir)))
             add_server(self.site_dir, models=[] if empty else None, pool=named)
         newest = sorted(servers, key=lambda s: int(s.id.rsplit("-", 1)[1]), reverse=True)
-        for server in newest[: max(len(servers) - desired, 0)]:
-            remove_server(self.site_dir, server.id)
+        cut = [s.id for s in newest[: max(len(servers) - desired, 0)]]
+        late = [i for i in cut if not remove_server(self.site_dir, i, self.drain_s)]
+        if not late:
+            return None
+        return (
+            f"{', '.join(late)} stopped at the drain deadline ({self.drain_s:g} s) with "
+            f"requests still routed or queued (the site's log says which); some may have failed"
+        )

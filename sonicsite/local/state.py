@@ -35,8 +35,13 @@ from sonicsite.contract.wire import (
     load_state_file,
 )
 
+from .errors import SiteError
+
 DEFAULT_SITE_DIR = Path(".sonicsite")
 LOCK_FILE = "state.lock"  # beside the state file; flock'ed by every writer, never removed
+# the longest any writer waits for the lock: every holder's change is short (a read, a few
+# process starts, a write), so a lock held longer is a writer hung while holding it
+LOCK_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -168,14 +173,51 @@ class SiteState:
 
 
 @contextlib.contextmanager
-def locked(site_dir: Path) -> Iterator[None]:
-    """Hold the site's state lock. Not re-entrant: never nest it (or `edit`) in one process."""
-    with open(Path(site_dir) / LOCK_FILE, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def locked(site_dir: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the site's state lock. Not re-entrant: never nest it (or `edit`) in one process.
+    SiteError naming the holder's PID when it is not free within `wait_s`: a writer
+    hung while holding it must not hang every other writer (the supervisor too) silently."""
+    path = Path(site_dir) / LOCK_FILE
+    with open(path, "a") as lock:
+        deadline, pause = time.monotonic() + wait_s, 0.001
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = lock_holder(os.fstat(lock.fileno()).st_ino)
+                    raise SiteError(
+                        f"{path}: the site's state lock is still held after {wait_s:g} s, by "
+                        f"{holder}; that writer is hung (stop it, and the change it was making "
+                        f"is lost) or the site's files are shared with another machine"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def lock_holder(inode: int) -> str:
+    """Who holds the flock on the file of `inode`, from /proc/locks, in words."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return "a process this machine cannot name (/proc/locks unreadable)"
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue  # a waiter, or not a flock
+        if fields[5].rsplit(":", 1)[-1] == str(inode):
+            pid = fields[4]
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                command = b""
+            return f"pid {pid} ({command.strip()[:120].decode(errors='replace') or '?'})"
+    return "no process listed in /proc/locks"
 
 
 @contextlib.contextmanager

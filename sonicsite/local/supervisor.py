@@ -64,13 +64,27 @@ class Supervisor:
         self.records: tuple[LocalProcess, ...] = ()  # the latest sweep's view, for /metrics
         self.sweeps = 0
         self.last_sweep = 0.0
+        self.sweep_errors = 0  # sweeps that raised (logged): /metrics
+        self.restart_failures = 0  # restarts that could not start the process (logged)
+        self.started = time.time()  # /healthz: no sweep yet counts from here
         self.stop = threading.Event()
         self.probes = ThreadPoolExecutor(4, thread_name_prefix="probe")
+
+    @property
+    def stale_after_s(self) -> float:
+        """No sweep ended for this long: stuck (/healthz fails). Five intervals, and the
+        probe's wait a sweep may spend."""
+        return 5 * self.policy.interval_s + self.policy.probe_timeout_s
 
     def run(self) -> int:
         log.info("supervising %s (pid %d): %s", self.site_dir, os.getpid(), self.policy)
         while not self.stop.is_set():
-            why = self.sweep()
+            try:
+                why = self.sweep()
+            except Exception:  # the site stays supervised: this sweep's failure is said
+                self.sweep_errors += 1
+                log.exception("sweep %d failed; sweeping on", self.sweeps + 1)
+                why = ""
             if why:
                 log.info("exiting: %s", why)
                 return 0
@@ -96,7 +110,11 @@ class Supervisor:
         self.watches = {p.name: self._watch(p, now) for p in watched}
         answered = self._probe(watched)
         for record in watched:
-            self._check(state, record, answered.get(record.name, False), now)
+            try:  # one process's failed check does not leave the others unchecked
+                self._check(state, record, answered.get(record.name, False), now)
+            except Exception:
+                self.sweep_errors += 1
+                log.exception("%s (pid %d): its check failed", record.name, record.pid)
         try:  # /metrics shows this sweep's changes too
             self.records = tuple(SiteState.load(self.site_dir).processes)
         except FileNotFoundError:
@@ -180,7 +198,22 @@ class Supervisor:
         )
 
     def _restart(self, record: LocalProcess, watch: Watch, now: float) -> None:
-        """Start it again; the new PID is recorded in the same locked change."""
+        """Start it again; the new PID is recorded in the same locked change. A start that
+        fails (or a new process that cannot be recorded, which is then stopped: nothing
+        unrecorded keeps running) is a failed run: recorded, logged, and tried again after
+        the next back-off."""
+        started: list[subprocess.Popen] = []
+        try:
+            self._start_again(record, watch, now, started)
+        except Exception as exc:
+            for proc in started:  # started but not recorded: `down` would never find it
+                kill_group(proc.pid)
+                proc.poll()
+            self._restart_failed(record, watch, exc, now)
+
+    def _start_again(
+        self, record: LocalProcess, watch: Watch, now: float, started: list[subprocess.Popen]
+    ) -> None:
         moved = False
         with edit(self.site_dir) as state:
             current = state.process(record.name)
@@ -193,12 +226,14 @@ class Supervisor:
                 if server is None:
                     return
                 proc, fresh = restart_server(self.site_dir, server)
+                started.append(proc)
                 moved = fresh.grpc_port != server.grpc_port
                 state.put_server(fresh)
             else:
                 kill_group(record.pid)  # whatever the dead one left in its group
                 cwd = Path(record.cwd or self.site_dir)
                 proc = start_process(list(record.command), Path(record.log), cwd=cwd)
+                started.append(proc)
             delays = (*current.restart_delays_s, watch.delay)[-HISTORY:]
             restarts = current.restarts + 1
             changed = replace(
@@ -209,11 +244,17 @@ class Supervisor:
                 since=time.time(),
             )
             state.put_process(changed)
-        if moved:
-            update_targets(state)
+        started.clear()  # recorded: `down` finds it, whatever follows
         self.watches[record.name] = replace(
             watch, pid=proc.pid, proc=proc, spawned_at=now, restart_at=0.0, answered_at=now
         )
+        if moved:
+            try:
+                update_targets(state)
+            except OSError as exc:  # it runs all the same; Prometheus scrapes its old ports
+                log.error(
+                    "%s: Prometheus' targets not updated to its new ports: %s", record.name, exc
+                )
         where = " on new ports" if moved else ""
         log.warning(
             "%s restarted as pid %d%s (restart %d, after %.2f s)",
@@ -223,6 +264,25 @@ class Supervisor:
             restarts,
             watch.delay,
         )
+
+    def _restart_failed(
+        self, record: LocalProcess, watch: Watch, exc: Exception, now: float
+    ) -> None:
+        """A restart that could not start the process: its record says why (it stays
+        RESTARTING), and the next try waits the back-off of one more failure."""
+        self.restart_failures += 1
+        watch.failures += 1
+        watch.delay = self.policy.delay(watch.failures)
+        watch.restart_at = now + watch.delay
+        why = f"restart failed: {exc}"
+        log.error(
+            "%s (pid %d): %s; trying again in %.2f s", record.name, record.pid, why, watch.delay
+        )
+        with edit(self.site_dir) as state:
+            current = state.process(record.name)
+            if current is None or current.pid != record.pid or current.state != RESTARTING:
+                return
+            state.put_process(replace(current, last_exit=why))
 
     def _running(self, record: LocalProcess, watch: Watch, now: float) -> None:
         with edit(self.site_dir) as state:

@@ -1,7 +1,9 @@
 """The supervisor's HTTP endpoint: `/metrics` (Prometheus text, scraped by the site's
-Prometheus as job `supervisor`) and `/healthz` (it sweeps; how many times, when last).
+Prometheus as job `supervisor`) and `/healthz` (it sweeps; how many times, when last; 503
+once no sweep has ended for `stale_after_s`: a supervisor stuck in a sweep supervises
+nothing, though its process lives and this thread answers).
 
-Hand-written exposition: the local site's room carries no metrics library, and four metric
+Hand-written exposition: the local site's room carries no metrics library, and a few metric
 families do not need one.
 """
 
@@ -21,12 +23,21 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class Watched(Protocol):
     records: tuple[ProcessRecord, ...]
     sweeps: int
-    last_sweep: float
+    last_sweep: float  # time.time() when the last sweep ended; 0: none yet
+    started: float  # time.time() when it started
+    sweep_errors: int
+    restart_failures: int
+
+    @property
+    def stale_after_s(self) -> float: ...
 
 
-def metrics_text(records: tuple[ProcessRecord, ...], sweeps: int) -> str:
+def metrics_text(
+    records: tuple[ProcessRecord, ...], sweeps: int, sweep_errors: int = 0, failures: int = 0
+) -> str:
     """The supervisor's metrics: per process (not the supervisor, not those stopped on
-    purpose) whether it runs, its restarts and its latest back-off; and the sweeps."""
+    purpose) whether it runs, its restarts and its latest back-off; the sweeps, those that
+    failed, and the restarts that could not start their process."""
     watched = [r for r in records if r.kind != SUPERVISOR and r.state != STOPPED]
     families = [
         (
@@ -57,8 +68,36 @@ def metrics_text(records: tuple[ProcessRecord, ...], sweeps: int) -> str:
         "# HELP sonicsite_supervisor_sweeps_total Checks of every process of the local site.",
         "# TYPE sonicsite_supervisor_sweeps_total counter",
         f"sonicsite_supervisor_sweeps_total {sweeps}",
+        "# HELP sonicsite_supervisor_sweep_errors_total Sweeps, or a process's check in one, "
+        "that failed (in its log).",
+        "# TYPE sonicsite_supervisor_sweep_errors_total counter",
+        f"sonicsite_supervisor_sweep_errors_total {sweep_errors}",
+        "# HELP sonicsite_supervisor_restart_failures_total Restarts that could not start "
+        "their process (in its log and the process's last exit).",
+        "# TYPE sonicsite_supervisor_restart_failures_total counter",
+        f"sonicsite_supervisor_restart_failures_total {failures}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def health(supervisor: Watched, now: float) -> tuple[int, dict]:
+    """200 while sweeps end in time (none yet: counted from the start), else 503."""
+    age = now - supervisor.last_sweep if supervisor.last_sweep else None
+    waited = now - (supervisor.last_sweep or supervisor.started)
+    ok = waited <= supervisor.stale_after_s
+    data = {
+        "ok": ok,
+        "sweeps": supervisor.sweeps,
+        "last_sweep_age_s": age,
+        "sweep_errors": supervisor.sweep_errors,
+        "restart_failures": supervisor.restart_failures,
+    }
+    if not ok:
+        data["error"] = (
+            f"no sweep has ended for {waited:.1f} s (over {supervisor.stale_after_s:g} s): "
+            "the supervisor is stuck, the site's processes are not watched"
+        )
+    return (200 if ok else 503), data
 
 
 def serve(supervisor: Watched, host: str, port: int) -> ThreadingHTTPServer:
@@ -67,12 +106,16 @@ def serve(supervisor: Watched, host: str, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                body = metrics_text(supervisor.records, supervisor.sweeps).encode()
-                self._send(200, body, CONTENT_TYPE)
+                text = metrics_text(
+                    supervisor.records,
+                    supervisor.sweeps,
+                    supervisor.sweep_errors,
+                    supervisor.restart_failures,
+                )
+                self._send(200, text.encode(), CONTENT_TYPE)
             elif self.path == "/healthz":
-                age = time.time() - supervisor.last_sweep if supervisor.last_sweep else None
-                data = {"ok": True, "sweeps": supervisor.sweeps, "last_sweep_age_s": age}
-                self._send(200, json.dumps(data).encode(), "application/json")
+                status, data = health(supervisor, time.time())
+                self._send(status, json.dumps(data).encode(), "application/json")
             else:
                 self._send(404, f"no route GET {self.path}".encode(), "text/plain")
 

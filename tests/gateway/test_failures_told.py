@@ -1,0 +1,257 @@
+"""Nothing in the gateway fails silently: against real loopback servers standing in for the
+operator and for Triton, each failure is logged once with what, where and why, and the
+gateway goes on: the operator's state unreadable or of an unexpected shape (logged when it
+appears and when it clears, the follower still running), a background loop that stops
+(logged, /healthz fails), the operator refusing held counts (logged once per status), and
+servers left out of the statistics and repository index composed over the pool (logged,
+counted, and named as the reason a model is unavailable)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from polling import wait_until
+from sonicsite.gateway.app import GatewayConfig, create_app
+from sonicsite.gateway.forwarding import Forwarder
+from sonicsite.gateway.holding import Holder
+from sonicsite.gateway.metrics import GatewayMetrics
+from sonicsite.gateway.site_view_replies import repository_index, statistics
+from sonicsite.gateway.siteview import SiteView
+
+Answer = Callable[[str, str], tuple[int, bytes]]  # (method, path) -> (status, body)
+
+
+class FakeHttp:
+    """An HTTP/1.1 server on a loopback port answering with `answer`; `calls` counts the
+    requests. Started on a port reserved beforehand (`listen`): until then nothing
+    listens there and a connection is refused."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, str]] = []
+        self.reserved = socket.socket()
+        self.reserved.bind(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.reserved.getsockname()[1]}"
+        self.server: ThreadingHTTPServer | None = None
+
+    def listen(self) -> FakeHttp:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                fake.calls.append((self.command, self.path))
+                status, body = fake.answer(self.command, self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        host, port = self.address.rsplit(":", 1)
+        self.reserved.close()
+        self.server = ThreadingHTTPServer((host, int(port)), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        self.reserved.close()
+
+
+@pytest.fixture
+def fakes() -> Iterator[Callable[[Answer], FakeHttp]]:
+    made: list[FakeHttp] = []
+
+    def make(answer: Answer) -> FakeHttp:
+        made.append(FakeHttp(answer))
+        return made[-1]
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def _server(server_id: str, address: str, models: list[str]) -> dict:
+    host, port = address.rsplit(":", 1)
+    return {
+        "id": server_id,
+        "host": host,
+        "grpc_port": int(port),
+        "http_port": int(port),
+        "metrics_port": int(port),
+        "models": models,
+    }
+
+
+def _messages(caplog: pytest.LogCaptureFixture, logger: str, text: str) -> list:
+    return [r for r in caplog.records if r.name == logger and text in r.getMessage()]
+
+
+def test_the_operators_state_failing_is_told_once_and_followed_on(fakes, caplog):
+    answers = {"state": b"[]"}  # a JSON list: a state of a shape never seen
+    operator = fakes(lambda method, path: (200, answers["state"]))
+    logger = "sonicsite.gateway.siteview"
+
+    async def main() -> None:
+        view = SiteView(f"http://{operator.address}")
+        follower = asyncio.create_task(view.follow(0.02))
+
+        async def until(condition: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + 20
+            while not condition():
+                assert time.monotonic() < deadline, f"waited for {what}; error {view.error!r}"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # several more reads in the same state
+
+        await until(lambda: "unreadable" in view.error, "the operator to be unreachable")
+        operator.listen()
+        await until(lambda: "not applied" in view.error, "a state that cannot be applied")
+        assert not follower.done(), "the follower died on an unexpected state"
+        answers["state"] = json.dumps({"servers": [_server("triton-0", "127.0.0.1:1", [])]})
+        answers["state"] = answers["state"].encode()
+        await until(lambda: view.updated_at > 0 and not view.error, "the state applied")
+        assert [s.id for s in view.site.servers] == ["triton-0"]
+        follower.cancel()
+        view.close()
+
+    with caplog.at_level(logging.WARNING, logger=logger):
+        asyncio.run(main())
+    unreachable = _messages(caplog, logger, "operator state unreadable at http://")
+    assert len(unreachable) == 1, [r.getMessage() for r in caplog.records]
+    assert "routing on the state last read (none)" in unreachable[0].getMessage()
+    unexpected = _messages(caplog, logger, "operator state not applied from http://")
+    assert len(unexpected) == 1 and "AttributeError" in unexpected[0].getMessage()
+    assert unexpected[0].exc_info is not None  # with its traceback: a bug to find
+    assert len(_messages(caplog, logger, "operator state read again at http://")) == 1
+
+
+def test_a_background_loop_that_stops_is_logged_and_fails_healthz(fakes, caplog):
+    state = json.dumps({"servers": []}).encode()
+    operator = fakes(lambda method, path: (200, state)).listen()
+    app = create_app(GatewayConfig(operator=f"http://{operator.address}"))
+    logger = "sonicsite.gateway.app"
+
+    async def broken() -> None:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("a bug in a loop")
+
+    async def start() -> None:
+        app.state.background.start("test loop", broken())
+
+    with caplog.at_level(logging.WARNING, logger=logger), TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        client.portal.call(start)
+        health = wait_until(
+            lambda: (h := client.get("/healthz")).status_code == 503 and h, "/healthz to fail"
+        )
+        body = health.json()
+        assert body["ok"] is False
+        assert body["stopped"] == {"test loop": "raised RuntimeError('a bug in a loop')"}
+        assert set(app.state.background.ended) == {"test loop"}  # the gateway's own run on
+    stopped = _messages(caplog, logger, "loop stopped")
+    assert len(stopped) == 1, [r.getMessage() for r in stopped]  # not the ones cancelled
+    assert "test loop" in stopped[0].getMessage() and stopped[0].exc_info is not None
+
+
+def test_the_operator_refusing_held_counts_is_logged_once_per_status(fakes, caplog):
+    statuses = [500, 500, 500, 404, 404, 200]
+    refusal = b"placement is off: " + b"x" * 400
+
+    def answer(method: str, path: str) -> tuple[int, bytes]:
+        status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+        return status, refusal if status != 200 else b"{}"
+
+    operator = fakes(answer).listen()
+    logger = "sonicsite.gateway.holding"
+
+    async def main() -> None:
+        view = SiteView(f"http://{operator.address}")
+        view.apply({"servers": [], "holding": {"models": ["simple"]}})
+        holder = Holder(view, GatewayMetrics())
+        async with httpx.AsyncClient() as client:
+            reporter = asyncio.create_task(holder.report(client, "gateway-under-test"))
+            deadline = time.monotonic() + 20
+            while len(operator.calls) < 6:  # each change is reported at once
+                assert time.monotonic() < deadline, f"reports sent: {operator.calls}"
+                holder.changed.set()
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
+            assert not reporter.done()
+            reporter.cancel()
+        view.close()
+
+    with caplog.at_level(logging.WARNING, logger=logger):
+        asyncio.run(main())
+    assert all(call == ("PUT", "/v1/held") for call in operator.calls)
+    refused = _messages(caplog, logger, "the operator refused the held counts")
+    assert [("HTTP 500" in r.getMessage(), "HTTP 404" in r.getMessage()) for r in refused] == [
+        (True, False),
+        (False, True),
+    ]
+    said = refused[0].getMessage()
+    assert f"http://{operator.address}/v1/held" in said
+    assert ("placement is off: " + "x" * 182) in said and "x" * 183 not in said  # 200 chars
+    assert len(_messages(caplog, logger, "takes the held counts again")) == 1
+
+
+def test_servers_that_did_not_answer_are_named_not_summed_away(fakes, caplog):
+    stats = {"model_stats": [{"name": "simple", "version": "1", "inference_count": 3}]}
+    triton = fakes(lambda method, path: (200, json.dumps(stats).encode())).listen()
+    silent = fakes(lambda method, path: (500, b""))  # never listens: refused
+    logger = "sonicsite.gateway.site_view_replies"
+
+    async def main() -> tuple[dict, list]:
+        view = SiteView("http://127.0.0.1:1")
+        servers = [
+            _server("triton-0", triton.address, ["simple"]),
+            _server("triton-1", silent.address, ["simple", "identity"]),
+        ]
+        view.apply({"servers": servers})
+        forwarder = Forwarder(view, GatewayMetrics())
+        summed = await statistics(forwarder, "", None)
+        assert summed.status_code == 200
+        index = await repository_index(forwarder, b"{}")
+        assert index.status_code == 200
+        left_out = forwarder.metrics.registry.get_sample_value(
+            "sonicsite_gateway_view_servers_left_out_total",
+            {"server": "triton-1", "answer": "statistics"},
+        )
+        assert left_out == 1
+        forwarder.close()
+        return json.loads(summed.body), json.loads(index.body)
+
+    with caplog.at_level(logging.WARNING, logger=logger):
+        summed, index = asyncio.run(main())
+    assert summed == stats  # Triton's shape, the one server that answered
+    assert index == [
+        {"name": "identity", "state": "UNAVAILABLE", "reason": "server triton-1 did not answer"},
+        {"name": "simple", "version": "1", "state": "READY"},
+    ]
+    told = [r.getMessage() for r in _messages(caplog, logger, "server triton-1 left out")]
+    assert len(told) == 2, told
+    assert told[0].startswith("statistics: server triton-1 left out, GET /v2/models/stats")
+    assert told[1].startswith("repository_index: server triton-1 left out")
+    assert all("ConnectFailed" in t and "cannot connect" in t for t in told)
+    assert not _messages(caplog, logger, "triton-0")
