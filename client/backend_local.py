@@ -25,6 +25,7 @@ from pathlib import Path
 from .layout import Columns
 from .spec import ModelInfo, TensorSpec
 from .stats import RequestRecord
+from .stream_guard import check_source
 from .stream_io import StreamResult
 
 BACKENDS = ("site", "local", "auto")
@@ -137,6 +138,7 @@ class LocalStream:
         """Every event of `source`, in chunks of `batch`; `arrivals` as the engine's (the
         time each chunk starts at the earliest). `on_send` and `resent` need nothing here:
         a chunk run in process is never sent anywhere."""
+        check_source(source)
         result = StreamResult()
         batch = self.options.batch
         chunks = [(lo, min(lo + batch, len(source))) for lo in range(0, len(source), batch)]

@@ -136,10 +136,16 @@ class CudaRegionPool(RegionPool):
 
     def _register(self, t: GrpcTransport, region: CudaRegion) -> None:
         handle = base64.b64encode(region.handle)
-        t.control.register_cuda_shared_memory(region.name, handle, self.runtime.device, region.size)
+        t.control.register_cuda_shared_memory(
+            region.name,
+            handle,
+            self.runtime.device,
+            region.size,
+            client_timeout=self.control_timeout_s,
+        )
 
     def _unregister(self, t: GrpcTransport, region: CudaRegion) -> None:
-        t.control.unregister_cuda_shared_memory(region.name)
+        t.control.unregister_cuda_shared_memory(region.name, client_timeout=self.control_timeout_s)
 
     def locate(self, view: np.ndarray) -> Placement | None:
         return None  # host columns are never in device memory

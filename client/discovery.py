@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,8 @@ from sonicsite.contract.wire import ServerRecord, SiteRecord, read_state_file
 
 
 class DiscoveryError(ValueError):
-    """No endpoints could be found; the message says where it looked."""
+    """No endpoints could be found, or the site could not be asked for them; the message
+    says where it looked and why."""
 
 
 def _without_draining(site: SiteRecord) -> SiteRecord:
@@ -31,22 +33,56 @@ def from_site_file(path: Path) -> SiteRecord:
     return _without_draining(read_state_file(Path(path)))
 
 
-def from_url(url: str, timeout: float = 10.0) -> SiteRecord:
-    """The gateway's `/v1/site` under `url`."""
-    with urllib.request.urlopen(url.rstrip("/") + "/v1/site", timeout=timeout) as reply:
-        data = json.loads(reply.read())
-    return _without_draining(SiteRecord.from_dict(data, source=url))
+def from_url(url: str, timeout: float = 10.0, token: str = "", origin: str = "") -> SiteRecord:
+    """The gateway's `/v1/site` under `url` (http:// when it names no scheme), with the
+    site's bearer token when it has one (the gateway protects the route). `origin`: where
+    the URL came from, for the message of a failure."""
+    base = url if "://" in url else f"http://{url}"
+    where = f"site discovery at {base}" + (f" (from {origin})" if origin else "")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        request = urllib.request.Request(base.rstrip("/") + "/v1/site", headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            data = json.loads(reply.read())
+        return _without_draining(SiteRecord.from_dict(data, source=base))
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code} {exc.reason}"
+        if exc.code in (401, 403):
+            why += " (the site wants a token: give Client.connect(token=...) or SONICSITE_TOKEN)"
+        raise DiscoveryError(f"{where}: {why}") from exc
+    except urllib.error.URLError as exc:
+        raise DiscoveryError(f"{where}: unreachable: {exc.reason}") from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # timeouts, bad URL, bad JSON
+        raise DiscoveryError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def _server(k: int, endpoint: str) -> ServerRecord:
+    """A server given by hand as host:port (its gRPC address)."""
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DiscoveryError(
+            f"endpoints[{k}]: {endpoint!r} is not host:port (a server's gRPC address, "
+            "such as localhost:8001)"
+        )
+    return ServerRecord.at(f"server-{k}", endpoint)
 
 
 def discover(
-    endpoints: list[str] | None = None, url: str | None = None, site: Path | None = None
+    endpoints: list[str] | None = None,
+    url: str | None = None,
+    site: Path | None = None,
+    token: str | None = None,
 ) -> SiteRecord:
+    """The site record from the first source found (module docstring); `token`: the
+    site's bearer token, default SONICSITE_TOKEN."""
     if endpoints:
-        servers = tuple(ServerRecord.at(f"server-{k}", e) for k, e in enumerate(endpoints))
+        servers = tuple(_server(k, e) for k, e in enumerate(endpoints))
         return SiteRecord(servers=servers, source="explicit")
+    origin = "the url argument" if url else "SONICSITE_URL"
     url = url or os.environ.get("SONICSITE_URL")
     if url:
-        return from_url(url)
+        token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
+        return from_url(url, token=token, origin=origin)
     candidates = [site] if site else [Path(os.environ.get("SONICSITE_SITE", ".sonicsite"))]
     for candidate in candidates:
         path = Path(candidate)

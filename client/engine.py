@@ -33,6 +33,9 @@ reported failed with its last error: none is lost):
   reason, as before. With sheds counted as tries, a shed of 15 s (8 tries, the back-off at
   its 2 s cap) failed chunks while the site brought capacity up (the simulated `waves`).
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
+- Never answered: once a chunk has used up its tries on endpoints that were unreachable or
+  timed out and none has answered since the stream began, the chunks left fail at once,
+  the endpoints named (stream_guard.py); a chunk's exception stops the stream likewise.
 - Loading: a model the site is loading holds the request (gateway/holding.py) until a server
   has it, or until the attempt's own wait is nearly over: then "still loading" with the time
   the site would hold it longer. That is no failed try and no sign of a sick endpoint: the
@@ -61,12 +64,10 @@ Same spec and records.
 
 from __future__ import annotations
 
-import contextvars
 import random
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
 
@@ -79,11 +80,12 @@ from .failover import Failover
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
 from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
+from .stream_guard import Reach, check_source, run_all
 from .stream_io import OnResult, Source, StreamResult
 from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
-from .wire import OutputTensor
+from .wire import MalformedReply, OutputTensor
 
 
 class Stream:
@@ -146,8 +148,10 @@ class Stream:
         arrival: float = 0.0,
         maybe_run: bool = False,
         on_send: Callable[[int, int], None] | None = None,
+        reach: Reach | None = None,
     ) -> None:
-        """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk)."""
+        """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk);
+        `reach`: whether the site answered this stream (stream_guard.py)."""
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
             time.sleep(max(0.0, arrival - time.time()))
         tag = self.options.request_tag
@@ -155,13 +159,16 @@ class Stream:
         request_id = f"{tag}{offset + lo}-{offset + hi}" if tag else ""
         parameters = {IDEMPOTENT_PARAMETER: True} if tag else None
         maybe_run = maybe_run and bool(tag)
-        tries, avoid, error = 0, "", ""
+        tries, avoid, error, kind = 0, "", "", ""
         probes = 0  # failed probes of endpoints already down, not counted as tries
         timeouts = 0  # of this chunk: each doubles its next deadline
         unprocessed_from = ""  # the endpoint whose last failure was unprocessed
         loading = LoadingWait()  # while the site holds the model
         sheds, first_shed = 0, 0.0  # overloaded answers of this chunk, and when the first came
         while tries < self.options.max_tries:
+            if reach is not None and reach.gave_up:  # the site never answered: not tried
+                error = reach.gave_up
+                break
             tries += 1
             probe = False
             if self.auto is None:
@@ -201,7 +208,7 @@ class Stream:
                 )
                 answered = time.perf_counter()
             except InferError as exc:
-                error = str(exc)
+                error, kind = str(exc), exc.kind
                 record.latency_s, record.error = time.perf_counter() - t0, exc.kind
                 record.unprocessed = exc.unprocessed
                 with self._lock:
@@ -272,6 +279,8 @@ class Stream:
             if self.auto is not None:
                 self.auto.exhausted(tries, error)
                 return self._run_here(lo, hi, source, on_result, result)
+            if reach is not None:
+                reach.exhausted(kind, error)
         with self._lock:
             result.failed[(lo, hi)] = error
 
@@ -317,7 +326,9 @@ class Stream:
         copies = reply.copies
         for out in plan.outputs:
             value = reply.outputs.get(out.name)
-            if isinstance(value, OutputTensor) or value is None:
+            if value is None:  # the transports refuse such a reply: never stale columns
+                raise MalformedReply(f"output {out.name!r}: the reply of {reply.server} lacks it")
+            if isinstance(value, OutputTensor):
                 continue  # written by the server into the output's columns
             copies += out.deliver(value)
             outputs[out.name] = value
@@ -345,6 +356,7 @@ class Stream:
         `on_send(lo, hi)`: called once per chunk, just before it first goes out (a job's
         journal records it); `resent`: chunks that went out before (a killed job's, by its
         journal), whose kept answers are looked up first (see "At most once")."""
+        check_source(source)
         result = StreamResult()
         switched = len(self.auto.switches) if self.auto is not None else 0
         before = read_statistics(self.statistics, self.model, self.options.statistics_timeout_s)
@@ -355,29 +367,15 @@ class Stream:
         if arrivals is not None and len(arrivals) != len(chunks):
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
+        # backend "auto" runs here what the site does not answer: it never gives up on it
+        reach = Reach(self.balancer.endpoints) if self.auto is None else None
         work = self.work.begin(self.model, len(chunks)) if self.work is not None else None
+        chunk_args = [
+            (work, lo, hi, source, on_result, result, at, (lo, hi) in resent, on_send, reach)
+            for (lo, hi), at in zip(chunks, times, strict=True)
+        ]
         try:
-            with ThreadPoolExecutor(self.options.window, thread_name_prefix="sonicsite") as pool:
-                # each chunk runs in the caller's context: a span the worker has open is the
-                # parent of every call's span (tracing.py)
-                futures = [
-                    pool.submit(
-                        contextvars.copy_context().run,
-                        self._counted,
-                        work,
-                        lo,
-                        hi,
-                        source,
-                        on_result,
-                        result,
-                        at,
-                        (lo, hi) in resent,
-                        on_send,
-                    )
-                    for (lo, hi), at in zip(chunks, times, strict=True)
-                ]
-                for future in futures:
-                    future.result()
+            run_all(self.options.window, self._counted, chunk_args)  # stops at a raise
         finally:
             if work is not None:
                 work.end()

@@ -3,6 +3,7 @@ rule lives in one place."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # What the failure means for the request; the engine decides on these, not on status codes.
@@ -51,6 +52,22 @@ class InferError(Exception):
         return self.kind not in (INVALID, NOT_LOADED)
 
 
+# The longest wait a server's word can impose (a retry-after, a holder's time left): the
+# default overload wait (stream_options.py), beyond which a shed chunk fails anyway. A value
+# of "inf" would otherwise hold the balancer, or a chunk, for ever.
+WAIT_CAP_S = 600.0
+
+
+def _seconds(value: str) -> float:
+    """A server's seconds as a wait: 0 for what is not a finite number (refused, not
+    trusted), at most WAIT_CAP_S."""
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return 0.0
+    return min(max(0.0, seconds), WAIT_CAP_S) if math.isfinite(seconds) else 0.0
+
+
 @dataclass(frozen=True)
 class RetryAfter:
     """Parse a Retry-After value (seconds; HTTP dates are not used by inference servers)."""
@@ -63,19 +80,13 @@ class RetryAfter:
             return cls(0.0)
         if isinstance(value, bytes):
             value = value.decode(errors="replace")
-        try:
-            return cls(max(0.0, float(value.strip())))
-        except ValueError:
-            return cls(0.0)
+        return cls(_seconds(value))
 
 
 def held_kind(value: str) -> tuple[str, float]:
     """A holder's `sonicsite-held` (seconds the site would still hold the request) as the
     error's kind and its retry_after: LOADING while time is left, else NOT_LOADED."""
-    try:
-        left = max(0.0, float(value))
-    except ValueError:
-        left = 0.0
+    left = _seconds(value)
     return (LOADING, left) if left > 0 else (NOT_LOADED, 0.0)
 
 

@@ -8,6 +8,7 @@ why; `strict=True` refuses any copy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,27 +45,50 @@ class InputPlan:
         return self.pieces[0] if len(self.pieces) == 1 else None
 
 
+class OutputMismatch(ValueError):
+    """A reply's output does not fit the columns it goes to; the message names both."""
+
+
 @dataclass
 class OutputPlan:
     name: str
     columns: tuple[str, ...]  # empty: returned as an array
     targets: list[np.ndarray]  # the SoA columns the output is written into
+    axis: int = 1  # the axis the columns are stacked along (append_output's axis)
 
     def deliver(self, tensor: np.ndarray) -> int:
         """Write the output into its columns; returns the number of payload copies (0 when
-        the server already wrote into them, as with shared memory)."""
+        the server already wrote into them, as with shared memory). Written through the
+        columns themselves, never through a reshaped copy of a strided one."""
         if not self.targets:
             return 0
+        first = self.targets[0]
         if len(self.targets) == 1:
-            target = self.targets[0]
-            if tensor.ctypes.data == target.ctypes.data:
+            if tensor.ctypes.data == first.ctypes.data and tensor.nbytes == first.nbytes:
                 return 0
-            target.reshape(-1)[...] = tensor.reshape(-1)
+            first[...] = self._fitted(tensor, first.shape)
             return 1
-        parts = np.moveaxis(tensor, 1, 0) if tensor.ndim > 1 else tensor
+        where = self.axis if self.axis >= 0 else first.ndim + 1 + self.axis
+        stacked = (*first.shape[:where], len(self.targets), *first.shape[where:])
+        parts = np.moveaxis(self._fitted(tensor, stacked), where, 0)
         for target, part in zip(self.targets, parts, strict=True):
-            target[...] = part.reshape(target.shape)
+            target[...] = part
         return 1
+
+    def _fitted(self, tensor: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """`tensor` as `shape`, or OutputMismatch naming the output and its columns."""
+        if tensor.dtype != self.targets[0].dtype:
+            raise OutputMismatch(
+                f"output {self.name!r}: the reply is {tensor.dtype}, columns "
+                f"{list(self.columns)} are {self.targets[0].dtype}"
+            )
+        if tensor.size != math.prod(shape):
+            raise OutputMismatch(
+                f"output {self.name!r}: the reply holds {tensor.size} values "
+                f"(shape {list(tensor.shape)}), columns {list(self.columns)} hold "
+                f"{math.prod(shape)} (shape {list(shape)})"
+            )
+        return tensor.reshape(shape)
 
 
 @dataclass
@@ -73,6 +97,7 @@ class CopyPlan:
     rows: int
     inputs: list[InputPlan]
     outputs: list[OutputPlan]
+    strict: bool = False  # refuse any copy: a transport that would stage an input refuses too
 
     @property
     def copies(self) -> int:
@@ -150,7 +175,9 @@ def make_plan(
         refused = [f"{i.name}: {i.reason}" for i in inputs if i.copies]
         if refused:
             raise CopyRefused("strict: these inputs need a copy: " + "; ".join(refused))
-    outputs = [OutputPlan(b.name, b.columns, [soa[c] for c in b.columns]) for b in spec.outputs]
+    outputs = [
+        OutputPlan(b.name, b.columns, [soa[c] for c in b.columns], b.axis) for b in spec.outputs
+    ]
     outputs += [OutputPlan(n, (), []) for n in spec.raw_outputs]
     rows = inputs[0].shape[0] if inputs and inputs[0].shape else 0
-    return CopyPlan(spec.model, rows, inputs, outputs)
+    return CopyPlan(spec.model, rows, inputs, outputs, strict)

@@ -130,7 +130,10 @@ class Client:
         site: Path | None = None,
         **kwargs,
     ) -> Client:
-        return cls(discover(endpoints, url, site), transport, mode, **kwargs)
+        """The site from `endpoints`, `url`, SONICSITE_URL or a site file (discovery.py),
+        asked with the client's token (`token=`, default SONICSITE_TOKEN)."""
+        site_record = discover(endpoints, url, site, kwargs.get("token"))
+        return cls(site_record, transport, mode, **kwargs)
 
     def allocate(self, schema: Iterable[Column], rows: int) -> SoA:
         """A SoA for `rows` rows; with shared memory, inside a registered region so that the

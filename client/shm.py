@@ -19,8 +19,9 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
-from .errors import INVALID, InferError
+from .errors import INTERNAL, INVALID, TIMEOUT, InferError
 from .layout import contiguous_bytes
 from .plan import CopyPlan, CopyRefused, InputPlan
 from .spec import TRITON_DTYPES
@@ -80,9 +81,17 @@ class RegionPool:
 
     device_memory = False  # host memory: a SoA can live in a slot and be read in place
 
-    def __init__(self, transports: list[GrpcTransport], slot_bytes: int = 1 << 20):
+    def __init__(
+        self,
+        transports: list[GrpcTransport],
+        slot_bytes: int = 1 << 20,
+        control_timeout_s: float = CONTROL_TIMEOUT_S,
+    ):
+        """`control_timeout_s`: how long one server may take to register or unregister a
+        region (a hung server must not hang the client)."""
         self.transports = transports
         self.slot_bytes = slot_bytes
+        self.control_timeout_s = control_timeout_s
         self._free: list[Slot] = []
         self._all: list[Region] = []
         self._lock = threading.Lock()
@@ -92,30 +101,64 @@ class RegionPool:
         return Region(size)
 
     def _register(self, t: GrpcTransport, region: Region) -> None:
-        t.control.register_system_shared_memory(region.name, region.key, region.size)
+        t.control.register_system_shared_memory(
+            region.name, region.key, region.size, client_timeout=self.control_timeout_s
+        )
 
     def _unregister(self, t: GrpcTransport, region: Region) -> None:
-        t.control.unregister_system_shared_memory(region.name)
+        t.control.unregister_system_shared_memory(
+            region.name, client_timeout=self.control_timeout_s
+        )
 
     def _new_region(self, size: int) -> Region:
+        """A region registered with every server, or none: a server that refuses it has it
+        unregistered from those that took it, and the error says what kind of failure it
+        was (unreachable or timed out: retried elsewhere; refused: not)."""
         region = self._make_region(size)
+        taken: list[GrpcTransport] = []
         for t in self.transports:
             try:
                 self._register(t, region)
             except Exception as exc:
+                failed = _control_error(t, exc)
+                # a server that timed out may have taken it all the same
+                undone = self._undo(region, taken + ([t] if failed.kind == TIMEOUT else []))
                 region.close()
                 raise InferError(
-                    INVALID, f"cannot register shared memory: {exc}", t.server
+                    failed.kind,
+                    f"cannot register shared memory region {region.name} ({size} B) on "
+                    f"{t.server}: {failed.message}; {undone}",
+                    t.server,
+                    status=failed.status,
                 ) from exc
-        self._all.append(region)
+            taken.append(t)
+        with self._lock:
+            self._all.append(region)
         return region
 
+    def _undo(self, region: Region, taken: list[GrpcTransport]) -> str:
+        """Unregister `region` from the servers that took it; says how that went."""
+        if not taken:
+            return "no server had taken it"
+        kept = []
+        for t in taken:
+            try:
+                self._unregister(t, region)
+            except Exception as exc:
+                kept.append(f"{t.server} ({_control_error(t, exc).message})")
+        if kept:
+            log.warning("shared memory: %s kept by %s until restarted", region.name, kept)
+            return f"still registered on {', '.join(kept)} until it restarts"
+        return f"unregistered from the {len(taken)} server(s) that had taken it"
+
     def acquire(self, nbytes: int) -> Slot:
+        """A free slot of at least `nbytes`, else a new region: registered outside the
+        lock, so that one slow server does not hold every other request's slot back."""
         with self._lock:
             for k, slot in enumerate(self._free):
                 if slot.region.size >= nbytes:
                     return self._free.pop(k)
-            return Slot(self._new_region(max(nbytes, self.slot_bytes)))
+        return Slot(self._new_region(max(nbytes, self.slot_bytes)))
 
     def release(self, slot: Slot) -> None:
         with self._lock:
@@ -148,7 +191,8 @@ class RegionPool:
             try:
                 self._unregister(t, region)
             except Exception as exc:
-                failed.setdefault(t.server, []).append(f"{region.name}: {exc}")
+                reason = _control_error(t, exc).message
+                failed.setdefault(t.server, []).append(f"{region.name}: {reason}")
         for server, reasons in failed.items():
             log.warning(
                 "shared memory: %d region(s) not unregistered on %s, which keeps them until it "
@@ -161,6 +205,18 @@ class RegionPool:
             region.close()
         self._all.clear()
         self._free.clear()
+
+
+def _control_error(t: GrpcTransport, exc: Exception) -> InferError:
+    """A shared-memory control call's failure as an InferError: a server unreachable or
+    out of time is UNAVAILABLE or TIMEOUT (the request goes elsewhere), one that refused
+    the region INVALID (a server that is not co-located cannot map it: so would a retry)."""
+    if not isinstance(exc, InferenceServerException):
+        return InferError(INTERNAL, f"{type(exc).__name__}: {exc}", t.server)
+    status = str(exc.status())
+    if "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status:
+        return t.control_error(exc)  # which also drops the channel to an unreachable one
+    return InferError(INVALID, exc.message() or str(exc), t.server, status=status)
 
 
 class ShmTransport:
@@ -198,7 +254,7 @@ class ShmTransport:
                 view = i.contiguous() if i.gather is None else None
                 placed = self.pool.locate(view) if view is not None else None
                 if placed is None:
-                    if self.strict:
+                    if self.strict or plan.strict:  # the stream's strict=True, or the client's
                         raise CopyRefused(
                             f"strict: input {i.name!r} is not in a registered "
                             f"shared-memory region ({i.reason})"

@@ -185,7 +185,9 @@ def check(spec: TensorSpec, model: ModelInfo, soa) -> None:
                 f"dtype or row shape ({sorted(map(str, dtypes))}, {sorted(inners)})"
             )
             continue
-        datatype = triton_dtype(dtypes.pop())
+        datatype = _datatype_or_problem(f"input {block.name!r}", block, dtypes.pop(), problems)
+        if datatype is None:
+            continue
         if datatype != info.datatype:
             problems.append(f"input {block.name!r}: dtype {datatype}, expected {info.datatype}")
         rows = arrays[0].shape[0]
@@ -225,8 +227,77 @@ def check(spec: TensorSpec, model: ModelInfo, soa) -> None:
                 f"expected one of {sorted(model.outputs)}"
             )
     for block in spec.outputs:
-        missing = [c for c in block.columns if c not in soa]
-        if missing:
-            problems.append(f"output {block.name!r}: columns {missing} are not in the layout")
+        _check_output(block, model, soa, problems)
+    for name in spec.raw_outputs:
+        info = model.outputs.get(name)
+        if info is not None and info.datatype not in TRITON_DTYPES:
+            problems.append(
+                f"output {name!r}: datatype {info.datatype} cannot be read by the client; "
+                f"expected one of {list(TRITON_DTYPES)}"
+            )
     if problems:
         raise SpecError(problems)
+
+
+def _datatype_or_problem(
+    what: str, block: Block, dtype: np.dtype, problems: list[str]
+) -> str | None:
+    """The columns' Triton datatype, or None with a problem naming them (a big-endian
+    column is the usual cause: Triton's tensors are little-endian)."""
+    name = _BY_DTYPE.get(np.dtype(dtype))
+    if name is None:
+        hint = (
+            f"; its byte order is not the machine's: convert with "
+            f".astype({dtype.newbyteorder('=').str!r})"
+            if not dtype.isnative
+            else ""
+        )
+        problems.append(
+            f"{what}: columns {list(block.columns)} have dtype {dtype.str}, which has no "
+            f"Triton datatype (expected one of {sorted(map(str, _BY_DTYPE))}){hint}"
+        )
+    return name
+
+
+def _check_output(block: Block, model: ModelInfo, soa, problems: list[str]) -> None:
+    """An output's columns against the model: present, writable, of its datatype and
+    holding as many values per row as it gives, so that a reply is never cast, dropped or
+    refused after the whole job ran."""
+    what = f"output {block.name!r}"
+    missing = [c for c in block.columns if c not in soa]
+    if missing:
+        problems.append(f"{what}: columns {missing} are not in the layout")
+        return
+    arrays = [soa[c] for c in block.columns]
+    readonly = [c for c, a in zip(block.columns, arrays, strict=True) if not a.flags.writeable]
+    if readonly:
+        problems.append(f"{what}: columns {readonly} are read-only; answers cannot be written")
+    dtypes, inners = {a.dtype for a in arrays}, {a.shape[1:] for a in arrays}
+    if len(dtypes) > 1 or len(inners) > 1:
+        problems.append(
+            f"{what}: columns {list(block.columns)} differ in dtype or row shape "
+            f"({sorted(map(str, dtypes))}, {sorted(inners)})"
+        )
+        return
+    info = model.outputs.get(block.name)
+    datatype = _datatype_or_problem(what, block, dtypes.pop(), problems)
+    if info is None or datatype is None:
+        return
+    if datatype != info.datatype:
+        problems.append(
+            f"{what}: columns {list(block.columns)} are {datatype}, the model gives "
+            f"{info.datatype}; expected columns of {info.datatype} (no silent cast)"
+        )
+    per_row = math.prod(inners.pop()) * len(arrays)
+    # a batching model gives its dims per row; one that does not, for the whole request
+    have = per_row if model.max_batch_size else per_row * arrays[0].shape[0]
+    known = math.prod(d for d in info.dims if d != -1)
+    free = -1 in info.dims
+    wrong = (known != 0 and have % known != 0) if free else have != known
+    if wrong:
+        unit = "values per row" if model.max_batch_size else "values"
+        gives = f"{known}" if not free else f"a multiple of {known}"
+        problems.append(
+            f"{what}: columns {list(block.columns)} hold {have} {unit}, the model gives "
+            f"shape {list(info.dims)} ({gives})"
+        )

@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass
 
 from .backend_local import BACKENDS, COMPILES
+from .errors import WAIT_CAP_S
 
 STATISTICS_TIMEOUT_S = 2.0
 
@@ -21,7 +22,7 @@ class StreamOptions:
     max_tries: int = 8
     backoff_s: float = 0.05  # first back-off; doubles per try, with jitter
     backoff_max_s: float = 2.0
-    overload_wait_s: float = 600.0  # a chunk's sheds are no tries for this long (engine.py)
+    overload_wait_s: float = WAIT_CAP_S  # a chunk's sheds are no tries this long (engine.py)
     strict: bool = False  # refuse any payload copy
     # Prefix of every request id (`<tag><lo>-<hi>`; Triton's request id, which servers log):
     # a job sets it to name itself, so that executions can be traced to its events. Tagged

@@ -237,7 +237,6 @@ def torch_call(spec: TensorSpec, model: ModelInfo, soa: Columns, strict: bool = 
         decided.append(final)
     if refused:
         raise CopyRefused("strict: " + "; ".join(refused))
-    axes = {b.name: b.axis for b in spec.outputs}
-    outputs = {o.name: _output_view(o, axes.get(o.name, 1)) for o in plan.outputs}
+    outputs = {o.name: _output_view(o, o.axis) for o in plan.outputs}
     torch_plan = CopyPlan(plan.model, plan.rows, decided, plan.outputs)
     return TorchCall(torch_plan, tensors, outputs, sum(i.copies for i in decided), strict)

@@ -44,6 +44,7 @@ from .wire import (
     MalformedReply,
     OutputTensor,
     TensorHeader,
+    expect_outputs,
     parse_response,
     request_header,
     varint,
@@ -143,7 +144,7 @@ class GrpcTransport:
             self._control = grpcclient.InferenceServerClient(self.address)
         return self._control
 
-    def _control_failed(self, exc: grpcclient.InferenceServerException) -> InferError:
+    def control_error(self, exc: grpcclient.InferenceServerException) -> InferError:
         """A control call's failure as an InferError. The channel to an unreachable server
         is dropped: gRPC's own reconnect back-off (up to minutes) must not outlast the
         server's return, so the next call starts a fresh channel."""
@@ -173,7 +174,7 @@ class GrpcTransport:
             )
             config = config["config"]
         except grpcclient.InferenceServerException as exc:
-            raise self._control_failed(exc) from exc
+            raise self.control_error(exc) from exc
         return ModelInfo.from_triton(metadata, config)
 
     def statistics(
@@ -184,7 +185,7 @@ class GrpcTransport:
                 model, headers=self._auth, as_json=True, client_timeout=timeout
             )
         except grpcclient.InferenceServerException as exc:
-            raise self._control_failed(exc) from exc
+            raise self.control_error(exc) from exc
         return parse_statistics(data["model_stats"][0])
 
     def infer(
@@ -268,6 +269,7 @@ class GrpcTransport:
             raise InferError(INTERNAL, "the reply had no message", self.server)
         try:
             outputs = parse_response(reply.message, frozenset(placements))
+            expect_outputs((o.name for o in plan.outputs), outputs)
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
         self.admitted.answered(plan.model, reply.metadata.get(ADMITTED_HEADER))

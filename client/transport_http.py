@@ -38,11 +38,36 @@ from .errors import (
     server_error,
 )
 from .plan import CopyPlan
-from .spec import TRITON_DTYPES, ModelInfo
+from .spec import ModelInfo
 from .stats import parse_statistics
 from .tracing import ClientTracing, RequestTrace
 from .transport_grpc import CONTROL_TIMEOUT_S, Reply
-from .wire import MalformedReply, expect_filled
+from .wire import MalformedReply, expect_filled, expect_outputs, output_dtype
+
+HTTP_KINDS = {  # HTTP status -> what it means for the request (errors.py), as gRPC's
+    400: INVALID,
+    401: INVALID,  # a missing or bad token: retrying will not help
+    403: INVALID,
+    404: INVALID,
+    413: INVALID,  # the request is larger than the site takes: so is every retry
+    502: UNAVAILABLE,
+    503: UNAVAILABLE,
+    504: TIMEOUT,  # a proxy's deadline passed: retried elsewhere, as a timeout
+}
+
+
+def _header_length(response: http.client.HTTPResponse, data: bytes) -> int:
+    """Where the reply's JSON header ends (Triton's Inference-Header-Content-Length)."""
+    value = response.getheader(INFERENCE_HEADER_LENGTH)
+    try:
+        length = int(value) if value else len(data)
+    except ValueError:
+        raise MalformedReply(f"its {INFERENCE_HEADER_LENGTH} is {value!r}") from None
+    if not 0 <= length <= len(data):
+        raise MalformedReply(
+            f"its {INFERENCE_HEADER_LENGTH} is {length}, the body holds {len(data)} bytes"
+        )
+    return length
 
 
 def _still_open(sock: socket.socket) -> bool:
@@ -221,8 +246,8 @@ class HttpTransport:
             raise self._error(response, data)
         self._give_back(conn)
         try:
-            length = int(response.getheader(INFERENCE_HEADER_LENGTH) or len(data))
-            outputs = self._parse(data, length)
+            outputs = self._parse(data, _header_length(response, data))
+            expect_outputs((o.name for o in plan.outputs), outputs)
         except MalformedReply as exc:
             raise InferError(INTERNAL, f"a malformed reply: {exc}", self.server) from exc
         self.admitted.answered(plan.model, response.getheader(ADMITTED_HEADER))
@@ -243,9 +268,7 @@ class HttpTransport:
         if held is not None:
             kind, left = held_kind(held)
             return InferError(kind, message, self.server, left, status=str(status))
-        kind = {400: INVALID, 404: INVALID, 503: UNAVAILABLE, 502: UNAVAILABLE}.get(
-            status, INTERNAL
-        )
+        kind = HTTP_KINDS.get(status, INTERNAL)
         return server_error(kind, message, self.server, status=str(status))
 
     @staticmethod
@@ -254,23 +277,38 @@ class HttpTransport:
         lacks (an output without its data, or data that does not fill its shape)."""
         try:
             header = json.loads(data[:header_length])
-        except ValueError as exc:
+            described = list(header.get("outputs", []))
+        except (ValueError, AttributeError, TypeError) as exc:
             raise MalformedReply(f"its JSON header does not parse: {exc}") from exc
         outputs, pos = {}, header_length
-        for out in header.get("outputs", []):
-            dtype = np.dtype(TRITON_DTYPES[out["datatype"]])
-            size = int(out.get("parameters", {}).get("binary_data_size", 0))
+        for k, out in enumerate(described):
+            try:
+                name, shape = str(out["name"]), [int(d) for d in out["shape"]]
+                dtype = output_dtype(name, out["datatype"])
+                size = int(out.get("parameters", {}).get("binary_data_size", 0))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise MalformedReply(f"output {k} of its header lacks {exc!r}") from None
             if size:
+                if size < 0 or pos + size > len(data) or size % dtype.itemsize:
+                    raise MalformedReply(
+                        f"output {name!r} claims {size} bytes of {dtype} where the body "
+                        f"holds {len(data) - pos} more"
+                    )
                 array = np.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=pos)
                 pos += size
             elif "data" in out:
-                array = np.asarray(out["data"], dtype=dtype)
-            elif 0 in out["shape"]:  # an empty output has nothing to send
+                try:
+                    array = np.asarray(out["data"], dtype=dtype)
+                except (TypeError, ValueError) as exc:
+                    raise MalformedReply(
+                        f"output {name!r}: its data are not {dtype}: {exc}"
+                    ) from None
+            elif 0 in shape:  # an empty output has nothing to send
                 array = np.empty(0, dtype=dtype)
             else:
-                raise MalformedReply(f"output {out['name']!r} has neither binary data nor data")
-            expect_filled(out["name"], out["shape"], array.size, "values")
-            outputs[out["name"]] = array.reshape(out["shape"])
+                raise MalformedReply(f"output {name!r} has neither binary data nor data")
+            expect_filled(name, shape, array.size, "values")
+            outputs[name] = array.reshape(shape)
         return outputs
 
     def close(self) -> None:

@@ -15,10 +15,11 @@ import contextlib
 import ctypes
 import mmap
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from .spec import TRITON_DTYPES
@@ -145,41 +146,82 @@ class OutputTensor:
     parameters: dict
 
 
+def expect_outputs(wanted: Iterable[str], outputs: Mapping[str, object]) -> None:
+    """MalformedReply unless every output asked for is in the reply: a missing one would
+    leave its columns with stale data while the chunk counts as delivered."""
+    missing = [name for name in wanted if name not in outputs]
+    if missing:
+        raise MalformedReply(f"outputs {missing} were asked for and are not in it")
+
+
+def output_dtype(name: str, datatype: str) -> np.dtype:
+    """The numpy dtype of an output's datatype; MalformedReply for one the client does not
+    read (BYTES: the spec check refuses such outputs, so the server broke its metadata)."""
+    try:
+        return np.dtype(TRITON_DTYPES[datatype])
+    except KeyError:
+        raise MalformedReply(
+            f"output {name!r} has datatype {datatype!r}, expected one of {list(TRITON_DTYPES)}"
+        ) from None
+
+
+def _fields(data: bytes | mmap.mmap) -> Iterator[tuple[int, int, int]]:
+    """(field, start, length) of each length-delimited field; MalformedReply where the
+    message is cut short or holds a wire type protobuf does not have."""
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            key, pos = read_varint(data, pos)
+            field, wire = key >> 3, key & 7
+            if wire == 2:
+                length, pos = read_varint(data, pos)
+                if pos + length > end:
+                    raise MalformedReply(
+                        f"field {field} claims {length} bytes where {end - pos} are left"
+                    )
+                yield field, pos, length
+                pos += length
+            elif wire == 0:
+                _, pos = read_varint(data, pos)
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                raise MalformedReply(f"unexpected protobuf wire type {wire} at byte {pos}")
+    except IndexError:
+        raise MalformedReply(f"the message ends inside a field ({end} bytes)") from None
+    if pos > end:
+        raise MalformedReply(f"the message ends inside a fixed-size field ({end} bytes)")
+
+
 def parse_response(
     data: bytes | mmap.mmap, placed: frozenset[str] = frozenset()
 ) -> dict[str, np.ndarray | OutputTensor]:
     """Outputs of a ModelInferResponse: arrays viewing `data` for outputs sent inline, the
-    header alone (OutputTensor) for the `placed` outputs the server wrote to shared memory."""
+    header alone (OutputTensor) for the `placed` outputs the server wrote to shared memory.
+    MalformedReply names what a reply that does not parse, or lacks an output's data, got
+    wrong."""
     headers: list[OutputTensor] = []
     raws: list[tuple[int, int]] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = read_varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 2:
-            length, pos = read_varint(data, pos)
-            if field == OUTPUTS_FIELD:
-                t = pb.ModelInferResponse.InferOutputTensor.FromString(data[pos : pos + length])
-                params = {k: v.WhichOneof("parameter_choice") for k, v in t.parameters.items()}
-                headers.append(OutputTensor(t.name, t.datatype, tuple(t.shape), params))
-            elif field == RAW_OUTPUT_FIELD:
-                raws.append((pos, length))
-            pos += length
-        elif wire == 0:
-            _, pos = read_varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in an infer response")
+    for field, start, length in _fields(data):
+        if field == OUTPUTS_FIELD:
+            try:
+                t = pb.ModelInferResponse.InferOutputTensor.FromString(data[start : start + length])
+            except DecodeError as exc:
+                raise MalformedReply(f"an output's header does not parse: {exc}") from None
+            params = {k: v.WhichOneof("parameter_choice") for k, v in t.parameters.items()}
+            headers.append(OutputTensor(t.name, t.datatype, tuple(t.shape), params))
+        elif field == RAW_OUTPUT_FIELD:
+            raws.append((start, length))
     results: dict[str, np.ndarray | OutputTensor] = {h.name: h for h in headers}
     # Triton sends one raw entry per output, empty for those in shared memory.
     inline = headers if len(raws) == len(headers) else [h for h in headers if h.name not in placed]
-    for header, (start, length) in zip(inline, raws, strict=False):
+    for k, header in enumerate(inline):
         if header.name in placed:
             continue
-        dtype = np.dtype(TRITON_DTYPES[header.datatype])
+        dtype = output_dtype(header.name, header.datatype)
+        start, length = raws[k] if k < len(raws) else (0, 0)
+        if k >= len(raws) and int(np.prod(header.shape, dtype=np.int64)):
+            raise MalformedReply(f"output {header.name!r} has a header and no contents")
         expect_filled(header.name, header.shape, length, "bytes", dtype.itemsize)
         array = np.frombuffer(data, dtype=dtype, count=length // dtype.itemsize, offset=start)
         array.flags.writeable = False  # a view of the reply, shared by every output

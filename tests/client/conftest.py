@@ -1,10 +1,14 @@
 """Fixtures of the client's tests that strike the site's own parts (kill Envoy, stop a
 server): a fresh local site for each, run without supervision, so that what a test kills
-stays dead until the test itself brings it back, and stopped by `launcher.down` at the end."""
+stays dead until the test itself brings it back, and stopped by `launcher.down` at the end.
+And `http_peer`: a real HTTP/1.1 server in this process whose every answer the test writes
+(a gateway that refuses, a reply that lacks an output, a site that wants a token)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -30,3 +34,46 @@ def own_site(tmp_path: Path, built_models: Path) -> Iterator[Callable[..., SiteS
     for site_dir in started:
         if (site_dir / STATE_FILE).exists():
             launcher.down(site_dir)
+
+
+# (method, path, request headers, body) -> (status, headers, body)
+Answer = Callable[[str, str, dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
+
+
+@pytest.fixture
+def http_peer() -> Iterator[Callable[[Answer], str]]:
+    """`http_peer(answer)`: a server on 127.0.0.1 answering every request with `answer`;
+    returns its host:port. Keep-alive, as the gateway; stopped after the test."""
+    started: list[tuple[ThreadingHTTPServer, threading.Thread]] = []
+
+    def start(answer: Answer) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, headers, data = answer(self.command, self.path, dict(self.headers), body)
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        started.append((server, thread))
+        return f"127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server, thread in started:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

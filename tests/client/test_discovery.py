@@ -1,13 +1,16 @@
 """Discovery (where the site is) and the per-request pick (which server a request goes to),
-without a site: explicit endpoints, the state file, what is said when nothing is found."""
+without a site: explicit endpoints, the state file, a gateway's /v1/site (a real HTTP
+server that wants a token), what is said when nothing is found or the site cannot be asked."""
 
 from __future__ import annotations
 
 import json
 import random
+import socket
 import time
 
 import pytest
+from sonicsite.client import Client
 from sonicsite.client.balancer import LATENCY_HALF_LIFE_S, Balancer, Endpoint, power_of_two
 from sonicsite.client.discovery import DiscoveryError, discover, from_site_file
 
@@ -82,3 +85,55 @@ def test_the_balancer_avoids_servers_that_are_down_or_asked_for_a_pause():
     balancer.hold(b, 60)
     a.down_until = 0.0  # a is back
     assert balancer.acquire(avoid="b").id == "a"
+
+
+def _site_route(token: str):
+    """A gateway's /v1/site that, like the gateway's auth, wants `token` for it."""
+    record = {"servers": [ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, ("simple",)).to_dict()]}
+
+    def answer(method: str, path: str, headers: dict, body: bytes):
+        if path != "/v1/site":
+            return 404, {}, b"{}"
+        if headers.get("Authorization") != f"Bearer {token}":
+            return 401, {}, b'{"error": "a bearer token is required"}'
+        return 200, {"Content-Type": "application/json"}, json.dumps(record).encode()
+
+    return answer
+
+
+def test_connect_asks_the_site_with_its_token(http_peer, monkeypatch):
+    """Client.connect(token=...) found the site without sending the token: a site with
+    tokens answered a raw HTTPError 401. The URL needs no scheme (http:// as work_url)."""
+    monkeypatch.delenv("SONICSITE_TOKEN", raising=False)
+    address = http_peer(_site_route("s3cret"))
+    monkeypatch.setenv("SONICSITE_URL", address)  # host:port: "unknown url type" before
+    with Client.connect(mode="direct", token="s3cret", declare_work=False) as client:
+        assert [s.id for s in client.site.servers] == ["triton-0"]
+    monkeypatch.setenv("SONICSITE_TOKEN", "s3cret")
+    assert [s.id for s in discover().servers] == ["triton-0"]
+    monkeypatch.delenv("SONICSITE_TOKEN")
+    with pytest.raises(
+        DiscoveryError,
+        match=rf"site discovery at http://{address} \(from SONICSITE_URL\): HTTP 401 .*token",
+    ):
+        discover()
+
+
+def test_an_unreachable_site_url_is_named(monkeypatch):
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("SONICSITE_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(
+        DiscoveryError,
+        match=rf"site discovery at http://127.0.0.1:{port} \(from SONICSITE_URL\): unreachable",
+    ):
+        discover()
+    with pytest.raises(DiscoveryError, match=r"\(from the url argument\): unreachable"):
+        discover(url=f"127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("endpoint", ["localhost", "localhost:", "localhost:port", ":8001"])
+def test_an_endpoint_that_is_not_host_port_is_named(endpoint):
+    with pytest.raises(DiscoveryError, match=rf"endpoints\[1\]: '{endpoint}' is not host:port"):
+        discover(endpoints=["h1:8001", endpoint])

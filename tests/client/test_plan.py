@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from sonicsite.client import Client, CopyRefused, SoA, SpecError, TensorSpec, make_plan
 from sonicsite.client.discovery import from_site_file
+from sonicsite.client.plan import OutputMismatch
+from sonicsite.client.spec import ModelInfo, TensorInfo
 from sonicsite.models.samples import generate
 
 
@@ -77,3 +79,148 @@ def test_copy_plan_reports_and_strict_refusals(site, simple_info):
         plan = make_plan(simple.spec, simple_info, simple.request(0, 4))
         with pytest.raises(CopyRefused, match="input 'INPUT0' is not in a registered shared"):
             endpoint.transport.infer(plan, 10)
+
+
+# -- outputs: checked before sending, written through the columns themselves ---------------
+
+
+def _met_model(dims: tuple[int, ...] = (2,), datatype: str = "FP32") -> ModelInfo:
+    """A batching model of one input [rows, 4] and one output `met` of `dims` per row."""
+    return ModelInfo(
+        "met",
+        8,
+        {"x": TensorInfo("x", "FP32", (4,))},
+        {"met": TensorInfo("met", datatype, dims)},
+    )
+
+
+def test_an_output_is_written_into_a_strided_column_not_a_copy_of_it():
+    """`big[:, :2]` is not contiguous: reshaping it copies, and an answer written into the
+    copy was lost while the chunk counted as delivered."""
+    big = np.zeros((3, 5), np.float32)
+    soa = SoA.wrap({"x": np.ones((3, 4), np.float32), "met_xy": big[:, :2]})
+    plan = make_plan(
+        TensorSpec("met").append_block("x", "x").append_output("met", "met_xy"), _met_model(), soa
+    )
+    answer = np.arange(6, dtype=np.float32).reshape(3, 2)
+    assert plan.outputs[0].deliver(answer) == 1
+    np.testing.assert_array_equal(big[:, :2], answer)
+    assert not big[:, 2:].any()  # nothing written beside the column
+
+
+def test_output_columns_are_checked_before_anything_is_sent():
+    """A wrong values-per-row failed only after the whole job ran (a raw broadcast error
+    naming no output), a wrong dtype was cast silently, a read-only column swallowed
+    nothing: each is now a SpecError naming the output and its columns."""
+    x = np.ones((3, 4), np.float32)
+    frozen = np.zeros((3, 2), np.float32)
+    frozen.flags.writeable = False
+    cases = {
+        "narrow": (
+            np.zeros((3, 3), np.float32),
+            "hold 3 values per row, the model gives shape [2] (2)",
+        ),
+        "ints": (np.zeros((3, 2), np.int32), "are INT32, the model gives FP32"),
+        "frozen": (frozen, "columns ['frozen'] are read-only"),
+    }
+    for name, (column, why) in cases.items():
+        soa = SoA.wrap({"x": x, name: column})
+        spec = TensorSpec("met").append_block("x", "x").append_output("met", name)
+        with pytest.raises(SpecError) as caught:
+            make_plan(spec, _met_model(), soa)
+        assert any(
+            p.startswith(f"output 'met': columns ['{name}']") and why in p
+            for p in caught.value.problems
+        ), caught.value.problems
+    # -1 dims: any multiple of the known ones
+    soa = SoA.wrap(
+        {"x": x, "four": np.zeros((3, 4), np.float32), "odd": np.zeros((3, 3), np.float32)}
+    )
+    make_plan(
+        TensorSpec("met").append_block("x", "x").append_output("met", "four"),
+        _met_model((-1, 2)),
+        soa,
+    )
+    with pytest.raises(
+        SpecError, match=r"output 'met': columns \['odd'\] hold 3 values per row.*a multiple of 2"
+    ):
+        make_plan(
+            TensorSpec("met").append_block("x", "x").append_output("met", "odd"),
+            _met_model((-1, 2)),
+            soa,
+        )
+    # a raw output the client cannot read is named too
+    with pytest.raises(SpecError, match="output 'met': datatype BYTES cannot be read"):
+        make_plan(
+            TensorSpec("met").append_block("x", "x").append_output("met"),
+            _met_model(datatype="BYTES"),
+            soa,
+        )
+
+
+def test_a_reply_that_does_not_fit_its_columns_is_named():
+    """A -1 dim lets the check pass; a reply of another size names output and columns."""
+    soa = SoA.wrap({"x": np.ones((3, 4), np.float32), "y": np.zeros((3, 4), np.float32)})
+    spec = TensorSpec("met").append_block("x", "x").append_output("met", "y")
+    plan = make_plan(spec, _met_model((-1,)), soa)
+    with pytest.raises(
+        OutputMismatch, match=r"output 'met': the reply holds 6 values .* columns \['y'\] hold 12"
+    ):
+        plan.outputs[0].deliver(np.zeros((3, 2), np.float32))
+
+
+def test_outputs_into_several_columns_follow_the_append_output_axis():
+    """Feature-major (axis=0): the reply [2, rows] gives one column per row of it. The
+    site path stacked along axis 1 whatever the spec said (the in-process path did not)."""
+    model = ModelInfo(
+        "fm", 0, {"x": TensorInfo("x", "FP32", (3, 4))}, {"xy": TensorInfo("xy", "FP32", (2, 3))}
+    )
+    soa = SoA.wrap(
+        {
+            "x": np.ones((3, 4), np.float32),
+            "a": np.zeros(3, np.float32),
+            "b": np.zeros(3, np.float32),
+        }
+    )
+    answer = np.arange(6, dtype=np.float32).reshape(2, 3)
+    spec = TensorSpec("fm").append_block("x", "x").append_output("xy", "a", "b", axis=0)
+    make_plan(spec, model, soa).outputs[0].deliver(answer)
+    np.testing.assert_array_equal(soa["a"], answer[0])
+    np.testing.assert_array_equal(soa["b"], answer[1])
+    # rows first (axis=1, the default): the reply [rows, 2] gives one column per feature
+    model = ModelInfo(
+        "fm", 0, {"x": TensorInfo("x", "FP32", (3, 4))}, {"xy": TensorInfo("xy", "FP32", (3, 2))}
+    )
+    spec = TensorSpec("fm").append_block("x", "x").append_output("xy", "a", "b")
+    make_plan(spec, model, soa).outputs[0].deliver(answer.T.copy())
+    np.testing.assert_array_equal(soa["a"], answer[0])
+    np.testing.assert_array_equal(soa["b"], answer[1])
+
+
+def test_a_big_endian_input_is_named_with_its_columns_and_the_other_problems_kept():
+    soa = SoA.wrap({"x": np.ones((3, 4), ">f4"), "y": np.zeros((3, 2), np.float32)})
+    spec = TensorSpec("met").append_block("x", "x").append_block("extra", "y")
+    with pytest.raises(SpecError) as caught:
+        make_plan(spec, _met_model(), soa)
+    problems = caught.value.problems
+    assert any(
+        p.startswith("input 'x': columns ['x'] have dtype >f4, which has no Triton datatype")
+        and ".astype('<f4')" in p
+        for p in problems
+    ), problems
+    assert any(p.startswith("input 'extra': the model has no such input") for p in problems)
+
+
+def test_strict_holds_for_a_shared_memory_stream(site):
+    """strict=True on a stream over shared memory: columns outside every registered region
+    are refused, by name, not staged by a silent copy; in a region they go with 0 copies."""
+    with Client(from_site_file(site.site_dir), "shm", "direct") as client:
+        outside = generate("simple", 4, seed=2)
+        stream = client.stream("simple", outside.spec, batch=4, strict=True)
+        with pytest.raises(CopyRefused, match="input 'INPUT0' is not in a registered shared"):
+            stream.run(outside, outside.check)
+        inside = generate("simple", 4, seed=2, allocate=client.allocate)
+        result = client.stream("simple", inside.spec, batch=4, strict=True).run(
+            inside, inside.check
+        )
+        assert result.events_ok == 4 and [r.copies for r in result.stats.records] == [0]

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from sonicsite.client import CopyRefused, ModelInfo, SoA, TensorSpec
+from sonicsite.client import CopyRefused, ModelInfo, SoA, TensorSpec, make_plan
 from sonicsite.client.layout import address
 from sonicsite.client.spec import TensorInfo
 from sonicsite.client.torch_views import torch_call
@@ -164,3 +164,29 @@ def test_one_column_is_viewed_strided_or_gathered_once(make, copies, reason):
     assert call.input_copies == copies and reason in call.report()
     assert (call.inputs["x"].data_ptr() == address(column)) == (copies == 0)
     np.testing.assert_array_equal(call.inputs["x"].numpy(), column)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_outputs_stack_along_the_same_axis_in_process_and_at_the_site(axis):
+    """backend "auto" runs a chunk here or at the site: one reply must fill the columns
+    alike on both paths (the site path stacked along axis 1 whatever append_output said)."""
+    rows = 3
+    model = ModelInfo(
+        "two",
+        0,
+        {"x": TensorInfo("x", "FP32", (rows,))},
+        {"out": TensorInfo("out", "FP32", (2 * rows,))},
+    )
+    spec = TensorSpec("two").append_block("x", "x").append_output("out", "a", "b", axis=axis)
+    answer = np.arange(2 * rows, dtype=np.float32).reshape(2, rows)  # stacked as the axis says
+    answer = answer if axis == 0 else answer.T.copy()
+    filled = []
+    for path in ("in process", "site"):
+        soa = SoA.from_arrays({c: np.zeros(rows, np.float32) for c in ("x", "a", "b")})
+        if path == "in process":
+            torch_call(spec, model, soa).deliver({"out": torch.from_numpy(answer)})
+        else:
+            make_plan(spec, model, soa).outputs[0].deliver(answer)
+        filled.append((soa["a"].copy(), soa["b"].copy()))
+    np.testing.assert_array_equal(filled[0], filled[1])
+    np.testing.assert_array_equal(filled[1], [[0, 1, 2], [3, 4, 5]])

@@ -1,0 +1,120 @@
+"""When a stream stops early (client/stream_guard.py): the first exception of a chunk
+cancels the chunks not yet begun; a spec whose outputs do not fit the model fails before
+anything is sent; a site that never answers fails the chunks left once one chunk has used up
+its tries, the endpoints named, while a site that answered keeps the per-chunk retry rule;
+and what is not a source of events is named as such."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from sonicsite.client import Client, Ragged, SoA, SpecError, Stream, StreamOptions, TensorSpec
+from sonicsite.client.balancer import Balancer, Endpoint
+from sonicsite.client.discovery import from_site_file
+from sonicsite.client.errors import INTERNAL, UNAVAILABLE
+from sonicsite.client.stream_guard import Reach, SourceError
+from sonicsite.client.transport_grpc import GrpcTransport
+from sonicsite.models.samples import generate
+
+
+def test_the_first_exception_cancels_the_chunks_not_yet_begun(site):
+    """A worker's callback raises on the first answer: the stream raised only after every
+    other chunk had run (ten here, a whole job in a worker)."""
+    calls = []
+    lock = threading.Lock()
+
+    def on_result(lo, hi, outputs) -> None:
+        with lock:
+            calls.append(lo)
+        raise RuntimeError(f"the worker's callback failed on events {lo}..{hi}")
+
+    with Client(from_site_file(site.site_dir), "grpc", "direct") as client:
+        sample = generate("simple", 20, seed=11)
+        stream = client.stream("simple", sample.spec, batch=2, window=1)
+        with pytest.raises(RuntimeError, match=r"callback failed on events 0\.\.2"):
+            stream.run(sample, on_result)
+    assert len(calls) <= 2, calls  # the one that raised, and at most one begun meanwhile
+
+
+def test_output_columns_that_do_not_fit_fail_before_anything_is_sent(site):
+    """`sum` one value short per row: the whole job ran and then failed with numpy's raw
+    "could not broadcast" naming no output; now a SpecError names output and column, and
+    no chunk is answered."""
+    sample = generate("simple", 8, seed=12)
+    soa = SoA.from_arrays(
+        {
+            "a": sample.soa["a"],
+            "b": sample.soa["b"],
+            "sum": np.zeros((8, 15), np.int32),
+            "difference": np.zeros((8, 16), np.int32),
+        }
+    )
+    answered = []
+    with Client(from_site_file(site.site_dir), "grpc", "direct") as client:
+        stream = client.stream("simple", sample.spec, batch=2, window=2)
+        with pytest.raises(SpecError, match=r"output 'OUTPUT0': columns \['sum'\] hold 15"):
+            stream.run(soa, lambda *a: answered.append(a))
+    assert answered == []
+
+
+def _refused_address() -> str:
+    """host:port where nothing listens (connections are refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_site_that_never_answers_fails_the_chunks_left_at_once():
+    """Every server refuses: each chunk spent all its tries and cool-downs (8 chunks took
+    141 s, 10^5 events a day, nothing raised). Once one chunk has used up its tries with
+    nothing answered since the stream began, the others fail at once, the endpoints named."""
+    endpoints = [
+        Endpoint(f"dead-{k}", GrpcTransport(_refused_address(), f"dead-{k}")) for k in range(2)
+    ]
+    sample = generate("simple", 16, seed=13)
+    options = StreamOptions(batch=2, window=2, max_tries=3, backoff_s=0.01, backoff_max_s=0.02)
+    stream = Stream(Balancer(endpoints), "simple", sample.spec, options, statistics={})
+    try:
+        result = stream.run(sample, sample.check)
+    finally:
+        for e in endpoints:
+            e.transport.close()
+    assert result.delivered == [] and len(result.failed) == 8
+    gave_up = [why for why in result.failed.values() if why.startswith("site unreachable")]
+    assert gave_up, result.failed
+    assert "no endpoint (dead-0, dead-1) has answered since the stream began" in gave_up[0]
+    assert {r.error for r in result.stats.records} == {UNAVAILABLE}
+    # only the chunks in flight when the first gave up made attempts, not all eight
+    assert len(result.stats.records) <= options.window * options.max_tries
+
+
+def test_a_site_that_answered_keeps_the_per_chunk_rule():
+    """The give-up rule only for a site that never answered: an answer since the stream
+    began (a failover's, a server that died mid-stream) keeps every chunk's own tries; so
+    does a chunk that failed otherwise than unreachable."""
+    alive, dead = Endpoint("alive", None), Endpoint("dead", None)
+    reach = Reach([alive, dead])
+    reach.exhausted(INTERNAL, "alive: INTERNAL: the model raised")
+    assert reach.gave_up == ""
+    time.sleep(0.001)
+    alive.observe(0.01)  # answered after the stream began
+    reach.exhausted(UNAVAILABLE, "dead: connection refused")
+    assert reach.gave_up == ""
+    later = Reach([alive, dead])  # a new stream: that answer came before it
+    later.exhausted(UNAVAILABLE, "dead: connection refused")
+    assert later.gave_up.startswith("site unreachable: no endpoint (alive, dead)")
+    assert "last error: dead: connection refused" in later.gave_up
+
+
+def test_a_ragged_collection_is_named_as_no_source():
+    """A Ragged has a length but no request(lo, hi): run() failed with a raw AttributeError
+    from inside a chunk."""
+    content = SoA.from_arrays({"x": np.zeros(5, np.float32)})
+    ragged = Ragged(content, [0, 2, 5])
+    stream = Stream(Balancer([Endpoint("e", None)]), "m", TensorSpec("m"), statistics={})
+    with pytest.raises(SourceError, match=r"a Ragged has no request; .*\.collections\(lo, hi\)"):
+        stream.run(ragged, lambda *a: None)
