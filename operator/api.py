@@ -59,12 +59,25 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                     404, {"error": f"no route {self.path}; try /v1/state, /metrics, /healthz"}
                 )
 
-        def _body(self) -> bytes:
-            length = int(self.headers.get("Content-Length") or 0)
+        def _body(self) -> bytes | None:
+            """The request's body ("{}" without one); None once a 400 has said why it
+            cannot be read (a Content-Length that is not a count of bytes)."""
+            header = self.headers.get("Content-Length") or "0"
+            try:
+                length = int(header)
+                if length < 0:
+                    raise ValueError("negative")
+            except ValueError:
+                self.close_connection = True  # the body's end is unknown: nothing more to read
+                why = f"PUT {self.path}: Content-Length {header!r} is not a count of bytes"
+                self._json(400, {"error": why})
+                return None
             return self.rfile.read(length) if length else b"{}"
 
         def do_PUT(self) -> None:
             body = self._body()
+            if body is None:
+                return
             if self.path == "/v1/held":
                 self._held(body)
                 return

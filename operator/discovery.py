@@ -31,6 +31,11 @@ class LocalDiscovery:
 
 
 SERVICE_LABEL = "kubernetes.io/service-name"
+# (connect, read) seconds for one call to the API server: the client's default is none, and a
+# dropped connection would then hold the operator's step (and its first, before the API
+# serves) for ever
+API_TIMEOUT_S = (3.0, 5.0)
+API_RETRIES = 1  # urllib3's default is 3: one hung API server costs 4 read timeouts a call
 
 
 @dataclass
@@ -42,8 +47,9 @@ class KubernetesDiscovery:
     that is neither is left out. Every replica holds the same model repository, `models`.
     With `pools` ((service, pool) pairs) the servers are those of each pool's Service, each
     with its pool; without, those of `service`, in the default pool.
-    If the API server cannot be read, the last answer stands: losing the API server must not
-    empty Envoy.
+    If the API server cannot be read (or does not answer within `timeout_s`), the last
+    answer stands, with a warning naming the Service: losing the API server must not empty
+    Envoy.
     """
 
     api: object  # kubernetes.client.DiscoveryV1Api
@@ -54,6 +60,7 @@ class KubernetesDiscovery:
         default_factory=lambda: {"grpc": "grpc", "http": "http", "metrics": "metrics"}
     )
     pools: tuple[tuple[str, str], ...] = ()
+    timeout_s: tuple[float, float] = API_TIMEOUT_S  # (connect, read), per call
     errors: int = 0
     _last: list[ServerRecord] = field(default_factory=list)
 
@@ -65,11 +72,22 @@ class KubernetesDiscovery:
         for service, pool in self.pools or ((self.service, ""),):
             try:
                 slices = self.api.list_namespaced_endpoint_slice(
-                    self.namespace, label_selector=f"{SERVICE_LABEL}={service}"
+                    self.namespace,
+                    label_selector=f"{SERVICE_LABEL}={service}",
+                    _request_timeout=self.timeout_s,
                 )
-            except (ApiException, HTTPError, OSError) as exc:
+            except (ApiException, HTTPError, OSError, ValueError) as exc:
                 self.errors += 1
-                logging.getLogger(__name__).warning("endpointslices unreadable: %s", exc)
+                logging.getLogger(__name__).warning(
+                    "discovery: EndpointSlices of Service %s/%s unreadable (%d errors so far; "
+                    "keeping the last %d server(s)): %s: %s",
+                    self.namespace,
+                    service,
+                    self.errors,
+                    len(self._last),
+                    type(exc).__name__,
+                    exc,
+                )
                 return self._last
             servers += self._endpoints(slices, pool)
         self._last = sorted(servers, key=lambda s: s.id)
@@ -112,12 +130,16 @@ class KubernetesDiscovery:
 
 
 def kubernetes_api(host: str | None = None):
-    """The DiscoveryV1 API: in the cluster from the pod's service account, else at `host`."""
+    """The DiscoveryV1 API: in the cluster from the pod's service account, else at `host`;
+    retrying a failed call `API_RETRIES` times, not urllib3's 3 (each bounded by
+    `API_TIMEOUT_S`, KubernetesDiscovery's), so that a hung API server costs a step seconds."""
     from kubernetes import client, config
 
     if host is None:
         config.load_incluster_config()
-        return client.DiscoveryV1Api()
-    configuration = client.Configuration()
-    configuration.host = host
+        configuration = client.Configuration.get_default_copy()
+    else:
+        configuration = client.Configuration()
+        configuration.host = host
+    configuration.retries = API_RETRIES
     return client.DiscoveryV1Api(client.ApiClient(configuration))

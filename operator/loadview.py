@@ -4,17 +4,18 @@ Per model and server: queue time per *request* (Δqueue_us / Δrequest_success �
 execution, which batching inflates), compute time per request, pending requests,
 throughput, failure rate and mean batch size (Δinferences / Δexecutions).
 
-A server whose metrics cannot be read (killed, hung) is reported down with the reason at
-once, keeps its last figures for a short grace (`SCRAPE_GRACE` failed scrapes in a row, so
-that one lost scrape changes nothing), then leaves the view: its figures are dropped and
-the policies decide on the servers they can see. Every server is scraped at the same time,
+A server whose metrics cannot be read (killed, hung, a reply cut short or not Prometheus'
+text: `UNREADABLE`) is reported down with its URL and the reason at once, keeps its last
+figures for a short grace (`SCRAPE_GRACE` failed scrapes in a row, so that one lost scrape
+changes nothing), then leaves the view: its figures are dropped and the policies decide on
+the servers they can see. Every server is scraped at the same time,
 so a hung one costs a step one scrape timeout, not one per server.
 """
 
 from __future__ import annotations
 
+import http.client
 import time
-import urllib.error
 import urllib.request
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,20 @@ COUNTERS = {
 COUNTER_KEYS = tuple(COUNTERS.values())
 GAUGES = {"nv_inference_pending_request_count": "pending"}
 SCRAPE_GRACE = 3  # failed scrapes in a row after which a server leaves the load view
+# what a read of a server's /metrics can raise: refused, reset, timed out (OSError and its
+# URLError), a reply cut short or not HTTP (HTTPException: IncompleteRead, BadStatusLine,
+# LineTooLong), a body that is not UTF-8 or not Prometheus' text format (ValueError)
+UNREADABLE = (OSError, http.client.HTTPException, ValueError)
+
+
+class MetricsUnreadable(OSError):
+    """A server's /metrics could not be read or parsed; the message names the URL and why.
+    An OSError, so that callers that catch a failed read as one (sonicsite.local's drain)
+    catch a reply cut short or a body that is not Prometheus' text too."""
+
+    def __init__(self, metrics_url: str, exc: BaseException) -> None:
+        super().__init__(f"{metrics_url}: {type(exc).__name__}: {exc}")
+        self.url = metrics_url
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
@@ -53,10 +68,13 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
 
 
 def read_metrics(metrics_url: str, timeout_s: float) -> dict[str, dict[str, float]]:
-    """A server's /metrics now, per model (`parse_metrics`); a failed read raises as it came
-    (URLError, ConnectionError, TimeoutError, OSError)."""
-    with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
-        return parse_metrics(reply.read().decode())
+    """A server's /metrics now, per model (`parse_metrics`); a failed read or parse raises
+    MetricsUnreadable naming the URL (whatever went wrong is that one server's failure)."""
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
+            return parse_metrics(reply.read().decode())
+    except UNREADABLE as exc:
+        raise MetricsUnreadable(metrics_url, exc) from exc
 
 
 def per_request(total_us: float, requests: float) -> float | None:
@@ -210,15 +228,16 @@ class LoadView:
         if self.grace < 1:
             raise ValueError(f"grace: expected at least 1 failed scrape, got {self.grace}")
 
-    def _fetch(self, metrics_url: str) -> str | Exception:
+    def _fetch(self, metrics_url: str) -> dict[str, dict[str, float]] | Exception:
+        """The server's counters, or why they could not be read or parsed (its own failure:
+        no exception of one server's scrape reaches the others')."""
         try:
-            with urllib.request.urlopen(metrics_url, timeout=self.timeout_s) as reply:
-                return reply.read().decode()
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+            return read_metrics(metrics_url, self.timeout_s)
+        except MetricsUnreadable as exc:
             return exc
 
     def scrape(self, server: str, metrics_url: str) -> None:
-        self.record(server, time.time(), self._fetch(metrics_url))
+        self._record_read(server, time.time(), self._fetch(metrics_url))
 
     def scrape_all(self, targets: dict[str, str]) -> None:
         """Scrape every server (id: metrics URL) at the same time."""
@@ -226,23 +245,38 @@ class LoadView:
             return
         now = time.time()
         with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
-            texts = dict(zip(targets, pool.map(self._fetch, targets.values()), strict=True))
-        for server, text in texts.items():
-            self.record(server, now, text)
+            reads = dict(zip(targets, pool.map(self._fetch, targets.values()), strict=True))
+        for server, read in reads.items():
+            self._record_read(server, now, read)
 
     def record(self, server: str, now: float, text: str | Exception) -> None:
-        """One scrape's outcome: the metrics' text, or why they could not be read."""
+        """One scrape's outcome: the metrics' text, or why they could not be read (a text
+        that does not parse is a failed scrape of that server)."""
         if isinstance(text, Exception):
-            previous = self.health.get(server)
-            failures = (previous.failures if previous else 0) + 1
-            error = f"metrics unreadable ({failures} failed scrapes in a row): {text}"
-            self.health[server] = ServerHealth(server, False, now, error, failures)
-            if failures >= self.grace:  # out of the view: no figure of it is used any more
-                self.loads.pop(server, None)
-                self._last.pop(server, None)
-                self._history.pop(server, None)
+            self._record_read(server, now, text)
             return
-        self.record_counters(server, now, parse_metrics(text))
+        try:
+            models = parse_metrics(text)
+        except ValueError as exc:
+            self._record_read(server, now, ValueError(f"not Prometheus' text format: {exc}"))
+            return
+        self.record_counters(server, now, models)
+
+    def _record_read(
+        self, server: str, now: float, read: dict[str, dict[str, float]] | Exception
+    ) -> None:
+        """One scrape's outcome: the counters read, or why they could not be."""
+        if not isinstance(read, Exception):
+            self.record_counters(server, now, read)
+            return
+        previous = self.health.get(server)
+        failures = (previous.failures if previous else 0) + 1
+        error = f"metrics unreadable ({failures} failed scrapes in a row): {read}"
+        self.health[server] = ServerHealth(server, False, now, error, failures)
+        if failures >= self.grace:  # out of the view: no figure of it is used any more
+            self.loads.pop(server, None)
+            self._last.pop(server, None)
+            self._history.pop(server, None)
 
     def record_counters(self, server: str, now: float, models: dict[str, dict[str, float]]) -> None:
         """One scrape that read the server's counters and gauges, per model, as

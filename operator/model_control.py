@@ -25,6 +25,7 @@ A load of a model that was already loaded (a reload) measures nothing: there is 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import urllib.error
@@ -38,6 +39,7 @@ from sonicsite.contract.wire import ADMIN_KEY_HEADER
 
 from .catalogue import Footprint
 
+LOG = logging.getLogger("sonicsite.operator.placement")
 LOAD_TIMEOUT_S = 300.0  # a large model on a busy machine can take minutes
 READY, UNLOADING = "READY", "UNLOADING"
 FROM_STATISTICS, FROM_PROCESS_RSS = "triton-statistics", "process-rss"
@@ -104,8 +106,9 @@ def _call(
         raise ModelControlError(
             model, target.server, action, f"Triton answered {exc.code}: {reason or exc.reason}"
         ) from None
-    except (urllib.error.URLError, ConnectionError, TimeoutError, HTTPException) as exc:
-        raise ModelControlError(model, target.server, action, f"{url} unreachable: {exc}") from None
+    except (OSError, HTTPException) as exc:  # URLError, reset, timed out, a reply cut short
+        why = f"{url} unreachable: {type(exc).__name__}: {exc}"
+        raise ModelControlError(model, target.server, action, why) from None
 
 
 def repository_index(
@@ -114,10 +117,16 @@ def repository_index(
     """Every model of the server's repository, loaded or not, with its state and reason
     (`model` and `action`: what a failure names, when the index is read for one model)."""
     raw = _call(target, model, action, "/v2/repository/index", b"{}", timeout)
-    return [
-        IndexEntry(e["name"], str(e.get("version", "")), e.get("state", ""), e.get("reason", ""))
-        for e in json.loads(raw)
-    ]
+    try:
+        return [
+            IndexEntry(
+                e["name"], str(e.get("version", "")), e.get("state", ""), e.get("reason", "")
+            )
+            for e in json.loads(raw)
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not Triton's index
+        why = f"http://{target.http}/v2/repository/index answered no index: {exc!r}: {raw[:200]!r}"
+        raise ModelControlError(model, target.server, action, why) from None
 
 
 def ready_models(target: ControlTarget, timeout: float = 30.0) -> set[str]:
@@ -128,12 +137,16 @@ def reported_memory(target: ControlTarget, model: str, timeout: float = 30.0) ->
     """The bytes Triton's statistics report for `model` (summed over versions, instances
     and memory kinds); None when the backend reports nothing."""
     path = f"/v2/models/{urllib.parse.quote(model)}/stats"
-    stats = json.loads(_call(target, model, "statistics", path, None, timeout))
-    usage = [
-        int(u.get("byte_size", 0))
-        for version in stats.get("model_stats", [])
-        for u in version.get("memory_usage", [])
-    ]
+    raw = _call(target, model, "statistics", path, None, timeout)
+    try:
+        usage = [
+            int(u.get("byte_size", 0))
+            for version in json.loads(raw).get("model_stats", [])
+            for u in version.get("memory_usage", [])
+        ]
+    except (ValueError, TypeError, AttributeError) as exc:  # not Triton's statistics
+        why = f"http://{target.http}{path} answered no statistics: {exc!r}: {raw[:200]!r}"
+        raise ModelControlError(model, target.server, "statistics", why) from None
     return sum(usage) if usage else None
 
 
@@ -167,7 +180,9 @@ def tree_rss(pid: int) -> int | None:
 
 def load(target: ControlTarget, model: str, timeout: float = LOAD_TIMEOUT_S) -> LoadResult:
     """Load `model` on the server (Triton answers once it is ready) and measure its
-    footprint; ModelControlError with Triton's reason when it cannot."""
+    footprint; ModelControlError with Triton's reason when it cannot load it. Statistics
+    that cannot be read after a load that worked are logged and the footprint falls back
+    (the process tree, else none): the load is not a failure for it."""
     path = f"/v2/repository/models/{urllib.parse.quote(model)}/load"
     index = repository_index(target, model=model, action="load")
     before_state = {e.name: e.state for e in index}.get(model)
@@ -178,7 +193,16 @@ def load(target: ControlTarget, model: str, timeout: float = LOAD_TIMEOUT_S) -> 
     after = tree_rss(target.pid) if before is not None and target.pid else None
     footprint = None
     if before_state != READY:
-        reported = reported_memory(target, model)
+        try:
+            reported = reported_memory(target, model)
+        except ModelControlError as exc:  # the model is loaded: only its measure is lost
+            LOG.warning(
+                "model %r loaded on server %r, but no footprint from its statistics: %s",
+                model,
+                target.server,
+                exc,
+            )
+            reported = None
         if reported:
             footprint = Footprint(reported, FROM_STATISTICS, time.time(), target.server)
         elif before is not None and after is not None:

@@ -10,15 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
-from .loadview import LoadView, read_metrics
+from .loadview import LoadView, MetricsUnreadable, read_metrics
 from .model_control import ControlTarget, ModelControlError
 from .placement import Decision, Kind, Rule
 
@@ -109,21 +107,23 @@ class PlacementActuator:
     ) -> None:
         unmade: set[str] = set()  # servers whose MAKE_ROOM unload did not happen
         for k, d in enumerate(decisions):
-            server = servers[d.server]
-            target = self._target(server)
             started = time.monotonic()
-            dropped = self._dropped(d, decisions[k + 1 :], unmade)
             try:
-                if dropped:
+                server = servers[d.server]
+                if dropped := self._dropped(d, decisions[k + 1 :], unmade):
                     outcome = f"dropped: {dropped}"
                     LOG.warning("placement: dropped %s: %s", d, dropped)
                 elif d.kind is Kind.LOAD:
-                    outcome = self._load(target, d, view)
+                    outcome = self._load(self._target(server), d, view)
                 else:
-                    outcome = self._unload(target, server, d, view, decided_at)
+                    outcome = self._unload(self._target(server), server, d, view, decided_at)
             except ModelControlError as exc:
                 outcome = f"failed: {exc.reason}"
                 self._failed(d, exc.reason)
+            except Exception as exc:  # a bug or a surprise: this decision's failure, said
+                reason = f"{type(exc).__name__}: {exc}"
+                outcome = f"failed: {reason}"
+                self._failed(d, reason, traceback=True)
             else:
                 with self._lock:
                     self.backoff.pop((d.kind.value, d.model, d.server), None)
@@ -268,7 +268,7 @@ class PlacementActuator:
         its counters moved since the load view's last scrape of the server."""
         try:
             now = read_metrics(server.metrics_url, view.timeout_s * 4).get(model, {})
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+        except MetricsUnreadable as exc:  # the read's failure, whatever it was, names the URL
             return f"metrics unreadable right before the unload: {exc}"
         if now.get("pending", 0.0) > 0:
             return f"{now['pending']:.0f} request(s) pending"
@@ -278,7 +278,9 @@ class PlacementActuator:
                 return f"requests completed since the decision ({counter} counter moved)"
         return ""
 
-    def _failed(self, d: Decision, reason: str) -> None:
+    def _failed(self, d: Decision, reason: str, traceback: bool = False) -> None:
+        """Count, back off and log a failed decision (`traceback`: a failure other than
+        Triton's answer, whose origin the log must show); the worker goes on to the next."""
         key = (d.kind.value, d.model, d.server)
         with self._lock:
             previous = self.backoff.get(key)
@@ -294,6 +296,7 @@ class PlacementActuator:
             failures,
             wait,
             reason,
+            exc_info=traceback,
         )
 
     # -- the API's view ---------------------------------------------------------------------

@@ -2,9 +2,10 @@
 are used becomes the placement policy's input (placement.py), and its decisions are carried
 out with Triton's model-control API (model_control.py) under the site's administrative key.
 
-What the servers hold is read from each server's repository index every step (`observe`),
-and the operator publishes that, not what discovery said at start: Envoy's per-model routes
-and the gateway follow a load or an unload on the next step; a request for a model that no
+What the servers hold is read from each server's repository index every step (`observe`;
+all at once, within one bound: hung servers cost a step INDEX_TIMEOUT_S, not one each), and
+the operator publishes that, not what discovery said at start: Envoy's per-model routes and
+the gateway follow a load or an unload on the next step; a request for a model that no
 server holds is held by the gateway (gateway/holding.py), whose counts (`report_held`) are
 the demand that loads it, as is the work the clients declare before their first request
 (`declared`, the controller's declared_work.py).
@@ -50,6 +51,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import ServerRecord
@@ -80,6 +82,7 @@ from .placement_state import HeldCounts
 LOG = logging.getLogger("sonicsite.operator.placement")
 KEPT_DECISIONS = 50  # the last decisions /v1/placement shows
 INDEX_TIMEOUT_S = 2.0  # a server whose index does not come in this time keeps its last list
+INDEX_READERS = 32  # servers whose indexes are read at once (a step waits INDEX_TIMEOUT_S once)
 
 
 @dataclass
@@ -126,14 +129,14 @@ class PlacementLoop(PlacementActuator):
         routes to (not draining); one whose index cannot be read keeps its last list (or
         discovery's)."""
         result, known = [], set()
+        indexes = self._indexes(servers)
         for server in servers:
-            try:
-                target = ControlTarget(server.id, server.http, self.key)
-                ready = model_control.ready_models(target, INDEX_TIMEOUT_S)
-                held = tuple(sorted(ready))
-            except ModelControlError as exc:
-                LOG.warning("placement: index of %s unreadable: %s", server.id, exc.reason)
+            ready = indexes[server.id]
+            if isinstance(ready, str):
+                LOG.warning("placement: index of %s unreadable: %s", server.id, ready)
                 held = self.loaded.get(server.id, server.models)
+            else:
+                held = tuple(sorted(ready))
             with self._lock:
                 self.loaded[server.id] = held
                 for model in held:
@@ -148,6 +151,29 @@ class PlacementLoop(PlacementActuator):
                 del self.loaded[gone]
         self.metrics.export_placement({s: len(m) for s, m in self.loaded.items()})
         return result
+
+    def _indexes(self, servers: list[ServerRecord]) -> dict[str, set[str] | str]:
+        """Each server's READY models, or why its index could not be read: read at once and
+        waited for INDEX_TIMEOUT_S in all (not per read, which a server sending slowly
+        stretches), so that hung servers cost a step one timeout, not one each."""
+        if not servers:
+            return {}
+        pool = ThreadPoolExecutor(min(INDEX_READERS, len(servers)), "placement-index")
+        try:
+            reads = {s.id: pool.submit(self._index, s) for s in servers}
+            done, _ = wait(reads.values(), timeout=INDEX_TIMEOUT_S + 0.5)
+        finally:  # a read still under way ends at its socket's timeout, unwaited for
+            pool.shutdown(wait=False, cancel_futures=True)
+        late = f"no index from it within {INDEX_TIMEOUT_S + 0.5:g} s"
+        return {server: f.result() if f in done else late for server, f in reads.items()}
+
+    def _index(self, server: ServerRecord) -> set[str] | str:
+        """One server's READY models, or why they could not be read."""
+        try:
+            target = ControlTarget(server.id, server.http, self.key)
+            return model_control.ready_models(target, INDEX_TIMEOUT_S)
+        except ModelControlError as exc:
+            return exc.reason
 
     # -- deciding ---------------------------------------------------------------------------
 

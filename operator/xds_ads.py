@@ -29,7 +29,7 @@ import grpc
 from .controller import Operator
 from .envoy_acks import ENVOY_GONE_S, EnvoyAcks
 from .metrics import OperatorMetrics
-from .xds_protos import KINDS, XdsTypes, xds_types
+from .xds_protos import ADS_METHOD, KINDS, XdsTypes, xds_types
 from .xds_resources import TYPE_URLS
 from .xds_snapshot import Snapshot
 
@@ -38,6 +38,10 @@ ORDER = ("clusters", "endpoints", "listeners", "routes")  # a new cluster before
 WILDCARD = ("listeners", "clusters")  # the types Envoy asks for without naming resources
 TICK_S = 1.0  # a stream with nothing to do says it is alive this often
 STREAMS = 64  # Envoys one operator serves at once (each stream holds a thread)
+# the operator pings each Envoy's connection this often and drops it when a ping is not
+# answered in KEEPALIVE_TIMEOUT_MS: a half-open stream (an Envoy killed without a FIN, a
+# dropped network) would otherwise hold one of the STREAMS threads for ever
+KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS = 30_000, 10_000
 XDS_PORT = 18000  # the operator's ADS port unless told (--xds-port)
 
 
@@ -218,16 +222,72 @@ def _read(requests: Iterator, inbox: queue.Queue) -> None:
     inbox.put(_End())
 
 
-def serve(ads: AdsServer, host: str, port: int) -> tuple[grpc.Server, int]:
-    """Start the ADS service on host:port; returns the server and its port (0: a free one)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=STREAMS))
-    handler = grpc.stream_stream_rpc_method_handler(
-        ads.stream,
-        request_deserializer=ads.types.request.FromString,
-        response_serializer=lambda message: message.SerializeToString(),
+class _Streams(grpc.GenericRpcHandler):
+    """The ADS method, counting the streams open so that one over the limit is said: gRPC
+    refuses it (RESOURCE_EXHAUSTED, `maximum_concurrent_rpcs`) without a word on our side.
+    The count is ours, never above gRPC's (a stream counts from its first step to its last):
+    no refusal is made up, and one in the instant a stream starts or ends may go unsaid here
+    (the refused Envoy logs its RESOURCE_EXHAUSTED and tries again)."""
+
+    def __init__(self, ads: AdsServer, limit: int) -> None:
+        self.limit, self.open, self._lock = limit, 0, threading.Lock()
+        self.handler = grpc.stream_stream_rpc_method_handler(
+            self._stream,
+            request_deserializer=ads.types.request.FromString,
+            response_serializer=lambda message: message.SerializeToString(),
+        )
+        self.ads = ads
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        if details.method != ADS_METHOD:
+            return None
+        with self._lock:
+            full = self.open >= self.limit
+        if full:  # gRPC checks the same count right after and refuses it
+            print(
+                f"xDS: refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): {self.limit} streams "
+                "open already, the most this operator serves (xds_ads.STREAMS); that Envoy "
+                "gets no configuration until one closes",
+                file=sys.stderr,
+            )
+        return self.handler
+
+    def _stream(self, requests: Iterator, context: grpc.ServicerContext) -> Iterator:
+        with self._lock:
+            self.open += 1
+        try:
+            yield from self.ads.stream(requests, context)
+        finally:
+            with self._lock:
+                self.open -= 1
+
+
+def serve(
+    ads: AdsServer,
+    host: str,
+    port: int,
+    streams: int = STREAMS,
+    keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
+) -> tuple[grpc.Server, int]:
+    """Start the ADS service on host:port; returns the server and its port (0: a free one).
+    At most `streams` Envoys at once (one more is refused, and said); each connection is
+    pinged every `keepalive_ms[0]` and dropped when an answer takes over `keepalive_ms[1]`."""
+    options = [
+        ("grpc.keepalive_time_ms", keepalive_ms[0]),
+        ("grpc.keepalive_timeout_ms", keepalive_ms[1]),
+        # how long any ping's answer is waited for: keepalive_timeout_ms alone does not end a
+        # silent connection (grpcio 1.85)
+        ("grpc.http2.ping_timeout_ms", keepalive_ms[1]),
+        # an Envoy's own keepalive pings (a bootstrap's connection_keepalive), however often,
+        # never get its connection closed (by default: GOAWAY after 2 within 5 min)
+        ("grpc.http2.max_ping_strikes", 0),
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=streams),
+        options=options,
+        maximum_concurrent_rpcs=streams,
     )
-    methods = {"StreamAggregatedResources": handler}
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    server.add_generic_rpc_handlers((_Streams(ads, streams),))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"xDS: cannot listen on {host}:{port} (in use?)")

@@ -55,6 +55,7 @@ THIRD_PARTY = {
     "sonicsite.client": {
         "numpy",
         "tritonclient",
+        "google",  # protobuf's DecodeError: a reply tritonclient's messages cannot parse
         "hpack",
         "pyarrow",
         "awkward",
