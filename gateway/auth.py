@@ -2,9 +2,11 @@
 JWTs of the site's identity provider (jwt_auth.py, keys from jwks.py).
 
 The file is re-read when it changes, so a rotated Secret takes effect without a restart.
-Health endpoints stay open; everything else needs `Authorization: Bearer <token>` when
-enabled: a token shaped as a JWT is checked as one (when JWTs are accepted), any other
-against the file.
+Health endpoints and `/metrics` stay open (no Prometheus scrape sends the site's tokens;
+whoever reaches the gateway's port reads the counts, per model the site knows and per
+server, never a token or a request: charts/sonicsite/README.md); everything else needs
+`Authorization: Bearer <token>` when enabled: a token shaped as a JWT is checked as one (when
+JWTs are accepted), any other against the file.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from fastapi.responses import JSONResponse
 from .jwt_auth import JwtVerifier, looks_like_jwt
 from .metrics import GatewayMetrics
 
-OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz")
+# open with authentication on: the probes' paths, and Prometheus' scrapes (the held-request
+# gauge KEDA wakes a pool at zero by is among the metrics)
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz", "/metrics")
 MISSING = "authorization: expected 'Bearer <token>', got no Authorization header"
 NOT_BEARER = "authorization: expected 'Bearer <token>'"
 

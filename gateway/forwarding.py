@@ -168,7 +168,7 @@ class Forwarder:
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "connect").inc()
                 if not attempt:
-                    self.metrics.retries.labels(model).inc()
+                    self.metrics.retries.labels(self.metrics.model(self.view, model)).inc()
                 tried, last = endpoint.id, f"{endpoint.id}: {exc}"
                 continue
             except TimeoutError:
@@ -213,7 +213,9 @@ class Forwarder:
         if not held.error:
             return None
         if not held.left_s:
-            self.metrics.rejections.labels(model, "hold_deadline").inc()
+            self.metrics.rejections.labels(
+                self.metrics.model(self.view, model), "hold_deadline"
+            ).inc()
         return error(503, held.error, {HELD_HEADER: f"{held.left_s:.3f}"})
 
     def unserved(self, model: str, kind: str = MODEL, version: str | None = None) -> Response:
@@ -222,7 +224,9 @@ class Forwarder:
         if not model:
             return error(503, "no ready server takes requests now")
         if model not in self.view.site.models:
-            self.metrics.rejections.labels(model, "unknown_model").inc()
+            self.metrics.rejections.labels(
+                self.metrics.model(self.view, model), "unknown_model"
+            ).inc()
             return unknown_model(kind, model)
         return unready_model(kind, model, version)
 

@@ -1,4 +1,9 @@
-"""The gateway's Prometheus metrics, in a registry of its own (one per app)."""
+"""The gateway's Prometheus metrics, in a registry of its own (one per app).
+
+A `model` label names a model the site knows (`GatewayMetrics.model`): one a server holds,
+one of the placement catalogue, or one the operator decides admission for. Any other name a
+client sends (a typo, a scanner's guesses) is counted under UNKNOWN_MODEL, so that no client
+can make the gateway grow a series per name it makes up."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from .siteview import SiteView
 
 # a cold start: a model's load (seconds) up to a server's start and the hold deadline
 HOLD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+# the `model` label of a request for a model the site does not know
+UNKNOWN_MODEL = "_unknown"
 BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -18,6 +25,9 @@ BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 
 class GatewayMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _following: SiteView | None = None
+    # the models the site knows, for the state they were read from (`model`)
+    _known: frozenset[str] = frozenset()
+    _known_of: tuple[object, object] = (None, None)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -30,13 +40,14 @@ class GatewayMetrics:
         )
         self.rejections = Counter(
             "sonicsite_gateway_rejections",
-            "Requests refused by the gateway (shed, bad_request, unauthorized, unknown_model)",
+            "Requests refused by the gateway (shed, bad_request, unauthorized, unknown_model, "
+            "hold_deadline)",
             ["model", "reason"],
             registry=r,
         )
         self.upstream_errors = Counter(
             "sonicsite_gateway_upstream_errors",
-            "Requests a server failed (connect, timeout, 5xx)",
+            "Requests a server failed (connect, timeout, 5xx, broken: its reply broke off)",
             ["server", "kind"],
             registry=r,
         )
@@ -103,6 +114,19 @@ class GatewayMetrics:
             buckets=HOLD_BUCKETS,
             registry=r,
         )
+
+    def model(self, view: SiteView, model: str) -> str:
+        """`model` as a label: the name itself when the site knows the model (a server of
+        `view` holds it, it is in the placement catalogue or the operator decides its
+        admission; "" for a request of no model), else UNKNOWN_MODEL. The known names are
+        gathered once per state the view read (the records are replaced, never changed)."""
+        site, holding = view.site, view.holding
+        if self._known_of[0] is not site or self._known_of[1] is not holding:
+            known = {m for s in site.servers for m in s.models} | set(site.admission)
+            if holding is not None:
+                known |= set(holding.models)
+            self._known, self._known_of = frozenset(known), (site, holding)
+        return model if not model or model in self._known else UNKNOWN_MODEL
 
     def follow(self, view: SiteView) -> None:
         """Report the age of `view`'s operator state, read whenever /metrics is scraped."""

@@ -204,7 +204,8 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
             tracing.end(span, 499)
         raise
     metrics = request.app.state.metrics
-    histogram = metrics.latency.labels(model, route, str(reply.status_code))
+    label = metrics.model(_forwarder(request).view, model)  # a name the site knows
+    histogram = metrics.latency.labels(label, route, str(reply.status_code))
     client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
 
     def observe() -> None:
@@ -234,16 +235,17 @@ async def _infer_reply(
     forwarder = _forwarder(request)
     metrics = forwarder.metrics
     metrics.follow(forwarder.view)
+    label = metrics.model(forwarder.view, model)  # "_unknown" for a name the site never had
     now = time.time()
     admission, lapsed = forwarder.view.shed(model, now)
     if lapsed:  # the operator's shed expired or its state is stale: open, and counted
-        metrics.admission_lapsed.labels(model, lapsed).inc()
+        metrics.admission_lapsed.labels(label, lapsed).inc()
     passes = request.app.state.config.passes
     # the model has answered this caller before: it brings back the pass it was given
     presented = fields.get(ADMITTED_HEADER)
     admitted = admission is not None and passes is not None and passes.admits(model, presented, now)
     if admission is not None and admission.refuses(now, admitted):
-        metrics.rejections.labels(model, "shed").inc()
+        metrics.rejections.labels(label, "shed").inc()
         wait = max(1, admission.retry_after_s)
         return error(
             429,
@@ -254,7 +256,7 @@ async def _infer_reply(
     total = int(declared) if declared is not None and declared.isdigit() else None
     limit = request.app.state.config.max_body_bytes
     if total is not None and total > limit:
-        metrics.rejections.labels(model, "bad_request").inc()
+        metrics.rejections.labels(label, "bad_request").inc()
         return error(413, f"body: over {limit} bytes")
     if not forwarder.view.serving(model):  # as Triton: the model before the body
         # a model no server holds yet: wait for one
@@ -272,7 +274,7 @@ async def _infer_reply(
         parsed, binary = split_body(prefix, header_length, total)
         check_infer(parsed, binary)
     except BadRequest as exc:
-        metrics.rejections.labels(model, "bad_request").inc()
+        metrics.rejections.labels(label, "bad_request").inc()
         return error(exc.status, f"model {model!r}: {exc}")
     # the caller's trace context goes on (a traced gateway's own replaces it)
     headers = {k: fields[k] for k in (*PASSED_HEADERS, *TRACE_HEADERS) if k in fields}

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 SITE = 'namespace=~"$namespace", release=~"$release"'
 MODEL = f'{SITE}, model=~"$model"'
+# Envoy's clusters of the boards' models, as the operator names them (operator/xds_resources.py
+# `model_cluster`, `rest_cluster`): no other cluster (holding, the site-view fan-out, JWKS,
+# the trace collector, the operator's ADS) is a model's traffic
+ENVOY_MODEL_CLUSTERS = f'{SITE}, envoy_cluster_name=~"(model|rest)_$model"'
 WINDOW = "$__rate_interval"
 
 
@@ -158,10 +162,17 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     tuple(
                         Query(
                             f"histogram_quantile({q}, sum by (le) (rate("
-                            f"envoy_cluster_upstream_rq_time_bucket{{{SITE}}}[{WINDOW}])))",
+                            f"envoy_cluster_upstream_rq_time_bucket{{{ENVOY_MODEL_CLUSTERS}}}"
+                            f"[{WINDOW}])))",
                             f"p{int(q * 100)}",
                         )
                         for q in (0.5, 0.99)
+                    ),
+                    description=(
+                        "Time to the servers' replies over the models' clusters (model_<model> "
+                        "for gRPC, rest_<model> for REST): not the holding clusters (a held "
+                        "request waits minutes for a model to load), the gateway's site-view "
+                        "fan-out, the identity provider's keys or the trace collector."
                     ),
                 ),
                 PanelSpec(
@@ -193,10 +204,13 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     "none",
                     (
                         Query(
-                            f"sum by (model, state) (sonicsite_admission_changes_total{{{MODEL}}})",
+                            f"sum by (model, state) (increase("
+                            f"sonicsite_admission_changes_total{{{MODEL}}}[{WINDOW}]))",
                             "{{model}} → {{state}}",
                         ),
                     ),
+                    description="Decisions that changed the model's admission (to open or "
+                    "shed) per rate interval; a model that flaps shows here.",
                 ),
                 PanelSpec(
                     "Rejections per second (Envoy shed, gateway)",
@@ -305,6 +319,27 @@ def placement_panels() -> list[tuple[str, list[PanelSpec]]]:
                     ),
                     description="The reason of each decision is in the operator's log and "
                     "`sonicsite models status`.",
+                ),
+                PanelSpec(
+                    "Placement failures",
+                    "none",
+                    (
+                        Query(
+                            "sum by (action, model, server) (increase("
+                            f"sonicsite_placement_failures_total{{{MODEL}}}[{WINDOW}]))",
+                            "{{action}} {{model}} on {{server}}",
+                        ),
+                        Query(
+                            "sum(increase("
+                            f"sonicsite_placement_failures_total{{{MODEL}}}[{WINDOW}])) or "
+                            f"sum(sonicsite_placement_models_loaded{{{SITE}}}) * 0",
+                            "all",
+                        ),
+                    ),
+                    description="Loads and unloads that failed, each tried again after a "
+                    "back-off (the reason is in the operator's log and `sonicsite models "
+                    "status`); `all` reads 0 while placement runs and nothing fails. "
+                    "SonicsitePlacementFailing alerts when failures go on for 10 minutes.",
                 ),
             ],
         ),

@@ -72,7 +72,10 @@ def build(uid: str, title: str, rows: list[tuple[str, list[PanelSpec]]]):
         .with_variable(
             _variable(
                 "model",
-                f"label_values(nv_inference_request_success{{{SITE}}}, model)",
+                # a model any server has served, or one only held for now (placement: no
+                # server has loaded it yet)
+                'label_values({__name__=~"nv_inference_request_success|'
+                f'sonicsite_gateway_held_requests", {SITE}}}, model)',
                 many=True,
             )
         )

@@ -116,7 +116,7 @@ def test_the_charts_own_prometheus_labels_every_target_with_the_release():
     )
     config = yaml.safe_load(_component(docs, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    assert set(jobs) == {"triton", "operator", "gateway"}
+    assert set(jobs) == {"triton", "operator", "gateway", "envoy"}
     for job in jobs.values():
         labels = {r["target_label"]: r["replacement"] for r in job["relabel_configs"]}
         assert labels["namespace"] == "atlas" and labels["release"] == "t2", job
@@ -131,6 +131,7 @@ def test_prometheus_operators_monitors_label_every_target_with_the_release():
     docs = _docs(values, "t2", "atlas")
     monitors = _kind(docs, "ServiceMonitor") + _kind(docs, "PodMonitor")
     assert sorted(m["metadata"]["labels"]["app.kubernetes.io/component"] for m in monitors) == [
+        "envoy",
         "gateway",
         "operator",
         "triton",

@@ -24,6 +24,21 @@ from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy
+from sonicsite.operator.xds_jwt import JWKS_CLUSTER
+from sonicsite.operator.xds_resources import (
+    ALL_SERVERS,
+    ALL_SERVERS_REST,
+    OPERATOR_CLUSTER,
+    model_cluster,
+    rest_cluster,
+)
+from sonicsite.operator.xds_site_view import (
+    HOLD_CLUSTER,
+    HOLD_REST_CLUSTER,
+    VIEW_CLUSTER,
+    VIEW_REST_CLUSTER,
+)
+from sonicsite.operator.xds_tracing import TRACING_CLUSTER
 from stock import kserve_json
 
 from sonicsite.local import launcher
@@ -79,9 +94,11 @@ def test_queue_time_per_request_comes_from_its_definitions_not_from_the_dashboar
     assert any(QUEUE_RULE in e for e in per_model) and any(QUEUE_GAUGE in e for e in per_model)
 
 
-# A series a panel reads, and the selector right after it.
+# A series a panel reads, and the selector right after it (a name matched by `=`, `=~`, `!=`
+# or `!~` is a label in a selector: Envoy's envoy_cluster_name).
 SERIES = re.compile(
-    r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+|envoy_[a-z_]+)"
+    r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+|envoy_[a-z_]+)\b"
+    r"(?!\s*[=!]~?)"
 )
 
 
@@ -103,6 +120,92 @@ def test_every_query_selects_the_boards_namespace_and_release():
                 assert selector.startswith("{"), f"{name}: {title}: {match[1]} has no selector"
                 assert 'namespace=~"$namespace"' in selector, f"{name}: {title}: {expr}"
                 assert 'release=~"$release"' in selector, f"{name}: {title}: {expr}"
+
+
+def _queries(board_name: str) -> list[tuple[str, str]]:
+    return panel_queries(json.loads(to_json(dashboards()[board_name])))
+
+
+def test_latency_at_envoy_reads_the_models_clusters_alone():
+    """Envoy's upstream time over the clusters that carry a model's requests, as the operator
+    names them; not the holding clusters (a held request waits minutes for its model to
+    load), the site-view fan-out, the identity provider's keys, the collector or the ADS."""
+    envoy = [
+        expr
+        for _, expr in _queries("sonicsite-overview.json")
+        if "envoy_cluster_upstream_rq_time" in expr
+    ]
+    assert len(envoy) == 2  # p50, p99
+    others = [
+        ALL_SERVERS,
+        ALL_SERVERS_REST,
+        OPERATOR_CLUSTER,
+        HOLD_CLUSTER,
+        HOLD_REST_CLUSTER,
+        VIEW_CLUSTER,
+        VIEW_REST_CLUSTER,
+        JWKS_CLUSTER,
+        TRACING_CLUSTER,
+    ]
+    for expr in envoy:
+        found = re.search(r'envoy_cluster_name=~"([^"]+)"', expr)
+        assert found, expr
+        for value in ("particlenet_ak4", "simple"):  # one model chosen on the board
+            chosen = re.compile(found[1].replace("$model", value))
+            assert chosen.fullmatch(model_cluster(value)) and chosen.fullmatch(rest_cluster(value))
+            assert not chosen.fullmatch(model_cluster("identity"))
+        every = re.compile(found[1].replace("$model", ".*"))  # the board's "All"
+        assert every.fullmatch(model_cluster("identity"))
+        assert [c for c in others if every.fullmatch(c)] == []
+
+
+# Counters (prometheus_client's `_total`, histograms' `_bucket` and `_count`, Triton's
+# counters, which have no suffix) and the gauges of the same shape
+COUNTER = re.compile(
+    r"\b(\w+_total|\w+_bucket|\w+_seconds_count|nv_inference_request_(?:success|failure)"
+    r"|nv_inference_(?:exec_)?count|nv_inference_\w+_duration_us)\{"
+)
+
+
+def test_no_panel_plots_a_counter_raw():
+    """A counter's raw value is its count since the process started: a panel shows how
+    much it rose (rate or increase over the rate interval)."""
+    checked = 0
+    for name in dashboards():
+        for title, expr in _queries(name):
+            for found in COUNTER.finditer(expr):
+                before = expr[: found.start()].rstrip()
+                assert before.endswith(("rate(", "increase(")), f"{name}: {title}: {expr}"
+                checked += 1
+    assert checked > 10
+    admission = [e for _, e in _queries("sonicsite-overview.json") if "admission_changes" in e]
+    assert admission and all("increase(" in e for e in admission)
+
+
+def test_the_model_variable_offers_models_that_are_only_held():
+    """A model of the placement catalogue that no server has loaded yet has requests held,
+    and no Triton series: the variable offers it too, so the placement board can show it."""
+    for name, model in dashboards().items():
+        board = json.loads(to_json(model))
+        (variable,) = [v for v in board["templating"]["list"] if v["name"] == "model"]
+        query = variable["query"]
+        query = query if isinstance(query, str) else query["query"]
+        found = re.fullmatch(r'label_values\(\{__name__=~"([^"]+)", (.+)\}, model\)', query)
+        assert found, f"{name}: {query}"
+        names = re.compile(found[1])
+        assert names.fullmatch("nv_inference_request_success"), name
+        assert names.fullmatch("sonicsite_gateway_held_requests"), name
+        assert found[2] == 'namespace=~"$namespace", release=~"$release"', name
+
+
+def test_the_placement_board_shows_placements_failures():
+    failures = [
+        (title, expr)
+        for title, expr in _queries("sonicsite-placement.json")
+        if "sonicsite_placement_failures_total" in expr
+    ]
+    assert {title for title, _ in failures} == {"Placement failures"}
+    assert any("by (action, model, server)" in expr for _, expr in failures)
 
 
 # The boards a site without placement fills; sonicsite-placement.json is checked on a site

@@ -89,6 +89,42 @@ def test_every_rule_keeps_each_releases_series_apart_and_names_its_series_bare()
                     assert not expr[match.end() :].startswith("{"), f"{where}: {match[1]}{{"
 
 
+ALERTS = ROOT / "monitoring" / "rules" / "alerts.rules.yaml"
+ALERT_TESTS = ROOT / "monitoring" / "tests" / "alerts.test.yaml"
+# Where sonicsite's own series are defined: prometheus_client's families (a counter's name
+# without its `_total`) and the supervisor's hand-written exposition.
+EXPORTERS = [
+    ROOT / "operator" / "metrics.py",
+    ROOT / "gateway" / "metrics.py",
+    ROOT / "sonicsite" / "local" / "supervisor_http.py",
+]
+
+
+def _alerts() -> list[dict]:
+    return [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+
+
+def test_every_alert_reads_series_its_exporters_define():
+    """An alert on a series nobody exports never fires: each sonicsite_* series an alert
+    reads is a metric family of the operator, the gateway or the local supervisor."""
+    code = "\n".join(p.read_text() for p in EXPORTERS)
+    for rule in _alerts():
+        for name in set(re.findall(r"\bsonicsite_[a-z_]+\b", rule["expr"])):
+            family = name.removesuffix("_total")
+            assert f'"{family}"' in code or f"{name} " in code, f"{rule['alert']}: {name}"
+
+
+def test_every_alert_fires_in_a_promtool_unit_test():
+    """Each alert has a test in which it fires (its labels and annotations checked), and one
+    before its `for:` has passed."""
+    fired, quiet = set(), set()
+    for case in yaml.safe_load(ALERT_TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fired if check["exp_alerts"] else quiet).add(check["alertname"])
+    names = {r["alert"] for r in _alerts()}
+    assert names - fired == set() and names - quiet == set()
+
+
 def _scaling_expression() -> str:
     """The site's scaling metric: the recording rule's own expression."""
     rules = {

@@ -85,6 +85,12 @@ POOL an entry of _triton.tpl sonicsite.tritonPools. */}}
 {{- include "sonicsite.component" (dict "root" . "component" "gateway" "suffix" "-pods") -}}
 {{- end -}}
 
+{{/* Envoy's headless Service of its stats port, one address per pod (for the chart's
+Prometheus). */}}
+{{- define "sonicsite.envoyMetricsService" -}}
+{{- include "sonicsite.component" (dict "root" . "component" "envoy-metrics") -}}
+{{- end -}}
+
 {{/* Envoy's bootstrap as JSON, the same few lines as the local site's
 (sonicsite/local/envoy.py): the admin port and where the operator's ADS stream is (gRPC over
 HTTP/2); listeners, routes, clusters and endpoints come over that stream. The ConfigMap holds
@@ -107,6 +113,40 @@ it; the Deployment's checksum annotation rolls the pods when it changes. */}}
     "load_assignment" (dict "cluster_name" "sonicsite_operator" "endpoints" (list (dict "lb_endpoints" (list (dict "endpoint" (dict "address" (dict "socket_address" $operator))))))))))
 -}}
 {{- toJson $bootstrap -}}
+{{- end -}}
+
+{{/* Envoy's stats for Prometheus, merged into the bootstrap by the Deployment's
+`--config-yaml` (so the bootstrap stays the local site's): a listener on the pod's network
+(envoy.metricsPort) whose one route sends GET /stats/prometheus to the admin interface, which
+stays on the loopback; every other path and method is a 404 from the listener itself, so no
+other admin endpoint (config dumps, /quitquitquit, log levels) is reachable from outside the
+pod. Static resources: the operator's xDS neither sees nor replaces them. */}}
+{{- define "sonicsite.envoyStatsConfig" -}}
+{{- $e := .Values.envoy -}}
+{{- $admin := "sonicsite_envoy_admin" -}}
+{{- $get := dict "name" ":method" "string_match" (dict "exact" "GET") -}}
+{{- $routes := list
+  (dict "match" (dict "path" "/stats/prometheus" "headers" (list $get)) "route" (dict "cluster" $admin))
+  (dict "match" (dict "prefix" "/") "direct_response" (dict "status" 404 "body" (dict "inline_string" "Envoy's stats port serves GET /stats/prometheus only\n")))
+-}}
+{{- $hcm := dict
+  "@type" "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+  "stat_prefix" "sonicsite_stats"
+  "route_config" (dict "name" "sonicsite_stats" "virtual_hosts" (list (dict "name" "stats" "domains" (list "*") "routes" $routes)))
+  "http_filters" (list (dict "name" "envoy.filters.http.router" "typed_config" (dict "@type" "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router")))
+-}}
+{{- $listener := dict
+  "name" "sonicsite_stats"
+  "address" (dict "socket_address" (dict "address" "0.0.0.0" "port_value" (int $e.metricsPort)))
+  "filter_chains" (list (dict "filters" (list (dict "name" "envoy.filters.network.http_connection_manager" "typed_config" $hcm))))
+-}}
+{{- $cluster := dict
+  "name" $admin
+  "type" "STATIC"
+  "connect_timeout" "1s"
+  "load_assignment" (dict "cluster_name" $admin "endpoints" (list (dict "lb_endpoints" (list (dict "endpoint" (dict "address" (dict "socket_address" (dict "address" "127.0.0.1" "port_value" (int $e.adminPort)))))))))
+-}}
+{{- toJson (dict "static_resources" (dict "listeners" (list $listener) "clusters" (list $cluster))) -}}
 {{- end -}}
 
 {{/* The Secret holding the gateway's tokens: given, or the one the chart creates. */}}
@@ -166,11 +206,12 @@ characters. Takes (dict "root" $ "secret" NAME "key" KEY). */}}
 {{- end -}}
 
 {{/* The prometheus.io/* annotations of a pod (monitoring.scrapeAnnotations), for a
-Prometheus that discovers targets by them. Takes (dict "root" $ "port" PORT). */}}
+Prometheus that discovers targets by them. Takes (dict "root" $ "port" PORT), and "path"
+where it is not /metrics (Envoy's /stats/prometheus). */}}
 {{- define "sonicsite.scrapeAnnotations" -}}
 {{- if .root.Values.monitoring.scrapeAnnotations -}}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .port | quote }}
-prometheus.io/path: /metrics
+prometheus.io/path: {{ .path | default "/metrics" }}
 {{- end -}}
 {{- end -}}
