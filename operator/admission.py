@@ -17,9 +17,10 @@ the models' measured latency on the machine they run on, without a number per mo
 
 Servers the operator cannot measure (out of the load view: killed, hung) neither hold a
 decision back nor force one; with none measurable, admission fails open, bounded by an
-in-flight cap that Envoy enforces, and says so. A server that is measured but completed
-nothing while requests wait there (one long request) counts neither as room nor as
-saturated.
+in-flight cap that each Envoy enforces, and says so (`split_cap`: shared between the model's
+gRPC and REST clusters, whose circuit breakers count apart). A server that is measured but
+completed nothing while requests wait there (one long request) counts neither as room nor
+as saturated.
 
 A shed refuses only callers the model has not answered yet (`AdmissionRecord.refuses`: a
 caller brings back the admission pass the model's answers carry,
@@ -31,10 +32,13 @@ wait (the simulated `burst`: p99 2.10 of the reference's with every request refu
 Every shed carries an expiry, `ttl_s` after it was last renewed; it is renewed once less
 than half of it is left, so that Envoy's and the gateway's copies change every `ttl_s / 2`
 rather than every step, and both reopen the model by themselves when no operator renews it.
+A wall clock stepped back is no reason to hold on: an expiry more than `ttl_s` ahead is
+renewed from the new clock, and a decision "made in the future" counts as held.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -53,6 +57,17 @@ class AdmissionPolicy:
     compute_multiple: float = 8.0  # thresholds ≥ this × compute per request; 0: ms alone
 
     def __post_init__(self) -> None:
+        figures = {
+            "shed_above_ms": self.shed_above_ms,
+            "open_below_ms": self.open_below_ms,
+            "min_hold_s": self.min_hold_s,
+            "compute_multiple": self.compute_multiple,
+        }
+        for name, value in figures.items():  # NaN compares false: it would never shed
+            if not math.isfinite(value):
+                raise ValueError(f"{name}: expected a finite number, got {value}")
+        if self.shed_above_ms <= 0:  # the reopening threshold is taken in its proportion
+            raise ValueError(f"shed_above_ms: expected a positive number, got {self.shed_above_ms}")
         if self.open_below_ms > self.shed_above_ms:
             raise ValueError(
                 f"open_below_ms: expected at most shed_above_ms "
@@ -60,8 +75,11 @@ class AdmissionPolicy:
             )
         if self.retry_after_s < 1 or self.inflight_cap < 1 or self.min_hold_s < 0:
             raise ValueError("retry_after_s and inflight_cap: expected ≥ 1; min_hold_s ≥ 0")
-        if self.compute_multiple < 0:
-            raise ValueError(f"compute_multiple: expected ≥ 0, got {self.compute_multiple}")
+        if self.compute_multiple < 0 or self.open_below_ms < 0:
+            raise ValueError(
+                f"compute_multiple, open_below_ms: expected ≥ 0, got {self.compute_multiple} "
+                f"and {self.open_below_ms}"
+            )
 
     def thresholds_ms(self, compute_ms: float | None) -> tuple[float, float]:
         """(shed above, open below) for a server whose compute time per request is
@@ -70,6 +88,12 @@ class AdmissionPolicy:
         if derived <= self.shed_above_ms:
             return self.shed_above_ms, self.open_below_ms
         return derived, derived * self.open_below_ms / self.shed_above_ms
+
+
+def split_cap(cap: int) -> tuple[int, int]:
+    """A model's in-flight cap as Envoy enforces it: (gRPC, REST), each cluster's circuit
+    breaker counting its own requests; their sum is `cap` (at least 1 each)."""
+    return max(1, math.ceil(cap / 2)), max(1, cap // 2)
 
 
 def decide(
@@ -91,11 +115,12 @@ def with_expiry(
     decision: AdmissionRecord, previous: AdmissionRecord | None, now: float, ttl_s: float
 ) -> AdmissionRecord:
     """An open model has no expiry; a shed keeps its expiry while more than half of `ttl_s`
-    is left, and is renewed to `now + ttl_s` otherwise."""
+    is left, and is renewed to `now + ttl_s` otherwise, or where more than `ttl_s` is left
+    (the clock stepped back: kept, the shed would outlive its operator by as much)."""
     if decision.state != SHED:
         return replace(decision, expires_at=0.0)
     kept = previous is not None and previous.state == SHED and previous.expires_at
-    if kept and previous.expires_at - now > ttl_s / 2:
+    if kept and ttl_s / 2 < previous.expires_at - now <= ttl_s:
         return replace(decision, expires_at=previous.expires_at)
     return replace(decision, expires_at=now + ttl_s)
 
@@ -112,10 +137,12 @@ def _decide(
         previous = AdmissionRecord(OPEN, now - policy.min_hold_s, "no decision yet")
     if not servers:
         what = f"no metrics from {unseen}" if unseen else "no server takes the model"
+        grpc, rest = split_cap(policy.inflight_cap)
         return AdmissionRecord(
             OPEN,
             previous.since if previous.fail_open else now,
-            f"{what}: failing open, at most {policy.inflight_cap} requests in flight",
+            f"{what}: failing open, at most {grpc + rest} requests in flight per Envoy "
+            f"({grpc} over gRPC, {rest} over REST)",
             fail_open=True,
         )
     seen = {x.server: x for x in loads if x.server in servers}
@@ -133,7 +160,8 @@ def _decide(
     # nothing completed and nothing waiting (or no figures yet): nothing is queued there
     idle = [s for s in servers if s not in measured and (s not in seen or not seen[s].pending)]
     drained = sorted(s for s, x in seen.items() if not x.pending)  # nothing waits there now
-    held = now - previous.since >= policy.min_hold_s
+    elapsed = now - previous.since
+    held = elapsed >= policy.min_hold_s or elapsed < 0  # < 0: the clock stepped back
     worst = ", ".join(f"{s} {q:.0f} ms" for s, q in sorted(measured.items()))
     blind = f"; not measured: {', '.join(unseen)}" if unseen else ""
     if previous.state == OPEN:

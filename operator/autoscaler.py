@@ -163,6 +163,8 @@ def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None, floo
 class Autoscaler:
     policy: ScalingPolicy
     history: deque = field(default_factory=deque)  # (time, recommendation)
+    # when it began deciding: its first step, or where the clock stepped back to
+    since: float | None = None
 
     def desired(
         self,
@@ -177,7 +179,17 @@ class Autoscaler:
         higher, see `worth_starting`; the windows keep the recommendations without it). The
         cap never holds a pool below `min_servers` or `floor`: a pool that lost a server (its
         node gone) is brought back to its minimum whatever work is left. Capped there, the
-        simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on."""
+        simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on.
+
+        No scale-down (but to `max_servers`) before it has decided for `down_window_s`: a
+        scale-down follows the highest recommendation of that window, and one that began
+        (an operator started or restarted) has seen only part of it; its first steps' metric
+        may not even be measured yet. A clock stepped back drops the recommendations "from
+        the future" and begins the window again."""
+        while self.history and self.history[-1][0] > now:
+            self.history.pop()
+        if self.since is None or now < self.since:
+            self.since = now
         self.history.append((now, recommend(self.policy, current, metric_ms, floor)))
         horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
         while self.history and self.history[0][0] < horizon:
@@ -188,5 +200,7 @@ class Autoscaler:
             least = max(self.policy.min_servers, floor)
             return min(up) if cap is None else max(current, min(min(up), max(cap, least)))
         if max(down) < current:
+            if now - self.since < self.policy.down_window_s:
+                return min(current, self.policy.max_servers)
             return max(down)
         return current

@@ -46,6 +46,14 @@ the median over the models it answers): a GPU that other models' executions shar
 moment answers one model slowly for a few intervals, a slower GPU answers every model slowly.
 On one model's servers this is the server's own time for it.
 
+A model unloaded from a server (placement) leaves its figure there: it is the server's
+speed for that model when it last ran it, and it keeps counting in the model's `reference`
+and the server's `slowness`. Dropped (tried 2026-11-30 on the simulated `waves`), a GPU
+that two busy models share read about 1.9× slow over the two models it still held, and one
+of them was squeezed onto half its servers (its p50 0.3 s → 3.5 s over four seeds); the
+figures of what it ran before are the memory of what the GPU itself is. Only a server that
+leaves takes its figures with it (`forget`).
+
 A server weighed down keeps a probe share: its weight is never below the model's probe
 weight, `PROBE_SHARE` of the picks among its servers that are weighed down together
 (Envoy's picks are in proportion to the weights). So a slow server is still sent a trickle

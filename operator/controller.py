@@ -216,14 +216,17 @@ class Operator:
         (pool_scaling.py); one pool, `default`, without placement's pools."""
         if self.scaling is None:
             return
-        loads = self.loadview.window_loads(self.scaling.policy.window_s)
+        window_s = self.scaling.policy.window_s
+        loads, windowed = self.loadview.window_loads(window_s), self.loadview.windowed(window_s)
         if self.placement is None:
-            views = pool_views([DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {}, work)
+            views = pool_views(
+                [DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {}, work, windowed
+            )
         else:
             catalogue = self.placement.catalogue
             pools = [p.name for p in catalogue.pools]
             held = self.placement.held.held(now)
-            views = pool_views(pools, catalogue.pool_of, servers, loads, held, work)
+            views = pool_views(pools, catalogue.pool_of, servers, loads, held, work, windowed)
         self.scaling.step(views, now)
 
     def _state(

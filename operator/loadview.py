@@ -313,16 +313,32 @@ class LoadView:
         health = self.health.get(server)
         return server in self._last and health is not None and health.failures < self.grace
 
+    def _window_start(self, server: str, window_s: float) -> int | None:
+        """The index in the server's history of its last scrape at least `window_s` older
+        than its latest; None when it has none or is out of the view."""
+        history = self._history.get(server)
+        if not history or not self.in_view(server):
+            return None
+        latest = history[-1]
+        older = [k for k, s in enumerate(history) if s.at <= latest.at - window_s]
+        return older[-1] if older else None
+
+    def windowed(self, window_s: float) -> set[str]:
+        """The servers whose figures cover a full `window_s` (those `window_loads` reads):
+        an empty window is "not measured yet" for a server not in here, "no request" for
+        one in here."""
+        return {s for s in self._history if self._window_start(s, window_s) is not None}
+
     def window_loads(self, window_s: float) -> list[ModelLoad]:
         """Loads between each server's latest scrape and its last scrape at least `window_s`
         older (Prometheus' `x - x offset window`, summed scrape by scrape so that a reload
-        within the window counts from zero); servers without one are left out."""
+        within the window counts from zero); servers without one are left out (`windowed`
+        says which are in)."""
         loads = []
         for server, history in self._history.items():
-            latest = history[-1]
-            older = [k for k, s in enumerate(history) if s.at <= latest.at - window_s]
-            if older and self.in_view(server):
-                loads.extend(compute_window(server, list(history)[older[-1] :]))
+            start = self._window_start(server, window_s)
+            if start is not None:
+                loads.extend(compute_window(server, list(history)[start:]))
         return loads
 
     def forget(self, server: str) -> None:

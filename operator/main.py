@@ -65,6 +65,7 @@ def build(
     """The operator the options describe (parser.error names what is wrong); `actuate` is
     what the site hands it to change the number of servers, if anything."""
     scaler = option_policies.autoscaler(args, parser)
+    limits = option_policies.pool_limits(args, parser, scaler.policy if scaler else None)
     policy = option_policies.checked(
         parser,
         lambda: AdmissionPolicy(
@@ -111,7 +112,7 @@ def build(
         balancing=Balancing(args.balancing),
         jwt=jwt,
         passes=passes,
-        scaling=PoolScaling(scaler.policy, actuate, metrics) if scaler else None,
+        scaling=PoolScaling(scaler.policy, actuate, metrics, limits) if scaler else None,
         loadview=loadview,
         tries=TryTimeouts(tries),
         shed_ttl_s=args.shed_ttl,

@@ -1,6 +1,7 @@
 """The operator's own Prometheus metrics: per model and server the load it measured, the
-endpoint weights it published, admission and autoscaling; gauges of servers that are gone
-are dropped, so that a removed server is not reported down forever."""
+endpoint weights it published, admission and autoscaling; the series of servers, models and
+(model, server) pairs that are gone are dropped each step, so that a removed server is not
+reported down forever, nor a model that left shedding (a figure frozen at its last value)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,17 @@ def _forget_gone(gauge: Gauge, names: tuple[str, ...], known: set[str], by: str 
         for sample in family.samples
         if sample.labels.get(by) not in known
     }
+    for labels in stale:
+        gauge.remove(*labels)
+
+
+def _keep(gauge: Gauge, names: tuple[str, ...], keep: set[tuple[str, ...]]) -> None:
+    """Drop the gauge's series whose labels (`names`, in order) are not among `keep`."""
+    stale = {
+        tuple(sample.labels[n] for n in names)
+        for family in gauge.collect()
+        for sample in family.samples
+    } - keep
     for labels in stale:
         gauge.remove(*labels)
 
@@ -121,14 +133,21 @@ class OperatorMetrics:
             registry=r,
         )
         self.desired = Gauge(
-            "sonicsite_autoscaler_desired_servers", "Servers the autoscaler wants", registry=r
+            "sonicsite_autoscaler_desired_servers",
+            "Servers the autoscaler wants, per pool",
+            ["pool"],
+            registry=r,
         )
         self.current = Gauge(
-            "sonicsite_autoscaler_current_servers", "Servers taking new work", registry=r
+            "sonicsite_autoscaler_current_servers",
+            "Servers taking new work, per pool",
+            ["pool"],
+            registry=r,
         )
         self.max_servers = Gauge(
             "sonicsite_autoscaler_max_servers",
-            "The most servers the autoscaler may run",
+            "The most servers the autoscaler may run, per pool (its maxReplicas)",
+            ["pool"],
             registry=r,
         )
         self.declared_left = Gauge(
@@ -189,6 +208,16 @@ class OperatorMetrics:
         for model in named:
             self.declared_left.labels(model).set(work[model].left if model in work else 0)
 
+    def export_pools(self, servers: dict[str, tuple[int, int, int]]) -> None:
+        """Per pool, the servers the autoscaler wants, those taking work and the most it may
+        run (pool -> the three); pools not named are dropped."""
+        for gauge in (self.desired, self.current, self.max_servers):
+            _forget_gone(gauge, ("pool",), set(servers), by="pool")
+        for pool, (desired, current, most) in servers.items():
+            self.desired.labels(pool).set(desired)
+            self.current.labels(pool).set(current)
+            self.max_servers.labels(pool).set(most)
+
     def export_placement(self, loaded: dict[str, int]) -> None:
         """Models ready per server (server -> count); servers that are gone are dropped."""
         _forget_gone(self.models_loaded, ("server",), set(loaded))
@@ -203,18 +232,18 @@ class OperatorMetrics:
         cluster_weights: dict[str, dict[str, int]],
     ) -> None:
         """Set every gauge from one step's view: `health` is server -> metrics readable,
-        `cluster_weights` Envoy cluster -> server -> weight."""
-        for gauge, names in (
-            (self.up, ("server",)),
-            (self.in_view, ("server",)),
-            (self.queue, ("model", "server")),
-            (self.compute, ("model", "server")),
-            (self.pending, ("model", "server")),
-            (self.throughput, ("model", "server")),
-            (self.failures, ("model", "server")),
-            (self.weight, ("cluster", "server")),
-        ):
-            _forget_gone(gauge, names, set(health))
+        `cluster_weights` Envoy cluster -> server -> weight. A (model, server) pair the loads
+        no longer have (the model unloaded there, the server out of the load view), a model
+        without an admission decision and a cluster or endpoint gone lose their series."""
+        for gauge in (self.up, self.in_view):
+            _forget_gone(gauge, ("server",), set(health))
+        pairs = {(load.model, load.server) for load in loads}
+        for gauge in (self.queue, self.compute, self.pending, self.throughput, self.failures):
+            _keep(gauge, ("model", "server"), pairs)
+        endpoints = {(c, server) for c, table in cluster_weights.items() for server in table}
+        _keep(self.weight, ("cluster", "server"), endpoints)
+        for gauge in (self.shed, self.fail_open):
+            _keep(gauge, ("model",), {(m,) for m in admissions})
         for server, up in health.items():
             self.up.labels(server).set(1 if up else 0)
         for load in loads:
@@ -234,7 +263,8 @@ class OperatorMetrics:
 
     def export_view(self, in_view: dict[str, bool], per_try: dict[str, float]) -> None:
         """Which servers the load view uses (server -> in view), and each model's per-try
-        timeout at Envoy."""
+        timeout at Envoy (a model not named loses its series)."""
+        _keep(self.per_try, ("model",), {(m,) for m in per_try})
         for server, seen in in_view.items():
             self.in_view.labels(server).set(1 if seen else 0)
         for model, seconds in per_try.items():

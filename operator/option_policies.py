@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TypeVar
+
+from sonicsite.contract.wire import DEFAULT_POOL
 
 from .autoscaler import Autoscaler, ScalingPolicy
 from .discovery import Discovery, KubernetesDiscovery, LocalDiscovery, kubernetes_api
@@ -51,6 +54,38 @@ def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Aut
             "is held until a server has started and loaded its model)"
         )
     return scaler
+
+
+def pool_limits(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, policy: ScalingPolicy | None
+) -> dict[str, tuple[int, int]]:
+    """`--pool-autoscale POOL=MIN,MAX` values: each pool's own min and max servers, checked
+    as a scaling policy's (and min 0 only with --placement); POOL one of the site's pools
+    (`--pool`'s, else the one pool, 'default')."""
+    if not args.pool_autoscale:
+        return {}
+    if policy is None:
+        parser.error("--pool-autoscale: expected --autoscale too")
+    names = [name for name, _ in checked(parser, lambda: pools(args.pool))] or [DEFAULT_POOL]
+    limits: dict[str, tuple[int, int]] = {}
+    for value in args.pool_autoscale:
+        pool, _, bounds = value.partition("=")
+        low, _, high = bounds.partition(",")
+        if pool not in names or pool in limits or not (low.isdigit() and high.isdigit()):
+            parser.error(
+                f"--pool-autoscale {value!r}: expected POOL=MIN,MAX, POOL one of {names} "
+                "(once each)"
+            )
+        least, most = int(low), int(high)
+        prefix = f"--pool-autoscale {value!r}: "
+        try:
+            replace(policy, min_servers=least, max_servers=most)
+        except ValueError as exc:
+            parser.error(f"{prefix}{exc}")
+        if least == 0 and not args.placement:
+            parser.error(f"{prefix}min 0 needs --placement")
+        limits[pool] = (least, most)
+    return limits
 
 
 def jwt_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> JwtPolicy | None:

@@ -4,6 +4,7 @@ own. What they decode to is option_policies.py."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from sonicsite.contract.wire import SHED_TTL_S
@@ -17,6 +18,33 @@ from .placement_settings import PlacementSettings
 from .try_timeouts import TryPolicy
 from .xds_ads import XDS_PORT
 from .xds_jwt import SYSTEM_CA_FILE
+
+
+def finite(text: str) -> float:
+    """A number option's value, finite: NaN compares false with everything (a policy given
+    it never acts: admission never sheds), and infinity is no setting either."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (a threshold that others are taken in proportion to)."""
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
         help="the gRPC endpoint clients use (published in the state; default --envoy-listen)",
     )
     parser.add_argument(
-        "--interval", type=float, default=STEP_INTERVAL_S, help="seconds between steps"
+        "--interval", type=finite, default=STEP_INTERVAL_S, help="seconds between steps"
     )
     parser.add_argument(
         "--site-view",
@@ -104,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tracing-sampling",
-        type=float,
+        type=finite,
         default=100.0,
         help="percent of requests arriving without a W3C traceparent that Envoy traces "
         "(a request with one is traced as its caller decided)",
@@ -123,19 +151,19 @@ def parser() -> argparse.ArgumentParser:
     defaults = AdmissionPolicy()
     parser.add_argument(
         "--shed-above-ms",
-        type=float,
+        type=positive,
         default=defaults.shed_above_ms,
         help="shed a model when queue time per request is above this everywhere",
     )
     parser.add_argument(
         "--open-below-ms",
-        type=float,
+        type=non_negative,
         default=defaults.open_below_ms,
         help="reopen once some server is below this (hysteresis)",
     )
     parser.add_argument(
         "--min-hold",
-        type=float,
+        type=non_negative,
         default=defaults.min_hold_s,
         help="seconds an admission decision holds at least (a shed ends sooner when a "
         "server has none of the model's requests waiting)",
@@ -154,14 +182,14 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--compute-multiple",
-        type=float,
+        type=non_negative,
         default=defaults.compute_multiple,
         help="thresholds at least this many times a model's compute time per request "
         "(a slow model queues longer before it is overloaded); 0: the ms thresholds alone",
     )
     parser.add_argument(
         "--shed-ttl",
-        type=float,
+        type=finite,
         default=SHED_TTL_S,
         help="seconds a shed holds unless the operator renews it (renewed at half of it); "
         f"at most {SHED_TTL_S:g}, the bound Envoy, the gateway and clients rely on",
@@ -175,19 +203,19 @@ def parser() -> argparse.ArgumentParser:
     tries = TryPolicy()
     parser.add_argument(
         "--per-try-floor",
-        type=float,
+        type=finite,
         default=tries.floor_s,
         help="Envoy's shortest per-try timeout in seconds",
     )
     parser.add_argument(
         "--per-try-cap",
-        type=float,
+        type=finite,
         default=tries.cap_s,
         help="Envoy's longest per-try timeout in seconds (models never measured get it)",
     )
     parser.add_argument(
         "--per-try-multiplier",
-        type=float,
+        type=finite,
         default=tries.multiplier,
         help="per-try timeout: this many times the model's time per request",
     )
@@ -206,38 +234,38 @@ def parser() -> argparse.ArgumentParser:
     scaling = ScalingPolicy()
     parser.add_argument(
         "--target-ms",
-        type=float,
+        type=finite,
         default=scaling.target_ms,
         help="queue time per request the autoscaler aims at",
     )
     parser.add_argument(
         "--up-window",
-        type=float,
+        type=finite,
         default=scaling.up_window_s,
         help="scale-up stabilisation window in seconds",
     )
     parser.add_argument(
         "--down-window",
-        type=float,
+        type=finite,
         default=scaling.down_window_s,
         help="scale-down stabilisation window in seconds",
     )
     parser.add_argument(
         "--scaling-window",
-        type=float,
+        type=finite,
         default=scaling.window_s,
         help="seconds of counters the scaling metric is computed over",
     )
     parser.add_argument(
         "--busy-over-start",
-        type=float,
+        type=finite,
         default=scaling.busy_over_start,
         help="a scale-up starts only servers that the work clients declare keeps busy this "
         "many times a server's start (0: queue time alone decides)",
     )
     parser.add_argument(
         "--server-start-s",
-        type=float,
+        type=finite,
         default=scaling.server_start_s,
         help="a server's start to ready in seconds, until a scale-up has measured one",
     )
@@ -263,7 +291,7 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--idle-unload-s",
-        type=float,
+        type=finite,
         default=placing.idle_unload_s,
         help="with --placement: a model unused this long, nothing in flight, is unloaded",
     )
@@ -275,25 +303,25 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--placement-queue-ms",
-        type=float,
+        type=finite,
         default=placing.queue_ms,
         help="with --placement: queue time per request over which a model gets a replica more",
     )
     parser.add_argument(
         "--placement-pressure-s",
-        type=float,
+        type=finite,
         default=placing.pressure_s,
         help="with --placement: seconds the queue time stays over it before that replica",
     )
     parser.add_argument(
         "--evict-idle-s",
-        type=float,
+        type=finite,
         default=placing.evict_idle_s,
         help="with --placement: a model unused this long may be unloaded for another",
     )
     parser.add_argument(
         "--min-resident-s",
-        type=float,
+        type=finite,
         default=placing.min_resident_s,
         help="with --placement: a model loaded less long ago is never unloaded for another",
     )
@@ -319,6 +347,15 @@ def parser() -> argparse.ArgumentParser:
         metavar="POOL=SERVICE",
         help="with --kubernetes: the servers behind SERVICE (in the same namespace) are pool "
         "POOL; repeatable; none: the --kubernetes Service's servers, pool 'default'",
+    )
+    parser.add_argument(
+        "--pool-autoscale",
+        action="append",
+        default=[],
+        metavar="POOL=MIN,MAX",
+        help="with --autoscale: pool POOL scales between MIN and MAX servers (the chart's "
+        "pools' minReplicas and maxReplicas, as their ScaledObjects); repeatable; a pool "
+        "not named: --autoscale's",
     )
     parser.add_argument(
         "--hold-deadline-s",

@@ -1,9 +1,11 @@
 """Autoscaling per pool: each pool of servers (operator/catalogue.py) scales on its own models'
-queue time, between the policy's min and max, with its own stabilisation windows; a pool
-below one server is woken by requests held for one of its models, and a pool that answered
-requests within the metric's window keeps one (as KEDA's activation on the held-request and
-request-rate metrics wakes the chart's pool at zero and keeps it up while it serves). A site
-without pools is one pool, `default`, of every server and model: the one autoscaler it had.
+queue time, between its own min and max (`limits`, the chart's pools' `minReplicas` and
+`maxReplicas`, as their ScaledObjects; else the policy's), with its own stabilisation
+windows; a pool below one server is woken by requests held for one of its models, and a
+pool that answered requests within the metric's window keeps one (as KEDA's activation on
+the held-request and request-rate metrics wakes the chart's pool at zero and keeps it up
+while it serves). A site without pools is one pool, `default`, of every server and model:
+the one autoscaler it had.
 
 The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
 a pool whose last action is still running decides nothing new. Every action is a scale event
@@ -11,6 +13,10 @@ a pool whose last action is still running decides nothing new. Every action is a
 higher than the pool's declared work keeps busy (autoscaler.py `scale_up_cap`), with a
 server's start as the pool's last scale-up took (its seconds: the actuator returns once the
 servers it started are ready).
+
+A pool none of whose servers the load view has measured over a whole window yet (an operator's
+first `window_s` after a start or restart) decides nothing: its empty window is "not
+measured", not "no request", and read as the latter it drained a busy pool to its minimum.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import DEFAULT_POOL, ServerRecord
 
@@ -35,12 +41,15 @@ EVENTS_KEPT = 20
 @dataclass(frozen=True)
 class PoolView:
     """What one step knows of a pool: its servers taking work, its models' loads over the
-    policy's window, its models' held requests and the work declared for them."""
+    policy's window, its models' held requests and the work declared for them; `filled`:
+    whether the loads cover a whole window on some server of the pool (a pool without
+    servers has nothing to measure: always)."""
 
     current: int
     loads: list[ModelLoad]
     held: int
     work: dict[str, ModelWork] = field(default_factory=dict)
+    filled: bool = True
 
 
 def pool_views(
@@ -50,21 +59,23 @@ def pool_views(
     loads: list[ModelLoad],
     held: dict[str, int],
     work: dict[str, ModelWork] | None = None,
+    windowed: set[str] | None = None,
 ) -> dict[str, PoolView]:
     """Each pool's view: servers by their pool ("" is the default pool), loads, held
-    requests and declared work by their model's pool."""
+    requests and declared work by their model's pool; `windowed`: the servers the loads
+    cover a whole window of (`LoadView.windowed`; None: every one)."""
     work = work or {}
-    return {
-        pool: PoolView(
-            current=len(
-                [s for s in servers if not s.draining and (s.pool or DEFAULT_POOL) == pool]
-            ),
+    views = {}
+    for pool in pools:
+        taking = [s.id for s in servers if not s.draining and (s.pool or DEFAULT_POOL) == pool]
+        views[pool] = PoolView(
+            current=len(taking),
             loads=[load for load in loads if pool_of(load.model) == pool],
             held=sum(n for model, n in held.items() if pool_of(model) == pool),
             work={m: w for m, w in work.items() if pool_of(m) == pool},
+            filled=windowed is None or not taking or bool(windowed & set(taking)),
         )
-        for pool in pools
-    }
+    return views
 
 
 @dataclass
@@ -72,31 +83,42 @@ class PoolScaling:
     policy: ScalingPolicy
     actuate: Actuate | None = None  # handed in by the site (the local launcher's actuator)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    # pool: (min, max) servers, where it has its own (else the policy's)
+    limits: dict[str, tuple[int, int]] = field(default_factory=dict)
     scalers: dict[str, Autoscaler] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
     start_s: dict[str, float] = field(default_factory=dict)  # per pool, its last scale-up's
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _capped: set[str] = field(default_factory=set)  # pools whose cap is exported
 
+    def policy_of(self, pool: str) -> ScalingPolicy:
+        """The pool's policy: the site's, with the pool's own min and max if it has them."""
+        if pool not in self.limits:
+            return self.policy
+        low, high = self.limits[pool]
+        return replace(self.policy, min_servers=low, max_servers=high)
+
     def step(self, views: dict[str, PoolView], now: float) -> None:
         """Decide each pool's servers; start an action for each pool that must change. The
-        gauges are the site's: servers summed over pools, the metric the highest."""
-        wanted, current, metrics = 0, 0, []
+        gauges are per pool (servers wanted, taking work, the most allowed); the metric the
+        site's highest."""
+        metrics, servers = [], {}
         for pool, view in views.items():
-            scaler = self.scalers.setdefault(pool, Autoscaler(self.policy))
+            policy = self.policy_of(pool)
+            scaler = self.scalers.setdefault(pool, Autoscaler(policy))
             metric = queue_ms_per_request(view.loads)
             # a pool that answered requests within the window keeps a server (min 0 only
             # scales an idle pool to zero); held requests wake one at once (activation)
             serving = any(load.requests or load.pending for load in view.loads)
-            cap = scale_up_cap(
-                self.policy, view.current, view.work, view.loads, self.start_s.get(pool)
-            )
-            desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
+            cap = scale_up_cap(policy, view.current, view.work, view.loads, self.start_s.get(pool))
+            desired = view.current  # not measured over a window yet: nothing decided
+            if view.filled:
+                desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
             self._export_cap(pool, cap, view.current)
             activation = view.held > 0 and desired < 1
             if activation:
                 desired = 1
-            wanted, current = wanted + desired, current + view.current
+            servers[pool] = (desired, view.current, policy.max_servers)
             metrics.append(metric or 0.0)
             running = self._running.get(pool)
             if desired == view.current or self.actuate is None:
@@ -117,9 +139,7 @@ class PoolScaling:
             self._running[pool] = thread
             thread.start()
         self.metrics.scaling_metric.set(max(metrics, default=0.0) / 1e3)
-        self.metrics.desired.set(wanted)
-        self.metrics.current.set(current)
-        self.metrics.max_servers.set(self.policy.max_servers * max(len(views), 1))
+        self.metrics.export_pools(servers)
 
     def _export_cap(self, pool: str, cap: int | None, current: int) -> None:
         """The cap as the scaling metric it allows (the chart's KEDA applies it: desired =

@@ -30,6 +30,7 @@ from sonicsite.contract.wire import (
     ServerRecord,
 )
 
+from .admission import split_cap
 from .xds_model_match import model_match_filter
 from .xds_tracing import EnvoyTracing
 
@@ -136,7 +137,10 @@ def _cluster(
             }
         ],
         "outlier_detection": {
+            # 502, 503, 504 and gRPC UNAVAILABLE twice in a row eject the server (Envoy
+            # enforces this one 0 % of the time unless told)
             "consecutive_gateway_failure": 2,
+            "enforcing_consecutive_gateway_failure": 100,
             "consecutive_local_origin_failure": 2,
             "split_external_local_origin_errors": True,
             "interval": "1s",
@@ -189,20 +193,26 @@ def clusters(
     lb_policy: str = "LEAST_REQUEST",
     selection: str = "",
 ) -> list[dict]:
-    """`caps`: models whose in-flight requests Envoy bounds (admission failing open);
-    `lb_policy` and `selection`: Envoy's choice among the endpoints (operator/balancing.py)."""
-    caps = caps or {}
+    """`caps`: models whose in-flight requests Envoy bounds (admission failing open), each
+    cap shared between the model's gRPC and REST clusters (`split_cap`: their circuit
+    breakers count apart); `lb_policy` and `selection`: Envoy's choice among the endpoints
+    (operator/balancing.py)."""
+    split = {m: split_cap(cap) for m, cap in (caps or {}).items()}
     lb = {"lb_policy": lb_policy, "selection": selection}
     return (
         [_cluster(ALL_SERVERS, LIMIT, **lb)]
         + [
-            _cluster(model_cluster(m), caps.get(m, LIMIT), health_path=ready_path(m), **lb)
+            _cluster(model_cluster(m), split.get(m, (LIMIT,))[0], health_path=ready_path(m), **lb)
             for m in models
         ]
         + [_cluster(ALL_SERVERS_REST, LIMIT, grpc=False, **lb)]
         + [
             _cluster(
-                rest_cluster(m), caps.get(m, LIMIT), grpc=False, health_path=ready_path(m), **lb
+                rest_cluster(m),
+                split.get(m, (LIMIT, LIMIT))[1],
+                grpc=False,
+                health_path=ready_path(m),
+                **lb,
             )
             for m in models
         ]

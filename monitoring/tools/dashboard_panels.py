@@ -82,8 +82,14 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     "Servers: current vs desired",
                     "none",
                     (
-                        Query(f"max(sonicsite_autoscaler_current_servers{{{SITE}}})", "current"),
-                        Query(f"max(sonicsite_autoscaler_desired_servers{{{SITE}}})", "desired"),
+                        Query(
+                            f"max by (pool) (sonicsite_autoscaler_current_servers{{{SITE}}})",
+                            "current {{pool}}",
+                        ),
+                        Query(
+                            f"max by (pool) (sonicsite_autoscaler_desired_servers{{{SITE}}})",
+                            "desired {{pool}}",
+                        ),
                     ),
                 ),
                 PanelSpec(

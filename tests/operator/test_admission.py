@@ -17,8 +17,10 @@ from sonicsite.client.discovery import from_site_file
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
-from sonicsite.operator.admission import AdmissionPolicy, decide
+from sonicsite.operator.admission import AdmissionPolicy, decide, split_cap
 from sonicsite.operator.loadview import ModelLoad
+from sonicsite.operator.main import parser as operator_parser
+from sonicsite.operator.xds_resources import LIMIT
 from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json, stock_infer
 from tritonclient.utils import InferenceServerException
@@ -118,23 +120,69 @@ def test_a_slow_models_thresholds_follow_its_compute_time():
 
 
 def test_no_metrics_fails_open_with_an_in_flight_cap_enforced_by_envoy():
+    """The cap is shared between the model's gRPC and REST clusters, whose circuit breakers
+    count apart: each its own whole cap let an Envoy take twice the cap it said."""
     decision = decide(POLICY, None, [], [], now=10.0, unseen=["b", "a"])
     assert decision.state == OPEN and decision.fail_open
-    assert "no metrics from ['a', 'b']: failing open, at most 32 requests in flight" in (
-        decision.reason
+    assert decision.reason == (
+        "no metrics from ['a', 'b']: failing open, at most 32 requests in flight per Envoy "
+        "(16 over gRPC, 16 over REST)"
     )
-    snapshot = Snapshot.build(
-        [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m",))],
-        {},
-        "127.0.0.1",
-        9,
-        shed={},
-        caps={"m": POLICY.inflight_cap},
-    )
-    cluster = next(c for c in snapshot.resources["clusters"] if c["name"] == "model_m")
-    assert cluster["circuit_breakers"]["thresholds"][0]["max_requests"] == 32
+    for cap, grpc, rest in ((32, 16, 16), (33, 17, 16), (2, 1, 1), (1, 1, 1)):
+        snapshot = Snapshot.build(
+            [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m",))],
+            {},
+            "127.0.0.1",
+            9,
+            shed={},
+            caps={"m": cap},
+        )
+        limits = {
+            c["name"]: c["circuit_breakers"]["thresholds"][0]["max_requests"]
+            for c in snapshot.resources["clusters"]
+        }
+        assert (limits["model_m"], limits["rest_m"]) == (grpc, rest) == split_cap(cap)
+        assert limits["triton"] == limits["triton_rest"] == LIMIT  # the shared ones: uncapped
     with pytest.raises(ValueError, match="open_below_ms: expected at most shed_above_ms"):
         AdmissionPolicy(shed_above_ms=10, open_below_ms=20)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("shed_above_ms", 0.0, "shed_above_ms: expected a positive number"),
+        ("shed_above_ms", float("nan"), "shed_above_ms: expected a finite number"),
+        ("open_below_ms", float("nan"), "open_below_ms: expected a finite number"),
+        ("min_hold_s", float("nan"), "min_hold_s: expected a finite number"),
+        ("compute_multiple", float("nan"), "compute_multiple: expected a finite number"),
+        ("compute_multiple", float("inf"), "compute_multiple: expected a finite number"),
+    ],
+)
+def test_a_threshold_that_cannot_work_is_refused_naming_it(field, value, says):
+    """0 divided every step's thresholds (ZeroDivisionError); NaN compares false with every
+    queue time, and admission never shed."""
+    given = {"shed_above_ms": 500.0, "open_below_ms": 0.0} | {field: value}
+    with pytest.raises(ValueError, match=re.escape(says)):
+        AdmissionPolicy(**given)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--shed-above-ms", "0", "expected a number > 0"),
+        ("--shed-above-ms", "nan", "expected a finite number"),
+        ("--min-hold", "nan", "expected a finite number"),
+        ("--compute-multiple", "nan", "expected a finite number"),
+        ("--open-below-ms", "-1", "expected a number ≥ 0"),
+        ("--target-ms", "inf", "expected a finite number"),
+    ],
+)
+def test_the_operator_refuses_a_threshold_that_cannot_work_naming_the_option(
+    option, value, says, capsys
+):
+    with pytest.raises(SystemExit):
+        operator_parser().parse_args(["--port=1", "--envoy-listen=h:2", f"{option}={value}"])
+    assert f"argument {option}: {says}" in capsys.readouterr().err
 
 
 def _admission(site_state, model: str) -> dict:

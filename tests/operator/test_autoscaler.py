@@ -22,9 +22,12 @@ from sonicsite.operator.autoscaler import (
     queue_ms_per_request,
     recommend,
 )
-from sonicsite.operator.loadview import ModelLoad
-from sonicsite.operator.pool_scaling import PoolScaling, PoolView
+from sonicsite.operator.loadview import LoadView, ModelLoad
+from sonicsite.operator.main import parser as operator_parser
+from sonicsite.operator.option_policies import pool_limits
+from sonicsite.operator.pool_scaling import PoolScaling, PoolView, pool_views
 
+from sonicsite.contract.wire import DEFAULT_POOL, ServerRecord
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
@@ -88,6 +91,119 @@ def test_a_pool_at_min_zero_that_still_answers_requests_keeps_a_server():
     (event,) = pools.events
     assert (event["from"], event["to"], event["at"]) == (1, 0, 40.0)  # idle for 10 s: zero
     assert servers == [0]
+
+
+BUSY_POLICY = ScalingPolicy(min_servers=1, max_servers=8, target_ms=100)  # 60/600 s, 30 s
+
+
+def test_an_autoscaler_scales_down_only_once_it_has_seen_a_whole_down_window():
+    """Its first step (an operator started or restarted) has no history and, before a scrape
+    30 s old, no metric: read as "nothing completed", that recommended the minimum and,
+    with nothing else in the window, a busy pool of 8 was drained to 1 at once."""
+    scaler = Autoscaler(BUSY_POLICY)
+    assert scaler.desired(1000.0, 8, None) == 8  # nothing measured yet
+    assert scaler.desired(1599.0, 8, 0.0) == 8  # idle, but less than a down window seen
+    assert scaler.desired(1600.0, 8, 0.0) == 1  # a whole window of low recommendations
+    assert Autoscaler(BUSY_POLICY).desired(0.0, 10, None) == 8  # over its max: to it at once
+
+
+def _busy_pool(policy: ScalingPolicy, seconds: int) -> tuple[PoolScaling, list, list]:
+    """Eight servers, each answering 100 requests a second 100 ms in the queue (the target),
+    scraped each second from an operator's first step on; the pool's views and steps."""
+    servers = [ServerRecord(f"s{k}", "127.0.0.1", 1, 2, 3, ("m",)) for k in range(8)]
+    view, actions, filled = LoadView(), [], []
+    pools = PoolScaling(policy, actuate=lambda n, pool: actions.append((pool, n)))
+    for t in range(seconds):
+        for s in servers:
+            done = 100.0 * t
+            counters = {"success": done, "queue_us": done * 100e3, "pending": 5.0}
+            view.record_counters(s.id, float(t), {"m": counters})
+        loads = view.window_loads(policy.window_s)
+        windowed = view.windowed(policy.window_s)
+        views = pool_views([DEFAULT_POOL], lambda _: DEFAULT_POOL, servers, loads, {}, {}, windowed)
+        filled.append(views[DEFAULT_POOL].filled)
+        pools.step(views, float(t))
+        for running in pools._running.values():
+            running.join()
+    return pools, actions, filled
+
+
+def test_a_pool_decides_nothing_until_the_load_view_has_a_whole_window():
+    """With a down window shorter than the metric's (10 s against 30 s) the autoscaler's own
+    wait is over before any scrape is 30 s old: an empty window there is "not measured
+    yet", not "no request", and the pool of 8 stays as it is."""
+    short = ScalingPolicy(min_servers=1, max_servers=8, target_ms=100, down_window_s=10)
+    pools, actions, filled = _busy_pool(short, 45)
+    assert filled == [t >= 30 for t in range(45)]
+    assert pools.events == [] and actions == []
+    _, actions, _ = _busy_pool(BUSY_POLICY, 45)  # the default windows
+    assert actions == []
+    # a pool without servers has nothing to measure: held requests still wake it
+    (empty,) = pool_views(["p"], lambda _: "p", [], [], {"m": 2}, {}, set()).values()
+    assert empty.filled and empty.held == 2
+
+
+def test_a_clock_stepped_back_leaves_no_recommendation_from_the_future():
+    scaler = Autoscaler(POLICY)  # down window 10 s
+    assert scaler.desired(5000.0, 2, 300.0) == 4  # busy: up at once
+    assert scaler.desired(5020.0, 4, 100.0) == 4
+    # the wall clock stepped back an hour; idle from then on
+    assert scaler.desired(1420.0, 4, 10.0) == 4  # a whole down window from the new clock
+    assert all(t <= 1420.0 for t, _ in scaler.history)
+    assert scaler.desired(1430.0, 4, 10.0) == 1  # not an hour later
+
+
+def test_each_pool_scales_between_its_own_limits_and_exports_them():
+    """The chart's pools have their own minReplicas and maxReplicas (their ScaledObjects'):
+    a pool of at most 8 is not clamped to the site's 4, and each pool's desired, current
+    and maximum servers are exported with its name (summed, a pool wanting more than it
+    had hid behind another's spare servers; the maximum was the site's times the pools)."""
+    site = ScalingPolicy(min_servers=0, max_servers=4, up_window_s=0, window_s=30)
+    pools = PoolScaling(site, limits={"t4": (1, 8), "a100": (0, 2)})
+    busy = [ModelLoad("m", "s0", 10, 10 * 300e3, 0, 5, 10, 0, 1)]  # 300 ms per request
+    pools.step({"t4": PoolView(6, busy, 0), "a100": PoolView(1, [], 0)}, 100.0)
+    sample = pools.metrics.registry.get_sample_value
+    for name, pool, value in (
+        ("desired", "t4", 8),  # ceil(6 × 3) = 18, clamped to the pool's 8, not the site's 4
+        ("current", "t4", 6),
+        ("max", "t4", 8),
+        ("desired", "a100", 1),  # not lower within its first down window
+        ("max", "a100", 2),
+    ):
+        metric = f"sonicsite_autoscaler_{name}_servers"
+        assert sample(metric, {"pool": pool}) == value, (name, pool)
+    assert sample("sonicsite_autoscaler_desired_servers") is None  # no unlabelled total
+    pools.step({"t4": PoolView(6, busy, 0)}, 101.0)  # a pool no longer named: its series go
+    assert sample("sonicsite_autoscaler_max_servers", {"pool": "a100"}) is None
+
+
+def test_the_operator_takes_each_pools_limits_and_names_a_bad_one(capsys):
+    parser = operator_parser()
+    base = ["--port=1", "--envoy-listen=h:2", "--site=s", "--autoscale=1,4", "--placement"]
+    pools = ["--pool=a100=m", "--pool=t4"]
+    args = parser.parse_args(
+        [*base, *pools, "--pool-autoscale=a100=0,2", "--pool-autoscale=t4=1,8"]
+    )
+    policy = ScalingPolicy(1, 4)
+    assert pool_limits(args, parser, policy) == {"a100": (0, 2), "t4": (1, 8)}
+    for given, says in (
+        ([*pools, "--pool-autoscale=gpu=1,2"], "POOL one of ['a100', 't4']"),
+        ([*pools, "--pool-autoscale=t4=1"], "expected POOL=MIN,MAX"),
+        ([*pools, "--pool-autoscale=t4=3,2"], "min_servers: expected 0 ≤ min_servers"),
+        (["--pool-autoscale=default=2,6"] * 2, "(once each)"),
+    ):
+        with pytest.raises(SystemExit):
+            pool_limits(parser.parse_args([*base, *given]), parser, policy)
+        assert says in capsys.readouterr().err, given
+    no_placement = parser.parse_args([*base[:-1], "--pool-autoscale=default=0,2"])
+    with pytest.raises(SystemExit):
+        pool_limits(no_placement, parser, policy)
+    assert "min 0 needs --placement" in capsys.readouterr().err
+    alone = parser.parse_args(["--port=1", "--envoy-listen=h:2", "--site=s"])
+    alone.pool_autoscale = ["default=1,2"]
+    with pytest.raises(SystemExit):
+        pool_limits(alone, parser, None)
+    assert "expected --autoscale too" in capsys.readouterr().err
 
 
 def _state(site_state) -> dict:

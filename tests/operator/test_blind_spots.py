@@ -18,7 +18,7 @@ from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
-from sonicsite.operator.admission import AdmissionPolicy, decide
+from sonicsite.operator.admission import AdmissionPolicy, decide, split_cap
 from sonicsite.operator.loadview import LoadView, ModelLoad
 
 from sonicsite.contract.wire import OPEN, SHED
@@ -69,7 +69,8 @@ def test_with_no_server_measurable_admission_fails_open_at_once_and_says_why():
     blind = decide(POLICY, shed, [], [], now=100.5, unseen=["b", "a"])  # within the hold
     assert blind.state == OPEN and blind.fail_open and blind.expires_at == 0.0
     assert blind.reason == (
-        "no metrics from ['a', 'b']: failing open, at most 32 requests in flight"
+        "no metrics from ['a', 'b']: failing open, at most 32 requests in flight per Envoy "
+        "(16 over gRPC, 16 over REST)"
     )
     again = decide(POLICY, blind, [], [], now=101.5, unseen=["a", "b"])
     assert again.fail_open and again.since == blind.since  # the same episode, not a new one
@@ -198,6 +199,7 @@ def test_one_hung_server_does_not_blind_admission(tmp_path, built_models):
         # both servers hung: nothing to measure, so admission fails open, capped and said
         os.kill(busy.pid, signal.SIGSTOP)
         stopped.append(busy.pid)
+        grpc, rest = split_cap(POLICY.inflight_cap)  # the model's two clusters share it
         blind = wait_until(
             lambda: (a := _operator_state(state)["admission"][MODEL])["fail_open"] and a,
             "admission to fail open with no server measurable",
@@ -205,11 +207,15 @@ def test_one_hung_server_does_not_blind_admission(tmp_path, built_models):
         assert blind["state"] == OPEN
         assert blind["reason"] == (
             f"no metrics from {[hung.id, busy.id]}: failing open, at most "
-            f"{POLICY.inflight_cap} requests in flight"
+            f"{POLICY.inflight_cap} requests in flight per Envoy ({grpc} over gRPC, {rest} "
+            "over REST)"
         )
         assert f'sonicsite_admission_fail_open{{model="{MODEL}"}} 1.0' in _metrics(state)
         wait_until(
-            lambda: _cluster_cap(state, f"model_{MODEL}") == POLICY.inflight_cap,
+            lambda: (
+                _cluster_cap(state, f"model_{MODEL}") == grpc
+                and _cluster_cap(state, f"rest_{MODEL}") == rest
+            ),
             "Envoy to cap the model's requests in flight",
         )
         for pid in stopped:

@@ -137,6 +137,18 @@ def test_routes_retry_a_try_that_times_out_on_another_server_and_hedge_only_when
     assert outlier["max_ejection_percent"] == 50  # a slow site must not eject every server
 
 
+def test_two_gateway_failures_in_a_row_eject_the_server_in_every_cluster():
+    """502, 503, 504 and gRPC UNAVAILABLE twice in a row: Envoy enforces that detection 0 %
+    of the time unless told (`enforcing_consecutive_gateway_failure`), so it ejected none."""
+    clusters = [c for c in _snapshot(False).resources["clusters"] if "outlier_detection" in c]
+    names = {"triton", "triton_rest", "model_m", "rest_m", "model_n", "rest_n"}
+    assert {c["name"] for c in clusters} >= names
+    for cluster in clusters:
+        outlier = cluster["outlier_detection"]
+        assert outlier["consecutive_gateway_failure"] == 2, cluster["name"]
+        assert outlier["enforcing_consecutive_gateway_failure"] == 100, cluster["name"]
+
+
 def test_the_real_envoy_accepts_the_routes_with_hedging_the_shed_script_and_health_path(
     tmp_path: Path,
 ):

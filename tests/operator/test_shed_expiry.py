@@ -79,6 +79,23 @@ def test_a_shed_expires_unless_renewed_and_is_renewed_at_half_its_life():
     assert with_expiry(late, late, 100.0, 10.0).expires_at == 110.0
 
 
+def test_a_wall_clock_stepped_back_neither_stretches_a_shed_nor_holds_a_decision():
+    """Stepped back an hour, a kept expiry would be an hour ahead of the new clock (Envoy's
+    Lua check compares it with its own clock: the shed would outlive its operator by an
+    hour), and a decision's hold would last the hour too."""
+    saturated = [_load("a", 900), _load("b", 900)]
+    shed = decide(POLICY, None, saturated, ["a", "b"], now=1_000_000.0, ttl_s=10.0)
+    assert shed.expires_at == 1_000_010.0
+    back = 1_000_000.0 - 3600.0
+    kept = decide(POLICY, shed, saturated, ["a", "b"], now=back, ttl_s=10.0)
+    assert kept.state == SHED and kept.expires_at == back + 10.0
+    assert not kept.sheds(back + 10.0)  # lapses ttl_s after the new clock's last renewal
+    assert with_expiry(shed, shed, 1_000_004.0, 10.0).expires_at == 1_000_010.0  # as before
+    opened = AdmissionRecord(OPEN, 1_000_000.0, "queue time per request: idle")
+    again = decide(POLICY, opened, saturated, ["a", "b"], now=back, ttl_s=10.0)
+    assert again.state == SHED and again.since == back  # not held until the clock catches up
+
+
 def test_envoy_enforces_a_shed_only_until_its_expiry():
     servers = [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n"))]
     passes = {
