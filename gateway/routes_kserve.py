@@ -80,9 +80,11 @@ def _forwarder(request: Request) -> Forwarder:
 
 
 @router.get("/v2/health/live")
-async def live() -> Response:
-    """As Triton answers: the status says it, the body is empty."""
-    return Response(status_code=200)
+async def live(request: Request) -> Response:
+    """As Triton answers: the status says it, the body is empty. Not live (503) once a loop
+    the gateway needs has stopped (app.py `Background`): it would never run again, so the
+    liveness probe restarts the gateway (`/healthz` says which loop and why)."""
+    return Response(status_code=503 if request.app.state.background.ended else 200)
 
 
 @router.get("/v2/health/ready")

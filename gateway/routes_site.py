@@ -59,7 +59,8 @@ async def healthz(request: Request) -> Response:
     is down does not make the gateway unhealthy, and the gateway's liveness is
     /v2/health/live. The body says how old the state is and which sheds are not followed.
     503 for good once a loop the gateway needs has stopped (app.py `Background`, `stopped` says
-    which and why): it would route on a state it no longer follows."""
+    which and why): it would route on a state it no longer follows (and /v2/health/live
+    fails too, so that the gateway is restarted)."""
     view, now = request.app.state.view, time.time()
     request.app.state.metrics.follow(view)
     has_state = view.updated_at > 0

@@ -170,6 +170,7 @@ def test_a_background_loop_that_stops_is_logged_and_fails_healthz(fakes, caplog)
         assert body["ok"] is False
         assert body["stopped"] == {"test loop": "raised RuntimeError('a bug in a loop')"}
         assert set(app.state.background.ended) == {"test loop"}  # the gateway's own run on
+        assert client.get("/v2/health/live").status_code == 503  # liveness restarts it
     stopped = _messages(caplog, logger, "loop stopped")
     assert len(stopped) == 1, [r.getMessage() for r in stopped]  # not the ones cancelled
     assert "test loop" in stopped[0].getMessage() and stopped[0].exc_info is not None
