@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .bench.commands import run_bench
-from .cli_parser import DEMO_MODELS, build_parser, tracing_config
-from .cli_placement import placement_settings, server_pools
+from .cli_parser import DEMO_MODELS, parse_args
+from .cli_parser import build_parser as build_parser  # the parser, unchecked (tests)
+from .cli_placement import placement_settings, server_pools, tracing_config
 from .sim.commands import CHECK_LOCAL, run_simulate
 
 
@@ -56,9 +57,10 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
         max_attempts=args.max_attempts,
         rate=args.rate,
         resume=getattr(args, "resume", False),  # submit only
+        fresh=getattr(args, "fresh", args.command == "demo"),  # demo: a stream of its own site
         backend=getattr(args, "backend", "site"),  # submit only
-        models_dir=getattr(args, "models_dir", Path("build/models")),  # submit only
-        compile=getattr(args, "compile", "jit"),  # submit only
+        models_dir=getattr(args, "models_dir", None) or Path("build/models"),  # submit only
+        compile=getattr(args, "compile", None) or "jit",  # submit only
         **{name: getattr(args, name) for name in same},
     )
     bar = progress_bar()
@@ -96,6 +98,7 @@ def _site(args: argparse.Namespace) -> int:
             placing=placement_settings(args),
             framework=args.framework,
             server_pools=server_pools(args),
+            tokens=getattr(args, "tokens", None),  # up only
         )
 
     if args.command == "up":
@@ -151,13 +154,9 @@ def _unwinding(command: str, run: Callable[[], int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.command == "models":
         return _models(args)
-    if args.command == "check":
-        from .jobs.check import check
-
-        return check(args.grpc, args.models, args.events, args.inputs)
     if args.command == "status":
         from .local.status import print_status
 
@@ -173,10 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     from .local.errors import SiteError
 
     try:
+        if args.command == "check":
+            from .jobs.check import check
+
+            return check(args.grpc, args.models, args.events, args.inputs)
         if args.command == "demo":
             return _unwinding(args.command, lambda: _site(args))
         return _site(args)
-    except (SiteError, FileNotFoundError, ValueError) as exc:
+    except (SiteError, ValueError, OSError) as exc:  # FileNotFoundError: no site, say so
         print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
         return 1
 

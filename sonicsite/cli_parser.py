@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from .bench.commands import add_bench_parser
-from .cli_placement import add_placement_args
+from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
 from .contract.options import at_least, non_negative
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
@@ -41,6 +41,33 @@ def _any_models(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
     return names
+
+
+def _host_port(text: str) -> str:
+    """HOST:PORT (`check --grpc`): a host, and a port from 1 to 65535."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:8001, got {text!r}"
+        )
+    if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}: bad host {host!r}")
+    return text
+
+
+def _tokens_file(text: str) -> Path:
+    """`up --tokens FILE`: a readable file of bearer tokens, one per line, at least one."""
+    path = Path(text).resolve()  # the gateway runs in the site's folder
+    try:
+        tokens = [t for t in path.read_text().splitlines() if t.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise argparse.ArgumentTypeError(f"{text}: cannot read a file of tokens: {why}") from None
+    if not tokens:
+        raise argparse.ArgumentTypeError(
+            f"{text}: no token in it (one per line); it would refuse every request"
+        )
+    return path
 
 
 def _site_args(p: argparse.ArgumentParser) -> None:
@@ -96,7 +123,9 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     p.add_argument(
         "--batch", type=at_least(0), default=0, help="events per request (0: the model's default)"
     )
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--seed", type=at_least(0), default=1, help="the events' inputs: job J draws SEED + J"
+    )
     p.add_argument(
         "--transport",
         choices=["grpc", "http", "shm", "cuda"],
@@ -131,56 +160,38 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
 
 
-def _tracing_args(p: argparse.ArgumentParser) -> None:
-    """`up --tracing`: the site's collector, and every part tracing (sonicsite/local/tracing.py)."""
-    p.add_argument(
-        "--tracing",
-        action="store_true",
-        help="start an OpenTelemetry collector (rotel) and have Envoy, the gateway and Triton "
-        "trace to it; workers trace with OTEL_EXPORTER_OTLP_ENDPOINT=http://<its address>",
-    )
-    p.add_argument(
-        "--tracing-export",
-        default="",
-        metavar="URL",
-        help="with --tracing: the OTLP/HTTP base URL the collector sends spans on to "
-        "(default: its log, logs/collector.log)",
-    )
-    p.add_argument(
-        "--tracing-envoy-sampling",
-        type=float,
-        default=100.0,
-        metavar="PERCENT",
-        help="with --tracing: percent of requests without a traceparent that Envoy traces",
-    )
-    p.add_argument(
-        "--tracing-gateway-sampling",
-        type=float,
-        default=1.0,
-        metavar="RATIO",
-        help="with --tracing: ratio of requests without a traceparent the gateway traces",
-    )
-    p.add_argument(
-        "--tracing-triton-rate",
-        type=at_least(1),
-        default=1,
-        metavar="N",
-        help="with --tracing: Triton traces one in N requests without a trace context",
-    )
+# submit's options for the models run in the workers (not with --backend site)
+LOCAL_BACKEND_OPTIONS = ("compile", "models_dir")
 
 
-def tracing_config(args: argparse.Namespace):
-    """The site's TracingConfig from `up`'s options; None without --tracing."""
-    from .local.tracing import TracingConfig
+def _option(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
-    if not getattr(args, "tracing", False):
-        return None
-    return TracingConfig(
-        export=args.tracing_export,
-        envoy_sampling=args.tracing_envoy_sampling,
-        gateway_sampling=args.tracing_gateway_sampling,
-        triton_rate=args.tracing_triton_rate,
-    )
+
+def orphan_options(args: argparse.Namespace) -> str:
+    """An option given without the one it belongs to (it would be ignored), in words; ''
+    when there is none."""
+    if args.command == "up" and (why := site_option_orphans(args)):
+        return why
+    if args.command == "submit" and args.backend == "site":
+        for dest in LOCAL_BACKEND_OPTIONS:
+            if getattr(args, dest) is not None:
+                return (
+                    f"argument {_option(dest)}: needs --backend local or auto (with --backend "
+                    "site the models run on the site, not in the workers)"
+                )
+    return ""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, parsed and checked: an option that needs another one it is given
+    without is an error of the command's parser (exit status 2), naming both."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if why := orphan_options(args):
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(why)
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,7 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="a model only these servers load (repeatable; every server loads the others)",
     )
     add_placement_args(p)
-    _tracing_args(p)
+    add_tracing_args(p)
+    p.add_argument(
+        "--tokens",
+        type=_tokens_file,
+        default=None,
+        metavar="FILE",
+        help="bearer tokens, one per line: the gateway (the site's HTTP endpoint) answers only "
+        "requests with `Authorization: Bearer <one of them>` (health and /metrics stay open); "
+        "the sonicsite client sends SONICSITE_TOKEN",
+    )
 
     p = sub.add_parser("down", help="stop the local site")
     _site_args(p)
@@ -234,11 +254,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="model, or comma-separated models that jobs take in turn",
     )
     _stream_args(p, jobs=4, wave=2, events=100)
-    p.add_argument(
+    again = p.add_mutually_exclusive_group()
+    again.add_argument(
         "--resume",
         action="store_true",
-        help="go on with the stream in --out that a killed submit left: jobs with every "
-        "event answered are kept, the others rerun for the events without a result",
+        help="finish the stream in --out (its submit was killed, or events failed): only what "
+        "has no answer is sent; jobs with every event answered (or answered wrong) are kept, "
+        "the others rerun for their events without an answer, failed ones included; "
+        "--model, --jobs, --events, --seed, --batch and --dir must be the first run's",
+    )
+    again.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new stream in --out even though it holds an unfinished one (its journals "
+        "are cleared); without it that is refused",
     )
     p.add_argument(
         "--backend",
@@ -251,16 +280,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--models-dir",
         type=Path,
-        default=Path("build/models"),
+        default=None,
         help="with --backend local or auto: the repository `models build` wrote, where the "
-        "workers find each model's PyTorch files",
+        "workers find each model's PyTorch files (default build/models)",
     )
     p.add_argument(
         "--compile",
         choices=["jit", "aot"],
-        default="jit",
-        help="with --backend local or auto: TorchScript (jit) or the AOTInductor package (aot; "
-        "compile it first with `models build --aot`, or the first worker compiles it)",
+        default=None,
+        help="with --backend local or auto: TorchScript (jit, the default) or the AOTInductor "
+        "package (aot; compile it first with `models build --aot`, or submit compiles it)",
     )
 
     p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
@@ -303,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="the operator's /v1/placement as is")
 
     p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
-    p.add_argument("--grpc", required=True, help="host:port of the site's gRPC endpoint (Envoy)")
+    p.add_argument(
+        "--grpc", type=_host_port, required=True, help="host:port of the site's gRPC endpoint"
+    )
     p.add_argument(
         "--models",
         type=_any_models,

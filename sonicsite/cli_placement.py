@@ -1,5 +1,7 @@
-"""`sonicsite up`'s placement options: models loaded on demand, their budget and hold
-deadline, and the site's pools (each a number of servers and the models pinned to it)."""
+"""`sonicsite up`'s options for parts of the site that are off by default: placement (models
+loaded on demand, their budget and hold deadline, the site's pools: each a number of
+servers and the models pinned to it) and tracing; each part's settings from them, and the
+check that none of its options is given without the option that turns it on."""
 
 from __future__ import annotations
 
@@ -8,6 +10,16 @@ import argparse
 from .contract.options import at_least, non_negative
 from .contract.wire import HOLD_DEADLINE_S
 from .operator.placement_settings import PlacementSettings
+
+IDLE_UNLOAD_S = 300.0  # `up --placement`'s default (the operator's own is its policy's)
+# up's options that mean something only with --placement, and those only with --tracing
+PLACEMENT_OPTIONS = ("idle_unload_s", "keep_warm", "budget_models", "hold_deadline_s", "pool")
+TRACING_OPTIONS = (
+    "tracing_export",
+    "tracing_envoy_sampling",
+    "tracing_gateway_sampling",
+    "tracing_triton_rate",
+)
 
 
 def add_placement_args(p: argparse.ArgumentParser) -> None:
@@ -20,8 +32,9 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--idle-unload-s",
         type=non_negative,
-        default=300.0,
-        help="with --placement: a model unused this long, nothing in flight, is unloaded",
+        default=None,
+        help=f"with --placement: a model unused this long, nothing in flight, is unloaded "
+        f"(default {IDLE_UNLOAD_S:g})",
     )
     p.add_argument(
         "--keep-warm",
@@ -61,8 +74,9 @@ def placement_settings(args: argparse.Namespace) -> PlacementSettings | None:
         return None
     held = {} if args.hold_deadline_s is None else {"hold_deadline_s": args.hold_deadline_s}
     pools = tuple((name, models) for name, _, models in args.pool)
+    idle = IDLE_UNLOAD_S if args.idle_unload_s is None else args.idle_unload_s
     return PlacementSettings(
-        idle_unload_s=args.idle_unload_s,
+        idle_unload_s=idle,
         budget_models=args.budget_models,
         keep_warm=args.keep_warm,
         pools=pools,
@@ -86,3 +100,74 @@ def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
             f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"
         )
     return name, int(count), pinned
+
+
+def add_tracing_args(p: argparse.ArgumentParser) -> None:
+    """`up --tracing`: the site's collector, and every part tracing (sonicsite/local/tracing.py)."""
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="start an OpenTelemetry collector (rotel) and have Envoy, the gateway and Triton "
+        "trace to it; workers trace with OTEL_EXPORTER_OTLP_ENDPOINT=http://<its address>",
+    )
+    p.add_argument(
+        "--tracing-export",
+        default=None,
+        metavar="URL",
+        help="with --tracing: the OTLP/HTTP base URL the collector sends spans on to "
+        "(default: its log, logs/collector.log)",
+    )
+    p.add_argument(
+        "--tracing-envoy-sampling",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="with --tracing: percent of requests without a traceparent that Envoy traces "
+        "(default 100)",
+    )
+    p.add_argument(
+        "--tracing-gateway-sampling",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="with --tracing: ratio of requests without a traceparent the gateway traces "
+        "(default 1)",
+    )
+    p.add_argument(
+        "--tracing-triton-rate",
+        type=at_least(1),
+        default=None,
+        metavar="N",
+        help="with --tracing: Triton traces one in N requests without a trace context (default 1)",
+    )
+
+
+def tracing_config(args: argparse.Namespace):
+    """The site's TracingConfig from `up`'s options; None without --tracing."""
+    from .local.tracing import TracingConfig
+
+    if not getattr(args, "tracing", False):
+        return None
+    given = {
+        "export": args.tracing_export,
+        "envoy_sampling": args.tracing_envoy_sampling,
+        "gateway_sampling": args.tracing_gateway_sampling,
+        "triton_rate": args.tracing_triton_rate,
+    }
+    return TracingConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def site_option_orphans(args: argparse.Namespace) -> str:
+    """`up`: an option of placement given without --placement, or of tracing without
+    --tracing (it would be ignored), in words naming both; '' when there is none."""
+    for parent, options in (("placement", PLACEMENT_OPTIONS), ("tracing", TRACING_OPTIONS)):
+        if getattr(args, parent, False):
+            continue
+        for dest in options:
+            if getattr(args, dest, None) not in (None, False, []):
+                option = "--" + dest.replace("_", "-")
+                return (
+                    f"argument {option}: needs --{parent} (without it the site has no "
+                    f"{parent} for it to set)"
+                )
+    return ""

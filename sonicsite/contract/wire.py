@@ -311,7 +311,9 @@ def pid_alive(pid: int) -> bool:
 def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     """A local site's state file as JSON, and its path (`site` is the site directory or the
     file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
-    the launcher replaces it atomically."""
+    the launcher replaces it atomically. ValueError, naming the file and what is wrong, for
+    one that is not a site's state (not JSON, not an object, servers or processes without
+    their fields): every command says it, none shows a traceback."""
     path = Path(site)
     if path.is_dir() or not path.suffix:
         path = path / STATE_FILE
@@ -319,7 +321,27 @@ def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
         raise FileNotFoundError(
             f"no site at {path.parent}: {path} does not exist (start one with `sonicsite up`)"
         )
-    return json.loads(path.read_text()), path
+    required = {
+        "servers": ("id", "host", "grpc_port", "http_port", "metrics_port"),
+        "processes": ("name", "kind", "pid"),
+    }
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        for key, fields_ in required.items():
+            items = data.get(key, [])
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise ValueError(f"{key!r}: expected a list of objects")
+            for k, item in enumerate(items):
+                if lacking := [f for f in fields_ if f not in item]:
+                    raise ValueError(f"{key}[{k}] lacks {', '.join(lacking)}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{path}: not a sonicsite state file ({exc}); `sonicsite up` writes it: remove it "
+            "(stop what its site may still run by hand) or use another --dir"
+        ) from None
+    return data, path
 
 
 def read_state_file(site: Path) -> SiteRecord:

@@ -40,7 +40,7 @@ class FileRequest:
 def _tensor(where: str, tensor: object) -> tuple[str, np.ndarray]:
     if not isinstance(tensor, dict) or not {"name", "datatype", "shape", "data"} <= set(tensor):
         raise InputsError(f"{where}: expected an object with name, datatype, shape and data")
-    dtype = TRITON_DTYPES.get(tensor["datatype"])
+    dtype = TRITON_DTYPES.get(tensor["datatype"]) if isinstance(tensor["datatype"], str) else None
     if dtype is None:
         raise InputsError(
             f"{where}.datatype: expected one of {sorted(TRITON_DTYPES)}, got {tensor['datatype']!r}"
@@ -69,12 +69,29 @@ def load(path: Path) -> dict[str, FileRequest]:
         outputs = entry.get("outputs", {})
         if not isinstance(outputs, dict):
             raise InputsError(f"{where}.outputs: expected an object of expected values by name")
-        expected = {
-            name: np.asarray(v, dtype=np.float64).reshape(-1) for name, v in outputs.items()
-        }
-        tolerance = float(entry.get("tolerance", 1e-5))
-        requests[model] = FileRequest(model, inputs, expected, tolerance)
+        expected = {name: _values(f"{where}.outputs.{name}", v) for name, v in outputs.items()}
+        requests[model] = FileRequest(model, inputs, expected, _tolerance(where, entry))
     return requests
+
+
+def _values(where: str, values: object) -> np.ndarray:
+    """An output's expected values, flat; InputsError naming the output when not numbers."""
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InputsError(f"{where}: expected a list of numbers: {exc}") from None
+
+
+def _tolerance(where: str, entry: dict) -> float:
+    """The entry's tolerance (default 1e-5): a finite number ≥ 0, else InputsError."""
+    value = entry.get("tolerance", 1e-5)
+    try:
+        tolerance = float(value)
+    except (TypeError, ValueError):
+        tolerance = -1.0
+    if isinstance(value, bool) or not 0 <= tolerance < math.inf:
+        raise InputsError(f"{where}.tolerance: expected a number ≥ 0, got {value!r}")
+    return tolerance
 
 
 def plan(request: FileRequest) -> CopyPlan:

@@ -12,7 +12,14 @@ Faults it handles, and says so on the console and in the report:
   job, goes to the report's `errors` and to stderr; it is not rerun (it would fail again);
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
   done (`stopped_by`) and returns; SIGKILL to the driver: every worker sees its pipe close
-  and exits (spawn.py).
+  and exits (spawn.py);
+- `resume`: a stream whose submit was killed, or whose events failed (its site went down),
+  goes on: the jobs with an answer for every event (or a wrong one) are kept, the others
+  send the events without an answer, failed ones included (journal.py).
+
+Before any worker starts, the stream is checked (preflight.py: a site that is not up is
+refused at once) and so is `out` (stream_files.py: its lock keeps a second driver off it,
+an unfinished stream there is not cleared without `fresh`).
 
 `backend` (`submit --backend`): where the workers' models run: "site" (default), "local"
 (in each worker's process, from the TorchScript files under `models_dir`) or "auto" (the
@@ -23,9 +30,7 @@ backend ran and every switch with its reason.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -33,17 +38,23 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from sonicsite.client.aot import aot_package
-from sonicsite.client.backend_local import BACKENDS, LocalModels
 from sonicsite.local.launcher import DEFAULT_BUILD_DIR
-from sonicsite.local.state import SiteState
 
 from .executions import log_sizes, read_executions
 from .journal import read_journal
+from .preflight import check_local_models, check_site, check_spec
 from .progress import Progress
 from .report import build_report, write_report
 from .result import JobResult, read_result
+from .signals import Stop, signal_name, trap_signals
 from .spawn import WorkerRun, Workers, worker_command
+from .stream_files import (
+    StreamRecord,
+    check_out,
+    lock_out,
+    refuse_unfinished,
+    stream_shape,
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +72,8 @@ class StreamSpec:
     mode: str | None = None  # site (through Envoy) or direct; None: site when there is one
     max_attempts: int = 3  # a job whose worker dies runs at most this many times in all
     rate: float = 0.0  # open loop: events per second of a wave, shared by its jobs; 0: closed
-    resume: bool = False  # finish a stream whose submit was killed: only what has no result
+    resume: bool = False  # finish a stream in `out`: only what has no answer (failed included)
+    fresh: bool = False  # clear an unfinished stream in `out` and start a new one
     backend: str = "site"  # where models run: site | local (in the workers) | auto
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
@@ -72,47 +84,6 @@ class StreamSpec:
     def job_rate(self) -> float:
         """Each job's open-loop rate (events/s): the wave's jobs run at the same time."""
         return self.rate / min(self.wave, self.jobs) if self.rate else 0.0
-
-
-@dataclass
-class StreamRecord:
-    """`OUT/stream.json`: what a resumed submit needs to go on with the same stream (its
-    request ids, where its execution-log lines start, each job's open-loop start)."""
-
-    stream: str
-    since: dict[str, int]  # execution-log sizes at the stream's start
-    started: float
-    start_at: dict[str, float] = field(default_factory=dict)  # job -> first start (epoch s)
-    shape: dict = field(default_factory=dict)  # models, jobs, events: must match to resume
-
-    FILE = "stream.json"
-
-    def save(self, out: Path) -> None:
-        tmp = out / (self.FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(out / self.FILE)
-
-    @classmethod
-    def load(cls, spec: StreamSpec) -> StreamRecord:
-        path = spec.out / cls.FILE
-        try:
-            record = cls(**json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise ValueError(f"--resume: {path} does not exist: no stream to resume") from None
-        if record.shape and record.shape != _shape(spec):
-            raise ValueError(
-                f"--resume: {path} holds a stream of {record.shape}, not {_shape(spec)}"
-            )
-        return record
-
-
-def _shape(spec: StreamSpec) -> dict:
-    return {"models": list(spec.models), "jobs": spec.jobs, "events": spec.events}
-
-
-@dataclass
-class _Stop:
-    signum: int | None = None
 
 
 @dataclass
@@ -146,14 +117,19 @@ class _Run:
         workers.start(job, self.spec.model(job), attempt)
 
     def resumed(self) -> set[int]:
-        """Resuming: the jobs with a result for every event (their result file stays)."""
+        """Resuming: the jobs with an answer (or a wrong one) for every event; their result
+        file stays. Progress starts from what every job has."""
         done = set()
         for job in range(self.spec.jobs):
-            if not read_journal(self.path(job, ".journal")).missing(self.spec.events):
+            state = read_journal(self.path(job, ".journal"))
+            self.counts[job] = state.settled(resend_failed=True)
+            if not state.missing(self.spec.events, resend_failed=True):
                 done.add(job)
-                if read_result(self.path(job, ".json")) is None:
-                    made = self.result(job, None)
-                    self.path(job, ".json").write_text(json.dumps(made))
+                result = read_result(self.path(job, ".json"))
+                if result is None:
+                    result = self.result(job, None)
+                    self.path(job, ".json").write_text(json.dumps(result))
+                self.counts[job] = (len(result["answered"]), len(result["failed"]))
         return done
 
     def next_attempt(self, job: int) -> int:
@@ -172,6 +148,7 @@ class _Run:
             *(["--mode", spec.mode] if spec.mode else []),
             *("--out", str(self.path(job, ".json"))),
             *("--attempt", str(attempt), "--stream", stream),
+            *(["--resend-failed"] if spec.resume else []),
         ]
         if spec.rate:
             args += ["--rate", repr(spec.job_rate()), "--start-at", repr(start_at)]
@@ -191,13 +168,13 @@ class _Run:
                 )
             return
         code = run.proc.returncode
-        why = f"killed by {_signal_name(-code)}" if code < 0 else f"exited with status {code}"
+        why = f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
         why = f"worker {why} without a result on attempt {attempt} of {spec.max_attempts}"
         last = _last_line(self.path(job, ".log"))
         why += f" (its log {self.path(job, '.log')} ends: {last})" if last else ""
         state = read_journal(self.path(job, ".journal"))
-        left = sum(hi - lo for lo, hi in state.missing(spec.events))
-        self.counts[job] = (len(state.answered), len(state.failed))
+        left = sum(hi - lo for lo, hi in state.missing(spec.events, spec.resume))
+        self.counts[job] = state.settled(spec.resume)
         tries = attempt - self.first_attempt.get(job, 1) + 1
         if left and tries < spec.max_attempts:
             self.note(f"job {job} ({run.model}): {why}; rerunning its {left} events left")
@@ -256,31 +233,6 @@ def _last_line(log: Path) -> str:
     return lines[-1][:300] if lines and not lines[-1].startswith("---") else ""
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _trap_signals(stop: _Stop) -> Callable[[], None]:
-    """SIGINT and SIGTERM ask the driver to stop (in the main thread only, where Python
-    delivers signals); returns what puts the previous handlers back."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame) -> None:
-        stop.signum = signum
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return restore
-
-
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -291,77 +243,118 @@ def submit(
     note: Callable[[str], None] = _to_stderr,
 ) -> dict:
     """Run the stream and return the report (also written to `spec.out`). `note` gets a
-    line for every worker that fails, dies or is rerun."""
-    for name, value in (
-        ("jobs", spec.jobs),
-        ("wave", spec.wave),
-        ("events", spec.events),
-        ("max_attempts", spec.max_attempts),
-    ):
-        if value < 1:
-            raise ValueError(f"{name}: expected an integer ≥ 1, got {value}")
-    if spec.backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
-    if spec.backend != "site":  # before any worker starts: a model it cannot run in process
-        for model in sorted(set(spec.models)):
-            LocalModels(Path(spec.models_dir).resolve()).artifact(model, spec.compile)
-            if spec.compile == "aot":  # compiled once here, not by every worker at once
-                aot_package(Path(spec.models_dir).resolve() / model / "1")
-    state = SiteState.load(spec.site_dir)  # fails with how to start a site
-    missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
-    if missing:
-        raise ValueError(f"model: no server of the site serves {missing}; it serves {state.models}")
-    jobs_dir = spec.out / "jobs"
-    jobs_dir.mkdir(parents=True, exist_ok=True)
-    run = _Run(spec, jobs_dir, note)
+    line for every worker that fails, dies or is rerun. ValueError, naming the option and
+    why, for a stream that cannot run (nothing is started then)."""
+    check_spec(spec)
+    check_out(spec.out, spec.resume)
+    check_local_models(spec)
+    state = check_site(spec, note)
+    lock = lock_out(spec.out)
+    try:
+        return _run_stream(spec, state, progress, note)
+    finally:
+        lock.release()
+
+
+def _open_record(spec: StreamSpec, run: _Run, site_dir: Path, note) -> tuple[StreamRecord, set]:
+    """The stream's record, resumed (its jobs done kept) or new (every job's files cleared)."""
+    try:
+        record = StreamRecord.read(spec.out)
+    except ValueError:
+        if not spec.fresh:
+            raise
+        record = None  # --fresh: whatever the folder held is cleared
+    now = time.time()
     if spec.resume:
-        record = StreamRecord.load(spec)
+        if record is None:
+            raise ValueError(f"--resume: no stream to resume in --out {spec.out}")
+        record.check_shape(stream_shape(spec), spec.out)
         complete = run.resumed()
+        record.begin_run(now, run.jobs_dir)
         note(
             f"submit: resuming stream {record.stream}: {len(complete)} of {spec.jobs} jobs done, "
-            f"the others rerun for their events without a result"
+            f"the others rerun for their events without an answer"
         )
-    else:
-        for job in range(spec.jobs):
-            run.clear(job)
-        record = StreamRecord(uuid.uuid4().hex[:8], log_sizes(Path(state.site_dir)), time.time())
-        record.shape = _shape(spec)
-        complete: set[int] = set()
+        return record, complete
+    if not spec.fresh:
+        refuse_unfinished(spec.out, record)
+    for job in range(max(spec.jobs, len(record.start_at) if record else 0)):
+        run.clear(job)
+    record = StreamRecord(uuid.uuid4().hex[:8], log_sizes(site_dir), now, runs=[[now, now]])
+    record.shape = stream_shape(spec)
+    return record, set()
+
+
+def _run_stream(spec: StreamSpec, state, progress, note) -> dict:
+    """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
+    and are held until the report is written (not a report cut short by the default)."""
+    run = _Run(spec, spec.out / "jobs", note)
+    record, complete = _open_record(spec, run, Path(state.site_dir), note)
     run.record = record
     record.save(spec.out)
-    stream, since, started = record.stream, record.since, record.started
-    stop = _Stop()
-    restore = _trap_signals(stop)
+    stop = Stop()
+    restore = trap_signals(stop)
     try:
-        with Workers(jobs_dir, stream, partial(run.command, stream)) as workers:
-            for first in range(0, spec.jobs, spec.wave):
-                for job in range(first, min(first + spec.wave, spec.jobs)):
-                    if job not in complete:
-                        run.start(workers, job, run.next_attempt(job))
-                while workers.running and stop.signum is None:
-                    for exited in workers.reap():
-                        run.settle(exited, workers)
-                    run.show(workers, progress)
-                    time.sleep(0.2)
-                if stop.signum is not None:
-                    stopped = workers.stop()
-                    note(
-                        f"submit: got {_signal_name(stop.signum)}; stopped "
-                        f"{len(stopped)} running worker(s) (PIDs in {jobs_dir / 'workers.json'})"
-                    )
-                    break
-            run.show(workers, progress)
+        _drive(run, record, complete, stop, progress)
+        return _report(run, record, state, stop)
     finally:
         restore()
+
+
+def _drive(run: _Run, record: StreamRecord, complete: set, stop: Stop, progress) -> None:
+    """Start the jobs wave by wave, settle every worker that exits, until all have, or a
+    signal stopped them."""
+    spec, jobs_dir, seen = run.spec, run.jobs_dir, time.monotonic()
+    with Workers(jobs_dir, record.stream, partial(run.command, record.stream)) as workers:
+        run.show(workers, progress)
+        for first in range(0, spec.jobs, spec.wave):
+            for job in range(first, min(first + spec.wave, spec.jobs)):
+                if job not in complete:
+                    run.start(workers, job, run.next_attempt(job))
+            while workers.running and stop.signum is None:
+                for exited in workers.reap():
+                    run.settle(exited, workers)
+                run.show(workers, progress)
+                if time.monotonic() - seen > 2.0:  # how long this run took, if killed
+                    seen = time.monotonic()
+                    record.seen(time.time())
+                    record.save(spec.out)
+                time.sleep(0.2)
+            if stop.signum is not None:
+                stopped = workers.stop()
+                run.note(
+                    f"submit: got {signal_name(stop.signum)}; stopped "
+                    f"{len(stopped)} running worker(s) (PIDs in {jobs_dir / 'workers.json'})"
+                )
+                break
+        run.show(workers, progress)
+
+
+def _report(run: _Run, record: StreamRecord, state, stop: Stop) -> dict:
+    """The stream's report, from every job's result, written to `out`; the record says
+    whether the stream is complete."""
+    spec, note, stream, since = run.spec, run.note, record.stream, record.since
     finished = time.time()
-    stopped_by = _signal_name(stop.signum) if stop.signum is not None else None
+    stopped_by = signal_name(stop.signum) if stop.signum is not None else None
     results = [run.result(job, stopped_by) for job in range(spec.jobs)]
+    record.seen(finished)
+    journals = [read_journal(run.path(job, ".journal")) for job in range(spec.jobs)]
+    record.complete = stopped_by is None and not any(
+        j.missing(spec.events, resend_failed=True) for j in journals
+    )
+    record.save(spec.out)
+    malformed = {str(job): j.malformed for job, j in enumerate(journals) if j.malformed}
+    for job, n in malformed.items():
+        note(
+            f"job {job}: its journal {run.path(int(job), '.journal')} has {n} malformed "
+            "line(s) before its last, skipped: their events count as without an answer"
+        )
     executions = read_executions(
         Path(state.site_dir), stream, {j: j * spec.events for j in range(spec.jobs)}, since
     )
     report = build_report(
         results,
-        started=started,
+        started=record.started,
         finished=finished,
         spec={
             "models": spec.models,
@@ -369,6 +362,7 @@ def submit(
             "wave": spec.wave,
             "events_per_job": spec.events,
             "batch": spec.batch,
+            "seed": spec.seed,
             "transport": spec.transport,
             "window": spec.window,
             "mode": spec.mode or "default",
@@ -381,8 +375,10 @@ def submit(
             "stream": stream,
         },
         executions=executions,
+        runs=record.runs,
     )
     report["stopped_by"] = stopped_by
+    report["journal_lines_malformed"] = malformed
     if state.http:  # where to watch the site while the report is read
         report["links"] = {
             "status_page": f"http://{state.http}/",

@@ -4,11 +4,16 @@ console summary.
 Figures for the whole stream and per model (`per_model`, the same keys): events ok, failed,
 answered twice (`events_duplicated`, as the client saw it) and executed twice
 (`events_executed_twice`, as the servers' execution logs saw it; None when the site keeps no
-logs), throughput (the stream's over its whole duration; a model's over its own active time,
-`active_s`: from its first request to its last answer), latency, events per server and per
-path (`per_path`: envoy, gateway or direct, when the client reports `rows_per_path`),
-retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured), reruns of jobs
-whose worker died. `errors`: every worker failure (type, message, jobs) and event error.
+logs), throughput (the stream's over its duration, `duration_s`: the sum of its runs, a
+resume's gap left out; a model's over its own active time, `active_s`: from its first
+request to its last answer, within the runs), latency (None without an answer), events per
+server and per path (`per_path`: envoy, gateway or direct, when the client reports
+`rows_per_path`), retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured),
+reruns of jobs whose worker died. Requests, latency, retries, `per_server` and `per_path`
+come from each job's last attempt that left a result: the events an attempt killed before
+its end answered are `events_server_unknown`. `errors`: the first ERRORS_KEPT groups of
+worker failures (type, message, jobs) and event errors; `errors_total` counts every group,
+`errors_left_out` and `errors_left_out_events` those beyond.
 `per_backend`: the events the site answered and those the workers' models ran in process
 (`submit --backend local|auto`); `switches`: every switch of backend "auto", with its job,
 time and reason. Events run in process are not looked for in the servers' execution logs.
@@ -25,10 +30,13 @@ import numpy as np
 from .executions import Executions, summarize
 from .report_plot import plot
 
+ERRORS_KEPT = 10  # error groups listed in report.json (the count says how many in all)
 
-def _percentiles(latencies_ms: list[float]) -> dict[str, float]:
+
+def _percentiles(latencies_ms: list[float]) -> dict[str, float | None]:
+    """p50, p90 and p99; None each when nothing was answered (no latency to speak of)."""
     if not latencies_ms:
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0}
+        return {"p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99])
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
@@ -37,16 +45,32 @@ def _events(results: list[dict]) -> set[int]:
     return {e for r in results for e in range(r["first_event"], r["first_event"] + r["events"])}
 
 
-def active_seconds(results: list[dict]) -> float:
-    """From the first request's start to the last answer over these jobs (0 without any)."""
+def active_seconds(results: list[dict], runs: list[list[float]] | None = None) -> float:
+    """From the first request's start to the last answer over these jobs (0 without any);
+    with `runs` (a resumed stream's), only the time within them."""
     spans = [r["span"] for r in results if r.get("span")]
     if not spans:
         return 0.0
-    return max(s[1] for s in spans) - min(s[0] for s in spans)
+    first, last = min(s[0] for s in spans), max(s[1] for s in spans)
+    if not runs:
+        return last - first
+    return sum(max(0.0, min(last, end) - max(first, start)) for start, end in runs)
+
+
+def _server_unknown(result: dict) -> int:
+    """Answers of a job that no request of its result accounts for: those of an attempt
+    killed before it wrote its result (its requests went with it)."""
+    answers = sum(result["answered"].values())
+    recorded = sum(q[3] for q in result["requests"] if q[4])
+    return max(0, answers - recorded)
 
 
 def _summary(
-    results: list[dict], duration: float, executions: Executions | None, own_time: bool
+    results: list[dict],
+    duration: float,
+    executions: Executions | None,
+    own_time: bool,
+    runs: list[list[float]] | None = None,
 ) -> dict:
     """The figures of `results`; throughput over `duration`, or over their own active time
     when `own_time` (a model's)."""
@@ -66,7 +90,7 @@ def _summary(
     for r in results:
         per_path.update(r.get("client", {}).get("rows_per_path", {}))
         per_backend.update(r.get("client", {}).get("rows_per_backend", {}))
-    active = active_seconds(results)
+    active = active_seconds(results, runs)
     over = active if own_time and active > 0 else duration
     in_process = {e for r in results for e in _local_events(r)}
     served = set(answered) - in_process
@@ -88,6 +112,7 @@ def _summary(
         "overloaded": sum(r.get("overloaded", 0) for r in results),
         "reruns": sum(max(r.get("attempt", 1) - 1, 0) for r in results),
         "per_server": dict(sorted(per_server.items())),
+        "events_server_unknown": sum(_server_unknown(r) for r in results),
         "per_path": dict(sorted(per_path.items())),
         "per_backend": dict(sorted(per_backend.items())),
         "switches": _switches(results),
@@ -139,7 +164,8 @@ def _client_totals(results: list[dict]) -> dict:
 
 
 def _errors(results: list[dict]) -> list[dict]:
-    """Worker failures first (type, message, jobs), then event errors, most events first."""
+    """Every error group: worker failures first (type, message, jobs), then event errors,
+    most events first."""
     groups: dict[str, dict] = {}
     for r in results:
         if r.get("error"):
@@ -160,7 +186,7 @@ def _errors(results: list[dict]) -> list[dict]:
         group["jobs_total"] = len(group["jobs"])
         group["jobs"] = sorted(group["jobs"])[:20]
         group["models"] = sorted(group["models"])
-    return ordered[:10]
+    return ordered
 
 
 def build_report(
@@ -169,25 +195,33 @@ def build_report(
     finished: float,
     spec: dict,
     executions: Executions | None = None,
+    runs: list[list[float]] | None = None,
 ) -> dict:
-    """The report of a stream from its jobs' results (and the servers' executions of it)."""
-    duration = finished - started
+    """The report of a stream from its jobs' results (and the servers' executions of it).
+    `runs`: the [start, end] of each run of a resumed stream; its duration is theirs."""
+    duration = sum(end - start for start, end in runs) if runs else finished - started
     report = {
         "spec": spec,
         "duration_s": round(duration, 3),
-        **_summary(results, duration, executions, own_time=False),
+        "runs": [[round(a, 3), round(b, 3)] for a, b in runs or [[started, finished]]],
+        **_summary(results, duration, executions, own_time=False, runs=runs),
     }
     by_model: dict[str, list[dict]] = {}
     for r in results:
         by_model.setdefault(r["model"], []).append(r)
     report["per_model"] = {
-        m: _summary(rs, duration, executions, own_time=True) for m, rs in sorted(by_model.items())
+        m: _summary(rs, duration, executions, own_time=True, runs=runs)
+        for m, rs in sorted(by_model.items())
     }
     report["reruns_per_job"] = {
         str(r["job"]): r["attempt"] - 1 for r in results if r.get("attempt", 1) > 1
     }
     report["jobs_without_result"] = [r["job"] for r in results if r.get("from_journal")]
-    report["errors"] = _errors(results)
+    errors = _errors(results)
+    report["errors"] = errors[:ERRORS_KEPT]
+    report["errors_total"] = len(errors)
+    report["errors_left_out"] = len(errors[ERRORS_KEPT:])
+    report["errors_left_out_events"] = sum(g["events"] for g in errors[ERRORS_KEPT:])
     return report
 
 
@@ -210,13 +244,25 @@ def print_summary(report: dict, out: Path) -> None:
             else f", {report['events_executed_twice']} executed twice"
         )
     )
-    print(
-        f"throughput {report['throughput_eps']} events/s over {report['duration_s']} s; latency "
+    runs = report.get("runs") or []
+    over = f"{report['duration_s']} s" + (f" in {len(runs)} runs" if len(runs) > 1 else "")
+    shown = (
         f"p50 {latency['p50']} ms, p90 {latency['p90']} ms, p99 {latency['p99']} ms"
+        if latency["p50"] is not None
+        else "no answers"
     )
+    print(f"throughput {report['throughput_eps']} events/s over {over}; latency {shown}")
     spread = ", ".join(f"{k} {v}" for k, v in report["per_server"].items())
     paths = ", ".join(f"{k} {v}" for k, v in (report.get("per_path") or {}).items())
-    print(f"events per server: {spread or '-'}; per path: {paths or '-'}")
+    unknown = report.get("events_server_unknown", 0)
+    print(
+        f"events per server: {spread or '-'}; per path: {paths or '-'}"
+        + (
+            f"; {unknown} answered by attempts killed before their result (server unknown)"
+            if unknown
+            else ""
+        )
+    )
     backends = report.get("per_backend") or {}
     if backends.get("local"):
         moves = ", ".join(f"{k} {v}" for k, v in report["switches"]["count"].items())
@@ -232,7 +278,12 @@ def print_summary(report: dict, out: Path) -> None:
         print(
             f"  {model}: {s['events_ok']}/{s['events_total']} ok, {s['events_failed']} failed, "
             f"{s['throughput_eps']} events/s over {s['active_s']} s active, "
-            f"p99 {s['latency_ms']['p99']} ms, {s['retries']} retries, "
+            + (
+                f"p99 {s['latency_ms']['p99']} ms, "
+                if s["latency_ms"]["p99"] is not None
+                else "no answers, "
+            )
+            + f"{s['retries']} retries, "
             f"{s['overloaded']} shed, {s['reruns']} reruns"
             + ("" if twice is None else f", {twice} executed twice")
         )
@@ -248,8 +299,18 @@ def print_summary(report: dict, out: Path) -> None:
     for error in report["errors"][:5]:
         text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
         print(f"error: {text} ({error['events']} events; jobs {error['jobs'][:8]})")
-    if len(report["errors"]) > 5:
-        print(f"... {len(report['errors']) - 5} more error(s) in report.json")
+    total = report.get("errors_total", len(report["errors"]))
+    if total > 5:
+        listed = len(report["errors"]) - 5
+        left_out = report.get("errors_left_out", 0)
+        print(
+            f"... {total - 5} more kind(s) of error: {listed} in report.json"
+            + (
+                f", {left_out} more not listed ({report['errors_left_out_events']} events)"
+                if left_out
+                else ""
+            )
+        )
     if report.get("stopped_by"):
         print(f"stopped by {report['stopped_by']}: the report holds what was done until then")
     if "links" in report:

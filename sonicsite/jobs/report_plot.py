@@ -77,7 +77,11 @@ def plot(report: dict, results: list[dict], path: Path) -> None:
     fig.suptitle(
         f"{report['events_ok']}/{report['events_total']} events ok, "
         f"{report['events_failed']} failed, {report['throughput_eps']} events/s, "
-        f"p99 {report['latency_ms']['p99']} ms"
+        + (
+            f"p99 {report['latency_ms']['p99']} ms"
+            if report["latency_ms"]["p99"] is not None
+            else "no answers"
+        )
         + (f", stopped by {report['stopped_by']}" if report.get("stopped_by") else "")
     )
     fig.tight_layout()

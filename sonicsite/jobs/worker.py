@@ -82,9 +82,11 @@ def run_job(
     start_at: float = 0.0,
     backend: str = "site",
     compile: str = "jit",
+    resend_failed: bool = False,
 ) -> tuple[JobResult, StreamStats]:
     """Send the job's events [job*events, (job+1)*events) that have no result in `prior`
-    (all of them by default) in requests of `batch` events; `progress(ok, failed)`. With
+    (all of them by default; with `resend_failed`, those that failed too, but for a wrong
+    answer) in requests of `batch` events; `progress(ok, failed)`. With
     `rate` (events per second), open loop: each request at its Poisson arrival from
     `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise. `backend`:
     "site", "local" or "auto" (the client's; local and auto need the client's `local`)."""
@@ -94,7 +96,7 @@ def run_job(
     first = job * events
     result = JobResult(job, model, first, events, client.transport, attempt=attempt)
     lock = threading.Lock()
-    counts = [len(prior.answered), len(prior.failed)]
+    counts = list(prior.settled(resend_failed))
     merged = StreamStats()
     local_events: list[list[int]] = []  # [first, last + 1] of each chunk run in process
     switches: list[dict] = []
@@ -105,7 +107,7 @@ def run_job(
 
     if journal:
         journal.started(attempt)
-    for offset, end in prior.missing(events):
+    for offset, end in prior.missing(events, resend_failed):
 
         def on_result(lo: int, hi: int, outputs, offset: int = offset) -> None:
             lo, hi = offset + lo, offset + hi
@@ -115,8 +117,8 @@ def run_job(
                 with lock:
                     result.failed.update({first + i: str(exc) for i in range(lo, hi)})
                     counts[1] += hi - lo
-                if journal:
-                    journal.failed(attempt, lo, hi, str(exc))
+                if journal:  # a wrong answer: final, a resend would be as wrong
+                    journal.failed(attempt, lo, hi, str(exc), final=True)
                 tell()
                 return
             if journal:
@@ -272,6 +274,12 @@ def _parser() -> argparse.ArgumentParser:
         "--journal", type=Path, default=None, help="the job's journal (default: OUT.journal)"
     )
     parser.add_argument("--attempt", type=int, default=1, help="1 + the reruns before this one")
+    parser.add_argument(
+        "--resend-failed",
+        action="store_true",
+        help="send again the events the journal says failed (but for a wrong answer): "
+        "`submit --resume`",
+    )
     parser.add_argument("--stream", default="local", help="names the stream in request ids")
     parser.add_argument(
         "--parent-fd", type=int, default=None, help="a pipe from the driver: stop on its EOF"
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.device,
             )
         prior = read_journal(journal_path)
-        if prior.missing(args.events):
+        if prior.missing(args.events, args.resend_failed):
             with (
                 Journal(journal_path) as journal,
                 Client.connect(
@@ -334,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.start_at,
                     args.backend,
                     args.compile,
+                    args.resend_failed,
                 )
             if args.metrics_textfile:
                 args.metrics_textfile.write_text(

@@ -47,11 +47,13 @@ def start_control_plane(
     timeout: float = 60.0,
     shed_ttl_s: float = SHED_TTL_S,
     placement: PlacementSettings | None = None,
+    tokens: Path | None = None,
 ) -> None:
     """The operator and the gateway together, then Envoy, then Prometheus; returns once
     Envoy sends to every server and the gateway has read the operator's state. Each is
     recorded in the state file as soon as it is started. `placement`: the operator loads
-    and unloads models as their use asks (off when None).
+    and unloads models as their use asks (off when None). `tokens`: the gateway's bearer
+    tokens file (none: its routes are open).
 
     The gateway starts with the operator, not after it: its imports take a second or more,
     and it answers its health check only once it has read the operator's state (it reads
@@ -65,8 +67,10 @@ def start_control_plane(
         state.envoy_admin = f"127.0.0.1:{admin}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--xds-port={xds_port}"]
     args += [f"--envoy-listen={state.grpc}"]
-    # the gateway's view, gRPC and REST, started below on these ports (no tokens: no auth)
-    args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
+    # the gateway's view, gRPC and REST, started below on these ports; not REST with tokens:
+    # Envoy's clients carry none for the gateway's HTTP port (operator/xds_site_view.py)
+    args += [f"--site-view=127.0.0.1:{view}"]
+    args += [] if tokens else [f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
     args += admission_key_args(site_dir)
     if placement is not None:
@@ -75,7 +79,7 @@ def start_control_plane(
         args += tracing_operator_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.operator}/healthz"
     operator = _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health)
-    gateway = start_gateway(site_dir, ports=(http, view))
+    gateway = start_gateway(site_dir, tokens, ports=(http, view))
     operator.wait(timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))

@@ -66,6 +66,7 @@ def up(
     placing: PlacementSettings | None = None,
     framework: str = ONNX,
     server_pools: list[str] | None = None,
+    tokens: Path | None = None,
 ) -> SiteState:
     """Start `servers` Triton processes serving `models`, wait until every model is ready,
     then (with `balancer`) the operator and Envoy, and wait until Envoy sends to every server;
@@ -79,7 +80,9 @@ def up(
     their use asks (operator/placement_loop.py); off by default. `framework`: `pytorch` serves
     the models built from PyTorch from their TorchScript file (models/repository.py).
     `server_pools`: each server's pool, one of `placing.pools`; a server loads only its
-    pool's models at start, and the autoscaler scales each pool on its own."""
+    pool's models at start, and the autoscaler scales each pool on its own. `tokens`: a
+    file of bearer tokens, one per line: the gateway answers only requests that bear one
+    (`up --tokens`)."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -150,6 +153,7 @@ def up(
                 jwt,
                 shed_ttl_s=shed_ttl_s,
                 placement=placing,
+                tokens=Path(tokens).resolve() if tokens else None,
             )
         if supervise:
             start_supervisor(site_dir, supervision)
@@ -170,11 +174,16 @@ def placement(
     ids = [f"triton-{k}" for k in range(servers)]
     for model, chosen in holding.items():
         if model not in models:
-            raise SiteError(f"holding: model {model!r} is not one of the site's {models}")
+            raise SiteError(
+                f"--hold {model}=...: model {model!r} is not one of the site's {models} (--models)"
+            )
         if not chosen:
-            raise SiteError(f"holding: model {model!r} is held by no server")
+            raise SiteError(f"--hold {model}=: model {model!r} is held by no server")
         if unknown := [s for s in chosen if s not in ids]:
-            raise SiteError(f"holding: {model!r} on {unknown}: the site's servers are {ids}")
+            raise SiteError(
+                f"--hold {model}={','.join(chosen)}: {model!r} on {unknown}: the site's servers "
+                f"are {ids} (--servers)"
+            )
     return {s: [m for m in models if m not in holding or s in holding[m]] for s in ids}
 
 
@@ -190,18 +199,21 @@ def _pools(
     if not server_pools:
         return {f"triton-{k}": ("", lambda _: True) for k in range(servers)}
     if placing is None or not placing.pools:
-        raise SiteError("server_pools: expected placing with its pools (each pool's models)")
+        raise SiteError(
+            "--pool needs --placement (server_pools: expected placing with its pools, each "
+            "pool's models)"
+        )
     if len(server_pools) != servers:
         raise SiteError(
-            f"server_pools: expected one pool per server ({servers}), got {server_pools}"
+            f"--pool (server_pools): expected one pool per server ({servers}), got {server_pools}"
         )
     try:
         catalogue = named_catalogue(models, placing)
     except ValueError as exc:
-        raise SiteError(f"placing pools: {exc}") from exc
+        raise SiteError(f"--pool (placing pools): {exc}") from exc
     known = [p.name for p in catalogue.pools]
     if unknown := sorted(set(server_pools) - set(known)):
-        raise SiteError(f"server_pools: {unknown} not among the pools {known}")
+        raise SiteError(f"--pool (server_pools): {unknown} not among the pools {known}")
     return {
         f"triton-{k}": (pool, lambda m, pool=pool: catalogue.pool_of(m) == pool)
         for k, pool in enumerate(server_pools)

@@ -54,7 +54,7 @@ def render(view: dict) -> list[str]:
 def print_placement(site_dir: Path, as_json: bool = False) -> int:
     try:
         state = SiteState.load(site_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
         print(exc, file=sys.stderr)
         return EXIT_NO_SITE
     if not state.operator:

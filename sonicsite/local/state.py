@@ -152,7 +152,20 @@ class SiteState:
 
     @classmethod
     def load(cls, site_dir: Path) -> SiteState:
-        data, _ = load_state_file(Path(site_dir))
+        """The site's state; FileNotFoundError without one, ValueError naming the file for
+        one that is not a site's state."""
+        data, path = load_state_file(Path(site_dir))
+        try:
+            return cls._from(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(
+                f"{path}: not a sonicsite state file ({what}); `sonicsite up` writes it: "
+                "remove it (stop what its site may still run by hand) or use another --dir"
+            ) from None
+
+    @classmethod
+    def _from(cls, data: dict) -> SiteState:
         return cls(
             site_dir=data["site_dir"],
             servers=[LocalServer.from_dict(s) for s in data["servers"]],

@@ -28,11 +28,12 @@ from .state import SiteState
 from .triton import is_ready
 
 EXIT_OK = 0  # every process runs and every server is ready (or was stopped on purpose)
-EXIT_NO_SITE = 1  # no site in the directory
+EXIT_NO_SITE = 1  # no site in the directory, or its state file is not one
 EXIT_DOWN = 3  # something is down: a process dead or restarting, or a server not ready
 EXIT_HELP = (
     "exit status: 0 when every process runs and every server is ready; 1 when there is no "
-    "site in DIR; 3 when something is down (a process dead or restarting, a server not ready)"
+    "site in DIR; 3 when something is down (a process dead or restarting, a server not "
+    "ready). A state.json that is not a site's counts as no site (1), and says why"
 )
 
 
@@ -65,7 +66,7 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
     try:
         state = SiteState.load(site_dir)
         records = read_processes(site_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
         print(exc, file=sys.stderr)
         return EXIT_NO_SITE
     states = {r.name: r.state for r in records}

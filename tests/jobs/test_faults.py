@@ -90,6 +90,9 @@ def test_worker_killed_mid_job_is_rerun_for_the_rest_and_every_event_answered_on
     assert report["reruns"] == 1 and report["reruns_per_job"] == {"0": 1}
     assert report["per_model"]["particlenet_ak4"]["reruns"] == 1
     assert report["errors"] == [] and report["jobs_without_result"] == []
+    # the killed attempt's requests went with it: its answers' servers are unknown, said so
+    assert report["events_server_unknown"] == 320 - left
+    assert sum(report["per_server"].values()) + report["events_server_unknown"] == 640
     said = "job 0 (particlenet_ak4): worker killed by SIGKILL without a result on attempt 1 of 3"
     assert any(n.startswith(f"{said}; rerunning its {left} events left") for n in notes), notes
     # The rerun sent only what was left, and the requests the killed worker had in flight
@@ -265,5 +268,5 @@ def test_resume_reruns_only_the_jobs_left_across_waves(site, tmp_path):
     assert resumed["spec"]["stream"] == first["spec"]["stream"]
     assert {w["job"] for w in _workers(spec.out)["workers"]} == {2, 3}
     assert set(_answers(spec.out).values()) == {1}
-    with pytest.raises(ValueError, match="holds a stream of"):
+    with pytest.raises(ValueError, match=r"was run with --jobs 4 \(not 5\)"):
         submit(replace(spec, resume=True, jobs=5))

@@ -197,3 +197,101 @@ def test_report_files_and_the_console_summary_fit_one_screen(tmp_path, capsys):
     assert "error: CudaUnavailable: no usable GPU here (4 events; jobs [0])" in out
     assert "deepmet: 20/20 ok, 0 failed" in out and "15 retries, 10 shed, 0 reruns" in out
     assert "particlenet_ak4: 12/12 ok" in out and "3 reruns" in out
+
+
+def test_a_resumed_streams_duration_is_its_runs_and_a_models_active_time_within_them():
+    # run 1 from t=100 to 102, a 50 s gap, run 2 from t=152 to 160; simple's jobs answered
+    # from t=101 (run 1) to t=156 (run 2): active 1 + 4 s, not 55 s
+    early = _result(1, "simple", span=[101.0, 102.0])
+    late = _result(2, "simple", span=[152.0, 156.0])
+    report = build_report([early, late], 100.0, 160.0, {}, runs=[[100.0, 102.0], [152.0, 160.0]])
+    assert report["duration_s"] == 10.0 and report["runs"] == [[100.0, 102.0], [152.0, 160.0]]
+    assert report["throughput_eps"] == pytest.approx(8 / 10.0)
+    assert report["per_model"]["simple"]["active_s"] == pytest.approx(5.0)
+    single = build_report([early], 100.0, 160.0, {})
+    assert single["duration_s"] == 60.0 and single["runs"] == [[100.0, 160.0]]
+
+
+def test_events_answered_by_an_attempt_killed_before_its_result_are_server_unknown(capsys):
+    # job 0's last attempt sent 2 requests of 2 events; its 8 answered events include 4
+    # answered by the attempt before, killed: their requests, and servers, went with it
+    rerun = _result(0, "simple", events=8, attempt=2)
+    rerun["requests"] = rerun["requests"][:2]
+    report = build_report([rerun, _result(2, "deepmet")], 0.0, 10.0, {})
+    assert report["per_server"] == {"triton-0": 8} and report["events_ok"] == 12
+    assert report["events_server_unknown"] == 4
+    assert report["per_model"]["simple"]["events_server_unknown"] == 4
+    assert sum(report["per_server"].values()) + report["events_server_unknown"] == 12
+    report["stopped_by"] = None
+    print_summary(report, Path("out"))
+    said = capsys.readouterr().out
+    assert "; 4 answered by attempts killed before their result (server unknown)" in said
+
+
+def test_error_groups_beyond_those_listed_are_counted_and_said(capsys):
+    results = [
+        _result(j, "simple", answered={}, failed={str(4 * j + i): f"error {j}" for i in range(4)})
+        for j in range(13)
+    ]
+    report = build_report(results, 0.0, 10.0, {})
+    assert len(report["errors"]) == 10 and report["errors_total"] == 13
+    assert report["errors_left_out"] == 3 and report["errors_left_out_events"] == 12
+    report["stopped_by"] = None
+    print_summary(report, Path("out"))
+    said = capsys.readouterr().out
+    assert "... 8 more kind(s) of error: 5 in report.json, 3 more not listed (12 events)" in said
+
+
+def test_a_stream_without_an_answer_has_no_latency(tmp_path, capsys):
+    failed = {str(i): "site unreachable" for i in range(4)}
+    results = [_result(0, "simple", answered={}, failed=failed, requests=[], span=[])]
+    report = build_report(results, 0.0, 10.0, {})
+    assert report["latency_ms"] == {"p50": None, "p90": None, "p99": None}
+    assert report["per_model"]["simple"]["latency_ms"]["p99"] is None
+    report["stopped_by"] = None
+    write_report(report, results, tmp_path)  # the plot too
+    assert json.loads((tmp_path / "report.json").read_text())["latency_ms"]["p50"] is None
+    print_summary(report, tmp_path)
+    said = capsys.readouterr().out
+    assert "latency no answers" in said and "simple: 0/4 ok, 4 failed" in said
+    assert "no answers, 0 retries" in said
+
+
+def test_a_resume_sends_failed_events_again_but_not_wrong_answers(tmp_path):
+    path = tmp_path / "job-00000.journal"
+    with Journal(path) as journal:
+        journal.started(1)
+        journal.answered(1, 0, 4)
+        journal.failed(1, 4, 8, "site unreachable: no endpoint has answered")
+        journal.failed(1, 8, 10, "AnswerError: event 8: wrong output", final=True)
+    state = read_journal(path)
+    assert state.missing(12) == [(10, 12)]  # a rerun of a killed worker: no result only
+    assert state.missing(12, resend_failed=True) == [(4, 8), (10, 12)]  # a resume
+    assert state.settled(resend_failed=False) == (4, 6)
+    assert state.settled(resend_failed=True) == (4, 2)
+    with Journal(path) as journal:  # the resume answers them; the last error is kept else
+        journal.started(2)
+        journal.answered(2, 4, 6)
+        journal.failed(2, 6, 8, "site unreachable: again")
+    state = read_journal(path)
+    assert sorted(state.answered) == [0, 1, 2, 3, 4, 5]
+    assert state.failed == {6: "site unreachable: again", 7: "site unreachable: again"} | {
+        8: "AnswerError: event 8: wrong output",
+        9: "AnswerError: event 8: wrong output",
+    }
+    assert state.final == {8, 9} and state.attempts == 2 and state.malformed == 0
+
+
+def test_a_journal_counts_malformed_lines_and_ends_a_line_cut_short(tmp_path):
+    path = tmp_path / "job-00000.journal"
+    with Journal(path) as journal:
+        journal.answered(1, 0, 2)
+    with open(path, "a") as f:
+        f.write('{"a": 1, "lo": 2}\n')  # not a record: no hi, no t
+        f.write("\x00\x00garbage\n")  # not JSON
+        f.write('{"a": 1, "lo": 2, "hi": 4, "t"')  # cut short by a kill: the last line
+    assert read_journal(path).malformed == 2
+    with Journal(path) as journal:  # the rerun's first line is not glued to the cut one
+        journal.answered(2, 2, 4)
+    state = read_journal(path)
+    assert sorted(state.answered) == [0, 1, 2, 3] and state.malformed == 3

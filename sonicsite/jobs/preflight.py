@@ -1,0 +1,77 @@
+"""What `submit` checks before any worker starts, so that a stream that cannot run is refused
+in a second with the reason, not after every job has spent its tries: the spec's numbers,
+the models the workers would run in process (backend local or auto), the site's models, and
+that the site is up (its processes as `sonicsite status` sees them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sonicsite.client.aot import aot_package
+from sonicsite.client.backend_local import BACKENDS, LocalModels
+from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, SERVER, read_processes
+from sonicsite.local.state import SiteState
+
+
+def check_spec(spec: Any) -> None:
+    """ValueError naming the first field out of range."""
+    for name, value in (
+        ("jobs", spec.jobs),
+        ("wave", spec.wave),
+        ("events", spec.events),
+        ("max_attempts", spec.max_attempts),
+    ):
+        if value < 1:
+            raise ValueError(f"{name}: expected an integer ≥ 1, got {value}")
+    for name, value in (("seed", spec.seed), ("batch", spec.batch)):
+        if value < 0:
+            raise ValueError(f"{name}: expected an integer ≥ 0, got {value}")
+    if spec.backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
+    if spec.resume and spec.fresh:
+        raise ValueError("--resume and --fresh: choose one (go on with the stream, or clear it)")
+
+
+def check_local_models(spec: Any) -> None:
+    """Backend local or auto: every model runs in process (compiled once here for aot, not by
+    every worker at once); the error names the model and the file it lacks."""
+    if spec.backend == "site":
+        return
+    for model in sorted(set(spec.models)):
+        LocalModels(Path(spec.models_dir).resolve()).artifact(model, spec.compile)
+        if spec.compile == "aot":
+            aot_package(Path(spec.models_dir).resolve() / model / "1")
+
+
+def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
+    """The site's state; ValueError when it serves none of a model, or is not up (no server
+    running, or being stopped): the dead processes named, and how to see and start it.
+    Backend local skips the check of processes; backend auto only says so (its workers run
+    the models when the site does not answer)."""
+    state = SiteState.load(spec.site_dir)  # fails with how to start a site
+    missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
+    if missing:
+        raise ValueError(f"model: no server of the site serves {missing}; it serves {state.models}")
+    if spec.backend == "local":
+        return state
+    records = read_processes(spec.site_dir)
+    down = [f"{r.name} {r.state.lower()}" for r in records if r.state in (DEAD, RESTARTING)]
+    servers = [r for r in records if r.kind == SERVER]
+    # up: a server runs; a site scaled to zero servers: what wakes it (operator, gateway) runs
+    running = [r for r in servers or records if r.state == RUNNING]
+    where = f"site at {Path(spec.site_dir)}"
+    if state.stopping:
+        why = f"{where} is being stopped (`sonicsite down`); start it again with `sonicsite up`"
+    elif records and not running:
+        shown = ", ".join(down) or "no server running"
+        why = f"{where} is not up: {shown}; see `sonicsite status`; start it with `sonicsite up`"
+    else:
+        if down:
+            note(f"submit: {where}: {', '.join(down)} (see `sonicsite status`); going on")
+        return state
+    if spec.backend == "auto":
+        note(f"submit: {why}; backend auto runs the models in the workers until it answers")
+        return state
+    raise ValueError(why)

@@ -1,0 +1,99 @@
+"""`sonicsite check` and `sonicsite submit` refuse bad input with one line that names it, where
+and why: never a traceback, and nothing created or started for a refused stream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
+TENSOR = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:99999", ":8001", "host:port"])
+def test_check_refuses_a_grpc_address_that_is_not_host_port(address):
+    out = _cli("check", "--grpc", address, "--models", "simple")
+    assert out.returncode == 2, out.stderr
+    assert "argument --grpc: expected HOST:PORT" in out.stderr, out.stderr
+    assert repr(address) in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        (
+            {"inputs": [TENSOR], "tolerance": "abc"},
+            "--inputs mine.tolerance: expected a number ≥ 0, got 'abc'",
+        ),
+        (
+            {"inputs": [TENSOR], "tolerance": -1},
+            "--inputs mine.tolerance: expected a number ≥ 0, got -1",
+        ),
+        (
+            {"inputs": [TENSOR], "outputs": {"OUTPUT0": ["x", "y"]}},
+            "--inputs mine.outputs.OUTPUT0: expected a list of numbers",
+        ),
+        (
+            {"inputs": [TENSOR | {"datatype": ["INT32"]}]},
+            "--inputs mine.inputs[0].datatype: expected one of",
+        ),
+    ],
+)
+def test_check_names_the_field_of_a_bad_inputs_file(tmp_path, entry, said):
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps({"mine": entry}))
+    out = _cli("check", "--grpc", "127.0.0.1:1", "--models", "mine", "--inputs", str(inputs))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"sonicsite check: {said}" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_check_names_an_inputs_file_that_is_not_there(tmp_path):
+    missing = tmp_path / "none.json"
+    out = _cli("check", "--grpc", "127.0.0.1:1", "--models", "mine", "--inputs", str(missing))
+    assert out.returncode == 1
+    assert f"sonicsite check: --inputs: expected a JSON file, {missing}: " in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def _submit(site_dir: str | Path, *extra: str) -> subprocess.CompletedProcess:
+    return _cli("submit", "--dir", str(site_dir), "--model", "simple", "--events", "8", *extra)
+
+
+def test_submit_names_an_out_that_is_a_file(tmp_path):
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("not a folder")
+    for out, said in (
+        (a_file, f"--out {a_file}: exists and is not a directory"),
+        (a_file / "sub", f"--out {a_file / 'sub'}: {a_file} is a file, not a directory"),
+    ):
+        run = _submit(tmp_path / "no-site", "--out", str(out))
+        assert run.returncode == 1, run.stderr
+        assert f"sonicsite submit: {said}" in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr
+    assert a_file.read_text() == "not a folder"
+
+
+def test_submit_names_an_out_it_cannot_create(site, tmp_path):
+    out = Path("/proc/sonicsite-no-such-out")  # even root cannot make a folder there
+    run = _submit(site.site_dir, "--out", str(out))
+    assert run.returncode == 1, run.stderr
+    assert f"sonicsite submit: --out {out}: cannot write there: " in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_resume_without_a_stream_creates_nothing_and_says_so(tmp_path):
+    out = tmp_path / "nonexist"
+    run = _submit(tmp_path / "no-site", "--out", str(out), "--resume")
+    assert run.returncode == 1
+    said = f"sonicsite submit: --resume: {out / 'stream.json'} does not exist: no stream to resume"
+    assert said in run.stderr, run.stderr
+    assert not out.exists()

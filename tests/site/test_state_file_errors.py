@@ -1,0 +1,58 @@
+"""A site directory whose state.json is not a site's (not JSON, not an object, servers or
+processes without their fields, a key missing): every command that reads it says so in one
+line naming the file, with its own exit status, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
+
+NOT_A_STATE = {
+    "not JSON": ("{'servers': [", "Expecting property name"),
+    "a list": ("[1, 2]", "expected a JSON object, got list"),
+    "servers not a list": ('{"site_dir": "x", "servers": 5, "models": []}', "'servers'"),
+    "a process without a pid": (
+        '{"site_dir": "x", "servers": [], "models": [], "processes": [{"name": "a", "kind": "b"}]}',
+        "processes[0] lacks pid",
+    ),
+    "no site_dir": ('{"servers": [], "models": []}', "no 'site_dir'"),
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_A_STATE))
+def test_status_names_a_state_file_that_is_not_a_sites(tmp_path, kind):
+    text, why = NOT_A_STATE[kind]
+    (tmp_path / "state.json").write_text(text)
+    for json_flag in ([], ["--json"]):
+        out = _cli("status", "--dir", str(tmp_path), *json_flag)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"{tmp_path / 'state.json'}: not a sonicsite state file (" in out.stderr
+        assert why in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        (["models", "status"], 1),
+        (["submit", "--model", "simple", "--out", "OUT"], 1),
+        (["down"], 1),
+        (["up", "--servers", "1"], 1),
+    ],
+)
+def test_every_command_names_a_state_file_that_is_not_a_sites(tmp_path, command, code):
+    state = tmp_path / "state.json"
+    state.write_text("not json at all")
+    command = [str(tmp_path / "out") if c == "OUT" else c for c in command]
+    out = _cli(*command, "--dir", str(tmp_path))
+    assert out.returncode == code, out.stdout + out.stderr
+    assert f"{state}: not a sonicsite state file (" in out.stderr, out.stderr
+    assert "remove it" in out.stderr and "Traceback" not in out.stderr
+    assert state.read_text() == "not json at all"  # left as it was
