@@ -33,9 +33,9 @@ reported failed with its last error: none is lost):
   reason, as before. With sheds counted as tries, a shed of 15 s (8 tries, the back-off at
   its 2 s cap) failed chunks while the site brought capacity up (the simulated `waves`).
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
-- Never answered: once a chunk has used up its tries on endpoints that were unreachable or
-  timed out and none has answered since the stream began, the chunks left fail at once,
-  the endpoints named (stream_guard.py); a chunk's exception stops the stream likewise.
+- Silent: once a chunk has used up its tries on endpoints that were unreachable or timed
+  out and none has answered since that chunk began, the chunks left fail at once, the
+  endpoints named (stream_guard.py); a chunk's exception stops the stream likewise.
 - Loading: a model the site is loading holds the request (gateway/holding.py) until a server
   has it, or until the attempt's own wait is nearly over: then "still loading" with the time
   the site would hold it longer. That is no failed try and no sign of a sick endpoint: the
@@ -154,6 +154,7 @@ class Stream:
         `reach`: whether the site answered this stream (stream_guard.py)."""
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
             time.sleep(max(0.0, arrival - time.time()))
+        began = time.monotonic()  # the site silent since then, through every try: give up
         tag = self.options.request_tag
         offset = self.options.request_offset
         request_id = f"{tag}{offset + lo}-{offset + hi}" if tag else ""
@@ -280,7 +281,7 @@ class Stream:
                 self.auto.exhausted(tries, error)
                 return self._run_here(lo, hi, source, on_result, result)
             if reach is not None:
-                reach.exhausted(kind, error)
+                reach.exhausted(kind, error, began)
         with self._lock:
             result.failed[(lo, hi)] = error
 

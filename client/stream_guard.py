@@ -1,13 +1,15 @@
 """When a stream stops early, rather than spending every chunk's tries: on the first
 exception of any chunk (the chunks not yet begun are cancelled, not run one after another
-to the end), and when the site never answered (`Reach`).
+to the end), and when the site stopped answering (`Reach`).
 
 Every chunk alone spends `max_tries` tries and their cool-downs on a site that refuses
 every connection: 8 chunks took 141 s, 10^5 events would have taken a day with nothing
-raised. Once one chunk has used up its tries on endpoints that were unreachable or timed
-out, and no endpoint has answered anything since the stream began, the chunks left fail at
-once with the endpoints named. A site that answered at least once since then (a failover, a
-server that died mid-stream) keeps the per-chunk retry rule (engine.py).
+raised; a site that died mid-stream took 10 minutes to fail 688 events, one chunk's tries
+after another. Once one chunk has used up its tries on endpoints that were unreachable or
+timed out, and no endpoint has answered anything (for any chunk) since that chunk began,
+the chunks left fail at once with the endpoints named: `submit --resume` sends them again
+once the site is back. An outage shorter than one chunk's tries (a restart, a failover)
+gives up nothing: another chunk's answer in that time keeps the per-chunk rule (engine.py).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from .layout import Ragged
 
 
 class Reach:
-    """Whether the stream's endpoints have answered since it began, and, once a chunk has
-    given up on them all, why the chunks left fail at once (`gave_up`)."""
+    """Whether the stream's endpoints have answered lately, and, once a chunk has given up on
+    them all, why the chunks left fail at once (`gave_up`)."""
 
     def __init__(self, endpoints: Sequence[Endpoint]):
         self.endpoints = list(endpoints)
@@ -33,23 +35,28 @@ class Reach:
         self.gave_up = ""
         self._lock = threading.Lock()
 
-    def answered(self) -> bool:
-        """Whether any endpoint answered a request since the stream began (any stream's:
-        the endpoints of a client are shared)."""
-        return any(e.answered_at >= self.began for e in self.endpoints)
+    def answered(self, since: float | None = None) -> bool:
+        """Whether any endpoint answered a request since `since` (monotonic; default: since
+        the stream began; any stream's answer: the endpoints of a client are shared)."""
+        since = self.began if since is None else since
+        return any(e.answered_at >= since for e in self.endpoints)
 
-    def exhausted(self, kind: str, error: str) -> None:
-        """A chunk used up its tries, the last of kind `kind` with `error`: when that was
-        unreachable or a timeout and nothing answered since the stream began, give up."""
-        if kind not in (UNAVAILABLE, TIMEOUT) or self.answered():
+    def exhausted(self, kind: str, error: str, since: float | None = None) -> None:
+        """A chunk that began its tries at `since` (default: the stream's start) used them
+        up, the last of kind `kind` with `error`: when that was unreachable or a timeout and
+        nothing answered since, give up."""
+        since = self.began if since is None else since
+        if kind not in (UNAVAILABLE, TIMEOUT) or self.answered(since):
             return
         with self._lock:
             if not self.gave_up:
                 names = ", ".join(e.id for e in self.endpoints)
+                silent = time.monotonic() - since
+                began = "the stream" if since <= self.began else "a chunk's tries"
                 self.gave_up = (
-                    f"site unreachable: no endpoint ({names}) has answered since the stream "
-                    f"began {time.monotonic() - self.began:.1f} s ago, and a chunk used up "
-                    f"its tries on them; the chunks left are not tried (last error: {error})"
+                    f"site unreachable: no endpoint ({names}) has answered for "
+                    f"{silent:.1f} s, since {began} began, and a chunk used up its tries on "
+                    f"them; the chunks left are not tried (last error: {error})"
                 )
 
 
