@@ -19,7 +19,10 @@ MODEL = f'{SITE}, model=~"$model"'
 # Envoy's clusters of the boards' models, as the operator names them (operator/xds_resources.py
 # `model_cluster`, `rest_cluster`): no other cluster (holding, the site-view fan-out, JWKS,
 # the trace collector, the operator's ADS) is a model's traffic
-ENVOY_MODEL_CLUSTERS = f'{SITE}, envoy_cluster_name=~"(model|rest)_$model"'
+# the clusters that carry models' requests: each model's own (gRPC, REST) and the
+# all-servers pair its routes share where every server holds every model at full weight
+# (operator/route_clusters.py), whose time is over every model
+ENVOY_MODEL_CLUSTERS = f'{SITE}, envoy_cluster_name=~"(model|rest)_$model|triton|triton_rest"'
 WINDOW = "$__rate_interval"
 
 
@@ -83,13 +86,19 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     "none",
                     (
                         Query(
-                            f"max by (pool) (sonicsite_autoscaler_current_servers{{{SITE}}})",
+                            f"max by (pool) (sonicsite_autoscaler_current_servers{{{SITE}}})"
+                            f" or on () sum(sonicsite_server_up{{{SITE}}})",
                             "current {{pool}}",
                         ),
                         Query(
                             f"max by (pool) (sonicsite_autoscaler_desired_servers{{{SITE}}})",
                             "desired {{pool}}",
                         ),
+                    ),
+                    description=(
+                        "Per pool, the servers taking new work and the servers the autoscaler "
+                        "wants. A site without an autoscaler has no desired line, and its "
+                        "current line counts the servers whose metrics the operator reads."
                     ),
                 ),
                 PanelSpec(
@@ -176,9 +185,12 @@ def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
                     ),
                     description=(
                         "Time to the servers' replies over the models' clusters (model_<model> "
-                        "for gRPC, rest_<model> for REST): not the holding clusters (a held "
-                        "request waits minutes for a model to load), the gateway's site-view "
-                        "fan-out, the identity provider's keys or the trace collector."
+                        "for gRPC, rest_<model> for REST) and the all-servers clusters (triton, "
+                        "triton_rest) that the models' routes share where every server holds "
+                        "every model at full weight (their time is over every model): not the "
+                        "holding clusters (a held request waits minutes for a model to load), "
+                        "the gateway's site-view fan-out, the identity provider's keys or the "
+                        "trace collector."
                     ),
                 ),
                 PanelSpec(

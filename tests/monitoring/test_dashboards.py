@@ -128,8 +128,10 @@ def _queries(board_name: str) -> list[tuple[str, str]]:
 
 def test_latency_at_envoy_reads_the_models_clusters_alone():
     """Envoy's upstream time over the clusters that carry a model's requests, as the operator
-    names them; not the holding clusters (a held request waits minutes for its model to
-    load), the site-view fan-out, the identity provider's keys, the collector or the ADS."""
+    names them: its own, and the all-servers pair its routes share where every server holds
+    every model at full weight (route_clusters.py; a one-server site's only traffic); not the
+    holding clusters (a held request waits minutes for its model to load), the site-view
+    fan-out, the identity provider's keys, the collector or the ADS."""
     envoy = [
         expr
         for _, expr in _queries("sonicsite-overview.json")
@@ -137,8 +139,6 @@ def test_latency_at_envoy_reads_the_models_clusters_alone():
     ]
     assert len(envoy) == 2  # p50, p99
     others = [
-        ALL_SERVERS,
-        ALL_SERVERS_REST,
         OPERATOR_CLUSTER,
         HOLD_CLUSTER,
         HOLD_REST_CLUSTER,
@@ -154,6 +154,7 @@ def test_latency_at_envoy_reads_the_models_clusters_alone():
             chosen = re.compile(found[1].replace("$model", value))
             assert chosen.fullmatch(model_cluster(value)) and chosen.fullmatch(rest_cluster(value))
             assert not chosen.fullmatch(model_cluster("identity"))
+            assert chosen.fullmatch(ALL_SERVERS) and chosen.fullmatch(ALL_SERVERS_REST)
         every = re.compile(found[1].replace("$model", ".*"))  # the board's "All"
         assert every.fullmatch(model_cluster("identity"))
         assert [c for c in others if every.fullmatch(c)] == []
