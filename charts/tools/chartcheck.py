@@ -76,6 +76,18 @@ def objects(rendered: dict) -> list[dict]:
     ]
 
 
+def one_object(docs: list[dict], kind: str, component: str) -> dict:
+    """The one object of `kind` whose app.kubernetes.io/component is `component` (an error
+    if there is none or more than one)."""
+    (found,) = [
+        d
+        for d in docs
+        if d["kind"] == kind
+        and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
+    return found
+
+
 def lint(values: dict, chart: Path = CHART) -> list[str]:
     import helm_python
 

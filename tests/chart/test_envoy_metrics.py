@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chartcheck import check_prometheus, check_selectors, objects, profiles, render, selects
+from chartcheck import (
+    check_prometheus,
+    check_selectors,
+    objects,
+    one_object,
+    profiles,
+    render,
+    selects,
+)
 
 from sonicsite.local.envoy import binary
 
@@ -34,18 +42,9 @@ def _docs(values: dict) -> list[dict]:
     return objects(render(values))
 
 
-def _one(docs: list[dict], kind: str, component: str) -> dict:
-    (found,) = [
-        d
-        for d in docs
-        if d["kind"] == kind and d["metadata"]["labels"]["app.kubernetes.io/component"] == component
-    ]
-    return found
-
-
 def _envoy(docs: list[dict]) -> tuple[dict, dict]:
     """Envoy's pod template and its container."""
-    pod = _one(docs, "Deployment", "envoy")["spec"]["template"]
+    pod = one_object(docs, "Deployment", "envoy")["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     return pod, container
 
@@ -74,7 +73,7 @@ def _get(port: int, path: str, method: str = "GET") -> tuple[int | None, bytes]:
 def test_the_stats_port_serves_get_stats_prometheus_and_nothing_else_of_the_admin(tmp_path):
     admin, stats = _free_port(), _free_port()
     docs = _docs({"envoy": {"adminPort": admin, "metricsPort": stats}})
-    bootstrap = json.loads(_one(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
+    bootstrap = json.loads(one_object(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
     # no operator here: its ADS sources wait 0.5 s for a first answer, not Envoy's 15 s each,
     # before Envoy starts its listeners (the stats listener is the chart's, unchanged)
     for source in ("lds_config", "cds_config"):
@@ -138,12 +137,12 @@ def test_each_monitoring_mode_scrapes_envoys_stats_port():
     pod, container = _envoy(docs)
     assert _ports(container)["metrics"] == 9300
     # the chart's own Prometheus: every Envoy pod, by its headless Service's DNS
-    config = yaml.safe_load(_one(docs, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
+    config = yaml.safe_load(one_object(docs, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "envoy"]
     assert job["metrics_path"] == STATS
     (dns,) = job["dns_sd_configs"]
     assert dns["port"] == 9300 and dns["type"] == "A"
-    service = _one(docs, "Service", "envoy-metrics")
+    service = one_object(docs, "Service", "envoy-metrics")
     assert dns["names"] == [f"{service['metadata']['name']}.hep.svc"]
     assert service["spec"]["clusterIP"] == "None"
     assert selects({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
@@ -151,7 +150,7 @@ def test_each_monitoring_mode_scrapes_envoys_stats_port():
     labels = {r["target_label"]: r["replacement"] for r in job["relabel_configs"]}
     assert labels == {"component": "envoy", "namespace": "hep", "release": "site"}
     # prometheus-operator: a PodMonitor on the container's `metrics` port
-    monitor = _one(docs, "PodMonitor", "envoy")
+    monitor = one_object(docs, "PodMonitor", "envoy")
     assert monitor["metadata"]["labels"]["release"] == "kps"
     assert selects(monitor["spec"]["selector"], pod["metadata"]["labels"])
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
@@ -219,7 +218,7 @@ def test_the_charts_prometheus_sends_its_alerts_to_the_alertmanagers_given(tmp_p
     managers = ["http://alertmanager.monitoring.svc:9093", "https://am.example.org:8443/am/"]
     values = {"monitoring": {"prometheus": {"enabled": True, "alertmanagers": managers}}}
     docs = _docs(values)
-    config = yaml.safe_load(_one(docs, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
+    config = yaml.safe_load(one_object(docs, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
     assert config["alerting"]["alertmanagers"] == [
         {"scheme": "http", "static_configs": [{"targets": ["alertmanager.monitoring.svc:9093"]}]},
         {
@@ -230,7 +229,7 @@ def test_the_charts_prometheus_sends_its_alerts_to_the_alertmanagers_given(tmp_p
     ]
     assert check_prometheus(docs, tmp_path) == []  # promtool check config, and the rules
     alone = _docs({"monitoring": {"prometheus": {"enabled": True}}})
-    config = yaml.safe_load(_one(alone, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
+    config = yaml.safe_load(one_object(alone, "ConfigMap", "prometheus")["data"]["prometheus.yml"])
     assert "alerting" not in config
     for wrong in ("alertmanager:9093", "http://user:secret@am:9093", "http://"):
         with pytest.raises(Exception) as caught:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from chartcheck import CHART, objects, profiles, render
+from chartcheck import CHART, objects, one_object, profiles, render
 from crdcheck import load_crds, validate
 
 COMPONENTS = ("triton", "envoy", "gateway", "operator")
@@ -20,21 +20,12 @@ def _docs(values: dict) -> list[dict]:
     return objects(render(values))
 
 
-def _one(docs: list[dict], kind: str, component: str) -> dict:
-    (found,) = [
-        d
-        for d in docs
-        if d["kind"] == kind and d["metadata"]["labels"]["app.kubernetes.io/component"] == component
-    ]
-    return found
-
-
 def _component(doc: dict) -> str:
     return doc["metadata"]["labels"]["app.kubernetes.io/component"]
 
 
 def _pod(docs: list[dict], component: str) -> dict:
-    return _one(docs, "Deployment", component)["spec"]["template"]["spec"]
+    return one_object(docs, "Deployment", component)["spec"]["template"]["spec"]
 
 
 def _render_error(values: dict) -> str:
@@ -83,7 +74,7 @@ def test_every_repository_is_one_model_repository_argument_on_its_own_volume():
     assert volumes["models-2"]["nfs"]["server"] == "nfs.example.org"
     assert volumes["models-3"]["hostPath"] == {"path": "/data/models", "type": "Directory"}
     # every CVMFS repository from one automount claim, mounted where Triton reads it
-    claim = _one(docs, "PersistentVolumeClaim", "cvmfs")
+    claim = one_object(docs, "PersistentVolumeClaim", "cvmfs")
     assert volumes["cvmfs"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     assert claim["spec"]["storageClassName"] == "cvmfs"
     cvmfs = [m for m in triton["volumeMounts"] if m["name"] == "cvmfs"]
@@ -214,7 +205,7 @@ def test_every_component_takes_its_probes_resources_and_placement():
     docs = _docs(values)
     defaults = _docs({})
     for n, component in enumerate(COMPONENTS):
-        deployment = _one(docs, "Deployment", component)["spec"]["template"]
+        deployment = one_object(docs, "Deployment", component)["spec"]["template"]
         pod, container = deployment["spec"], deployment["spec"]["containers"][0]
         assert container["resources"]["requests"]["cpu"] == f"{n + 1}00m", component
         liveness = container["livenessProbe"]
@@ -247,12 +238,12 @@ def test_every_service_takes_labels_and_annotations_and_triton_stays_headless():
     }
     docs = _docs(values)
     for component in COMPONENTS:
-        service = _one(docs, "Service", component)
+        service = one_object(docs, "Service", component)
         assert service["metadata"]["labels"]["site/scrape"] == component
         assert service["metadata"]["annotations"] == {"a": "b"}
         assert service["metadata"]["labels"]["app.kubernetes.io/component"] == component
-    assert _one(docs, "Service", "triton")["spec"]["clusterIP"] == "None"
-    gateway = _one(docs, "Service", "gateway")["spec"]
+    assert one_object(docs, "Service", "triton")["spec"]["clusterIP"] == "None"
+    gateway = one_object(docs, "Service", "gateway")["spec"]
     assert gateway["type"] == "LoadBalancer"
     assert gateway["loadBalancerSourceRanges"] == ["192.0.2.0/24"]
 
@@ -267,12 +258,12 @@ def _ingress_values(tls: dict) -> dict:
 def test_ingress_tls_from_a_named_secret():
     docs = _docs(_ingress_values({"secretName": "site-tls"}))
     for component, host in (("envoy", "grpc.example.org"), ("gateway", "sonic.example.org")):
-        ingress = _one(docs, "Ingress", component)
+        ingress = one_object(docs, "Ingress", component)
         assert ingress["spec"]["tls"] == [{"hosts": [host], "secretName": "site-tls"}]
         assert "annotations" not in ingress["metadata"]
     assert not [d for d in docs if d["kind"] == "Certificate"]
     plain = _docs(_ingress_values({}))
-    assert "tls" not in _one(plain, "Ingress", "envoy")["spec"]
+    assert "tls" not in one_object(plain, "Ingress", "envoy")["spec"]
 
 
 @pytest.mark.parametrize(
@@ -297,7 +288,7 @@ def test_ingress_tls_from_cert_managers_issuer_annotations(issuer, annotations):
         "nginx.ingress.kubernetes.io/backend-protocol": "GRPC"
     }
     docs = _docs(values)
-    envoy = _one(docs, "Ingress", "envoy")
+    envoy = one_object(docs, "Ingress", "envoy")
     assert envoy["metadata"]["annotations"] == {
         "nginx.ingress.kubernetes.io/backend-protocol": "GRPC",
         **annotations,
@@ -315,8 +306,8 @@ def test_ingress_tls_from_a_certificate_the_chart_makes_passes_its_crd():
     docs = _docs(_ingress_values(tls))
     crds = load_crds(CHART.parent / "crds")
     for component, host in (("envoy", "grpc.example.org"), ("gateway", "sonic.example.org")):
-        certificate = _one(docs, "Certificate", component)
-        ingress = _one(docs, "Ingress", component)
+        certificate = one_object(docs, "Certificate", component)
+        ingress = one_object(docs, "Ingress", component)
         assert certificate["spec"]["dnsNames"] == [host]
         assert certificate["spec"]["secretName"] == ingress["spec"]["tls"][0]["secretName"]
         assert certificate["spec"]["issuerRef"] == {
@@ -394,7 +385,7 @@ def test_helm_test_can_be_switched_off_and_given_requests_from_a_file():
     assert "helm test" not in render({"tests": {"enabled": False}})["sonicsite/templates/NOTES.txt"]
     inputs = json.dumps({"simple": {"inputs": []}})
     rendered = _docs({"tests": {"models": ["simple"], "inputs": inputs}})
-    pod = _one(rendered, "Pod", "test")
+    pod = one_object(rendered, "Pod", "test")
     (configmap,) = [d for d in rendered if d["kind"] == "ConfigMap" and "inputs.json" in d["data"]]
     assert configmap["data"]["inputs.json"] == inputs
     assert configmap["metadata"]["annotations"]["helm.sh/hook"] == "test"
