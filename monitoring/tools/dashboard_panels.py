@@ -16,12 +16,11 @@ from dataclasses import dataclass
 
 SITE = 'namespace=~"$namespace", release=~"$release"'
 MODEL = f'{SITE}, model=~"$model"'
-# Envoy's clusters of the boards' models, as the operator names them (operator/xds_resources.py
-# `model_cluster`, `rest_cluster`): no other cluster (holding, the site-view fan-out, JWKS,
-# the trace collector, the operator's ADS) is a model's traffic
-# the clusters that carry models' requests: each model's own (gRPC, REST) and the
+# Envoy's clusters that carry the boards' models' requests, as the operator names them
+# (operator/xds_resources.py): each model's own (`model_cluster`, `rest_cluster`) and the
 # all-servers pair its routes share where every server holds every model at full weight
-# (operator/route_clusters.py), whose time is over every model
+# (operator/route_clusters.py; their time is over every model). No other cluster (holding,
+# the site-view fan-out, JWKS, the trace collector, the operator's ADS) is a model's traffic.
 ENVOY_MODEL_CLUSTERS = f'{SITE}, envoy_cluster_name=~"(model|rest)_$model|triton|triton_rest"'
 WINDOW = "$__rate_interval"
 
@@ -304,107 +303,4 @@ def model_panels() -> list[tuple[str, list[PanelSpec]]]:
                 ),
             ],
         )
-    ]
-
-
-def placement_panels() -> list[tuple[str, list[PanelSpec]]]:
-    """Models on demand (operator/placement*.py, gateway/holding.py): where models are,
-    what placement did, and the requests held for a model while it loads."""
-    return [
-        (
-            "Placement",
-            [
-                PanelSpec(
-                    "Models loaded per server",
-                    "none",
-                    (
-                        Query(
-                            f"max by (server) (sonicsite_placement_models_loaded{{{SITE}}})",
-                            "{{server}}",
-                        ),
-                    ),
-                ),
-                PanelSpec(
-                    "Loads and unloads by rule",
-                    "none",
-                    tuple(
-                        Query(
-                            f"sum by (model, rule) (increase(sonicsite_placement_{kind}_total"
-                            f"{{{MODEL}}}[{WINDOW}]))",
-                            f"{kind[:-1]} {{{{model}}}} ({{{{rule}}}})",
-                        )
-                        for kind in ("loads", "unloads")
-                    ),
-                    description="The reason of each decision is in the operator's log and "
-                    "`sonicsite models status`.",
-                ),
-                PanelSpec(
-                    "Placement failures",
-                    "none",
-                    (
-                        Query(
-                            "sum by (action, model, server) (increase("
-                            f"sonicsite_placement_failures_total{{{MODEL}}}[{WINDOW}]))",
-                            "{{action}} {{model}} on {{server}}",
-                        ),
-                        Query(
-                            "sum(increase("
-                            f"sonicsite_placement_failures_total{{{MODEL}}}[{WINDOW}])) or "
-                            f"sum(sonicsite_placement_models_loaded{{{SITE}}}) * 0",
-                            "all",
-                        ),
-                    ),
-                    description="Loads and unloads that failed, each tried again after a "
-                    "back-off (the reason is in the operator's log and `sonicsite models "
-                    "status`); `all` reads 0 while placement runs and nothing fails. "
-                    "SonicsitePlacementFailing alerts when failures go on for 10 minutes.",
-                ),
-            ],
-        ),
-        (
-            "Held requests",
-            [
-                PanelSpec(
-                    "Requests held now",
-                    "none",
-                    (
-                        Query(
-                            f"sum by (model) (sonicsite_gateway_held_requests{{{MODEL}}})",
-                            "{{model}}",
-                        ),
-                    ),
-                    description="Requests for a model no server holds ready, waiting in the "
-                    "gateway until one does (the operator loads it for them).",
-                ),
-                PanelSpec(
-                    "Cold start: time held until a server had the model (p50, p99)",
-                    "s",
-                    tuple(
-                        Query(
-                            f"histogram_quantile({q}, sum by (le, model) (rate("
-                            f'sonicsite_gateway_hold_seconds_bucket{{{MODEL}, outcome="forwarded"}}'
-                            f"[{WINDOW}])))",
-                            f"{{{{model}}}} p{int(q * 100)}",
-                        )
-                        for q in (0.5, 0.99)
-                    ),
-                    description="From a held request's arrival until it was sent to a server "
-                    "that had loaded the model; its inference comes after.",
-                ),
-                PanelSpec(
-                    "Holds ended, by outcome",
-                    "none",
-                    (
-                        Query(
-                            f"sum by (outcome) (increase(sonicsite_gateway_hold_seconds_count"
-                            f"{{{MODEL}}}[{WINDOW}]))",
-                            "{{outcome}}",
-                        ),
-                    ),
-                    description="forwarded: answered by a server; asked_again: the client's "
-                    "own wait ran out first (the sonicsite client asks again); expired: the "
-                    "model's hold deadline passed (the caller got the reason).",
-                ),
-            ],
-        ),
     ]

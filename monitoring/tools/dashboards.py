@@ -10,7 +10,8 @@ the chart puts on its scrape targets, so that releases sharing a Prometheus are 
 together) and the model variable (any number, or all). On the local site, whose series carry
 no namespace or release, the regex `.*` (or an empty value) matches them.
 
-The panels and their queries are in dashboard_panels.py; this file lays them out on the
+The panels and their queries are in dashboard_panels.py (the placement board's in
+placement_panels.py); this file lays them out on the
 boards, with the boards' variables, and writes the JSON.
 """
 
@@ -19,15 +20,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dashboard_panels import (  # its sibling: on the path when run as a script
+from dashboard_panels import (  # its siblings: on the path when run as a script
     SITE,
     PanelSpec,
     model_panels,
     overview_panels,
-    placement_panels,
 )
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from placement_panels import placement_panels
 
 OUT = Path(__file__).resolve().parents[1] / "dashboards"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

@@ -6,12 +6,14 @@ And `http_peer`: a real HTTP/1.1 server in this process whose every answer the t
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from loopback_http import answer as send
+from loopback_http import serve
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher
@@ -44,36 +46,14 @@ Answer = Callable[[str, str, dict[str, str], bytes], tuple[int, dict[str, str], 
 def http_peer() -> Iterator[Callable[[Answer], str]]:
     """`http_peer(answer)`: a server on 127.0.0.1 answering every request with `answer`;
     returns its host:port. Keep-alive, as the gateway; stopped after the test."""
-    started: list[tuple[ThreadingHTTPServer, threading.Thread]] = []
+    with contextlib.ExitStack() as stack:
 
-    def start(answer: Answer) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def start(answer: Answer) -> str:
+            def reply(handler: BaseHTTPRequestHandler) -> None:
+                request = (handler.command, handler.path, dict(handler.headers), handler.body)
+                status, headers, data = answer(*request)
+                send(handler, status, data, headers)
 
-            def _answer(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, headers, data = answer(self.command, self.path, dict(self.headers), body)
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            return stack.enter_context(serve(reply, keep_alive=True))
 
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-        thread.start()
-        started.append((server, thread))
-        return f"127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+        yield start

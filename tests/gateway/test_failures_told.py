@@ -9,17 +9,18 @@ counted, and named as the reason a model is unavailable)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from loopback_http import answer, serve
 from polling import wait_until
 from sonicsite.gateway.app import GatewayConfig, create_app
 from sonicsite.gateway.forwarding import Forwarder
@@ -42,41 +43,21 @@ class FakeHttp:
         self.reserved = socket.socket()
         self.reserved.bind(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.reserved.getsockname()[1]}"
-        self.server: ThreadingHTTPServer | None = None
+        self._stack = contextlib.ExitStack()  # the server, once listening
 
     def listen(self) -> FakeHttp:
-        fake = self
+        def reply(handler: BaseHTTPRequestHandler) -> None:
+            self.calls.append((handler.command, handler.path))
+            status, body = self.answer(handler.command, handler.path)
+            answer(handler, status, body, {"Content-Type": "application/json"})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _any(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                fake.calls.append((self.command, self.path))
-                status, body = fake.answer(self.command, self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_PUT = do_POST = _any
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        host, port = self.address.rsplit(":", 1)
+        port = int(self.address.rsplit(":", 1)[1])
         self.reserved.close()
-        self.server = ThreadingHTTPServer((host, int(port)), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._stack.enter_context(serve(reply, port, keep_alive=True))
         return self
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        self._stack.close()
         self.reserved.close()
 
 

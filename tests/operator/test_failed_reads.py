@@ -12,10 +12,11 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback_http import Reply, answer, serve
 from sonicsite.operator import model_control
 from sonicsite.operator.api import make_server
 from sonicsite.operator.catalogue import ModelInfo, catalogue_of
@@ -31,46 +32,12 @@ from sonicsite.operator.placement_state import Decision, Kind, Rule
 from sonicsite.contract.wire import ServerRecord
 
 GOOD = 'nv_inference_count{model="simple",version="1"} 7\n'
-Reply = Callable[[BaseHTTPRequestHandler], None]
-
-
-@contextlib.contextmanager
-def http_server(reply: Reply) -> Iterator[str]:
-    """An HTTP server on a free loopback port whose every GET and POST `reply` answers (by
-    hand: it may write anything); yields host:port."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            reply(self)
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            reply(self)
-
-        def log_message(self, *args) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def body(status: int, data: bytes, length: int | None = None) -> Reply:
     """A reply of `data` whose Content-Length says `length` (more: the reply is cut short)."""
 
-    def reply(handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Length", str(len(data) if length is None else length))
-        handler.end_headers()
-        handler.wfile.write(data)
-
-    return reply
+    return lambda handler: answer(handler, status, data, length=length)
 
 
 def raw(data: bytes) -> Reply:
@@ -143,7 +110,7 @@ def test_a_servers_garbled_metrics_are_its_own_failed_scrape_naming_the_url():
     }
     with contextlib.ExitStack() as stack:
         urls = {
-            name: f"http://{stack.enter_context(http_server(reply))}/metrics"
+            name: f"http://{stack.enter_context(serve(reply))}/metrics"
             for name, reply in replies.items()
         }
         view = LoadView(timeout_s=2.0)
@@ -172,7 +139,7 @@ def _loop(**fields) -> PlacementLoop:
 
 
 def test_an_unreadable_metrics_reply_right_before_an_unload_keeps_the_model_and_says_why():
-    with http_server(body(200, GOOD.encode(), length=10_000)) as address:
+    with serve(body(200, GOOD.encode(), length=10_000)) as address:
         port = int(address.rpartition(":")[2])
         server = ServerRecord("triton-0", "127.0.0.1", 1, 1, port, ("simple",))
         used = _loop()._used_since_scrape(server, "simple", LoadView(timeout_s=0.5))
@@ -244,8 +211,8 @@ def test_observe_reads_every_index_at_once_and_waits_for_none_past_its_bound(cap
     barrier = threading.Barrier(3, timeout=4 * INDEX_TIMEOUT_S)
     with contextlib.ExitStack() as stack:
         stack.callback(barrier.abort)
-        addresses = [stack.enter_context(http_server(_answering_together(barrier))) for _ in "abc"]
-        addresses.append(stack.enter_context(http_server(_dripping(stop))))
+        addresses = [stack.enter_context(serve(_answering_together(barrier))) for _ in "abc"]
+        addresses.append(stack.enter_context(serve(_dripping(stop))))
         stack.callback(stop.set)
         servers = [
             ServerRecord(f"triton-{k}", "127.0.0.1", 1, int(a.rpartition(":")[2]), 1, ("simple",))
@@ -260,7 +227,7 @@ def test_observe_reads_every_index_at_once_and_waits_for_none_past_its_bound(cap
 
 
 def test_an_index_that_is_not_tritons_is_a_model_control_error_naming_the_server():
-    with http_server(body(200, b'{"models": []}')) as address:
+    with serve(body(200, b'{"models": []}')) as address:
         target = ControlTarget("triton-0", address, "key")
         try:
             model_control.ready_models(target, 2.0)
@@ -282,7 +249,7 @@ def _triton_whose_statistics_fail(handler: BaseHTTPRequestHandler) -> None:
 
 def test_a_load_that_worked_is_not_failed_by_its_statistics(caplog):
     """The model is loaded; only its measure is lost (a warning says why)."""
-    with http_server(_triton_whose_statistics_fail) as address:
+    with serve(_triton_whose_statistics_fail) as address:
         target = ControlTarget("triton-0", address, "key")
         with caplog.at_level(logging.WARNING):
             result = model_control.load(target, "simple", timeout=5.0)

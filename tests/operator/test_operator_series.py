@@ -5,11 +5,11 @@ takes with it: its Prometheus series."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
+from loopback_http import answer, serve
 from sonicsite.operator.controller import Operator
 from sonicsite.operator.xds_resources import model_cluster
 
@@ -50,25 +50,11 @@ class Triton:
 def metrics_server(triton: Triton) -> Iterator[int]:
     """`triton`'s /metrics on a free loopback port (yielded)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            payload = triton.text().encode()
-            self.send_response(503 if triton.down else 200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def reply(handler: BaseHTTPRequestHandler) -> None:
+        answer(handler, 503 if triton.down else 200, triton.text().encode())
 
-        def log_message(self, *args) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(reply) as address:
+        yield int(address.rpartition(":")[2])
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """The dashboards' builder is a script outside the installed package,
-monitoring/tools/dashboards.py (`make dashboards` runs it), with its panels in its sibling
-dashboard_panels.py. `load()` loads the two files by path, the builder under its own module
-name, `monitoring_dashboards`, so that tests import it by that name: neither monitoring/
-(whose `tests` and `dashboards` folders would shadow other imports) nor monitoring/tools
-goes on sys.path. `panels_without_data` asks a live Prometheus for every
-panel's queries."""
+monitoring/tools/dashboards.py (`make dashboards` runs it), with its panels in its siblings
+dashboard_panels.py and placement_panels.py. `load()` loads the three files by path, the
+builder under its own module name, `monitoring_dashboards`, so that tests import it by that
+name: neither monitoring/ (whose `tests` and `dashboards` folders would shadow other
+imports) nor monitoring/tools goes on sys.path. `panels_without_data` asks a live Prometheus
+for every panel's queries."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from sonicsite.local import prometheus
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "monitoring" / "tools" / "dashboards.py"
 MODULE = "monitoring_dashboards"
-PANELS = BUILDER.with_name("dashboard_panels.py")  # imported by the builder under its name
+# imported by the builder (and the second by the first) under their own names
+PANELS = tuple(BUILDER.with_name(n) for n in ("dashboard_panels.py", "placement_panels.py"))
 # What Grafana puts in for the boards' variables: every namespace, release and model.
 GRAFANA_VARIABLES = {
     "$namespace": ".*",
@@ -32,7 +33,8 @@ GRAFANA_VARIABLES = {
 def load() -> ModuleType:
     if MODULE in sys.modules:
         return sys.modules[MODULE]
-    _load_file(PANELS.stem, PANELS)
+    for panels in PANELS:
+        _load_file(panels.stem, panels)
     return _load_file(MODULE, BUILDER)
 
 
