@@ -99,6 +99,12 @@ class OperatorMetrics:
         self.xds_streams = Gauge(
             "sonicsite_operator_xds_streams", "Envoys on the operator's ADS stream", registry=r
         )
+        self.xds_streams_refused = Counter(
+            "sonicsite_operator_xds_streams_refused",
+            "Envoys' ADS streams refused (RESOURCE_EXHAUSTED): the operator served its most "
+            "streams already, and the refused Envoy gets no configuration until one closes",
+            registry=r,
+        )
         self.state_readers = Gauge(
             "sonicsite_operator_state_readers",
             f"Gateways that read the operator's state in the last {READER_GONE_S:g} s "

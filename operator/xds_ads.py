@@ -223,8 +223,9 @@ def _read(requests: Iterator, inbox: queue.Queue) -> None:
 
 
 class _Streams(grpc.GenericRpcHandler):
-    """The ADS method, counting the streams open so that one over the limit is said: gRPC
-    refuses it (RESOURCE_EXHAUSTED, `maximum_concurrent_rpcs`) without a word on our side.
+    """The ADS method, counting the streams open so that one over the limit is said and
+    counted (`sonicsite_operator_xds_streams_refused_total`): gRPC refuses it
+    (RESOURCE_EXHAUSTED, `maximum_concurrent_rpcs`) without a word on our side.
     The count is ours, never above gRPC's (a stream counts from its first step to its last):
     no refusal is made up, and one in the instant a stream starts or ends may go unsaid here
     (the refused Envoy logs its RESOURCE_EXHAUSTED and tries again)."""
@@ -244,6 +245,7 @@ class _Streams(grpc.GenericRpcHandler):
         with self._lock:
             full = self.open >= self.limit
         if full:  # gRPC checks the same count right after and refuses it
+            self.ads.metrics.xds_streams_refused.inc()
             print(
                 f"xDS: refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): {self.limit} streams "
                 "open already, the most this operator serves (xds_ads.STREAMS); that Envoy "

@@ -59,6 +59,8 @@ def test_a_stream_over_the_limit_is_refused_resource_exhausted_and_said(capsys):
             first.cancel()
     said = capsys.readouterr().err
     assert "refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): 1 streams open already" in said
+    refused_total = "sonicsite_operator_xds_streams_refused_total"
+    assert ads.metrics.registry.get_sample_value(refused_total) == 1
 
 
 class Peer:
