@@ -1,5 +1,6 @@
 """Carrying placement's decisions out (the placement loop's second half, placement_loop.py):
-a worker per server, its decisions in order, each checked again at its turn (`_dropped`),
+a worker per server, its decisions in order, each checked again at its turn (`_dropped`, by
+the rules of placement_checks.py, which the simulator applies too),
 an unload drained first (`_drain`), Triton's model-control API called with the site's key,
 and a failure backed off and retried. The loop's state (the servers' replicas, the held
 counts, the decisions made, the back-offs) stays on `PlacementLoop`, which this mixin is a
@@ -18,7 +19,15 @@ from sonicsite.contract.wire import ServerRecord
 from . import model_control
 from .loadview import LoadView, MetricsUnreadable, read_metrics
 from .model_control import ControlTarget, ModelControlError
-from .placement import Decision, Kind, Rule
+from .placement import Decision, Kind
+from .placement_checks import (
+    SeenSince,
+    called_off,
+    dropped,
+    unmade_after,
+    used_between,
+    used_since,
+)
 
 LOG = logging.getLogger("sonicsite.operator.placement")
 DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy and the gateways to stop
@@ -110,9 +119,9 @@ class PlacementActuator:
             started = time.monotonic()
             try:
                 server = servers[d.server]
-                if dropped := self._dropped(d, decisions[k + 1 :], unmade):
-                    outcome = f"dropped: {dropped}"
-                    LOG.warning("placement: dropped %s: %s", d, dropped)
+                if why := self._dropped(d, decisions[k + 1 :], unmade):
+                    outcome = f"dropped: {why}"
+                    LOG.warning("placement: dropped %s: %s", d, why)
                 elif d.kind is Kind.LOAD:
                     outcome = self._load(self._target(server), d, view)
                 else:
@@ -127,10 +136,7 @@ class PlacementActuator:
             else:
                 with self._lock:
                     self.backoff.pop((d.kind.value, d.model, d.server), None)
-            if d.kind is Kind.LOAD:
-                unmade.discard(d.server)
-            elif d.rule is Rule.MAKE_ROOM and not outcome.startswith("unloaded"):
-                unmade.add(d.server)
+            unmade = unmade_after(d, outcome, unmade)
             with self._lock:
                 self.decisions.append(
                     {
@@ -151,34 +157,22 @@ class PlacementActuator:
                     self._loaded.add(d)  # loading, to `decide`, until a step sees it ready
 
     def _dropped(self, d: Decision, after: Sequence[Decision], unmade: set[str]) -> str:
-        """Why `d` no longer stands (empty: it does): a load nobody waits for now or whose
-        room was not made, a MAKE_ROOM unload for such a load."""
-        if d.kind is Kind.LOAD:
-            why = self._unwanted(d.model, d.rule)
-            if not why and d.server in unmade:
-                why = f"the room for it on {d.server} was not made"
-            return why
-        if d.rule is Rule.MAKE_ROOM:
-            load = next((x for x in after if x.kind is Kind.LOAD and x.server == d.server), None)
-            why = self._unwanted(load.model, load.rule) if load is not None else ""
-            if why:
-                return f"the load it made room for ({load.model}) no longer stands: {why}"
-        return ""
+        """Why `d` no longer stands (empty: it does), from what the steps saw since it was
+        decided (placement_checks.py `dropped`)."""
+        return dropped(d, after, unmade, self._seen())
 
-    def _unwanted(self, model: str, rule: Rule) -> str:
-        """Why a load of `model` by `rule` is no longer wanted, from what the steps saw since
-        it was decided (empty: it is wanted)."""
+    def _seen(self) -> SeenSince:
+        """What the steps saw since: requests held and work declared now, what each server
+        holds ready, the queue pressure."""
+        now = time.time()
         with self._lock:
-            ready = any(model in held for held in self.loaded.values())
-            if rule in (Rule.FIRST_REPLICA, Rule.WARM) and ready:
-                return "a replica is ready now"
-            if rule in (Rule.FIRST_REPLICA, Rule.WAVE):
-                now = time.time()
-                if not self.held.held(now).get(model, 0) and model not in self.declared(now):
-                    return "no request is held or declared for it now"
-            if rule is Rule.QUEUE_PRESSURE and self.over_since.get(model) is None:
-                return f"its queue time is no longer over {self.settings.queue_ms:g} ms"
-        return ""
+            return SeenSince(
+                held=self.held.held(now),
+                declared=set(self.declared(now)),
+                loaded=dict(self.loaded),
+                over_since=dict(self.over_since),
+                queue_ms=self.settings.queue_ms,
+            )
 
     def _load(self, target: ControlTarget, d: Decision, view: LoadView) -> str:
         result = model_control.load(target, d.model)
@@ -206,8 +200,7 @@ class PlacementActuator:
         used = ""
         if not d.at_work:
             with self._lock:
-                used_at = self.last_used.get(key, 0.0)
-            used = "used since the decision" if used_at > decided_at else ""
+                used = used_since(d, self.last_used.get(key, 0.0), decided_at)
             used = used or self._used_since_scrape(server, d.model, view)
         if used:
             LOG.warning("placement: kept %s on %s: %s", d.model, d.server, used)
@@ -218,9 +211,8 @@ class PlacementActuator:
             late = self._drain(d)
             with self._lock:
                 held = self.held.held(time.time()).get(d.model, 0)
-                elsewhere = any(d.model in m for s, m in self.loaded.items() if s != d.server)
-            if held and not elsewhere:
-                why = f"{held} request(s) held for it while it drained"
+                why = called_off(d, held, self.loaded)
+            if why:
                 LOG.warning("placement: kept %s on %s: %s", d.model, d.server, why)
                 return f"kept: {why}"
             seconds = model_control.unload(target, d.model)
@@ -270,13 +262,7 @@ class PlacementActuator:
             now = read_metrics(server.metrics_url, view.timeout_s * 4).get(model, {})
         except MetricsUnreadable as exc:  # the read's failure, whatever it was, names the URL
             return f"metrics unreadable right before the unload: {exc}"
-        if now.get("pending", 0.0) > 0:
-            return f"{now['pending']:.0f} request(s) pending"
-        then = view.last_counters(server.id).get(model, {})
-        for counter in ("success", "failure"):
-            if now.get(counter, 0.0) != then.get(counter, 0.0):
-                return f"requests completed since the decision ({counter} counter moved)"
-        return ""
+        return used_between(view.last_counters(server.id).get(model, {}), now)
 
     def _failed(self, d: Decision, reason: str, traceback: bool = False) -> None:
         """Count, back off and log a failed decision (`traceback`: a failure other than

@@ -5,7 +5,8 @@ windows; a pool below one server is woken by requests held for one of its models
 pool that answered requests within the metric's window keeps one (as KEDA's activation on
 the held-request and request-rate metrics wakes the chart's pool at zero and keeps it up
 while it serves). A site without pools is one pool, `default`, of every server and model:
-the one autoscaler it had.
+the one autoscaler it had. The decision is one function, `decide_pool`, that the operator's
+step and the simulator (sim/policies.py) both call.
 
 The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
 a pool whose last action is still running decides nothing new. Every action is a scale event
@@ -78,6 +79,45 @@ def pool_views(
     return views
 
 
+@dataclass(frozen=True)
+class PoolDecision:
+    """One pool's servers wanted now, the metric and the declared work's cap it was decided
+    on, and why (a scale event's reason)."""
+
+    desired: int
+    metric_ms: float | None
+    cap: int | None
+    reason: str
+
+
+def decide_pool(
+    policy: ScalingPolicy,
+    scaler: Autoscaler,
+    view: PoolView,
+    start_s: float | None,
+    now: float,
+) -> PoolDecision:
+    """How many servers the pool wants now, from its view: the autoscaler on its queue time
+    (`scaler` keeps the stabilisation windows' history), no higher than its declared work
+    keeps busy (`start_s`: a server's start as the pool's last scale-up took); a pool that
+    answered requests within the window keeps a server (min 0 only scales an idle pool to
+    zero), and held requests wake one at once (activation). A pool not measured over a
+    whole window yet decides nothing (`PoolView.filled`). The operator's step and the
+    simulator (sim/policies.py) both call this: the one decision."""
+    metric = queue_ms_per_request(view.loads)
+    serving = any(load.requests or load.pending for load in view.loads)
+    cap = scale_up_cap(policy, view.current, view.work, view.loads, start_s)
+    desired = view.current  # not measured over a window yet: nothing decided
+    if view.filled:
+        desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
+    if view.held > 0 and desired < 1:
+        return PoolDecision(1, metric, cap, f"{view.held} request(s) held")
+    reason = f"queue time {metric or 0.0:.1f} ms per request"
+    if cap is not None and desired > view.current and desired == cap:
+        reason += f"; the declared work keeps {cap} server(s) busy"
+    return PoolDecision(desired, metric, cap, reason)
+
+
 @dataclass
 class PoolScaling:
     policy: ScalingPolicy
@@ -99,25 +139,16 @@ class PoolScaling:
         return replace(self.policy, min_servers=low, max_servers=high)
 
     def step(self, views: dict[str, PoolView], now: float) -> None:
-        """Decide each pool's servers; start an action for each pool that must change. The
-        gauges are per pool (servers wanted, taking work, the most allowed); the metric the
-        site's highest."""
+        """Decide each pool's servers (`decide_pool`); start an action for each pool that
+        must change. The gauges are per pool (servers wanted, taking work, the most
+        allowed); the metric the site's highest."""
         metrics, servers = [], {}
         for pool, view in views.items():
             policy = self.policy_of(pool)
             scaler = self.scalers.setdefault(pool, Autoscaler(policy))
-            metric = queue_ms_per_request(view.loads)
-            # a pool that answered requests within the window keeps a server (min 0 only
-            # scales an idle pool to zero); held requests wake one at once (activation)
-            serving = any(load.requests or load.pending for load in view.loads)
-            cap = scale_up_cap(policy, view.current, view.work, view.loads, self.start_s.get(pool))
-            desired = view.current  # not measured over a window yet: nothing decided
-            if view.filled:
-                desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
-            self._export_cap(pool, cap, view.current)
-            activation = view.held > 0 and desired < 1
-            if activation:
-                desired = 1
+            decision = decide_pool(policy, scaler, view, self.start_s.get(pool), now)
+            desired, metric = decision.desired, decision.metric_ms
+            self._export_cap(pool, decision.cap, view.current)
             servers[pool] = (desired, view.current, policy.max_servers)
             metrics.append(metric or 0.0)
             running = self._running.get(pool)
@@ -127,12 +158,8 @@ class PoolScaling:
                 continue
             direction = "up" if desired > view.current else "down"
             self.metrics.scale_events.labels(direction).inc()
-            reason = f"{view.held} request(s) held" if activation else ""
             event = {"at": now, "pool": pool, "from": view.current, "to": desired}
-            event |= {"metric_ms": metric, "direction": direction}
-            event["reason"] = reason or f"queue time {metric or 0.0:.1f} ms per request"
-            if cap is not None and direction == "up" and desired == cap:
-                event["reason"] += f"; the declared work keeps {cap} server(s) busy"
+            event |= {"metric_ms": metric, "direction": direction, "reason": decision.reason}
             self.events.append(event)
             del self.events[:-EVENTS_KEPT]
             thread = threading.Thread(target=self._carry_out, args=(event,), daemon=True)

@@ -12,18 +12,20 @@ Modules, one job each:
 - `scenario.py`: what a scenario holds (site, pool with its sweep of GPU counts, models,
   workflows with their own calls); shipped scenarios under `scenarios/`; faults (`FAULTS`:
   a Prometheus outage, a lost node) at their times. `scenario_parse.py`: the YAML read and
-  checked, each error naming its field.
+  checked, each error naming its file and field (`scenario_fields.py`: one field's reader).
 - `gpu.py`: a GPU server: per model Triton's dynamic batcher (max batch, queue delay), one
   execution at a time, and Triton's counters as the operator scrapes them.
 - `envoy.py`: Envoy's LEAST_REQUEST pick (with equal weights power of two choices, or the
   least busy of all with `FULL_SCAN`; earliest deadline first over weight / (active + 1)
   otherwise): Envoy's, modelled here.
-- `policies.py`: the two policy sets: `sonicsite` (the operator's load view, balancing
-  weights, admission and autoscaler, called as the operator calls them) and `reference`
-  (SuperSONIC's chart defaults).
+- `policies.py`: the `sonicsite` policy set (the operator's load view, balancing weights,
+  admission and pool-scaling decision, called as the operator calls them); `reference.py`:
+  the `reference` set (SuperSONIC's chart defaults), whose autoscaling is Kubernetes' HPA
+  and KEDA's activation, modelled in `hpa.py`.
 - `placing.py`: models placed on demand (a scenario's `placement`): the operator's
-  placement policy each step, its loads and unloads carried out at simulated time, and the
-  requests held for a model that no server has ready.
+  placement policy each step, its loads and unloads carried out at simulated time with the
+  operator's actuator's checks at each turn, and the requests held for a model that no
+  server has ready.
 - `site.py`: the pool of servers: slots by GPU kind, pod start and model load, drain.
 - `workload.py`: CRAB-like waves of jobs; a job's CPU time and its requests, with the
   client's retry-after and back-off.

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ..contract.options import at_least
@@ -65,7 +66,19 @@ def run_simulate(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as exc:
         print(f"sonicsite simulate: {exc}", file=sys.stderr)
         return 1
-    result = results.write(args.json, chosen, args.seed, args.seeds, args.workers)
+    # checked before any run: a path found unwritable only after them lost every run
+    wanted = [("--json", args.json, args.json)]
+    if args.plot is not None:  # a plot's file in the folder
+        wanted.append(("--plot", args.plot, args.plot / f"{chosen.name}-fixed_pool.png"))
+    for option, given, probe in wanted:
+        if why := unwritable(probe):
+            print(f"sonicsite simulate: {option} {given}: cannot write: {why}", file=sys.stderr)
+            return 2
+    try:
+        result = results.write(args.json, chosen, args.seed, args.seeds, args.workers)
+    except results.SummaryError as exc:
+        print(f"sonicsite simulate: {exc}", file=sys.stderr)
+        return 1
     hidden = ("fixed_pool", "autoscaled", "over_seeds", "sweep")
     shown = {k: v for k, v in result["summary"].items() if k not in hidden}
     print(json.dumps(shown, indent=2))
@@ -76,3 +89,19 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(f"plot: {path}")
     print(f"written: {args.json}")
     return 0
+
+
+def unwritable(path: Path) -> str:
+    """Why a file cannot be written at `path` (empty: it can): a folder there, a parent that
+    cannot be made, a folder where no file can be created.
+    Its parent folders are made; a probe file is written beside it and removed (the file
+    itself is written beside it too, then renamed over it)."""
+    if path.is_dir():
+        return "it is a folder"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        return f"{exc.strerror or exc} ({exc.filename or path.parent})"
+    return ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
@@ -227,16 +228,29 @@ class Server:
         if self.state != STOPPED:
             self.holds[model] = Loaded(ReplicaState.READY, self.env.now)
 
-    def unload(self, model: str, seconds: float, routed, poll_s: float):
+    def unload(
+        self,
+        model: str,
+        seconds: float,
+        routed: Callable[[], bool],
+        poll_s: float,
+        drained: Callable[[], str] = lambda: "",
+    ):
         """Triton's model-control unload once `routed()` (some Envoy route still sends the
-        model here) is false and the requests it holds are answered; its statistics start
-        from zero if it is loaded again (a process)."""
+        model here) is false and the requests it holds are answered, unless `drained()` then
+        says why not (the replica is kept, ready again); its statistics start from zero if it
+        is loaded again (a process; its value: why it was kept, empty once unloaded)."""
+        before = self.holds[model]
         self.holds[model] = Loaded(ReplicaState.UNLOADING, self.env.now)
         while routed() or self._queues[model] or self._executing[model]:
             yield self.env.timeout(poll_s)
+        if why := drained():
+            self.holds[model] = before
+            return why
         yield self.env.timeout(seconds)
         self.holds.pop(model, None)
         self.counters[model] = Counters()
+        return ""
 
     def busy_seconds(self) -> float:
         """Time with at least one execution running, up to now."""

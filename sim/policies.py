@@ -8,69 +8,34 @@ the all-servers cluster's weights and the models whose routes send there
 (`route_clusters.pool_weights`, `shared_models`),
 `admission.decide` per model (a shed is answered at Envoy with its retry-after), where the
 scenario places models the operator's placement (`placement.decide`, carried out and the
-held requests released by sim/placing.py), and the local autoscaler (`Autoscaler.desired`
-on `queue_ms_per_request` over the load view's window), one actuation at a time as the
-operator's actuator thread does.
+held requests released by sim/placing.py), and the local autoscaler (pool_scaling.py
+`decide_pool`, the operator's own decision: queue time over the load view's window, the
+declared work's cap, a pool still serving keeping a server, held requests waking one), one
+actuation at a time as the operator's actuator thread does.
 
-`reference`: SuperSONIC's chart defaults, helm/supersonic/values.yaml and templates of
-fastmachinelearning/SuperSONIC (read at e5788010d54a):
-- `envoy.loadBalancerPolicy: "LEAST_REQUEST"`, one cluster over every server, equal weights
-  (where the scenario places models: one cluster per static group, `Scenario.placement`)
-  (templates/envoy/configmaps.yaml `lb_policy: {{ .envoy.loadBalancerPolicy }}`, STRICT_DNS:
-  hosts refreshed every 5 s, Envoy's default `dns_refresh_rate`);
-- admission: `envoy.rate_limiter.prometheus_based` (cfg/envoy-filter.lua) checks only the
-  RepositoryIndex call a client makes when it connects: refused when the metric is above
-  `serverLoadThreshold: 100`, and when Prometheus answers nothing (fails closed). The chart
-  ships it `enabled: false`; it is on here, as the only admission the chart has. A refused
-  job fails and is resubmitted (`workload.resubmit_s`);
-- the metric (templates/_helpers/_scaling-metric.tpl, `serverLoadMetric: ""`):
-  sum(rate(nv_inference_queue_duration_us[30s])) / (sum(rate(nv_inference_exec_count[30s]))
-  × 1000 + 0.001), ms of queue per *execution*, summed over every model and server;
-  Prometheus scrapes every 5 s (`prometheus.server.global.scrape_interval: 5s`);
-- KEDA (templates/keda/so.yaml): `pollingInterval: 30`, threshold `serverLoadThreshold`
-  (100), `metricType: Value`; HPA behaviour from values.yaml `keda.scaleUp`
-  (`stabilizationWindowSeconds: 60`, `periodSeconds: 60`, `stepsize: 1`) and
-  `keda.scaleDown` (`stabilizationWindowSeconds: 600`, `periodSeconds: 120`, `stepsize:
-  1`); min/max replicas from the scenario's pool (the chart's `minReplicaCount: 1`,
-  `maxReplicaCount: 2` are a demo's). The HPA's rule itself (ceil(current × metric /
-  target), 10 % tolerance, stabilisation windows) is Kubernetes', the same as the
-  project's `Autoscaler`, which is called for it.
+`reference`: SuperSONIC's chart defaults, in sim/reference.py.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import simpy
 from sonicsite.operator.admission import AdmissionPolicy, decide
-from sonicsite.operator.autoscaler import (
-    Autoscaler,
-    ScalingPolicy,
-    queue_ms_per_request,
-    scale_up_cap,
-)
+from sonicsite.operator.autoscaler import Autoscaler
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.declared_work import DeclaredWork
 from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.pool_scaling import decide_pool, pool_views
 from sonicsite.operator.route_clusters import pool_weights, shared_models
 from sonicsite.operator.xds_resources import ALL_SERVERS
 
-from sonicsite.contract.wire import AdmissionRecord
+from sonicsite.contract.wire import DEFAULT_POOL, AdmissionRecord, ServerRecord
 from sonicsite.contract.work_report import WorkReport
 
-from .gpu import DRAINING, READY
+from .gpu import DRAINING, READY, Server
 from .placing import Placing
 from .site import Site
-
-ALL = ALL_SERVERS  # the reference's one cluster
-REF_THRESHOLD_MS = 100.0  # serverLoadThreshold
-REF_SCRAPE_S = 5.0  # prometheus.server.global.scrape_interval
-REF_RATE_WINDOW_S = 30.0  # [30s] in the default metric
-REF_POLLING_S = 30.0  # KEDA pollingInterval
-REF_DNS_REFRESH_S = 5.0  # Envoy's dns_refresh_rate default (STRICT_DNS)
-REF_UP = (60.0, 60.0, 1)  # scaleUp: stabilizationWindowSeconds, periodSeconds, stepsize
-REF_DOWN = (600.0, 120.0, 1)  # scaleDown: the same
 
 
 @dataclass
@@ -143,7 +108,7 @@ class Sonicsite:
     def step(self, now: float) -> None:
         servers = [s for s in self.site.servers.values() if s.state in (READY, DRAINING)]
         known = {s.id for s in servers}
-        for gone in set(self.loadview.health) - known:
+        for gone in sorted(set(self.loadview.health) - known):
             self.loadview.forget(gone)
             self.balancing.forget(gone)
         for s in servers:
@@ -168,153 +133,42 @@ class Sonicsite:
         capped = {m for m, a in self.admissions.items() if a.fail_open}
         placing = self.placing is not None
         self.shared = shared_models(self.weights, pool, capped, placing=placing)
-        if self.placing is not None:
-            self.placing.release({m for m, w in self.weights.items() if w})
-        self._autoscale(now, len(ready_models))
+        if self.placing is not None:  # in a fixed order: each release draws picks
+            self.placing.release(sorted(m for m, w in self.weights.items() if w))
+        self._autoscale(now, [s for s in servers if s.state == READY])
 
     def _routed(self, server: str, model: str) -> bool:
         """Whether Envoy's route for `model` still sends to `server`."""
         return server in self.site.cluster(self.cluster_of(model)).weights
 
-    def _autoscale(self, now: float, current: int) -> None:
+    def _autoscale(self, now: float, ready: list[Server]) -> None:
+        """The operator's decision for its one pool (pool_scaling.py `decide_pool`, its view
+        built by `pool_views` as the operator's step builds it) on the servers ready now:
+        the load view's window, the requests held, the work declared."""
         if self.scaler is None:
             return
         policy = self.scaler.policy
-        window = self.loadview.window_loads(policy.window_s)
-        work = self.declared.totals(now)
-        cap = scale_up_cap(policy, current, work, window, self.start_s)
-        desired = self.scaler.desired(now, current, queue_ms_per_request(window), cap=cap)
-        if desired != current and not self._busy:
+        records = [ServerRecord(s.id, "sim", 0, 0, 0, tuple(s.ready_models())) for s in ready]
+        held = self.placing.held() if self.placing is not None else {}
+        (view,) = pool_views(
+            [DEFAULT_POOL],
+            lambda _: DEFAULT_POOL,
+            records,
+            self.loadview.window_loads(policy.window_s),
+            held,
+            self.declared.totals(now),
+            self.loadview.windowed(policy.window_s),
+        ).values()
+        decision = decide_pool(policy, self.scaler, view, self.start_s, now)
+        if decision.desired != view.current and not self._busy:
             self._busy = True
-            self.site.env.process(self._actuate(desired, current))
+            self.site.env.process(self._actuate(decision.desired, view.current, decision.reason))
 
-    def _actuate(self, desired: int, current: int):
+    def _actuate(self, desired: int, current: int, reason: str):
         """Blocking, as the local actuator is: the next decision waits for this one; a
         scale-up's seconds are the servers' start (pool_scaling.py measures it so)."""
         began = self.site.env.now
-        yield self.site.scale_to(desired, "sonicsite autoscaler")
+        yield self.site.scale_to(desired, f"sonicsite autoscaler: {reason}")
         if desired > current:
             self.start_s = self.site.env.now - began
         self._busy = False
-
-
-@dataclass
-class Reference:
-    """SuperSONIC's defaults (see the module's docstring for each value's source)."""
-
-    site: Site
-    scaler: Autoscaler | None = None
-    prometheus_up: bool = True
-    name: str = "reference"
-    _samples: dict[str, deque] = field(default_factory=dict)  # server: (t, queue_us, execs)
-    _last_change: dict[str, float] = field(default_factory=dict)
-
-    def start(self) -> None:
-        env = self.site.env
-        env.process(self._every(REF_SCRAPE_S, self._scrape))
-        env.process(self._every(REF_DNS_REFRESH_S, self._dns))
-        if self.scaler is not None:
-            env.process(self._every(REF_POLLING_S, self._keda))
-
-    def cluster_of(self, model: str) -> str:
-        """One cluster over every server, or, where the scenario places models, the cluster
-        of the static group (a deployment of its own) that holds `model`."""
-        placement = self.site.scenario.placement
-        if placement is None:
-            return ALL
-        return next(f"static-{k}" for k, g in enumerate(placement.static) if model in g)
-
-    def connect(self, now: float) -> bool:
-        metric = self.metric_ms(now)
-        return metric is not None and metric <= REF_THRESHOLD_MS
-
-    def hold(self, model: str) -> simpy.Event | None:
-        return None  # every model is loaded where its deployment runs
-
-    def hold_deadline_s(self) -> float:
-        return 0.0
-
-    def shed_models(self, now: float) -> list[str]:
-        return []  # no admission per request
-
-    def refused(self, model: str, now: float, admitted: bool) -> float | None:
-        return None  # no admission per request
-
-    def declare(self, report: WorkReport, now: float) -> None:
-        """Nothing: the reference's clients are stock clients, which declare no work."""
-
-    def set_prometheus(self, up: bool) -> None:
-        """An outage: the query answers nothing (connects refused, KEDA holds)."""
-        self.prometheus_up = up
-
-    def _every(self, period: float, action):
-        while True:
-            action(self.site.env.now)
-            yield self.site.env.timeout(period)
-
-    def _dns(self, now: float) -> None:
-        placement = self.site.scenario.placement
-        if placement is None:
-            self.site.cluster(ALL).update({s.id: 1 for s in self.site.ready()})
-            return
-        for k, group in enumerate(placement.static):
-            held = {s.id: 1 for s in self.site.ready() if set(group) <= set(s.ready_models())}
-            self.site.cluster(f"static-{k}").update(held)
-
-    def _scrape(self, now: float) -> None:
-        if not self.prometheus_up:
-            return
-        for s in self.site.servers.values():
-            if s.state not in (READY, DRAINING):
-                continue
-            series = self._samples.setdefault(s.id, deque())
-            series.append(
-                (
-                    now,
-                    sum(c.queue_us for c in s.counters.values()),
-                    sum(c.executions for c in s.counters.values()),
-                )
-            )
-            while series and series[0][0] < now - REF_RATE_WINDOW_S - REF_SCRAPE_S:
-                series.popleft()
-
-    def metric_ms(self, now: float) -> float | None:
-        """The chart's query at `now`; None when Prometheus has no series to answer with."""
-        if not self.prometheus_up:
-            return None
-        queue = execs = 0.0
-        found = False
-        for series in self._samples.values():
-            inside = [x for x in series if x[0] >= now - REF_RATE_WINDOW_S]
-            if len(inside) < 2 or inside[-1][0] < now - 2 * REF_SCRAPE_S:
-                continue
-            dt = inside[-1][0] - inside[0][0]
-            queue += (inside[-1][1] - inside[0][1]) / dt
-            execs += (inside[-1][2] - inside[0][2]) / dt
-            found = True
-        return queue / (execs * 1000 + 0.001) if found else None
-
-    def _keda(self, now: float) -> None:
-        metric = self.metric_ms(now)
-        if metric is None:  # the HPA cannot read the metric: it keeps the replicas
-            return
-        current = len(self.site.running())
-        desired = self.scaler.desired(now, current, metric)
-        direction = "up" if desired > current else "down"
-        _, period, step = REF_UP if desired > current else REF_DOWN
-        if desired == current or now - self._last_change.get(direction, -1e18) < period:
-            return
-        desired = (
-            min(desired, current + step) if desired > current else max(desired, current - step)
-        )
-        self._last_change[direction] = now
-        self.site.scale_to(desired, "reference KEDA")
-
-
-def reference_scaler(min_servers: int, max_servers: int) -> Autoscaler:
-    """The HPA behind the chart's ScaledObject: target 100 ms, windows 60 s up, 600 s down."""
-    return Autoscaler(
-        ScalingPolicy(
-            min_servers, max_servers, REF_THRESHOLD_MS, REF_UP[0], REF_DOWN[0], REF_RATE_WINDOW_S
-        )
-    )

@@ -3,7 +3,10 @@
 A fixed pool (`pool.fixed_servers` up, the first slots, autoscaling off) is always
 compared; a scenario whose pool autoscales is compared autoscaled as well, and its summary's
 headline ratios are the autoscaled ones, the fixed pool's beside them. A ratio is sonicsite
-/ reference: below 1 is a win for every figure but utilisation.
+/ reference: below 1 is a win for every figure but utilisation. A comparison where either
+set left a job unfinished or failed a request is not comparable (`comparable: false`, and
+why): a run that failed its requests is quick and its latencies those of the few answered.
+`wins` says so first and counts none of its ratios.
 
 A sweep (`pool.sweep`) runs fixed pools of several GPU counts under both sets: the cost in
 GPU-hours against the jobs' makespan (how many GPUs a site's CPUs need).
@@ -15,6 +18,7 @@ The runs are independent: they go to worker processes, one per core by default.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -60,9 +64,35 @@ def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
         return list(pool.map(one_run, *zip(*tasks, strict=True)))
 
 
+class SummaryError(RuntimeError):
+    """The runs ended but their summary could not be made; their figures were written."""
+
+
+def unfinished(figures: dict) -> str:
+    """Why a run's figures cannot be compared (empty: they can): a job not done by the
+    limit (or open-loop requests not over), requests failed."""
+    problems = []
+    if not figures["finished"]:
+        jobs = figures["jobs"]
+        problems.append(
+            f"{figures['jobs_done']} of {jobs} jobs done by the limit"
+            if jobs
+            else "its open-loop requests not all over by the limit"
+        )
+    if failed := figures["requests_failed"]:
+        answered = figures["requests_answered"]
+        problems.append(f"{answered} of {answered + failed} requests answered, {failed} failed")
+    return ", ".join(problems)
+
+
 def comparison(runs: dict[str, dict]) -> dict:
-    """Both policy sets' figures on one case, the ratios and utilisations beside them."""
+    """Both policy sets' figures on one case, the ratios and utilisations beside them, and
+    whether they can be compared (both finished every job, neither failed a request)."""
     result = {name: runs[name]["figures"] for name in POLICY_SETS}
+    problems = [f"{n}: {why}" for n in POLICY_SETS if (why := unfinished(result[n]))]
+    result["comparable"] = not problems
+    if problems:
+        result["incomparable"] = "; ".join(problems)
     for key, figure in RATIOS.items():
         result[key] = ratio(result["sonicsite"][figure], result["reference"][figure])
     result["gpu_utilisation"] = {n: result[n]["gpu_utilisation"] for n in POLICY_SETS}
@@ -120,6 +150,8 @@ def summarise(
         "scenario": scenario.name,
         "seed": seed,
         "headline": "autoscaled" if scenario.pool.autoscaling else "fixed_pool",
+        "comparable": headline["comparable"],
+        **({"incomparable": headline["incomparable"]} if not headline["comparable"] else {}),
         **{key: headline[key] for key in RATIOS},
         "gpu_utilisation": headline["gpu_utilisation"],
         "wins": wins(comparisons),
@@ -130,7 +162,7 @@ def summarise(
 
 def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
     """The cost/makespan curve: per GPU count, both sets' makespan, GPU-hours and p99."""
-    shown = ("makespan_s", "gpu_hours", "p99_latency_s", "finished")
+    shown = ("makespan_s", "gpu_hours", "p99_latency_s", "finished", "requests_failed")
     rows = []
     for n in sorted({n for n, _ in runs}):
         row: dict = {"gpus": n}
@@ -143,23 +175,38 @@ def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
     return rows
 
 
-def wins(comparisons: dict) -> list[str]:
+def wins(comparisons: dict, seeds: int = 1) -> list[str]:
     """Where sonicsite wins or loses, and by how much, in words: over all requests, and
-    each model's p50, p99 and mean over its own requests."""
-    said = []
+    each model's p50, p99 and mean over its own requests. A comparison that is not
+    comparable is said first, its ratios not counted. With `seeds` > 1 the comparisons are
+    `over_seeds`' spreads: each ratio their mean, over the seeds that had it."""
+    first, said = [], []
     for case, c in comparisons.items():
-        named = [("", key, c[key]) for key in RATIOS]
+        if not c.get("comparable", True):
+            first.append(f"{case}: INCOMPARABLE, no ratio counted: {c.get('incomparable')}")
+            continue
+        named = [("", key, c.get(key)) for key in RATIOS]
         for model, ratios in c.get("per_model", {}).items():
             named += [(f"{model}'s ", key, ratios.get(key)) for key in PER_MODEL]
         for whose, key, value in named:
-            if value is None:
+            mean, over = _mean(value)
+            if mean is None:
                 continue
             what = whose + key.removesuffix("_ratio_vs_reference")
-            if value < 0.99:
-                said.append(f"{case}: {what} {(1 - value) * 100:.0f}% lower than reference")
-            elif value > 1.01:
-                said.append(f"{case}: {what} {(value - 1) * 100:.0f}% HIGHER than reference")
-    return said
+            seen = "" if seeds == 1 else f" (mean over {over} of {seeds} seeds)"
+            seen = seen.replace(f" {seeds} of {seeds} ", f" {seeds} ")
+            if mean < 0.99:
+                said.append(f"{case}: {what} {(1 - mean) * 100:.0f}% lower than reference{seen}")
+            elif mean > 1.01:
+                said.append(f"{case}: {what} {(mean - 1) * 100:.0f}% HIGHER than reference{seen}")
+    return first + said
+
+
+def _mean(value: float | dict | None) -> tuple[float | None, int]:
+    """A ratio (one seed's) or a spread (`_spread`) as its value and the seeds it covers."""
+    if isinstance(value, dict):
+        return value["mean"], value["seeds"]
+    return value, 0 if value is None else 1
 
 
 def meta(seed: int, start: provenance.RunStart) -> dict:
@@ -167,35 +214,43 @@ def meta(seed: int, start: provenance.RunStart) -> dict:
 
 
 def over_seeds(summaries: list[dict]) -> dict:
-    """Per comparison and ratio: the mean over the seeds' runs, the lowest, the highest."""
+    """Per comparison and ratio: the mean over the seeds' runs that have it, the lowest, the
+    highest, how many seeds and which were left out (a set answered no request there, or the
+    reference's figure was 0); whether every seed's comparison was comparable, and why not."""
     spread = {}
     for case in ("fixed_pool", "autoscaled"):
         if case not in summaries[0]:
             continue
-        spread[case] = {}
-        for key in RATIOS:
-            values = [x[case][key] for x in summaries if x[case][key] is not None]
-            if values:
-                spread[case][key] = _spread(values)
-        models = summaries[0][case]["per_model"]
-        spread[case]["per_model"] = {
-            model: {
-                key: _spread([x[case]["per_model"][model][key] for x in summaries])
+        runs = [(x["seed"], x[case]) for x in summaries]
+        out: dict = {key: _spread([(s, c[key]) for s, c in runs]) for key in RATIOS}
+        models = sorted({m for _, c in runs for m in c["per_model"]})
+        out["per_model"] = {}
+        for model in models:
+            figures = {
+                key: _spread([(s, c["per_model"].get(model, {}).get(key)) for s, c in runs])
                 for key in PER_MODEL
-                if all(x[case]["per_model"].get(model, {}).get(key) is not None for x in summaries)
             }
-            for model in models
-        }
+            out["per_model"][model] = {k: v for k, v in figures.items() if v["seeds"]}
+        bad = [f"seed {s}: {c['incomparable']}" for s, c in runs if not c["comparable"]]
+        out["comparable"] = not bad
+        if bad:
+            out["incomparable"] = "; ".join(bad)
+        spread[case] = out
     return spread
 
 
-def _spread(values: list[float]) -> dict:
-    return {
-        "mean": round(statistics.fmean(values), 4),
-        "min": min(values),
-        "max": max(values),
+def _spread(by_seed: list[tuple[int, float | None]]) -> dict:
+    values = [v for _, v in by_seed if v is not None]
+    out = {
+        "mean": round(statistics.fmean(values), 4) if values else None,
+        "min": min(values, default=None),
+        "max": max(values, default=None),
         "values": values,
+        "seeds": len(values),
     }
+    if left := [s for s, v in by_seed if v is None]:
+        out["left_out"] = left
+    return out
 
 
 def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: int = 1) -> dict:
@@ -203,7 +258,8 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     {summary, meta, details} to `path`. With more than one seed the headline ratios and the
     wins are the means over the seeds (`over_seeds` has each ratio's spread); the
     comparisons and details are the first seed's. The sweep (`pool.sweep`) runs the first
-    seed."""
+    seed. Should the summary fail, each run's figures are written to `path` all the same
+    (SummaryError says so): minutes of runs are never lost to it."""
     start = provenance.run_start()
     t0 = time.perf_counter()
     numbers = range(seed, seed + seeds)
@@ -213,7 +269,39 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     sweeps = [(n, name) for n in pools for name in POLICY_SETS]
     tasks += [(pools[n], name, seed) for n, name in sweeps]
     done = run_all(tasks, workers)
+    run_meta = meta(seed, start) | {"workers": workers}
+    try:
+        summary, details = _summary(scenario, seed, seeds, keys, sweeps, done)
+    except Exception as exc:
+        labels = [{"seed": s, "case": c, "policy_set": n} for s, c, n in keys]
+        labels += [{"seed": seed, "sweep_gpus": n, "policy_set": name} for n, name in sweeps]
+        runs = [x | {"figures": r["figures"]} for x, r in zip(labels, done, strict=True)]
+        why = f"{type(exc).__name__}: {exc}"
+        _write_json(
+            path, {"simulation": scenario.name, "error": why, "runs": runs} | {"meta": run_meta}
+        )
+        raise SummaryError(
+            f"{scenario.name}: the runs ended but their summary failed ({why}); each run's "
+            f"figures are in {path}"
+        ) from exc
+    summary["wall_s"] = round(time.perf_counter() - t0, 2)
+    result = {"simulation": scenario.name, "summary": summary, "meta": run_meta, "details": details}
+    _write_json(path, result)
+    return result
+
+
+def _summary(
+    scenario: Scenario,
+    seed: int,
+    seeds: int,
+    keys: list[tuple[int, str, str]],
+    sweeps: list[tuple[int, str]],
+    done: list[dict],
+) -> tuple[dict, dict]:
+    """The summary and the first seed's details from the runs (`done`, in the order of
+    `keys` then `sweeps`)."""
     by_key = dict(zip(keys, done[: len(keys)], strict=True))
+    numbers = range(seed, seed + seeds)
     per_seed = [
         summarise(scenario, s, {(c, n): r for (k, c, n), r in by_key.items() if k == s})
         for s in numbers
@@ -221,30 +309,27 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     summary, details = per_seed[0]
     if seeds > 1:
         spread = over_seeds([x for x, _ in per_seed])
+        headline = spread[summary["headline"]]
         for key in RATIOS:
-            summary[key] = spread[summary["headline"]].get(key, {}).get("mean")
-        means = {
-            case: {key: ratios[key]["mean"] for key in RATIOS if key in ratios}
-            | {
-                "per_model": {
-                    model: {key: v["mean"] for key, v in by_key.items()}
-                    for model, by_key in ratios["per_model"].items()
-                }
-            }
-            for case, ratios in spread.items()
-        }
-        summary["wins"] = [f"{w} (mean over {seeds} seeds)" for w in wins(means)]
+            summary[key] = headline[key]["mean"]
+        summary["comparable"] = headline["comparable"]
+        summary.pop("incomparable", None)
+        if not headline["comparable"]:
+            summary["incomparable"] = headline["incomparable"]
+        summary["wins"] = wins(spread, seeds)
         summary["seeds"] = list(numbers)
         summary["over_seeds"] = spread
     if sweeps:
         summary["sweep"] = sweep_rows(dict(zip(sweeps, done[len(keys) :], strict=True)))
-    summary["wall_s"] = round(time.perf_counter() - t0, 2)
-    result = {
-        "simulation": scenario.name,
-        "summary": summary,
-        "meta": meta(seed, start) | {"workers": workers},
-        "details": details,
-    }
+    return summary, details
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Written whole or not at all: to a file beside `path`, then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -179,16 +179,27 @@ def shipped() -> list[str]:
 
 
 def load(name_or_path: str | Path) -> Scenario:
-    """A shipped scenario by name, or a YAML file by path."""
+    """A shipped scenario by name, or a YAML file by path; every error names the file."""
     path = Path(name_or_path)
     if not path.suffix and (SHIPPED / f"{path}.yaml").exists():
         path = SHIPPED / f"{path}.yaml"
     if not path.exists():
         raise ScenarioError(f"scenario {name_or_path!s}: no such file; shipped: {shipped()}")
+    if path.is_dir():
+        raise ScenarioError(f"{path}: a folder, not a scenario file (YAML)")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not YAML: {exc}") from exc
+    if data is None:
+        raise ScenarioError(f"{path}: an empty file; expected a scenario (a YAML mapping)")
     from .scenario_parse import parse  # the parser reads these dataclasses
 
-    return parse(data, default_name=path.stem)
+    try:
+        return parse(data, default_name=path.stem)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from exc

@@ -38,8 +38,12 @@ class Site:
     lost_slots: set[int] = field(default_factory=set)  # GPUs gone with their node
     host: Host | None = field(init=False)  # the cores the servers share, if they share any
     _count: int = 0
+    _clusters_seed: int = field(init=False)
 
     def __post_init__(self) -> None:
+        # each cluster draws from its own generator, seeded by the run and its name: the
+        # order clusters are made or picked from moves no other cluster's draws
+        self._clusters_seed = self.rng.getrandbits(64)
         pool = self.scenario.pool
         cores = pool.host_cores
         wait_s = pool.host_wait_ms / 1e3
@@ -51,7 +55,8 @@ class Site:
 
     def cluster(self, name: str) -> LeastRequest:
         if name not in self.clusters:
-            self.clusters[name] = LeastRequest(self.rng, self.selection)
+            rng = random.Random(f"{self._clusters_seed}/{name}")  # str seeds hash by SHA-512
+            self.clusters[name] = LeastRequest(rng, self.selection)
         return self.clusters[name]
 
     def running(self) -> list[Server]:
@@ -81,8 +86,13 @@ class Site:
             if slot is None:
                 break
             waits.append(self._start(slot, self._delay(self.models_at_start(slot))))
-        newest = sorted(running, key=lambda s: (s.state == READY, s.started_at), reverse=True)
-        for server in newest[: max(len(running) - desired, 0)]:
+        # starting servers first, then the newest ready ones (a ReplicaSet deletes pods not
+        # ready before ready ones, the youngest first; started at once: the last made)
+        made = {server_id: k for k, server_id in enumerate(self.servers)}
+        first = sorted(
+            running, key=lambda s: (s.state != READY, s.started_at, made[s.id]), reverse=True
+        )
+        for server in first[: max(len(running) - desired, 0)]:
             server.state = DRAINING
             waits.append(self.env.process(self._drain(server)))
         return simpy.AllOf(self.env, waits)

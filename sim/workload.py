@@ -12,9 +12,11 @@ that endpoint ... for at least the retry-after"), computed by the client's own r
 sheds counting as tries only once it has waited them out for the client's
 `overload_wait_s` (`shed_is_a_try`).
 A request for a model that no server has ready, where models are placed on demand, is held
-until a replica is routed (its wait is a cold start) or its deadline passes (then backed
-off and tried again). Latency is a request's first attempt to its final answer, back-off
-and holding included.
+until a replica is routed (its wait is a cold start) or its deadline passes: then the site
+answers that the model is not loaded, an error the client never retries (client/errors.py
+NOT_LOADED, `InferError.retryable`; client/engine.py fails the chunk with it), and the
+request fails. Latency is a request's first attempt to its final answer, back-off and
+holding included.
 
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
@@ -42,6 +44,7 @@ from itertools import pairwise
 
 import simpy
 from sonicsite.client.declared_work import FIRST_AFTER_S
+from sonicsite.client.errors import NOT_LOADED, InferError
 from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
 
 from sonicsite.contract.work_report import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
@@ -61,7 +64,7 @@ class Outcome:
     unavailable: int = 0  # attempts that found no server, or whose server died
     refused_connects: int = 0
     held: int = 0  # requests held for a model that no server had ready (placement)
-    held_failed: int = 0  # held past their deadline
+    held_failed: int = 0  # held past their deadline (failed: counted in `failed` too)
     cold_starts: list[float] = field(default_factory=list)  # a held request's wait, s
     first_release: float | None = None
     jobs_done: list[float] = field(default_factory=list)
@@ -254,10 +257,13 @@ class Workload:
                 out.held += 1
                 held_at = env.now
                 yield hold | env.timeout(self.policies.hold_deadline_s())
-                if not hold.triggered:  # its deadline: the client is told, and backs off
+                if not hold.triggered:  # its deadline: the site says "not loaded"
                     hold.succeed(False)
                     out.held_failed += 1
-                    yield env.timeout(half + backoff_s(self.client, tries, job.rng))
+                    yield env.timeout(half)
+                    if not _retried(NOT_LOADED):  # as the client does: the request fails
+                        break
+                    yield env.timeout(backoff_s(self.client, tries, job.rng))
                     continue
                 out.cold_starts.append(env.now - held_at)
                 host = cluster.pick()
@@ -298,3 +304,9 @@ class Workload:
             return
         out.failed += 1
         self._answered(job, model)
+
+
+def _retried(kind: str) -> bool:
+    """Whether the client tries a request again after an error of `kind` (client/errors.py:
+    the client's own rule)."""
+    return InferError(kind, "").retryable

@@ -2,18 +2,27 @@
 decisions carry its rules and reasons), a model is loaded for the work its jobs declare as
 they begin, requests for a model no server has ready are held
 and answered once it loads, an idle model is unloaded, a full server makes room for another
-model, a held request past its deadline is retried, and nothing is lost; the reference runs
-the static groups."""
+model, a held request past its deadline fails (as the client fails it), and nothing else is
+lost; a pool at zero servers is woken by held requests (the operator's decision); each
+decision is checked again at its turn by the operator's actuator's rules; the reference
+runs the static groups."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 
 import pytest
+import simpy
+from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.placement_state import Decision, Kind, Rule
+from sonicsite.sim.placing import Placing
+from sonicsite.sim.results import comparison
 from sonicsite.sim.run import figures, run
 from sonicsite.sim.scenario import ScenarioError
 from sonicsite.sim.scenario_parse import parse
+from sonicsite.sim.site import Site
 
 
 def _scenario(**placement) -> dict:
@@ -117,8 +126,11 @@ def test_an_idle_model_is_unloaded_and_a_full_server_makes_room(placed):
             assert "with no request in flight" in d["why"] and d["model"] in "ab"
         if d["rule"] == "make_room":
             assert "least recently used" in d["why"] and d["model"] in "ab"
-    assert f["loads"] == sum(rules[k] for k in ("first_replica", "wave", "queue_pressure"))
-    assert f["unloads"] == rules["idle"] + rules["make_room"]
+    # loads and unloads carried out; the others dropped or kept at their turn, each said
+    done = Counter(d["outcome"].split(" ", 1)[0] for d in r.policies.placing.decisions)
+    assert f["loads"] == done["loaded"] and f["unloads"] == done["unloaded"], done
+    assert f["dropped"] == done["dropped:"] and f["kept"] == done["kept:"], done
+    assert f["loads"] + f["unloads"] + f["dropped"] + f["kept"] == sum(rules.values())
     # whatever was unloaded was unloaded: no server holds a, b and c or d at once now
     for server in r.site.servers.values():
         assert len(server.holds) <= 2
@@ -140,13 +152,102 @@ def test_kept_warm_every_model_loads_once_at_start_and_no_request_is_held():
     assert sorted(m for s in r.site.servers.values() for m in s.holds) == ["a", "b", "c", "d"]
 
 
-def test_a_held_request_past_its_deadline_is_retried_and_answered():
-    """a loads in 20 s, its held requests' deadline is 5 s: each is told, backs off, and is
-    held again until a is ready; none is lost."""
+def test_a_held_request_past_its_deadline_fails_as_the_client_fails_it():
+    """a loads in 20 s, its held requests' deadline is 5 s: the site answers "not loaded",
+    which the client never retries (client/errors.py NOT_LOADED): each such request fails
+    and is never answered; every other one is answered."""
     r = run(parse(_scenario(hold_deadline_s=5.0)), "sonicsite", seed=3)
     f = figures(r)
-    assert f["held_failed"] > 0, f
-    assert f["finished"] and f["requests_failed"] == 0 and f["requests_answered"] == 2400
+    assert f["requests_failed"] == f["held_failed"] > 0, f
+    assert f["requests_answered"] + f["requests_failed"] == 2400, f
+    assert f["finished"], f  # every job ended, its failed requests with it
+
+
+def test_a_pool_at_zero_servers_is_woken_by_its_held_requests():
+    """`min_servers: 0` with placement (the site's "scale from zero"): the first requests are
+    held, held requests wake one server (the operator's own decision, pool_scaling.py
+    `decide_pool`), placement loads the models, and every request is answered. The
+    reference's KEDA reads no metric from a pool without servers: it never starts one (the
+    chart's values.yaml says so), and the comparison says it is not comparable."""
+    scenario = _scenario()
+    scenario["pool"] |= {"autoscaling": True, "min_servers": 0, "max_servers": 3}
+    ours = figures(run(parse(scenario), "sonicsite", seed=3))
+    assert ours["finished"] and ours["requests_failed"] == 0, ours
+    assert ours["requests_answered"] == 2400 and ours["scale_events"] >= 1, ours
+    assert ours["held_requests"] > 0 and ours["servers_max"] >= 1, ours
+    theirs = figures(run(parse(scenario), "reference", seed=3))
+    assert not theirs["finished"] and theirs["requests_answered"] == 0, theirs
+    compared = comparison({"sonicsite": _ran(ours), "reference": _ran(theirs)})
+    assert not compared["comparable"], compared
+    assert compared["incomparable"].startswith("reference: 0 of 60 jobs done by the limit")
+
+
+def _ran(f: dict) -> dict:
+    return {"figures": f, "wall_s": 0.0}
+
+
+def _one_server(**placement) -> tuple[simpy.Environment, Site, Placing]:
+    """A server of the scenario, up and empty, and the placement that carries decisions out
+    on it."""
+    scenario = parse(_scenario(**placement))
+    env = simpy.Environment()
+    site = Site(env, scenario, random.Random(1), on_demand=True)
+    site.open(1)
+    assert scenario.placement is not None
+    return env, site, Placing(env, scenario, scenario.placement)
+
+
+def test_a_load_whose_held_requests_lapsed_before_its_turn_is_dropped():
+    """Two first replicas on one server, a's (20 s) then b's: b's one held request reaches its
+    deadline while a loads, so at b's turn nobody waits for it: dropped, as the operator's
+    actuator drops it (placement_checks.py), and b is not loaded."""
+    env, site, placing = _one_server()
+    (server,) = site.servers.values()
+    held = {m: placing.hold(m) for m in "ab"}
+
+    def lapse():
+        yield env.timeout(5.0)
+        held["b"].succeed(False)  # its deadline: the holder gives up on it
+
+    env.process(lapse())
+    decisions = [Decision(Kind.LOAD, Rule.FIRST_REPLICA, m, server.id, "held") for m in "ab"]
+    env.run(placing.carry_out(server, decisions, lambda s, m: False, 0.0, LoadView()))
+    outcomes = {d["model"]: d["outcome"] for d in placing.decisions}
+    assert outcomes == {
+        "a": "loaded in 20.0 s",
+        "b": "dropped: no request is held or declared for it now",
+    }
+    assert list(server.holds) == ["a"] and placing.counts()["dropped"] == 1
+
+
+def test_an_unload_is_kept_when_used_since_or_called_off_when_requests_are_held():
+    """An idle unload of a replica used since the decision is kept; one of a model's only
+    replica, drained while a request is held for it, is called off (the replica is ready
+    again); one taken at work is unloaded however it was used."""
+    env, site, placing = _one_server()
+    (server,) = site.servers.values()
+    env.run(placing.carry_out(server, [_load("a", server.id), _load("b", server.id)], *_ARGS))
+    placing.loaded = {server.id: ("a", "b")}
+    placing.last_used[(server.id, "a")] = 30.0  # a step saw a used after the decision at 29
+    placing.hold("b")  # a request held for b: its only replica
+    unloads = [Decision(Kind.UNLOAD, Rule.IDLE, m, server.id, "idle") for m in "ab"]
+    env.run(placing.carry_out(server, unloads, lambda s, m: False, 29.0, LoadView()))
+    outcomes = {d["model"]: d["outcome"] for d in placing.decisions[2:]}
+    assert outcomes == {
+        "a": "kept: used since the decision",
+        "b": "kept: 1 request(s) held for it while it drained",
+    }
+    assert server.ready_models() == ["a", "b"]
+    at_work = Decision(Kind.UNLOAD, Rule.WAVE, "a", server.id, "fair share", at_work=True)
+    env.run(placing.carry_out(server, [at_work], lambda s, m: False, 29.0, LoadView()))
+    assert placing.decisions[-1]["outcome"].startswith("unloaded") and list(server.holds) == ["b"]
+
+
+def _load(model: str, server: str) -> Decision:
+    return Decision(Kind.LOAD, Rule.WARM, model, server, "kept warm")
+
+
+_ARGS = (lambda s, m: False, 0.0, LoadView())  # routed nowhere, decided at 0, no view
 
 
 def test_the_reference_runs_the_static_groups():

@@ -1,5 +1,7 @@
 """The scenario loader: every shipped scenario loads; a bad one is refused with a message
-naming the field and what was expected."""
+naming the file, the field and what was expected: names given twice, values out of range
+(never clamped), numbers that are not finite, fields that would be ignored, files that are
+empty, folders or not UTF-8."""
 
 from __future__ import annotations
 
@@ -46,12 +48,17 @@ def _set(data: dict, path: str, value) -> dict:
         node = node[int(key)] if isinstance(node, list) else node[key]
     if value is _DROP:
         del node[last]
+    elif isinstance(node, list) and int(last) == len(node):
+        node.append(value)
     else:
-        node[last] = value
+        node[int(last) if isinstance(node, list) else last] = value
     return data
 
 
 _DROP = object()
+_DUP_MODEL = "models[2].name: 'deepmet' already given at models[1]"
+_DUP_KIND = "gpu_kinds[2].name: 'a100' already given at gpu_kinds[0]"
+_T4 = {"particlenet": {"fixed": 3.0, "per_item": 0.08}, "deepmet": {"fixed": 1.5, "per_item": 0.04}}
 
 
 @pytest.mark.parametrize(
@@ -59,13 +66,17 @@ _DROP = object()
     [
         ("workload/workflows/0/jobs", 0, "workload.workflows[0].jobs: expected an integer ≥ 1"),
         ("workload/workflows/0/wave_size", "many", "workload.workflows[0].wave_size"),
-        ("workload/cpu_ms_per_event", -1, "workload.cpu_ms_per_event: expected a number ≥ 0"),
+        (
+            "workload/cpu_ms_per_event",
+            -1,
+            "workload.cpu_ms_per_event: expected a finite number ≥ 0",
+        ),
         ("workload/events_per_job", _DROP, "workload.events_per_job: expected an integer"),
         ("pool/slots/0/kind", "h100", "pool.slots[0].kind: expected one of ['a100', 't4']"),
         ("pool/max_servers", 9, "pool.max_servers: expected at most 3"),
         ("pool/autoscaling", "yes", "pool.autoscaling: expected true or false"),
         ("pool/bogus", 1, "pool.bogus: unknown field"),
-        ("network/rtt_ms", "fast", "network.rtt_ms: expected a number"),
+        ("network/rtt_ms", "fast", "network.rtt_ms: expected a finite number"),
         ("workload/calls/0/model", "resnet", "workload.calls[0].model: expected one of"),
         ("workload/calls/0/items_per_event", 64, "workload.calls[0].items_per_event: 64 ×"),
         ("gpu_kinds/1/service_ms/deepmet", _DROP, "gpu_kinds[1].service_ms: no curve for"),
@@ -84,6 +95,24 @@ _DROP = object()
             [{"model": "resnet", "items_per_event": 1}],
             "workload.workflows[0].calls[0].model: expected one of",
         ),
+        # a later entry of the same name replaced the earlier one silently
+        ("models/2", {"name": "deepmet", "max_batch": 256, "queue_delay_ms": 5}, _DUP_MODEL),
+        ("gpu_kinds/2", {"name": "a100", "service_ms": _T4}, _DUP_KIND),
+        # clamped to 3 silently
+        ("pool/initial_servers", 99, "pool.initial_servers: expected an integer from 1 to 3"),
+        # NaN passed every bound (nan < low is False); inf too
+        ("control", {"step_s": float("nan")}, "control.step_s: expected a finite number"),
+        ("network/rtt_ms", float("inf"), "network.rtt_ms: expected a finite number ≥ 0"),
+        (
+            "faults",
+            [{"kind": "node_lost", "at_s": 5, "servers": 50}],
+            "faults[0].servers: expected an integer from 1 to 3 (the pool's slots), got 50",
+        ),
+        ("name", None, "name: expected a plain name"),
+        ("name", "a/b", "name: expected a plain name"),  # the plots' files are named after it
+        ("description", ["x"], "description: expected text"),
+        ("pool/sweep", [2, 2], "pool.sweep[1]: 2 already given at pool.sweep[0]"),
+        ("pool/min_servers", 0, "pool.min_servers: 0 needs `placement`"),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(path, value, message):
@@ -99,3 +128,37 @@ def test_a_file_that_is_not_a_scenario(tmp_path):
         scenario.load(bad)
     with pytest.raises(ScenarioError, match=r"no such file; shipped: .*small"):
         scenario.load(tmp_path / "missing.yaml")
+
+
+def test_a_workload_field_that_open_loop_alone_would_ignore_is_refused():
+    data = _small()
+    del data["workload"]["workflows"]
+    data["workload"]["open_loop"] = [{"model": "deepmet", "rate_per_s": 1, "seconds": 5}]
+    with pytest.raises(ScenarioError, match=r"workload\.calls: a field of jobs.*ignored"):
+        parse(data)
+
+
+@pytest.mark.parametrize(
+    "name, content, why",
+    [
+        ("empty.yaml", b"", "an empty file"),
+        ("latin1.yaml", "name: caf\xe9\n".encode("latin-1"), "not UTF-8 text"),
+        ("folder.yaml", None, "a folder, not a scenario file"),
+        ("nan.yaml", None, "control.step_s: expected a finite number"),
+    ],
+)
+def test_every_error_of_a_file_names_the_file(tmp_path, name, content, why):
+    """Each refusal starts with the file's path; a folder or a file that is not UTF-8 is a
+    ScenarioError (it was a raw IsADirectoryError, UnicodeDecodeError)."""
+    path = tmp_path / name
+    if name == "folder.yaml":
+        path.mkdir()
+    elif name == "nan.yaml":
+        data = _small()
+        data["control"]["step_s"] = float("nan")
+        path.write_text(yaml.safe_dump(data))
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ScenarioError) as refused:
+        scenario.load(path)
+    assert str(refused.value).startswith(f"{path}: ") and why in str(refused.value)

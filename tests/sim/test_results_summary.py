@@ -1,0 +1,102 @@
+"""The summary of a scenario's comparisons: a comparison where either set left a job
+unfinished or failed a request is not comparable, said first in the wins and none of its
+ratios counted as a win; a ratio that some seeds lack is the mean over those that have it,
+saying how many; a ratio no seed has is null and the JSON is still written; an unwritable
+`--json` or `--plot` path is refused before any run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from sonicsite.sim import results, scenario
+from sonicsite.sim.scenario_parse import parse
+
+from sonicsite.cli import main
+
+
+def _outage() -> scenario.Scenario:
+    """`small`, lighter, with Prometheus out for the whole run: the reference's admission
+    fails closed and refuses every job, sonicsite's operator reads the servers itself."""
+    data = yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+    data["faults"] = [{"kind": "prometheus_outage", "at_s": 0, "duration_s": 100000}]
+    data["workload"]["workflows"] = [{"start_s": 0, "jobs": 20, "wave_size": 20, "wave_every_s": 0}]
+    data["workload"]["events_per_job"] = 400
+    data["limit_s"] = 600
+    return parse(data)
+
+
+def test_a_run_that_finished_nothing_is_no_win_and_the_json_is_written(tmp_path):
+    """The reference finished none of its jobs: the makespan and GPU-hours ratios (sonicsite
+    far "lower") are no wins, the comparison says why it is not comparable; p50 and p99 of a
+    set that answered nothing are null in every seed (it raised KeyError after every run,
+    writing nothing)."""
+    out = tmp_path / "x.json"
+    result = results.write(out, _outage(), 1, seeds=2)
+    written = json.loads(out.read_text())
+    summary = written["summary"]
+    assert summary == result["summary"]
+    assert summary["comparable"] is False
+    assert "reference: 0 of 20 jobs done by the limit" in summary["incomparable"]
+    assert summary["wins"][0].startswith("fixed_pool: INCOMPARABLE, no ratio counted: seed 1:")
+    assert not [w for w in summary["wins"] if "lower" in w or "HIGHER" in w], summary["wins"]
+    assert summary["p50_ratio_vs_reference"] is None
+    p50 = summary["over_seeds"]["fixed_pool"]["p50_ratio_vs_reference"]
+    assert p50 == {
+        "mean": None,
+        "min": None,
+        "max": None,
+        "values": [],
+        "seeds": 0,
+        "left_out": [1, 2],
+    }
+    first = summary["fixed_pool"]
+    assert first["comparable"] is False and first["makespan_ratio_vs_reference"] < 0.1
+
+
+def test_a_ratio_some_seeds_lack_is_their_mean_and_says_over_how_many():
+    def seed(number: int, p99: float | None) -> dict:
+        ratios = dict.fromkeys(results.RATIOS, 0.5) | {"p99_ratio_vs_reference": p99}
+        return {"seed": number, "fixed_pool": ratios | {"per_model": {}, "comparable": True}}
+
+    spread = results.over_seeds([seed(1, 0.5), seed(2, None), seed(3, 0.7)])
+    p99 = spread["fixed_pool"]["p99_ratio_vs_reference"]
+    assert (p99["mean"], p99["seeds"], p99["left_out"]) == (0.6, 2, [2])
+    said = results.wins(spread, seeds=3)
+    assert "fixed_pool: p99 40% lower than reference (mean over 2 of 3 seeds)" in said, said
+    assert "fixed_pool: makespan 50% lower than reference (mean over 3 seeds)" in said, said
+
+
+def test_a_comparison_with_failed_requests_is_not_comparable():
+    def ran(failed: int) -> dict:
+        figures = {"finished": True, "jobs": 4, "jobs_done": 4, "requests_answered": 10}
+        figures |= {"requests_failed": failed, "per_model": {}, "gpu_utilisation": 0.5}
+        figures |= {"makespan_s": 10.0, "p50_latency_s": 1.0, "p99_latency_s": 2.0}
+        return {"figures": figures | {"gpu_hours": 1.0}, "wall_s": 0.0}
+
+    compared = results.comparison({"sonicsite": ran(3), "reference": ran(0)})
+    assert compared["comparable"] is False
+    assert compared["incomparable"] == "sonicsite: 10 of 13 requests answered, 3 failed"
+    assert results.wins({"autoscaled": compared}) == [
+        "autoscaled: INCOMPARABLE, no ratio counted: sonicsite: 10 of 13 requests answered, "
+        "3 failed"
+    ]
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_an_unwritable_output_is_refused_before_any_run(tmp_path, capsys, monkeypatch, option):
+    """A folder given as --json, or a --plot folder under a file, is refused at once (it was
+    found only after every run, as a traceback)."""
+
+    def no_run(*args, **kwargs):  # a tripwire: the refusal must come before any run
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(results, "run_all", no_run)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    given = tmp_path if option == "--json" else a_file / "plots"
+    args = ["simulate", "small", "--json", str(tmp_path / "x.json"), option, str(given)]
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert f"sonicsite simulate: {option} {given}: cannot write: " in said, said
