@@ -103,6 +103,8 @@ def _site(args: argparse.Namespace) -> int:
 
     if args.command == "up":
         state = start(args.models)
+        for number in (signal.SIGTERM, signal.SIGINT):  # up now: a signal leaves the site up
+            signal.signal(number, signal.SIG_DFL)
         print(f"site up in {state.site_dir}: {len(state.servers)} servers")
         return print_status(args.dir)
     if args.command == "down":
@@ -138,19 +140,21 @@ def _unwind_on_sigterm() -> None:
 
 
 def _unwinding(command: str, run: Callable[[], int]) -> int:
-    """`run`, a command that starts a site of its own and must stop it (every bench,
-    simulate check-local, demo), stopped by SIGTERM as by Ctrl-C (`submit`'s driver takes
-    SIGTERM itself, stopping its workers)."""
+    """`run`, a command that starts a site and must stop it if it is stopped (every bench,
+    simulate check-local, demo, and `up` until the site is up), stopped by SIGTERM as by
+    Ctrl-C (`submit`'s driver takes SIGTERM itself, stopping its workers); says so, and
+    returns 128 + the signal."""
     _unwind_on_sigterm()
     try:
         return run()
-    except Terminated:
+    except (Terminated, KeyboardInterrupt) as exc:
+        number = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
         print(
-            f"sonicsite {command}: stopped by SIGTERM before it finished; the site it had "
-            "started was stopped",
+            f"sonicsite {command}: stopped by {number.name} before it finished; the site it "
+            "had started was stopped",
             file=sys.stderr,
         )
-        return 128 + signal.SIGTERM.value
+        return 128 + number.value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             from .jobs.check import check
 
             return check(args.grpc, args.models, args.events, args.inputs)
-        if args.command == "demo":
+        if args.command in ("demo", "up"):
             return _unwinding(args.command, lambda: _site(args))
         return _site(args)
     except (SiteError, ValueError, OSError) as exc:  # FileNotFoundError: no site, say so

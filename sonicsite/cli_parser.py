@@ -232,7 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the sonicsite client sends SONICSITE_TOKEN",
     )
 
-    p = sub.add_parser("down", help="stop the local site")
+    p = sub.add_parser(
+        "down",
+        help="stop the local site",
+        epilog="exit status: 0 when every process of the site stopped; 1 when there is no "
+        "site in DIR, an `up` or `down` is under way there (its PID named), or a process "
+        "outlived SIGKILL (named, and kept in state.json for the next `down`)",
+    )
     _site_args(p)
 
     from .local.status import EXIT_HELP

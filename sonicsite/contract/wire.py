@@ -10,6 +10,7 @@ know, so that a newer writer never breaks an older reader.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -308,6 +309,30 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
+    """Guard against PID reuse (a state file left by a crash or a reboot): live process `pid`
+    is the site's. With `server_id`: that server's tritonserver, its command naming the site;
+    else it runs in the site's directory, or its command line names it."""
+    names = {site_dir, os.path.realpath(site_dir)} - {""}
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = "" if server_id else os.readlink(f"/proc/{pid}/cwd")
+    except OSError:  # gone, or not ours to read
+        return False
+    named = any(n.encode() in cmdline for n in names)
+    if server_id:
+        argv = cmdline.split(b"\0")
+        named = named and argv[0].endswith(b"tritonserver")
+        named = named and f"--id={server_id}".encode() in argv
+    return pid_alive(pid) and (named or cwd in names)
+
+
+def lives_for_site(record: ProcessRecord, site_dir: str) -> bool:
+    """The one check that a recorded process runs now: `up`, `status`, the preflight of
+    `submit`, the gateway's status page and the supervisor read a PID this way."""
+    return runs_for_site(record.pid, site_dir, record.name if record.kind == SERVER else "")
+
+
 def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     """A local site's state file as JSON, and its path (`site` is the site directory or the
     file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
@@ -315,7 +340,7 @@ def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     one that is not a site's state (not JSON, not an object, servers or processes without
     their fields): every command says it, none shows a traceback."""
     path = Path(site)
-    if path.is_dir() or not path.suffix:
+    if path.is_dir() or path.suffix != ".json":  # `--dir site.v2` is a directory, even unmade
         path = path / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(
@@ -354,13 +379,15 @@ def read_processes(site: Path) -> tuple[ProcessRecord, ...]:
     """Every process of a local site (the state file's `processes`), each in its state as of
     now: one recorded RUNNING whose PID is gone is DEAD, and so is one RESTARTING whose PID
     is gone when no live supervisor is there to restart it. Read on the site's machine (the
-    PIDs are its own)."""
-    data, _ = load_state_file(site)
+    PIDs are its own); a PID that another process has now is gone (`lives_for_site`)."""
+    data, path = load_state_file(site)
+    site_dir = str(data.get("site_dir") or path.parent)
     records = [ProcessRecord.from_dict(p) for p in data.get("processes", [])]
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
-    supervised = supervised and pid_alive(supervisor.pid)
+    supervised = supervised and lives_for_site(supervisor, site_dir)
     gone = {RUNNING} if supervised else {RUNNING, RESTARTING}
     return tuple(
-        replace(r, state=DEAD) if r.state in gone and not pid_alive(r.pid) else r for r in records
+        replace(r, state=DEAD) if r.state in gone and not lives_for_site(r, site_dir) else r
+        for r in records
     )

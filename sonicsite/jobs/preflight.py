@@ -13,6 +13,7 @@ from sonicsite.client.aot import aot_package
 from sonicsite.client.backend_local import BACKENDS, LocalModels
 from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, SERVER, read_processes
 from sonicsite.local.state import SiteState
+from sonicsite.local.status import unfinished
 
 
 def check_spec(spec: Any) -> None:
@@ -47,8 +48,9 @@ def check_local_models(spec: Any) -> None:
 
 def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
     """The site's state; ValueError when it serves none of a model, or is not up (no server
-    running, or being stopped): the dead processes named, and how to see and start it.
-    Backend local skips the check of processes; backend auto only says so (its workers run
+    running, being stopped, or incomplete: its `up` under way or killed before it finished,
+    the parts it had not started named): the dead processes named, and how to see and
+    start it. Backend local skips the check of processes; backend auto only says so (its workers run
     the models when the site does not answer)."""
     state = SiteState.load(spec.site_dir)  # fails with how to start a site
     missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
@@ -64,6 +66,8 @@ def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
     where = f"site at {Path(spec.site_dir)}"
     if state.stopping:
         why = f"{where} is being stopped (`sonicsite down`); start it again with `sonicsite up`"
+    elif incomplete := unfinished(state):  # `up` under way or killed: parts never started
+        why = f"{where}: {incomplete}"
     elif records and not running:
         shown = ", ".join(down) or "no server running"
         why = f"{where} is not up: {shown}; see `sonicsite status`; start it with `sonicsite up`"

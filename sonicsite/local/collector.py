@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from .control_plane import record_process
 from .errors import SiteError
 from .ports import free_ports
-from .processes import start_process
+from .processes import start_process, wait_for_http
 from .state import SiteState, edit
 from .tracing import TRACES_PATH, TracingConfig
 
@@ -64,22 +60,6 @@ def start_collector(site_dir: Path, config: TracingConfig, timeout: float = 30.0
     proc = start_process(cmd, log, cwd=site_dir, env=env)
     health = f"http://{http}{TRACES_PATH}"
     record_process(site_dir, COLLECTOR, proc, log, health)
-    wait_answers(health, proc, log, timeout)
+    # a receiver answers GET with 404: any HTTP status means it is up
+    wait_for_http(health, proc, log, timeout, SiteError, name=COLLECTOR, any_status=True)
     return http
-
-
-def wait_answers(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    """Poll `url` until it answers with any HTTP status (a receiver answers GET with 404)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise SiteError(f"the collector exited with {proc.returncode}:\n{tail}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except urllib.error.HTTPError:
-            return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.1)
-    raise SiteError(f"the collector did not answer {url} within {timeout:.0f} s (log {log})")

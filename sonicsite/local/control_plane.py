@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from sonicsite.contract.wire import (
@@ -26,7 +27,7 @@ from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.xds_jwt import JwtPolicy
-from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
+from sonicsite.operator.xds_resources import ALL_SERVERS, LISTENER, model_cluster, rest_cluster
 
 from . import envoy, prometheus
 from .errors import EnvoyError, SiteError
@@ -87,9 +88,21 @@ def start_control_plane(
     proxy = envoy.start(config, envoy_log)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    _wait_routed(state.envoy_admin, lambda: routes_now(site_dir, state.operator), timeout)
+    _wait_routed(
+        state.envoy_admin, partial(routes_now, site_dir, state.operator), timeout, envoy_log
+    )
+    wait_listening(state.envoy_admin, state.grpc, envoy_log, timeout)
     gateway.wait(timeout)
     start_prometheus(site_dir, timeout)
+
+
+def control_plane_parts() -> list[str]:
+    """The processes `start_control_plane` starts, by name (Prometheus where installed)."""
+    return ["operator", "gateway", "envoy"] + (["prometheus"] if prometheus_installed() else [])
+
+
+def prometheus_installed() -> bool:
+    return shutil.which("prometheus") is not None
 
 
 def routes_now(site_dir: Path, operator: str) -> dict[str, list[str]]:
@@ -116,7 +129,9 @@ def routed_hosts(servers: Iterable[ServerRecord]) -> dict[str, list[str]]:
     return wanted
 
 
-def _wait_routed(admin: str, wanted: Callable[[], dict[str, list[str]]], timeout: float) -> None:
+def _wait_routed(
+    admin: str, wanted: Callable[[], dict[str, list[str]]], timeout: float, log: Path
+) -> None:
     """Wait until Envoy sends each cluster's requests to its hosts (each model's cluster
     checks that model's readiness on its own: a site is up once every one has passed).
     `wanted` is read again each time: an autoscaler at min 0 may take a server away
@@ -130,9 +145,37 @@ def _wait_routed(admin: str, wanted: Callable[[], dict[str, list[str]]], timeout
         if time.monotonic() > deadline:
             shown = "; ".join(f"{c}: {', '.join(h)}" for c, h in sorted(missing.items())[:4])
             raise EnvoyError(
-                f"envoy does not send to every server healthy after {timeout:.0f} s ({shown})"
+                f"envoy does not send to every server healthy after {timeout:.0f} s ({shown}; "
+                f"log {log}, the operator's {log.with_name('operator.log')})"
             )
         time.sleep(0.1)
+
+
+def wait_listening(admin: str, address: str, log: Path, timeout: float) -> None:
+    """Until Envoy listens on the site's gRPC endpoint `address`. The port was chosen free,
+    but Envoy binds it only when the operator pushes the listener: taken meanwhile, Envoy
+    refuses the listener and stays up and ready, routing nowhere, while the site would
+    publish someone else's socket. EnvoyError with Envoy's reason then."""
+    deadline = time.monotonic() + timeout
+    while (problem := listener_problem(admin, address)) is None:
+        if time.monotonic() > deadline:
+            problem = f"no listener {LISTENER} after {timeout:.0f} s"
+            break
+        time.sleep(0.1)
+    if problem:
+        raise EnvoyError(
+            f"envoy does not listen on the site's gRPC endpoint {address}: {problem} (log "
+            f"{log}; the operator's NACK in {log.with_name('operator.log')})"
+        )
+
+
+def listener_problem(admin: str, address: str) -> str | None:
+    """Envoy's listener on the site's gRPC endpoint: "" when it listens there, why not
+    (envoy.listener_problem), None while not known yet (the admin too)."""
+    try:
+        return envoy.listener_problem(admin, LISTENER, address)
+    except (OSError, ValueError):
+        return None
 
 
 def operator_args(
@@ -210,14 +253,15 @@ def start_gateway(
 class Started:
     """A process of the site started and recorded, not yet waited for."""
 
+    name: str
     proc: subprocess.Popen
     health: str
     log: Path
 
     def wait(self, timeout: float) -> None:
-        """Until `health` answers; SiteError (with the log's end) if the process exits or
-        `timeout` passes first."""
-        wait_for_http(self.health, self.proc, self.log, timeout, SiteError)
+        """Until `health` answers; SiteError (naming the process and its log, with the log's
+        end) if the process exits or `timeout` passes first."""
+        wait_for_http(self.health, self.proc, self.log, timeout, SiteError, self.name)
 
 
 def _start_python(site_dir: Path, name: str, module: str, args: list[str], health: str) -> Started:
@@ -226,7 +270,7 @@ def _start_python(site_dir: Path, name: str, module: str, args: list[str], healt
     log = site_dir / "logs" / f"{name}.log"
     proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
     record_process(site_dir, name, proc, log, health)
-    return Started(proc, health, log)
+    return Started(name, proc, health, log)
 
 
 def record_process(
@@ -251,7 +295,7 @@ def record_process(
 def start_prometheus(site_dir: Path, timeout: float) -> None:
     """Prometheus with every monitoring rule, when the binary is installed (Debian's),
     scraping the servers, the operator, the gateway, Envoy and the supervisor (if any)."""
-    if shutil.which("prometheus") is None:
+    if not prometheus_installed():
         return
     folder = site_dir / "prometheus"
     folder.mkdir(exist_ok=True)

@@ -55,7 +55,28 @@ def start(config: Path, log: Path) -> subprocess.Popen:
 
 
 def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:
-    wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError)
+    wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError, name="envoy")
+
+
+def listener_problem(admin: str, name: str, address: str) -> str | None:
+    """Whether Envoy listens on `address` (host:port) with its listener `name`, which comes
+    over LDS: "" when it does; Envoy's reason when it refused it (a port taken: "cannot bind
+    '127.0.0.1:P': Address already in use"), for Envoy stays up and ready without it; None
+    while it has neither (not pushed yet, or warming). OSError when the admin does not answer."""
+    url = f"http://{admin}/config_dump?resource=dynamic_listeners"
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        configs = json.loads(reply.read()).get("configs", [])
+    for config in (c for c in configs if c.get("name") == name):
+        active = config.get("active_state", {}).get("listener", {})
+        where = active.get("address", {}).get("socket_address", {})
+        bound = f"{where.get('address')}:{where.get('port_value')}"
+        if active and bound == address:
+            return ""
+        if "error_state" in config:
+            return config["error_state"].get("details") or "refused, no reason given"
+        if active:
+            return f"it listens on {bound} instead"
+    return None
 
 
 # A restarted operator is found again within 2 s (Envoy's own back-off grows to 30 s).

@@ -5,17 +5,30 @@ is ready, then starts the control plane (control_plane.py) and, last, the superv
 (supervision.py) that restarts a process of the site that dies. `down` stops everything the
 state file names, by PID (its process group, so the Python-backend stubs go with their
 server); nothing is looked up by name, and nothing depends on the supervisor being alive.
+Each holds the site's lifecycle lock throughout (state.exclusive): one at a time.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
-from sonicsite.contract.wire import ADMISSION_KEY_FILE, SERVER, SHED_TTL_S, STATE_FILE, STOPPED
+from sonicsite.contract.wire import (
+    ADMISSION_KEY_FILE,
+    SERVER,
+    SHED_TTL_S,
+    STATE_FILE,
+    STOPPED,
+    lives_for_site,
+    load_state_file,
+    runs_for_site,
+)
 from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
@@ -24,20 +37,15 @@ from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_settings import PlacementSettings, named_catalogue
 from sonicsite.operator.xds_jwt import JwtPolicy
 
+from . import processes
 from .admin_key import create_key
 from .collector import start_collector
-from .control_plane import start_control_plane
+from .control_plane import control_plane_parts, start_control_plane
 from .errors import SiteError
 from .ports import free_ports
-from .processes import (
-    alive,
-    group_members,
-    is_triton_server,
-    runs_for_site,
-    stop_groups,
-)
+from .processes import describe, group_members, stop_groups
 from .servers import STARTING_DIR, remove_leftovers, start_server
-from .state import SiteState, create, edit
+from .state import LocalProcess, LocalServer, SiteState, StartUnderWay, create, edit, exclusive
 from .supervision import SupervisionPolicy, start_supervisor
 from .tracing import TracingConfig
 from .triton import ServerPorts, TritonInstall, wait_ready
@@ -82,7 +90,12 @@ def up(
     `server_pools`: each server's pool, one of `placing.pools`; a server loads only its
     pool's models at start, and the autoscaler scales each pool on its own. `tokens`: a
     file of bearer tokens, one per line: the gateway answers only requests that bear one
-    (`up --tokens`)."""
+    (`up --tokens`).
+
+    All of it holds the site's lifecycle lock (state.exclusive): a second `up` (or a `down`)
+    in the directory meanwhile is refused, naming this process. The state records that
+    the start is under way (`starting`, with this PID) until it has finished: an `up`
+    killed on the way leaves a site that `status` and `submit` call incomplete."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
     if ort_threads < 1:
@@ -93,76 +106,108 @@ def up(
             "until a server has started and loaded its model"
         )
     site_dir = Path(site_dir).resolve()
-    if (site_dir / STATE_FILE).exists():
-        existing = SiteState.load(site_dir)
-        if any(alive(p.pid) for p in [*existing.servers, *existing.processes]):
+    site_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive(site_dir, "up"):  # one `up` or `down` at a time, from here to the end
+        if live := running(site_dir):
             raise SiteError(
-                f"a site is already running in {site_dir}; stop it with `sonicsite down`"
+                f"a site is already running in {site_dir} ({', '.join(live)}); stop it with "
+                "`sonicsite down`"
             )
-    names = models or model_names()
-    held = placement(names, servers, holding or {})
-    pools = _pools(names, servers, placing, server_pools)
-    held = {s: [m for m in chosen if pools[s][1](m)] for s, chosen in held.items()}
-    install = TritonInstall.find()
-    repository = site_dir / "repository"
-    if repository.exists():
-        shutil.rmtree(repository)
-    write_local_repository(
-        Path(build_dir).resolve(),
-        repository,
-        names,
-        install.python_path(),
-        ort_threads,
-        framework=framework,
-    )
-    install.prepare_backends(site_dir / "backends")
-    (site_dir / "logs").mkdir(parents=True, exist_ok=True)
-    create_key(site_dir)
-    create_key(site_dir, ADMISSION_KEY_FILE)  # the operator's and the gateway's
+        names = models or model_names()
+        held = placement(names, servers, holding or {})
+        pools = _pools(names, servers, placing, server_pools)
+        held = {s: [m for m in chosen if pools[s][1](m)] for s, chosen in held.items()}
+        install = TritonInstall.find()
+        repository = site_dir / "repository"
+        if repository.exists():
+            shutil.rmtree(repository)
+        write_local_repository(
+            Path(build_dir).resolve(),
+            repository,
+            names,
+            install.python_path(),
+            ort_threads,
+            framework=framework,
+        )
+        install.prepare_backends(site_dir / "backends")
+        (site_dir / "logs").mkdir(parents=True, exist_ok=True)
+        create_key(site_dir)
+        create_key(site_dir, ADMISSION_KEY_FILE)  # the operator's and the gateway's
 
-    state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
-    if supervise:  # chosen now: Prometheus, started before it, scrapes it
-        state.supervisor = f"127.0.0.1:{free_ports(1)[0]}"
-    create(state)
-    started = []
+        parts = ["collector"] if tracing is not None else []
+        parts += [f"triton-{k}" for k in range(servers)]
+        parts += (control_plane_parts() if balancer else []) + (["supervisor"] if supervise else [])
+        state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
+        state.starting = StartUnderWay(os.getpid(), tuple(parts))  # cleared once all is up
+        if supervise:  # chosen now: Prometheus, started before it, scrapes it
+            state.supervisor = f"127.0.0.1:{free_ports(1)[0]}"
+        create(state)
+        started: list[tuple[subprocess.Popen, LocalServer]] = []
+        try:
+            if tracing is not None:  # first: the servers export to it from their start
+                start_collector(site_dir, tracing)
+            # every server's ports from one call: distinct, where separate calls could be
+            # handed a port again that an earlier server has not bound yet
+            chosen = free_ports(3 * servers, avoid=SiteState.load(site_dir).ports())
+            for index in range(servers):
+                server_id = f"triton-{index}"
+                delay = (delay_ms or {}).get(server_id, 0.0)
+                ports = ServerPorts(*chosen[3 * index : 3 * index + 3])
+                pool = pools[server_id][0]
+                args = (site_dir, server_id, install, held[server_id], delay, ports)
+                proc, info = start_server(*args, pool=pool)
+                started.append((proc, info))
+                with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
+                    current.put_server(info)
+            for proc, server in started:
+                wait_ready(proc, server.pid, server.http, Path(server.log), ready_timeout)
+            if balancer:
+                policy = admission or AdmissionPolicy()
+                start_control_plane(
+                    site_dir,
+                    policy,
+                    scaling,
+                    balancing,
+                    jwt,
+                    shed_ttl_s=shed_ttl_s,
+                    placement=placing,
+                    tokens=Path(tokens).resolve() if tokens else None,
+                )
+            if supervise:
+                start_supervisor(site_dir, supervision)
+            with edit(site_dir) as current:
+                current.starting = None  # the start finished: the site is complete
+        except BaseException as exc:  # whatever failed, nothing that was started keeps running
+            _unwind(site_dir, exc, [(info.id, proc.pid) for proc, info in started])
+        return SiteState.load(site_dir)
+
+
+def running(site_dir: Path) -> list[str]:
+    """The processes a site's state file records that still run, as "name (pid N)"; a PID
+    that another process has now (the file left by a crash or a reboot) is not the site's."""
+    if not (site_dir / STATE_FILE).exists():
+        return []
+    state, where = SiteState.load(site_dir), str(site_dir)
+    live = [f"{p.name} (pid {p.pid})" for p in state.processes if lives_for_site(p, where)]
+    recorded = {p.name for p in state.processes}
+    return live + [
+        f"{s.id} (pid {s.pid})"
+        for s in state.servers
+        if s.id not in recorded and runs_for_site(s.pid, where, s.id)
+    ]
+
+
+def _unwind(site_dir: Path, exc: BaseException, unrecorded: list[tuple[str, int]]) -> NoReturn:
+    """`up` failed or was stopped (Ctrl-C, SIGTERM): stop what it started, servers started
+    but not recorded yet too, then raise what stopped it (a SiteError for any other error)."""
     try:
-        if tracing is not None:  # first: the servers export to it from their start
-            start_collector(site_dir, tracing)
-        # every server's ports from one call: distinct, where separate calls could be handed
-        # a port again that an earlier server has not bound yet
-        chosen = free_ports(3 * servers, avoid=SiteState.load(site_dir).ports())
-        for index in range(servers):
-            server_id = f"triton-{index}"
-            delay = (delay_ms or {}).get(server_id, 0.0)
-            ports = ServerPorts(*chosen[3 * index : 3 * index + 3])
-            pool = pools[server_id][0]
-            args = (site_dir, server_id, install, held[server_id], delay, ports)
-            proc, info = start_server(*args, pool=pool)
-            started.append((proc, info))
-            with edit(site_dir) as current:  # record PIDs at once: a failed start is stopped
-                current.put_server(info)
-        for proc, server in started:
-            wait_ready(proc, server.pid, server.http, Path(server.log), ready_timeout)
-        if balancer:
-            policy = admission or AdmissionPolicy()
-            start_control_plane(
-                site_dir,
-                policy,
-                scaling,
-                balancing,
-                jwt,
-                shed_ttl_s=shed_ttl_s,
-                placement=placing,
-                tokens=Path(tokens).resolve() if tokens else None,
-            )
-        if supervise:
-            start_supervisor(site_dir, supervision)
-    except BaseException as exc:  # whatever failed, nothing that was started keeps running
-        down(site_dir)
-        if isinstance(exc, SiteError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM
-            raise
-        raise SiteError(str(exc)) from exc
-    return SiteState.load(site_dir)
+        _stop(site_dir, unrecorded)
+    except SiteError as left:  # what outlived SIGKILL, said with what stopped `up`
+        cause = str(exc) or type(exc).__name__
+        raise SiteError(f"{cause}; then stopping what `up` had started failed: {left}") from exc
+    if isinstance(exc, SiteError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM
+        raise exc
+    raise SiteError(str(exc)) from exc
 
 
 def placement(
@@ -224,7 +269,9 @@ def down(site_dir: Path) -> list[int]:
     """Stop every process of the site: first mark it stopping (under the state lock), then
     the supervisor, the gateway, Envoy, the operator and Prometheus together, then the
     servers together; returns the PIDs of the servers that were stopped. Works the same
-    whether the supervisor is alive, dead or was never started.
+    whether the supervisor is alive, dead or was never started. Refused while an `up` or
+    another `down` runs in the directory (state.exclusive). SiteError naming each process that
+    outlived SIGKILL (PID, name, state), which then stays in the state file, alone.
 
     The supervisor goes with the others, not before them: a restart records its PID in the
     same locked change that checks `stopping` (supervisor.py), so once the site is marked
@@ -232,29 +279,75 @@ def down(site_dir: Path) -> list[int]:
     last, once nothing holds a connection to them: Triton waits for its HTTP clients to
     leave before it unloads, checking once a second."""
     site_dir = Path(site_dir)
+    load_state_file(site_dir)  # no site: say how to start one, and make no lock file
+    with exclusive(site_dir, "down"):
+        return _stop(site_dir)
+
+
+def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[int]:
+    """`down` without its lock (`up` holds it when it stops what it started); `unrecorded`:
+    servers (id, PID) started but perhaps not in the state file yet."""
     with edit(site_dir) as state:
         state.stopping = True
         for record in state.processes:
             why = "stopped by `sonicsite down`"
             state.put_process(replace(record, state=STOPPED, since=time.time(), last_exit=why))
-    stop_groups(  # the supervisor, the gateway, Envoy, the operator and Prometheus, all at once
-        [
-            process.pid
-            for process in reversed(state.processes)
-            if process.kind != SERVER and runs_for_site(process.pid, state.site_dir)
-        ]
-    )
-    stopped = [
-        server.pid
-        for server in state.servers
-        if is_triton_server(server.pid, server.id) or group_members(server.pid)
-    ]
+    where = state.site_dir
+    others = {  # the supervisor, the gateway, Envoy, the operator, Prometheus
+        p.pid: p.name
+        for p in reversed(state.processes)
+        if p.kind != SERVER and _site_group(p.pid, where)
+    }
+    left = stop_groups(list(others))  # all at once
+    servers = {s.pid: s.id for s in state.servers}
+    servers |= {p.pid: p.name for p in state.processes if p.kind == SERVER}
     for note in sorted((site_dir / STARTING_DIR).glob("*.pid")):  # added, not yet recorded
-        pid = int(note.read_text() or 0)
-        if pid and is_triton_server(pid, note.stem) and pid not in stopped:
-            stopped.append(pid)
-    stop_groups(stopped)  # every server unloads its models at the same time
+        servers.setdefault(int(note.read_text() or 0), note.stem)
+    servers |= {pid: server_id for server_id, pid in unrecorded}
+    servers = {pid: sid for pid, sid in servers.items() if pid and _site_group(pid, where, sid)}
+    left |= stop_groups(list(servers))  # every server unloads its models at the same time
     for server in state.servers:
-        remove_leftovers(server)
+        if server.pid not in left:
+            remove_leftovers(server)
+    if left:
+        raise SiteError(_keep_left(site_dir, left, others | servers))
     (site_dir / STATE_FILE).unlink(missing_ok=True)
-    return stopped
+    return list(servers)
+
+
+def _site_group(pid: int, site_dir: str, server_id: str = "") -> bool:
+    """The process group led by `pid` is the site's: its leader is (a server: that server's
+    tritonserver), or, the leader gone, a live member runs for the site (a killed server's
+    Python-backend stubs run in the site's folder)."""
+    if pid <= 0:  # never a record's: group 0 holds the kernel's threads
+        return False
+    if runs_for_site(pid, site_dir, server_id):
+        return True
+    return any(runs_for_site(m, site_dir) for m in group_members(pid))
+
+
+def _keep_left(site_dir: Path, left: dict[int, list[int]], names: dict[int, str]) -> str:
+    """Keep in the state file only the processes that outlived SIGKILL (a later `down`
+    tries them again); what to say about them."""
+    said = {
+        pid: ", ".join(f"pid {m} ({describe(m)})" for m in members) for pid, members in left.items()
+    }
+    with edit(site_dir) as state:
+        state.starting = None
+        state.servers = [s for s in state.servers if s.pid in left]
+        kept = [p for p in state.processes if p.pid in left]
+        recorded = {p.pid for p in kept}
+        kept += [
+            LocalProcess(name=names[pid], kind=SERVER, pid=pid, state=STOPPED)
+            for pid in left
+            if pid not in recorded
+        ]
+        why = "outlived SIGKILL at `sonicsite down`: "
+        state.processes = [replace(p, last_exit=why + said[p.pid]) for p in kept]
+    shown = "; ".join(f"{names[pid]} (pid {pid}): {said[pid]}" for pid in left)
+    return (
+        f"{len(left)} process group(s) of the site in {site_dir} outlived SIGKILL (still there "
+        f"{processes.KILL_WAIT_S:g} s after it): {shown}. A process in state D waits in the "
+        f"kernel (a hung file system or device). They stay recorded in "
+        f"{site_dir / STATE_FILE}: run `sonicsite down` again once they can end"
+    )

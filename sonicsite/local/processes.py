@@ -22,6 +22,7 @@ from pathlib import Path
 from sonicsite.contract.wire import pid_alive
 
 LOG = logging.getLogger(__name__)
+GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
 KILL_WAIT_S = 10.0  # SIGKILLed processes still there after this are not waited for longer
 
 
@@ -41,30 +42,58 @@ def start_process(
 
 
 def wait_for_http(
-    url: str, proc: subprocess.Popen, log: Path, timeout: float, error: type[Exception]
+    url: str,
+    proc: subprocess.Popen,
+    log: Path,
+    timeout: float,
+    error: type[Exception],
+    name: str = "",
+    any_status: bool = False,
 ) -> None:
-    """Poll `url` until it answers 200; raise `error` with the log's tail if `proc` exits
-    or `timeout` seconds pass."""
+    """Poll `url` until it answers 200 (with `any_status`, any HTTP status: a receiver that
+    answers GET with 404 is up); raise `error` naming the process (`name`, else its log's
+    name), its PID and its log, with the log's last lines, if `proc` exits or `timeout`
+    seconds pass: a site starts five such processes, and the reader must know which."""
+    what = f"{name or log.stem} (pid {proc.pid})"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise error(f"{url}: the process exited with {proc.returncode}:\n{tail}")
+            raise error(
+                f"{what} {exit_reason(proc.pid, proc)} before {url} answered "
+                f"(log {log}):\n{log_tail(log)}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=1) as reply:
-                if reply.status == 200:
+                if reply.status == 200 or any_status:
                     return
+        except urllib.error.HTTPError:
+            if any_status:
+                return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         except http.client.HTTPException as exc:  # not HTTP: another process has the port
             answer = f"{url} answers, but not as HTTP ({type(exc).__name__})"
-            raise error(f"{answer}: another process listens on its port (log {log})") from None
+            taken = "another process listens on its port"
+            raise error(f"{what}: {answer}: {taken} (log {log})") from None
         time.sleep(0.1)
-    raise error(f"{url} did not answer within {timeout:.0f} s (log {log})")
+    raise error(f"{what} did not answer {url} within {timeout:g} s (log {log})")
+
+
+def log_tail(log: Path, chars: int = 2000) -> str:
+    """The end of a log, about `chars` long, from the start of a line."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    if len(text) <= chars:
+        return text
+    tail = text[-chars:]
+    return tail.split("\n", 1)[1] if "\n" in tail else tail
 
 
 def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (the contract's one definition)."""
+    """True while the process exists and is not a zombie (the contract's one definition).
+    Whether a recorded PID is still the site's process: the contract's `lives_for_site`."""
     return pid_alive(pid)
 
 
@@ -94,14 +123,14 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def kill_group(pid: int, wait_s: float = KILL_WAIT_S) -> list[int]:
+def kill_group(pid: int, wait_s: float | None = None) -> list[int]:
     """SIGKILL what is left of the process group led by `pid` (a hung process, or the
     children of one that crashed) and wait until it is gone, at most `wait_s`: a process
     stuck in the kernel (state D) outlives SIGKILL, and its caller must not hang with it.
     Returns what is left then (logged with each process's state), [] when all is gone."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    return wait_group_gone(pid, wait_s)
+    return wait_group_gone(pid, KILL_WAIT_S if wait_s is None else wait_s)
 
 
 def wait_group_gone(pgid: int, wait_s: float) -> list[int]:
@@ -163,22 +192,25 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def stop_group(pid: int, grace: float = 15.0) -> None:
-    """SIGTERM the process group led by `pid`, then SIGKILL what is left after `grace` s."""
-    stop_groups([pid], grace)
+def stop_group(pid: int, grace: float | None = None) -> list[int]:
+    """SIGTERM the process group led by `pid`, then SIGKILL what is left after `grace` s
+    (GRACE_S); returns what outlived SIGKILL too ([] when all is gone)."""
+    return stop_groups([pid], grace).get(pid, [])
 
 
-def stop_groups(pids: Sequence[int], grace: float = 15.0) -> None:
+def stop_groups(pids: Sequence[int], grace: float | None = None) -> dict[int, list[int]]:
     """SIGTERM the process groups led by `pids` all at once, then SIGKILL what is left of
-    any of them after `grace` s. Together, not one after another: a Triton server takes a
-    second or two to unload its models and exit, and the servers of a site can all do that
-    at the same time. A group whose leader is gone (a server that crashed or was killed)
-    has no exit left to wait for: what remains of it (its Python-backend stubs, which do not
-    exit on SIGTERM) is killed at once rather than after the grace."""
+    any of them after `grace` s (GRACE_S). Together, not one after another: a Triton server
+    takes a second or two to unload its models and exit, and the servers of a site can all
+    do that at the same time. A group whose leader is gone (a server that crashed or was
+    killed) has no exit left to wait for: what remains of it (its Python-backend stubs,
+    which do not exit on SIGTERM) is killed at once rather than after the grace. Returns,
+    per group, the processes still there after SIGKILL and KILL_WAIT_S (stuck in the
+    kernel: state D); {} when every group is gone. The caller must say so and keep them."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + (GRACE_S if grace is None else grace)
     left = [pid for pid in pids if group_members(pid)]
     while left and time.monotonic() < deadline:
         for pid in left:
@@ -192,31 +224,10 @@ def stop_groups(pids: Sequence[int], grace: float = 15.0) -> None:
         kill_group(pid)
     for pid in pids:
         _reap(pid)
+    return {pid: members for pid in pids if (members := group_members(pid))}
 
 
 def _reap(pid: int) -> None:
     """Collect the exit status when the process is our own child (tests start it in-process)."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def is_triton_server(pid: int, server_id: str) -> bool:
-    """Guard against PID reuse: the command line must be this server's tritonserver."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return any(a.endswith(b"tritonserver") for a in cmdline[:1]) and (
-        f"--id={server_id}".encode() in cmdline
-    )
-
-
-def runs_for_site(pid: int, site_dir: str) -> bool:
-    """Guard against PID reuse: the process runs in the site's directory, or its command
-    line names it."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    return cwd == site_dir or site_dir.encode() in cmdline

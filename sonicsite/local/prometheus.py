@@ -69,7 +69,7 @@ def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subproc
 
 
 def wait_ready(proc: subprocess.Popen, address: str, log: Path, timeout: float = 30.0) -> None:
-    wait_for_http(f"http://{address}/-/ready", proc, log, timeout, PrometheusError)
+    wait_for_http(f"http://{address}/-/ready", proc, log, timeout, PrometheusError, "prometheus")
 
 
 def query(address: str, expr: str, at: float | None = None) -> list[dict]:

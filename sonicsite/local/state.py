@@ -12,6 +12,15 @@ autoscaler (add_server / remove_server) and the supervisor. Every change is a re
 write under one lock (`edit`: fcntl.flock on `<site dir>/state.lock`), and every write
 replaces the file atomically, so no writer loses another's change and no reader sees half a
 file.
+
+One `up` or `down` at a time in a site directory (`exclusive`: a second flock,
+`<site dir>/up.lock`, held for all of it): a second `up` is refused at once, naming the PID
+that holds the lock, before it touches anything. (Two `up`s at once each found no site
+running: the second removed the first one's repository while it was being written, and
+could replace a state that named the first one's servers, which no `down` could then
+stop.) The kernel drops the lock with its holder, so a killed `up` leaves none behind; it
+leaves its mark in the state instead (`starting`), and `status` and `submit` say that the
+site is incomplete (status.unfinished).
 """
 
 from __future__ import annotations
@@ -75,6 +84,20 @@ def server_process(server: LocalServer, state: str = RUNNING) -> LocalProcess:
     )
 
 
+@dataclass(frozen=True)
+class StartUnderWay:
+    """Written by `up` with the site's first state, cleared when it returns: a site whose
+    `up` never returned (killed: SIGKILL, the OOM killer) is incomplete, whatever its
+    processes say, and `status` and `submit` say so (status.unfinished)."""
+
+    pid: int  # the launcher's
+    parts: tuple[str, ...] = ()  # every process `up` starts, by name
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> StartUnderWay | None:
+        return cls(int(data["pid"]), tuple(data.get("parts", ()))) if data else None
+
+
 @dataclass
 class SiteState:
     site_dir: str
@@ -92,6 +115,7 @@ class SiteState:
     processes: list[LocalProcess] = field(default_factory=list)
     collector: str = ""  # the OTLP/HTTP address of the site's collector; "": no tracing
     tracing: dict = field(default_factory=dict)  # tracing.TracingConfig, as a dict
+    starting: StartUnderWay | None = None  # set while `up` runs, and left if it was killed
 
     def server(self, server_id: str) -> LocalServer | None:
         return next((s for s in self.servers if s.id == server_id), None)
@@ -182,6 +206,7 @@ class SiteState:
             processes=[LocalProcess.from_dict(p) for p in data.get("processes", [])],
             collector=data.get("collector", ""),
             tracing=data.get("tracing", {}),
+            starting=StartUnderWay.from_dict(data.get("starting")),
         )
 
 
@@ -215,22 +240,32 @@ def locked(site_dir: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
 
 def lock_holder(inode: int) -> str:
     """Who holds the flock on the file of `inode`, from /proc/locks, in words."""
+    pid = flock_pid(inode)
+    if pid is None:
+        return "a process this machine cannot name (/proc/locks unreadable)"
+    if not pid:
+        return "no process listed in /proc/locks"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        command = b""
+    return f"pid {pid} ({command.strip()[:120].decode(errors='replace') or '?'})"
+
+
+def flock_pid(inode: int) -> int | None:
+    """The PID holding a flock on the file of `inode` (/proc/locks): 0 when none does, None
+    when /proc/locks cannot be read."""
     try:
         lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
-        return "a process this machine cannot name (/proc/locks unreadable)"
+        return None
     for line in lines:
         fields = line.split()
         if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
             continue  # a waiter, or not a flock
         if fields[5].rsplit(":", 1)[-1] == str(inode):
-            pid = fields[4]
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                command = b""
-            return f"pid {pid} ({command.strip()[:120].decode(errors='replace') or '?'})"
-    return "no process listed in /proc/locks"
+            return int(fields[4])
+    return 0
 
 
 @contextlib.contextmanager
@@ -249,3 +284,40 @@ def create(state: SiteState) -> None:
     """Write a new site's first state file, under the lock."""
     with locked(Path(state.site_dir)):
         state.save()
+
+
+UP_LOCK = "up.lock"  # beside the state file; held by `up` and `down`, never removed
+
+
+@contextlib.contextmanager
+def exclusive(site_dir: Path, command: str) -> Iterator[None]:
+    """Hold the site's lifecycle lock for all of `command` (`up` or `down`); SiteError naming
+    the holder's PID and command line at once when another process holds it."""
+    path = Path(site_dir) / UP_LOCK
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            inode = os.fstat(lock.fileno()).st_ino
+            who, pid = lock_holder(inode), flock_pid(inode)
+            stop = f"`kill {pid}`" if pid else "stop it"
+            raise SiteError(
+                f"a site is being started or stopped in {site_dir} by {who} (it holds "
+                f"{path}): `sonicsite {command}` refused; wait until it has finished (`sonicsite "
+                f"status --dir {site_dir}`), or {stop}: an `up` then stops what it started"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def holder(site_dir: Path) -> int | None:
+    """The PID of the `up` or `down` under way in `site_dir` (0: none); None when this
+    machine cannot tell (/proc/locks unreadable)."""
+    path = Path(site_dir) / UP_LOCK
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return 0
+    return flock_pid(inode)

@@ -3,7 +3,9 @@
 Every process of the site (its servers, the operator, Envoy, the gateway, Prometheus, the
 supervisor) with its PID, state, restarts and last exit, as the contract's reader sees it
 now (`read_processes`: the gateway's status page reads the same); a line that starts DEAD,
-RESTARTING or NOT READY for each process that does not serve; and an exit status that says
+RESTARTING or NOT READY for each process that does not serve, NOT LISTENING for an Envoy
+without the site's endpoint, STARTING, INCOMPLETE, STOPPING or NOT STOPPED for a site whose
+`up` or `down` is under way or was cut short (`unfinished`); and an exit status that says
 whether anything is down (EXIT_* below, also in the command's help).
 """
 
@@ -18,22 +20,29 @@ from sonicsite.contract.wire import (
     RESTARTING,
     RUNNING,
     SERVER,
+    STATE_FILE,
     STOPPED,
     SUPERVISOR,
     ProcessRecord,
+    pid_alive,
     read_processes,
 )
 
-from .state import SiteState
+from .control_plane import listener_problem
+from .state import SiteState, holder
 from .triton import is_ready
 
 EXIT_OK = 0  # every process runs and every server is ready (or was stopped on purpose)
 EXIT_NO_SITE = 1  # no site in the directory, or its state file is not one
-EXIT_DOWN = 3  # something is down: a process dead or restarting, or a server not ready
+# something is down: a process dead or restarting, a server not ready, Envoy not listening
+# on the site's endpoint, or the site incomplete (an `up` or `down` under way or cut short)
+EXIT_DOWN = 3
 EXIT_HELP = (
     "exit status: 0 when every process runs and every server is ready; 1 when there is no "
     "site in DIR; 3 when something is down (a process dead or restarting, a server not "
-    "ready). A state.json that is not a site's counts as no site (1), and says why"
+    "ready, Envoy not listening on the site's gRPC endpoint) or the site is incomplete (an "
+    "`up` or `down` under way, or killed before it finished). A state.json that is not a "
+    "site's counts as no site (1), and says why"
 )
 
 
@@ -73,7 +82,8 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
     ready = {s.id: states.get(s.id, RUNNING) == RUNNING and is_ready(s.http) for s in state.servers}
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
-    trouble = problems(records, ready, supervised)
+    trouble = problems(records, ready, supervised) + not_listening(state, records)
+    trouble += [line] if (line := unfinished(state)) else []
     code = EXIT_DOWN if trouble else EXIT_OK
     if as_json:
         data = json.loads(state.to_json())
@@ -129,6 +139,57 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
     return code
 
 
+def not_listening(state: SiteState, records: tuple[ProcessRecord, ...]) -> list[str]:
+    """A line when Envoy runs but does not listen on the site's gRPC endpoint (it refused
+    the listener: the port was taken before it could bind it), which it still publishes."""
+    envoy = next((r for r in records if r.kind == "envoy" and r.state == RUNNING), None)
+    if envoy is None or not state.grpc:
+        return []
+    problem = listener_problem(state.envoy_admin, state.grpc)
+    if not problem:  # listening, or its admin not answering now: nothing to say for sure
+        return []
+    return [
+        f"NOT LISTENING: envoy (pid {envoy.pid}): the site's gRPC endpoint {state.grpc} is "
+        f"not Envoy's: {problem} (log {envoy.log})"
+    ]
+
+
 def supervisor_log(state: SiteState) -> str:
     record = state.process(SUPERVISOR)
     return record.log if record else "-"
+
+
+def unfinished(state: SiteState) -> str:
+    """Nothing ("") when no `up` or `down` is under way in the site or was cut short; else
+    one line that says which, what it had not done, and what to do."""
+    site_dir = Path(state.site_dir)
+    under_way = holder(site_dir)
+    start = state.starting
+    if state.stopping:
+        if under_way:
+            return f"STOPPING: the site is being stopped (by pid {under_way})"
+        left = ", ".join(f"{p.name} (pid {p.pid})" for p in state.processes) or "none recorded"
+        return (
+            f"NOT STOPPED: `sonicsite down` did not finish: left {left}; run `sonicsite down "
+            f"--dir {site_dir}` again (what it cannot stop stays in {site_dir / STATE_FILE})"
+        )
+    if start is None:
+        return ""
+    recorded = {p.name for p in state.processes}
+    missing = [name for name in start.parts if name not in recorded]
+    lacking = (
+        f"not started: {', '.join(missing)}"
+        if missing
+        else "every process started, not all of them waited for"
+    )
+    running = pid_alive(start.pid) if under_way is None else under_way == start.pid
+    if running:
+        return (
+            f"STARTING: `sonicsite up` (pid {start.pid}) has not finished starting the site "
+            f"({lacking}); wait until it returns"
+        )
+    return (
+        f"INCOMPLETE: `sonicsite up` (pid {start.pid}) did not finish ({lacking}): it was "
+        f"killed before it could stop what it had started; run `sonicsite down --dir "
+        f"{site_dir}`, then `sonicsite up` again"
+    )

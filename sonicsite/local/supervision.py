@@ -90,5 +90,5 @@ def start_supervisor(
             health=health,
         )
         state.put_process(record)
-    wait_for_http(health, proc, log, timeout, SiteError)
+    wait_for_http(health, proc, log, timeout, SiteError, name=SUPERVISOR)
     return record

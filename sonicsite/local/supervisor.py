@@ -30,9 +30,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sonicsite.contract.wire import RESTARTING, RUNNING, SERVER, STOPPED, SUPERVISOR
+from sonicsite.contract.wire import (
+    RESTARTING,
+    RUNNING,
+    SERVER,
+    STOPPED,
+    SUPERVISOR,
+    lives_for_site,
+)
 
-from .processes import exit_reason, is_triton_server, kill_group, runs_for_site, start_process
+from .processes import exit_reason, kill_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
 from .supervision import HANG_KINDS, HISTORY, SupervisionPolicy
@@ -135,9 +142,7 @@ class Supervisor:
 
     def _lives(self, state: SiteState, record: LocalProcess) -> bool:
         """Alive, and still the site's process (not a PID reused by another)."""
-        if record.kind == SERVER:
-            return is_triton_server(record.pid, record.name)
-        return runs_for_site(record.pid, state.site_dir)
+        return lives_for_site(record, state.site_dir)
 
     def _check(self, state: SiteState, record: LocalProcess, answered: bool, now: float) -> None:
         watch = self.watches[record.name]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .admin_key import restriction_flags
 from .errors import TritonError
-from .processes import start_process
+from .processes import exit_reason, start_process
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def wait_ready(
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise TritonError(
-                f"tritonserver (pid {pid}) exited with {proc.returncode} (log {log}):\n"
+                f"tritonserver (pid {pid}) {exit_reason(pid, proc)} (log {log}):\n"
                 + _failure_lines(log)
             )
         if is_ready(http):

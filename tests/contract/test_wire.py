@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -112,32 +113,55 @@ def test_a_process_record_round_trips_and_ignores_what_it_does_not_know():
 
 def test_the_process_reader_says_what_is_dead_now(tmp_path):
     """A PID that is gone is DEAD unless a live supervisor is restarting it; a process
-    stopped on purpose stays STOPPED."""
+    stopped on purpose stays STOPPED; a PID that another process has now (not the site's:
+    it neither runs in the site's folder nor names it; a server must be that server's
+    tritonserver) is gone too."""
     gone = subprocess.Popen(["true"])
     gone.wait()
-    me = os.getpid()
+    sleep = "import time; time.sleep(600)"
+    supervisor = subprocess.Popen([sys.executable, "-c", sleep], cwd=tmp_path)
+    tritonserver = tmp_path / "tritonserver"  # its command: the site's tritonserver, triton-0
+    tritonserver.symlink_to(sys.executable)
+    triton = subprocess.Popen([str(tritonserver), "-c", sleep, "--id=triton-0"], cwd=tmp_path)
+    me = os.getpid()  # alive, but not the site's
 
     def write(*records: ProcessRecord) -> dict[str, str]:
         data = {"site_dir": str(tmp_path), "processes": [r.to_dict() for r in records]}
         (tmp_path / STATE_FILE).write_text(json.dumps(data))
         return {r.name: r.state for r in read_processes(tmp_path)}
 
-    live = ProcessRecord(SUPERVISOR, SUPERVISOR, me)
-    dead = ProcessRecord(SUPERVISOR, SUPERVISOR, gone.pid)
-    running_gone = ProcessRecord("envoy", "envoy", gone.pid)
-    restarting = ProcessRecord("operator", "operator", gone.pid, RESTARTING)
-    stopped = ProcessRecord("triton-1", "server", gone.pid, STOPPED)
-    server = ProcessRecord("triton-0", "server", me)
-    assert write(live, running_gone, restarting, stopped, server) == {
-        SUPERVISOR: RUNNING,
-        "envoy": DEAD,  # until the supervisor marks it restarting
-        "operator": RESTARTING,
-        "triton-1": STOPPED,
-        "triton-0": RUNNING,
-    }
-    assert write(dead, restarting, server) == {
-        SUPERVISOR: DEAD,
-        "operator": DEAD,  # nothing is there to restart it
-        "triton-0": RUNNING,
-    }
-    assert write(running_gone) == {"envoy": DEAD}  # a site without a supervisor
+    try:
+        live = ProcessRecord(SUPERVISOR, SUPERVISOR, supervisor.pid)
+        dead = ProcessRecord(SUPERVISOR, SUPERVISOR, gone.pid)
+        running_gone = ProcessRecord("envoy", "envoy", gone.pid)
+        restarting = ProcessRecord("operator", "operator", gone.pid, RESTARTING)
+        stopped = ProcessRecord("triton-1", "server", gone.pid, STOPPED)
+        server = ProcessRecord("triton-0", "server", triton.pid)
+        assert write(live, running_gone, restarting, stopped, server) == {
+            SUPERVISOR: RUNNING,
+            "envoy": DEAD,  # until the supervisor marks it restarting
+            "operator": RESTARTING,
+            "triton-1": STOPPED,
+            "triton-0": RUNNING,
+        }
+        assert write(dead, restarting, server) == {
+            SUPERVISOR: DEAD,
+            "operator": DEAD,  # nothing is there to restart it
+            "triton-0": RUNNING,
+        }
+        assert write(running_gone) == {"envoy": DEAD}  # a site without a supervisor
+        reused = ProcessRecord("gateway", "gateway", me)
+        other_server = ProcessRecord("triton-1", "server", supervisor.pid)  # not a tritonserver
+        assert write(live, reused, other_server) == {
+            SUPERVISOR: RUNNING,
+            "gateway": DEAD,
+            "triton-1": DEAD,
+        }
+        assert write(ProcessRecord(SUPERVISOR, SUPERVISOR, me), restarting) == {
+            SUPERVISOR: DEAD,  # a PID reused: no supervisor restarts anything
+            "operator": DEAD,
+        }
+    finally:
+        for proc in (supervisor, triton):
+            proc.kill()
+            proc.wait()

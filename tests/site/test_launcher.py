@@ -40,6 +40,7 @@ def test_status_json_lists_every_ready_server(site):
     assert all(s["ready"] for s in data["servers"])
     assert len({s["grpc_port"] for s in data["servers"]}) == 2
     assert set(data["models"]) == set(site.models)
+    assert data["starting"] is None and data["down"] == []  # `up` returned: complete
 
 
 def test_up_refuses_a_second_site_in_the_same_directory(site):

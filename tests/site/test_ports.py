@@ -4,6 +4,8 @@ chosen again for a server, and the supervisor then met Triton's gRPC port."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from sonicsite.local.ports import PORT_RANGE_VARIABLE, free_ports
@@ -25,10 +27,25 @@ def test_free_ports_in_a_range_never_hands_out_an_avoided_port(
 
 
 def test_the_kernels_choice_is_refused_when_avoided(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's pick (a bind to port 0) is random: two calls almost never overlap, so
+    the kernel is made to pick an avoided port first (a bind to 0 bound to it), as it may
+    when another part of the site has chosen that port and not bound it yet."""
     monkeypatch.delenv(PORT_RANGE_VARIABLE, raising=False)
-    first = free_ports(8)
-    again = free_ports(8, avoid=first)
-    assert not set(first) & set(again)
+    (avoided,) = free_ports(1)  # free now, not held: the kernel could hand it out again
+    bind = socket.socket.bind
+    forced: list[int] = []
+
+    def kernel_picks_the_avoided_port_once(sock: socket.socket, address: tuple) -> None:
+        host, port = address
+        if port == 0 and not forced:
+            forced.append(avoided)
+            port = avoided
+        bind(sock, (host, port))
+
+    monkeypatch.setattr(socket.socket, "bind", kernel_picks_the_avoided_port_once)
+    chosen = free_ports(4, avoid={avoided})
+    assert forced == [avoided]  # it was handed out, and then refused
+    assert avoided not in chosen and len(set(chosen)) == 4
 
 
 def test_a_site_state_names_every_port_it_has_chosen() -> None:
