@@ -7,7 +7,7 @@ all its requests, not on its worst model's: one model's queue over the target wh
 others have none is for admission and placement (more replicas of that model), not for more
 servers. In the simulated Tier-2 day the worst model's queue time added servers in the
 6-model afternoon (1.03 of the reference's GPU-hours for p99 0.85 of its); the pool's
-kept the 4 servers the reference kept (1.00, p99 0.96; README, "Simulation").
+kept the 4 servers the reference kept (1.00, p99 0.96; docs/sim/RESULTS.md).
 Policy, as the HPA behind KEDA applies it: desired = ceil(current × metric / target),
 unchanged within a 10 % tolerance, clamped to [min, max]; a scale-up follows the
 lowest recommendation of the last `up_window_s`, a scale-down the highest of the last
@@ -19,7 +19,7 @@ clients say they have left keeps busy for `busy_over_start` times a server's sta
 (`worth_starting`): a server is paid for from its start, and one that is ready only as a
 burst ends is cost without use. In the simulated burst (2,200 jobs at once, 10× the pool)
 the queue time's own answer, 4 → 8 → 16 servers, finished 25 % sooner than the reference
-chart's one server a minute but took 1.33 of its GPU-hours (README, "Simulation"). Where the
+chart's one server a minute but took 1.33 of its GPU-hours (docs/sim/RESULTS.md). Where the
 declared jobs send less than `declared_coverage` (half) of the requests the servers answer,
 the rest is work of unknown length and the check does not apply; above it, the others' work
 is taken to be like the declared jobs'.
@@ -46,7 +46,7 @@ class ScalingPolicy:
     # scale-down (the reference chart's windows): in the simulated Tier-2 day a wave's start
     # lifts queue time for less than a minute, and no window up with one minute down
     # followed every wave (130 scale events, 1.17 of the reference's GPU-hours; 60/600 s:
-    # 16 events, 1.06, and p99 0.74 of its instead of 0.95; README, "Simulation").
+    # 16 events, 1.06, and p99 0.74 of its instead of 0.95; docs/sim/RESULTS.md).
     up_window_s: float = 60.0
     down_window_s: float = 600.0
     window_s: float = 30.0  # the metric's window, as in monitoring/rules/autoscaling.rules.yaml

@@ -193,7 +193,7 @@ class Balancing:
         bench's) that is its own time, unchanged. In the simulated Tier-2 day on 8 identical
         GPUs one server or another was weighed down for some model in half the operator's
         steps, which took every model off the all-servers cluster (route_clusters.py); with
-        the median, in none (p99 0.25 s instead of 0.35 s; README, "Simulation")."""
+        the median, in none (p99 0.25 s instead of 0.35 s; docs/sim/RESULTS.md)."""
         ratios: dict[str, list[float]] = {}
         for servers in (self._by_model() if by_model is None else by_model).values():
             fast = reference(list(servers.values()))

@@ -27,7 +27,7 @@ The rules, in the order they are applied within one step:
    loading (up to `max_replicas`), once every waiting model has its first, the waiting
    models taking turns. On one replica (the first ready, or one kept warm) a wave's
    requests queued for a minute while queue pressure added the others one by one (the
-   simulated `waves`, README).
+   simulated `waves`, docs/sim/RESULTS.md).
 3. QUEUE_PRESSURE: a model whose queue time per request has stayed over its threshold for
    `pressure_s`, with no replica loading and its newest replica at least `pressure_s` old,
    gets one more replica on a server of its pool that does not hold it. "Stayed", not "is":
