@@ -22,7 +22,8 @@ Envoy with the sonicsite client:
 
 Each turn also measures how many cores other processes on the machine kept busy meanwhile;
 when that differs between the turns of a repeat by more than `OUTSIDE_TOLERANCE`, the turns
-are measured again (at most `MAX_REDO` times; `redone` in the JSON lists them), and each
+are measured again (at most `MAX_REDO` times; `redone` in the JSON lists them with the
+discarded turns' figures: every measurement is kept), and each
 repeat's turns start once the others leave the cores mostly idle (`QUIET_CORES`, waiting at
 most `QUIET_WAIT_S`; `waited_for_quiet_s` lists the waits).
 
@@ -42,7 +43,6 @@ the sheds it saw are reported.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -58,8 +58,8 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
-from .balancing_figures import Cell, policy_ratios
+from ..contract.provenance import usable_cores
+from .balancing_figures import Cell, discarded, point_figures, recovery_figure, summary
 from .balancing_load import (
     FLOATS,
     MODEL,
@@ -70,7 +70,7 @@ from .balancing_load import (
     open_loop,
     set_policy,
 )
-from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
+from .common import BENCH_ADMISSION, Recorder, conditions, figure, in_turn, sheds
 from .outside_load import OutsideLoad
 from .shares import SHARE_TOLERANCE, SHARE_WINDOW_S, OperatorSeen, recovery_s, shares_over_time
 
@@ -107,8 +107,8 @@ class Options:
     build_dir: Path = Path("build/models")
 
     def __post_init__(self) -> None:
-        if any(f < 1 for f in self.slowdowns):
-            raise ValueError(f"slowdowns: expected factors ≥ 1, got {self.slowdowns}")
+        if not self.slowdowns or any(f < 1 for f in self.slowdowns):
+            raise ValueError(f"slowdowns: expected factors ≥ 1, at least one, got {self.slowdowns}")
         if not all(0 < x < 1 for x in self.open_loads):
             raise ValueError(
                 f"open_loads: expected parts of capacity in (0, 1), got {self.open_loads}"
@@ -200,7 +200,7 @@ class Bench:
                     self.wait_quiet()
                     turns = {}
                     self.units += 1  # ORDER and back: a unit starts with the last one's policy
-                    for policy in ORDER if self.units % 2 else ORDER[::-1]:
+                    for policy in in_turn(ORDER, self.units - 1):
                         self.turn(policy)
                         self.meter.start()
                         answers = self.measure(load, seed + 10 * repeat + k)
@@ -211,11 +211,18 @@ class Bench:
                     outside = [c for _, c in turns.values()]
                     if max(outside) - min(outside) <= OUTSIDE_TOLERANCE or attempt == MAX_REDO:
                         break
-                    self.redone.append(
-                        {"slowdown": factor, "repeat": repeat, "load": load, "outside": outside}
+                    self.redone.append(  # every measurement kept, the discarded ones too
+                        {
+                            "slowdown": factor,
+                            "repeat": repeat,
+                            "load": load,
+                            "outside": outside,
+                            "figures": {p: discarded(a, c) for p, (a, c) in turns.items()},
+                        }
                     )
                 for policy, (answers, cores) in turns.items():
-                    cells[load][policy].add(answers, cores)
+                    where = f"slowdown {_label(factor)}, repeat {repeat}, {load}, {policy}"
+                    cells[load][policy].add(answers, cores, where)
         return cells
 
     def recovery(self, seed: int) -> dict:
@@ -243,7 +250,7 @@ class Bench:
         return {
             "recovery_s": recovery_s(answers.done_at, answers.servers, recovered_at, SLOW, SERVERS),
             "slow_share_before": round(before.count(SLOW) / max(len(before), 1), 4),
-            "figures": answers.figures(),
+            "figures": answers.figures(where=f"the recovery run (seed {seed})"),
             "shares": shares_over_time(answers.done_at, answers.servers, recovered_at),
             "operator": seen.rows,
         }
@@ -256,13 +263,14 @@ def _label(factor: float) -> str:
 def run(
     json_path: Path, options: Options = Options(), progress: Callable[[str], None] = print
 ) -> dict:
-    """The summary takes the load-aware policy's worst p99 ratio to least request over every
-    slowdown and load, and its ratios to round robin at 2×: of every repeat's latencies
-    together."""
-    started = run_start()
+    """Every slowdown, then the recovery runs; the summary (balancing_figures.summary) from
+    every repeat's latencies together. A run that fails part-way writes what it measured."""
     o = options
-    points: dict[str, dict[str, dict[str, Cell]]] = {}
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
+    record = Recorder(json_path, "balancing")
+    record.site = conditions(BENCH_ADMISSION)
+    details = record.details
+    details.update(_descriptions(o), figures={}, ratios={}, recovery_runs=[])
+    with record.measuring(), tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         site_dir = Path(tmp) / "site"
         state = launcher.up(
             site_dir,
@@ -273,119 +281,60 @@ def run(
         )
         try:
             bench = Bench(state, from_site_file(site_dir), o)
+            details["policy_switch_s"] = bench.switch_s  # the lists as they fill
+            details["redone"] = bench.redone
+            details["waited_for_quiet_s"] = bench.waited_s
+            details["load_aware_envoy_weights"] = bench.weights
             bench.slow_down(1.0)
             for policy in ORDER:  # warm-up: every policy once, measurements kept nowhere
                 set_policy(state, policy)
                 closed_loop(bench.site, 200, o.concurrency)
-            capacity = bench.measure_capacity()
+            capacity = details["capacity_rps"] = bench.measure_capacity()
             progress(f"capacity {capacity['median']} requests/s")
             for k, factor in enumerate(o.slowdowns):
-                points[_label(factor)] = bench.point(factor, seed=1000 * (k + 1))
+                figures, ratios = point_figures(bench.point(factor, seed=1000 * (k + 1)))
+                details["figures"][_label(factor)] = figures
+                details["ratios"][_label(factor)] = ratios
                 progress(f"{_label(factor)} measured")
-            recoveries = [bench.recovery(seed=7 + k) for k in range(o.repeats)]
-            progress(f"recovery_s {[r['recovery_s'] for r in recoveries]}")
-            shed = sheds(state)
-            restarts = {
+            for k in range(o.repeats):
+                details["recovery_runs"].append(bench.recovery(seed=7 + k))
+            recovered = [r["recovery_s"] for r in details["recovery_runs"]]
+            progress(f"recovery_s {recovered}")
+            shed = record.site["sheds"] = sheds(state)
+            details["restarts"] = {  # site processes the supervisor restarted during the run
                 p.name: {"restarts": p.restarts, "last_exit": p.last_exit}
                 for p in SiteState.load(site_dir).processes
                 if p.restarts
             }
         finally:
             launcher.down(site_dir)
+        details["recovery_s"] = recovery_figure(recovered)
+        details["policy_switch_s"] = [round(s, 3) for s in bench.switch_s]
+        found = summary(details["figures"], details["ratios"], recovered, capacity)
+        return record.write({**found, "sheds": shed})
 
-    figures = {
-        label: {
-            load: {p: c.figures() for p, c in by_policy.items()} for load, by_policy in by.items()
-        }
-        for label, by in points.items()
+
+def _descriptions(o: Options) -> dict:
+    """What the run did, in words, for the JSON's details."""
+    return {
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
+        "site": f"{SERVERS} Triton servers on {usable_cores()} cores, {MODEL} at {FLOATS * 4} "
+        f"bytes per request; every server's model does {o.work_ms} ms of CPU work per "
+        f"request (its thread's CPU time), {SLOW} `slowdown` times as much. The servers' "
+        "work competes for the cores, the slow server's extra work included; Envoy, the "
+        "operator and the load generator run on the same cores.",
+        "driver": f"sonicsite client through Envoy. closed: {o.closed_requests} requests, "
+        f"{o.concurrency} in flight, latency from the first send. open-N%: Poisson "
+        f"arrivals at N% of capacity for {o.open_s} s (the same arrivals for every policy "
+        f"within a repeat), at most {OPEN_WINDOW} in flight, latency from the scheduled "
+        "arrival to the answer (retries included). Policies take turns in the order "
+        f"{list(ORDER)}, then reversed, unit by unit. Ratios: per repeat (figure), and of the "
+        "p99 of every repeat's latencies together (`all_repeats`: what the summary takes).",
+        "capacity": f"closed loop, {CAPACITY_CONCURRENCY} in flight, least request, no "
+        "slowdown: requests per second (3 runs; the median sets the open-loop rates)",
+        "recovery": f"load-aware, open loop at {min(o.open_loads, default=0.7):.0%} of "
+        f"capacity; {SLOW} {RECOVERY_FACTOR:g}x slower for {o.recovery_slow_s} s, then "
+        f"fast; recovery_s: from then until its share of the answers of the last "
+        f"{SHARE_WINDOW_S} s is within {SHARE_TOLERANCE:.0%} of 1/{SERVERS} (never: None, "
+        "counted in never_recovered); shares: per second of answers, t from the recovery",
     }
-    ratios = {
-        label: {load: policy_ratios(by_policy) for load, by_policy in by.items()}
-        for label, by in points.items()
-    }
-
-    def pooled(label: str, load: str, name: str) -> float:
-        return ratios[label][load][name]["all_repeats"]
-
-    at_2x = _label(2.0)
-    recovered = [r["recovery_s"] for r in recoveries]
-    vs_lr = {
-        label: {load: pooled(label, load, "p99_load_aware_vs_least_request") for load in by}
-        for label, by in ratios.items()
-    }
-    vs_rr = {
-        label: {load: pooled(label, load, "p99_load_aware_vs_round_robin") for load in by}
-        for label, by in ratios.items()
-    }
-    open_at_2x = [v for load, v in vs_rr.get(at_2x, {}).items() if load != "closed"]
-    summary = {
-        "p99_ratio_vs_round_robin_at_2x": vs_rr.get(at_2x, {}).get("closed"),
-        "open_loop_p99_ratio_vs_round_robin_at_2x": max(open_at_2x, default=None),
-        "worst_p99_ratio_vs_least_request": max(v for by in vs_lr.values() for v in by.values()),
-        "recovery_s": None if None in recovered else statistics.median(recovered),
-        "sheds": shed,
-        "capacity_rps": capacity["median"],
-        "p99_ratio_vs_least_request": vs_lr,
-        "p99_ratio_vs_round_robin": vs_rr,
-        "slow_server_share": {
-            label: {
-                load: {p: _median(c["slow_share"]) for p, c in by_policy.items()}
-                for load, by_policy in by.items()
-            }
-            for label, by in figures.items()
-        },
-        "targets": {
-            "p99_ratio_vs_round_robin_at_2x": "<= 0.7",
-            "worst_p99_ratio_vs_least_request": "<= 1.05",
-            "open_loop_p99_ratio_vs_round_robin_at_2x": "<= 0.7",
-            "recovery_s": "<= 15",
-            "sheds": "== 0",
-        },
-    }
-    return write_result(
-        json_path,
-        "balancing",
-        summary,
-        {
-            "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(o).items()},
-            "site": f"{SERVERS} Triton servers on {_cores()} cores, {MODEL} at {FLOATS * 4} "
-            f"bytes per request; every server's model does {o.work_ms} ms of CPU work per "
-            f"request (its thread's CPU time), {SLOW} `slowdown` times as much. The servers' "
-            "work competes for the cores, the slow server's extra work included; Envoy, the "
-            "operator and the load generator run on the same cores.",
-            "driver": f"sonicsite client through Envoy. closed: {o.closed_requests} requests, "
-            f"{o.concurrency} in flight, latency from the first send. open-N%: Poisson "
-            f"arrivals at N% of capacity for {o.open_s} s (the same arrivals for every policy "
-            f"within a repeat), at most {OPEN_WINDOW} in flight, latency from the scheduled "
-            "arrival to the answer (retries included). Policies take turns in the order "
-            f"{list(ORDER)} within each repeat. Ratios: per repeat (figure), and of the "
-            "p99 of every repeat's latencies together (`all_repeats`: what the summary takes).",
-            "capacity": f"closed loop, {CAPACITY_CONCURRENCY} in flight, least request, no "
-            "slowdown: requests per second (3 runs; the median sets the open-loop rates)",
-            "recovery": f"load-aware, open loop at {min(o.open_loads, default=0.7):.0%} of "
-            f"capacity; {SLOW} {RECOVERY_FACTOR:g}x slower for {o.recovery_slow_s} s, then "
-            f"fast; recovery_s: from then until its share of the answers of the last "
-            f"{SHARE_WINDOW_S} s is within {SHARE_TOLERANCE:.0%} of 1/{SERVERS}; shares: per "
-            "second of answers, t from the recovery",
-            "capacity_rps": capacity,
-            "figures": figures,
-            "ratios": ratios,
-            "recovery_s": figure([r for r in recovered if r is not None] or [-1.0]),
-            "recovery_runs": recoveries,
-            "policy_switch_s": [round(s, 3) for s in bench.switch_s],
-            "redone": bench.redone,
-            "waited_for_quiet_s": bench.waited_s,
-            "restarts": restarts,  # site processes the supervisor restarted during the run
-            "load_aware_envoy_weights": bench.weights,
-        },
-        started=started,
-        site={**conditions(BENCH_ADMISSION), "sheds": shed},
-    )
-
-
-def _median(figures: dict) -> float:
-    return figures["median"]
-
-
-def _cores() -> int:
-    return os.cpu_count() or 0

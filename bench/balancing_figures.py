@@ -1,8 +1,10 @@
 """The balancing bench's figures: one cell (slowdown × load × policy) with every repeat and
-every latency, and the policies' p99 ratios per repeat and of all repeats together."""
+every latency, the policies' p99 ratios per repeat and of all repeats together, the
+recovery runs' figure (a run that never recovered kept, as None), and the run's summary."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,8 +22,9 @@ class Cell:
     runs: list[dict] = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
 
-    def add(self, answers: Answers, outside_cores: float) -> None:
-        self.runs.append(answers.figures() | {"outside_cores": outside_cores})
+    def add(self, answers: Answers, outside_cores: float, where: str) -> None:
+        """`where`: the slowdown, load and policy, named if no request was answered."""
+        self.runs.append(answers.figures(where=where) | {"outside_cores": outside_cores})
         self.latency_ms.extend(answers.latency_ms)
 
     def figures(self) -> dict:
@@ -40,6 +43,13 @@ class Cell:
         return float(np.percentile(self.latency_ms, 99))
 
 
+def discarded(answers: Answers, outside_cores: float) -> dict:
+    """A turn measured again (the outside load differed): its figures, kept in `redone`."""
+    if not answers.latency_ms:
+        return {"requests": 0, "failed": answers.failed, "outside_cores": outside_cores}
+    return answers.figures() | {"outside_cores": outside_cores}
+
+
 def paired(cells: dict[str, Cell], key: str, policy: str, versus: str) -> dict:
     """`policy`'s figure over `versus`'s: repeat by repeat (they ran back to back), and of
     all repeats' latencies together (`all_repeats`, what the summary takes)."""
@@ -54,4 +64,64 @@ def policy_ratios(cells: dict[str, Cell]) -> dict:
         "p99_load_aware_vs_round_robin": paired(cells, "p99_ms", "load-aware", BASELINE),
         "p99_load_aware_vs_least_request": paired(cells, "p99_ms", "load-aware", "least-request"),
         "p99_least_request_vs_round_robin": paired(cells, "p99_ms", "least-request", BASELINE),
+    }
+
+
+def point_figures(cells: dict[str, dict[str, Cell]]) -> tuple[dict, dict]:
+    """One slowdown's figures and ratios, per load and policy."""
+    figures = {load: {p: c.figures() for p, c in by.items()} for load, by in cells.items()}
+    ratios = {load: policy_ratios(by) for load, by in cells.items()}
+    return figures, ratios
+
+
+def recovery_figure(recovered: list[float | None]) -> dict:
+    """The recovery runs' seconds: the figure of those that recovered, and how many never
+    did (kept, never dropped: a median of the others alone would hide them)."""
+    done = [r for r in recovered if r is not None]
+    return {
+        **(figure(done) if done else {"median": None}),
+        "never_recovered": len(recovered) - len(done),
+        "runs": recovered,
+    }
+
+
+def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity: dict) -> dict:
+    """The load-aware policy's worst p99 ratio to least request over every slowdown and
+    load, and its ratios to round robin at 2×: of every repeat's latencies together."""
+
+    def pooled(name: str) -> dict:
+        return {
+            label: {load: r[name]["all_repeats"] for load, r in by.items()}
+            for label, by in ratios.items()
+        }
+
+    vs_lr = pooled("p99_load_aware_vs_least_request")
+    vs_rr = pooled("p99_load_aware_vs_round_robin")
+    at_2x = vs_rr.get("2x", {})
+    open_at_2x = [v for load, v in at_2x.items() if load != "closed"]
+    return {
+        "p99_ratio_vs_round_robin_at_2x": at_2x.get("closed"),
+        "open_loop_p99_ratio_vs_round_robin_at_2x": max(open_at_2x, default=None),
+        "worst_p99_ratio_vs_least_request": max(
+            (v for by in vs_lr.values() for v in by.values()), default=None
+        ),
+        "recovery_s": None if None in recovered or not recovered else statistics.median(recovered),
+        "recovery_runs_never_recovered": recovered.count(None),
+        "capacity_rps": capacity["median"],
+        "p99_ratio_vs_least_request": vs_lr,
+        "p99_ratio_vs_round_robin": vs_rr,
+        "slow_server_share": {
+            label: {
+                load: {p: c["slow_share"]["median"] for p, c in by_policy.items()}
+                for load, by_policy in by.items()
+            }
+            for label, by in figures.items()
+        },
+        "targets": {
+            "p99_ratio_vs_round_robin_at_2x": "<= 0.7",
+            "worst_p99_ratio_vs_least_request": "<= 1.05",
+            "open_loop_p99_ratio_vs_round_robin_at_2x": "<= 0.7",
+            "recovery_s": "<= 15",
+            "sheds": "== 0",
+        },
     }

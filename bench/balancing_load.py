@@ -8,6 +8,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,8 @@ from sonicsite.jobs.arrivals import open_loop_offsets
 from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
+from .common import http_json
+
 MODEL = "identity"
 FLOATS = 256  # 1 kB per request
 SLOW = "triton-2"
@@ -31,16 +34,20 @@ class Answers:
     """One measurement's answers: per request its latency and (when answered) its server."""
 
     latency_ms: list[float] = field(default_factory=list)
-    done_at: list[float] = field(default_factory=list)  # epoch s of each answer
-    servers: list[str] = field(default_factory=list)  # of each answered attempt
+    done_at: list[float] = field(default_factory=list)  # epoch s of each answer, in order
+    servers: list[str] = field(default_factory=list)  # who gave the answer at done_at[i]
     elapsed_s: float = 0.0
     failed: int = 0
     retries: int = 0
     not_via_envoy: int = 0  # attempts the client failed over to the gateway or the servers
 
-    def figures(self, slow: str = SLOW) -> dict:
+    def figures(self, slow: str = SLOW, where: str = "a measurement") -> dict:
+        """`where`: which measurement (slowdown, load, policy), named if none answered."""
         if not self.latency_ms:
-            raise RuntimeError("no request was answered")
+            raise RuntimeError(
+                f"{where}: no request was answered ({self.failed} failed, "
+                f"{self.retries} retries, {self.elapsed_s:.1f} s)"
+            )
         return {
             "requests": len(self.latency_ms),
             "throughput": len(self.latency_ms) / self.elapsed_s,
@@ -77,8 +84,7 @@ def _switch(state: SiteState, policy: str, started: float, timeout: float) -> fl
     with urllib.request.urlopen(request, timeout=5):
         pass
     while True:
-        with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=5) as reply:
-            site = json.loads(reply.read())
+        site = http_json(state.operator, "/v1/state", 5)
         published = {s["grpc"]: site["models"][MODEL]["weights"][s["id"]] for s in site["servers"]}
         running = envoy.lb_policies(state.envoy_admin).get(model_cluster(MODEL))
         in_envoy = envoy.weights(state.envoy_admin, model_cluster(MODEL))
@@ -91,9 +97,17 @@ def _switch(state: SiteState, policy: str, started: float, timeout: float) -> fl
         time.sleep(0.05)
 
 
-def _send(site: SiteRecord, requests: int, window: int, arrivals: list[float] | None) -> Answers:
+def _send(
+    site: SiteRecord,
+    requests: int,
+    window: int,
+    arrivals: list[float] | None,
+    connect: Callable[..., Client] = Client,
+) -> Answers:
     """Send `requests` through Envoy, `window` in flight at most; each request's latency from
-    its scheduled arrival (open loop) or its first send (closed loop) to its answer."""
+    its scheduled arrival (open loop) or its first send (closed loop) to its answer. Each
+    answer's time and server come from the same attempt's record (answers arrive out of
+    order: the request index says nothing of who answered when). `connect`: the client."""
     source = SoA.allocate([Column("x", np.float32, (FLOATS,))], requests)
     source["x"][...] = 1.0
     spec = TensorSpec(MODEL).append_block("INPUT0", "x").append_output("OUTPUT0")
@@ -106,7 +120,7 @@ def _send(site: SiteRecord, requests: int, window: int, arrivals: list[float] | 
     def on_result(lo: int, hi: int, outputs: dict) -> None:
         done[lo] = time.time()
 
-    with Client(site, "grpc", "site") as client:
+    with connect(site, "grpc", "site") as client:
         run = client.stream(MODEL, spec, batch=1, window=window)
         started = time.time()
         result = run.run(source, on_result, arrivals, on_send)
@@ -114,10 +128,11 @@ def _send(site: SiteRecord, requests: int, window: int, arrivals: list[float] | 
     begin = arrivals or [sent.get(i, 0.0) for i in range(requests)]
     answered = sorted(done)
     records = result.stats.records
+    by_time = sorted((r.start + r.latency_s, r.server) for r in records if r.ok)
     return Answers(
         latency_ms=[(done[i] - begin[i]) * 1e3 for i in answered],
-        done_at=[done[i] for i in answered],
-        servers=[r.server for r in records if r.ok],
+        done_at=[at for at, _ in by_time],
+        servers=[server for _, server in by_time],
         elapsed_s=elapsed,
         failed=result.events_failed,
         retries=result.retries,
@@ -141,4 +156,4 @@ def stream(site: SiteRecord, requests: int, concurrency: int, slow: str = SLOW) 
     answers = closed_loop(site, requests, concurrency)
     if answers.failed:
         raise RuntimeError(f"the stream lost events: {answers.failed}")
-    return answers.figures(slow)
+    return answers.figures(slow, f"a closed loop of {requests} requests")

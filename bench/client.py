@@ -8,15 +8,19 @@ this process (same priority, same CPU affinity), the paths taking turns within e
   the SoA's buffer (the columns are adjacent; no `np.stack`): InferInput,
   set_data_from_numpy, infer, as_numpy. Its copies are the ones the API forces.
 - `stock_http`: tritonclient.http with binary tensors, the same view.
-- `stock_shm`: tritonclient.grpc with `tritonclient.utils.shared_memory`: input and output
-  regions created and registered once, outside the timed loop; per call
-  set_shared_memory_region (the SoA into the region), infer with inputs and outputs in the
-  regions, get_contents_as_numpy.
+- `stock_shm_inplace`: tritonclient.grpc with `tritonclient.utils.shared_memory`: input and
+  output regions created and registered once, outside the timed loop, the SoA written into
+  the input region once through its writable view (`get_contents_as_numpy`), as ours is
+  allocated in its region; per call InferInput with set_shared_memory, infer with inputs
+  and outputs in the regions, get_contents_as_numpy.
+- `stock_shm`: the same as its documentation's examples do it: per call
+  set_shared_memory_region (the SoA copied into the region) before the infer.
 - `grpc`, `http`, `shm`: the sonicsite client over hand-framed gRPC, over HTTP binary, and
   over system shared memory (the SoA allocated in a registered region, the output written by
   the server into an SoA column).
 
-Like for like: grpc vs stock_grpc, http vs stock_http, shm vs stock_shm. Each call is timed
+Like for like: grpc vs stock_grpc, http vs stock_http, shm vs stock_shm_inplace (and,
+labelled beside it, shm vs the copying stock_shm and vs stock_grpc). Each call is timed
 in two layers, `prepare` (what the caller does before the request goes: the copy plan, or
 InferInput and its data) and `exchange` (the infer call to the decoded answer); the server's
 own time per call comes from its statistics (queue + compute stages), read around the call
@@ -30,8 +34,8 @@ SoA→request conversion time at 10^3, 10^5 and 10^6 rows, for a zero-copy (feat
 block and, for contrast, an event-major block that needs one gather.
 
 Much of the stock gRPC path's cost on these machines is faulting in a fresh 16 MB allocation
-per copy; a last pass repeats the 16 MB gRPC comparison with glibc keeping freed memory in
-the heap, so the JSON shows how much of the gain depends on that.
+per copy; where 16 MB is measured, a last pass repeats its gRPC comparison with glibc keeping
+freed memory in the heap, so the JSON shows how much of the gain depends on that.
 
 This module builds the paths, checks their answers and writes the result; the timing loop is
 `client_timing.py`, the layers, ratios and summary `client_figures.py`, the stock paths
@@ -43,7 +47,6 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +65,13 @@ from sonicsite.client.wire import TensorHeader, request_header
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 
-from ..contract.provenance import run_start
 from .client_figures import check_layers, layers, ratios, summary
 from .client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _names, _spec
 from .client_stock import ClientPath, stock_paths
 from .client_timing import time_calls
-from .common import median_ms, time_repeats, write_result
+from .common import Cleanups, Recorder, median_ms, time_repeats
+
+PATHS = ("stock_grpc", "grpc", "stock_http", "http", "stock_shm", "stock_shm_inplace", "shm")
 
 
 def bench_payload(
@@ -75,19 +79,61 @@ def bench_payload(
     mbytes: int,
     repeats: int,
     rng: np.random.Generator,
-    paths: tuple[str, ...] = ("stock_grpc", "grpc", "stock_http", "http", "stock_shm", "shm"),
+    paths: tuple[str, ...] = PATHS,
 ) -> dict:
+    """One payload size, every chosen path timed in turns. Whatever it allocates (regions,
+    clients) is released however it ends; a failure is the measurement's own, the
+    releases' failures added to it as notes."""
     rows = mbytes * (1 << 20) // 4 // COLUMNS
     soa = SoA.allocate(_columns(), rows)
     _fill(soa, rng)
     expected = _expected(soa)
-    cleanup: list[Callable[[], object]] = []
     server = site.servers[0]
-    every = stock_paths(
-        MODEL, server.grpc, server.http, soa.contiguous_block(_names()), rows, cleanup
-    )
+    with Cleanups() as cleanup:
+        every = stock_paths(
+            MODEL, server.grpc, server.http, soa.contiguous_block(_names()), rows, cleanup
+        )
+        copies: list[int] = []
+        grpc_endpoint, outputs, shm_client = _our_paths(site, soa, rows, every, copies, cleanup)
+        chosen = {name: every[name] for name in paths}
+        for name, path in chosen.items():
+            got = np.asarray(path.exchange(path.prepare())).reshape(-1)
+            if not np.array_equal(got, expected):
+                raise AssertionError(f"{name}: the identity model's answer differs from its input")
+        if "shm" in chosen:
+            outputs["y"][...] = 0
+            every["shm"].exchange(every["shm"].prepare())
+            if not np.array_equal(outputs["y"].reshape(-1), expected):
+                raise AssertionError("shm: the server did not write the answer into the SoA")
+        region = shm_client.pool.locate(outputs["y"].reshape(-1).view(np.uint8))
+        calls = time_calls(chosen, grpc_endpoint.transport, MODEL, repeats)
+    paths_layers = {name: layers(times) for name, times in calls.items()}
+    return {
+        "mbytes": mbytes,
+        "rows": rows,
+        "columns": COLUMNS,
+        "paths": paths_layers,
+        "median_ms": {name: f["total_ms"]["median"] for name, f in paths_layers.items()},
+        "speedup": ratios(calls, "total"),
+        "client_side_speedup": ratios(calls, "client"),
+        "layers_add_up": check_layers(calls),
+        "payload_copies_shm": max(copies) if copies else None,
+        "shm_output_in_region": region is not None,
+    }
 
+
+def _our_paths(
+    site: SiteRecord,
+    soa: SoA,
+    rows: int,
+    every: dict[str, ClientPath],
+    copies: list[int],
+    cleanup: Cleanups,
+) -> tuple:
+    """Our three paths added to `every` (each client's close in `cleanup` as it opens);
+    the gRPC endpoint (the server's statistics), the shm output SoA and the shm client."""
     grpc_client = Client(site, "grpc", "direct")
+    cleanup.add("our gRPC client", grpc_client.close)
     grpc_endpoint = grpc_client.balancer(MODEL).endpoints[0]
     info = grpc_endpoint.transport.model_info(MODEL)
     spec = _spec(rows, None)
@@ -96,6 +142,7 @@ def bench_payload(
         lambda plan: grpc_endpoint.transport.infer(plan, 120).outputs["OUTPUT0"],
     )
     http_client = Client(site, "http", "direct")
+    cleanup.add("our HTTP client", http_client.close)
     http_endpoint = http_client.balancer(MODEL).endpoints[0]
     every["http"] = ClientPath(
         lambda: make_plan(spec, info, soa, strict=True),
@@ -103,6 +150,7 @@ def bench_payload(
     )
 
     shm_client = Client(site, "shm", "direct")
+    cleanup.add("our shared-memory client and its regions", shm_client.close)
     shm_endpoint = shm_client.balancer(MODEL).endpoints[0]
     shm_endpoint.transport.strict = True
     inputs = shm_client.allocate(_columns(), rows)  # the worker's SoA, in a registered region
@@ -111,7 +159,6 @@ def bench_payload(
     outputs = shm_client.allocate([Column("y", np.float32, (COLUMNS * rows,))], 1)
     shm_columns = Columns.merge(inputs, outputs)
     shm_spec = _spec(rows, "y")
-    copies: list[int] = []
 
     def shm_exchange(plan: CopyPlan) -> np.ndarray:
         reply = shm_endpoint.transport.infer(plan, 120)
@@ -126,37 +173,7 @@ def bench_payload(
     every["shm"] = ClientPath(
         lambda: make_plan(shm_spec, info, shm_columns, strict=True), shm_exchange
     )
-    chosen = {name: every[name] for name in paths}
-    try:
-        for name, path in chosen.items():
-            got = np.asarray(path.exchange(path.prepare())).reshape(-1)
-            if not np.array_equal(got, expected):
-                raise AssertionError(f"{name}: the identity model's answer differs from its input")
-        if "shm" in chosen:
-            outputs["y"][...] = 0
-            every["shm"].exchange(every["shm"].prepare())
-            if not np.array_equal(outputs["y"].reshape(-1), expected):
-                raise AssertionError("shm: the server did not write the answer into the SoA")
-        region = shm_client.pool.locate(outputs["y"].reshape(-1).view(np.uint8))
-        calls = time_calls(chosen, grpc_endpoint.transport, MODEL, repeats)
-    finally:
-        for c in (grpc_client, http_client, shm_client):
-            c.close()
-        for release in cleanup:
-            release()
-    paths_layers = {name: layers(times) for name, times in calls.items()}
-    return {
-        "mbytes": mbytes,
-        "rows": rows,
-        "columns": COLUMNS,
-        "paths": paths_layers,
-        "median_ms": {name: f["total_ms"]["median"] for name, f in paths_layers.items()},
-        "speedup": ratios(calls, "total"),
-        "client_side_speedup": ratios(calls, "client"),
-        "layers_add_up": check_layers(calls),
-        "payload_copies_shm": max(copies) if copies else None,
-        "shm_output_in_region": region is not None,
-    }
+    return grpc_endpoint, outputs, shm_client
 
 
 def _keep_freed_memory_in_heap() -> None:
@@ -216,9 +233,29 @@ def run(
     sizes: tuple[int, ...] = (1, 16, 64),
     build_dir: Path = Path("build/models"),
 ) -> dict:
-    started = run_start()
+    """Every payload of `sizes` (MB), the conversion, and, where 16 MB is among the sizes,
+    the 16 MB gRPC comparison again with glibc keeping freed memory; a run that fails
+    part-way writes what it measured (`Recorder`)."""
+    record = Recorder(json_path, "client")
+    record.site = {
+        "admission": "none: the client reaches the one server directly (no Envoy)",
+        "autoscaling": "off (one server)",
+        "sheds": 0,
+    }
+    record.details = {
+        "repeats": repeats,
+        "model": MODEL,
+        "payloads": {},
+        "process": {
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "note": "every path runs in this one process, taking turns within each repeat",
+        },
+        "stock_paths": STOCK_PATHS,
+    }
     rng = np.random.default_rng(1)
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
+    payloads = record.details["payloads"]
+    with record.measuring(), tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         # one server, no balancer: nothing between the client and Triton, so no admission
         state = launcher.up(
             Path(tmp) / "site", servers=1, models=[MODEL], build_dir=build_dir, balancer=False
@@ -226,45 +263,33 @@ def run(
         try:
             server = state.servers[0]
             site = SiteRecord(servers=(server,), source="bench")
-            payloads = {f"{m}mb": bench_payload(site, m, repeats, rng) for m in sizes}
+            for m in sizes:
+                payloads[f"{m}mb"] = bench_payload(site, m, repeats, rng)
             with Client(site, "grpc", "direct") as c:
                 info = c.balancer(MODEL).endpoints[0].transport.model_info(MODEL)
-            conversion = bench_conversion(info, repeats, rng)
-            # Last, because it cannot be undone in this process: the same 16 MB comparison
-            # with glibc keeping freed memory in the heap (no fresh pages per buffer).
-            _keep_freed_memory_in_heap()
-            tuned = bench_payload(site, 16, repeats, rng, paths=("stock_grpc", "grpc"))
+            conversion = record.details["conversion_us"] = bench_conversion(info, repeats, rng)
+            tuned = None
+            if 16 in sizes:
+                # Last, because it cannot be undone in this process: the same 16 MB
+                # comparison with glibc keeping freed memory in the heap (no fresh pages).
+                _keep_freed_memory_in_heap()
+                tuned = bench_payload(site, 16, repeats, rng, paths=("stock_grpc", "grpc"))
+            record.details["malloc_tuned_16mb"] = tuned
         finally:
             launcher.down(Path(tmp) / "site")
-    return write_result(
-        json_path,
-        "client",
-        summary(payloads, conversion, tuned),
-        {
-            "repeats": repeats,
-            "model": MODEL,
-            "payloads": payloads,
-            "conversion_us": conversion,
-            "malloc_tuned_16mb": tuned,
-            "process": {
-                "cpu_affinity": sorted(os.sched_getaffinity(0)),
-                "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                "note": "every path runs in this one process, taking turns within each repeat",
-            },
-            "stock_paths": {
-                "stock_grpc": "one numpy view of the SoA's buffer; grpcclient.InferInput + "
-                "set_data_from_numpy + infer + as_numpy",
-                "stock_http": "the same view; httpclient InferInput binary_data=True + "
-                "InferRequestedOutput binary_data=True + infer + as_numpy",
-                "stock_shm": "regions created and registered once; per call "
-                "set_shared_memory_region + infer (inputs, outputs in regions) + "
-                "get_contents_as_numpy",
-            },
-        },
-        started=started,
-        site={
-            "admission": "none: the client reaches the one server directly (no Envoy)",
-            "autoscaling": "off (one server)",
-            "sheds": 0,
-        },
-    )
+        return record.write(summary(payloads, conversion, tuned))
+
+
+STOCK_PATHS = {
+    "stock_grpc": "one numpy view of the SoA's buffer; grpcclient.InferInput + "
+    "set_data_from_numpy + infer + as_numpy",
+    "stock_http": "the same view; httpclient InferInput binary_data=True + "
+    "InferRequestedOutput binary_data=True + infer + as_numpy",
+    "stock_shm": "as documented: regions created and registered once; per call "
+    "set_shared_memory_region (the SoA copied into the region) + infer (inputs, outputs in "
+    "regions) + get_contents_as_numpy",
+    "stock_shm_inplace": "the like-for-like baseline of ours: regions created and registered "
+    "once, the SoA written into the input region once through its writable view "
+    "(get_contents_as_numpy), as ours is allocated in its region; per call InferInput "
+    "set_shared_memory + infer + get_contents_as_numpy",
+}

@@ -7,9 +7,59 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..contract.options import at_least, non_negative, positive_list
+
+STOCK_TOOLS_MODELS = ("simple", "particlenet_ak4")  # bench/stock_tools.py's Options.windows
+
+
+def positive(text: str) -> float:
+    """A number > 0 (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def factors(text: str) -> tuple[float, ...]:
+    """Comma-separated numbers ≥ 1, at least one (an argparse type): how many times slower."""
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(v >= 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers ≥ 1 (at least one), got {text!r}"
+        )
+    return values
+
+
+def names_of(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    """Comma-separated names, each one of `known`, at least one (an argparse type)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v.strip() for v in text.split(",") if v.strip())
+        unknown = [v for v in values if v not in known]
+        if not values or unknown:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated names of {', '.join(known)}; got {text!r}"
+            )
+        return values
+
+    return parse
+
+
+def names(text: str) -> tuple[str, ...]:
+    """Comma-separated names, at least one (an argparse type; the bench checks them)."""
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return values
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +85,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--runs", type=at_least(1), help="perf_analyzer runs in a row per path, model")
     b.add_argument(
         "--models",
-        type=lambda t: tuple(x for x in t.split(",") if x),
+        type=names_of(STOCK_TOOLS_MODELS),
         help="comma-separated, of simple,particlenet_ak4 (default: both)",
     )
     b.add_argument("--concurrency", type=at_least(1), help="perf_analyzer's concurrency")
@@ -45,21 +95,18 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     # defaults: bench/balancing.py's Options
     b.add_argument(
         "--slowdowns",
-        type=lambda t: tuple(float(x) for x in t.split(",") if x),
+        type=factors,
         help="how many times slower the slow server is, comma-separated (1.25,1.5,2,3,5)",
     )
-    b.add_argument("--work-ms", type=non_negative, help="CPU work per request, every server")
+    b.add_argument("--work-ms", type=positive, help="CPU work per request, every server")
     b.add_argument("--concurrency", type=at_least(1), help="closed loop: requests in flight")
     b.add_argument("--requests", type=at_least(50), help="closed loop: requests per turn")
-    b.add_argument("--open-seconds", type=non_negative, help="open loop: seconds per turn")
+    b.add_argument("--open-seconds", type=positive, help="open loop: seconds per turn")
     b = _bench_parser(
         bsub, "faults", "strike each process of a local site mid-stream: lost, twice, recovery"
     )
     b.add_argument(
-        "--scenarios",
-        type=lambda t: tuple(x for x in t.split(",") if x),
-        default=(),
-        help="comma-separated scenarios (default: all)",
+        "--scenarios", type=names, default=(), help="comma-separated scenarios (default: all)"
     )
     b.add_argument(
         "--duration", type=at_least(20), default=40, help="seconds of arrivals per scenario"
@@ -77,17 +124,20 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     # defaults: bench/inprocess.py's Options
     b.add_argument(
         "--batches",
-        type=lambda t: tuple(int(x) for x in t.split(",") if x),
+        type=positive_list,
         help="direct-inference sweep, comma-separated (4,16,64,256,1024,2048)",
     )
-    b.add_argument("--device", help="cpu (default) or cuda[:N]")
+    b.add_argument("--device", help="cpu (default) or cuda[:N]: the sweep's device")
     b.add_argument("--threads", type=at_least(1), help="torch threads (default 1)")
+    b.add_argument(
+        "--workflow-repeats", type=at_least(1), help="workflow runs per backend (default 3)"
+    )
 
     b = _bench_parser(
         bsub, "placement", "models loaded on demand vs the best static placement, in phases", 1
     )
     # defaults: bench/placement.py's Options
-    b.add_argument("--phase-s", type=non_negative, help="each phase's seconds (at most 60)")
+    b.add_argument("--phase-s", type=positive, help="each phase's seconds (at most 60)")
     b.add_argument("--window", type=at_least(1), help="requests in flight per active model")
 
     b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
@@ -111,7 +161,9 @@ def _bench_parser(
 
 def run_bench(args: argparse.Namespace) -> int:
     """Run the parsed `bench` subcommand: print the summary and where the JSON went, or,
-    for `report`, where the page went (1 when an input is not a bench result)."""
+    for `report`, where the page went (1 when an input is not a bench result). Option
+    values a bench refuses are a usage error (2), said before anything starts; a bench
+    that fails part-way has written what it measured (common.Recorder) and goes on up."""
     if args.bench_command == "report":
         from . import report
 
@@ -121,27 +173,33 @@ def run_bench(args: argparse.Namespace) -> int:
             print(f"sonicsite bench report: {exc}", file=sys.stderr)
             return 1
         return 0
-    result = _bench(args)
+    try:
+        bench = _prepared(args)
+    except ValueError as exc:  # the bench's Options refused a value
+        print(f"sonicsite bench {args.bench_command}: {exc}", file=sys.stderr)
+        return 2
+    result = bench()
     print(json.dumps(result["summary"], indent=2))
     print(f"written: {args.json}")
     return 0
 
 
-def _bench(args: argparse.Namespace) -> dict:
-    """The bench the arguments name, run; imported only here, so that the command line
-    starts without the benches' packages."""
+def _prepared(args: argparse.Namespace) -> Callable[[], dict]:
+    """The bench the arguments name, its options checked (ValueError: refused), ready to
+    run; imported only here, so that the command line starts without the benches'
+    packages."""
     if args.bench_command == "client":
         from . import client
 
-        return client.run(args.json, args.repeats, args.sizes, args.build_dir)
+        return lambda: client.run(args.json, args.repeats, args.sizes, args.build_dir)
     if args.bench_command == "dataplane":
         from . import dataplane
 
-        return dataplane.run(args.json, args.repeats, args.build_dir)
+        return lambda: dataplane.run(args.json, args.repeats, args.build_dir)
     if args.bench_command == "gateway":
         from . import gateway
 
-        return gateway.run(args.json, args.repeats, args.build_dir)
+        return lambda: gateway.run(args.json, args.repeats, args.build_dir)
     if args.bench_command == "stock-tools":
         from . import stock_tools
 
@@ -153,11 +211,14 @@ def _bench(args: argparse.Namespace) -> dict:
             concurrency=args.concurrency,
             build_dir=args.build_dir,
         )
-        return stock_tools.run(args.json, options)
+        return lambda: stock_tools.run(args.json, options)
     if args.bench_command == "faults":
         from . import faults
 
-        return faults.run(args.json, args.scenarios, args.duration, args.build_dir, args.rate)
+        faults.check_scenarios(args.scenarios)
+        return lambda: faults.run(
+            args.json, args.scenarios, args.duration, args.build_dir, args.rate
+        )
     if args.bench_command == "inprocess":
         from . import inprocess
 
@@ -168,8 +229,9 @@ def _bench(args: argparse.Namespace) -> dict:
             batches=args.batches,
             device=args.device,
             threads=args.threads,
+            workflow_repeats=args.workflow_repeats,
         )
-        return inprocess.run(args.json, options)
+        return lambda: inprocess.run(args.json, options)
     if args.bench_command == "placement":
         from . import placement
 
@@ -180,7 +242,7 @@ def _bench(args: argparse.Namespace) -> dict:
             window=args.window,
             build_dir=args.build_dir,
         )
-        return placement.run(args.json, options)
+        return lambda: placement.run(args.json, options)
     from . import balancing
 
     options = _options(
@@ -193,7 +255,7 @@ def _bench(args: argparse.Namespace) -> dict:
         open_s=args.open_seconds,
         build_dir=args.build_dir,
     )
-    return balancing.run(args.json, options)
+    return lambda: balancing.run(args.json, options)
 
 
 def _options(cls, **given):

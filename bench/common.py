@@ -1,18 +1,22 @@
-"""What every benchmark shares: interleaved repeats, every figure with its repeats, the site's
-admission and scaling a bench runs under and the sheds it saw, and writing the result."""
+"""What every benchmark shares: interleaved repeats and the order of turns, every figure with
+its repeats, ratios of medians, the site's admission and scaling a bench runs under and the
+sheds it saw, asking a site's HTTP endpoints and waiting for it, releasing what a bench holds,
+and writing the result (what was measured so far, where a run fails late: `Recorder`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 import statistics
+import sys
 import time
 import urllib.request
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
@@ -46,16 +50,28 @@ def time_repeats(
     return times
 
 
-def figure(samples: list[float], digits: int = 4) -> dict:
+T = TypeVar("T")
+
+
+def in_turn(names: Sequence[T], repeat: int) -> list[T]:
+    """The order of a repeat's turns: as given, then reversed, and so on, so that each
+    repeat starts with the path that ended the one before and no path always goes first
+    (a machine that warms up or gets busier during a repeat favours none)."""
+    return list(names) if repeat % 2 == 0 else list(names)[::-1]
+
+
+def figure(samples: list[float], digits: int = 4, signed: bool = False) -> dict:
     """One figure as a reviewer wants it: every repeat, the median, and the spread
-    ((max - min) / median) that says how far to trust the median."""
+    ((max - min) / |median|) that says how far to trust the median. `signed`: a
+    difference that may sit near zero (an added latency), whose spread would say nothing:
+    None, the min and max say it."""
     if not samples:
         raise ValueError("figure: no samples")
     median = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / median if median else 0.0
+    spread = (max(samples) - min(samples)) / abs(median) if median else 0.0
     return {
         "median": round(median, digits),
-        "spread": round(spread, 4),
+        "spread": None if signed else round(spread, 4),
         "min": round(min(samples), digits),
         "max": round(max(samples), digits),
         "repeats": [round(x, digits) for x in samples],
@@ -69,6 +85,28 @@ def figures_of_runs(runs: list[dict]) -> dict:
         for k, v in runs[0].items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
+
+
+PATH_FIGURES = ("throughput", "p50_ms", "p99_ms")
+
+
+def path_figures(runs: list[dict], keys: tuple[str, ...] = PATH_FIGURES) -> dict:
+    """One path's figures (every repeat, median, spread; None where no run has it), and
+    its runs as measured."""
+    found = {}
+    for key in keys:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        found[key] = figure(values) if values else None
+    return {**found, "runs": runs}
+
+
+def ratio_of_medians(figures: dict, base: str, other: str, key: str = "throughput") -> float | None:
+    """Median `key` through `other` over median through `base`; None where either path
+    has no such figure (not measured, or no run gave it) or the base's median is 0."""
+    over, below = figures[other][key], figures[base][key]
+    if not over or not below or not below["median"]:
+        return None
+    return round(over["median"] / below["median"], 3)
 
 
 def conditions(
@@ -94,10 +132,64 @@ def sheds(state: SiteState) -> int:
 
 def gateway_count(state: SiteState, sample: str, label: str) -> int:
     """The sum of the gateway's `sample` series whose labels include `label` (`k="v"`)."""
-    with urllib.request.urlopen(f"http://{state.http}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = http_get(state.http, "/metrics").decode()
     pattern = rf"^{re.escape(sample)}\{{[^}}]*{re.escape(label)}[^}}]*\}} (\S+)$"
     return int(sum(float(v) for v in re.findall(pattern, text, re.MULTILINE)))
+
+
+def http_get(address: str, path: str, timeout: float = 10.0) -> bytes:
+    """GET `path` of a site's HTTP endpoint (`host:port`): the body."""
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as reply:
+        return reply.read()
+
+
+def http_json(address: str, path: str, timeout: float = 10.0) -> dict:
+    """GET `path` of a site's HTTP endpoint (`host:port`): the JSON body."""
+    return json.loads(http_get(address, path, timeout))
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll `condition` until it holds; past `timeout` s, TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}: not there")
+        time.sleep(0.1)
+
+
+@dataclass
+class Cleanups:
+    """What a bench holds and must release (regions, clients, processes), each step added as
+    soon as the thing exists. Released last in, first out, each step on its own: one that
+    fails neither skips the others nor hides the measurement's own error (the failures are
+    added to it as notes; with no error of its own, they are the error)."""
+
+    steps: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+
+    def add(self, what: str, step: Callable[[], object]) -> None:
+        self.steps.append((what, step))
+
+    def release(self) -> list[str]:
+        """Run every step (last in, first out); what failed, as lines."""
+        failed = []
+        while self.steps:
+            what, step = self.steps.pop()
+            try:
+                step()
+            except Exception as exc:  # each step on its own, all reported
+                failed.append(f"releasing {what} failed: {type(exc).__name__}: {exc}")
+        return failed
+
+    def __enter__(self) -> Cleanups:
+        return self
+
+    def __exit__(self, kind, error, _tb) -> None:
+        failed = self.release()
+        if error is not None:
+            for line in failed:
+                error.add_note(line)
+        elif failed:
+            raise RuntimeError("; ".join(failed))
 
 
 def median_ms(samples: list[float]) -> float:
@@ -131,10 +223,53 @@ def write_result(
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
-            "cores": os.cpu_count(),
+            **provenance.cores(),
         },
         "details": details,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+@dataclass
+class Recorder:
+    """One bench run's result as it is measured: `details` and `site` (its `meta` part)
+    filled as the run goes, so that a run that fails late leaves what it measured. Within
+    `measuring()`, a failure writes the result with the error as its summary's
+    `incomplete`, says so on the console, and goes on up (the command exits non-zero)."""
+
+    json_path: Path
+    name: str
+    started: provenance.RunStart = field(default_factory=provenance.run_start)
+    details: dict = field(default_factory=dict)
+    site: dict = field(default_factory=dict)
+
+    @contextmanager
+    def measuring(self) -> Iterator[Recorder]:
+        try:
+            yield self
+        except Exception as exc:
+            self._write_incomplete(exc)
+            raise
+
+    def _write_incomplete(self, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        try:
+            write_result(self.json_path, self.name, {"incomplete": error}, *self._rest())
+        except Exception as failed:  # the run's own error goes on up
+            exc.add_note(f"writing what was measured to {self.json_path} failed: {failed}")
+            return
+        print(
+            f"sonicsite bench {self.name}: incomplete: {error}\n"
+            f"  what was measured before it is in {self.json_path}",
+            file=sys.stderr,
+        )
+        exc.add_note(f"what was measured before it is in {self.json_path} (incomplete)")
+
+    def write(self, summary: dict) -> dict:
+        """The whole run's result."""
+        return write_result(self.json_path, self.name, summary, *self._rest())
+
+    def _rest(self) -> tuple:
+        return self.details, self.started, self.site or None

@@ -30,11 +30,20 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
-from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
+from .common import (
+    BENCH_ADMISSION,
+    Recorder,
+    conditions,
+    figure,
+    in_turn,
+    path_figures,
+    ratio_of_medians,
+    sheds,
+)
 from .perf_analyzer import (
     LONGER,
     MAX_TRIALS,
+    PINNED,
     STABILITY_PERCENT,
     Case,
     Window,
@@ -62,26 +71,19 @@ PERF_ANALYZER = {
     "mean of its last 3 windows (p99 not known) and stable: false",
     "failed_runs": "a run perf_analyzer ends with another error is measured once more after "
     "a pause, `failed_before` says why; a second failure ends the bench",
-    "pinned": "perf_analyzer on core 1 (taskset) where there are two cores or more",
+    "pinned": PINNED,
+    "order": "the paths take turns within each repeat, in the reverse order every other "
+    "repeat (a repeat starts with the path that ended the one before)",
 }
-FIGURES = ("throughput", "p50_ms", "p99_ms")
-
-
-def path_figures(runs: list[dict]) -> dict:
-    """One path's figures (every repeat, median, spread), and its runs as measured."""
-    found = {}
-    for key in FIGURES:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        found[key] = figure(values) if values else None
-    return {**found, "runs": runs}
 
 
 def comparison(base: list[dict], other: list[dict]) -> dict:
-    """`other` against `base`, repeat by repeat (the two took turns within each repeat)."""
+    """`other` against `base`, repeat by repeat (the two took turns within each repeat);
+    the added p50 is a difference near zero: no spread (common.figure's `signed`)."""
     pairs = list(zip(base, other, strict=True))
     return {
         "throughput_ratio": figure([o["throughput"] / b["throughput"] for b, o in pairs]),
-        "added_p50_ms": figure([o["p50_ms"] - b["p50_ms"] for b, o in pairs]),
+        "added_p50_ms": figure([o["p50_ms"] - b["p50_ms"] for b, o in pairs], signed=True),
     }
 
 
@@ -94,11 +96,6 @@ def case_line(label: str, figures: dict, base: str, other: str) -> str:
 
     ratio = ratio_of_medians(figures, base, other)
     return f"{label}: {path(base)}; {path(other)} ({ratio} of {base})"
-
-
-def ratio_of_medians(figures: dict, base: str, other: str) -> float:
-    """The summary's throughput ratio: median through `other` over median through `base`."""
-    return round(figures[other]["throughput"]["median"] / figures[base]["throughput"]["median"], 3)
 
 
 def added_median_p50(figures: dict, base: str, other: str) -> float:
@@ -140,8 +137,9 @@ def _measure_case(
     site = SiteRecord(servers=(server,), grpc=state.grpc)
     targets = {"direct": server.grpc, "envoy": state.grpc}
     runs: dict[str, list[dict]] = {}
-    for _ in range(repeats):
-        for path, target in targets.items():
+    for repeat in range(repeats):
+        for path in in_turn(list(targets), repeat):
+            target = targets[path]
             runs.setdefault(f"perf_analyzer/{path}", []).append(
                 perf_analyzer(target, case, concurrency, env, workdir)
             )
@@ -162,12 +160,13 @@ def measure_cases(
     measure: Callable[[SiteState, Case, int, dict, Path], dict],
     lines: Callable[[str, dict], list[str]],
     progress: Callable[[str], None],
-) -> tuple[dict, int]:
+    results: dict,
+) -> int:
     """The dataplane and gateway benches' site (one server, identity and ParticleNet, the
     benches' admission), every case at every concurrency measured on it (`measure`: the
     site, the case, the concurrency, perf_analyzer's environment and workdir) and printed
-    as it is measured (`lines`); the figures by "case/cN" and the sheds the site saw."""
-    results: dict = {}
+    as it is measured (`lines`); the figures put in `results` by "case/cN" as each is
+    measured (a run that fails later keeps them); the sheds the site saw."""
     with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
         env = perf_analyzer_env(workdir)
@@ -188,7 +187,7 @@ def measure_cases(
             shed = sheds(state)  # before the site stops: its counters go with it
         finally:
             launcher.down(workdir / "site")
-    return results, shed
+    return shed
 
 
 def run(
@@ -197,7 +196,20 @@ def run(
     build_dir: Path = Path("build/models"),
     progress: Callable[[str], None] = print,
 ) -> dict:
-    started = run_start()
+    """Every case, both paths, both drivers; a run that fails part-way writes the cases it
+    measured (`incomplete`)."""
+    record = Recorder(json_path, "dataplane")
+    record.site = conditions(BENCH_ADMISSION)
+    results: dict = {}
+    record.details = {
+        "repeats": repeats,
+        "perf_analyzer": PERF_ANALYZER,
+        "cases": results,
+        "site": "one Triton server; Envoy configured by the operator over xDS",
+        "figures": "each path: throughput (inferences/s), p50_ms, p99_ms as figures "
+        "(every repeat, median, spread) and its runs; <driver>/envoy_vs_direct: the ratio "
+        "and added p50 repeat by repeat; the summary: ratios of medians",
+    }
 
     def measure(state: SiteState, case: Case, c: int, env: dict, workdir: Path) -> dict:
         return _measure_case(state, case, c, repeats, env, workdir)
@@ -206,46 +218,33 @@ def run(
         drivers = ("perf_analyzer", "client")
         return [case_line(label, found, f"{d}/direct", f"{d}/envoy") for d in drivers]
 
-    results, shed = measure_cases(build_dir, measure, lines, progress)
+    with record.measuring():
+        shed = record.site["sheds"] = measure_cases(build_dir, measure, lines, progress, results)
 
-    def ratio(case: str, driver: str) -> float | None:
-        if case not in results:  # not measured (a run of some cases only)
-            return None
-        return ratio_of_medians(results[case], f"{driver}/direct", f"{driver}/envoy")
+        def ratio(case: str, driver: str) -> float | None:
+            if case not in results:  # not measured (a run of some cases only)
+                return None
+            return ratio_of_medians(results[case], f"{driver}/direct", f"{driver}/envoy")
 
-    def added_p50(case: str, driver: str) -> float | None:
-        if case not in results:
-            return None
-        return added_median_p50(results[case], f"{driver}/direct", f"{driver}/envoy")
+        def added_p50(case: str, driver: str) -> float | None:
+            if case not in results:
+                return None
+            return added_median_p50(results[case], f"{driver}/direct", f"{driver}/envoy")
 
-    summary = {
-        "envoy_throughput_ratio_particlenet": ratio("particlenet_16/c4", "perf_analyzer"),
-        "envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "perf_analyzer"),
-        "client_envoy_throughput_ratio_particlenet": ratio("particlenet_16/c4", "client"),
-        "client_envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "client"),
-        "sheds": shed,
-        "perf_analyzer_unstable_runs": unstable_runs(results),
-        "perf_analyzer_failed_attempts": failed_attempts(results),
-        "targets": {
-            "envoy_throughput_ratio_particlenet": ">= 0.9",
-            "envoy_added_p50_ms_identity_10kb": "<= 0.6",
-            "sheds": "== 0",
-            "perf_analyzer_unstable_runs": "== 0",
-        },
-    }
-    return write_result(
-        json_path,
-        "dataplane",
-        summary,
-        {
-            "repeats": repeats,
-            "perf_analyzer": PERF_ANALYZER,
-            "cases": results,
-            "site": "one Triton server; Envoy configured by the operator over xDS",
-            "figures": "each path: throughput (inferences/s), p50_ms, p99_ms as figures "
-            "(every repeat, median, spread) and its runs; <driver>/envoy_vs_direct: the ratio "
-            "and added p50 repeat by repeat; the summary: ratios of medians",
-        },
-        started=started,
-        site={**conditions(BENCH_ADMISSION), "sheds": shed},
-    )
+        return record.write(
+            {
+                "envoy_throughput_ratio_particlenet": ratio("particlenet_16/c4", "perf_analyzer"),
+                "envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "perf_analyzer"),
+                "client_envoy_throughput_ratio_particlenet": ratio("particlenet_16/c4", "client"),
+                "client_envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "client"),
+                "sheds": shed,
+                "perf_analyzer_unstable_runs": unstable_runs(results),
+                "perf_analyzer_failed_attempts": failed_attempts(results),
+                "targets": {
+                    "envoy_throughput_ratio_particlenet": ">= 0.9",
+                    "envoy_added_p50_ms_identity_10kb": "<= 0.6",
+                    "sheds": "== 0",
+                    "perf_analyzer_unstable_runs": "== 0",
+                },
+            }
+        )

@@ -1,4 +1,4 @@
-"""What a fault run measured, read back from the stream's own files.
+"""What a fault run measured, read back from the stream's own files, and its summary.
 
 A `submit --rate` stream leaves, per job, a journal (one line per answered chunk of events,
 with the time it was answered) and `stream.json` (each job's open-loop start); the arrivals
@@ -16,9 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+from sonicsite.contract.wire import SHED_TTL_S
 from sonicsite.jobs.arrivals import schedule
 
 RECOVERED = 0.8  # completed/offered over a 1 s window at which a stream counts as recovered
+# A server killed or hung takes the answers of what it was running with it: those requests
+# may execute again elsewhere (within the events in flight at the strike). Any other
+# duplicate is a defect: a request whose answer was lost with Envoy, the gateway, a worker or
+# `submit` is answered from the answer its server kept (client/engine.py, "At most once").
+SERVER_FAULTS = ("server-kill", "server-stop", "blind-server-overload")
 
 
 @dataclass
@@ -130,3 +136,47 @@ def in_flight_at(results_dir: Path, when: float) -> tuple[int, int]:
                 requests += 1
                 events += rows
     return requests, events
+
+
+def summary(rows: list[dict], capacity: float | None, offered: float) -> dict:
+    """The run's totals over its scenarios (`rows`) beside their targets; `capacity`: the
+    events per second measured first, None where it was not (a rate given)."""
+    bound = SHED_TTL_S + 2.0  # the stated bound, plus Envoy's and the bench's own polling
+    stuck = [
+        r["scenario"]
+        for r in rows
+        if r["target"] == "operator" and not r["supervised"]
+        if r.get("shed_lapse_s") is None or r["shed_lapse_s"] > bound
+    ]
+    recoveries = [r["recovery_s"] for r in rows]
+    return {
+        "events_lost_total": sum(r["events_lost"] for r in rows),
+        "executed_twice_beyond_in_flight_total": sum(
+            r["executed_twice_beyond_in_flight"] for r in rows
+        ),
+        "executed_twice_total": sum(r["executed_twice"] for r in rows),
+        "executed_twice_without_server_fault": sum(
+            r["executed_twice"] for r in rows if r["scenario"] not in SERVER_FAULTS
+        ),
+        "delivered_twice_total": sum(r["delivered_twice"] for r in rows),
+        "orphans_total": sum(r["processes_left_behind"] for r in rows),
+        "stuck_shed_after_operator_kill": len(stuck),
+        "operator_strikes_without_a_shed_in_envoy": sum(
+            1 for r in rows if r["target"] == "operator" and not r.get("shed_at_strike")
+        ),
+        "max_recovery_s": None if None in recoveries else max(recoveries, default=0.0),
+        "scenarios": len(rows),
+        "capacity_events_per_s": None if capacity is None else round(capacity, 1),
+        "offered_events_per_s": round(offered, 1),
+        "targets": {
+            "events_lost_total": "= 0",
+            "executed_twice_beyond_in_flight_total": "= 0",
+            "orphans_total": "= 0",
+            "stuck_shed_after_operator_kill": f"= 0 (a shed lapses within {bound:g} s)",
+            "max_recovery_s": "<= 15",
+        },
+        "table": [
+            {k: r[k] for k in ("scenario", "events_lost", "executed_twice", "recovery_s")}
+            for r in rows
+        ],
+    }

@@ -9,8 +9,6 @@ import re
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,8 @@ from sonicsite.contract.wire import MODEL_HEADER, SHED
 from sonicsite.jobs.spawn import WORKERS_FILE
 from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
+
+from .common import http_json
 
 
 def flood(site_dir: Path, out: Path, model: str) -> subprocess.Popen:
@@ -39,9 +39,8 @@ def flood(site_dir: Path, out: Path, model: str) -> subprocess.Popen:
 
 def _admission(state: SiteState, model: str) -> str | None:
     try:
-        with urllib.request.urlopen(f"http://{state.operator}/v1/state", timeout=2) as reply:
-            site = json.loads(reply.read())
-    except (OSError, urllib.error.URLError, ValueError):
+        site = http_json(state.operator, "/v1/state", 2)
+    except (OSError, ValueError):
         return None
     return site.get("admission", {}).get(model, {}).get("state")
 
@@ -58,11 +57,10 @@ def wait_shed(state: SiteState, model: str, timeout: float) -> bool:
 
 def envoy_in_flight(state: SiteState) -> int | None:
     """Requests Envoy has in flight to the servers now (every cluster), or None."""
-    url = f"http://{state.envoy_admin}/stats?filter=upstream_rq_active$&format=json"
+    query = "/stats?filter=upstream_rq_active$&format=json"
     try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            stats = json.loads(reply.read()).get("stats", [])
-    except (OSError, urllib.error.URLError, ValueError):
+        stats = http_json(state.envoy_admin, query, 2).get("stats", [])
+    except (OSError, ValueError):
         return None
     # a model's route sends to its own cluster or the all-servers one (route_clusters.py)
     pattern = re.compile(r"^cluster\.(model_.*|triton)\.upstream_rq_active$")

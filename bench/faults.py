@@ -24,25 +24,26 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sonicsite.operator.admission import AdmissionPolicy
 
-from sonicsite.contract.wire import SHED_TTL_S
 from sonicsite.jobs.spawn import WORKERS_FILE
 from sonicsite.local import launcher
 from sonicsite.local.processes import alive, group_members
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
-from .common import write_result
+from .common import Recorder, sheds, wait_for
 from .fault_figures import (
+    SERVER_FAULTS,
     in_flight_at,
     percentiles_ms,
     read_stream,
     recovery_s,
+    summary,
 )
+from .fault_logs import keep_logs, read_log, tail
 from .fault_strikes import (
     flood,
     shed_lapse_s,
@@ -57,11 +58,6 @@ FLOODED = "identity"  # the model shed before an operator strike
 DELAY_MS = 50.0  # per execution, every server
 JOBS = 4
 BATCH = 1
-# A server killed or hung takes the answers of what it was running with it: those requests
-# may execute again elsewhere (within the events in flight at the strike). Any other
-# duplicate is a defect: a request whose answer was lost with Envoy, the gateway, a worker or
-# `submit` is answered from the answer its server kept (client/engine.py, "At most once").
-SERVER_FAULTS = ("server-kill", "server-stop", "blind-server-overload")
 
 
 @dataclass(frozen=True)
@@ -101,11 +97,29 @@ def submit_command(site: Path, out: Path, events: int, rate: float, transport: s
     return command + (["--rate", f"{rate:.3f}"] if rate else [])
 
 
+def check_scenarios(names: tuple[str, ...]) -> None:
+    """ValueError naming the unknown scenarios and the known ones."""
+    if unknown := sorted(set(names) - {s.name for s in SCENARIOS}):
+        raise ValueError(f"scenarios: unknown {unknown}; known: {_names()}")
+
+
 def measure_capacity(site: Path, out: Path, events: int = 600) -> float:
-    """Events per second the site answers to a closed loop of 4 jobs, 16 in flight each."""
+    """Events per second the site answers to a closed loop of 4 jobs, 16 in flight each;
+    a submit that fails says why (its own words), not only its exit status."""
     command = submit_command(site, out, events, 0.0, "grpc")
     command[command.index("--window") + 1] = "16"
-    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(
+            f"faults: the capacity run's submit failed (exit {exc.returncode}): "
+            f"{tail(exc.stderr or exc.stdout)}"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(
+            f"faults: the capacity run's submit did not finish in {exc.timeout:.0f} s: "
+            f"{tail(exc.stderr)}"
+        ) from exc
     report = json.loads((out / "report.json").read_text())
     if report["events_ok"] < JOBS * events:
         raise RuntimeError(f"capacity run lost events: {report['events_ok']} ok")
@@ -143,88 +157,127 @@ def measure_site_capacity(build_dir: Path) -> float:
             launcher.down(site_dir)
 
 
-def run_scenario(scenario: Scenario, rate: float, duration_s: float, build_dir: Path) -> dict:
-    events = int(rate / JOBS * duration_s)
+def run_scenario(
+    scenario: Scenario, rate: float, duration_s: float, build_dir: Path, logs_to: Path
+) -> dict:
+    """One scenario on a fresh site. Where it fails, the error names the scenario and ends
+    with the tail of submit's log; the logs are copied to `logs_to` before the temporary
+    folder goes."""
     with tempfile.TemporaryDirectory(prefix=f"sonicsite-fault-{scenario.name}-") as tmp:
-        site_dir, out = Path(tmp) / "site", Path(tmp) / "out"
-        _up(site_dir, build_dir, scenario.supervise, SHEDDING)
-        state = SiteState.load(site_dir)
-        pids = _site_pids(state)
-        flooding = None
-        figures: dict = {}
         try:
-            command = submit_command(site_dir, out, events, rate, scenario.transport)
-            log = open(Path(tmp) / "submit.log", "w")  # noqa: SIM115 - closed below
-            submit = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
-            _wait_for(lambda: (out / "jobs" / WORKERS_FILE).exists(), 120, "the stream's workers")
-            time.sleep(max(3.0, duration_s / 4))  # mid-stream: well past the warm-up
-            if scenario.shed or scenario.overload:
-                flooding = flood(site_dir, Path(tmp) / "flood", FLOODED)
-            figures["envoy_active_at_strike"] = wait_in_flight(state, 8, 10.0)
-            if scenario.shed:  # strike once Envoy itself refuses the model
-                figures["shed_at_strike"] = wait_envoy_sheds(state, FLOODED, 60)
-            _, when, pid = strike_target(scenario, state, out, submit)
-            figures["struck_pid"] = pid
-            if scenario.shed:  # the shed now outlives its decider and its cause: does it lapse?
-                stopping = threading.Thread(target=_stop, args=(flooding,))
-                stopping.start()
-                figures["shed_lapse_s"] = shed_lapse_s(state, FLOODED, when, 60)
-                stopping.join()
-                flooding = None
-            if scenario.overload:
-                figures["shed_with_blind_server"] = wait_shed(state, FLOODED, 25)
-                flooding = _stop(flooding)
-            if scenario.stop_s:
-                time.sleep(max(0.0, when + scenario.stop_s - time.time()))
-                os.kill(pid, signal.SIGCONT)
-            if scenario.target == "submit":
-                first = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
-                figures["orphan_workers"] = _survivors([w["pid"] for w in first], 30)
-                log = open(Path(tmp) / "resume.log", "w")  # noqa: SIM115 - closed below
-                submit = subprocess.Popen([*command, "--resume"], stdout=log, stderr=log)
-            submit.wait(timeout=900)
+            return _scenario(scenario, rate, duration_s, build_dir, Path(tmp))
+        except Exception as exc:
+            kept = keep_logs(Path(tmp), logs_to)
+            raise RuntimeError(
+                f"faults: scenario {scenario.name} failed: {type(exc).__name__}: {exc}\n"
+                f"its logs: {kept or 'none written'}\n"
+                f"the tail of submit's log:\n{tail(read_log(Path(tmp) / 'submit.log'))}"
+            ) from exc
+
+
+def _scenario(
+    scenario: Scenario, rate: float, duration_s: float, build_dir: Path, tmp: Path
+) -> dict:
+    events = int(rate / JOBS * duration_s)
+    site_dir, out = tmp / "site", tmp / "out"
+    _up(site_dir, build_dir, scenario.supervise, SHEDDING)
+    state = SiteState.load(site_dir)
+    pids = _site_pids(state)
+    flooding = submit = None
+    figures: dict = {}
+    logs = []
+    try:
+        command = submit_command(site_dir, out, events, rate, scenario.transport)
+        logs.append(open(tmp / "submit.log", "w"))  # noqa: SIM115 - closed below
+        submit = subprocess.Popen(command, stdout=logs[-1], stderr=logs[-1], start_new_session=True)
+        wait_for(
+            lambda: (out / "jobs" / WORKERS_FILE).exists() or submit.poll() is not None,
+            120,
+            "the stream's workers",
+        )
+        _check_submit(submit, out, "before its workers started")
+        time.sleep(max(3.0, duration_s / 4))  # mid-stream: well past the warm-up
+        if scenario.shed or scenario.overload:
+            flooding = flood(site_dir, tmp / "flood", FLOODED)
+        figures["envoy_active_at_strike"] = wait_in_flight(state, 8, 10.0)
+        if scenario.shed:  # strike once Envoy itself refuses the model
+            figures["shed_at_strike"] = wait_envoy_sheds(state, FLOODED, 60)
+        _, when, pid = strike_target(scenario, state, out, submit)
+        figures["struck_pid"] = pid
+        if scenario.shed:  # the shed now outlives its decider and its cause: does it lapse?
+            stopping = threading.Thread(target=_stop, args=(flooding,))
+            stopping.start()
+            figures["shed_lapse_s"] = shed_lapse_s(state, FLOODED, when, 60)
+            stopping.join()
+            flooding = None
+        if scenario.overload:
+            figures["shed_with_blind_server"] = wait_shed(state, FLOODED, 25)
+            flooding = _stop(flooding)
+        if scenario.stop_s:
+            time.sleep(max(0.0, when + scenario.stop_s - time.time()))
+            os.kill(pid, signal.SIGCONT)
+        if scenario.target == "submit":
+            first = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
+            figures["orphan_workers"] = _survivors([w["pid"] for w in first], 30)
+            logs.append(open(tmp / "resume.log", "w"))  # noqa: SIM115 - closed below
+            submit = subprocess.Popen([*command, "--resume"], stdout=logs[-1], stderr=logs[-1])
+        submit.wait(timeout=900)
+        _check_submit(submit, out, "")
+        workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
+        figures["orphan_workers"] = figures.get("orphan_workers", 0) + _survivors(
+            [w["pid"] for w in workers], 30
+        )
+        figures["sheds"] = _sheds(state)  # the flood's, on purpose: counted, not a target
+    finally:
+        _stop(flooding)
+        _stop(submit)  # stopped early (a failure, SIGTERM): it stops its workers
+        for log in logs:
             log.close()
-            workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
-            figures["orphan_workers"] = figures.get("orphan_workers", 0) + _survivors(
-                [w["pid"] for w in workers], 30
-            )
-        finally:
-            _stop(flooding)
-            pids |= _site_pids(SiteState.load(site_dir))
-            launcher.down(site_dir)
-        figures["orphan_site_processes"] = _survivors(sorted(pids), 30)
-        spec = {
-            "events": events,
-            "jobs": JOBS,
-            "batch": BATCH,
-            "seed": 1,
-            "job_rate": rate / JOBS,
-        }
-        stream = read_stream(out, spec)
-        requests, in_flight_events = in_flight_at(out / "jobs", when)
-        allowance = in_flight_events if scenario.name in SERVER_FAULTS else 0
-        return {
-            "scenario": scenario.name,
-            "target": scenario.target,
-            "signal": signal.Signals(scenario.sig).name,
-            "supervised": scenario.supervise,
-            "transport": scenario.transport,
-            "events_total": stream.events_total,
-            "events_ok": stream.events_ok,
-            "events_lost": stream.events_lost,
-            "delivered_twice": stream.delivered_twice,
-            "executed_twice": stream.executed_twice,
-            "executions_checked": stream.executions_checked,
-            "requests_in_flight_at_fault": requests,
-            "events_in_flight_at_fault": in_flight_events,
-            "events_answered_from_kept": stream.answered_from_kept,
-            "executed_twice_beyond_in_flight": max(0, stream.executed_twice - allowance),
-            "processes_left_behind": figures["orphan_workers"] + figures["orphan_site_processes"],
-            "latency_ms": percentiles_ms(stream.latencies_s),
-            "events_per_path": stream.per_path,
-            "recovery_s": recovery_s(stream, when),
-            **figures,
-        }
+        pids |= _site_pids(SiteState.load(site_dir))
+        launcher.down(site_dir)
+    figures["orphan_site_processes"] = _survivors(sorted(pids), 30)
+    spec = {"events": events, "jobs": JOBS, "batch": BATCH, "seed": 1, "job_rate": rate / JOBS}
+    stream = read_stream(out, spec)
+    requests, in_flight_events = in_flight_at(out / "jobs", when)
+    allowance = in_flight_events if scenario.name in SERVER_FAULTS else 0
+    return {
+        "scenario": scenario.name,
+        "target": scenario.target,
+        "signal": signal.Signals(scenario.sig).name,
+        "supervised": scenario.supervise,
+        "transport": scenario.transport,
+        "events_total": stream.events_total,
+        "events_ok": stream.events_ok,
+        "events_lost": stream.events_lost,
+        "delivered_twice": stream.delivered_twice,
+        "executed_twice": stream.executed_twice,
+        "executions_checked": stream.executions_checked,
+        "requests_in_flight_at_fault": requests,
+        "events_in_flight_at_fault": in_flight_events,
+        "events_answered_from_kept": stream.answered_from_kept,
+        "executed_twice_beyond_in_flight": max(0, stream.executed_twice - allowance),
+        "processes_left_behind": figures["orphan_workers"] + figures["orphan_site_processes"],
+        "latency_ms": percentiles_ms(stream.latencies_s),
+        "events_per_path": stream.per_path,
+        "recovery_s": recovery_s(stream, when),
+        **figures,
+    }
+
+
+def _sheds(state: SiteState) -> int | None:
+    """The site's sheds so far; None where it cannot say (its Envoy or gateway struck)."""
+    try:
+        return sheds(state)
+    except (OSError, ValueError):
+        return None
+
+
+def _check_submit(submit: subprocess.Popen, out: Path, when: str) -> None:
+    """A submit that ended non-zero without its report (a stream it could not run) is a
+    failure of the scenario; a report with lost events is a figure, not a failure."""
+    rc = submit.poll()
+    if rc not in (None, 0) and not (out / "report.json").exists():
+        raise RuntimeError(f"submit exited with status {rc} {when}, without a report".strip())
 
 
 def _site_pids(state: SiteState) -> set[int]:
@@ -241,22 +294,18 @@ def _survivors(pids: list[int], within_s: float) -> int:
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
+    """SIGTERM (a submit stops its workers), then SIGKILL to its group after 30 s."""
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # not a group leader (the resumed submit)
+                proc.kill()
             proc.wait()
     return None
-
-
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not there after {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def run(
@@ -266,71 +315,49 @@ def run(
     build_dir: Path = Path("build/models"),
     rate: float = 0.0,
 ) -> dict:
-    """`rate`: the offered events per second; by default half the capacity measured first."""
-    started = run_start()
+    """`rate`: the offered events per second; by default half the capacity measured first
+    (given, the capacity is not measured: None in the summary). A scenario that fails ends
+    the run; the scenarios done before it are written (`incomplete`), its logs kept beside
+    the JSON."""
+    check_scenarios(scenarios)
     chosen = [s for s in SCENARIOS if not scenarios or s.name in scenarios]
-    unknown = set(scenarios) - {s.name for s in SCENARIOS}
-    if unknown:
-        raise ValueError(f"scenarios: unknown {sorted(unknown)}; known: {_names()}")
-    capacity = 2 * rate if rate else measure_site_capacity(build_dir)
-    rate = capacity / 2
-    rows = []
-    for scenario in chosen:
-        print(f"bench faults: {scenario.name} at {rate:.0f} events/s ...", file=sys.stderr)
-        rows.append(run_scenario(scenario, rate, duration_s, build_dir))
-        print(f"  {_line(rows[-1])}", file=sys.stderr)
-    bound = SHED_TTL_S + 2.0  # the stated bound, plus Envoy's and the bench's own polling
-    stuck = [
-        r["scenario"]
-        for r in rows
-        if r["target"] == "operator" and not r["supervised"]
-        if r.get("shed_lapse_s") is None or r["shed_lapse_s"] > bound
-    ]
-    recoveries = [r["recovery_s"] for r in rows]
-    summary = {
-        "events_lost_total": sum(r["events_lost"] for r in rows),
-        "executed_twice_beyond_in_flight_total": sum(
-            r["executed_twice_beyond_in_flight"] for r in rows
-        ),
-        "executed_twice_total": sum(r["executed_twice"] for r in rows),
-        "executed_twice_without_server_fault": sum(
-            r["executed_twice"] for r in rows if r["scenario"] not in SERVER_FAULTS
-        ),
-        "delivered_twice_total": sum(r["delivered_twice"] for r in rows),
-        "orphans_total": sum(r["processes_left_behind"] for r in rows),
-        "stuck_shed_after_operator_kill": len(stuck),
-        "operator_strikes_without_a_shed_in_envoy": sum(
-            1 for r in rows if r["target"] == "operator" and not r.get("shed_at_strike")
-        ),
-        "max_recovery_s": None if None in recoveries else max(recoveries, default=0.0),
-        "scenarios": len(rows),
-        "capacity_events_per_s": round(capacity, 1),
-        "offered_events_per_s": round(rate, 1),
-        "targets": {
-            "events_lost_total": "= 0",
-            "executed_twice_beyond_in_flight_total": "= 0",
-            "orphans_total": "= 0",
-            "stuck_shed_after_operator_kill": f"= 0 (a shed lapses within {bound:g} s)",
-            "max_recovery_s": "<= 15",
-        },
-        "table": [
-            {k: r[k] for k in ("scenario", "events_lost", "executed_twice", "recovery_s")}
-            for r in rows
-        ],
+    record = Recorder(json_path, "faults")
+    record.site = site_meta(None)
+    rows: list[dict] = []
+    record.details = {
+        "site": f"3 Triton servers, {MODEL} and {FLOODED}, every execution at least "
+        f"{DELAY_MS:g} ms; admission sheds above 200 ms of queue per request",
+        "stream": f"sonicsite submit --rate: {JOBS} jobs at once, {BATCH} event per "
+        f"request, Poisson arrivals at half the measured capacity, {duration_s:g} s",
+        "scenarios": rows,
     }
-    return write_result(
-        json_path,
-        "faults",
-        summary,
-        {
-            "site": f"3 Triton servers, {MODEL} and {FLOODED}, every execution at least "
-            f"{DELAY_MS:g} ms; admission sheds above 200 ms of queue per request",
-            "stream": f"sonicsite submit --rate: {JOBS} jobs at once, {BATCH} event per "
-            f"request, Poisson arrivals at half the measured capacity, {duration_s:g} s",
-            "scenarios": rows,
-        },
-        started=started,
-    )
+    with record.measuring():
+        capacity = None if rate else measure_site_capacity(build_dir)
+        offered = rate or capacity / 2
+        record.details["capacity"] = (
+            f"not measured: --rate {rate:g} given" if rate else "measured on a site of its own"
+        )
+        for scenario in chosen:
+            print(f"bench faults: {scenario.name} at {offered:.0f} events/s ...", file=sys.stderr)
+            logs = json_path.parent / f"{json_path.stem}-logs" / scenario.name
+            rows.append(run_scenario(scenario, offered, duration_s, build_dir, logs))
+            print(f"  {_line(rows[-1])}", file=sys.stderr)
+        record.site = site_meta(sum(r["sheds"] or 0 for r in rows))
+        record.site["sheds_not_read"] = [r["scenario"] for r in rows if r["sheds"] is None]
+        return record.write(summary(rows, capacity, offered))
+
+
+def site_meta(shed: int | None) -> dict:
+    """What the scenarios' sites ran under, for `meta`: admission SHEDDING (the flood is
+    meant to be shed), no autoscaling, the capacity run at the site's defaults, and the
+    sheds the scenarios' sites counted (None: not read yet)."""
+    return {
+        "admission": asdict(SHEDDING),
+        "autoscaling": "off (fixed servers)",
+        "capacity_run_admission": asdict(AdmissionPolicy()),
+        "sheds": shed,
+        "sheds_note": "the flood of the shed scenarios is refused on purpose",
+    }
 
 
 def _names() -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from sonicsite.client.aot import aot_package
 from sonicsite.models.samples import DEFAULT_BATCH, generate
 
-from .common import figure
+from .common import figure, in_turn
 
 STEADY_BATCHES = 20
 
@@ -28,18 +28,22 @@ STEADY_BATCHES = 20
 def first_events(repository: Path, models: tuple[str, ...], repeats: int = 3) -> dict:
     """Per model, JIT and AOT: the first event (model load included; the AOT package
     compiled beforehand, its compile reported apart: once per machine, not per job) and
-    the steady state per event, each repeat a fresh interpreter; and AOT's speedup of the
-    first event over JIT's (medians)."""
+    the steady state per event, each repeat a fresh interpreter, JIT and AOT taking turns
+    (in the reverse order every other repeat); and AOT's speedup of the first event over
+    JIT's (medians)."""
     found = {}
     for model in models:
         package = aot_package(Path(repository) / model / "1")
-        runs: dict[str, dict] = {}
-        for compile in ("jit", "aot"):
-            samples = [_one(model, compile, Path(repository)) for _ in range(repeats)]
-            runs[compile] = {
-                k: figure([s[k] for s in samples], 6)
-                for k in ("first_event_s", "steady_per_event_s")
+        samples: dict[str, list[dict]] = {"jit": [], "aot": []}
+        for repeat in range(repeats):  # taking turns: JIT first, then AOT first, ...
+            for compile in in_turn(("jit", "aot"), repeat):
+                samples[compile].append(_one(model, compile, Path(repository)))
+        runs = {
+            compile: {
+                k: figure([s[k] for s in done], 6) for k in ("first_event_s", "steady_per_event_s")
             }
+            for compile, done in samples.items()
+        }
         jit, aot = runs["jit"]["first_event_s"], runs["aot"]["first_event_s"]
         found[model] = {
             **runs,

@@ -15,10 +15,8 @@ start to Triton ready) and `model_load_s` (the first-replica load's seconds).
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sonicsite.client import Client
@@ -30,7 +28,7 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from .common import BENCH_ADMISSION
+from .common import BENCH_ADMISSION, http_json, wait_for
 
 DEADLINE_S = 300.0  # scaling down and up again on a busy machine: generous
 # min 0, max 1; windows short so that the pool reaches zero soon after its last request
@@ -45,17 +43,17 @@ class FromZero:
     build_dir: Path = Path("build/models")
 
 
-def _get(address: str, path: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return json.loads(reply.read())
-
-
 def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"scale from zero: waited {DEADLINE_S:.0f} s for {what}")
-        time.sleep(0.2)
+    wait_for(condition, DEADLINE_S, f"scale from zero: {what}")
+
+
+def policy() -> dict:
+    """What the scale from zero runs under (its own site's), for the bench's meta."""
+    return {
+        "admission": asdict(BENCH_ADMISSION),
+        "autoscaling": asdict(SCALING),
+        "placement": asdict(PLACING),
+    }
 
 
 def measure(workdir: Path, options: FromZero = FromZero()) -> dict:
@@ -86,8 +84,8 @@ def measure(workdir: Path, options: FromZero = FromZero()) -> dict:
                 sample.check(lo, hi, outputs)
 
             result = stream.run(sample, on_result)
-        events = _get(state.operator, "/v1/state")["scale_events"]
-        decisions = _get(state.operator, "/v1/placement")["decisions"]
+        events = http_json(state.operator, "/v1/state")["scale_events"]
+        decisions = http_json(state.operator, "/v1/placement")["decisions"]
     finally:
         launcher.down(site_dir)
     woke = [e for e in events if e["from"] == 0 and e["to"] >= 1]
@@ -107,4 +105,5 @@ def measure(workdir: Path, options: FromZero = FromZero()) -> dict:
         "decisions": decisions,
         "server_records_at_zero": left,
         "model": options.model,
+        "ran_under": policy(),
     }

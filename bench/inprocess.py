@@ -14,33 +14,29 @@ models run there.
   point is skipped, with the reason, when its inputs would not fit in a quarter of the free
   memory or when one call of the previous point took longer than `point_budget_s`.
 
-- A workflow: a job stream of DeepMET events doing CPU work per event (`work_ms`) plus
-  inference, in process vs through a local site (one server, Envoy, gateway, operator), in
-  events per CPU-second consumed by every process involved: this process (the worker) and,
-  through the site, every process of the site (each one's process group: a server's
-  Python-backend stubs included). The site's own CPU while the in-process run goes is
-  reported beside it, not counted: a workflow in process needs no site.
+- A workflow (bench/inprocess_workflow.py): a job stream of DeepMET events doing CPU work
+  per event (`work_ms`) plus inference, in process vs through a local site (one server,
+  Envoy, gateway, operator), in events per CPU-second consumed by every process involved,
+  `workflow_repeats` runs of each taking turns. The site runs under the benches' admission;
+  its sheds are in `meta`.
 
 - The first event, JIT against AOT (bench/first_event.py): ParticleNet's and DeepMET's
   first batch in a fresh interpreter, model load included, the AOTInductor package
   compiled beforehand (a once-per-machine cost, reported apart), and each one's steady
   state per event; `aot_first_event_speedup_vs_jit` is DeepMET's.
+
+Only the sweep follows `--device`; every other part runs on the CPU (`devices` says so).
 """
 
 from __future__ import annotations
 
-import os
-import resource
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sonicsite.client import Client, ModelInfo, SoA, TensorSpec
-from sonicsite.client.backend_local import LocalModels
-from sonicsite.client.discovery import from_site_file
+from sonicsite.client import ModelInfo, SoA, TensorSpec
 from sonicsite.client.layout import address
 from sonicsite.client.spec import TensorInfo
 from sonicsite.client.torch_baseline import (
@@ -54,13 +50,10 @@ from sonicsite.client.torch_views import torch_call
 from sonicsite.models.samples import generate
 
 from sonicsite.jobs.worker import config_info
-from sonicsite.local import launcher
-from sonicsite.local.processes import group_members
-from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
-from .common import BENCH_ADMISSION, figure, time_repeats, write_result
+from .common import BENCH_ADMISSION, Recorder, conditions, figure, time_repeats
 from .first_event import first_events
+from .inprocess_workflow import local_over_site, workflow
 
 FEATURES = 16  # columns of the feature-major block (as the client bench's layout)
 SWEEP_MODELS = ("particlenet_ak4", "deepmet")
@@ -77,9 +70,24 @@ class Options:
     sweep_repeats: int = 3
     point_budget_s: float = 10.0  # a sweep stops after a call this long
     threads: int = 1
-    device: str = "cpu"
+    device: str = "cpu"  # the sweep's; the other parts run on the CPU (`part_devices`)
     workflow_events: int = 400
     work_ms: float = 2.0  # CPU work per event in the workflow (the job's own processing)
+    workflow_repeats: int = 3  # runs per backend, taking turns
+    first_event_repeats: int = 3  # fresh interpreters per model and compile, taking turns
+
+    def __post_init__(self) -> None:
+        """Refused before anything runs: the values a part would fail on part-way."""
+        if not self.batches or any(b < 1 for b in self.batches):
+            raise ValueError(f"batches: expected positive integers, got {self.batches}")
+        counts = ("repeats", "sweep_repeats", "threads", "workflow_events", "workflow_repeats")
+        for name in (*counts, "first_event_repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected an integer ≥ 1, got {getattr(self, name)}")
+        if self.work_ms < 0 or self.point_budget_s <= 0:
+            raise ValueError("work_ms must be ≥ 0 and point_budget_s > 0")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda[:N]', got {self.device!r}")
 
 
 def _columns(rows: int, names: list[str], seed: int = 7) -> dict[str, np.ndarray]:
@@ -209,94 +217,56 @@ def sweep(options: Options) -> dict:
     return out
 
 
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _site_cpu_s(site_dir: Path) -> float:
-    """CPU seconds of every process of the site so far: each recorded process's group."""
-    state = SiteState.load(site_dir)
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in {p.pid for p in state.processes} | {s.pid for s in state.servers}:
-        for member in group_members(pid) or [pid]:
-            try:
-                with open(f"/proc/{member}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
-
-
-def _cpu_work(events: int, work_ms: float) -> None:
-    """The job's own processing: `work_ms` of CPU per event."""
-    for _ in range(events):
-        end = time.thread_time() + work_ms / 1e3
-        while time.thread_time() < end:
-            pass
-
-
-def workflow(options: Options) -> dict:
-    """Events per CPU-second, in process vs through a local site, the same job stream."""
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
-        site_dir = Path(tmp) / "site"
-        launcher.up(
-            site_dir,
-            servers=1,
-            models=[WORKFLOW_MODEL],
-            build_dir=options.build_dir,
-            admission=BENCH_ADMISSION,
-            supervise=False,
-        )
-        try:
-            local = LocalModels(
-                Path(options.build_dir).resolve(), config_info, options.threads, options.threads
-            )
-            runs: dict = {}
-            with Client(from_site_file(site_dir), "grpc", local=local) as client:
-                for backend, events in (("site", 16), ("local", 16)):  # warm: load, learn
-                    sample = generate(WORKFLOW_MODEL, events, seed=2)
-                    client.stream(WORKFLOW_MODEL, sample.spec, batch=4, backend=backend).run(
-                        sample, lambda *_: None
-                    )
-                for backend in ("site", "local"):
-                    sample = generate(WORKFLOW_MODEL, options.workflow_events, seed=3)
-                    stream = client.stream(
-                        WORKFLOW_MODEL, sample.spec, batch=4, window=2, backend=backend
-                    )
-                    own, site, t0 = _own_cpu_s(), _site_cpu_s(site_dir), time.perf_counter()
-                    result = stream.run(
-                        sample, lambda lo, hi, _: _cpu_work(hi - lo, options.work_ms)
-                    )
-                    wall = time.perf_counter() - t0
-                    own, site = _own_cpu_s() - own, _site_cpu_s(site_dir) - site
-                    if result.failed or result.events_ok != options.workflow_events:
-                        raise RuntimeError(f"workflow {backend}: failed chunks {result.failed}")
-                    counted = own + (site if backend == "site" else 0.0)
-                    runs[backend] = {
-                        "events": result.events_ok,
-                        "wall_s": round(wall, 3),
-                        "events_per_s": round(result.events_ok / wall, 2),
-                        "worker_cpu_s": round(own, 3),
-                        "site_cpu_s": round(site, 3),
-                        "site_cpu_counted": backend == "site",
-                        "events_per_cpu_s": round(result.events_ok / counted, 2),
-                    }
-        finally:
-            launcher.down(site_dir)
-    return runs
-
-
 def run(json_path: Path, options: Options = Options()) -> dict:
-    started = run_start()
-    found = copies()
-    times = conversion(options.repeats)
+    """Every part in turn; a run that fails part-way writes the parts it measured."""
+    record = Recorder(json_path, "inprocess")
+    record.site = site_meta(None)
+    details = record.details
+    details.update(
+        options={**options.__dict__, "build_dir": str(options.build_dir)},
+        devices=part_devices(options),
+        features=FEATURES,
+        torch=torch_version(),
+    )
+    with record.measuring():
+        found = details["copies"] = copies()
+        times = details["conversion_s"] = conversion(options.repeats)
+        sweep_points = details["sweep"] = sweep(options)
+        flow, record.site["sheds"] = workflow(
+            options.build_dir,
+            options.threads,
+            options.workflow_events,
+            options.work_ms,
+            options.workflow_repeats,
+        )
+        details["workflow"] = flow
+        firsts = details["first_event"] = first_events(
+            options.build_dir, AOT_MODELS, options.first_event_repeats
+        )
+        return record.write(_summary(options, found, times, sweep_points, flow, firsts))
+
+
+def site_meta(shed: int | None) -> dict:
+    """What the workflow's site ran under, for `meta` (the other parts need no site): the
+    benches' admission, no autoscaling, the sheds it saw (None: not read yet)."""
+    return {**conditions(BENCH_ADMISSION), "sheds": shed, "site_used_by": "the workflow"}
+
+
+def part_devices(options: Options) -> dict[str, str]:
+    """Where each part ran: only the sweep follows --device."""
+    return {
+        "copies": "cpu",
+        "conversion": "cpu",
+        "sweep": options.device,
+        "workflow": "cpu (the site's server runs on the CPU; in process too, to compare)",
+        "first_event": "cpu",
+    }
+
+
+def _summary(
+    options: Options, found: dict, times: dict, sweep_points: dict, flow: dict, firsts: dict
+) -> dict:
     ours = {rows: times[f"ours_{rows}"]["median"] for rows in (1_000, 100_000, 1_000_000)}
-    sweep_points = sweep(options)
-    flow = workflow(options)
-    firsts = first_events(options.build_dir, AOT_MODELS)
     summary = {
         "tensor_copies_feature_major": found["feature_major"]["copies"],
         "tensor_copies_one_gather_block": found["one_gather_block"]["copies"],
@@ -307,13 +277,11 @@ def run(json_path: Path, options: Options = Options()) -> dict:
         "aot_first_event_speedup_vs_jit": firsts[WORKFLOW_MODEL]["aot_first_event_speedup_vs_jit"],
         "jit_steady_per_event_s": firsts[WORKFLOW_MODEL]["jit"]["steady_per_event_s"]["median"],
         "aot_steady_per_event_s": firsts[WORKFLOW_MODEL]["aot"]["steady_per_event_s"]["median"],
-        "workflow_events_per_cpu_s_local_vs_site": round(
-            flow["local"]["events_per_cpu_s"] / flow["site"]["events_per_cpu_s"], 3
-        ),
-        "workflow_events_per_s_local_vs_site": round(
-            flow["local"]["events_per_s"] / flow["site"]["events_per_s"], 3
-        ),
-        "device": options.device,
+        "workflow_events_per_cpu_s_local_vs_site": local_over_site(flow, "events_per_cpu_s"),
+        "workflow_events_per_s_local_vs_site": local_over_site(flow, "events_per_s"),
+        "workflow_repeats": options.workflow_repeats,
+        "sweep_device": options.device,
+        "devices": part_devices(options),
         "torch_threads": options.threads,
     }
     for model, points in sweep_points.items():
@@ -321,15 +289,4 @@ def run(json_path: Path, options: Options = Options()) -> dict:
             (p["throughput_eps"] for p in points.values() if "throughput_eps" in p), default=0.0
         )
         summary[f"{model}_best_throughput_eps"] = best
-    details = {
-        "copies": found,
-        "conversion_s": times,
-        "sweep": sweep_points,
-        "workflow": {"model": WORKFLOW_MODEL, "work_ms_per_event": options.work_ms, **flow},
-        "first_event": firsts,
-        "options": {**options.__dict__, "build_dir": str(options.build_dir)},
-        "features": FEATURES,
-        "cpu_count": os.cpu_count(),
-        "torch": torch_version(),
-    }
-    return write_result(json_path, "inprocess", summary, details, started)
+    return summary

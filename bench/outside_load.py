@@ -1,5 +1,6 @@
 """How many cores processes other than ours kept busy while a measurement ran (/proc): the
-balancing bench's turns compare only if they saw about the same outside load."""
+balancing bench's turns compare only if they saw about the same outside load. Also what a
+process spent on the cores (`cpu_ticks`, `cpu_seconds`), which the inprocess bench counts."""
 
 from __future__ import annotations
 
@@ -34,13 +35,19 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _ticks(pid: int) -> int:
-    """Clock ticks one process (its threads, ended ones too) spent on the cores; 0 once gone."""
+def cpu_ticks(pid: int) -> int:
+    """Clock ticks one process (its threads, ended ones too) spent on the cores (utime +
+    stime of /proc/<pid>/stat); 0 once gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """CPU seconds the processes `pids` have spent so far (those gone count 0)."""
+    return sum(cpu_ticks(pid) for pid in pids) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -61,4 +68,4 @@ class OutsideLoad:
         return round(max(outside, 0) / os.sysconf("SC_CLK_TCK") / elapsed, 3)
 
     def _ours(self) -> int:
-        return sum(_ticks(pid) for pid in set().union(*map(_descendants, self.pids)))
+        return sum(cpu_ticks(pid) for pid in set().union(*map(_descendants, self.pids)))

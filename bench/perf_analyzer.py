@@ -1,7 +1,7 @@
 """perf_analyzer as the benches run it: stable at 10 % within its trials, windows per case
 (`Window`), a run that does not get stable measured again with longer windows (then its last
 windows' mean, `stable: false`), a run that fails outright measured once more after a pause,
-pinned to the second core; and the counts of such runs a bench's summary gives."""
+pinned to the last core the bench may use; and the counts of such runs a bench's summary gives."""
 
 from __future__ import annotations
 
@@ -137,8 +137,23 @@ def perf_analyzer_run(
 
 
 def _pinned(cmd: list[str]) -> list[str]:
-    """On two cores, the load generator on the second one (TOOLS.md)."""
-    return ["taskset", "-c", "1", *cmd] if shutil.which("taskset") and os.cpu_count() > 1 else cmd
+    """With two cores or more to run on, the load generator on the last of them (TOOLS.md):
+    the CPUs this process may use (its affinity: a batch slot's cpuset, taskset), never a
+    CPU outside them, where it would compete with another job or taskset would refuse."""
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2 or not shutil.which("taskset"):
+        return cmd
+    return ["taskset", "-c", str(usable[-1]), *cmd]
+
+
+PINNED = "perf_analyzer on the last core this process may use (taskset), where it may use two"
+
+
+def last3_mean(windows: list[list[float]], k: int) -> float | None:
+    """The mean of item `k` (0: throughput, 1: p50 ms) of the last three windows: what a
+    run that never got stable measured, said as such; None without windows."""
+    last = windows[-3:]
+    return round(statistics.mean(w[k] for w in last), 4) if last else None
 
 
 def _deviation(values: list[float]) -> float | None:
@@ -200,10 +215,9 @@ def perf_analyzer(
             break
     windows = attempts[-1]["windows"]
     if figures is None:  # never stable: what its last windows measured, said as such
-        last = windows[-3:]
         figures = {
-            "throughput": statistics.mean(w[0] for w in last),
-            "p50_ms": statistics.mean(w[1] for w in last),
+            "throughput": last3_mean(windows, 0),
+            "p50_ms": last3_mean(windows, 1),
             "p99_ms": None,
         }
     stability = {

@@ -4,7 +4,7 @@ Six models, three servers whose budget holds two models each; each server has on
 per model instance (one server stands for one device). Job streams move from model to model
 in phases (`Options.phase_s`, at most 60 s), one or two models carrying the load in each,
 like the job waves of different workflows. Every repeat runs the same phases twice, taking
-turns:
+turns (static first in even repeats, on demand first in odd ones):
 
 - static: every model loaded once at start, the models active together on different
   servers (`LAYOUT`: the best static placement for `PHASES`), placement off;
@@ -18,7 +18,9 @@ client through Envoy (`window` requests in flight, the model's default batch) fo
 
 Figures. Throughput per (phase, model) is events answered per second; the summary's
 `throughput_ratio_vs_static` is the geometric mean over (phase, model) of on demand /
-static (models of very different cost weigh the same), its repeats beside it;
+static (models of very different cost weigh the same), its repeats beside it (a (phase,
+model) that one arm answered nothing of has no rate to divide: it is left out of the ratios,
+counted in `pairs_without_answers` and named in `left_out_of_ratios`);
 `compute_work_ratio_vs_static` weighs each model's events by the servers' compute time per
 event (measured on the static site): how much more of the devices' work got done. A cold start
 is a phase whose model no server held ready when the phase began: from its first request to
@@ -32,14 +34,10 @@ model load.
 
 from __future__ import annotations
 
-import json
-import math
-import statistics
 import tempfile
 import threading
 import time
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sonicsite.client import Client
@@ -50,9 +48,17 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
 from . import from_zero
-from .common import BENCH_ADMISSION, conditions, gateway_count, sheds, write_result
+from .common import (
+    BENCH_ADMISSION,
+    Recorder,
+    conditions,
+    gateway_count,
+    http_json,
+    in_turn,
+    sheds,
+)
+from .placement_figures import summary
 
 # Two models per server; models active together in a phase are on different servers.
 LAYOUT = {
@@ -116,14 +122,9 @@ def _holding() -> dict[str, list[str]]:
     return {model: [server] for server, models in LAYOUT.items() for model in models}
 
 
-def _get(address: str, path: str) -> bytes:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
-        return reply.read()
-
-
 def _ready_anywhere(state: SiteState, model: str) -> bool:
     """Whether a server holds `model` ready now, as the gateway sees the site."""
-    site = json.loads(_get(state.http, "/v1/site"))
+    site = http_json(state.http, "/v1/site")
     return any(model in s["models"] and s["ready"] and not s["draining"] for s in site["servers"])
 
 
@@ -182,7 +183,7 @@ def _run_phases(
 
 def _decisions(state: SiteState, seen: dict) -> None:
     """The operator's decisions so far, added to `seen` (it shows only its last 50)."""
-    for d in json.loads(_get(state.operator, "/v1/placement"))["decisions"]:
+    for d in http_json(state.operator, "/v1/placement")["decisions"]:
         seen[(d["at"], d["kind"], d["model"], d["server"])] = d
 
 
@@ -191,7 +192,7 @@ def _compute_per_event(state: SiteState) -> dict[str, float]:
     infer and output over the items inferred), over every server that ran it."""
     spent: dict[str, list[float]] = {}
     for server in state.servers:
-        stats = json.loads(_get(server.http, "/v2/models/stats"))["model_stats"]
+        stats = http_json(server.http, "/v2/models/stats")["model_stats"]
         for m in stats:
             infer = m["inference_stats"]
             stages = ("compute_input", "compute_infer", "compute_output")
@@ -237,7 +238,10 @@ def _arm(on_demand: bool, options: Options, workdir: Path) -> dict:
         return {
             "compute_s_per_event": _compute_per_event(state),
             "phases": [
-                {m: vars(load) | {"rate": load.events / load.seconds} for m, load in p.items()}
+                {
+                    m: vars(load) | {"rate": load.events / load.seconds if load.seconds else 0.0}
+                    for m, load in p.items()
+                }
                 for p in phases
             ],
             "phase_starts": starts,
@@ -250,134 +254,39 @@ def _arm(on_demand: bool, options: Options, workdir: Path) -> dict:
         launcher.down(site_dir)
 
 
-def _cold_starts(arm: dict) -> list[dict]:
-    """Each cold start of the arm with the load that ended it."""
-    found = []
-    loads = [d for d in _done(arm, "load") if d["rule"] == "first_replica"]
-    for phase, began in zip(arm["phases"], arm["phase_starts"], strict=True):
-        for model, load in phase.items():
-            if not load["cold"] or load["first_answer_s"] is None:
-                continue
-            mine = [d for d in loads if d["model"] == model and d["at"] >= began]
-            load_s = mine[0]["seconds"] if mine else None
-            found.append({"model": model, "cold_start_s": load["first_answer_s"], "load_s": load_s})
-    return found
-
-
-def _done(arm: dict, kind: str) -> list[dict]:
-    """The arm's loads or unloads carried out (not dropped, kept or failed)."""
-    done = "loaded" if kind == "load" else "unloaded"
-    return [d for d in arm["decisions"] if d["kind"] == kind and d["outcome"].startswith(done)]
-
-
-def _lost(arms: list[dict]) -> int:
-    return sum(load["lost"] for a in arms for p in a["phases"] for load in p.values())
-
-
-def lost_events(repeats: list[dict]) -> list[str]:
-    """Where events were lost and why: one line per (repeat, arm, phase, model, error)."""
-    return [
-        f"repeat {k}, {arm}, phase {n} ({model}): {count} events lost: {error}"
-        for k, arms in enumerate(repeats)
-        for arm, ran in arms.items()
-        for n, phase in enumerate(ran["phases"])
-        for model, load in phase.items()
-        for error, count in load["errors"].items()
-    ]
-
-
-def _p99(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(0.99 * len(ranked)) - 1)]
-
-
-def _ratio(static: dict, on_demand: dict) -> float:
-    """Geometric mean over (phase, model) of on-demand / static events per second."""
-    logs = [
-        math.log(on_demand["phases"][k][m]["rate"] / static["phases"][k][m]["rate"])
-        for k, phase in enumerate(static["phases"])
-        for m in phase
-    ]
-    return math.exp(statistics.fmean(logs))
-
-
-def _work_ratio(static: dict, on_demand: dict) -> float:
-    """On-demand / static compute work done per second, the servers' compute time per event
-    (measured on the static site) weighing each model's events: how much more of the
-    devices' work got done, where the geometric mean weighs a cheap model as a costly one."""
-    cost = static["compute_s_per_event"]
-
-    def work(arm: dict) -> float:
-        return sum(
-            load["rate"] * cost.get(m, 0.0) for phase in arm["phases"] for m, load in phase.items()
-        )
-
-    return work(on_demand) / work(static)
-
-
-def _from_zero_figures(zero: dict) -> dict:
-    """The scale from zero's figures for the summary: the cold start beside its parts."""
-    return {
-        "cold_start_from_zero_s": zero["cold_start_from_zero_s"],
-        "from_zero_server_start_s": zero["server_start_s"],
-        "from_zero_model_load_s": zero["model_load_s"],
-        "from_zero_events_lost": zero["events_lost"],
-    }
-
-
 def run(json_path: Path, options: Options = Options()) -> dict:
-    started = run_start()
-    repeats = []
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
+    """Every repeat's two arms (their order alternating from repeat to repeat), then the
+    scale from zero; a run that fails part-way writes what it measured."""
+    record = Recorder(json_path, "placement")
+    record.site = site_meta(options, None)
+    repeats: list[dict] = []
+    given = {**vars(options), "build_dir": str(options.build_dir), "placing": vars(options.placing)}
+    record.details = {"options": given, "repeats": repeats, "layout": LAYOUT}
+    with record.measuring(), tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         for k in range(options.repeats):
-            arms = {}
-            for on_demand in (False, True):
-                workdir = Path(tmp) / f"repeat-{k}"
-                workdir.mkdir(exist_ok=True)
-                arms["on_demand" if on_demand else "static"] = _arm(on_demand, options, workdir)
+            arms: dict = {}
             repeats.append(arms)
+            workdir = Path(tmp) / f"repeat-{k}"
+            workdir.mkdir(exist_ok=True)
+            for on_demand in in_turn((False, True), k):
+                arms["on_demand" if on_demand else "static"] = _arm(on_demand, options, workdir)
         zero = None
         if options.from_zero:
             zero = from_zero.measure(Path(tmp), from_zero.FromZero(build_dir=options.build_dir))
-    ratios = [_ratio(r["static"], r["on_demand"]) for r in repeats]
-    works = [_work_ratio(r["static"], r["on_demand"]) for r in repeats]
-    demand = [r["on_demand"] for r in repeats]
-    colds = [c for a in demand for c in _cold_starts(a)]
-    cold_s = [c["cold_start_s"] for c in colds]
-    load_s = [c["load_s"] for c in colds if c["load_s"] is not None]
-    over = [c["cold_start_s"] - c["load_s"] for c in colds if c["load_s"] is not None]
-    summary = {
-        "throughput_ratio_vs_static": round(statistics.median(ratios), 3),
-        "throughput_ratio_repeats": [round(r, 3) for r in ratios],
-        "compute_work_ratio_vs_static": round(statistics.median(works), 3),
-        "compute_work_ratio_repeats": [round(r, 3) for r in works],
-        "events_lost": _lost(demand),
-        "static_events_lost": _lost([r["static"] for r in repeats]),
-        "held_requests_failed": sum(a["expired_holds"] for a in demand),
-        "cold_starts": len(colds),
-        "cold_start_p99_s": _p99(cold_s),
-        "load_time_p99_s": _p99(load_s),
-        "cold_start_over_load_p99_s": _p99(over),
-        "loads": sum(len(_done(a, "load")) for a in demand),
-        "unloads": sum(len(_done(a, "unload")) for a in demand),
-        "sheds": sum(a["sheds"] for r in repeats for a in r.values()),
-        **({} if zero is None else _from_zero_figures(zero)),
-        "targets": {
-            "events_lost": "== 0",
-            "held_requests_failed": "== 0",
-            "throughput_ratio_vs_static": ">= 1.3",
-            "cold_start_over_load_p99_s": "<= 5",
-            "sheds": "== 0",
-        },
+        record.details["from_zero"] = zero
+        record.site = site_meta(options, sum(a["sheds"] for r in repeats for a in r.values()))
+        return record.write(summary(repeats, zero, record.details))
+
+
+def site_meta(options: Options, shed: int | None) -> dict:
+    """What the run's sites ran under, for `meta`: the benches' admission, no autoscaling
+    on the two arms, the on-demand arm's placement, and the scale from zero's own site
+    (autoscaled, min 0) where it runs; the sheds seen (None: not read yet)."""
+    found = {
+        **conditions(BENCH_ADMISSION),
+        "placement_on_demand": asdict(options.placing),
+        "sheds": shed,
     }
-    given = {**vars(options), "build_dir": str(options.build_dir), "placing": vars(options.placing)}
-    details = {"options": given, "repeats": repeats}
-    details["layout"] = LAYOUT
-    details["cold_starts"] = colds
-    details["lost"] = lost_events(repeats)
-    details["from_zero"] = zero
-    return write_result(
-        json_path, "placement", summary, details, started, conditions(BENCH_ADMISSION)
-    )
+    if options.from_zero:
+        found["from_zero"] = from_zero.policy()
+    return found

@@ -79,10 +79,15 @@ def _section(result: dict, out: Path) -> list[str]:
 
 def _meta_lines(meta: dict) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in (meta.get("versions") or {}).items())
-    commit = str(meta.get("commit", "unknown"))[:12]
-    dirty = " (with uncommitted changes)" if meta.get("uncommitted_changes") else ""
+    commit = meta.get("commit")
+    commit = f"`{commit[:12]}`" if commit else "unknown (not run from a git checkout)"
+    changes = meta.get("uncommitted_changes")
+    dirty = {True: " (with uncommitted changes)", None: " (uncommitted changes: unknown)"}
+    cores = f"{meta.get('cores', '?')} cores"
+    if meta.get("cpu_count") not in (None, meta.get("cores")):
+        cores += f" of the machine's {meta['cpu_count']}"
     lines = [
-        f"- commit `{commit}`{dirty}, {meta.get('at', '?')}, {meta.get('cores', '?')} cores",
+        f"- commit {commit}{dirty.get(changes, '')}, {meta.get('at', '?')}, {cores}",
         f"- load average (1, 5, 15 min): {meta.get('load_before_1m_5m_15m')} before, "
         f"{meta.get('load_1m_5m_15m')} after",
     ]
@@ -158,7 +163,7 @@ def _client_speedups(result: dict, image: Path) -> bool:
                 width,
                 yerr=_errors(figures),
                 capsize=3,
-                label=f"{path} vs stock {path}",
+                label=f"{path} vs {payloads[sizes[0]][kind][path]['vs']}",
             )
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(sizes)), sizes)

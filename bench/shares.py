@@ -4,13 +4,13 @@ bench's recovery run)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .common import http_json
 
 SHARE_WINDOW_S = 3.0  # a recovery is judged on the shares of this much of the latest answers
 SHARE_TOLERANCE = 0.1  # back: within this part of an equal share
@@ -85,9 +85,7 @@ class OperatorSeen:
     def _poll(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                url = f"http://{self.operator}/v1/state"
-                with urllib.request.urlopen(url, timeout=2) as reply:
-                    model = json.loads(reply.read())["models"][self.model]
+                model = http_json(self.operator, "/v1/state", 2)["models"][self.model]
             except (OSError, ValueError, KeyError):
                 continue
             compute = {

@@ -56,11 +56,9 @@ The site runs under `BENCH_ADMISSION` (no shed expected) and without autoscaling
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from itertools import zip_longest
@@ -76,7 +74,7 @@ from sonicsite.local.state import SiteState
 from ..contract.provenance import run_start
 from ..sim.run import quantile
 from .balancing_load import MODEL, Answers, closed_loop, open_loop, set_policy
-from .common import BENCH_ADMISSION, conditions, figure, sheds, write_result
+from .common import BENCH_ADMISSION, conditions, figure, http_json, sheds, write_result
 from .sim_check_model import (
     FIGURES,
     FIT_CVS,
@@ -104,9 +102,7 @@ def _stats(state: SiteState) -> dict[str, float]:
     request seconds (Triton's statistics)."""
     total = {"executions": 0.0, "requests": 0.0, "compute_s": 0.0, "request_s": 0.0}
     for server in state.servers:
-        url = f"http://{server.http}/v2/models/{MODEL}/stats"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            (stats,) = json.loads(reply.read())["model_stats"]
+        (stats,) = http_json(server.http, f"/v2/models/{MODEL}/stats")["model_stats"]
         infer = stats["inference_stats"]
         stages = ("compute_input", "compute_infer", "compute_output")
         total["executions"] += int(stats.get("execution_count", 0))

@@ -13,25 +13,28 @@ Two parts, in one run:
   (5 by default), stability 10 %, at least 3 windows. Every run is run once, as it comes:
   no retry and no longer windows hide a failure. Each run keeps its exit status, whether it
   got stable, its windows, throughput, p50/p99 and perf_analyzer's own words when it failed.
-- `ratio`: perf_analyzer gRPC straight to a server that holds the model (direct) against
-  through Envoy without any header, on each model, the two paths taking turns within every
-  repeat; `envoy_no_header_throughput_ratio_<model>` = median through Envoy / median direct.
-  Through Envoy `simple` may spread over the three servers that hold it, while direct
-  reaches one; so every Envoy run also keeps the requests Envoy sent to each server (its
+- `ratio`: perf_analyzer gRPC straight to the server that holds the model (direct) against
+  through Envoy without any header, on each model, the paths taking turns within every
+  repeat (in the reverse order every other repeat);
+  `envoy_no_header_throughput_ratio_<model>` = median through Envoy / median direct. Like for
+  like: on a second site of the same servers where triton-1 alone holds each measured model,
+  so that Envoy can reach exactly the one server direct reaches (on the first site `simple`
+  is on all three: Envoy's extra servers, not Envoy, would move the ratio where the servers
+  are the bottleneck). Every Envoy run keeps the requests Envoy sent to each server (its
   admin counters, per cluster and host), and the JSON says which servers each path could
-  use. `particlenet_ak4` can reach only triton-1 either way. Beside them, in the same turns:
-  Envoy with the header (what finding the model in the body costs) and a bare Envoy, the
-  router alone over the same servers (`bare_envoy.py`): the floor any Envoy stands on here,
-  so that the JSON says how much of the gap to direct is Envoy itself.
+  use. Beside them, in the same turns: Envoy with the header (what finding the model in the
+  body costs) and a bare Envoy, the router alone over the same server (`bare_envoy.py`): the
+  floor any Envoy stands on here, so that the JSON says how much of the gap to direct is
+  Envoy itself.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 import time
-import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,14 +44,24 @@ from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
-from ..contract.provenance import run_start
 from . import bare_envoy
-from .common import conditions, figure, sheds, write_result
+from .common import (
+    Recorder,
+    conditions,
+    figure,
+    in_turn,
+    path_figures,
+    ratio_of_medians,
+    sheds,
+)
+from .envoy_share import envoy_share, requests_per_host
 from .perf_analyzer import (
     MAX_TRIALS,
+    PINNED,
     STABILITY_PERCENT,
     UNSTABLE,
     Window,
+    last3_mean,
     perf_analyzer_env,
     perf_analyzer_run,
 )
@@ -91,11 +104,6 @@ class Options:
             raise ValueError(f"max_trials: 3 windows at least, got {self.max_trials}")
 
 
-def _last3_mean(windows: list[list[float]], k: int) -> float | None:
-    last = windows[-3:]
-    return round(statistics.mean(w[k] for w in last), 4) if last else None
-
-
 def run_perf_analyzer(
     target: str,
     model: str,
@@ -135,9 +143,7 @@ def run_perf_analyzer(
     if run.figures is not None:
         record.update(run.figures)
     else:  # what its last windows measured, said as such (p99 not known)
-        record.update(
-            throughput=_last3_mean(windows, 0), p50_ms=_last3_mean(windows, 1), p99_ms=None
-        )
+        record.update(throughput=last3_mean(windows, 0), p50_ms=last3_mean(windows, 1), p99_ms=None)
     unstable_only = rc not in (0, None) and UNSTABLE in text and len(windows) >= MIN_WINDOWS
     said_error = [line for line in text.splitlines() if "error" in line.lower()]
     if (rc != 0 and not unstable_only) or said_error:
@@ -154,41 +160,9 @@ def run_perf_analyzer(
     return record
 
 
-def requests_per_host(admin: str) -> dict[str, dict[str, int]]:
-    """Envoy's completed requests per cluster and host (`rq_total` of admin /clusters)."""
-    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=5) as reply:
-        lines = reply.read().decode().splitlines()
-    found: dict[str, dict[str, int]] = {}
-    for parts in (line.split("::") for line in lines):
-        if len(parts) >= 4 and parts[2] == "rq_total":
-            found.setdefault(parts[0], {})[parts[1]] = int(parts[3])
-    return found
-
-
-def envoy_share(state: SiteState, before: dict, after: dict) -> dict:
-    """Requests Envoy sent to each server between two reads of its counters, per cluster
-    (data-plane clusters only: the model clusters and `triton`), and each server's share."""
-    names = {s.grpc: s.id for s in state.servers}
-    per_cluster: dict[str, dict[str, int]] = {}
-    per_server: dict[str, int] = {s.id: 0 for s in state.servers}
-    for cluster, hosts in after.items():
-        for host, total in hosts.items():
-            sent = total - before.get(cluster, {}).get(host, 0)
-            if sent and host in names:  # the servers' gRPC port (not REST or the operator)
-                per_cluster.setdefault(cluster, {})[names[host]] = sent
-                per_server[names[host]] += sent
-    total = sum(per_server.values())
-    return {
-        "requests_per_cluster": per_cluster,
-        "requests_per_server": per_server,
-        "share_per_server": {
-            k: round(v / total, 4) if total else None for k, v in per_server.items()
-        },
-    }
-
-
 def holders(state: SiteState, model: str) -> list[str]:
-    return [s.id for s in state.servers if model != HELD or s.id == HOLDER]
+    """The servers of the site that hold `model` (as it started them)."""
+    return [s.id for s in state.servers if model in s.models]
 
 
 def _runs_in_a_row(state: SiteState, options: Options, env: dict, workdir: Path) -> dict[str, dict]:
@@ -210,67 +184,52 @@ def _runs_in_a_row(state: SiteState, options: Options, env: dict, workdir: Path)
                 "target": target,
                 "servers_it_could_use": holders(state, model),
                 "runs_ok": sum(r["ok"] for r in runs),
-                "runs": runs,
-                **_figures(runs),
+                **path_figures(runs),
             }
     return found
-
-
-def _figures(runs: list[dict]) -> dict:
-    found = {}
-    for key in ("throughput", "p50_ms", "p99_ms"):
-        values = [r[key] for r in runs if r.get(key) is not None]
-        found[key] = figure(values) if values else None
-    return found
-
-
-def _ratio_of_medians(figures: dict, path: str) -> float | None:
-    """Median throughput through `path` over median direct."""
-    return _over(figures, path, "direct")
-
-
-def _over(figures: dict, path: str, base: str) -> float | None:
-    """Median throughput through `path` over median through `base`."""
-    other, below = figures[path]["throughput"], figures[base]["throughput"]
-    return round(other["median"] / below["median"], 3) if below and other else None
 
 
 def _one_turn(
     state: SiteState,
     model: str,
-    direct: str,
-    bare: str,
+    targets: dict[str, str],
     runs: dict[str, list[dict]],
+    repeat: int,
     options: Options,
     env: dict,
     workdir: Path,
 ) -> None:
-    """One repeat: direct, the site's Envoy without and with the header, the bare Envoy."""
-    runs["direct"].append(run_perf_analyzer(direct, model, "grpc", options, env, workdir))
-    for path, headers in (
-        ("envoy_no_header", ()),
-        ("envoy_with_header", (f"{MODEL_HEADER}:{model}",)),
-    ):
-        before = requests_per_host(state.envoy_admin)
-        record = run_perf_analyzer(state.grpc, model, "grpc", options, env, workdir, headers)
-        after = requests_per_host(state.envoy_admin)
-        record["envoy"] = envoy_share(state, before, after)
+    """One repeat: direct, the site's Envoy without and with the header, the bare Envoy
+    (`targets`: each path's address), in the reverse order every other repeat."""
+    headers = {"envoy_no_header": (), "envoy_with_header": (f"{MODEL_HEADER}:{model}",)}
+    for path in in_turn(RATIO_PATHS, repeat):
+        before = requests_per_host(state.envoy_admin) if path in headers else None
+        record = run_perf_analyzer(
+            targets[path], model, "grpc", options, env, workdir, headers.get(path, ())
+        )
+        if before is not None:
+            record["envoy"] = envoy_share(state, before, requests_per_host(state.envoy_admin))
         runs[path].append(record)
-    runs["envoy_bare"].append(run_perf_analyzer(bare, model, "grpc", options, env, workdir))
 
 
 def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict[str, dict]:
-    """Each model: direct gRPC to a server holding it vs through Envoy without a header,
-    taking turns within each repeat."""
-    direct_server = state.server(HOLDER)  # holds every model
+    """Each model: direct gRPC to the server holding it vs through Envoy without a header
+    (able to reach that one server only), taking turns within each repeat."""
+    direct_server = state.server(HOLDER)
     found: dict[str, dict] = {}
     for model in options.models:
         runs: dict[str, list[dict]] = {p: [] for p in RATIO_PATHS}
         servers = [state.server(s).grpc for s in holders(state, model)]
         with bare_envoy.running(workdir, servers) as bare:
-            for _ in range(options.repeats):
-                _one_turn(state, model, direct_server.grpc, bare, runs, options, env, workdir)
-        figures = {path: _figures(r) for path, r in runs.items()}
+            targets = {
+                "direct": direct_server.grpc,
+                "envoy_no_header": state.grpc,
+                "envoy_with_header": state.grpc,
+                "envoy_bare": bare,
+            }
+            for repeat in range(options.repeats):
+                _one_turn(state, model, targets, runs, repeat, options, env, workdir)
+        figures = {path: path_figures(r) for path, r in runs.items()}
 
         shares = [r["envoy"]["share_per_server"] for r in runs["envoy_no_header"]]
         found[model] = {
@@ -278,13 +237,16 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
                 "direct": [direct_server.id],
                 "envoy_no_header": holders(state, model),
                 "envoy_with_header": holders(state, model),
+                "envoy_bare": holders(state, model),
             },
-            "throughput_ratio_of_medians": _ratio_of_medians(figures, "envoy_no_header"),
-            "with_header_throughput_ratio_of_medians": _ratio_of_medians(
-                figures, "envoy_with_header"
+            "throughput_ratio_of_medians": ratio_of_medians(figures, "direct", "envoy_no_header"),
+            "with_header_throughput_ratio_of_medians": ratio_of_medians(
+                figures, "direct", "envoy_with_header"
             ),
-            "bare_envoy_throughput_ratio_of_medians": _ratio_of_medians(figures, "envoy_bare"),
-            "no_header_over_bare_envoy": _over(figures, "envoy_no_header", "envoy_bare"),
+            "bare_envoy_throughput_ratio_of_medians": ratio_of_medians(
+                figures, "direct", "envoy_bare"
+            ),
+            "no_header_over_bare_envoy": ratio_of_medians(figures, "envoy_bare", "envoy_no_header"),
             "envoy_share_per_server": {
                 s.id: figure([sh[s.id] or 0.0 for sh in shares]) for s in state.servers
             },
@@ -296,37 +258,87 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
                 "envoy_bare": "none: a static Envoy with the router alone, least-request over "
                 "the same servers (bench/bare_envoy.py): the floor of any Envoy here",
             },
-            **{path: {**figures[path], "runs": r} for path, r in runs.items()},
+            **figures,
         }
     return found
 
 
+@contextmanager
+def _site(site_dir: Path, options: Options, holding: dict[str, list[str]]) -> Iterator[SiteState]:
+    """A site of SERVERS servers with MODELS (`holding`: models some servers hold alone),
+    admission at its defaults, no autoscaling; stopped however the block ends."""
+    state = launcher.up(
+        site_dir,
+        servers=SERVERS,
+        models=MODELS,
+        build_dir=options.build_dir,
+        admission=AdmissionPolicy(),  # the defaults, as the issue asks
+        scaling=None,
+        holding=holding,
+    )
+    try:
+        yield state
+    finally:
+        launcher.down(site_dir)
+
+
 def run(json_path: Path, options: Options | None = None) -> dict:
+    """The runs in a row on a site where `simple` is on every server, then the ratio on
+    one where triton-1 alone holds each measured model (like for like with direct); a run
+    that fails part-way writes what it measured."""
     options = options or Options()
-    started = run_start()
-    admission = AdmissionPolicy()  # the defaults, as the issue asks
-    with tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
+    record = Recorder(json_path, "stock_tools")
+    record.site = {**conditions(AdmissionPolicy()), "sheds": None}
+    in_a_row: dict = {}
+    ratio: dict = {}
+    record.details = {
+        "options": {
+            **{k: v for k, v in asdict(options).items() if k not in ("windows", "build_dir")},
+            "windows": {m: str(w) for m, w in options.windows.items()},
+        },
+        "perf_analyzer": {
+            "stability_percent": STABILITY_PERCENT,
+            "max_trials": options.max_trials,
+            "min_windows": MIN_WINDOWS,
+            "each_run": "run once as it comes (no retry, no longer windows); ok = exit 0, "
+            "stable, at least 3 windows, no line of its output saying error",
+            "pinned": PINNED,
+            "headers": "none: perf_analyzer sends no sonicsite-model header",
+        },
+        "site": {
+            "servers": [f"triton-{k}" for k in range(SERVERS)],
+            "models": MODELS,
+            "holding": {HELD: [HOLDER], "others": "every server"},
+            "ratio_site_holding": {m: [HOLDER] for m in options.models},
+            "admission": "defaults (AdmissionPolicy())",
+            "autoscaling": "off",
+        },
+        "runs_in_a_row": in_a_row,
+        "ratio": ratio,
+        "figures": "runs_in_a_row: each path/model, every run as it came and figures of "
+        "throughput (inferences/s), p50_ms, p99_ms; ratio: each model, direct (the one server "
+        "that holds it on the ratio's site) vs Envoy without a header, turns within each "
+        "repeat, Envoy's requests per server in every run; the summary's ratio: of medians",
+    }
+    shed = 0
+    with record.measuring(), tempfile.TemporaryDirectory(prefix="sonicsite-bench-") as tmp:
         workdir = Path(tmp)
         env = perf_analyzer_env(workdir)
-        state = launcher.up(
-            workdir / "site",
-            servers=SERVERS,
-            models=MODELS,
-            build_dir=options.build_dir,
-            admission=admission,
-            scaling=None,
-            holding={HELD: [HOLDER]},
-        )
-        try:
-            in_a_row = _runs_in_a_row(state, options, env, workdir)
-            ratio = _ratio(state, options, env, workdir)
-            shed = sheds(state)  # before the site stops: its counters go with it
-        finally:
-            launcher.down(workdir / "site")
+        with _site(workdir / "site", options, {HELD: [HOLDER]}) as state:
+            in_a_row.update(_runs_in_a_row(state, options, env, workdir))
+            shed += sheds(state)  # before the site stops: its counters go with it
+        alone = {m: [HOLDER] for m in options.models}
+        with _site(workdir / "ratio-site", options, alone) as state:
+            ratio.update(_ratio(state, options, env, workdir))
+            shed += sheds(state)
+        record.site["sheds"] = shed
+        return record.write(_summary(in_a_row, ratio, options, shed))
 
+
+def _summary(in_a_row: dict, ratio: dict, options: Options, shed: int) -> dict:
     all_runs = [r for case in in_a_row.values() for r in case["runs"]]
     ratio_runs = [r for m in ratio.values() for p in RATIO_PATHS for r in m[p]["runs"]]
-    summary = {
+    return {
         "perf_analyzer_runs": len(all_runs),
         "perf_analyzer_runs_ok": sum(r["ok"] for r in all_runs),
         "perf_analyzer_errors": sum(r["error"] is not None for r in all_runs),
@@ -360,38 +372,3 @@ def run(json_path: Path, options: Options | None = None) -> dict:
             **{f"envoy_no_header_throughput_ratio_{m}": ">= 0.9" for m in options.models},
         },
     }
-    return write_result(
-        json_path,
-        "stock_tools",
-        summary,
-        {
-            "options": {
-                **{k: v for k, v in asdict(options).items() if k not in ("windows", "build_dir")},
-                "windows": {m: str(w) for m, w in options.windows.items()},
-            },
-            "perf_analyzer": {
-                "stability_percent": STABILITY_PERCENT,
-                "max_trials": options.max_trials,
-                "min_windows": MIN_WINDOWS,
-                "each_run": "run once as it comes (no retry, no longer windows); ok = exit 0, "
-                "stable, at least 3 windows, no line of its output saying error",
-                "pinned": "perf_analyzer on core 1 (taskset) where there are two cores or more",
-                "headers": "none: perf_analyzer sends no sonicsite-model header",
-            },
-            "site": {
-                "servers": [s.id for s in state.servers],
-                "models": MODELS,
-                "holding": {HELD: [HOLDER], "others": "every server"},
-                "admission": "defaults (AdmissionPolicy())",
-                "autoscaling": "off",
-            },
-            "runs_in_a_row": in_a_row,
-            "ratio": ratio,
-            "figures": "runs_in_a_row: each path/model, every run as it came and figures of "
-            "throughput (inferences/s), p50_ms, p99_ms; ratio: each model, direct (one server "
-            "that holds it) vs Envoy without a header, turns within each repeat, Envoy's "
-            "requests per server in every run; the summary's ratio: of medians",
-        },
-        started=started,
-        site={**conditions(admission), "sheds": shed},
-    )

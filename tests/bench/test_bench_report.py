@@ -112,3 +112,13 @@ def test_the_balancing_and_gateway_sections_plot_what_their_json_holds(tmp_path)
         "gateway_throughput_against_direct.png",
     ):
         assert f"]({image})" in page and (tmp_path / "out" / image).stat().st_size > 10_000
+
+
+def test_a_commit_not_knowable_is_said_so_not_claimed_clean(tmp_path):
+    """A run from outside a checkout of sonicsite: no commit, changes unknown (not a clean
+    tree claimed)."""
+    source = tmp_path / "gateway.json"
+    write_result(source, "gateway", {"sheds": 0}, {}, started=RunStart([0.1, 0.1, 0.1], None, None))
+    page = report.run([source], tmp_path / "out").read_text()
+    assert "commit unknown (not run from a git checkout) (uncommitted changes: unknown)" in page
+    assert "cores" in page

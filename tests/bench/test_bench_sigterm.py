@@ -4,6 +4,7 @@ once and left the site's servers, Envoy, the gateway and the rest running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,3 +66,56 @@ def test_sigterm_mid_measurement_stops_the_bench_site_and_its_load(tmp_path):
     assert not [p for p in pids if alive(p)]
     assert not group_members(bench.pid)  # perf_analyzer included
     assert not out.exists()
+
+
+def _workers_file(tmp: Path) -> Path | None:
+    """A fault scenario's stream, once its driver has recorded its workers."""
+    for path in tmp.glob("sonicsite-fault-*/out/jobs/workers.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):  # being written
+            return None
+        return path if record.get("workers") else None
+    return None
+
+
+def test_sigterm_mid_scenario_stops_the_stream_and_its_workers(tmp_path, built_models):
+    """The fault bench's `submit` runs in a session of its own, its workers in theirs: by
+    the time the bench has exited on SIGTERM, the bench has stopped submit, which has
+    stopped every worker; the scenario's site is down."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = tmp_path / "faults.json"
+    cmd = [str(Path(sys.executable).parent / "sonicsite"), "bench", "faults", "--json", str(out)]
+    cmd += ["--scenarios", "prometheus-kill", "--rate", "20", "--duration", "20"]
+    cmd += ["--build-dir", str(built_models)]
+    bench = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    record = None
+    site = None
+    try:
+        wait_until(
+            lambda: _workers_file(tmp_path) or bench.poll() is not None,
+            "the scenario's workers",
+            300,
+        )
+        workers = _workers_file(tmp_path)
+        assert workers is not None, bench.communicate()[1].decode()[-3000:]
+        record = json.loads(workers.read_text())
+        site = SiteState.load(workers.parent.parent.parent / "site")
+        bench.send_signal(signal.SIGTERM)
+        _, stderr = bench.communicate(timeout=300)
+    finally:
+        if bench.poll() is None:  # the test failed before the bench ended: stop it anyway
+            bench.kill()
+            bench.wait()
+        if site is not None and Path(site.site_dir).exists():  # what the bench left
+            launcher.down(Path(site.site_dir))
+    driver, pids = record["driver"], [w["pid"] for w in record["workers"]]
+    left = [p for p in [driver, *pids] if alive(p)] + group_members(driver)
+    if left:  # the test's own cleanup: they are ours, by PID
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert bench.returncode == 128 + signal.SIGTERM.value, stderr.decode()[-2000:]
+    assert not left, f"left running at the bench's exit: {left}"
+    assert not [p for p in [s.pid for s in site.servers] if alive(p)]

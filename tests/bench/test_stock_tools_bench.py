@@ -1,6 +1,7 @@
 """The stock-tools bench, reduced: perf_analyzer completes through Envoy without a header and
 through the gateway on a three-server site with admission at its defaults, and the JSON says
-every run as it came, the direct baseline and Envoy's requests per server."""
+every run as it came, the direct baseline and Envoy's requests per server; the ratio compares
+Envoy and direct over the same one server."""
 
 from __future__ import annotations
 
@@ -48,8 +49,15 @@ def test_perf_analyzer_completes_through_envoy_and_the_gateway(tmp_path, built_m
     assert sum(envoy_run["envoy"]["requests_per_server"].values()) > 0  # Envoy's own count
 
     ratio = saved["details"]["ratio"]["simple"]
-    assert ratio["servers_it_could_use"]["direct"] == ["triton-1"]
+    could = ratio["servers_it_could_use"]
+    # like for like: Envoy reaches exactly the one server direct reaches
+    assert could["direct"] == ["triton-1"]
+    assert could["envoy_no_header"] == could["envoy_with_header"] == could["direct"]
+    assert could["envoy_bare"] == could["direct"]
     assert set(ratio["envoy_share_per_server"]) == {"triton-0", "triton-1", "triton-2"}
+    (no_header,) = ratio["envoy_no_header"]["runs"]
+    sent = no_header["envoy"]["requests_per_server"]
+    assert sent["triton-1"] > 0 and sent["triton-0"] == sent["triton-2"] == 0, sent
     for path in ("direct", "envoy_no_header", "envoy_with_header", "envoy_bare"):
         (run,) = ratio[path]["runs"]
         assert run["error"] is None and run["windows"] >= 3, run
