@@ -137,7 +137,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
             background.start("operator state", view.follow(config.refresh_s))
             background.start("held counts", holder.report(client, config.http or config.name))
             served = (
-                await grpc_view.serve(forwarder, config.name, config.grpc, holder)
+                await grpc_view.serve(forwarder, config.name, config.grpc, holder, config.passes)
                 if config.grpc
                 else None
             )

@@ -36,7 +36,9 @@ from .upstream import BodyMismatch, BodyStream, ClientGone, ConnectFailed, Reply
 if TYPE_CHECKING:
     from .server import ClientBody
 
-PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH)
+# passed on each way: a compressed body (kserve.py `decoded_head`) and the reply's compression the
+# client asks for go through as Triton takes and gives them
+PASSED_HEADERS = ("content-type", INFERENCE_HEADER_LENGTH, "content-encoding", "accept-encoding")
 LOG = logging.getLogger(__name__)
 
 

@@ -12,7 +12,8 @@ The answers are the HTTP routes' own (site_view_replies.py), turned into Triton'
 messages, and their errors into the status codes Triton gives for the same HTTP status:
 one definition, both protocols. The same server takes `ModelInfer` (and the model's
 metadata and config) for a model that no server holds, which Envoy's hold routes send
-here: the holder (holding.py) answers them once a server holds the model. Every other RPC
+here: the holder (holding.py) answers them once a server holds the model; and stock
+clients' streams, each message routed by its own model (streams.py). Every other RPC
 goes to the servers; this service never sees them (gRPC's UNIMPLEMENTED if one came).
 """
 
@@ -26,7 +27,9 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from . import site_view_replies
+from sonicsite.contract.admission_pass import AdmissionPasses
+
+from . import site_view_replies, streams
 from .forwarding import Forwarder
 from .holding import Holder
 
@@ -80,10 +83,15 @@ UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_le
 
 
 async def serve(
-    forwarder: Forwarder, name: str, address: str, holder: Holder | None = None
+    forwarder: Forwarder,
+    name: str,
+    address: str,
+    holder: Holder | None = None,
+    passes: AdmissionPasses | None = None,
 ) -> grpc.aio.Server:
     """Start the view on `address` (host:port) in the running event loop, with the
-    holder's `ModelInfer` when given (the other methods: UNIMPLEMENTED)."""
+    holder's methods and stock clients' streams when given a holder (streams.py; `passes`:
+    the admission passes a shed accepts) (the other methods: UNIMPLEMENTED)."""
     view = OneServerView(forwarder, name)
     methods = {
         rpc: grpc.unary_unary_rpc_method_handler(
@@ -95,6 +103,7 @@ async def serve(
     }
     if holder is not None:  # bytes in and out: the request goes on as it came
         methods |= holder.handlers()
+        methods["ModelStreamInfer"] = streams.handler(holder, passes)
     server = grpc.aio.server(options=UNLIMITED)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("inference.GRPCInferenceService", methods),)

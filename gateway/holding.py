@@ -6,11 +6,12 @@ Envoy sends here only inference, metadata and config (what a client asks before 
 inference) for such models (the operator's hold routes, operator/xds_routes.py
 `hold_routes`), so no other request takes this hop: over gRPC to the gateway's gRPC server
 (`handlers`: the request's bytes passed on as they came, read only for the model's name),
-over REST to its HTTP port (forwarding.py `Forwarder.hold`). Readiness is not held: it
-answers "not ready" at once, as Triton does. The operator loads the model because it is
-told how many requests wait for it (`report`: `PUT /v1/held` whenever the counts change and
-every second; its copy lapses a few seconds after the last, so no count outlives this
-gateway).
+over REST to its HTTP port (forwarding.py `Forwarder.hold`); a stream's messages are held
+one by one by the gateway's stream router (streams.py), through `wait` as any other.
+Readiness is not held: it answers "not ready" at once, as Triton does. The operator loads
+the model because it is told how many requests wait for it (`report`: `PUT /v1/held`
+whenever the counts change and every second; its copy lapses a few seconds after the last,
+so no count outlives this gateway).
 
 If the operator dies while requests are held, they stay held here: Envoy keeps its routes,
 this gateway keeps the last state it read, and once the operator is back (the supervisor
@@ -217,7 +218,7 @@ class Holder:
             for k, v in context.invocation_metadata() or ()
             if not k.startswith((":", "grpc-")) and k not in OWN_METADATA
         )
-        call = self._channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
+        call = self.channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
         self.forwarding[server.id] = self.forwarding.get(server.id, 0) + 1
         try:
             return await call(request, timeout=context.time_remaining(), metadata=metadata)
@@ -237,7 +238,8 @@ class Holder:
             key=lambda s: ((self.forwarding.get(s.id, 0) + 1) / max(s.weight, 1), s.id),
         )
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The gateway's one channel to a server's gRPC port (calls share it)."""
         if address not in self.channels:
             self.channels[address] = grpc.aio.insecure_channel(
                 address,

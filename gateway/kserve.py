@@ -9,12 +9,22 @@ naming the field and the expected value here, so none can make a server fail wit
 Whether the request fits the model (input names, datatypes, shapes, batch size, missing
 inputs, outputs) is not checked here: the server of the model says so, in Triton's own
 words, as one Triton server would.
+
+A compressed body (`Content-Encoding: gzip | deflate`, tritonclient's
+`request_compression_algorithm`), which Triton takes, is checked decompressed (`decoded_head`:
+the JSON part, whose length the binary header counts uncompressed, and the binary part's
+length) and forwarded as it came, with its Content-Encoding, so the server decompresses it
+once. What it decompresses to is bounded by the gateway's `max_body_bytes`, as an
+uncompressed body is: a small body that inflates past it is refused (413), not inflated
+into memory.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import zlib
+from collections.abc import AsyncIterator
 
 ITEM_BYTES = {
     "BOOL": 1,
@@ -174,3 +184,65 @@ def check_infer(request: dict, binary_bytes: int) -> None:
         raise BadRequest("id: expected a string")
     if not isinstance(request.get("parameters", {}), dict):
         raise BadRequest("parameters: expected an object")
+
+
+# -- compressed bodies --------------------------------------------------------------------
+
+ENCODINGS = ("gzip", "deflate")  # what Triton decompresses
+PIECE = 1 << 16  # decompressed this much at a time
+
+
+def encoding_of(value: str | None) -> str:
+    """The body's content coding, lower-case; "" for none or identity. Refused (415,
+    naming it) when the servers could not decode it."""
+    coding = (value or "").strip().lower()
+    if coding in ("", "identity"):
+        return ""
+    if coding not in ENCODINGS:
+        raise BadRequest(
+            f"Content-Encoding {coding!r} is not supported (gzip and deflate are)", 415
+        )
+    return coding
+
+
+async def whole_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The request's whole body, refused past `limit` bytes (413)."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"body: over {limit} bytes", 413)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _inflater(coding: str, body: bytes) -> zlib._Decompress:
+    """gzip; deflate as zlib's stream (what tritonclient and Triton write), or raw."""
+    if coding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    raw = len(body) >= 2 and (body[0] * 256 + body[1]) % 31 != 0
+    return zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+
+
+def decoded_head(body: bytes, coding: str, wanted: int | None, limit: int) -> tuple[bytes, int]:
+    """The first `wanted` bytes of the decompressed body (all of it for None) and its whole
+    decompressed length. BadRequest: a body that does not decompress (400), or that
+    decompresses past `limit` bytes (413)."""
+    inflater = _inflater(coding, body)
+    head, size, pending = bytearray(), 0, body
+    try:
+        while pending or not inflater.eof:
+            piece = inflater.decompress(pending, PIECE)
+            pending = inflater.unconsumed_tail
+            if not piece and not pending:
+                break
+            size += len(piece)
+            if size > limit:
+                raise BadRequest(f"body: decompresses to over {limit} bytes", 413)
+            if wanted is None or len(head) < wanted:
+                head += piece if wanted is None else piece[: wanted - len(head)]
+    except zlib.error as exc:
+        raise BadRequest(f"body: not valid {coding} data (Content-Encoding): {exc}") from None
+    if not inflater.eof:
+        raise BadRequest(f"body: {coding} data cut short (Content-Encoding)")
+    return bytes(head), size

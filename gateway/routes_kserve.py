@@ -2,14 +2,16 @@
 index, inference; the site answers as one Triton server (site_view_replies.py, Triton's own
 error texts in triton_errors.py).
 
-Every inference request is checked for a well-formed body (kserve.py), refused at once with 429
-and Retry-After while the operator's shed of its model is in force (siteview.py: not
-expired, state not stale) unless the model has answered its caller before (the request
-brings back the model's admission pass, which a server's answer carries:
-sonicsite/contract/admission_pass.py), then sent on to one server chosen per request
-(forwarding.py) with its body as received, binary tensors and all, and its reply passed back
-as the server sends it. Whether the request fits the model (input names, datatypes, shapes,
-batch size) is the server's to say, in Triton's own words.
+Every inference request is checked for a well-formed body (kserve.py; a compressed one, gzip
+or deflate, decompressed for the check and forwarded as it came, its Content-Encoding and
+the client's Accept-Encoding passed on), refused at once with 429 and Retry-After while the
+operator's shed of its model is in force (siteview.py: not expired, state not stale) unless
+the model has answered its caller before (the request brings back the model's admission
+pass, which a server's answer carries: sonicsite/contract/admission_pass.py), then sent on
+to one server chosen per request (forwarding.py) with its body as received, binary tensors
+and all, and its reply passed back as the server sends it. Whether the request fits the
+model (input names, datatypes, shapes, batch size) is the server's to say, in Triton's own
+words.
 
 Inference requests go through neither FastAPI's middleware nor its router (`serve_infer`, a
 plain ASGI app that the gateway's app calls first, behind authentication: app.py
@@ -46,7 +48,7 @@ from .forwarding import (
     error,
     version_path,
 )
-from .kserve import BadRequest, check_infer, split_body
+from .kserve import BadRequest, check_infer, decoded_head, encoding_of, split_body, whole_body
 from .server import SPLICE_EXTENSION, ClientBody
 from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
@@ -266,15 +268,22 @@ async def _infer_reply(
         if held is not None or not forwarder.view.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
+    client, rest = None, None
     try:
-        client, prefix, rest = await _taken_body(request, header_length, forwarder.timeout_s)
-    except SourceGone as exc:
-        return client_gone(model, ClientGone(f"the client closed its connection: {exc}"))
-    if client is None:
-        prefix, rest = await _head_of_body(request, header_length, total)
-    try:
-        parsed, binary = split_body(prefix, header_length, total)
-        check_infer(parsed, binary)
+        coding = encoding_of(fields.get("content-encoding"))
+        if coding:  # checked decompressed, forwarded as it came (kserve.py)
+            prefix = await _compressed_body(request, coding, header_length, limit)
+            total = len(prefix)
+        else:
+            try:
+                taken = await _taken_body(request, header_length, forwarder.timeout_s)
+            except SourceGone as exc:
+                return client_gone(model, ClientGone(f"the client closed its connection: {exc}"))
+            client, prefix, rest = taken
+            if client is None:
+                prefix, rest = await _head_of_body(request, header_length, total)
+            parsed, binary = split_body(prefix, header_length, total)
+            check_infer(parsed, binary)
     except BadRequest as exc:
         metrics.rejections.labels(label, "bad_request").inc()
         return error(exc.status, f"model {model!r}: {exc}")
@@ -297,6 +306,19 @@ async def _infer_reply(
     if passes is not None and SERVER_HEADER in reply.headers:  # a server's answer: a pass
         reply.headers[ADMITTED_HEADER] = passes.current(model, time.time())
     return reply
+
+
+async def _compressed_body(
+    request: Request, coding: str, header_length: str | None, limit: int
+) -> bytes:
+    """A compressed request's whole body, as it came, once its decompressed request is
+    checked as any other (BadRequest otherwise)."""
+    body = await whole_body(request.stream(), limit)
+    wanted = int(header_length) if header_length and header_length.isdigit() else None
+    head, size = decoded_head(body, coding, wanted, limit)
+    parsed, binary = split_body(head, header_length, size)
+    check_infer(parsed, binary)
+    return body
 
 
 async def _taken_body(

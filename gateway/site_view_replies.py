@@ -38,6 +38,8 @@ REFUSED_EXTENSIONS = frozenset(
 LOG = logging.getLogger(__name__)
 FETCH_TIMEOUT_S = 10.0
 ALL_MODELS_STATS = "/v2/models/stats"
+# a catalogue model no server holds now, in the repository index
+ON_REQUEST = "not loaded now; the site loads it on request (a request for it waits for that)"
 
 
 async def server_metadata(forwarder: Forwarder, name: str) -> Response:
@@ -113,7 +115,9 @@ def _index_entries(
 ) -> list[dict]:
     """Every model version some server holds ready, READY; every other model of the site,
     UNAVAILABLE (Triton's states and shape), its reason naming the servers that may hold
-    it but did not answer, where any did not."""
+    it but did not answer, where any did not. With placement, every model of the catalogue
+    that no server holds now is there too, UNAVAILABLE: a request for it is held and the
+    site loads it (holding.py), so a tool that lists the models must see it."""
     ready: set[tuple[str, str]] = set()
     for reply in replies:
         if isinstance(reply, Reply) and reply.status == 200:
@@ -133,6 +137,13 @@ def _index_entries(
         {"name": m, "state": "UNAVAILABLE", "reason": reason(m)}
         for m in forwarder.view.site.models
         if m not in held
+    ]
+    catalogue = forwarder.view.holding.models if forwarder.view.holding else ()
+    listed = held | set(forwarder.view.site.models)
+    entries += [
+        {"name": m, "state": "UNAVAILABLE", "reason": ON_REQUEST}
+        for m in catalogue
+        if m not in listed
     ]
     return sorted(entries, key=lambda e: (e["name"], e.get("version", "")))
 

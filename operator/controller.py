@@ -38,7 +38,7 @@ from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
 from .state_readers import StateReaders
-from .try_timeouts import TryTimeouts
+from .try_timeouts import TryTimeouts, applied
 from .xds_jwt import JwtPolicy
 from .xds_resources import ALL_SERVERS, model_cluster
 from .xds_snapshot import Snapshot
@@ -157,7 +157,9 @@ class Operator:
             self.admissions,
             {c if c == ALL_SERVERS else model_cluster(c): table for c, table in weights.items()},
         )
-        self.metrics.export_view({s.id: self.loadview.in_view(s.id) for s in servers}, per_try)
+        self.metrics.export_view(
+            {s.id: self.loadview.in_view(s.id) for s in servers}, applied(per_try, servers, shared)
+        )
         self.metrics.export_declared(work, set(models))
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
@@ -241,6 +243,7 @@ class Operator:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
         and weight as this step saw them, plus the load, weights, per-try timeouts, policy,
         scale events and (with placement) its recent decisions and the requests held."""
+        cut = applied(per_try, servers, shared)
         health = self.loadview.health
         site = SiteRecord(
             grpc=self.envoy_grpc,
@@ -263,7 +266,10 @@ class Operator:
                 m: {
                     "load": [load.to_dict() for load in self.loadview.model_loads(m)],
                     "weights": weights[m],
-                    "per_try_timeout_s": per_try[m],
+                    # what Envoy applies (None: one server takes the model, a cut try could
+                    # not go elsewhere), and what the latency measured would give
+                    "per_try_timeout_s": cut.get(m),
+                    "per_try_measured_s": per_try[m],
                     "cluster": ALL_SERVERS if m in shared else model_cluster(m),
                 }
                 for m in models

@@ -1,5 +1,10 @@
 """What every Envoy has applied of the operator's xDS snapshots, so that a route changes
-only once every Envoy can follow it (placement's hand-over to and from the holder)."""
+only once every Envoy can follow it (placement's hand-over to and from the holder).
+
+Kept per ADS stream (xds_ads.py `AdsStream.key`: the Envoy's node id and the stream's
+serial), not per node id: Envoys that share a node id (the chart's replicas before each had
+its own, or a copied bootstrap) are still each waited for, and one that reconnects keeps its
+old stream's versions counted until that stream is gone (ENVOY_GONE_S)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from dataclasses import dataclass, field
 from .xds_resources import model_cluster, rest_cluster
 
 ENVOY_GONE_S = 10.0  # an Envoy not heard from for this long no longer holds a route back
+FORGET_S = 10 * ENVOY_GONE_S  # a stream not heard from for this long is dropped from memory
 
 
 @dataclass
@@ -25,7 +31,7 @@ class EnvoyAcks:
     # (kind, version) -> what it sends where: routes, the models routed to their own
     # clusters; endpoints, the (model, server) pairs of the models' clusters
     sending: dict[tuple[str, str], frozenset] = field(default_factory=dict)
-    # by Envoy node: (kind, resource names) -> the version it applied, and when it was
+    # by ADS stream: (kind, resource names) -> the version it applied, and when it was
     # last heard from (an answer, or a stream with nothing unanswered: `alive`)
     applied_by: dict[str, tuple[dict[tuple, str], float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -52,12 +58,15 @@ class EnvoyAcks:
             for old in list(self.sending)[:-40]:
                 del self.sending[old]
 
-    def applied(self, node: str, kind: str, names: list[str], version: str, now: float) -> None:
-        """Envoy `node` applied `version` of `kind`'s resources `names` (none: all of the
-        kind). Endpoints are kept per cluster: Envoy subscribes to all its clusters' at once,
-        and a cluster it no longer subscribes to no longer counts."""
+    def applied(self, stream: str, kind: str, names: list[str], version: str, now: float) -> None:
+        """The Envoy on ADS stream `stream` applied `version` of `kind`'s resources `names`
+        (none: all of the kind). Endpoints are kept per cluster: Envoy subscribes to all its
+        clusters' at once, and a cluster it no longer subscribes to no longer counts. Streams
+        not heard from for long (closed ones) are forgotten."""
         with self._lock:
-            versions = self.applied_by.get(node, ({}, now))[0]
+            for old in [k for k, (_, at) in self.applied_by.items() if now - at >= FORGET_S]:
+                del self.applied_by[old]
+            versions = self.applied_by.get(stream, ({}, now))[0]
             if kind == "endpoints":
                 for key in [k for k in versions if k[0] == kind and k[1][0] not in names]:
                     del versions[key]
@@ -65,13 +74,14 @@ class EnvoyAcks:
                     versions[(kind, (name,))] = version
             else:
                 versions[(kind, tuple(sorted(names)))] = version
-            self.applied_by[node] = (versions, now)
+            self.applied_by[stream] = (versions, now)
 
-    def alive(self, node: str, now: float) -> None:
-        """Envoy `node` is still there: its stream is open and it answered what it got."""
+    def alive(self, stream: str, now: float) -> None:
+        """The Envoy on `stream` is still there: the stream is open and it answered what it
+        got."""
         with self._lock:
-            if node in self.applied_by:
-                self.applied_by[node] = (self.applied_by[node][0], now)
+            if stream in self.applied_by:
+                self.applied_by[stream] = (self.applied_by[stream][0], now)
 
     def routable(self, now: float) -> set[str]:
         """The models whose clusters (gRPC and REST) and their endpoints every Envoy

@@ -3,7 +3,9 @@
 ;; reads field 1 (model_name or name: a length-delimited string) of the first message
 ;; after gRPC's 5-byte prefix, and adds it as the `sonicsite-model` header, as if the client
 ;; had sent it; Envoy then picks the route again (operator/xds_model_match.py says why
-;; this way). Built with wat2wasm (wabt, `make wasm`) into model_match.wasm beside it.
+;; this way). A compressed first message (flag byte 1) hides the name: the filter adds
+;; `x-sonicsite-compressed: 1` instead, and Envoy's route for it refuses the call with the
+;; reason. Built with wat2wasm (wabt, `make wasm`) into model_match.wasm beside it.
 (module
   (import "env" "proxy_get_buffer_bytes"
     (func $get_buffer_bytes (param i32 i32 i32 i32 i32) (result i32)))
@@ -11,8 +13,11 @@
     (func $add_header_map_value (param i32 i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
   ;; 0: where the host writes a buffer's address, 4: its size; 16: the header's name;
+  ;; 48: the compressed marker's name, 80: its value;
   ;; 1024: every buffer the host asks for (one at a time: a VM serves one worker thread)
   (data (i32.const 16) "sonicsite-model")
+  (data (i32.const 48) "x-sonicsite-compressed")
+  (data (i32.const 80) "1")
   (global $SCAN i32 (i32.const 128))  ;; the most held: the name must be within these bytes
   (global $varint_end (mut i32) (i32.const 0))
 
@@ -81,7 +86,10 @@
     (local.set $have (local.get $got))
     (block $more
       (br_if $more (i32.lt_u (local.get $have) (i32.const 5)))
-      (if (i32.load8_u (local.get $p)) (then (return (i32.const 0))))  ;; compressed
+      (if (i32.load8_u (local.get $p))  ;; compressed: marked, for the route that refuses it
+        (then (drop (call $add_header_map_value (i32.const 0) (i32.const 48) (i32.const 22)
+                      (i32.const 80) (i32.const 1)))
+              (return (i32.const 0))))
       ;; the first message ends at 5 + its length (big-endian, bytes 1-4)
       (local.set $limit (i32.add (i32.const 5) (i32.or (i32.or
         (i32.shl (i32.load8_u offset=1 (local.get $p)) (i32.const 24))

@@ -18,12 +18,22 @@ only once a lower target has held for `SHRINK_AFTER` observations in a row. A ti
 short costs every try it cuts a duplicate execution elsewhere (more load on a busy site,
 and a failed request once the retries are spent); one too long costs only the time of a
 rare hang. Envoy's routes do not change every step either.
+
+A per-try timeout is only for a model that more than one server takes now (`cut_tries`):
+on a lone server, a try that runs past it is most likely queued behind a burst on a healthy
+server, not hung; Envoy cannot retry it anywhere else (its `previous_hosts` predicate gives
+up and picks the same host), the cut try keeps running in Triton, and the retry queues
+behind it: a stock client's burst of 8 large requests ran 14 executions and failed one.
+A lone server that hangs is still left by the health check and outlier detection.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from sonicsite.contract.wire import ServerRecord
 
 from .loadview import LoadView, ModelLoad
 
@@ -63,6 +73,28 @@ def latency_s(loads: list[ModelLoad]) -> float | None:
             queue = max(queue, load.pending / load.throughput_rps)
         worst = max(worst or 0.0, queue + compute)
     return worst
+
+
+def cut_tries(replicas: int) -> bool:
+    """Whether Envoy gets a per-try timeout for a cluster of `replicas` servers that take
+    work (ready, not draining): only when a cut try can be retried on another one."""
+    return replicas > 1
+
+
+def replicas(model: str, servers: Sequence[ServerRecord], shared: Collection[str]) -> int:
+    """The servers the model's routes' cluster sends to now: those that take work (ready,
+    not draining) and hold it, or all of them where its routes use the all-servers cluster."""
+    return sum(
+        1 for s in servers if s.ready and not s.draining and (model in shared or model in s.models)
+    )
+
+
+def applied(
+    per_try: Mapping[str, float], servers: Sequence[ServerRecord], shared: Collection[str]
+) -> dict[str, float]:
+    """The per-try timeouts Envoy applies (`cut_tries`): what the state and the metrics
+    show, so that a model on one server is not said to have one it does not have."""
+    return {m: t for m, t in per_try.items() if cut_tries(replicas(m, servers, shared))}
 
 
 @dataclass

@@ -58,12 +58,19 @@ class Subscription:
 
 @dataclass
 class AdsStream:
-    """One Envoy's stream: its subscriptions, what was sent, what it answered."""
+    """One Envoy's stream: its subscriptions, what was sent, what it answered. What it
+    applied is kept under `key` (its node id and `serial`, the stream's number on this
+    operator): two Envoys that share a node id are two streams, each waited for."""
 
     acks: EnvoyAcks
     node: str = ""
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     nonces: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    serial: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}#{self.serial}"
 
     def receive(self, request, now: float) -> tuple[str, str]:
         """A DiscoveryRequest: a subscription, an ACK or a NACK. Returns a line to log (a
@@ -82,7 +89,7 @@ class AdsStream:
         if request.HasField("error_detail"):
             why = request.error_detail.message
             return f"xDS: Envoy {self.node} rejected {kind} version {sub.sent_version}: {why}", kind
-        self.acks.applied(self.node, kind, list(sub.sent_names), sub.sent_version or "", now)
+        self.acks.applied(self.key, kind, list(sub.sent_names), sub.sent_version or "", now)
         return "", ""
 
     def due(self, snapshot: Snapshot) -> list[str]:
@@ -122,6 +129,8 @@ class AdsServer:
     _inboxes: set[queue.Queue] = field(default_factory=set)
     _encoded: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _serials: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    open_nodes: dict[str, int] = field(default_factory=dict)  # node id -> streams open
 
     @classmethod
     def of(cls, operator: Operator) -> AdsServer:
@@ -156,7 +165,8 @@ class AdsServer:
         """StreamAggregatedResources: answer and push until Envoy goes."""
         inbox: queue.Queue = queue.Queue()
         reader = threading.Thread(target=_read, args=(requests, inbox), daemon=True)
-        ads = AdsStream(self.acks)
+        with self._lock:
+            ads = AdsStream(self.acks, serial=next(self._serials))
         try:
             with self._lock:
                 self._inboxes.add(inbox)
@@ -170,6 +180,25 @@ class AdsServer:
             with self._lock:
                 self._inboxes.discard(inbox)
                 self.metrics.xds_streams.set(len(self._inboxes))
+                left = self.open_nodes.pop(ads.node, 0) - 1
+                if left > 0:
+                    self.open_nodes[ads.node] = left
+
+    def opened(self, ads: AdsStream) -> None:
+        """The stream's Envoy named its node: counted, and said when another stream under
+        the same node id is open (each Envoy should have its own: the chart gives each pod
+        its name; both are still waited for, `AdsStream.key`)."""
+        with self._lock:
+            others = self.open_nodes.get(ads.node, 0)
+            self.open_nodes[ads.node] = others + 1
+        if others:
+            print(
+                f"xDS: a second ADS stream (stream {ads.serial}) under Envoy node id "
+                f"{ads.node!r}, {others} already open: two Envoys share one node id (give "
+                "each its own: --service-node), or one reconnected before its old stream "
+                "closed; each stream's ACKs are counted apart",
+                file=sys.stderr,
+            )
 
     def _serve(self, ads: AdsStream, inbox: queue.Queue) -> Iterator:
         while True:
@@ -183,7 +212,10 @@ class AdsServer:
                 return
             now = time.time()
             if item is not None:
+                named = bool(ads.node)
                 line, rejected = ads.receive(item, now)
+                if not named and ads.node:
+                    self.opened(ads)
                 if line:
                     print(line, file=sys.stderr)
                 if rejected:
@@ -202,7 +234,7 @@ class AdsServer:
                         nonce=nonce,
                     )
             if ads.node and ads.answering(now):
-                self.acks.alive(ads.node, now)
+                self.acks.alive(ads.key, now)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ servers that hold the model applying to them too.
   The filter needs `allow_on_headers_stop_iteration` (by default Envoy turns a wasm filter's
   StopIteration on headers into StopAllIteration, and the body would never reach it), and
   fails open: should the VM fail, requests go on by the default route.
+- A compressed message (tritonclient's `compression_algorithm="gzip"`: gRPC's flag byte 1)
+  hides the name: the filter marks the request (`COMPRESSED_HEADER`) and its route
+  (`compressed_route`) refuses it with UNIMPLEMENTED and the reason: otherwise it would go
+  by the default route to an arbitrary server, past admission and the holder. A client
+  that names the model in the header takes the model's route, compressed or not.
 - What would reach an arbitrary server, or change one for everybody, is refused by Envoy
   itself (`refused_routes`): model load/unload, shared-memory registration, trace and log
   settings. A gRPC client gets PERMISSION_DENIED (Envoy maps the 403 of its own reply) with
@@ -41,9 +46,10 @@ servers that hold the model applying to them too.
 from __future__ import annotations
 
 import base64
-import json
 import re
 from importlib import resources
+
+from sonicsite.contract.wire import MODEL_HEADER
 
 MODEL_MATCH = "sonicsite.model_match"  # the listener's filter name (per-route configs use it)
 FILTERS = "type.googleapis.com/envoy.extensions.filters.http"
@@ -60,6 +66,15 @@ NAMED_METHODS = (
     "ModelReady",
     "ModelConfig",
     "ModelStatistics",
+)
+
+# set by the filter on a compressed first message (model_match.wat); a client that sends
+# it itself without the model header is refused as if it had compressed
+COMPRESSED_HEADER = "x-sonicsite-compressed"
+COMPRESSED = (
+    "a compressed gRPC message is not routed by the site: its balancer finds the model in "
+    "a message's first bytes, which compression hides; send the request uncompressed "
+    f"(no compression_algorithm), or name the model in the {MODEL_HEADER!r} header"
 )
 
 _REFUSED = "refused through the site's balancer"
@@ -146,7 +161,8 @@ def named_methods_regex() -> str:
 
 def refused_routes() -> list[dict]:
     """Routes Envoy answers itself with 403: a gRPC client sees PERMISSION_DENIED with the
-    reason as its message (Envoy's local reply for gRPC), a REST client a KServe error."""
+    reason as its message (Envoy's local reply for gRPC), a REST client a KServe error
+    (the listener's local-reply mapper)."""
     routes = []
     for kind, reason, methods, rest_regex in REFUSED:
         grpc_paths = f"^{re.escape(GRPC_SERVICE)}({'|'.join(methods)})$"
@@ -162,17 +178,24 @@ def refused_routes() -> list[dict]:
             {
                 "name": f"refused-rest-{kind}",
                 "match": {"safe_regex": {"regex": rest_regex}},
-                "direct_response": {
-                    "status": 403,
-                    "body": {"inline_string": json.dumps({"error": reason})},
-                },
-                "response_headers_to_add": [
-                    {
-                        "header": {"key": "content-type", "value": "application/json"},
-                        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                    }
-                ],
+                # the reason alone: the listener's local-reply mapper makes it a KServe
+                # error body, {"error": ...} (xds_resources.py `shed_reply`)
+                "direct_response": {"status": 403, "body": {"inline_string": reason}},
                 "typed_per_filter_config": without_model_match(),
             }
         )
     return routes
+
+
+def compressed_route() -> dict:
+    """The gRPC calls the filter marked compressed, refused: 404, which Envoy turns into
+    UNIMPLEMENTED with the reason (`COMPRESSED`) for a gRPC client."""
+    return {
+        "name": "refused-grpc-compressed",
+        "match": {
+            "safe_regex": {"regex": named_methods_regex()},
+            "headers": [{"name": COMPRESSED_HEADER, "present_match": True}],
+        },
+        "direct_response": {"status": 404, "body": {"inline_string": COMPRESSED}},
+        "typed_per_filter_config": without_model_match(),
+    }

@@ -246,9 +246,15 @@ def load_assignment(
 
 
 def shed_reply(retry_after_s: int) -> dict:
-    """Replies to requests the fault filter refused (response flag FI) carry the retry-after
-    and no admission pass: gRPC clients get RESOURCE_EXHAUSTED with the reason, REST
-    clients 429 with it in a KServe error body (as the gateway answers)."""
+    """Envoy's own replies (the listener's local-reply mappers). Those to requests the
+    fault filter refused (response flag FI) carry the retry-after and no admission pass:
+    gRPC clients get RESOURCE_EXHAUSTED with the reason, REST clients 429 with it in a
+    KServe error body (as the gateway answers).
+    Every other error Envoy answers a REST client itself (a per-try timeout, no healthy
+    server, a failed connection, a refused route) is a KServe error body too,
+    {"error": <Envoy's reason>}: tritonclient reads that, where Envoy's plain text made it
+    say "Parse error at offset 0" and hide the reason. gRPC clients get the reason in
+    grpc-message already."""
     reason = (
         "model shed by sonicsite admission: its queue time per request is over the "
         f"threshold; retry after {retry_after_s} s"
@@ -281,6 +287,7 @@ def shed_reply(retry_after_s: int) -> dict:
         }
     }
     rest = {"and_filter": {"filters": [shed, not_grpc]}}
+    failed = {"status_code_filter": {"comparison": {"op": "GE", "value": _status(400)}}}
     return {
         "mappers": [
             {
@@ -293,8 +300,17 @@ def shed_reply(retry_after_s: int) -> dict:
                 },
             },
             {"filter": shed, "headers_to_add": headers, "body": {"inline_string": reason}},
+            {
+                "filter": {"and_filter": {"filters": [failed, not_grpc]}},
+                "body_format_override": {"json_format": {"error": "%LOCAL_REPLY_BODY%"}},
+            },
         ]
     }
+
+
+def _status(code: int) -> dict:
+    """A status code in a local-reply filter's comparison (a RuntimeUInt32)."""
+    return {"default_value": code, "runtime_key": f"sonicsite.local_reply.status_{code}"}
 
 
 def health_filter() -> dict:

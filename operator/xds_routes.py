@@ -28,6 +28,7 @@ from sonicsite.contract.wire import ADMITTED_HEADER, MODEL_HEADER, SERVER_HEADER
 from .try_timeouts import TryPolicy
 from .xds_model_match import (
     GRPC_SERVICE,
+    compressed_route,
     named_methods_regex,
     refused_routes,
     rest_model_regex,
@@ -46,14 +47,22 @@ from .xds_resources import (
     model_cluster,
     rest_cluster,
 )
-from .xds_site_view import HOLD_CLUSTER, HOLD_REST_CLUSTER, view_routes
+from .xds_site_view import (
+    HOLD_CLUSTER,
+    HOLD_REST_CLUSTER,
+    stream_route,
+    stream_routes,
+    view_routes,
+)
 
 LUA_PER_ROUTE = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
 
 # Per-try timeouts are retried on another server only with gateway-error (or 5xx) in
 # retry_on (Envoy's RetryStateImpl); Triton answers gRPC errors with HTTP 200, so
-# gateway-error adds nothing else.
-RETRY_ON = "connect-failure,refused-stream,reset,unavailable,gateway-error"
+# gateway-error adds nothing else. A route without a per-try timeout (its cluster has one
+# server: try_timeouts.py `cut_tries`) retries only what never reached a server's model.
+RETRY_ON_FAILURE = "connect-failure,refused-stream,reset,unavailable"
+RETRY_ON = f"{RETRY_ON_FAILURE},gateway-error"
 NUM_RETRIES = 2
 
 
@@ -71,16 +80,19 @@ def seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".") + "s"
 
 
-def route_action(cluster: str, per_try_s: float, hedge: bool = False) -> dict:
+def route_action(cluster: str, per_try_s: float | None, hedge: bool = False) -> dict:
     """No overall timeout (the client sets deadlines); each try at most `per_try_s`, then a
-    retry on another server (or, with `hedge`, a second copy beside the first)."""
+    retry on another server (or, with `hedge`, a second copy beside the first). `per_try_s`
+    None: no per-try timeout and no hedge (a cluster of one server: try_timeouts.py
+    `cut_tries`); a failed connection or stream is still retried."""
+    policy: dict = {"retry_on": RETRY_ON_FAILURE, "num_retries": NUM_RETRIES}
+    if per_try_s is not None:
+        policy |= {"retry_on": RETRY_ON, "per_try_timeout": seconds(per_try_s)}
     action = {
         "cluster": cluster,
         "timeout": "0s",
-        "retry_policy": {
-            "retry_on": RETRY_ON,
-            "num_retries": NUM_RETRIES,
-            "per_try_timeout": seconds(per_try_s),
+        "retry_policy": policy
+        | {
             "retry_host_predicate": [
                 {
                     "name": "envoy.retry_host_predicates.previous_hosts",
@@ -93,7 +105,7 @@ def route_action(cluster: str, per_try_s: float, hedge: bool = False) -> dict:
             "host_selection_retry_max_attempts": 5,
         },
     }
-    if hedge:
+    if hedge and per_try_s is not None:
         action["hedge_policy"] = {"hedge_on_per_try_timeout": True}
     return action
 
@@ -108,8 +120,9 @@ def hold_routes(model: str, deadline_s: float, grpc: bool, rest: bool) -> list[d
     """Inference, metadata and config of `model`, which no server holds, to the gateway's
     holder (gRPC by the header, REST by the path): one try with the hold's timeout, no
     per-try timeout or retry (the per-try timeouts are for hung servers, and a held request
-    is waiting, not hung). Its other calls (readiness) take the default routes: Triton's
-    own answers at once."""
+    is waiting, not hung); a stream to the gateway's stream router, which holds each
+    message (no timeout: a stream lasts as its client wants). Its other calls (readiness)
+    take the default routes: Triton's own answers at once."""
     action = {"timeout": seconds(deadline_s + HOLD_ANSWER_S)}
     header = {"name": MODEL_HEADER, "string_match": {"exact": model}}
     routes = []
@@ -131,6 +144,8 @@ def hold_routes(model: str, deadline_s: float, grpc: bool, rest: bool) -> list[d
         )
     for route in routes:
         route["typed_per_filter_config"] = without_model_match()
+    if grpc:  # a stream that names the model: the gateway holds each message (no timeout)
+        routes.append(stream_route(f"hold-stream-{model}", [header]))
     return routes
 
 
@@ -199,9 +214,9 @@ def pass_header(current: str) -> list[dict]:
 def route_configuration(
     models: list[str],
     shed: dict[str, float] | None = None,
-    per_try: dict[str, float] | None = None,
+    per_try: dict[str, float | None] | None = None,
     hedge: bool = False,
-    default_per_try_s: float = TryPolicy.cap_s,
+    default_per_try_s: float | None = TryPolicy.cap_s,
     site_view: tuple[bool, bool] = (False, False),
     held: dict[str, float] | None = None,
     shared: set[str] | None = None,
@@ -211,7 +226,8 @@ def route_configuration(
     index) come from the site's view (xds_site_view.py), over gRPC and over REST;
     `shed`: models whose route refuses new work, with the expiry of each shed (epoch s);
     `per_try`: each model's per-try timeout (s; `default_per_try_s` for the others and for
-    the default route, which carries every model); `held`: models no server holds, with
+    the default route, which carries every model; None: none, its cluster has one server,
+    try_timeouts.py `cut_tries`); `held`: models no server holds, with
     their hold deadlines (s): their inference goes to the gateway's holder (`hold_routes`);
     `shared`: models whose routes send to the all-servers clusters, not their own
     (route_clusters.py); `passes`: each model's admission pass now and the passes a shed
@@ -249,8 +265,9 @@ def route_configuration(
             route["typed_per_filter_config"] = without_model_match()
         return route
 
-    # first match wins: refusals, the site's view, REST by path, gRPC by header, then the defaults
-    routes = refused_routes() + view_routes(*site_view)
+    # first match wins: refusals, the site's view, stock streams (to the gateway), held
+    # models, REST by path, gRPC by header, a compressed call refused, then the defaults
+    routes = refused_routes() + view_routes(*site_view) + stream_routes(site_view[0])
     for m, deadline in sorted(held.items()):
         routes += hold_routes(m, deadline, *site_view)
     for m in models:
@@ -265,6 +282,7 @@ def route_configuration(
         routes.append(model_route(f"model-{m}", infer, model_cluster(m), m, infer=True))
         match = {"prefix": "/", "headers": header}
         routes.append(model_route(f"model-{m}-calls", match, model_cluster(m), m))
+    routes.append(compressed_route())
     named = {"safe_regex": {"regex": named_methods_regex()}}
     routes.append(default_route("default-find-model", named, ALL_SERVERS, find_model=True))
     routes.append(default_route("default", {"prefix": "/"}, ALL_SERVERS))

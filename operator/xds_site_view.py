@@ -14,11 +14,21 @@ one server's answers.
 
 The same addresses hold requests for a model no server holds (`hold_clusters`; the routes in
 xds_routes.py): the gateway's holder answers them once a server holds the model.
+
+And stock clients' streams (`ModelStreamInfer` without the `sonicsite-model` header) go to
+the gateway's gRPC address too (`stream_routes`): Envoy would route a whole stream by its
+first message, so a later message for another model would reach a server that may not hold
+it, and one for a model shed since would pass the shed; the gateway routes each message by
+its own model (gateway/streams.py). The sonicsite client names its model in the header and
+keeps Envoy's per-model route. Without the view, streams take Envoy's routes: by their first
+message.
 """
 
 from __future__ import annotations
 
 import re
+
+from sonicsite.contract.wire import MODEL_HEADER
 
 from .xds_model_match import GRPC_SERVICE, without_model_match
 from .xds_resources import GOOGLE, TYPE_URLS
@@ -27,6 +37,9 @@ VIEW_CLUSTER, VIEW_REST_CLUSTER = "site_view", "site_view_rest"
 # the gateway's holder (gateway/holding.py), at the same addresses: its own clusters, so
 # held requests have their own counters and never queue behind the view's calls
 HOLD_CLUSTER, HOLD_REST_CLUSTER = "holding", "holding_rest"
+# stock clients' streams, routed message by message by the gateway: a cluster of their own
+STREAM_CLUSTER = "streams"
+STREAM_METHOD = "ModelStreamInfer"
 VIEW_METHODS = ("ServerMetadata", "ModelStatistics", "RepositoryIndex")
 # the REST twins: server metadata, statistics (one model, one version, every model), index
 VIEW_REST_PATHS = r"^/v2(/models(/[^/]+(/versions/[^/]+)?)?/stats|/repository/index)?$"
@@ -92,9 +105,38 @@ def view_routes(grpc: bool, rest: bool) -> list[dict]:
     return routes
 
 
+def stream_route(name: str, headers: list[dict]) -> dict:
+    """Streams whose headers match `headers` to the gateway's stream router: no timeout (a
+    stream lasts as long as its client wants), retried only when its connection failed."""
+    methods = f"^{re.escape(GRPC_SERVICE + STREAM_METHOD)}$"
+    return {
+        "name": name,
+        "stat_prefix": name,
+        "match": {"safe_regex": {"regex": methods}, "headers": headers},
+        "route": {
+            "cluster": STREAM_CLUSTER,
+            "timeout": "0s",
+            "retry_policy": {"retry_on": "connect-failure", "num_retries": 2},
+        },
+        "typed_per_filter_config": without_model_match(),
+    }
+
+
+def stream_routes(grpc: bool) -> list[dict]:
+    """Stock clients' streams (no model header) to the gateway, when it serves gRPC."""
+    if not grpc:
+        return []
+    return [stream_route("stock-streams", [{"name": MODEL_HEADER, "present_match": False}])]
+
+
 def view_clusters(grpc_address: str, http_address: str) -> list[dict]:
-    """The gateway's view over gRPC and its HTTP port, those that are given."""
-    clusters = [view_cluster(grpc_address)] if grpc_address else []
+    """The gateway's view over gRPC (and its stream router) and its HTTP port, those that
+    are given."""
+    clusters = (
+        [view_cluster(grpc_address), view_cluster(grpc_address, STREAM_CLUSTER)]
+        if grpc_address
+        else []
+    )
     if http_address:
         clusters.append(view_cluster(http_address, VIEW_REST_CLUSTER, http2=False))
     return clusters

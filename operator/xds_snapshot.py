@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sonicsite.contract.admission_pass import ModelPasses
 from sonicsite.contract.wire import ServerRecord
 
-from .try_timeouts import TryPolicy
+from .try_timeouts import TryPolicy, cut_tries, replicas
 from .xds_jwt import JwtPolicy
 from .xds_resources import (
     ALL_SERVERS,
@@ -57,8 +57,10 @@ class Snapshot:
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
-        route, which carries every model, takes the longest; `site_view`: the address of
-        the site's one-server view over gRPC (the gateway's), if any; `site_view_http`: the
+        route, which carries every model, takes the longest; a route whose cluster has one
+        server that takes work gets none (try_timeouts.py `cut_tries`); `site_view`: the
+        address of the site's one-server view over gRPC (the gateway's, which also routes
+        stock clients' streams), if any; `site_view_http`: the
         gateway's HTTP address, for the view's REST twins; `tracing`: Envoy's OpenTelemetry
         tracer and the collector's cluster (xds_tracing.py); `held`: models no server holds
         whose requests the gateway holds, with their deadlines (None: nothing is held);
@@ -67,8 +69,14 @@ class Snapshot:
         each model's admission pass now and those a shed accepts (xds_routes.py)."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
-        per_try = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
-        default_per_try = max(per_try.values(), default=tries.cap_s)
+        working = [s for s in servers if s.ready and not s.draining]
+        shared = shared or set()
+
+        timeouts = {m: (per_try or {}).get(m, tries.cap_s) for m in models}
+        cut = {m: timeouts[m] if cut_tries(replicas(m, servers, shared)) else None for m in models}
+        default_per_try = (
+            max(timeouts.values(), default=tries.cap_s) if cut_tries(len(working)) else None
+        )
         everyone = weights.get(ALL_SERVERS, {})
         assignments = [load_assignment(ALL_SERVERS, servers, everyone)]
         rest = [load_assignment(ALL_SERVERS_REST, servers, everyone, grpc=False)]
@@ -84,7 +92,7 @@ class Snapshot:
                 route_configuration(
                     models,
                     shed,
-                    per_try,
+                    cut,
                     tries.hedge,
                     default_per_try,
                     (bool(site_view), bool(site_view_http)),

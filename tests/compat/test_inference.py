@@ -3,8 +3,10 @@ simple's sums and differences, identity's echo, and particlenet_ak4 (held by tri
 alone) the outputs triton-1 gives when asked directly, within float tolerance.
 
 Every stock client is here: tritonclient gRPC (sync, asyncio, streaming, asyncio
-streaming), tritonclient HTTP (binary and JSON tensors, sync and asyncio), and raw KServe v2
-REST (JSON tensors, binary tensors) as a plain HTTP client sends it."""
+streaming), tritonclient HTTP (binary and JSON tensors, sync and asyncio, the request and
+the reply compressed with gzip or deflate), and raw KServe v2 REST (JSON tensors, binary
+tensors) as a plain HTTP client sends it (streams of several models and compressed gRPC:
+test_streams.py)."""
 
 from __future__ import annotations
 
@@ -101,6 +103,31 @@ def _http_json(address, model, arrays):
     return stock_infer(address, model, arrays, OUTPUTS[model], module=httpclient, binary=False)
 
 
+def _http_compressed(algorithm: str):
+    """tritonclient HTTP with the request's body and the reply compressed (`algorithm`)."""
+
+    def call(address, model, arrays):
+        client = httpclient.InferenceServerClient(address)
+        try:
+            inputs = []
+            for name, array in arrays.items():
+                dtype = np_to_triton_dtype(array.dtype)
+                tensor = httpclient.InferInput(name, list(array.shape), dtype)
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            result = client.infer(
+                model,
+                inputs,
+                request_compression_algorithm=algorithm,
+                response_compression_algorithm=algorithm,
+            )
+        finally:
+            client.close()
+        return {n: result.as_numpy(n) for n in OUTPUTS[model]}
+
+    return call
+
+
 def _http_aio(address, model, arrays):
     async def call():
         client = http_aio.InferenceServerClient(address)
@@ -180,6 +207,8 @@ HTTP_CLIENTS = {
     "http-binary": _http_binary,
     "http-json": _http_json,
     "http-aio": _http_aio,
+    "http-gzip": _http_compressed("gzip"),
+    "http-deflate": _http_compressed("deflate"),
     "raw-json": _raw_json,
     "raw-binary": _raw_binary,
 }

@@ -77,7 +77,11 @@ def test_per_try_timeouts_have_a_floor_and_a_cap_grow_at_once_and_shrink_only_wh
 
 
 def _snapshot(hedge: bool) -> Snapshot:
-    servers = [ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n"))]
+    """Two servers: a cut try has another to go to (one alone gets no per-try timeout)."""
+    servers = [
+        ServerRecord("a", "127.0.0.1", 1, 2, 3, ("m", "n")),
+        ServerRecord("b", "127.0.0.1", 4, 5, 6, ("m", "n")),
+    ]
     return Snapshot.build(
         servers, {}, "127.0.0.1", 9, per_try={"m": 3.5}, tries=TryPolicy(hedge=hedge)
     )

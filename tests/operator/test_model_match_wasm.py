@@ -1,8 +1,9 @@
 """Envoy's model-finding filter (operator/model_match.wat): the committed module is the build
 of its text, and a real Envoy running the operator's filter config finds the model in a
-gRPC message's first bytes (other fields before it, bytes arriving in pieces) and leaves
-everything else to the default route (no name, a name past the first message or past what
-it holds, a compressed message, a name with characters no route holds, no body)."""
+gRPC message's first bytes (other fields before it, bytes arriving in pieces), marks a
+compressed message (for the route that refuses it) and leaves everything else to the
+default route (no name, a name past the first message or past what it holds, a name with
+characters no route holds, no body)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from polling import wait_until
-from sonicsite.operator.xds_model_match import SCAN_BYTES, model_match_filter
+from sonicsite.operator.xds_model_match import COMPRESSED_HEADER, SCAN_BYTES, model_match_filter
 
 from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local import envoy
@@ -42,6 +43,14 @@ def _config(port: int, admin: int) -> dict:
             "response_headers_to_add": [
                 {"header": {"key": "matched", "value": f"%REQ({MODEL_HEADER})%"}}
             ],
+        },
+        {
+            "match": {
+                "prefix": "/",
+                "headers": [{"name": COMPRESSED_HEADER, "present_match": True}],
+            },
+            "direct_response": {"status": 200, "body": {"inline_string": "compressed"}},
+            "response_headers_to_add": [{"header": {"key": "matched", "value": "(compressed)"}}],
         },
         {"match": {"prefix": "/"}, "direct_response": {"status": 200}},
     ]
@@ -147,7 +156,7 @@ CASES = {
     ),
     "no name in the first message": ([_message(_string(2, b"1")), _string(1, b"simple")], None),
     "the name past the first message": ([_message(_string(1, b"simple"), length=4)], None),
-    "compressed": ([_message(_string(1, b"simple"), compressed=True)], None),
+    "compressed": ([_message(_string(1, b"simple"), compressed=True)], "(compressed)"),
     "a name no route holds": ([_message(_string(1, b"sim\nple"))], None),
     "a name past what is held": (  # field 3 of SCAN_BYTES bytes (a 2-byte length), then 1
         [_message(b"\x1a\x80\x01" + bytes(SCAN_BYTES), _string(1, b"x"))],

@@ -99,7 +99,11 @@ def test_a_model_that_left_takes_its_series_and_a_server_out_of_view_its_figures
         operator.step()
         assert _value(operator, "sonicsite_admission_shed", model="n") == 1
         assert _value(operator, "sonicsite_admission_fail_open", model="n") == 0
-        assert _value(operator, "sonicsite_envoy_per_try_timeout_seconds", model="n")
+        # Envoy's per-try timeout: m's (two servers); n's on its one server is none, not shown
+        assert _value(operator, "sonicsite_envoy_per_try_timeout_seconds", model="m")
+        assert _value(operator, "sonicsite_envoy_per_try_timeout_seconds", model="n") is None
+        assert operator.view()[1]["models"]["n"]["per_try_timeout_s"] is None
+        assert operator.view()[1]["models"]["n"]["per_try_measured_s"] > 0
         queue = "sonicsite_model_queue_seconds_per_request"
         assert _value(operator, queue, model="n", server="A") == 0.9
         weight = "sonicsite_endpoint_weight"

@@ -213,7 +213,7 @@ def _routed(admin: str, route: str) -> int:
 def test_stock_grpc_without_the_header_takes_its_models_route(site):
     admin = site.envoy_admin
     client = grpcclient.InferenceServerClient(site.grpc)
-    routes = ("model-simple", "model-identity", "default")
+    routes = ("model-simple", "model-identity", "default", "stock-streams")
     before = {r: _routed(admin, r) for r in routes} | {VIEW_CLUSTER: _requests(admin, VIEW_CLUSTER)}
     assert client.is_model_ready("simple") and client.get_model_metadata("simple").name == "simple"
     assert client.get_model_config("simple").config.name == "simple"
@@ -236,7 +236,8 @@ def test_stock_grpc_without_the_header_takes_its_models_route(site):
     assert _requests(admin, VIEW_CLUSTER) == before[VIEW_CLUSTER] + 2
     assert client.is_server_ready()
     assert _routed(admin, "default") == before["default"] + 1
-    # the stream's first message names the model
+    # a stock stream goes to the gateway's stream router, which routes each message by its
+    # own model (gateway/streams.py), not by the stream's first message
     answers: list = []
     client.start_stream(callback=lambda result, error: answers.append((result, error)))
     try:
@@ -246,7 +247,8 @@ def test_stock_grpc_without_the_header_takes_its_models_route(site):
         client.stop_stream()
     result, error = answers[0]
     assert error is None and result.as_numpy("OUTPUT0") is not None
-    assert _routed(admin, "model-simple") == before["model-simple"] + 6
+    assert _routed(admin, "model-simple") == before["model-simple"] + 5
+    assert _routed(admin, "stock-streams") == before["stock-streams"] + 1
     client.close()
 
 

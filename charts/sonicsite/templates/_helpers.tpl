@@ -94,7 +94,9 @@ Prometheus). */}}
 {{/* Envoy's bootstrap as JSON, the same few lines as the local site's
 (sonicsite/local/envoy.py): the admin port and where the operator's ADS stream is (gRPC over
 HTTP/2); listeners, routes, clusters and endpoints come over that stream. The ConfigMap holds
-it; the Deployment's checksum annotation rolls the pods when it changes. */}}
+it; the Deployment's checksum annotation rolls the pods when it changes. The node id here is
+shared; each pod runs with its own name as its node id instead (`--service-node $(POD_NAME)`
+in envoy-deployment.yaml, from the downward API). */}}
 {{- define "sonicsite.envoyBootstrap" -}}
 {{- $e := .Values.envoy -}}
 {{- $ads := dict "ads" (dict) "resource_api_version" "V3" -}}

@@ -1,0 +1,199 @@
+"""Stock clients' gRPC streams (`ModelStreamInfer`), each message sent to a server that holds
+the model it names, as one Triton server would take them.
+
+Envoy routes a call by its first bytes: a stream opened for one model would carry a later
+message for another model to a server that may not hold it ("unknown model"), and one
+opened while its model was open would carry requests past a shed. So Envoy sends a stream
+that does not name its model in the `sonicsite-model` header here (the operator's
+`stock-streams` route, operator/xds_site_view.py), and a stream for a model no server holds
+(its hold route). Each message is routed on its own: held while its model loads
+(holding.py, the held count is placement's demand), refused in the stream with the shed's
+reason while its model is shed (the stream stays open for its other models), otherwise sent
+on the stream this call keeps open to a server that holds its model (one per server, opened
+at its first message; the server Envoy's least request would take, `Holder.pick`). The
+servers' answers come back in the order they come. The bytes go on as they came: only a
+message's first field (the model's name) is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2
+
+from sonicsite.contract.admission_pass import AdmissionPasses
+from sonicsite.contract.wire import ADMITTED_HEADER
+
+from .holding import OWN_METADATA, SERVICE, Holder, ready_servers
+
+METHOD = f"/{SERVICE}/ModelStreamInfer"
+LOG = logging.getLogger(__name__)
+
+
+def model_of(message: bytes) -> str:
+    """A ModelInferRequest's `model_name` (field 1), read from its first bytes when it leads
+    them (as every client writes it), else from the whole message."""
+    if len(message) > 2 and message[0] == 0x0A and message[1] < 0x80:
+        end = 2 + message[1]
+        if end <= len(message):
+            return message[2:end].decode("utf-8", "replace")
+    return service_pb2.ModelInferRequest.FromString(message).model_name
+
+
+def error_reply(message: bytes, text: str) -> bytes:
+    """An answer in the stream that fails one request, as Triton answers a request it
+    cannot run (its id and model named, the reason in `error_message`)."""
+    request = service_pb2.ModelInferRequest.FromString(message)
+    response = service_pb2.ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    reply = service_pb2.ModelStreamInferResponse(error_message=text, infer_response=response)
+    return reply.SerializeToString()
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """A server's stream ended: closed by the server (`error` None) or broken."""
+
+    server: str
+    error: grpc.aio.AioRpcError | None = None
+
+
+@dataclass
+class StreamCall:
+    """One client's stream: the streams it keeps open to servers, the answers on their way
+    back, the model each sends to which server."""
+
+    holder: Holder
+    passes: AdmissionPasses | None
+    context: grpc.aio.ServicerContext
+    metadata: tuple[tuple[str, str], ...]
+    answers: asyncio.Queue = field(default_factory=asyncio.Queue)
+    upstreams: dict[str, grpc.aio.StreamStreamCall] = field(default_factory=dict)
+    readers: list[asyncio.Task] = field(default_factory=list)
+    placed: dict[str, str] = field(default_factory=dict)  # model -> server id
+    failure: tuple[grpc.StatusCode, str] | None = None  # why feeding stopped short
+
+    async def feed(self, requests: AsyncIterator[bytes]) -> None:
+        """Every message to its model's server (or answered here), then each server's
+        stream closed for writing; None put among the answers once all is sent."""
+        try:
+            async for message in requests:
+                await self._route(message)
+            for call in self.upstreams.values():
+                await call.done_writing()
+        except grpc.aio.AioRpcError as exc:  # a server's stream broke while written to
+            self.failure = (exc.code(), f"a server's stream: {exc.details()}")
+        except DecodeError as exc:
+            why = f"a stream message that is no ModelInferRequest: {exc}"
+            self.failure = (grpc.StatusCode.INVALID_ARGUMENT, why)
+        except Exception as exc:  # a bug: said to the client and logged, not hidden
+            LOG.exception("the gateway's stream proxy failed")
+            self.failure = (grpc.StatusCode.INTERNAL, f"the gateway's stream proxy: {exc!r}")
+        await self.answers.put(None)
+
+    async def _route(self, message: bytes) -> None:
+        model = model_of(message)
+        refused = self._refused(model)
+        if refused:
+            await self.answers.put(error_reply(message, refused))
+            return
+        if self.holder.holds(model):
+            held = await self.holder.wait(model, self.context.time_remaining())
+            if held.error:
+                await self.answers.put(error_reply(message, held.error))
+                return
+        servers = ready_servers(self.holder.view, model)
+        if not servers:  # not in the site: Triton's own answer
+            unknown = f"Request for unknown model: '{model}' is not found"
+            await self.answers.put(error_reply(message, unknown))
+            return
+        server = next((s for s in servers if s.id == self.placed.get(model)), None)
+        server = server or self.holder.pick(servers)
+        self.placed[model] = server.id
+        await self._upstream(server.id, server.grpc).write(message)
+
+    def _refused(self, model: str) -> str:
+        """The shed's refusal of `model`, as the gateway's REST route words it; "" when open
+        (or the caller brings back the model's pass)."""
+        now = time.time()
+        admission, _ = self.holder.view.shed(model, now)
+        if admission is None:
+            return ""
+        presented = dict(self.context.invocation_metadata() or ()).get(ADMITTED_HEADER)
+        admitted = self.passes is not None and self.passes.admits(model, presented, now)
+        if not admission.refuses(now, admitted):
+            return ""
+        wait = max(1, admission.retry_after_s)
+        return f"model {model!r} is shed: {admission.reason}; retry after {wait} s"
+
+    def _upstream(self, server: str, address: str) -> grpc.aio.StreamStreamCall:
+        if server not in self.upstreams:
+            channel = self.holder.channel(address)
+            call = channel.stream_stream(METHOD)(
+                metadata=self.metadata, timeout=self.context.time_remaining()
+            )
+            self.upstreams[server] = call
+            self.readers.append(asyncio.create_task(self._read(server, call)))
+        return self.upstreams[server]
+
+    async def _read(self, server: str, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for answer in call:
+                await self.answers.put(answer)
+        except grpc.aio.AioRpcError as exc:
+            await self.answers.put(_Ended(server, exc))
+            return
+        await self.answers.put(_Ended(server))
+
+    async def close(self) -> None:
+        for call in self.upstreams.values():
+            call.cancel()
+        for reader in self.readers:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+
+def handler(holder: Holder, passes: AdmissionPasses | None) -> grpc.RpcMethodHandler:
+    """`ModelStreamInfer` for the gateway's gRPC server (grpc_view.py), bytes in and out."""
+
+    async def stream(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        metadata = tuple(
+            (k, v)
+            for k, v in context.invocation_metadata() or ()
+            if not k.startswith((":", "grpc-")) and k not in OWN_METADATA
+        )
+        call = StreamCall(holder, passes, context, metadata)
+        feeding = asyncio.create_task(call.feed(requests))
+        fed, ended = False, 0
+        try:
+            while not (fed and ended == len(call.readers)):
+                answer = await call.answers.get()
+                if answer is None:  # every message sent (or answered here)
+                    fed = True
+                    if call.failure is not None:
+                        await context.abort(*call.failure)
+                elif isinstance(answer, _Ended):
+                    ended += 1
+                    if answer.error is not None:  # a server's stream broke: so does this one
+                        error = answer.error
+                        await context.abort(error.code(), f"{answer.server}: {error.details()}")
+                else:
+                    yield answer
+        finally:
+            feeding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeding
+            await call.close()
+
+    return grpc.stream_stream_rpc_method_handler(stream)
