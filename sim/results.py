@@ -17,8 +17,10 @@ The runs are independent: they go to worker processes, one per core by default.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -55,12 +57,28 @@ def one_run(scenario: Scenario, policy_set: str, seed: int) -> dict:
     }
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with(parent: int) -> None:
+    """A worker ends when the command that started it dies (killed, even by SIGKILL): no
+    orphan goes on computing a run nobody will read (Linux's parent-death signal)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
+
+
 def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
     """Every (scenario, policy set, seed) run, `workers` at a time in processes of their
-    own (each run is one process's CPU work: SimPy is single-threaded)."""
+    own (each run is one process's CPU work: SimPy is single-threaded), which end with this
+    one."""
     if workers <= 1 or len(tasks) <= 1:
         return [one_run(*task) for task in tasks]
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)), initializer=die_with, initargs=(os.getpid(),)
+    ) as pool:
         return list(pool.map(one_run, *zip(*tasks, strict=True)))
 
 
