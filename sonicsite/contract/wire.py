@@ -319,6 +319,8 @@ def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
         cwd = "" if server_id else os.readlink(f"/proc/{pid}/cwd")
     except OSError:  # gone, or not ours to read
         return False
+    if not cmdline:  # in exec: the kernel sets the new command line just after (or a zombie)
+        return pid_alive(pid)
     named = any(n.encode() in cmdline for n in names)
     if server_id:
         argv = cmdline.split(b"\0")

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from sonicsite.contract.wire import (
     DEAD,
@@ -123,6 +125,13 @@ def test_the_process_reader_says_what_is_dead_now(tmp_path):
     tritonserver = tmp_path / "tritonserver"  # its command: the site's tritonserver, triton-0
     tritonserver.symlink_to(sys.executable)
     triton = subprocess.Popen([str(tritonserver), "-c", sleep, "--id=triton-0"], cwd=tmp_path)
+    # Popen returns once exec has begun; the new command line is readable a moment later
+    # (the kernel sets it up after the close-on-exec pipe Popen waits on has closed)
+    wait_until(
+        lambda: b"--id=triton-0" in Path(f"/proc/{triton.pid}/cmdline").read_bytes(),
+        "the server's command line",
+        120,
+    )
     me = os.getpid()  # alive, but not the site's
 
     def write(*records: ProcessRecord) -> dict[str, str]:
