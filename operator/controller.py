@@ -148,7 +148,8 @@ class Operator:
         self.envoy.publish(snapshot.versions, models, routed, pairs)
         work = self.declared.totals(now)  # the clients' work left: scaling and the state
         self._autoscale(servers, work, now)
-        state = self._state(servers, models, weights, per_try, shared, work)
+        cut = applied(per_try, servers, shared)  # the timeouts Envoy got: what is shown
+        state = self._state(servers, models, weights, (per_try, cut), shared, work)
         if holding is not None:
             state["holding"] = holding.to_dict()
         self.metrics.export(
@@ -157,9 +158,7 @@ class Operator:
             self.admissions,
             {c if c == ALL_SERVERS else model_cluster(c): table for c, table in weights.items()},
         )
-        self.metrics.export_view(
-            {s.id: self.loadview.in_view(s.id) for s in servers}, applied(per_try, servers, shared)
-        )
+        self.metrics.export_view({s.id: self.loadview.in_view(s.id) for s in servers}, cut)
         self.metrics.export_declared(work, set(models))
         with self._lock:
             self.snapshot, self.site_state, self.last_step = snapshot, state, time.time()
@@ -236,14 +235,14 @@ class Operator:
         servers: list[ServerRecord],
         models: list[str],
         weights,
-        per_try: dict[str, float],
+        tries: tuple[dict[str, float], dict[str, float]],
         shared: set[str],
         work: dict[str, ModelWork],
     ) -> dict:
         """`/v1/state`: the site record of the wire contract, with each server's readiness
         and weight as this step saw them, plus the load, weights, per-try timeouts, policy,
         scale events and (with placement) its recent decisions and the requests held."""
-        cut = applied(per_try, servers, shared)
+        per_try, cut = tries  # measured, and what Envoy applies
         health = self.loadview.health
         site = SiteRecord(
             grpc=self.envoy_grpc,

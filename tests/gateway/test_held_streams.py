@@ -23,6 +23,7 @@ from polling import wait_until
 from sonicsite.gateway.site_view_replies import ON_REQUEST
 from sonicsite.operator import model_control
 from sonicsite.operator.placement_settings import PlacementSettings
+from stock import stock_inputs
 
 from sonicsite.contract.wire import MODEL_HEADER
 from sonicsite.local.state import SiteState
@@ -91,15 +92,6 @@ def test_the_index_lists_a_catalogue_model_no_server_holds_unavailable(held_site
         assert "simple" not in [e["name"] for e in json.loads(reply.read())]
 
 
-def _inputs() -> list:
-    inputs = []
-    for name, array in SIMPLE.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
-
-
 @pytest.mark.parametrize("header", [False, True], ids=["stock", "model-header"])
 def test_a_stream_for_a_model_no_server_holds_is_held_and_answered_once_loaded(held_site, header):
     """Through Envoy, as tritonclient's start_stream sends it (and with the model named in
@@ -114,7 +106,7 @@ def test_a_stream_for_a_model_no_server_holds_is_held_and_answered_once_loaded(h
         callback=lambda result, error: answers.put((result, error)), headers=headers
     )
     try:
-        client.async_stream_infer("simple", _inputs())
+        client.async_stream_infer("simple", stock_inputs(SIMPLE))
         result, error = answers.get(timeout=DEADLINE_S)
     finally:
         client.stop_stream()

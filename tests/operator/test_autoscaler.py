@@ -315,12 +315,14 @@ def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_pat
         # the stream again (at most 3 times) until queue time stayed over the target for
         # longer than the up window, which alone would have added a server: on a busy
         # machine one interval with nothing answered can break that stretch
+        reports_sent = 0
         for _ in range(3):
-            result, reports_sent = _sleepy_stream(site_dir, 3200)
-            assert reports_sent >= 2  # the gateway took the client's reports
-            assert result.events_ok == 3200
+            result, sent = _sleepy_stream(site_dir, 3200)
+            reports_sent += sent
+            assert sent >= 1 and result.events_ok == 3200
             if _longest_over(seen, 0.05) > window:
                 break
+        assert reports_sent >= 2  # the gateway took the clients' reports
     finally:
         stop.set()
         watcher.join(timeout=30)

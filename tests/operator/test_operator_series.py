@@ -91,26 +91,30 @@ def _value(operator: Operator, name: str, **labels: str) -> float | None:
 
 
 def test_a_model_that_left_takes_its_series_and_a_server_out_of_view_its_figures():
-    with site(A=("m", "n"), B=("m",)) as (operator, discovery, tritons):
+    with site(A=("m", "n", "k"), B=("m", "n")) as (operator, discovery, tritons):
         operator.step()  # the first scrape: no interval yet
         tritons["A"].serve("m", 10, 1.0, 2.0)
-        tritons["A"].serve("n", 10, 900.0, 2.0)  # n saturated on its one server: shed
+        tritons["A"].serve("n", 10, 900.0, 2.0)  # n saturated on both its servers: shed
+        tritons["A"].serve("k", 10, 1.0, 2.0)
         tritons["B"].serve("m", 10, 1.0, 2.0)
+        tritons["B"].serve("n", 10, 900.0, 2.0)
         operator.step()
         assert _value(operator, "sonicsite_admission_shed", model="n") == 1
         assert _value(operator, "sonicsite_admission_fail_open", model="n") == 0
-        # Envoy's per-try timeout: m's (two servers); n's on its one server is none, not shown
-        assert _value(operator, "sonicsite_envoy_per_try_timeout_seconds", model="m")
-        assert _value(operator, "sonicsite_envoy_per_try_timeout_seconds", model="n") is None
-        assert operator.view()[1]["models"]["n"]["per_try_timeout_s"] is None
-        assert operator.view()[1]["models"]["n"]["per_try_measured_s"] > 0
+        # Envoy's per-try timeout: n's (two servers); k's on its one server is none, not shown
+        per_try = "sonicsite_envoy_per_try_timeout_seconds"
+        assert _value(operator, per_try, model="n")
+        assert _value(operator, per_try, model="k") is None
+        assert operator.view()[1]["models"]["k"]["per_try_timeout_s"] is None
+        assert operator.view()[1]["models"]["k"]["per_try_measured_s"] > 0
         queue = "sonicsite_model_queue_seconds_per_request"
         assert _value(operator, queue, model="n", server="A") == 0.9
         weight = "sonicsite_endpoint_weight"
         assert _value(operator, weight, cluster=model_cluster("n"), server="A") == FULL_WEIGHT
         # placement unloads n: no server holds it, Triton's series for it are gone
-        discovery.hold("A", "m")
-        del tritons["A"].counters["n"]
+        discovery.hold("A", "m", "k")
+        discovery.hold("B", "m")
+        del tritons["A"].counters["n"], tritons["B"].counters["n"]
         operator.step()
         assert "n" not in operator.admissions
         for name in (

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from sonicsite.operator.xds_model_match import COMPRESSED, REPOSITORY
 from sonicsite.operator.xds_snapshot import Snapshot
+from static_envoy import static_bootstrap
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
@@ -28,31 +29,6 @@ from sonicsite.local.ports import free_ports
 from sonicsite.local.processes import stop_group
 
 SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32)[None], "INPUT1": np.ones((1, 16), np.int32)}
-
-
-def _static(snapshot: Snapshot, admin: int) -> dict:
-    """The snapshot as one static bootstrap: EDS clusters with their endpoints inline."""
-    boot = envoy.bootstrap(admin, "127.0.0.1", 1)
-    del boot["dynamic_resources"]
-    static = boot["static_resources"]
-    (listener,) = [
-        {k: v for k, v in r.items() if k != "@type"} for r in snapshot.resources["listeners"]
-    ]
-    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    del manager["rds"]
-    manager["route_config"] = {
-        k: v for k, v in snapshot.resources["routes"][0].items() if k != "@type"
-    }
-    static["listeners"] = [listener]
-    assignments = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
-    for cluster in snapshot.resources["clusters"]:
-        cluster = {k: v for k, v in cluster.items() if k != "@type"}
-        if cluster.pop("eds_cluster_config", None) is not None:
-            cluster["type"] = "STATIC"
-            loads = assignments[cluster["name"]]
-            cluster["load_assignment"] = {k: v for k, v in loads.items() if k != "@type"}
-        static["clusters"].append(cluster)
-    return boot
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +43,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ]
     snapshot = Snapshot.build(servers, {}, "127.0.0.1", listen, shed={"shed": 2e9})
     config = work / "envoy.json"
-    config.write_text(json.dumps(_static(snapshot, admin)))
+    config.write_text(json.dumps(static_bootstrap(snapshot, admin)))
     envoy.validate(config)
     proc = envoy.start(config, work / "envoy.log")
     try:

@@ -38,7 +38,8 @@ from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cl
 from sonicsite.operator.xds_routes import route_counter
 from sonicsite.operator.xds_site_view import VIEW_CLUSTER, VIEW_REST_CLUSTER
 from sonicsite.operator.xds_snapshot import Snapshot
-from stock import kserve_json, stock_infer
+from static_envoy import static_bootstrap
+from stock import kserve_json, stock_infer, stock_inputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -124,29 +125,6 @@ def fed(site: SiteState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 # -- the configuration ------------------------------------------------------------------
 
 
-def _static(snapshot: Snapshot) -> dict:
-    """The snapshot as one static bootstrap (EDS clusters with their endpoints inline), so
-    that `envoy --mode validate` checks every resource the operator serves."""
-    boot = envoy.bootstrap(9901, "127.0.0.1", 8080)
-    del boot["dynamic_resources"]
-    static = boot["static_resources"]
-    plain = [{k: v for k, v in r.items() if k != "@type"} for r in snapshot.resources["listeners"]]
-    routes = {k: v for k, v in snapshot.resources["routes"][0].items() if k != "@type"}
-    manager = plain[0]["filter_chains"][0]["filters"][0]["typed_config"]
-    del manager["rds"]
-    manager["route_config"] = routes
-    static["listeners"] = plain
-    assignments = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
-    for cluster in snapshot.resources["clusters"]:
-        cluster = {k: v for k, v in cluster.items() if k != "@type"}
-        if cluster.pop("eds_cluster_config", None) is not None:
-            cluster["type"] = "STATIC"
-            loads = assignments[cluster["name"]]
-            cluster["load_assignment"] = {k: v for k, v in loads.items() if k != "@type"}
-        static["clusters"].append(cluster)
-    return boot
-
-
 def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path):
     servers = [
         ServerRecord("a", "127.0.0.1", 8001, 8000, 8002, ("simple", "identity")),
@@ -158,7 +136,7 @@ def test_the_operators_resources_with_stock_routing_are_valid_for_envoy(tmp_path
         servers, weights, "127.0.0.1", 10000, shed={"simple": 2e9}, passes=passes
     )
     config = tmp_path / "envoy.json"
-    config.write_text(json.dumps(_static(snapshot)))
+    config.write_text(json.dumps(static_bootstrap(snapshot)))
     envoy.validate(config)
     # a REST cluster has the same servers and weights as its gRPC twin, on the REST port
     loads = {a["cluster_name"]: a for a in snapshot.resources["endpoints"]}
@@ -253,12 +231,7 @@ def test_stock_grpc_without_the_header_takes_its_models_route(site):
 
 
 def _simple_inputs() -> list:
-    inputs = []
-    for name, array in SIMPLE.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), "INT32")
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+    return stock_inputs(SIMPLE)
 
 
 def test_stock_rest_through_envoy_takes_its_models_route(site):

@@ -21,15 +21,23 @@ def stock_infer(
     """`module` is tritonclient.grpc or tritonclient.http; `client` reuses a connection;
     `binary=False` sends and asks for JSON tensors (HTTP only)."""
     client = client or module.InferenceServerClient(address)
-    inputs = []
+    inputs = stock_inputs(arrays, module, binary)
     options = {} if module is grpcclient else {"binary_data": binary}
+    wanted = [module.InferRequestedOutput(n, **options) for n in outputs]
+    reply = client.infer(model, inputs, outputs=wanted)
+    return {n: reply.as_numpy(n) for n in outputs}
+
+
+def stock_inputs(arrays: dict[str, np.ndarray], module=grpcclient, binary: bool = True) -> list:
+    """The arrays as tritonclient InferInputs (of tritonclient.grpc or .http), as a stock
+    caller builds them: for infer, a stream's async_stream_infer, or a raw call."""
+    options = {} if module is grpcclient else {"binary_data": binary}
+    inputs = []
     for name, array in arrays.items():
         tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
         tensor.set_data_from_numpy(np.ascontiguousarray(array), **options)
         inputs.append(tensor)
-    wanted = [module.InferRequestedOutput(n, **options) for n in outputs]
-    reply = client.infer(model, inputs, outputs=wanted)
-    return {n: reply.as_numpy(n) for n in outputs}
+    return inputs
 
 
 def kserve_json(arrays: dict[str, np.ndarray]) -> bytes:
