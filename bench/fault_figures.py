@@ -97,6 +97,34 @@ def percentiles_ms(latencies_s: list[float]) -> dict[str, float | None]:
     return {"p50": round(float(p50), 1), "p99": round(float(p99), 1)}
 
 
+def per_window(
+    figures: StreamFigures, strike: float, before_s: int = 10, window_s: float = 1.0
+) -> dict:
+    """Events offered and completed per `window_s` window, from `before_s` before the strike
+    to the last arrival, and how many windows before the strike fell short of RECOVERED: a
+    late short window after the strike reads as a slow recovery, and the windows before it
+    tell the reader whether the machine stalls like that without any fault."""
+    if not figures.arrivals:
+        return {"from_s": -before_s, "offered": [], "done": [], "short_before_strike": None}
+    first = strike - before_s * window_s
+    last = max(t for t, _ in figures.arrivals)
+    windows = max(1, math.floor((last - first) / window_s))
+    offered, done = np.zeros(windows, dtype=int), np.zeros(windows, dtype=int)
+    for series, counts in ((figures.arrivals, offered), (figures.completions, done)):
+        for t, n in series:
+            k = math.floor((t - first) / window_s)
+            if 0 <= k < windows:
+                counts[k] += n
+    before = slice(0, min(before_s, windows))
+    short = int(np.sum(done[before] < RECOVERED * offered[before]))
+    return {
+        "from_s": -before_s,
+        "offered": offered.tolist(),
+        "done": done.tolist(),
+        "short_before_strike": short,
+    }
+
+
 def recovery_s(figures: StreamFigures, strike: float, window_s: float = 1.0) -> float | None:
     """Seconds from the strike until events completed per 1 s window are at least 80% of
     the events that arrived in it, and stay so until the arrivals end; None if never."""
@@ -176,7 +204,10 @@ def summary(rows: list[dict], capacity: float | None, offered: float) -> dict:
             "max_recovery_s": "<= 15",
         },
         "table": [
-            {k: r[k] for k in ("scenario", "events_lost", "executed_twice", "recovery_s")}
+            {
+                **{k: r[k] for k in ("scenario", "events_lost", "executed_twice", "recovery_s")},
+                "short_s_before_strike": r["per_second"]["short_before_strike"],
+            }
             for r in rows
         ],
     }

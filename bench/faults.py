@@ -11,7 +11,8 @@ strikes the operator; the bench then asks Envoy for the shed model until it answ
 Figures per scenario (fault_figures.py): events total, ok, lost, delivered twice, executed
 twice (the servers' execution logs), requests and events in flight at the strike, processes
 left behind (workers after the stream, site processes after `down`), latency p50/p99 from
-each request's scheduled arrival, and `recovery_s`.
+each request's scheduled arrival, `recovery_s`, and the events offered and completed per
+second around the strike (`per_second`), with the short seconds before it as a control.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .common import Recorder, sheds, wait_for
 from .fault_figures import (
     SERVER_FAULTS,
     in_flight_at,
+    per_window,
     percentiles_ms,
     read_stream,
     recovery_s,
@@ -260,6 +262,7 @@ def _scenario(
         "latency_ms": percentiles_ms(stream.latencies_s),
         "events_per_path": stream.per_path,
         "recovery_s": recovery_s(stream, when),
+        "per_second": per_window(stream, when),
         **figures,
     }
 

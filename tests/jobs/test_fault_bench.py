@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sonicsite.bench.fault_figures import StreamFigures, recovery_s
+from sonicsite.bench.fault_figures import StreamFigures, per_window, recovery_s
 
 from sonicsite.jobs.arrivals import arrival_offsets, schedule
 
@@ -34,6 +34,20 @@ def test_recovery_is_the_time_until_completions_keep_up_for_good():
     assert recovery_s(figures, strike=100.0) == 8.0  # the same three windows, from 100 s
     figures.completions = [(t, n) for t, n in figures.arrivals if t < 110]  # never again
     assert recovery_s(figures, strike=105.0) is None
+
+
+def test_per_second_windows_show_the_strike_and_the_control_before_it():
+    figures = StreamFigures()
+    figures.arrivals = [(100.0 + i / 10, 1) for i in range(200)]  # 10 events/s for 20 s
+    # one short second before the strike (101 s), nothing from 106 s to 108 s
+    figures.completions = [
+        (t, n) for t, n in figures.arrivals if not (101 <= t < 101.5 or 106 <= t < 108)
+    ]
+    seen = per_window(figures, strike=105.0, before_s=5)
+    assert seen["from_s"] == -5
+    assert seen["offered"] == [10] * 19  # [100, 101) to [118, 119): whole seconds to 119.9
+    assert seen["done"][:5] == [10, 5, 10, 10, 10] and seen["done"][6:8] == [0, 0]
+    assert seen["short_before_strike"] == 1
 
 
 def test_bench_faults_submit_killed_mid_stream(tmp_path: Path, built_models: Path):
