@@ -5,8 +5,10 @@ taking at least `delay_ms`, as a GPU model's would, so that requests overlap on 
 and one open-loop job stream (`sonicsite submit --rate`: Poisson arrivals at half the
 capacity measured at the start of the run, on a site like it). Once the stream runs with
 requests in flight, the bench sends the scenario's signal to one process and lets the stream
-finish. A scenario with a shed model floods `identity` until the operator sheds it, then
-strikes the operator; the bench then asks Envoy for the shed model until it answers.
+finish. A hang (SIGSTOP) is continued after its scenario's `stop_s`, or never: a worker
+stopped for good must be found by `submit` (its `--worker-silence`, WORKER_SILENCE_S here)
+and its job rerun. A scenario with a shed model floods `identity` until the operator sheds
+it, then strikes the operator; the bench then asks Envoy for the shed model until it answers.
 
 Figures per scenario (fault_figures.py): events total, ok, lost, delivered twice, executed
 twice (the servers' execution logs), requests and events in flight at the strike, processes
@@ -17,6 +19,7 @@ second around the strike (`per_second`), with the short seconds before it as a c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -68,7 +71,7 @@ class Scenario:
     target: str  # a server id, or operator | envoy | gateway | prometheus | worker | submit
     sig: int
     supervise: bool = True
-    stop_s: float = 0.0  # SIGSTOP: SIGCONT after this long
+    stop_s: float = 0.0  # SIGSTOP: SIGCONT after this long; 0: never (it must be killed)
     transport: str = "grpc"
     shed: bool = False  # flood FLOODED until it is shed, then strike
     overload: bool = False  # flood FLOODED during the strike (admission with a blind spot)
@@ -83,12 +86,18 @@ SCENARIOS = (
     Scenario("operator-stop-unsupervised", "operator", signal.SIGSTOP, False, 20.0, shed=True),
     Scenario("envoy-kill", "envoy", signal.SIGKILL),
     Scenario("envoy-kill-unsupervised", "envoy", signal.SIGKILL, False),
+    Scenario("envoy-stop", "envoy", signal.SIGSTOP, stop_s=20.0),
     Scenario("gateway-kill", "gateway", signal.SIGKILL, transport="http"),
+    Scenario("gateway-stop", "gateway", signal.SIGSTOP, stop_s=20.0, transport="http"),
     Scenario("prometheus-kill", "prometheus", signal.SIGKILL),
+    Scenario("prometheus-stop", "prometheus", signal.SIGSTOP, stop_s=20.0),
     Scenario("blind-server-overload", "triton-1", signal.SIGSTOP, stop_s=30.0, overload=True),
     Scenario("worker-kill", "worker", signal.SIGKILL),
+    Scenario("worker-stop", "worker", signal.SIGSTOP),  # never continued: submit kills it
     Scenario("submit-kill", "submit", signal.SIGKILL),
+    Scenario("submit-stop", "submit", signal.SIGSTOP, stop_s=20.0),
 )
+WORKER_SILENCE_S = 10  # submit's limit for a worker heard from by nothing (worker-stop)
 
 
 def submit_command(site: Path, out: Path, events: int, rate: float, transport: str) -> list:
@@ -96,6 +105,7 @@ def submit_command(site: Path, out: Path, events: int, rate: float, transport: s
     command += ["--model", MODEL, "--jobs", str(JOBS), "--wave", str(JOBS)]
     command += ["--events", str(events), "--batch", str(BATCH), "--window", "32"]
     command += ["--transport", transport, "--out", str(out)]
+    command += ["--worker-silence", str(WORKER_SILENCE_S)]
     return command + (["--rate", f"{rate:.3f}"] if rate else [])
 
 
@@ -186,6 +196,7 @@ def _scenario(
     state = SiteState.load(site_dir)
     pids = _site_pids(state)
     flooding = submit = None
+    pid = None
     figures: dict = {}
     logs = []
     try:
@@ -231,6 +242,9 @@ def _scenario(
         )
         figures["sheds"] = _sheds(state)  # the flood's, on purpose: counted, not a target
     finally:
+        if pid is not None and scenario.sig == signal.SIGSTOP:  # a failure while it was stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         _stop(flooding)
         _stop(submit)  # stopped early (a failure, SIGTERM): it stops its workers
         for log in logs:

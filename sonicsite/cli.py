@@ -55,6 +55,7 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
         site_dir=args.dir.resolve(),
         models=models,
         max_attempts=args.max_attempts,
+        worker_silence_s=args.worker_silence,
         rate=args.rate,
         resume=getattr(args, "resume", False),  # submit only
         fresh=getattr(args, "fresh", args.command == "demo"),  # demo: a stream of its own site

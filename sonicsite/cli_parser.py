@@ -140,6 +140,14 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         help="runs of a job in all when its worker dies (the rerun sends only what is left)",
     )
     p.add_argument(
+        "--worker-silence",
+        type=at_least(5),
+        default=60,
+        metavar="SECONDS",
+        help="a worker not heard from this long (it says it is alive every second) is "
+        "frozen: killed, and its job rerun (default 60)",
+    )
+    p.add_argument(
         "--rate",
         type=non_negative,
         default=0.0,

@@ -7,7 +7,10 @@ with the servers' execution logs to check that each event ran exactly once (exec
 
 Faults it handles, and says so on the console and in the report:
 - a worker killed mid-job, or gone without a result: its job is rerun for the events its
-  journal holds no result for, up to `max_attempts` attempts in all;
+  journal holds no result for, up to `max_attempts` attempts in all; each such worker is in
+  the report's `worker_incidents` (job, attempt, PID, why, rerun or not);
+- a worker frozen (stopped, or its host swapping): nothing heard from it, not even its
+  heartbeat, for `worker_silence_s`: it is killed and its job rerun as above;
 - a worker that fails (bad options, no GPU, an unreachable site): its exception, with the
   job, goes to the report's `errors` and to stderr; it is not rerun (it would fail again);
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
@@ -29,12 +32,11 @@ backend ran and every switch with its reason.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -45,9 +47,8 @@ from .journal import read_journal
 from .preflight import check_local_models, check_site, check_spec
 from .progress import Progress
 from .report import build_report, write_report
-from .result import JobResult, read_result
 from .signals import Stop, signal_name, trap_signals
-from .spawn import WorkerRun, Workers, worker_command
+from .spawn import Workers
 from .stream_files import (
     StreamRecord,
     check_out,
@@ -55,6 +56,7 @@ from .stream_files import (
     refuse_unfinished,
     stream_shape,
 )
+from .stream_run import StreamRun
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class StreamSpec:
     backend: str = "site"  # where models run: site | local (in the workers) | auto
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
+    worker_silence_s: int = 60  # a worker not heard from this long is frozen: killed, rerun
 
     def model(self, job: int) -> str:
         return self.models[job % len(self.models)]
@@ -84,153 +87,6 @@ class StreamSpec:
     def job_rate(self) -> float:
         """Each job's open-loop rate (events/s): the wave's jobs run at the same time."""
         return self.rate / min(self.wave, self.jobs) if self.rate else 0.0
-
-
-@dataclass
-class _Run:
-    """What the driver knows of a running stream, job by job."""
-
-    spec: StreamSpec
-    jobs_dir: Path
-    note: Callable[[str], None]
-    counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # job -> ok, failed
-    attempts: dict[int, int] = field(default_factory=dict)  # job -> its last attempt
-    ended: dict[int, tuple[str, str]] = field(default_factory=dict)  # job -> kind, why
-    reruns: int = 0
-    record: StreamRecord | None = None  # the stream's own file (stream.json), kept current
-    first_attempt: dict[int, int] = field(default_factory=dict)  # job -> first of this run
-
-    def path(self, job: int, suffix: str) -> Path:
-        return self.jobs_dir / f"job-{job:05d}{suffix}"
-
-    def clear(self, job: int) -> None:
-        for suffix in (".json", ".tmp", ".journal", ".log"):
-            self.path(job, suffix).unlink(missing_ok=True)
-
-    def start(self, workers: Workers, job: int, attempt: int) -> None:
-        self.path(job, ".json").unlink(missing_ok=True)
-        self.attempts[job] = attempt
-        self.first_attempt.setdefault(job, attempt)
-        if self.record is not None and str(job) not in self.record.start_at:
-            self.record.start_at[str(job)] = time.time()  # a rerun keeps the job's schedule
-            self.record.save(self.spec.out)
-        workers.start(job, self.spec.model(job), attempt)
-
-    def resumed(self) -> set[int]:
-        """Resuming: the jobs with an answer (or a wrong one) for every event; their result
-        file stays. Progress starts from what every job has."""
-        done = set()
-        for job in range(self.spec.jobs):
-            state = read_journal(self.path(job, ".journal"))
-            self.counts[job] = state.settled(resend_failed=True)
-            if not state.missing(self.spec.events, resend_failed=True):
-                done.add(job)
-                result = read_result(self.path(job, ".json"))
-                if result is None:
-                    result = self.result(job, None)
-                    self.path(job, ".json").write_text(json.dumps(result))
-                self.counts[job] = (len(result["answered"]), len(result["failed"]))
-        return done
-
-    def next_attempt(self, job: int) -> int:
-        """1 for a new job; after the attempts its journal saw, when resuming."""
-        return read_journal(self.path(job, ".journal")).attempts + 1 if self.spec.resume else 1
-
-    def command(self, stream: str, job: int, model: str, attempt: int, fd: int) -> list[str]:
-        spec, start_at = self.spec, self.record.start_at.get(str(job), 0.0) if self.record else 0
-        args = [
-            *("--site", str(spec.site_dir), "--model", model, "--job", str(job)),
-            *("--events", str(spec.events), "--batch", str(spec.batch)),
-            *("--seed", str(spec.seed), "--transport", spec.transport),
-            *("--window", str(spec.window)),
-            *("--backend", spec.backend, "--models-dir", str(Path(spec.models_dir).resolve())),
-            *("--compile", spec.compile),
-            *(["--mode", spec.mode] if spec.mode else []),
-            *("--out", str(self.path(job, ".json"))),
-            *("--attempt", str(attempt), "--stream", stream),
-            *(["--resend-failed"] if spec.resume else []),
-        ]
-        if spec.rate:
-            args += ["--rate", repr(spec.job_rate()), "--start-at", repr(start_at)]
-        return worker_command(args, fd)
-
-    def settle(self, run: WorkerRun, workers: Workers) -> None:
-        """A worker has exited: take its result, or rerun its job for the events left."""
-        spec, job, attempt = self.spec, run.job, run.attempt
-        result = read_result(self.path(job, ".json"))
-        if result is not None:
-            self.counts[job] = (len(result["answered"]), len(result["failed"]))
-            if result.get("error"):
-                e = result["error"]
-                self.note(
-                    f"job {job} ({run.model}) failed on attempt {attempt}: "
-                    f"{e['type']}: {e['message']}"
-                )
-            return
-        code = run.proc.returncode
-        why = f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
-        why = f"worker {why} without a result on attempt {attempt} of {spec.max_attempts}"
-        last = _last_line(self.path(job, ".log"))
-        why += f" (its log {self.path(job, '.log')} ends: {last})" if last else ""
-        state = read_journal(self.path(job, ".journal"))
-        left = sum(hi - lo for lo, hi in state.missing(spec.events, spec.resume))
-        self.counts[job] = state.settled(spec.resume)
-        tries = attempt - self.first_attempt.get(job, 1) + 1
-        if left and tries < spec.max_attempts:
-            self.note(f"job {job} ({run.model}): {why}; rerunning its {left} events left")
-            self.reruns += 1
-            self.start(workers, job, attempt + 1)
-            return
-        self.ended[job] = ("WorkerKilled" if code < 0 else "WorkerExited", why)
-        if left:
-            self.note(f"job {job} ({run.model}): {why}; its {left} events left failed")
-
-    def show(self, workers: Workers, progress: Callable[[Progress], None] | None) -> None:
-        for run in workers.running:
-            if run.reported:
-                self.counts[run.job] = (run.ok, run.failed)
-        if progress:
-            ok = sum(c[0] for c in self.counts.values())
-            failed = sum(c[1] for c in self.counts.values())
-            progress(Progress(ok, failed, self.spec.jobs * self.spec.events, self.reruns))
-
-    def result(self, job: int, stopped_by: str | None) -> dict:
-        """The job's result file, or one made from its journal when it left none."""
-        result = read_result(self.path(job, ".json"))
-        if result is not None:
-            return result
-        spec = self.spec
-        made = JobResult(
-            job,
-            spec.model(job),
-            job * spec.events,
-            spec.events,
-            spec.transport,
-            attempt=self.attempts.get(job, 0),
-            from_journal=True,
-        )
-        if job in self.ended:
-            kind, why = self.ended[job]
-        elif job in self.attempts:
-            kind, why = "Stopped", f"submit got {stopped_by} (attempt {made.attempt})"
-        else:
-            kind, why = "NotStarted", f"submit got {stopped_by} before the job started"
-        state = read_journal(self.path(job, ".journal"))
-        made.fill(state, f"{kind}: {why}")
-        if state.missing(spec.events):  # the events left are this failure's, not the others
-            made.error = {"type": kind, "message": why, "job": job, "attempt": made.attempt}
-        return asdict(made)
-
-
-def _last_line(log: Path) -> str:
-    """The last line a worker wrote to its log (its exception, usually), cut to 300 chars."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 4096))
-            lines = f.read().decode(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines and not lines[-1].startswith("---") else ""
 
 
 def _to_stderr(message: str) -> None:
@@ -256,7 +112,9 @@ def submit(
         lock.release()
 
 
-def _open_record(spec: StreamSpec, run: _Run, site_dir: Path, note) -> tuple[StreamRecord, set]:
+def _open_record(
+    spec: StreamSpec, run: StreamRun, site_dir: Path, note
+) -> tuple[StreamRecord, set]:
     """The stream's record, resumed (its jobs done kept) or new (every job's files cleared)."""
     try:
         record = StreamRecord.read(spec.out)
@@ -288,7 +146,7 @@ def _open_record(spec: StreamSpec, run: _Run, site_dir: Path, note) -> tuple[Str
 def _run_stream(spec: StreamSpec, state, progress, note) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
-    run = _Run(spec, spec.out / "jobs", note)
+    run = StreamRun(spec, spec.out / "jobs", note)
     record, complete = _open_record(spec, run, Path(state.site_dir), note)
     run.record = record
     record.save(spec.out)
@@ -301,7 +159,7 @@ def _run_stream(spec: StreamSpec, state, progress, note) -> dict:
         restore()
 
 
-def _drive(run: _Run, record: StreamRecord, complete: set, stop: Stop, progress) -> None:
+def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, progress) -> None:
     """Start the jobs wave by wave, settle every worker that exits, until all have, or a
     signal stopped them."""
     spec, jobs_dir, seen = run.spec, run.jobs_dir, time.monotonic()
@@ -312,6 +170,7 @@ def _drive(run: _Run, record: StreamRecord, complete: set, stop: Stop, progress)
                 if job not in complete:
                     run.start(workers, job, run.next_attempt(job))
             while workers.running and stop.signum is None:
+                run.kill_frozen(workers)
                 for exited in workers.reap():
                     run.settle(exited, workers)
                 run.show(workers, progress)
@@ -330,7 +189,7 @@ def _drive(run: _Run, record: StreamRecord, complete: set, stop: Stop, progress)
         run.show(workers, progress)
 
 
-def _report(run: _Run, record: StreamRecord, state, stop: Stop) -> dict:
+def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
     """The stream's report, from every job's result, written to `out`; the record says
     whether the stream is complete."""
     spec, note, stream, since = run.spec, run.note, record.stream, record.since
@@ -367,6 +226,7 @@ def _report(run: _Run, record: StreamRecord, state, stop: Stop) -> dict:
             "window": spec.window,
             "mode": spec.mode or "default",
             "max_attempts": spec.max_attempts,
+            "worker_silence_s": spec.worker_silence_s,
             "rate_events_per_s": spec.rate,
             "resumed": spec.resume,
             "backend": spec.backend,
@@ -378,6 +238,7 @@ def _report(run: _Run, record: StreamRecord, state, stop: Stop) -> dict:
         runs=record.runs,
     )
     report["stopped_by"] = stopped_by
+    report["worker_incidents"] = run.incidents
     report["journal_lines_malformed"] = malformed
     if state.http:  # where to watch the site while the report is read
         report["links"] = {

@@ -15,6 +15,10 @@ from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, SERVER, read_proc
 from sonicsite.local.state import SiteState
 from sonicsite.local.status import unfinished
 
+from .spawn import HEARTBEAT_S
+
+MIN_SILENCE_S = 5  # seconds: a busy machine may delay a heartbeat by a few
+
 
 def check_spec(spec: Any) -> None:
     """ValueError naming the first field out of range."""
@@ -26,6 +30,11 @@ def check_spec(spec: Any) -> None:
     ):
         if value < 1:
             raise ValueError(f"{name}: expected an integer ≥ 1, got {value}")
+    if spec.worker_silence_s < MIN_SILENCE_S:  # a worker beats every HEARTBEAT_S
+        raise ValueError(
+            f"worker_silence_s: expected an integer ≥ {MIN_SILENCE_S} (workers say they are "
+            f"alive every {HEARTBEAT_S:g} s), got {spec.worker_silence_s}"
+        )
     for name, value in (("seed", spec.seed), ("batch", spec.batch)):
         if value < 0:
             raise ValueError(f"{name}: expected an integer ≥ 0, got {value}")

@@ -8,6 +8,12 @@ worker reads end-of-file and exits (worker.watch_parent). A pipe, not PR_SET_PDE
 that fires when the *thread* that started the child exits, and the driver may run in a
 thread that ends before its workers do. The PIDs go to `jobs/workers.json` as they start,
 so that anyone can check that none survives.
+
+A worker says ALIVE every HEARTBEAT_S from a thread of its own (worker.heartbeat). One not
+heard from for the driver's silence limit is frozen, not slow (a slow one still beats):
+`silent` names it, and the driver kills it and reruns its job. Silence is counted only
+while the driver itself runs: a driver stopped or starved for a while reads its workers'
+lines late, and would otherwise take every worker for frozen.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WORKERS_FILE = "workers.json"
+ALIVE = "alive"  # a worker's heartbeat line
+HEARTBEAT_S = 1.0  # how often a worker says ALIVE
+DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
 
 
 @dataclass
@@ -38,10 +47,13 @@ class WorkerRun:
     ok: int = 0  # the job's events answered so far (all attempts), from its progress lines
     failed: int = 0
     reported: bool = False  # a progress line has come
+    heard: float = field(default_factory=time.monotonic)  # its last line (or its start)
+    hung: str = ""  # why the driver killed it as frozen, if it did
 
     def read_progress(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.heard = time.monotonic()
             parts = line.split()
             if len(parts) == 3 and parts[0] == "progress":
                 self.ok, self.failed = int(parts[1]), int(parts[2])
@@ -57,6 +69,7 @@ class Workers:
     command: Callable[[int, str, int, int], list[str]]  # job, model, attempt, pipe fd
     running: list[WorkerRun] = field(default_factory=list)
     started: list[dict] = field(default_factory=list)
+    checked: float = field(default_factory=time.monotonic)  # the last `silent` call
 
     def __post_init__(self) -> None:
         self._read, self._write = os.pipe()  # both close-on-exec; the read end is passed on
@@ -96,6 +109,27 @@ class Workers:
         done = [r for r in self.running if r.proc.poll() is not None]
         self.running = [r for r in self.running if r not in done]
         return done
+
+    def silent(self, limit_s: float) -> list[WorkerRun]:
+        """The running workers not heard from for `limit_s` while the driver ran, not yet
+        killed as frozen."""
+        now = time.monotonic()
+        if now - self.checked > DRIVER_PAUSED_S:  # the driver was stopped or starved
+            for run in self.running:
+                run.heard = max(run.heard, now)
+        self.checked = now
+        return [
+            r
+            for r in self.running
+            if not r.hung and r.proc.poll() is None and now - r.heard > limit_s
+        ]
+
+    def kill(self, run: WorkerRun, why: str) -> None:
+        """SIGKILL a frozen worker's group (a stopped process dies of it too); `why` stays
+        with the run for the driver's account of it."""
+        run.hung = why
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.proc.pid, signal.SIGKILL)
 
     def stop(self, grace: float = 10.0) -> list[WorkerRun]:
         """SIGTERM every running worker's group, SIGKILL what is left after `grace` s."""

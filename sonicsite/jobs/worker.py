@@ -6,9 +6,11 @@ would be. The client balances per request (or sends to the site's balanced endpo
 retries on another server when one fails, and honours retry-after: a server that dies costs
 retries, never events. Every chunk's result goes to the job's journal as it arrives
 (journal.py), so a rerun of a killed job (`--attempt 2`) sends only the events without one.
-Progress goes to stdout (`progress OK FAILED`, the job's totals); the result (every event
-answered or failed, every request's timing, the worker's own exception if it failed) goes
-to a JSON file. A worker whose driver dies (the pipe `--parent-fd` closes) stops at once.
+Progress goes to stdout (`progress OK FAILED`, the job's totals), and `alive` every second
+from a thread of its own, so that the driver can tell a frozen worker from a slow one
+(spawn.py); the result (every event answered or failed, every request's timing, the
+worker's own exception if it failed) goes to a JSON file. A worker whose driver dies (the
+pipe `--parent-fd` closes) stops at once.
 
 `--backend local` runs the model in this process instead (the client's backend_local.py: the
 TorchScript file under `--models-dir`, loaded at the first event, `--torch-threads` threads,
@@ -44,6 +46,7 @@ from .arrivals import schedule
 from .executions import request_tag
 from .journal import Journal, JournalState, read_journal
 from .result import JobResult, write_result
+from .spawn import ALIVE, HEARTBEAT_S
 
 MODELS_DIR = Path("build/models")  # where `sonicsite models build` writes (launcher's default)
 EXIT_FAILED = 2  # the worker caught an exception and reported it in its result
@@ -204,6 +207,19 @@ def _merge(into: StreamStats, stats: StreamStats) -> None:
         mine["requests"] = m + n
 
 
+def heartbeat(say: Callable[[str], None], every_s: float = HEARTBEAT_S) -> None:
+    """Say ALIVE every `every_s` from a daemon thread: a process that is stopped or frozen
+    (SIGSTOP, a host swapping, a hung file system) says nothing, whatever its main thread
+    was doing, and the driver stops waiting for it (spawn.py `Workers.silent`)."""
+
+    def beat() -> None:
+        while True:
+            say(ALIVE)
+            time.sleep(every_s)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
 def watch_parent(fd: int, job: int) -> None:
     """Stop this process when the driver dies: it holds the pipe's write end, so a read
     here returns end-of-file the moment it is gone (SIGKILL included)."""
@@ -300,8 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     journal_path = args.journal or args.out.with_suffix(".journal")
     batch = args.batch or DEFAULT_BATCH.get(args.model, 8)
 
+    said = threading.Lock()  # one line at a time on stdout, from the heartbeat and the job
+
+    def say(line: str) -> None:
+        with said:
+            print(line, flush=True)
+
     def progress(ok: int, failed: int) -> None:
-        print(f"progress {ok} {failed}", flush=True)
+        say(f"progress {ok} {failed}")
+
+    heartbeat(say)
 
     first = args.job * args.events
     result = JobResult(

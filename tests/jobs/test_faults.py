@@ -1,5 +1,6 @@
-"""Job streams under faults of their own processes: a worker killed mid-job is rerun for what
-is left, a killed or stopped `submit` leaves no worker behind, a worker that fails says why."""
+"""Job streams under faults of their own processes: a worker killed mid-job, or frozen, is
+rerun for what is left, a killed or stopped `submit` leaves no worker behind, a worker that
+fails says why."""
 
 from __future__ import annotations
 
@@ -95,6 +96,9 @@ def test_worker_killed_mid_job_is_rerun_for_the_rest_and_every_event_answered_on
     assert sum(report["per_server"].values()) + report["events_server_unknown"] == 640
     said = "job 0 (particlenet_ak4): worker killed by SIGKILL without a result on attempt 1 of 3"
     assert any(n.startswith(f"{said}; rerunning its {left} events left") for n in notes), notes
+    (incident,) = report["worker_incidents"]
+    assert (incident["job"], incident["attempt"], incident["rerun"]) == (0, 1, True)
+    assert incident["why"] == said.removeprefix("job 0 (particlenet_ak4): ")
     # The rerun sent only what was left, and the requests the killed worker had in flight
     # (run, never received) were answered from the answers their servers kept: the servers
     # executed each event exactly once.
@@ -114,6 +118,37 @@ def test_a_job_out_of_attempts_fails_its_events_left_and_says_so(site, tmp_path)
     (error,) = report["errors"]
     assert (error["type"], error["message"]) == ("WorkerKilled", why)
     assert error["events"] == left and error["jobs"] == [0]
+
+
+def test_a_frozen_worker_is_killed_and_its_job_rerun_and_the_report_says_so(site, tmp_path):
+    """Job 0's worker is stopped mid-job and never continued: nothing is heard from it, not
+    even its heartbeat; submit kills it after its silence limit and reruns the job."""
+    spec = replace(_spec(site, tmp_path), worker_silence_s=5)
+    notes: list[str] = []
+    report: dict = {}
+    runner = threading.Thread(target=lambda: report.update(submit(spec, note=notes.append)))
+    runner.start()
+    try:
+        wait_until(lambda: _answered(spec.out, 0) >= 48, "job 0 to answer 48 events", 180)
+        frozen = next(w["pid"] for w in _workers(spec.out)["workers"] if w["job"] == 0)
+        assert _is_our_worker(frozen, spec.out)
+        os.kill(frozen, signal.SIGSTOP)
+    finally:
+        runner.join(timeout=600)
+    assert not runner.is_alive() and not alive(frozen)
+    assert report["events_ok"] == report["events_total"] == 640
+    assert set(_answers(spec.out).values()) == {1}
+    hung = "hung (nothing heard from it, not even its heartbeat, for 5 s)"
+    said = f"job 0 (particlenet_ak4): worker PID {frozen} on attempt 1 {hung}; killing it"
+    assert said in notes, notes
+    why = f"worker {hung}, killed by submit without a result on attempt 1 of 3"
+    assert any(n.startswith(f"job 0 (particlenet_ak4): {why}; rerunning its ") for n in notes)
+    assert report["worker_incidents"] == [
+        {"job": 0, "attempt": 1, "pid": frozen, "why": why, "rerun": True}
+    ]
+    assert report["reruns_per_job"] == {"0": 1} and report["errors"] == []
+    assert report["spec"]["worker_silence_s"] == 5
+    assert report["events_executed_twice"] == 0  # its requests in flight: answers kept
 
 
 def _submit_cli(site_dir: str, out: Path, *extra: str) -> subprocess.Popen:

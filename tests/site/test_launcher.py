@@ -145,6 +145,10 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
             ["submit", "--model", "simple", "--wave", "-2"],
             "argument --wave: expected an integer ≥ 1, got -2",
         ),
+        (
+            ["submit", "--model", "simple", "--worker-silence", "2"],
+            "argument --worker-silence: expected an integer ≥ 5, got 2",
+        ),
     ],
 )
 def test_bad_command_line_is_named(args, fragment):

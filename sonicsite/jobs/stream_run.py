@@ -1,0 +1,187 @@
+"""What the driver knows of a running stream, job by job: which attempt each job is on, how
+each worker that left ended (its result, or a rerun for what its journal lacks), the
+workers killed as frozen, and the result of a job whose worker left none."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .journal import read_journal
+from .progress import Progress
+from .result import JobResult, read_result
+from .signals import signal_name
+from .spawn import WorkerRun, Workers, worker_command
+from .stream_files import StreamRecord
+
+if TYPE_CHECKING:
+    from .driver import StreamSpec
+
+
+@dataclass
+class StreamRun:
+    """What the driver knows of a running stream, job by job."""
+
+    spec: StreamSpec
+    jobs_dir: Path
+    note: Callable[[str], None]
+    counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # job -> ok, failed
+    attempts: dict[int, int] = field(default_factory=dict)  # job -> its last attempt
+    ended: dict[int, tuple[str, str]] = field(default_factory=dict)  # job -> kind, why
+    reruns: int = 0
+    incidents: list[dict] = field(default_factory=list)  # workers gone without a result
+    record: StreamRecord | None = None  # the stream's own file (stream.json), kept current
+    first_attempt: dict[int, int] = field(default_factory=dict)  # job -> first of this run
+
+    def path(self, job: int, suffix: str) -> Path:
+        return self.jobs_dir / f"job-{job:05d}{suffix}"
+
+    def clear(self, job: int) -> None:
+        for suffix in (".json", ".tmp", ".journal", ".log"):
+            self.path(job, suffix).unlink(missing_ok=True)
+
+    def start(self, workers: Workers, job: int, attempt: int) -> None:
+        self.path(job, ".json").unlink(missing_ok=True)
+        self.attempts[job] = attempt
+        self.first_attempt.setdefault(job, attempt)
+        if self.record is not None and str(job) not in self.record.start_at:
+            self.record.start_at[str(job)] = time.time()  # a rerun keeps the job's schedule
+            self.record.save(self.spec.out)
+        workers.start(job, self.spec.model(job), attempt)
+
+    def resumed(self) -> set[int]:
+        """Resuming: the jobs with an answer (or a wrong one) for every event; their result
+        file stays. Progress starts from what every job has."""
+        done = set()
+        for job in range(self.spec.jobs):
+            state = read_journal(self.path(job, ".journal"))
+            self.counts[job] = state.settled(resend_failed=True)
+            if not state.missing(self.spec.events, resend_failed=True):
+                done.add(job)
+                result = read_result(self.path(job, ".json"))
+                if result is None:
+                    result = self.result(job, None)
+                    self.path(job, ".json").write_text(json.dumps(result))
+                self.counts[job] = (len(result["answered"]), len(result["failed"]))
+        return done
+
+    def next_attempt(self, job: int) -> int:
+        """1 for a new job; after the attempts its journal saw, when resuming."""
+        return read_journal(self.path(job, ".journal")).attempts + 1 if self.spec.resume else 1
+
+    def command(self, stream: str, job: int, model: str, attempt: int, fd: int) -> list[str]:
+        spec, start_at = self.spec, self.record.start_at.get(str(job), 0.0) if self.record else 0
+        args = [
+            *("--site", str(spec.site_dir), "--model", model, "--job", str(job)),
+            *("--events", str(spec.events), "--batch", str(spec.batch)),
+            *("--seed", str(spec.seed), "--transport", spec.transport),
+            *("--window", str(spec.window)),
+            *("--backend", spec.backend, "--models-dir", str(Path(spec.models_dir).resolve())),
+            *("--compile", spec.compile),
+            *(["--mode", spec.mode] if spec.mode else []),
+            *("--out", str(self.path(job, ".json"))),
+            *("--attempt", str(attempt), "--stream", stream),
+            *(["--resend-failed"] if spec.resume else []),
+        ]
+        if spec.rate:
+            args += ["--rate", repr(spec.job_rate()), "--start-at", repr(start_at)]
+        return worker_command(args, fd)
+
+    def settle(self, run: WorkerRun, workers: Workers) -> None:
+        """A worker has exited: take its result, or rerun its job for the events left."""
+        spec, job, attempt = self.spec, run.job, run.attempt
+        result = read_result(self.path(job, ".json"))
+        if result is not None:
+            self.counts[job] = (len(result["answered"]), len(result["failed"]))
+            if result.get("error"):
+                e = result["error"]
+                self.note(
+                    f"job {job} ({run.model}) failed on attempt {attempt}: "
+                    f"{e['type']}: {e['message']}"
+                )
+            return
+        code = run.proc.returncode
+        why = f"killed by {signal_name(-code)}" if code < 0 else f"exited with status {code}"
+        why = f"{run.hung}, killed by submit" if run.hung else why
+        why = f"worker {why} without a result on attempt {attempt} of {spec.max_attempts}"
+        last = _last_line(self.path(job, ".log"))
+        why += f" (its log {self.path(job, '.log')} ends: {last})" if last else ""
+        state = read_journal(self.path(job, ".journal"))
+        left = sum(hi - lo for lo, hi in state.missing(spec.events, spec.resume))
+        self.counts[job] = state.settled(spec.resume)
+        tries = attempt - self.first_attempt.get(job, 1) + 1
+        rerun = bool(left and tries < spec.max_attempts)
+        self.incidents.append(
+            {"job": job, "attempt": attempt, "pid": run.proc.pid, "why": why, "rerun": rerun}
+        )
+        if rerun:
+            self.note(f"job {job} ({run.model}): {why}; rerunning its {left} events left")
+            self.reruns += 1
+            self.start(workers, job, attempt + 1)
+            return
+        self.ended[job] = ("WorkerKilled" if code < 0 else "WorkerExited", why)
+        if left:
+            self.note(f"job {job} ({run.model}): {why}; its {left} events left failed")
+
+    def kill_frozen(self, workers: Workers) -> None:
+        """Kill the workers not heard from for `worker_silence_s`, saying which and why;
+        their exit is settled like any other (a rerun for what their journal lacks)."""
+        limit = self.spec.worker_silence_s
+        for run in workers.silent(limit):
+            why = f"hung (nothing heard from it, not even its heartbeat, for {limit} s)"
+            self.note(
+                f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
+                f"{run.attempt} {why}; killing it"
+            )
+            workers.kill(run, why)
+
+    def show(self, workers: Workers, progress: Callable[[Progress], None] | None) -> None:
+        for run in workers.running:
+            if run.reported:
+                self.counts[run.job] = (run.ok, run.failed)
+        if progress:
+            ok = sum(c[0] for c in self.counts.values())
+            failed = sum(c[1] for c in self.counts.values())
+            progress(Progress(ok, failed, self.spec.jobs * self.spec.events, self.reruns))
+
+    def result(self, job: int, stopped_by: str | None) -> dict:
+        """The job's result file, or one made from its journal when it left none."""
+        result = read_result(self.path(job, ".json"))
+        if result is not None:
+            return result
+        spec = self.spec
+        made = JobResult(
+            job,
+            spec.model(job),
+            job * spec.events,
+            spec.events,
+            spec.transport,
+            attempt=self.attempts.get(job, 0),
+            from_journal=True,
+        )
+        if job in self.ended:
+            kind, why = self.ended[job]
+        elif job in self.attempts:
+            kind, why = "Stopped", f"submit got {stopped_by} (attempt {made.attempt})"
+        else:
+            kind, why = "NotStarted", f"submit got {stopped_by} before the job started"
+        state = read_journal(self.path(job, ".journal"))
+        made.fill(state, f"{kind}: {why}")
+        if state.missing(spec.events):  # the events left are this failure's, not the others
+            made.error = {"type": kind, "message": why, "job": job, "attempt": made.attempt}
+        return asdict(made)
+
+
+def _last_line(log: Path) -> str:
+    """The last line a worker wrote to its log (its exception, usually), cut to 300 chars."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines and not lines[-1].startswith("---") else ""

@@ -1,0 +1,45 @@
+"""The driver's watch on its workers (spawn.py): a worker heard from by nothing, not even
+its heartbeat, is named as frozen and killed; one that beats is not; and silence counts only
+while the driver itself runs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from polling import wait_until
+
+from sonicsite.jobs.spawn import ALIVE, DRIVER_PAUSED_S, Workers
+
+SILENT = "import time; time.sleep(600)"
+BEATING = f"import time\nwhile True:\n    print({ALIVE!r}, flush=True)\n    time.sleep(0.2)"
+
+
+def _workers(tmp_path: Path, programs: dict[int, str]) -> Workers:
+    def command(job: int, _model: str, _attempt: int, _fd: int) -> list[str]:
+        return [sys.executable, "-c", programs[job]]
+
+    return Workers(tmp_path, "test", command)
+
+
+def test_a_silent_worker_is_named_and_killed_a_beating_one_is_not(tmp_path):
+    with _workers(tmp_path, {0: SILENT, 1: BEATING}) as workers:
+        silent, beating = workers.start(0, "m", 1), workers.start(1, "m", 1)
+        wait_until(lambda: beating.heard > silent.heard, "the beating worker's first line", 60)
+        named = wait_until(lambda: workers.silent(5.0), "a worker silent for 5 s", 120)
+        assert named == [silent] and beating.proc.poll() is None
+        workers.kill(silent, "hung (a test)")
+        assert silent.proc.wait(timeout=60) < 0 and silent.hung == "hung (a test)"
+        assert silent not in workers.silent(5.0)  # killed once, not named again
+
+
+def test_silence_is_not_counted_while_the_driver_was_not_running(tmp_path):
+    with _workers(tmp_path, {0: SILENT}) as workers:
+        run = workers.start(0, "m", 1)
+        run.heard = time.monotonic() - 100.0  # silent for long...
+        workers.checked = time.monotonic() - (DRIVER_PAUSED_S + 1.0)  # ...but so was the driver
+        assert workers.silent(5.0) == []  # its lines may be waiting in the pipe, unread
+        assert time.monotonic() - run.heard < 5.0  # counted from the driver's return
+        run.heard = time.monotonic() - 100.0
+        assert workers.silent(5.0) == [run]  # the driver ran since: now it counts
