@@ -24,7 +24,7 @@ RECOVERED = 0.8  # completed/offered over a 1 s window at which a stream counts 
 # may execute again elsewhere (within the events in flight at the strike). Any other
 # duplicate is a defect: a request whose answer was lost with Envoy, the gateway, a worker or
 # `submit` is answered from the answer its server kept (client/engine.py, "At most once").
-SERVER_FAULTS = ("server-kill", "server-stop", "blind-server-overload")
+SERVER_FAULTS = ("server-kill", "server-stop", "server-hang", "blind-server-overload")
 
 
 @dataclass

@@ -3,12 +3,14 @@ the supervisor is started.
 
 The supervisor (supervisor.py) is one process of the site, started last by `up`. It watches
 every other process of the state file by PID and starts again one that died, after an
-exponential back-off with a cap; our own HTTP services (the operator, the gateway) are also
-probed, and one that has not answered for `hang_after_s` is SIGKILLed and restarted. A
-process the site stopped on purpose (state STOPPED: a server being removed, everything at
-`down`) is never restarted. Envoy, Prometheus and the Triton servers are restarted when they
-die, not when they are slow: a slow or hung server is the data plane's job (timeouts,
-retries on another server, outlier ejection), and killing a busy server would lose its work.
+exponential back-off with a cap. Those with a health URL that answers whatever their load
+are also probed for hangs, as the chart's liveness probes do on Kubernetes: the operator,
+the gateway and Envoy (its admin `/ready`), SIGKILLed and restarted after `hang_after_s`
+without an answer; a Triton server after `server_hang_after_s` (its HTTP front end answers
+`/v2/health/live` while its models compute, so a busy server is not taken for hung; a slow
+one stays the data plane's job: timeouts, retries on another server, outlier ejection).
+Prometheus is restarted when it dies. A process the site stopped on purpose (state STOPPED:
+a server being removed, everything at `down`) is never restarted.
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import SUPERVISOR
+from sonicsite.contract.wire import SERVER, SUPERVISOR
 
 from .errors import SiteError
 from .processes import start_process, wait_for_http
 from .state import LocalProcess, SiteState, edit
 
-HANG_KINDS = ("operator", "gateway")  # probed for hangs; the others are watched by PID only
+HANG_KINDS = ("operator", "gateway", "envoy", SERVER)  # probed for hangs; the rest by PID
 HISTORY = 8  # back-off delays kept per process in its record
 
 
 @dataclass(frozen=True)
 class SupervisionPolicy:
     """The supervisor's timings. A dead process is noticed within `interval_s`; a hung
-    operator or gateway is SIGKILLed at most `hang_after_s + probe_timeout_s + interval_s`
+    one (HANG_KINDS) is SIGKILLed at most `hang_after(kind) + probe_timeout_s + interval_s`
     after its last answer; each is then started again after its back-off."""
 
     interval_s: float = 0.5  # how often every PID is checked
@@ -39,9 +41,17 @@ class SupervisionPolicy:
     backoff_factor: float = 2.0  # each further failure in a row multiplies it
     backoff_max_s: float = 30.0  # the cap
     stable_s: float = 30.0  # a process that ran this long starts its back-off afresh
-    hang_after_s: float = 10.0  # operator/gateway: no answer for this long means hung
+    hang_after_s: float = 10.0  # operator, gateway, Envoy: no answer this long means hung
+    server_hang_after_s: float = 30.0  # a Triton server (the chart's liveness: 3 × 10 s)
     probe_timeout_s: float = 2.0  # one probe's wait for an answer
     start_timeout_s: float = 180.0  # a restarted process must answer within this
+
+    def hang_after(self, kind: str) -> float | None:
+        """Seconds without an answer after which a process of `kind` is hung; None for
+        a kind watched by PID only."""
+        if kind not in HANG_KINDS:
+            return None
+        return self.server_hang_after_s if kind == SERVER else self.hang_after_s
 
     def delay(self, failures: int) -> float:
         """The back-off before the restart that follows `failures` failures in a row."""
@@ -57,6 +67,7 @@ class SupervisionPolicy:
             f"--backoff-max={self.backoff_max_s}",
             f"--stable={self.stable_s}",
             f"--hang-after={self.hang_after_s}",
+            f"--server-hang-after={self.server_hang_after_s}",
             f"--probe-timeout={self.probe_timeout_s}",
             f"--start-timeout={self.start_timeout_s}",
         ]

@@ -1,8 +1,8 @@
 """`python -P -m sonicsite.local.supervisor --site DIR --port P`: the local site's supervisor.
 
 Every `interval_s` it reads the state file and checks each process of the site by PID (and
-the operator and the gateway by their health URL, for hangs). A process that died, or hung,
-is started again after its back-off (supervision.py): the same command for the operator,
+those whose health URL answers whatever their load, for hangs: supervision.py). A process
+that died, or hung, is started again after its back-off: the same command for the operator,
 Envoy, the gateway and Prometheus, the same id and, when free, the same ports for a Triton
 server. Each restart is counted in the process's record (restarts, last exit, the delays),
 logged, and served at /metrics. A process recorded STOPPED is never restarted.
@@ -42,7 +42,7 @@ from sonicsite.contract.wire import (
 from .processes import exit_reason, kill_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
-from .supervision import HANG_KINDS, HISTORY, SupervisionPolicy
+from .supervision import HISTORY, SupervisionPolicy
 from .supervisor_http import serve
 
 log = logging.getLogger("sonicsite.supervisor")
@@ -151,9 +151,8 @@ class Supervisor:
         if record.state == RUNNING:
             if not self._lives(state, record):
                 self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
-            elif record.kind in HANG_KINDS and now - watch.answered_at >= self.policy.hang_after_s:
+            elif (bound := self._hang_bound(record)) and now - watch.answered_at >= bound:
                 kill_group(record.pid)
-                bound = self.policy.hang_after_s
                 why = f"hung: no answer from {record.health} for {bound:g} s or more, SIGKILLed"
                 self._failed(record, watch, why, now)
             return
@@ -176,6 +175,10 @@ class Supervisor:
             watch.restart_at = now + watch.delay
         if now >= watch.restart_at:
             self._restart(record, watch, now)
+
+    def _hang_bound(self, record: LocalProcess) -> float | None:
+        """How long `record` may not answer before it is hung; None: watched by PID only."""
+        return self.policy.hang_after(record.kind) if record.health else None
 
     def _failed(self, record: LocalProcess, watch: Watch, why: str, now: float) -> None:
         """It died (or hung, or never answered): record why and schedule its restart."""
@@ -301,14 +304,14 @@ class Supervisor:
     # -- probes -------------------------------------------------------------------------
 
     def _probe(self, records: list[LocalProcess]) -> dict[str, bool]:
-        """Probe, side by side, the processes whose answer matters now: the operator and
-        the gateway (hangs), and every process started again (is it up yet?)."""
+        """Probe, side by side, the processes whose answer matters now: those probed for
+        hangs (HANG_KINDS), and every process started again (is it up yet?)."""
         wanted = [
             r
             for r in records
             if r.health
             and (
-                (r.state == RUNNING and r.kind in HANG_KINDS)
+                (r.state == RUNNING and self._hang_bound(r))
                 or (r.state == RESTARTING and self.watches[r.name].spawned_at)
             )
         ]
@@ -340,7 +343,8 @@ def parser() -> argparse.ArgumentParser:
         "--backoff-factor": ("backoff_factor", "each failure in a row multiplies the wait"),
         "--backoff-max": ("backoff_max_s", "the longest wait before a restart"),
         "--stable": ("stable_s", "seconds of running after which the back-off starts afresh"),
-        "--hang-after": ("hang_after_s", "seconds without an answer: operator/gateway hung"),
+        "--hang-after": ("hang_after_s", "seconds unanswered: operator, gateway, Envoy hung"),
+        "--server-hang-after": ("server_hang_after_s", "seconds unanswered: a Triton server hung"),
         "--probe-timeout": ("probe_timeout_s", "seconds one health probe waits"),
         "--start-timeout": ("start_timeout_s", "seconds a restarted process has to answer"),
     }
