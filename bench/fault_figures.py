@@ -193,6 +193,9 @@ def summary(rows: list[dict], capacity: float | None, offered: float) -> dict:
             1 for r in rows if r["target"] == "operator" and not r.get("shed_at_strike")
         ),
         "max_recovery_s": None if None in recoveries else max(recoveries, default=0.0),
+        "hangs_not_ended_by_the_supervisor": sum(
+            1 for r in rows if "hung_restart_after_s" in r and r["hung_restart_after_s"] is None
+        ),
         "scenarios": len(rows),
         "capacity_events_per_s": None if capacity is None else round(capacity, 1),
         "offered_events_per_s": round(offered, 1),
@@ -202,6 +205,7 @@ def summary(rows: list[dict], capacity: float | None, offered: float) -> dict:
             "orphans_total": "= 0",
             "stuck_shed_after_operator_kill": f"= 0 (a shed lapses within {bound:g} s)",
             "max_recovery_s": "<= 15",
+            "hangs_not_ended_by_the_supervisor": "= 0",
         },
         "table": [
             {

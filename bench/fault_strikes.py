@@ -133,3 +133,23 @@ def shed_lapse_s(state: SiteState, model: str, since: float, timeout: float) -> 
             return round(time.time() - since, 2)
         time.sleep(0.2)
     return None
+
+
+def hung_restarts(state: SiteState, name: str) -> int:
+    """How many times the site's supervisor has restarted process `name` as hung (0 when
+    the site has no such process): its record's restarts, if its last exit says hung."""
+    record = SiteState.load(Path(state.site_dir)).process(name)
+    if record is None or not (record.last_exit or "").startswith("hung"):
+        return 0
+    return record.restarts
+
+
+def wait_hung_restart(state: SiteState, name: str, since: float, timeout: float) -> float | None:
+    """Seconds from `since` (epoch s) until the supervisor has restarted `name` as hung;
+    None if it has not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if hung_restarts(state, name):
+            return round(time.time() - since, 1)
+        time.sleep(0.2)
+    return None

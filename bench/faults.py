@@ -51,9 +51,11 @@ from .fault_figures import (
 from .fault_logs import keep_logs, read_log, tail
 from .fault_strikes import (
     flood,
+    hung_restarts,
     shed_lapse_s,
     strike_target,
     wait_envoy_sheds,
+    wait_hung_restart,
     wait_in_flight,
     wait_shed,
 )
@@ -227,11 +229,17 @@ def _scenario(
         if scenario.overload:
             figures["shed_with_blind_server"] = wait_shed(state, FLOODED, 25)
             flooding = _stop(flooding)
+        site_process = scenario.target not in ("worker", "submit")
+        if scenario.sig == signal.SIGSTOP and not scenario.stop_s and site_process:
+            # stopped for good: only the supervisor's hang probe ends it (the stream waits)
+            figures["hung_restart_after_s"] = wait_hung_restart(state, scenario.target, when, 120)
         if scenario.stop_s:
             time.sleep(max(0.0, when + scenario.stop_s - time.time()))
             with contextlib.suppress(ProcessLookupError):  # the supervisor killed it as hung
                 os.kill(pid, signal.SIGCONT)
-        if scenario.target == "submit":
+        if scenario.sig == signal.SIGSTOP and site_process:
+            figures["restarted_as_hung"] = hung_restarts(state, scenario.target) > 0
+        if scenario.target == "submit" and scenario.sig == signal.SIGKILL:
             first = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
             figures["orphan_workers"] = _survivors([w["pid"] for w in first], 30)
             logs.append(open(tmp / "resume.log", "w"))  # noqa: SIM115 - closed below

@@ -141,7 +141,7 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
     p.add_argument(
         "--worker-silence",
-        type=at_least(5),
+        type=at_least(10),
         default=60,
         metavar="SECONDS",
         help="a worker not heard from this long (it says it is alive every second) is "

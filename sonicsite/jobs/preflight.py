@@ -15,9 +15,9 @@ from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, SERVER, read_proc
 from sonicsite.local.state import SiteState
 from sonicsite.local.status import unfinished
 
-from .spawn import HEARTBEAT_S
+from .lifeline import HEARTBEAT_S
 
-MIN_SILENCE_S = 5  # seconds: a busy machine may delay a heartbeat by a few
+MIN_SILENCE_S = 10  # seconds: beyond a heartbeat and the driver's own pause (spawn.py)
 
 
 def check_spec(spec: Any) -> None:

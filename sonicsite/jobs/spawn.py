@@ -4,16 +4,18 @@ Each worker runs in a session (and process group) of its own, so that a Ctrl-C o
 terminal reaches the driver alone, which then stops the workers itself (SIGTERM to each
 group, SIGKILL after a grace). Every worker holds the read end of one pipe whose write end
 only the driver holds: when the driver dies, even by SIGKILL, the kernel closes it and each
-worker reads end-of-file and exits (worker.watch_parent). A pipe, not PR_SET_PDEATHSIG:
+worker reads end-of-file and exits (lifeline.watch_parent). A pipe, not PR_SET_PDEATHSIG:
 that fires when the *thread* that started the child exits, and the driver may run in a
 thread that ends before its workers do. The PIDs go to `jobs/workers.json` as they start,
 so that anyone can check that none survives.
 
-A worker says ALIVE every HEARTBEAT_S from a thread of its own (worker.heartbeat). One not
+A worker says ALIVE every HEARTBEAT_S from a thread of its own (lifeline.heartbeat). One not
 heard from for the driver's silence limit is frozen, not slow (a slow one still beats):
 `silent` names it, and the driver kills it and reruns its job. Silence is counted only
 while the driver itself runs: a driver stopped or starved for a while reads its workers'
-lines late, and would otherwise take every worker for frozen.
+lines late, and would otherwise take every worker for frozen. Before its first line a
+worker has at least START_SILENCE_S: a wave of workers importing at once on a busy machine
+is slow to say anything.
 """
 
 from __future__ import annotations
@@ -31,9 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WORKERS_FILE = "workers.json"
-ALIVE = "alive"  # a worker's heartbeat line
-HEARTBEAT_S = 1.0  # how often a worker says ALIVE
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
+START_SILENCE_S = 120.0  # the least silence allowed before a worker's first line
 
 
 @dataclass
@@ -48,15 +49,20 @@ class WorkerRun:
     failed: int = 0
     reported: bool = False  # a progress line has come
     heard: float = field(default_factory=time.monotonic)  # its last line (or its start)
+    said: bool = False  # any line has come
     hung: str = ""  # why the driver killed it as frozen, if it did
 
     def read_progress(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        for line in self.proc.stdout:  # decoded with errors="replace": a bad byte is no end
             self.heard = time.monotonic()
+            self.said = True
             parts = line.split()
             if len(parts) == 3 and parts[0] == "progress":
-                self.ok, self.failed = int(parts[1]), int(parts[2])
+                try:
+                    self.ok, self.failed = int(parts[1]), int(parts[2])
+                except ValueError:  # not ours (a library writing to stdout): skipped
+                    continue
                 self.reported = True
 
 
@@ -85,6 +91,7 @@ class Workers:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 text=True,
+                errors="replace",
                 start_new_session=True,
                 pass_fds=(self._read,),
             )
@@ -121,7 +128,9 @@ class Workers:
         return [
             r
             for r in self.running
-            if not r.hung and r.proc.poll() is None and now - r.heard > limit_s
+            if not r.hung
+            and r.proc.poll() is None
+            and now - r.heard > (limit_s if r.said else max(limit_s, START_SILENCE_S))
         ]
 
     def kill(self, run: WorkerRun, why: str) -> None:

@@ -24,7 +24,6 @@ process (`local_events`) and every switch with its reason (`switches`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -45,12 +44,11 @@ from sonicsite.models.samples import DEFAULT_BATCH, AnswerError, generate
 from .arrivals import schedule
 from .executions import request_tag
 from .journal import Journal, JournalState, read_journal
+from .lifeline import heartbeat, watch_parent
 from .result import JobResult, write_result
-from .spawn import ALIVE, HEARTBEAT_S
 
 MODELS_DIR = Path("build/models")  # where `sonicsite models build` writes (launcher's default)
 EXIT_FAILED = 2  # the worker caught an exception and reported it in its result
-EXIT_ORPHANED = 3  # the driver is gone
 
 
 @dataclass
@@ -207,35 +205,6 @@ def _merge(into: StreamStats, stats: StreamStats) -> None:
         mine["requests"] = m + n
 
 
-def heartbeat(say: Callable[[str], None], every_s: float = HEARTBEAT_S) -> None:
-    """Say ALIVE every `every_s` from a daemon thread: a process that is stopped or frozen
-    (SIGSTOP, a host swapping, a hung file system) says nothing, whatever its main thread
-    was doing, and the driver stops waiting for it (spawn.py `Workers.silent`)."""
-
-    def beat() -> None:
-        while True:
-            say(ALIVE)
-            time.sleep(every_s)
-
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
-
-
-def watch_parent(fd: int, job: int) -> None:
-    """Stop this process when the driver dies: it holds the pipe's write end, so a read
-    here returns end-of-file the moment it is gone (SIGKILL included)."""
-
-    def watch() -> None:
-        try:
-            while os.read(fd, 1):
-                pass
-        except OSError:
-            pass
-        os.write(2, f"job {job}: the driver is gone (its pipe closed); stopping\n".encode())
-        os._exit(EXIT_ORPHANED)
-
-    threading.Thread(target=watch, name="watch-driver", daemon=True).start()
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonicsite.jobs.worker")
     parser.add_argument("--site", type=Path, required=True)
@@ -325,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(ok: int, failed: int) -> None:
         say(f"progress {ok} {failed}")
 
-    heartbeat(say)
+    stop_beating = heartbeat(say)
 
     first = args.job * args.events
     result = JobResult(
@@ -386,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = f"{result.error['type']}: {result.error['message']}" if result.error else ""
     result.fill(state, reason)
     write_result(result, args.out)
+    stop_beating()
     return EXIT_FAILED if result.error else 0
 
 

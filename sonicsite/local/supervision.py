@@ -5,10 +5,11 @@ The supervisor (supervisor.py) is one process of the site, started last by `up`.
 every other process of the state file by PID and starts again one that died, after an
 exponential back-off with a cap. Those with a health URL that answers whatever their load
 are also probed for hangs, as the chart's liveness probes do on Kubernetes: the operator,
-the gateway and Envoy (its admin `/ready`), SIGKILLed and restarted after `hang_after_s`
-without an answer; a Triton server after `server_hang_after_s` (its HTTP front end answers
-`/v2/health/live` while its models compute, so a busy server is not taken for hung; a slow
-one stays the data plane's job: timeouts, retries on another server, outlier ejection).
+the gateway and Envoy (its admin `/ready`) are SIGKILLed and restarted after `hang_after_s`
+and HANG_PROBES probes in a row without an answer; a Triton server after
+`server_hang_after_s` (its HTTP front end answers `/v2/health/live` while its models
+compute, so a busy server is not taken for hung; a slow one stays the data plane's job:
+timeouts, retries on another server, outlier ejection).
 Prometheus is restarted when it dies. A process the site stopped on purpose (state STOPPED:
 a server being removed, everything at `down`) is never restarted.
 """
@@ -28,6 +29,7 @@ from .state import LocalProcess, SiteState, edit
 
 HANG_KINDS = ("operator", "gateway", "envoy", SERVER)  # probed for hangs; the rest by PID
 HISTORY = 8  # back-off delays kept per process in its record
+HANG_PROBES = 3  # probes unanswered in a row, besides the time bound (the chart's threshold)
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,11 @@ from sonicsite.contract.wire import (
 from .processes import exit_reason, kill_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
-from .supervision import HISTORY, SupervisionPolicy
+from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy
 from .supervisor_http import serve
 
 log = logging.getLogger("sonicsite.supervisor")
+PROBE_THREADS = 32  # more than a local site has processes: one sweep, one probe timeout
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Watch:
     spawned_at: float = 0.0  # monotonic: when the supervisor started it; 0: not started
     restart_at: float = 0.0  # monotonic: when the pending restart is due; 0: none pending
     delay: float = 0.0  # the back-off before the pending restart
+    missed: int = 0  # hang probes unanswered in a row
 
 
 class Supervisor:
@@ -75,7 +77,8 @@ class Supervisor:
         self.restart_failures = 0  # restarts that could not start the process (logged)
         self.started = time.time()  # /healthz: no sweep yet counts from here
         self.stop = threading.Event()
-        self.probes = ThreadPoolExecutor(4, thread_name_prefix="probe")
+        # every probe of a sweep at once: a sweep waits one probe timeout at most
+        self.probes = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="probe")
 
     @property
     def stale_after_s(self) -> float:
@@ -118,7 +121,7 @@ class Supervisor:
         answered = self._probe(watched)
         for record in watched:
             try:  # one process's failed check does not leave the others unchecked
-                self._check(state, record, answered.get(record.name, False), now)
+                self._check(state, record, answered.get(record.name), now)
             except Exception:
                 self.sweep_errors += 1
                 log.exception("%s (pid %d): its check failed", record.name, record.pid)
@@ -144,16 +147,25 @@ class Supervisor:
         """Alive, and still the site's process (not a PID reused by another)."""
         return lives_for_site(record, state.site_dir)
 
-    def _check(self, state: SiteState, record: LocalProcess, answered: bool, now: float) -> None:
+    def _check(
+        self, state: SiteState, record: LocalProcess, answered: bool | None, now: float
+    ) -> None:
+        """`answered`: its probe's outcome this sweep; None when it was not probed."""
         watch = self.watches[record.name]
         if answered:
-            watch.answered_at = now
+            watch.answered_at, watch.missed = now, 0
+        elif answered is False:
+            watch.missed += 1
         if record.state == RUNNING:
             if not self._lives(state, record):
                 self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
-            elif (bound := self._hang_bound(record)) and now - watch.answered_at >= bound:
+            elif self._hung(record, watch, now):
                 kill_group(record.pid)
-                why = f"hung: no answer from {record.health} for {bound:g} s or more, SIGKILLed"
+                bound, missed = self._hang_bound(record), watch.missed
+                why = (
+                    f"hung: no answer from {record.health} for {bound:g} s or more "
+                    f"({missed} probes in a row), SIGKILLed"
+                )
                 self._failed(record, watch, why, now)
             return
         if record.state != RESTARTING:
@@ -175,6 +187,13 @@ class Supervisor:
             watch.restart_at = now + watch.delay
         if now >= watch.restart_at:
             self._restart(record, watch, now)
+
+    def _hung(self, record: LocalProcess, watch: Watch, now: float) -> bool:
+        """Unanswered for its bound and for HANG_PROBES probes in a row, as a liveness probe
+        counts failures: after the supervisor itself was stopped or starved past the bound,
+        one probe lost while the machine catches up is not a hang."""
+        bound = self._hang_bound(record)
+        return bool(bound) and now - watch.answered_at >= bound and watch.missed >= HANG_PROBES
 
     def _hang_bound(self, record: LocalProcess) -> float | None:
         """How long `record` may not answer before it is hung; None: watched by PID only."""

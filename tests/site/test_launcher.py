@@ -147,7 +147,7 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
         ),
         (
             ["submit", "--model", "simple", "--worker-silence", "2"],
-            "argument --worker-silence: expected an integer ≥ 5, got 2",
+            "argument --worker-silence: expected an integer ≥ 10, got 2",
         ),
     ],
 )
