@@ -47,9 +47,10 @@ def _answers(out: Path) -> Counter:
     return counts
 
 
-def _kill_job_0_mid_job(spec: StreamSpec) -> tuple[dict, list[str], int]:
-    """Run `spec` and SIGKILL job 0's first worker once it has answered 48 events; returns
-    the report, the driver's notes, and how many events the killed worker had left."""
+def _strike_job_0_mid_job(spec: StreamSpec, kill: bool = True) -> tuple[dict, list[str], int, int]:
+    """Run `spec` and SIGSTOP job 0's first worker once it has answered 48 events, then
+    (with `kill`) SIGKILL it there; returns the report, the driver's notes, how many events
+    the worker had left, and its PID."""
     notes: list[str] = []
     report: dict = {}
     runner = threading.Thread(target=lambda: report.update(submit(spec, note=notes.append)))
@@ -58,14 +59,15 @@ def _kill_job_0_mid_job(spec: StreamSpec) -> tuple[dict, list[str], int]:
         wait_until(lambda: _answered(spec.out, 0) >= 48, "job 0 to answer 48 events", 180)
         victim = next(w["pid"] for w in _workers(spec.out)["workers"] if w["job"] == 0)
         assert _is_our_worker(victim, spec.out)
-        os.kill(victim, signal.SIGSTOP)  # hold it mid-job, then kill it there
+        os.kill(victim, signal.SIGSTOP)  # hold it mid-job (and kill it there)
         left = spec.events - _answered(spec.out, 0)
         assert left > 0 and not (spec.out / "jobs" / "job-00000.json").exists()
-        os.kill(victim, signal.SIGKILL)
+        if kill:
+            os.kill(victim, signal.SIGKILL)
     finally:
         runner.join(timeout=600)
     assert not runner.is_alive()
-    return report, notes, left
+    return report, notes, left, victim
 
 
 def _spec(site, tmp_path: Path, max_attempts: int = 3) -> StreamSpec:
@@ -84,7 +86,7 @@ def _spec(site, tmp_path: Path, max_attempts: int = 3) -> StreamSpec:
 
 def test_worker_killed_mid_job_is_rerun_for_the_rest_and_every_event_answered_once(site, tmp_path):
     spec = _spec(site, tmp_path)
-    report, notes, left = _kill_job_0_mid_job(spec)
+    report, notes, left, _ = _strike_job_0_mid_job(spec)
     assert report["events_ok"] == report["events_total"] == 640
     answers = _answers(spec.out)
     assert set(answers) == set(range(640)) and set(answers.values()) == {1}
@@ -110,7 +112,7 @@ def test_worker_killed_mid_job_is_rerun_for_the_rest_and_every_event_answered_on
 
 def test_a_job_out_of_attempts_fails_its_events_left_and_says_so(site, tmp_path):
     spec = _spec(site, tmp_path, max_attempts=1)
-    report, notes, left = _kill_job_0_mid_job(spec)
+    report, notes, left, _ = _strike_job_0_mid_job(spec)
     why = "worker killed by SIGKILL without a result on attempt 1 of 1"
     assert f"job 0 (particlenet_ak4): {why}; its {left} events left failed" in notes
     assert report["events_failed"] == left and report["events_ok"] == 640 - left
@@ -124,18 +126,8 @@ def test_a_frozen_worker_is_killed_and_its_job_rerun_and_the_report_says_so(site
     """Job 0's worker is stopped mid-job and never continued: nothing is heard from it, not
     even its heartbeat; submit kills it after its silence limit and reruns the job."""
     spec = replace(_spec(site, tmp_path), worker_silence_s=10)
-    notes: list[str] = []
-    report: dict = {}
-    runner = threading.Thread(target=lambda: report.update(submit(spec, note=notes.append)))
-    runner.start()
-    try:
-        wait_until(lambda: _answered(spec.out, 0) >= 48, "job 0 to answer 48 events", 180)
-        frozen = next(w["pid"] for w in _workers(spec.out)["workers"] if w["job"] == 0)
-        assert _is_our_worker(frozen, spec.out)
-        os.kill(frozen, signal.SIGSTOP)
-    finally:
-        runner.join(timeout=600)
-    assert not runner.is_alive() and not alive(frozen)
+    report, notes, _, frozen = _strike_job_0_mid_job(spec, kill=False)
+    assert not alive(frozen)
     assert report["events_ok"] == report["events_total"] == 640
     assert set(_answers(spec.out).values()) == {1}
     hung = "hung (nothing heard from it, not even its heartbeat, for 10 s)"
