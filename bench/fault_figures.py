@@ -97,6 +97,22 @@ def percentiles_ms(latencies_s: list[float]) -> dict[str, float | None]:
     return {"p50": round(float(p50), 1), "p99": round(float(p99), 1)}
 
 
+def _counted(
+    figures: StreamFigures, first: float, window_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Events offered and completed per `window_s` window from `first` (epoch s) to the
+    last arrival."""
+    last = max(t for t, _ in figures.arrivals)
+    windows = max(1, math.floor((last - first) / window_s))
+    offered, done = np.zeros(windows, dtype=int), np.zeros(windows, dtype=int)
+    for series, counts in ((figures.arrivals, offered), (figures.completions, done)):
+        for t, n in series:
+            k = math.floor((t - first) / window_s)
+            if 0 <= k < windows:
+                counts[k] += n
+    return offered, done
+
+
 def per_window(
     figures: StreamFigures, strike: float, before_s: int = 10, window_s: float = 1.0
 ) -> dict:
@@ -106,22 +122,13 @@ def per_window(
     tell the reader whether the machine stalls like that without any fault."""
     if not figures.arrivals:
         return {"from_s": -before_s, "offered": [], "done": [], "short_before_strike": None}
-    first = strike - before_s * window_s
-    last = max(t for t, _ in figures.arrivals)
-    windows = max(1, math.floor((last - first) / window_s))
-    offered, done = np.zeros(windows, dtype=int), np.zeros(windows, dtype=int)
-    for series, counts in ((figures.arrivals, offered), (figures.completions, done)):
-        for t, n in series:
-            k = math.floor((t - first) / window_s)
-            if 0 <= k < windows:
-                counts[k] += n
-    before = slice(0, min(before_s, windows))
-    short = int(np.sum(done[before] < RECOVERED * offered[before]))
+    offered, done = _counted(figures, strike - before_s * window_s, window_s)
+    before = slice(0, min(before_s, len(offered)))
     return {
         "from_s": -before_s,
         "offered": offered.tolist(),
         "done": done.tolist(),
-        "short_before_strike": short,
+        "short_before_strike": int(np.sum(done[before] < RECOVERED * offered[before])),
     }
 
 
@@ -130,18 +137,7 @@ def recovery_s(figures: StreamFigures, strike: float, window_s: float = 1.0) -> 
     the events that arrived in it, and stay so until the arrivals end; None if never."""
     if not figures.arrivals:
         return None
-    last = max(t for t, _ in figures.arrivals)
-    windows = max(1, math.floor((last - strike) / window_s))
-    offered = np.zeros(windows)
-    done = np.zeros(windows)
-    for t, n in figures.arrivals:
-        k = math.floor((t - strike) / window_s)
-        if 0 <= k < windows:
-            offered[k] += n
-    for t, n in figures.completions:
-        k = math.floor((t - strike) / window_s)
-        if 0 <= k < windows:
-            done[k] += n
+    offered, done = _counted(figures, strike, window_s)
     good = done >= RECOVERED * offered
     if not good[-1]:
         return None

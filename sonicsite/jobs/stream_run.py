@@ -32,10 +32,14 @@ class StreamRun:
     counts: dict[int, tuple[int, int]] = field(default_factory=dict)  # job -> ok, failed
     attempts: dict[int, int] = field(default_factory=dict)  # job -> its last attempt
     ended: dict[int, tuple[str, str]] = field(default_factory=dict)  # job -> kind, why
-    reruns: int = 0
     incidents: list[dict] = field(default_factory=list)  # workers gone without a result
     record: StreamRecord | None = None  # the stream's own file (stream.json), kept current
     first_attempt: dict[int, int] = field(default_factory=dict)  # job -> first of this run
+
+    @property
+    def reruns(self) -> int:
+        """Jobs started again after their worker left without a result."""
+        return sum(1 for incident in self.incidents if incident["rerun"])
 
     def path(self, job: int, suffix: str) -> Path:
         return self.jobs_dir / f"job-{job:05d}{suffix}"
@@ -120,7 +124,6 @@ class StreamRun:
         )
         if rerun:
             self.note(f"job {job} ({run.model}): {why}; rerunning its {left} events left")
-            self.reruns += 1
             self.start(workers, job, attempt + 1)
             return
         self.ended[job] = ("WorkerKilled" if code < 0 else "WorkerExited", why)
