@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from compat_paths import HELD, HOLDER, holder, inputs_of
-from polling import wait_until
+from polling import settled, wait_until
 from stock import stock_infer
 
 N, BATCH = 8, 256
@@ -70,7 +70,7 @@ def test_a_burst_on_the_lone_server_is_answered_and_run_once_each(compat_site, m
     # only once lower figures have lasted (try_timeouts.py SHRINK_AFTER)
     wait_until(light, "a per-try timeout from light traffic", DEADLINE_S, 0.5)
     wait_until(lambda: _open(compat_site), f"{HELD} open", DEADLINE_S)
-    before = _success(compat_site)
+    before = settled(lambda: _success(compat_site), f"{HOLDER}'s count")
     results: list = []
 
     def one() -> None:

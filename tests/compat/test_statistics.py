@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from compat_paths import HELD, HOLDER, MODELS, inputs_of, paths_for, raw
-from polling import wait_until
+from polling import settled, wait_until
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
@@ -150,7 +150,9 @@ def test_n_requests_raise_the_pooled_success_count_by_n(compat_site, protocol, p
 def test_statistics_field_by_field(compat_site, model):
     """Through Envoy (gRPC and REST) and the gateway: the servers' own statistics summed
     (for the held model, triton-1's own)."""
-    before = sum(_success(e) for e in _own_stats(compat_site, model))
+    before = settled(
+        lambda: sum(_success(e) for e in _own_stats(compat_site, model)), "the servers' counts"
+    )
     stock_infer(
         paths_for(compat_site, model).envoy,
         model,
@@ -186,7 +188,7 @@ def test_the_held_model_is_answered_by_its_holder_alone(compat_site):
     holder = next(s for s in compat_site.servers if s.id == HOLDER)
     others = [s for s in compat_site.servers if s.id != HOLDER]
     assert all(HELD not in s.models for s in others) and HELD in holder.models
-    before = _success(_own_stats(compat_site, HELD)[0])
+    before = settled(lambda: _success(_own_stats(compat_site, HELD)[0]), f"{HOLDER}'s count")
     paths = paths_for(compat_site, HELD)
     for address, module in (
         (paths.envoy, grpcclient),

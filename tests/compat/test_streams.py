@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from compat_paths import HELD, HOLDER, OUTPUTS, holder, inputs_of
-from polling import wait_until
+from polling import settled, wait_until
 from sonicsite.operator.xds_model_match import COMPRESSED
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
@@ -83,7 +83,7 @@ def test_a_stream_of_two_models_gets_each_answered_by_a_server_that_holds_it(
     """simple, then particlenet_ak4 (triton-1 alone holds it), in one stream through Envoy,
     ten times: every answer is the direct server's, and triton-1 ran each particlenet_ak4
     request exactly once."""
-    before = _success(compat_site, HELD)
+    before = settled(lambda: _success(compat_site, HELD), f"{HOLDER}'s count")
     for _ in range(10):
         found = _stream(compat_site.grpc, TWO)
         assert sorted(found) == [f"{k}-{m}" for k, m in enumerate(TWO)]
@@ -113,7 +113,7 @@ def test_a_compressed_unary_call_is_refused_naming_why_never_sent_anywhere(
         direct.close()
     _same(HELD, {n: result.as_numpy(n) for n in OUTPUTS[HELD]}, reference[HELD])
     wait_until(lambda: _success(compat_site, HELD) > 0, f"{HOLDER} to count the direct one")
-    before = _success(compat_site, HELD)
+    before = settled(lambda: _success(compat_site, HELD), f"{HOLDER}'s count")
     client = grpcclient.InferenceServerClient(compat_site.grpc)
     try:
         for _ in range(9):

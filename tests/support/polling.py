@@ -27,3 +27,22 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
         time.sleep(interval)
+
+
+def settled(read: Callable[[], T], what: str, reads: int = 3, interval: float = 0.5) -> T:
+    """`read()` once it has given the same value `reads` times in a row, `interval` apart.
+
+    For a count that trails what it counts: Triton counts a request only after its reply is
+    out, so a request a test before this one was answered may not be counted yet, and a
+    count read at once would take it for one of this test's."""
+    last, same = read(), 1
+
+    def steady() -> bool:
+        nonlocal last, same
+        value = read()
+        same = same + 1 if value == last else 1
+        last = value
+        return same >= reads
+
+    wait_until(steady, f"{what} to stop changing", interval=interval)
+    return last
