@@ -56,6 +56,8 @@ def _submit(args: argparse.Namespace, models: list[str]) -> int:
         models=models,
         max_attempts=args.max_attempts,
         worker_silence_s=args.worker_silence,
+        job_stall_s=args.job_stall,
+        cpu_ms_per_event=args.cpu_ms_per_event,
         rate=args.rate,
         resume=getattr(args, "resume", False),  # submit only
         fresh=getattr(args, "fresh", args.command == "demo"),  # demo: a stream of its own site

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .bench.commands import add_bench_parser
 from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
-from .contract.options import at_least, non_negative
+from .contract.options import at_least, non_negative, zero_or_at_least
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
@@ -146,6 +146,23 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         metavar="SECONDS",
         help="a worker not heard from this long (it says it is alive every second) is "
         "frozen: killed, and its job rerun (default 60)",
+    )
+    p.add_argument(
+        "--job-stall",
+        type=zero_or_at_least(10),
+        default=600,
+        metavar="SECONDS",
+        help="a worker that beats but has had no event answered or failed this long is stuck "
+        "(a deadlock, a loop that never ends): killed, and its job rerun; 0: never "
+        "(default 600)",
+    )
+    p.add_argument(
+        "--cpu-ms-per-event",
+        type=non_negative,
+        default=0.0,
+        metavar="MS",
+        help="each job's own CPU work per event before it is sent (a stand-in for its "
+        "reconstruction), in ms of CPU time (default 0)",
     )
     p.add_argument(
         "--rate",

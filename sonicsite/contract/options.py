@@ -25,6 +25,21 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def zero_or_at_least(minimum: int) -> Callable[[str], int]:
+    """0 (never, off) or an integer ≥ `minimum` (an argparse type)."""
+    floor = at_least(0)
+
+    def parse(text: str) -> int:
+        value = floor(text)
+        if 0 < value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected 0 (never) or an integer ≥ {minimum}, got {value}"
+            )
+        return value
+
+    return parse
+
+
 def non_negative(text: str) -> float:
     """A number ≥ 0 (an argparse type)."""
     try:

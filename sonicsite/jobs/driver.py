@@ -11,6 +11,8 @@ Faults it handles, and says so on the console and in the report:
   the report's `worker_incidents` (job, attempt, PID, why, rerun or not);
 - a worker frozen (stopped, or its host swapping): nothing heard from it, not even its
   heartbeat, for `worker_silence_s`: it is killed and its job rerun as above;
+- a worker stuck while its threads run (a deadlock, a loop that never ends): it beats, but
+  no event of its is answered or failed for `job_stall_s`: killed and rerun as above;
 - a worker that fails (bad options, no GPU, an unreachable site): its exception, with the
   job, goes to the report's `errors` and to stderr; it is not rerun (it would fail again);
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
@@ -80,6 +82,8 @@ class StreamSpec:
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
     worker_silence_s: int = 60  # a worker not heard from this long is frozen: killed, rerun
+    job_stall_s: int = 600  # a worker with no event answered or failed this long: the same
+    cpu_ms_per_event: float = 0.0  # each job's own CPU work per event (its reconstruction)
 
     def model(self, job: int) -> str:
         return self.models[job % len(self.models)]
@@ -227,6 +231,8 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
             "mode": spec.mode or "default",
             "max_attempts": spec.max_attempts,
             "worker_silence_s": spec.worker_silence_s,
+            "job_stall_s": spec.job_stall_s,
+            "cpu_ms_per_event": spec.cpu_ms_per_event,
             "rate_events_per_s": spec.rate,
             "resumed": spec.resume,
             "backend": spec.backend,

@@ -5,6 +5,7 @@ that the site is up (its processes as `sonicsite status` sees them)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,15 @@ def check_spec(spec: Any) -> None:
         raise ValueError(
             f"worker_silence_s: expected an integer ≥ {MIN_SILENCE_S} (workers say they are "
             f"alive every {HEARTBEAT_S:g} s), got {spec.worker_silence_s}"
+        )
+    if spec.job_stall_s and spec.job_stall_s < MIN_SILENCE_S:
+        raise ValueError(
+            f"job_stall_s: expected 0 (never) or an integer ≥ {MIN_SILENCE_S}, "
+            f"got {spec.job_stall_s}"
+        )
+    if not 0 <= spec.cpu_ms_per_event < math.inf:  # NaN too
+        raise ValueError(
+            f"cpu_ms_per_event: expected a finite number ≥ 0, got {spec.cpu_ms_per_event}"
         )
     for name, value in (("seed", spec.seed), ("batch", spec.batch)):
         if value < 0:

@@ -10,12 +10,14 @@ thread that ends before its workers do. The PIDs go to `jobs/workers.json` as th
 so that anyone can check that none survives.
 
 A worker says ALIVE every HEARTBEAT_S from a thread of its own (lifeline.heartbeat). One not
-heard from for the driver's silence limit is frozen, not slow (a slow one still beats):
-`silent` names it, and the driver kills it and reruns its job. Silence is counted only
-while the driver itself runs: a driver stopped or starved for a while reads its workers'
-lines late, and would otherwise take every worker for frozen. Before its first line a
-worker has at least START_SILENCE_S: a wave of workers importing at once on a busy machine
-is slow to say anything.
+heard from for the driver's silence limit is frozen, not slow (a slow one still beats).
+One that beats but whose events' totals have not moved for the driver's stall limit is
+stuck while its threads run (a deadlock, a loop that never ends): its heartbeat cannot
+tell, its progress lines can. `frozen` names both, and the driver kills them and reruns
+their jobs. Silence and stalls are counted only while the driver itself runs: a driver
+stopped or starved for a while reads its workers' lines late, and would otherwise take
+every worker for frozen. Before its first line a worker has at least START_SILENCE_S: a
+wave of workers importing at once on a busy machine is slow to say anything.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class WorkerRun:
     reported: bool = False  # a progress line has come
     heard: float = field(default_factory=time.monotonic)  # its last line (or its start)
     said: bool = False  # any line has come
+    moved: float = field(default_factory=time.monotonic)  # its totals last changed (or start)
     hung: str = ""  # why the driver killed it as frozen, if it did
 
     def read_progress(self) -> None:
@@ -60,9 +63,12 @@ class WorkerRun:
             parts = line.split()
             if len(parts) == 3 and parts[0] == "progress":
                 try:
-                    self.ok, self.failed = int(parts[1]), int(parts[2])
+                    totals = int(parts[1]), int(parts[2])
                 except ValueError:  # not ours (a library writing to stdout): skipped
                     continue
+                if totals != (self.ok, self.failed):
+                    self.moved = self.heard
+                self.ok, self.failed = totals
                 self.reported = True
 
 
@@ -75,7 +81,7 @@ class Workers:
     command: Callable[[int, str, int, int], list[str]]  # job, model, attempt, pipe fd
     running: list[WorkerRun] = field(default_factory=list)
     started: list[dict] = field(default_factory=list)
-    checked: float = field(default_factory=time.monotonic)  # the last `silent` call
+    checked: float = field(default_factory=time.monotonic)  # the last `frozen` call
 
     def __post_init__(self) -> None:
         self._read, self._write = os.pipe()  # both close-on-exec; the read end is passed on
@@ -117,21 +123,26 @@ class Workers:
         self.running = [r for r in self.running if r not in done]
         return done
 
-    def silent(self, limit_s: float) -> list[WorkerRun]:
-        """The running workers not heard from for `limit_s` while the driver ran, not yet
-        killed as frozen."""
+    def frozen(self, silence_s: float, stall_s: float = 0.0) -> list[tuple[WorkerRun, str]]:
+        """The running workers not yet killed as frozen that were, while the driver ran,
+        not heard from for `silence_s` (not even their heartbeat), or heard but with no
+        event answered or failed for `stall_s` (0: never), each with why."""
         now = time.monotonic()
         if now - self.checked > DRIVER_PAUSED_S:  # the driver was stopped or starved
             for run in self.running:
-                run.heard = max(run.heard, now)
+                run.heard, run.moved = max(run.heard, now), max(run.moved, now)
         self.checked = now
-        return [
-            r
-            for r in self.running
-            if not r.hung
-            and r.proc.poll() is None
-            and now - r.heard > (limit_s if r.said else max(limit_s, START_SILENCE_S))
-        ]
+        found = []
+        for run in self.running:
+            if run.hung or run.proc.poll() is not None:
+                continue
+            if now - run.heard > (silence_s if run.said else max(silence_s, START_SILENCE_S)):
+                why = f"nothing heard from it, not even its heartbeat, for {silence_s:g} s"
+                found.append((run, f"hung ({why})"))
+            elif stall_s and now - run.moved > stall_s:
+                why = f"alive, but no event of its answered or failed for {stall_s:g} s"
+                found.append((run, f"stalled ({why})"))
+        return found
 
     def kill(self, run: WorkerRun, why: str) -> None:
         """SIGKILL a frozen worker's group (a stopped process dies of it too); `why` stays

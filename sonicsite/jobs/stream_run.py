@@ -83,7 +83,7 @@ class StreamRun:
             *("--site", str(spec.site_dir), "--model", model, "--job", str(job)),
             *("--events", str(spec.events), "--batch", str(spec.batch)),
             *("--seed", str(spec.seed), "--transport", spec.transport),
-            *("--window", str(spec.window)),
+            *("--window", str(spec.window), "--cpu-ms-per-event", repr(spec.cpu_ms_per_event)),
             *("--backend", spec.backend, "--models-dir", str(Path(spec.models_dir).resolve())),
             *("--compile", spec.compile),
             *(["--mode", spec.mode] if spec.mode else []),
@@ -131,11 +131,10 @@ class StreamRun:
             self.note(f"job {job} ({run.model}): {why}; its {left} events left failed")
 
     def kill_frozen(self, workers: Workers) -> None:
-        """Kill the workers not heard from for `worker_silence_s`, saying which and why;
-        their exit is settled like any other (a rerun for what their journal lacks)."""
-        limit = self.spec.worker_silence_s
-        for run in workers.silent(limit):
-            why = f"hung (nothing heard from it, not even its heartbeat, for {limit} s)"
+        """Kill the workers silent for `worker_silence_s` or stalled for `job_stall_s`,
+        saying which and why; their exit is settled like any other (a rerun for what their
+        journal lacks)."""
+        for run, why in workers.frozen(self.spec.worker_silence_s, self.spec.job_stall_s):
             self.note(
                 f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
                 f"{run.attempt} {why}; killing it"

@@ -58,12 +58,23 @@ class _Range:
     sample: Source
     offset: int
     size: int
+    cpu_s_per_event: float = 0.0  # the job's own work for an event before it is sent
 
     def __len__(self) -> int:
         return self.size
 
     def request(self, lo: int, hi: int) -> Columns:
+        reconstruct(self.cpu_s_per_event * (hi - lo))
         return self.sample.request(self.offset + lo, self.offset + hi)
+
+
+def reconstruct(cpu_s: float) -> None:
+    """The job's own CPU work for a request's events, a stand-in for its reconstruction:
+    `cpu_s` of this thread's CPU time, so that a busy machine stretches it as it stretches
+    real work. The requests in flight go on meanwhile, as a job's do."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
 
 
 def run_job(
@@ -84,13 +95,15 @@ def run_job(
     backend: str = "site",
     compile: str = "jit",
     resend_failed: bool = False,
+    cpu_ms_per_event: float = 0.0,
 ) -> tuple[JobResult, StreamStats]:
     """Send the job's events [job*events, (job+1)*events) that have no result in `prior`
     (all of them by default; with `resend_failed`, those that failed too, but for a wrong
     answer) in requests of `batch` events; `progress(ok, failed)`. With
     `rate` (events per second), open loop: each request at its Poisson arrival from
     `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise. `backend`:
-    "site", "local" or "auto" (the client's; local and auto need the client's `local`)."""
+    "site", "local" or "auto" (the client's; local and auto need the client's `local`).
+    `cpu_ms_per_event`: the job's own CPU work per event, done as each request is made."""
     prior = prior or JournalState()
     times = schedule(events, batch, rate, seed + job, start_at or time.time()) if rate else None
     sample = generate(model, events, seed + job, allocate=client.allocate)
@@ -148,9 +161,8 @@ def run_job(
         if times is not None:
             arrivals = [times[(offset + lo) // batch] for lo in range(0, end - offset, batch)]
         resent = {(lo - offset, hi - offset) for lo, hi in prior.sent if offset <= lo < end}
-        outcome = run.run(
-            _Range(sample, offset, end - offset), on_result, arrivals, on_send, resent
-        )
+        events = _Range(sample, offset, end - offset, cpu_ms_per_event / 1000)
+        outcome = run.run(events, on_result, arrivals, on_send, resent)
         for (lo, hi), error in outcome.failed.items():
             lo, hi = offset + lo, offset + hi
             result.failed.update({first + i: error for i in range(lo, hi)})
@@ -254,6 +266,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         help="open loop: when the job's arrivals start (epoch s; a rerun keeps its schedule)",
     )
+    parser.add_argument(
+        "--cpu-ms-per-event",
+        type=float,
+        default=0.0,
+        help="the job's own CPU work per event (its reconstruction), in ms of CPU time",
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
         "--journal", type=Path, default=None, help="the job's journal (default: OUT.journal)"
@@ -336,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.backend,
                     args.compile,
                     args.resend_failed,
+                    args.cpu_ms_per_event,
                 )
             if args.metrics_textfile:
                 args.metrics_textfile.write_text(

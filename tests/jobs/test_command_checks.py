@@ -4,11 +4,16 @@ and why: never a traceback, and nothing created or started for a refused stream.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from sonicsite.jobs.driver import StreamSpec
+from sonicsite.jobs.preflight import check_spec
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 TENSOR = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
@@ -97,3 +102,22 @@ def test_resume_without_a_stream_creates_nothing_and_says_so(tmp_path):
     said = f"sonicsite submit: --resume: {out / 'stream.json'} does not exist: no stream to resume"
     assert said in run.stderr, run.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("worker_silence_s", 5, "worker_silence_s: expected an integer ≥ 10"),
+        ("job_stall_s", 5, "job_stall_s: expected 0 (never) or an integer ≥ 10, got 5"),
+        ("cpu_ms_per_event", -1.0, "cpu_ms_per_event: expected a finite number ≥ 0, got -1.0"),
+        ("cpu_ms_per_event", float("nan"), "cpu_ms_per_event: expected a finite number ≥ 0"),
+        ("cpu_ms_per_event", float("inf"), "cpu_ms_per_event: expected a finite number ≥ 0"),
+    ],
+)
+def test_a_stream_spec_out_of_range_is_refused_naming_the_field(tmp_path, field, value, said):
+    """`submit` called from Python gets the command line's checks (preflight.check_spec)."""
+    spec = StreamSpec(tmp_path, ["simple"], jobs=1, wave=1, events=1, out=tmp_path / "out")
+    check_spec(spec)  # the defaults pass, stalls off (0) too
+    check_spec(replace(spec, job_stall_s=0))
+    with pytest.raises(ValueError, match=re.escape(said)):
+        check_spec(replace(spec, **{field: value}))

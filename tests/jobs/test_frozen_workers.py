@@ -1,6 +1,7 @@
 """The driver's watch on its workers (spawn.py): a worker heard from by nothing, not even
 its heartbeat, is named as frozen and killed; one that beats is not; a worker gets longer
-before its first line; and silence counts only while the driver itself runs."""
+before its first line; one that beats but whose events stop moving is named as stalled,
+one whose events move is not; and silence and stalls count only while the driver runs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ from sonicsite.jobs.spawn import DRIVER_PAUSED_S, START_SILENCE_S, Workers
 SILENT = f"import time\nprint({ALIVE!r}, flush=True)\ntime.sleep(600)"  # one line, then none
 BEATING = f"import time\nwhile True:\n    print({ALIVE!r}, flush=True)\n    time.sleep(0.2)"
 MUTE = "import time; time.sleep(600)"  # never a line
+# beats, and its events' totals move once, then never again (a worker stuck mid-job)
+STUCK = (
+    f"import time\nprint('progress 16 0', flush=True)\n"
+    f"while True:\n    print({ALIVE!r}, flush=True)\n    time.sleep(0.2)"
+)
+# beats, and an event is answered every 0.2 s
+MOVING = (
+    "import time, itertools\nfor n in itertools.count(1):\n"
+    f"    print({ALIVE!r}, flush=True)\n    print(f'progress {{n}} 0', flush=True)\n"
+    "    time.sleep(0.2)"
+)
+HUNG = "hung (nothing heard from it, not even its heartbeat, for 5 s)"
+STALLED = "stalled (alive, but no event of its answered or failed for 5 s)"
 
 
 def _workers(tmp_path: Path, programs: dict[int, str]) -> Workers:
@@ -29,30 +43,45 @@ def test_a_silent_worker_is_named_and_killed_a_beating_one_is_not(tmp_path):
     with _workers(tmp_path, {0: SILENT, 1: BEATING}) as workers:
         silent, beating = workers.start(0, "m", 1), workers.start(1, "m", 1)
         wait_until(lambda: silent.said and beating.said, "both workers' first line", 60)
-        named = wait_until(lambda: workers.silent(5.0), "a worker silent for 5 s", 120)
-        assert named == [silent] and beating.proc.poll() is None
-        workers.kill(silent, "hung (a test)")
-        assert silent.proc.wait(timeout=60) < 0 and silent.hung == "hung (a test)"
-        assert silent not in workers.silent(5.0)  # killed once, not named again
+        named = wait_until(lambda: workers.frozen(5.0), "a worker silent for 5 s", 120)
+        assert named == [(silent, HUNG)] and beating.proc.poll() is None
+        workers.kill(silent, HUNG)
+        assert silent.proc.wait(timeout=60) < 0 and silent.hung == HUNG
+        assert workers.frozen(5.0) == []  # killed once, not named again
+
+
+def test_a_beating_worker_whose_events_stop_is_named_stalled_one_whose_events_move_is_not(
+    tmp_path,
+):
+    with _workers(tmp_path, {0: STUCK, 1: MOVING}) as workers:
+        stuck, moving = workers.start(0, "m", 1), workers.start(1, "m", 1)
+        wait_until(lambda: stuck.reported and moving.ok >= 2, "both workers' progress", 60)
+        assert workers.frozen(5.0, 0.0) == []  # stalls not watched: never named
+        named = wait_until(lambda: workers.frozen(5.0, 5.0), "a worker stalled for 5 s", 120)
+        assert named == [(stuck, STALLED)] and stuck.ok == 16
+        assert time.monotonic() - moving.moved < 5.0 and moving.ok > 16
 
 
 def test_a_worker_that_has_said_nothing_yet_gets_the_start_allowance(tmp_path):
     with _workers(tmp_path, {0: MUTE}) as workers:
         run = workers.start(0, "m", 1)
         run.heard = time.monotonic() - 30.0  # past the limit, within the start allowance
-        assert not run.said and workers.silent(10.0) == []
+        assert not run.said and workers.frozen(10.0) == []
         run.heard = time.monotonic() - (START_SILENCE_S + 1.0)
-        assert workers.silent(10.0) == [run]
+        assert workers.frozen(10.0) == [
+            (run, "hung (nothing heard from it, not even its heartbeat, for 10 s)")
+        ]
 
 
-def test_silence_is_not_counted_while_the_driver_was_not_running(tmp_path):
-    with _workers(tmp_path, {0: SILENT}) as workers:
-        run = workers.start(0, "m", 1)
-        wait_until(lambda: run.said, "its first line", 60)
-        run.heard = time.monotonic() - 100.0  # silent for long...
+def test_silence_and_stalls_are_not_counted_while_the_driver_was_not_running(tmp_path):
+    with _workers(tmp_path, {0: SILENT, 1: STUCK}) as workers:
+        silent, stuck = workers.start(0, "m", 1), workers.start(1, "m", 1)
+        wait_until(lambda: silent.said and stuck.reported, "their first lines", 60)
+        silent.heard = stuck.moved = time.monotonic() - 100.0  # silent, stalled for long...
         workers.checked = time.monotonic() - (DRIVER_PAUSED_S + 1.0)  # ...but so was the driver
         returned = time.monotonic()
-        assert workers.silent(5.0) == []  # its lines may be waiting in the pipe, unread
-        assert run.heard >= returned  # its silence counts from the driver's return
-        run.heard = time.monotonic() - 100.0
-        assert workers.silent(5.0) == [run]  # the driver ran since: now it counts
+        assert workers.frozen(5.0, 5.0) == []  # its lines may be waiting in the pipe, unread
+        assert silent.heard >= returned and stuck.moved >= returned  # counted from its return
+        silent.heard = stuck.moved = time.monotonic() - 100.0
+        # the driver ran since: now both count
+        assert workers.frozen(5.0, 5.0) == [(silent, HUNG), (stuck, STALLED)]

@@ -149,6 +149,14 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
             ["submit", "--model", "simple", "--worker-silence", "2"],
             "argument --worker-silence: expected an integer ≥ 10, got 2",
         ),
+        (
+            ["submit", "--model", "simple", "--job-stall", "5"],
+            "argument --job-stall: expected 0 (never) or an integer ≥ 10, got 5",
+        ),
+        (
+            ["submit", "--model", "simple", "--cpu-ms-per-event", "-1"],
+            "argument --cpu-ms-per-event: expected a number ≥ 0, got '-1'",
+        ),
     ],
 )
 def test_bad_command_line_is_named(args, fragment):
