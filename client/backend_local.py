@@ -105,12 +105,12 @@ class LocalRunner:
                 )
             return self._loaded.infer(spec, columns, strict)
 
-    def deliver(self, spec: TensorSpec, strict: bool, lo: int, hi: int, source, on_result, result):
-        """Run events [lo, hi) of `source` and deliver them once: recorded (path "local")
-        in `result` (a StreamResult, stream_io.py), then given to `on_result` with the outputs
-        returned as arrays (the others are in their columns)."""
+    def deliver(self, spec: TensorSpec, strict: bool, lo: int, hi: int, columns, on_result, result):
+        """Run events [lo, hi) of a source, its `columns` for them, and deliver them once:
+        recorded (path "local") in `result` (a StreamResult, stream_io.py), then given to
+        `on_result` with the outputs returned as arrays (the others are in their columns)."""
         start, t0 = time.time(), time.perf_counter()
-        call = self.run(spec, source.request(lo, hi), strict)
+        call = self.run(spec, columns, strict)
         record = RequestRecord(start, time.perf_counter() - t0, LOCAL, hi - lo, True)
         record.path, record.copies = LOCAL, call.copies
         with self._lock:
@@ -145,7 +145,8 @@ class LocalStream:
         if arrivals is not None and len(arrivals) != len(chunks):
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         for i, (lo, hi) in enumerate(chunks):
+            columns = source.request(lo, hi)  # the job's own work first, as the engine's
             if arrivals is not None:
                 time.sleep(max(0.0, arrivals[i] - time.time()))
-            self.runner.deliver(self.spec, self.options.strict, lo, hi, source, on_result, result)
+            self.runner.deliver(self.spec, self.options.strict, lo, hi, columns, on_result, result)
         return result

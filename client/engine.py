@@ -77,6 +77,7 @@ from .balancer import Balancer, Endpoint
 from .declared_work import StreamWork, WorkReporter
 from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
+from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
 from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
@@ -152,6 +153,11 @@ class Stream:
     ) -> None:
         """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk);
         `reach`: whether the site answered this stream (stream_guard.py)."""
+        # The columns once, before any try: the job's own work for these events (a source
+        # may compute them) is done once, holds no server's slot, and is no part of the
+        # latency (nor, open loop, of the time from the chunk's arrival); it runs while the
+        # job's declared model loads.
+        columns = source.request(lo, hi)
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
             time.sleep(max(0.0, arrival - time.time()))
         began = time.monotonic()  # the site silent since then, through every try: give up
@@ -177,7 +183,7 @@ class Stream:
             else:
                 endpoint, probe = self.auto.endpoint(self.balancer, avoid)
                 if endpoint is None:
-                    return self._run_here(lo, hi, source, on_result, result)
+                    return self._run_here(lo, hi, columns, on_result, result)
             down_probe = endpoint.probing  # it had failed: this attempt tests it
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             if loading.waiting:  # held while the model loads: as long as the user allows
@@ -186,8 +192,6 @@ class Stream:
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
             record.path, record.timeout_s = endpoint.path, deadline
             try:
-                # the columns first: the job's CPU work runs while its declared model loads
-                columns = source.request(lo, hi)
                 info = self.model_info(endpoint, deadline)
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
@@ -218,7 +222,7 @@ class Stream:
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
                 if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
-                    return self._run_here(lo, hi, source, on_result, result)
+                    return self._run_here(lo, hi, columns, on_result, result)
                 if exc.kind == LOADING and loading.ask_again(exc.retry_after):
                     tries -= 1  # held, not failed: asked again at once
                     with self._lock:
@@ -229,7 +233,7 @@ class Stream:
                     if self.auto is None:
                         break
                     self.auto.exhausted(tries, error)
-                    return self._run_here(lo, hi, source, on_result, result)
+                    return self._run_here(lo, hi, columns, on_result, result)
                 if not exc.retryable:
                     break
                 with self._lock:
@@ -279,7 +283,7 @@ class Stream:
         else:  # every try failed at the site (none refused as invalid): auto runs it here
             if self.auto is not None:
                 self.auto.exhausted(tries, error)
-                return self._run_here(lo, hi, source, on_result, result)
+                return self._run_here(lo, hi, columns, on_result, result)
             if reach is not None:
                 reach.exhausted(kind, error, began)
         with self._lock:
@@ -293,10 +297,10 @@ class Stream:
             work.answered()
 
     def _run_here(
-        self, lo: int, hi: int, source: Source, on_result: OnResult, result: StreamResult
+        self, lo: int, hi: int, columns: Columns, on_result: OnResult, result: StreamResult
     ) -> None:
         """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once."""
-        self.local.deliver(self.spec, self.options.strict, lo, hi, source, on_result, result)
+        self.local.deliver(self.spec, self.options.strict, lo, hi, columns, on_result, result)
 
     def _look_up(self, plan: CopyPlan, request_id: str, deadline: float) -> Reply | None:
         """Ask each server directly for the answer it kept of `request_id` (it ran the request

@@ -15,7 +15,11 @@ from .stats import StreamStats
 
 
 class Source(Protocol):
-    """A job's events: how many, and the columns of events [lo, hi) as one request."""
+    """A job's events: how many, and the columns of events [lo, hi) as one request.
+
+    `request` is called once per request, before it is tried anywhere (retries and a switch
+    to the in-process backend reuse its columns), from the stream's threads: it may do the
+    job's own work for those events, which counts in no latency."""
 
     def __len__(self) -> int: ...
 

@@ -3,6 +3,7 @@ the retry-after; a deadline that always passes fails the chunk without losing it
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -126,3 +127,40 @@ def test_sheds_count_as_tries_once_the_overload_wait_is_over(limited_envoy):
     assert result.failed, "every chunk got through: the sheds were not counted"
     assert all("RESOURCE_EXHAUSTED" in why for why in result.failed.values()), result.failed
     assert result.events_ok + result.events_failed == 8
+
+
+class _Watched:
+    """A job's events whose `request` is timed (wall clock, as the stream's records): the
+    job's own work for a chunk, called once however often the chunk is tried, and never
+    while one of its tries is on its way."""
+
+    def __init__(self, sample) -> None:
+        self.sample, self.calls = sample, []
+
+    def __len__(self) -> int:
+        return len(self.sample)
+
+    def request(self, lo: int, hi: int):
+        began = time.time()
+        columns = self.sample.request(lo, hi)
+        self.calls.append((lo, hi, began, time.time()))
+        return columns
+
+
+def test_a_chunks_events_are_asked_of_the_job_once_before_its_tries(limited_envoy):
+    """Shed chunks are tried again and again; the source's `request` (where a job may do
+    its own work for the events) ran once per chunk, each before the chunk's first try, so
+    that the job's work is in no try's latency."""
+    host, port = limited_envoy.rsplit(":", 1)
+    site = SiteRecord(servers=(ServerRecord("envoy", host, int(port), int(port), 0),), source="t")
+    with Client(site, "grpc", "direct") as client:
+        sample = generate("simple", 6, seed=6)
+        watched = _Watched(sample)
+        stream = client.stream("simple", sample.spec, batch=1, window=1, backoff_s=0.01)
+        result = stream.run(watched, lambda lo, hi, out: None)
+    assert result.failed == {} and result.overloaded > 0  # some chunk was tried again
+    assert sorted((lo, hi) for lo, hi, _, _ in watched.calls) == [(k, k + 1) for k in range(6)]
+    for _, _, began, ended in watched.calls:  # one chunk at a time: no try inside its work
+        assert not [r for r in result.stats.records if began <= r.start < ended]
+    tries = sorted(r.start for r in result.stats.records)
+    assert len(tries) > len(watched.calls) and tries[0] >= watched.calls[0][3]
