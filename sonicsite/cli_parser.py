@@ -9,6 +9,7 @@ from pathlib import Path
 from .bench.commands import add_bench_parser
 from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
 from .contract.options import at_least, non_negative, zero_or_at_least
+from .jobs.spawn import JOB_STALL_S
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
@@ -150,11 +151,12 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     p.add_argument(
         "--job-stall",
         type=zero_or_at_least(10),
-        default=600,
+        default=JOB_STALL_S,
         metavar="SECONDS",
         help="a worker that beats but has had no event answered or failed this long is stuck "
         "(a deadlock, a loop that never ends): killed, and its job rerun; 0: never "
-        "(default 600)",
+        f"(default {JOB_STALL_S}: twice the longest its client waits out a shed, a held "
+        "model or a path that times out)",
     )
     p.add_argument(
         "--cpu-ms-per-event",

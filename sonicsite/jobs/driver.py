@@ -50,7 +50,7 @@ from .preflight import check_local_models, check_site, check_spec
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
-from .spawn import Workers
+from .spawn import JOB_STALL_S, Workers
 from .stream_files import (
     StreamRecord,
     check_out,
@@ -82,7 +82,7 @@ class StreamSpec:
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
     worker_silence_s: int = 60  # a worker not heard from this long is frozen: killed, rerun
-    job_stall_s: int = 600  # a worker with no event answered or failed this long: the same
+    job_stall_s: int = JOB_STALL_S  # a worker with no event answered or failed this long: the same
     cpu_ms_per_event: float = 0.0  # each job's own CPU work per event (its reconstruction)
 
     def model(self, job: int) -> str:

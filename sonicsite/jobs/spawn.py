@@ -37,6 +37,10 @@ from pathlib import Path
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
 START_SILENCE_S = 120.0  # the least silence allowed before a worker's first line
+# A worker's events may stand still while its client waits out a shed (600 s at most), a
+# model's hold (120 s), or a path that times out (8 tries of at most 60 s): the default
+# stall limit is twice the longest of these, so that only a stuck worker reaches it.
+JOB_STALL_S = 1200
 
 
 @dataclass

@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 from polling import wait_until
+from sonicsite.client.stream_options import DEFAULT_OPTIONS
 
+from sonicsite.contract.wire import HOLD_DEADLINE_S
 from sonicsite.jobs.lifeline import ALIVE
-from sonicsite.jobs.spawn import DRIVER_PAUSED_S, START_SILENCE_S, Workers
+from sonicsite.jobs.spawn import DRIVER_PAUSED_S, JOB_STALL_S, START_SILENCE_S, Workers
 
 SILENT = f"import time\nprint({ALIVE!r}, flush=True)\ntime.sleep(600)"  # one line, then none
 BEATING = f"import time\nwhile True:\n    print({ALIVE!r}, flush=True)\n    time.sleep(0.2)"
@@ -85,3 +87,11 @@ def test_silence_and_stalls_are_not_counted_while_the_driver_was_not_running(tmp
         silent.heard = stuck.moved = time.monotonic() - 100.0
         # the driver ran since: now both count
         assert workers.frozen(5.0, 5.0) == [(silent, HUNG), (stuck, STALLED)]
+
+
+def test_the_default_stall_limit_is_twice_the_longest_wait_of_a_workers_client():
+    """A worker's events stand still while its client waits out a shed, a held model or a
+    path that times out; a worker that waits so is not stuck."""
+    options = DEFAULT_OPTIONS
+    longest = max(options.overload_wait_s, HOLD_DEADLINE_S, options.timeout_s * options.max_tries)
+    assert 2 * longest <= JOB_STALL_S
