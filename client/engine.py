@@ -153,10 +153,13 @@ class Stream:
     ) -> None:
         """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk);
         `reach`: whether the site answered this stream (stream_guard.py)."""
+        if reach is not None and reach.gave_up:  # failed at once, the job's work not done
+            with self._lock:
+                result.failed[(lo, hi)] = reach.gave_up
+            return
         # The columns once, before any try: the job's own work for these events (a source
-        # may compute them) is done once, holds no server's slot, and is no part of the
-        # latency (nor, open loop, of the time from the chunk's arrival); it runs while the
-        # job's declared model loads.
+        # may compute them) is done once, holds no server's slot, is in no latency (open
+        # loop: sent at its arrival, or once ready if later) and runs while its model loads.
         columns = source.request(lo, hi)
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
             time.sleep(max(0.0, arrival - time.time()))

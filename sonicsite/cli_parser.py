@@ -9,7 +9,7 @@ from pathlib import Path
 from .bench.commands import add_bench_parser
 from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
 from .contract.options import at_least, non_negative, zero_or_at_least
-from .jobs.spawn import JOB_STALL_S
+from .jobs.spawn import STILL_SAID_S
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
 from .operator.balancing import DEFAULT_POLICY, POLICIES
@@ -151,12 +151,13 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     p.add_argument(
         "--job-stall",
         type=zero_or_at_least(10),
-        default=JOB_STALL_S,
+        default=0,
         metavar="SECONDS",
-        help="a worker that beats but has had no event answered or failed this long is stuck "
-        "(a deadlock, a loop that never ends): killed, and its job rerun; 0: never "
-        f"(default {JOB_STALL_S}: twice the longest its client waits out a shed, a held "
-        "model or a path that times out)",
+        help="a worker that beats but has had no event answered this long (since its first "
+        "line) is stuck (a deadlock, a loop that never ends): killed, and its job rerun. "
+        "Choose it above your jobs' longest wait (their own work between answers, a shed, a "
+        "model loading, an open-loop gap); 0 (default): never, but one standing still is "
+        f"named every {STILL_SAID_S:g} s",
     )
     p.add_argument(
         "--cpu-ms-per-event",
@@ -171,7 +172,8 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         type=non_negative,
         default=0.0,
         help="open loop: events per second offered by each wave, in requests at Poisson "
-        "arrivals (latency counts from each request's arrival); 0: closed loop (--window)",
+        "arrivals, each sent at its arrival or, when all --window requests of its job are "
+        "out, once one is back (the report's latency counts from each try); 0: closed loop",
     )
     p.add_argument(
         "--mode",

@@ -5,6 +5,7 @@ commands take them (the site's, the bench's, the simulator's) and every room may
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 
@@ -41,13 +42,13 @@ def zero_or_at_least(minimum: int) -> Callable[[str], int]:
 
 
 def non_negative(text: str) -> float:
-    """A number ≥ 0 (an argparse type)."""
+    """A finite number ≥ 0 (an argparse type)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    if not 0 <= value < math.inf:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
     return value
 
 

@@ -11,8 +11,9 @@ Faults it handles, and says so on the console and in the report:
   the report's `worker_incidents` (job, attempt, PID, why, rerun or not);
 - a worker frozen (stopped, or its host swapping): nothing heard from it, not even its
   heartbeat, for `worker_silence_s`: it is killed and its job rerun as above;
-- a worker stuck while its threads run (a deadlock, a loop that never ends): it beats, but
-  no event of its is answered or failed for `job_stall_s`: killed and rerun as above;
+- a worker that beats but has no event answered for STILL_SAID_S (waiting on the site, or
+  stuck while its threads run: a deadlock, a loop that never ends) is named, in the report's
+  `worker_standing` too; past `job_stall_s` (if set) it is killed and rerun as above;
 - a worker that fails (bad options, no GPU, an unreachable site): its exception, with the
   job, goes to the report's `errors` and to stderr; it is not rerun (it would fail again);
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
@@ -50,7 +51,7 @@ from .preflight import check_local_models, check_site, check_spec
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
-from .spawn import JOB_STALL_S, Workers
+from .spawn import Workers
 from .stream_files import (
     StreamRecord,
     check_out,
@@ -82,7 +83,7 @@ class StreamSpec:
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
     worker_silence_s: int = 60  # a worker not heard from this long is frozen: killed, rerun
-    job_stall_s: int = JOB_STALL_S  # a worker with no event answered or failed this long: the same
+    job_stall_s: int = 0  # a worker with no event answered this long is stuck: the same; 0 never
     cpu_ms_per_event: float = 0.0  # each job's own CPU work per event (its reconstruction)
 
     def model(self, job: int) -> str:
@@ -245,6 +246,7 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
     )
     report["stopped_by"] = stopped_by
     report["worker_incidents"] = run.incidents
+    report["worker_standing"] = run.standing
     report["journal_lines_malformed"] = malformed
     if state.http:  # where to watch the site while the report is read
         report["links"] = {

@@ -10,14 +10,19 @@ thread that ends before its workers do. The PIDs go to `jobs/workers.json` as th
 so that anyone can check that none survives.
 
 A worker says ALIVE every HEARTBEAT_S from a thread of its own (lifeline.heartbeat). One not
-heard from for the driver's silence limit is frozen, not slow (a slow one still beats).
-One that beats but whose events' totals have not moved for the driver's stall limit is
-stuck while its threads run (a deadlock, a loop that never ends): its heartbeat cannot
-tell, its progress lines can. `frozen` names both, and the driver kills them and reruns
-their jobs. Silence and stalls are counted only while the driver itself runs: a driver
-stopped or starved for a while reads its workers' lines late, and would otherwise take
-every worker for frozen. Before its first line a worker has at least START_SILENCE_S: a
-wave of workers importing at once on a busy machine is slow to say anything.
+heard from for the driver's silence limit is frozen, not slow (a slow one still beats):
+`frozen` names it, and the driver kills it and reruns its job. Silence is counted only
+while the driver itself runs: a driver stopped or starved for a while reads its workers'
+lines late, and would otherwise take every worker for frozen. Before its first line a
+worker has at least START_SILENCE_S: a wave of workers importing at once on a busy machine
+is slow to say anything.
+
+A worker stuck while its threads run (a deadlock, a loop that never ends) still beats; only
+its progress lines stand still. So do a healthy worker's while its client waits out a long
+shed or a model's load, or its open-loop schedule has nothing due, and nothing in the
+lines tells them apart. So standing still is said (`still`, every STILL_SAID_S) and kills
+only past a stall limit the user chose (`frozen`'s `stall_s`), counted from the worker's
+first line.
 """
 
 from __future__ import annotations
@@ -37,10 +42,7 @@ from pathlib import Path
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
 START_SILENCE_S = 120.0  # the least silence allowed before a worker's first line
-# A worker's events may stand still while its client waits out a shed (600 s at most), a
-# model's hold (120 s), or a path that times out (8 tries of at most 60 s): the default
-# stall limit is twice the longest of these, so that only a stuck worker reaches it.
-JOB_STALL_S = 1200
+STILL_SAID_S = 600.0  # a worker with no event answered this long is named (not killed)
 
 
 @dataclass
@@ -56,14 +58,16 @@ class WorkerRun:
     reported: bool = False  # a progress line has come
     heard: float = field(default_factory=time.monotonic)  # its last line (or its start)
     said: bool = False  # any line has come
-    moved: float = field(default_factory=time.monotonic)  # its totals last changed (or start)
+    moved: float = 0.0  # when its totals last changed, or its first line came
+    named: float = 0.0  # when the driver last said it stood still
     hung: str = ""  # why the driver killed it as frozen, if it did
 
     def read_progress(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:  # decoded with errors="replace": a bad byte is no end
             self.heard = time.monotonic()
-            self.said = True
+            if not self.said:  # the stall clock starts once it runs
+                self.said, self.moved = True, self.heard
             parts = line.split()
             if len(parts) == 3 and parts[0] == "progress":
                 try:
@@ -130,23 +134,35 @@ class Workers:
     def frozen(self, silence_s: float, stall_s: float = 0.0) -> list[tuple[WorkerRun, str]]:
         """The running workers not yet killed as frozen that were, while the driver ran,
         not heard from for `silence_s` (not even their heartbeat), or heard but with no
-        event answered or failed for `stall_s` (0: never), each with why."""
+        event answered for `stall_s` since their first line (0: never), each with why."""
         now = time.monotonic()
         if now - self.checked > DRIVER_PAUSED_S:  # the driver was stopped or starved
             for run in self.running:
                 run.heard, run.moved = max(run.heard, now), max(run.moved, now)
         self.checked = now
         found = []
-        for run in self.running:
-            if run.hung or run.proc.poll() is not None:
-                continue
+        for run in self._watched():
             if now - run.heard > (silence_s if run.said else max(silence_s, START_SILENCE_S)):
                 why = f"nothing heard from it, not even its heartbeat, for {silence_s:g} s"
                 found.append((run, f"hung ({why})"))
-            elif stall_s and now - run.moved > stall_s:
-                why = f"alive, but no event of its answered or failed for {stall_s:g} s"
+            elif stall_s and run.said and now - run.moved > stall_s:
+                why = f"alive, but no event of its answered for {stall_s:g} s"
                 found.append((run, f"stalled ({why})"))
         return found
+
+    def still(self, after_s: float = STILL_SAID_S) -> list[WorkerRun]:
+        """The running workers alive but with no event answered for `after_s`, each named
+        again every `after_s` while it stands still (after `frozen`, which owns the clocks)."""
+        now = time.monotonic()
+        found = [
+            run for run in self._watched() if run.said and now - max(run.moved, run.named) > after_s
+        ]
+        for run in found:
+            run.named = now
+        return found
+
+    def _watched(self) -> list[WorkerRun]:
+        return [r for r in self.running if not r.hung and r.proc.poll() is None]
 
     def kill(self, run: WorkerRun, why: str) -> None:
         """SIGKILL a frozen worker's group (a stopped process dies of it too); `why` stays

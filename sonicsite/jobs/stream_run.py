@@ -33,6 +33,7 @@ class StreamRun:
     attempts: dict[int, int] = field(default_factory=dict)  # job -> its last attempt
     ended: dict[int, tuple[str, str]] = field(default_factory=dict)  # job -> kind, why
     incidents: list[dict] = field(default_factory=list)  # workers gone without a result
+    standing: list[dict] = field(default_factory=list)  # workers said to stand still
     record: StreamRecord | None = None  # the stream's own file (stream.json), kept current
     first_attempt: dict[int, int] = field(default_factory=dict)  # job -> first of this run
 
@@ -132,14 +133,25 @@ class StreamRun:
 
     def kill_frozen(self, workers: Workers) -> None:
         """Kill the workers silent for `worker_silence_s` or stalled for `job_stall_s`,
-        saying which and why; their exit is settled like any other (a rerun for what their
-        journal lacks)."""
+        saying which and why (their exit is settled like any other: a rerun for what their
+        journal lacks); say which others stand still."""
         for run, why in workers.frozen(self.spec.worker_silence_s, self.spec.job_stall_s):
             self.note(
                 f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
                 f"{run.attempt} {why}; killing it"
             )
             workers.kill(run, why)
+        for run in workers.still():
+            still_s = round(time.monotonic() - run.moved)
+            self.standing.append(
+                {"job": run.job, "attempt": run.attempt, "pid": run.proc.pid, "still_s": still_s}
+            )
+            self.note(
+                f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
+                f"{run.attempt} is alive, but no event of its answered for {still_s} s: "
+                "waiting on the site (a shed, a model loading) or stuck; submit --job-stall "
+                "SECONDS kills and reruns such workers"
+            )
 
     def show(self, workers: Workers, progress: Callable[[Progress], None] | None) -> None:
         for run in workers.running:

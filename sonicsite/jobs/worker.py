@@ -24,6 +24,7 @@ process (`local_events`) and every switch with its reason (`switches`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import threading
 import time
@@ -68,13 +69,17 @@ class _Range:
         return self.sample.request(self.offset + lo, self.offset + hi)
 
 
+WORK_BLOCK = bytes(1 << 16)  # hashed over and over by `reconstruct`
+
+
 def reconstruct(cpu_s: float) -> None:
     """The job's own CPU work for a request's events, a stand-in for its reconstruction:
     `cpu_s` of this thread's CPU time, so that a busy machine stretches it as it stretches
-    real work. The requests in flight go on meanwhile, as a job's do."""
+    real work. Hashing releases the GIL, as compiled reconstruction code runs: the requests
+    in flight and the other threads' work go on meanwhile, as a job's do."""
     end = time.thread_time() + cpu_s
     while time.thread_time() < end:
-        pass
+        hashlib.sha256(WORK_BLOCK).digest()
 
 
 def run_job(

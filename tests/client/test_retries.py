@@ -131,8 +131,8 @@ def test_sheds_count_as_tries_once_the_overload_wait_is_over(limited_envoy):
 
 class _Watched:
     """A job's events whose `request` is timed (wall clock, as the stream's records): the
-    job's own work for a chunk, called once however often the chunk is tried, and never
-    while one of its tries is on its way."""
+    job's own work for a chunk, called once however often the chunk is tried, before its
+    first try."""
 
     def __init__(self, sample) -> None:
         self.sample, self.calls = sample, []
@@ -149,7 +149,7 @@ class _Watched:
 
 def test_a_chunks_events_are_asked_of_the_job_once_before_its_tries(limited_envoy):
     """Shed chunks are tried again and again; the source's `request` (where a job may do
-    its own work for the events) ran once per chunk, each before the chunk's first try, so
+    its own work for the events) ran once per chunk, the first before any try began, so
     that the job's work is in no try's latency."""
     host, port = limited_envoy.rsplit(":", 1)
     site = SiteRecord(servers=(ServerRecord("envoy", host, int(port), int(port), 0),), source="t")
@@ -160,7 +160,5 @@ def test_a_chunks_events_are_asked_of_the_job_once_before_its_tries(limited_envo
         result = stream.run(watched, lambda lo, hi, out: None)
     assert result.failed == {} and result.overloaded > 0  # some chunk was tried again
     assert sorted((lo, hi) for lo, hi, _, _ in watched.calls) == [(k, k + 1) for k in range(6)]
-    for _, _, began, ended in watched.calls:  # one chunk at a time: no try inside its work
-        assert not [r for r in result.stats.records if began <= r.start < ended]
     tries = sorted(r.start for r in result.stats.records)
     assert len(tries) > len(watched.calls) and tries[0] >= watched.calls[0][3]

@@ -1,7 +1,8 @@
 """The driver's watch on its workers (spawn.py): a worker heard from by nothing, not even
 its heartbeat, is named as frozen and killed; one that beats is not; a worker gets longer
-before its first line; one that beats but whose events stop moving is named as stalled,
-one whose events move is not; and silence and stalls count only while the driver runs."""
+before its first line; one that beats but whose events stop moving is said to stand still,
+and named as stalled past a stall limit, one whose events move is neither; and silence and
+stalls count only while the driver runs."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import time
 from pathlib import Path
 
 from polling import wait_until
-from sonicsite.client.stream_options import DEFAULT_OPTIONS
 
-from sonicsite.contract.wire import HOLD_DEADLINE_S
 from sonicsite.jobs.lifeline import ALIVE
-from sonicsite.jobs.spawn import DRIVER_PAUSED_S, JOB_STALL_S, START_SILENCE_S, Workers
+from sonicsite.jobs.spawn import DRIVER_PAUSED_S, START_SILENCE_S, Workers
 
 SILENT = f"import time\nprint({ALIVE!r}, flush=True)\ntime.sleep(600)"  # one line, then none
 BEATING = f"import time\nwhile True:\n    print({ALIVE!r}, flush=True)\n    time.sleep(0.2)"
@@ -31,7 +30,7 @@ MOVING = (
     "    time.sleep(0.2)"
 )
 HUNG = "hung (nothing heard from it, not even its heartbeat, for 5 s)"
-STALLED = "stalled (alive, but no event of its answered or failed for 5 s)"
+STALLED = "stalled (alive, but no event of its answered for 10 s)"
 
 
 def _workers(tmp_path: Path, programs: dict[int, str]) -> Workers:
@@ -52,16 +51,32 @@ def test_a_silent_worker_is_named_and_killed_a_beating_one_is_not(tmp_path):
         assert workers.frozen(5.0) == []  # killed once, not named again
 
 
-def test_a_beating_worker_whose_events_stop_is_named_stalled_one_whose_events_move_is_not(
+def test_a_beating_worker_whose_events_stop_stands_still_then_stalls_one_moving_does_neither(
     tmp_path,
 ):
     with _workers(tmp_path, {0: STUCK, 1: MOVING}) as workers:
         stuck, moving = workers.start(0, "m", 1), workers.start(1, "m", 1)
         wait_until(lambda: stuck.reported and moving.ok >= 2, "both workers' progress", 60)
-        assert workers.frozen(5.0, 0.0) == []  # stalls not watched: never named
-        named = wait_until(lambda: workers.frozen(5.0, 5.0), "a worker stalled for 5 s", 120)
+        standing = wait_until(lambda: workers.still(5.0), "a worker standing still 5 s", 120)
+        assert standing == [stuck] and stuck.named > stuck.moved
+        stuck.named = time.monotonic() + 1000.0  # said lately: not again...
+        assert workers.still(5.0) == []
+        stuck.named = time.monotonic() - 6.0  # ...until it has stood still 5 s more
+        assert workers.still(5.0) == [stuck]
+        assert workers.frozen(5.0, 0.0) == []  # no stall limit: never killed
+        named = wait_until(lambda: workers.frozen(5.0, 10.0), "a worker stalled 10 s", 120)
         assert named == [(stuck, STALLED)] and stuck.ok == 16
-        assert time.monotonic() - moving.moved < 5.0 and moving.ok > 16
+        assert moving.ok > 16 and moving.proc.poll() is None  # it went on moving
+
+
+def test_the_stall_clock_starts_at_the_first_line(tmp_path):
+    """Before its first line a worker is starting (imports on a busy machine): only the
+    silence rule, with its start allowance, applies to it."""
+    with _workers(tmp_path, {0: MUTE}) as workers:
+        run = workers.start(0, "m", 1)
+        workers.checked = time.monotonic()
+        assert run.moved == 0.0 and workers.frozen(10.0, 10.0) == []
+        assert workers.still(5.0) == []
 
 
 def test_a_worker_that_has_said_nothing_yet_gets_the_start_allowance(tmp_path):
@@ -82,16 +97,8 @@ def test_silence_and_stalls_are_not_counted_while_the_driver_was_not_running(tmp
         silent.heard = stuck.moved = time.monotonic() - 100.0  # silent, stalled for long...
         workers.checked = time.monotonic() - (DRIVER_PAUSED_S + 1.0)  # ...but so was the driver
         returned = time.monotonic()
-        assert workers.frozen(5.0, 5.0) == []  # its lines may be waiting in the pipe, unread
+        assert workers.frozen(5.0, 10.0) == []  # its lines may be waiting in the pipe, unread
         assert silent.heard >= returned and stuck.moved >= returned  # counted from its return
         silent.heard = stuck.moved = time.monotonic() - 100.0
         # the driver ran since: now both count
-        assert workers.frozen(5.0, 5.0) == [(silent, HUNG), (stuck, STALLED)]
-
-
-def test_the_default_stall_limit_is_twice_the_longest_wait_of_a_workers_client():
-    """A worker's events stand still while its client waits out a shed, a held model or a
-    path that times out; a worker that waits so is not stuck."""
-    options = DEFAULT_OPTIONS
-    longest = max(options.overload_wait_s, HOLD_DEADLINE_S, options.timeout_s * options.max_tries)
-    assert 2 * longest <= JOB_STALL_S
+        assert workers.frozen(5.0, 10.0) == [(silent, HUNG), (stuck, STALLED)]

@@ -155,7 +155,7 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
         ),
         (
             ["submit", "--model", "simple", "--cpu-ms-per-event", "-1"],
-            "argument --cpu-ms-per-event: expected a number ≥ 0, got '-1'",
+            "argument --cpu-ms-per-event: expected a finite number ≥ 0, got '-1'",
         ),
     ],
 )
