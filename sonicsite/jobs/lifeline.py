@@ -17,7 +17,7 @@ def heartbeat(say: Callable[[str], None], every_s: float = HEARTBEAT_S) -> Calla
     """Say ALIVE every `every_s` from a thread of its own: a process that is stopped or
     frozen (SIGSTOP, a host swapping it out) says nothing, whatever its main thread was
     doing, and the driver stops waiting for it (spawn.py `Workers.frozen`). A job stuck
-    while its threads still run keeps beating: its progress lines tell (`Workers.frozen`).
+    while its threads still run keeps beating: its progress lines tell (`Workers.still`).
     Returns what stops the beat, before the process exits."""
     stopped = threading.Event()
 
