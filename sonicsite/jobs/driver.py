@@ -175,7 +175,7 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
                 if job not in complete:
                     run.start(workers, job, run.next_attempt(job))
             while workers.running and stop.signum is None:
-                run.kill_frozen(workers)
+                run.watch(workers)
                 for exited in workers.reap():
                     run.settle(exited, workers)
                 run.show(workers, progress)

@@ -131,15 +131,12 @@ class StreamRun:
         if left:
             self.note(f"job {job} ({run.model}): {why}; its {left} events left failed")
 
-    def kill_frozen(self, workers: Workers) -> None:
+    def watch(self, workers: Workers) -> None:
         """Kill the workers silent for `worker_silence_s` or stalled for `job_stall_s`,
         saying which and why (their exit is settled like any other: a rerun for what their
         journal lacks); say which others stand still."""
         for run, why in workers.frozen(self.spec.worker_silence_s, self.spec.job_stall_s):
-            self.note(
-                f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
-                f"{run.attempt} {why}; killing it"
-            )
+            self.note(f"{_worker(run)} {why}; killing it")
             workers.kill(run, why)
         for run in workers.still():
             still_s = round(time.monotonic() - run.moved)
@@ -147,8 +144,7 @@ class StreamRun:
                 {"job": run.job, "attempt": run.attempt, "pid": run.proc.pid, "still_s": still_s}
             )
             self.note(
-                f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt "
-                f"{run.attempt} is alive, but no event of its answered for {still_s} s: "
+                f"{_worker(run)} is alive, but no event of its answered for {still_s} s: "
                 "waiting on the site (a shed, a model loading) or stuck; submit --job-stall "
                 "SECONDS kills and reruns such workers"
             )
@@ -188,6 +184,11 @@ class StreamRun:
         if state.missing(spec.events):  # the events left are this failure's, not the others
             made.error = {"type": kind, "message": why, "job": job, "attempt": made.attempt}
         return asdict(made)
+
+
+def _worker(run: WorkerRun) -> str:
+    """How the driver's notes name a worker."""
+    return f"job {run.job} ({run.model}): worker PID {run.proc.pid} on attempt {run.attempt}"
 
 
 def _last_line(log: Path) -> str:
