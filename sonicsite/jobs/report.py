@@ -11,9 +11,10 @@ server and per path (`per_path`: envoy, gateway or direct, when the client repor
 `rows_per_path`), retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured),
 reruns of jobs whose worker died. Requests, latency, retries, `per_server` and `per_path`
 come from each job's last attempt that left a result: the events an attempt killed before
-its end answered are `events_server_unknown`. `errors`: the first ERRORS_KEPT groups of
-worker failures (type, message, jobs) and event errors; `errors_total` counts every group,
-`errors_left_out` and `errors_left_out_events` those beyond.
+its end answered are `events_server_unknown`. `errors`: the first ERRORS_KEPT kinds of
+worker failures (type, message, jobs) and event errors, one kind for a failure whatever its
+figures and detail (error_kinds.py: `kind`, an example `error`, `variants`); `errors_total`
+counts every kind, `errors_left_out` and `errors_left_out_events` those beyond.
 `per_backend`: the events the site answered and those the workers' models ran in process
 (`submit --backend local|auto`); `switches`: every switch of backend "auto", with its job,
 time and reason. Events run in process are not looked for in the servers' execution logs.
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .error_kinds import error_kind
 from .executions import Executions, summarize
 from .report_plot import plot
 
@@ -164,25 +166,39 @@ def _client_totals(results: list[dict]) -> dict:
 
 
 def _errors(results: list[dict]) -> list[dict]:
-    """Every error group: worker failures first (type, message, jobs), then event errors,
-    most events first."""
+    """Every kind of error (error_kinds.py): worker failures first (type, message, jobs),
+    then event errors, most events first. `error` is the kind's most common message,
+    `variants` how many distinct messages it had."""
     groups: dict[str, dict] = {}
+
+    def group_of(message: str, **extra) -> dict:
+        kind = error_kind(message)
+        group = groups.setdefault(kind, {"kind": kind, "events": 0, "said": Counter()})
+        if extra and "type" not in group:  # a worker's failure names the kind's type
+            group.update(extra)
+        return group
+
     for r in results:
         if r.get("error"):
             e = r["error"]
-            key = f"{e['type']}: {e['message']}"
-            group = groups.setdefault(
-                key, {"error": key, "type": e["type"], "message": e["message"], "events": 0}
-            )
+            message = f"{e['type']}: {e['message']}"
+            group = group_of(message, type=e["type"])
+            group["said"][message] += 1
             group.setdefault("jobs", set()).add(r["job"])
             group.setdefault("models", set()).add(r["model"])
         for error, n in Counter(r["failed"].values()).items():
-            group = groups.setdefault(error, {"error": error, "events": 0})
+            group = group_of(error)
+            group["said"][error] += n
             group["events"] += n
             group.setdefault("jobs", set()).add(r["job"])
             group.setdefault("models", set()).add(r["model"])
     ordered = sorted(groups.values(), key=lambda g: ("type" not in g, -g["events"]))
     for group in ordered:
+        said: Counter = group.pop("said")
+        group["error"] = said.most_common(1)[0][0]
+        if "type" in group:
+            group["message"] = group["error"].removeprefix(f"{group['type']}: ")
+        group["variants"] = len(said)
         group["jobs_total"] = len(group["jobs"])
         group["jobs"] = sorted(group["jobs"])[:20]
         group["models"] = sorted(group["models"])
@@ -298,7 +314,12 @@ def print_summary(report: dict, out: Path) -> None:
         print(f"executions not checked: {checked['reason']}")
     for error in report["errors"][:5]:
         text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
-        print(f"error: {text} ({error['events']} events; jobs {error['jobs'][:8]})")
+        jobs = error["jobs"][:8]
+        more = error.get("jobs_total", len(jobs)) - len(jobs)
+        jobs_said = f"jobs {jobs}" + (f" and {more} more" if more > 0 else "")
+        variants = error.get("variants", 1)
+        also = f"; the most common of {variants} messages of this kind" if variants > 1 else ""
+        print(f"error: {text} ({error['events']} events; {jobs_said}{also})")
     total = report.get("errors_total", len(report["errors"]))
     if total > 5:
         listed = len(report["errors"]) - 5

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .error_kinds import error_kind
 from .journal import read_journal
 from .progress import Progress
 from .result import JobResult, read_result
@@ -20,6 +22,8 @@ from .stream_files import StreamRecord
 
 if TYPE_CHECKING:
     from .driver import StreamSpec
+
+NOTES_PER_KIND = 3  # notes of one kind of job failure on the console; the report has all
 
 
 @dataclass
@@ -36,11 +40,22 @@ class StreamRun:
     standing: list[dict] = field(default_factory=list)  # workers said to stand still
     record: StreamRecord | None = None  # the stream's own file (stream.json), kept current
     first_attempt: dict[int, int] = field(default_factory=dict)  # job -> first of this run
+    kinds_said: Counter = field(default_factory=Counter)  # error kind -> notes of it
 
     @property
     def reruns(self) -> int:
         """Jobs started again after their worker left without a result."""
         return sum(1 for incident in self.incidents if incident["rerun"])
+
+    def note_kind(self, job: int, error: str, line: str) -> None:
+        """`line`, unless NOTES_PER_KIND of `error`'s kind were said (a site down fails every
+        job alike: the report counts them all, the console says a few)."""
+        kind = error_kind(error)
+        self.kinds_said[kind] += 1
+        if self.kinds_said[kind] <= NOTES_PER_KIND:
+            self.note(line)
+        if self.kinds_said[kind] == NOTES_PER_KIND:
+            self.note(f"(more jobs that fail as job {job} did: in the report, not said here)")
 
     def path(self, job: int, suffix: str) -> Path:
         return self.jobs_dir / f"job-{job:05d}{suffix}"
@@ -104,9 +119,11 @@ class StreamRun:
             self.counts[job] = (len(result["answered"]), len(result["failed"]))
             if result.get("error"):
                 e = result["error"]
-                self.note(
+                self.note_kind(
+                    job,
+                    f"{e['type']}: {e['message']}",
                     f"job {job} ({run.model}) failed on attempt {attempt}: "
-                    f"{e['type']}: {e['message']}"
+                    f"{e['type']}: {e['message']}",
                 )
             return
         code = run.proc.returncode
@@ -124,12 +141,14 @@ class StreamRun:
             {"job": job, "attempt": attempt, "pid": run.proc.pid, "why": why, "rerun": rerun}
         )
         if rerun:
-            self.note(f"job {job} ({run.model}): {why}; rerunning its {left} events left")
+            said = f"job {job} ({run.model}): {why}; rerunning its {left} events left"
+            self.note_kind(job, f"rerun: {why}", said)
             self.start(workers, job, attempt + 1)
             return
         self.ended[job] = ("WorkerKilled" if code < 0 else "WorkerExited", why)
         if left:
-            self.note(f"job {job} ({run.model}): {why}; its {left} events left failed")
+            said = f"job {job} ({run.model}): {why}; its {left} events left failed"
+            self.note_kind(job, why, said)
 
     def watch(self, workers: Workers) -> None:
         """Kill the workers silent for `worker_silence_s` or stalled for `job_stall_s`,

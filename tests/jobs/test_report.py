@@ -100,7 +100,9 @@ def test_worker_failures_come_first_with_type_message_and_jobs():
     assert first["type"] == "SpecError" and first["message"] == "32 rows, at most 8"
     assert first["jobs"] == [1] and first["events"] == 4 and first["models"] == ["simple"]
     assert second == {
+        "kind": "timeout",
         "error": "timeout",
+        "variants": 1,
         "events": 1,
         "jobs": [0],
         "jobs_total": 1,
@@ -230,8 +232,8 @@ def test_events_answered_by_an_attempt_killed_before_its_result_are_server_unkno
 
 def test_error_groups_beyond_those_listed_are_counted_and_said(capsys):
     results = [
-        _result(j, "simple", answered={}, failed={str(4 * j + i): f"error {j}" for i in range(4)})
-        for j in range(13)
+        _result(j, "simple", answered={}, failed={str(4 * j + i): f"error {w}" for i in range(4)})
+        for j, w in enumerate("abcdefghijklm")
     ]
     report = build_report(results, 0.0, 10.0, {})
     assert len(report["errors"]) == 10 and report["errors_total"] == 13
