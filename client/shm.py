@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import INTERNAL, INVALID, TIMEOUT, InferError
+from .errors import INTERNAL, INVALID, InferError
 from .layout import contiguous_bytes
 from .plan import CopyPlan, CopyRefused, InputPlan
 from .spec import TRITON_DTYPES
@@ -77,7 +77,8 @@ class Slot:
 
 
 class RegionPool:
-    """Regions registered with every given server, handed out and reused across requests."""
+    """Regions of this process, each registered with a server at its first use there,
+    handed out and reused across requests."""
 
     device_memory = False  # host memory: a SoA can live in a slot and be read in place
 
@@ -94,6 +95,8 @@ class RegionPool:
         self.control_timeout_s = control_timeout_s
         self._free: list[Slot] = []
         self._all: list[Region] = []
+        self._on: dict[str, set[str]] = {}  # server -> names of the regions registered there
+        self._registering: dict[str, threading.Lock] = {}  # one registration at a time, per server
         self._lock = threading.Lock()
 
     # What differs between system and CUDA shared memory (cuda.CudaRegionPool overrides it)
@@ -111,45 +114,47 @@ class RegionPool:
         )
 
     def _new_region(self, size: int) -> Region:
-        """A region registered with every server, or none: a server that refuses it has it
-        unregistered from those that took it, and the error says what kind of failure it
-        was (unreachable or timed out: retried elsewhere; refused: not)."""
+        """A region of this process; registered with a server when a request there first
+        uses it (`ensure`)."""
         region = self._make_region(size)
-        taken: list[GrpcTransport] = []
-        for t in self.transports:
-            try:
-                self._register(t, region)
-            except Exception as exc:
-                failed = _control_error(t, exc)
-                # a server that timed out may have taken it all the same
-                undone = self._undo(region, taken + ([t] if failed.kind == TIMEOUT else []))
-                region.close()
-                raise InferError(
-                    failed.kind,
-                    f"cannot register shared memory region {region.name} ({size} B) on "
-                    f"{t.server}: {failed.message}; {undone}",
-                    t.server,
-                    status=failed.status,
-                ) from exc
-            taken.append(t)
         with self._lock:
             self._all.append(region)
         return region
 
-    def _undo(self, region: Region, taken: list[GrpcTransport]) -> str:
-        """Unregister `region` from the servers that took it; says how that went."""
-        if not taken:
-            return "no server had taken it"
-        kept = []
-        for t in taken:
-            try:
-                self._unregister(t, region)
-            except Exception as exc:
-                kept.append(f"{t.server} ({_control_error(t, exc).message})")
-        if kept:
-            log.warning("shared memory: %s kept by %s until restarted", region.name, kept)
-            return f"still registered on {', '.join(kept)} until it restarts"
-        return f"unregistered from the {len(taken)} server(s) that had taken it"
+    def ensure(self, t: GrpcTransport, names: set[str]) -> None:
+        """The regions `names` registered with `t`'s server, each at its first use there: a
+        server that is down stops no request to the others (registering with every server
+        at once failed every request while one was down), and one that restarted (`forget`)
+        is given them again. A server that refuses a region is INVALID (one that is not
+        co-located cannot map it: neither could a retry); one unreachable or out of time,
+        UNAVAILABLE or TIMEOUT (the request goes elsewhere)."""
+        with self._lock:
+            one_at_a_time = self._registering.setdefault(t.server, threading.Lock())
+        with one_at_a_time:
+            with self._lock:
+                on = self._on.setdefault(t.server, set())
+                missing = [r for r in self._all if r.name in names and r.name not in on]
+            for region in missing:
+                try:
+                    self._register(t, region)
+                except Exception as exc:
+                    failed = _control_error(t, exc)
+                    if "ALREADY_EXISTS" not in failed.status:  # taken by a try that timed out
+                        raise InferError(
+                            failed.kind,
+                            f"cannot register shared memory region {region.name} "
+                            f"({region.size} B) on {t.server}: {failed.message}",
+                            t.server,
+                            status=failed.status,
+                        ) from exc
+                with self._lock:
+                    self._on.setdefault(t.server, set()).add(region.name)
+
+    def forget(self, server: str) -> None:
+        """`server` has lost its registrations (it restarted): each is made again at its
+        next use there."""
+        with self._lock:
+            self._on.pop(server, None)
 
     def acquire(self, nbytes: int) -> Slot:
         """A free slot of at least `nbytes`, else a new region: registered outside the
@@ -184,10 +189,15 @@ class RegionPool:
         return None
 
     def close(self) -> None:
-        """Unregister every region from every server, then free them. A server that cannot
-        be reached keeps its registrations until it restarts: a warning per server says so."""
+        """Unregister every region from each server it was registered with, then free them.
+        A server that cannot be reached keeps its registrations until it restarts: a
+        warning per server says so."""
+        with self._lock:
+            on = {server: set(names) for server, names in self._on.items()}
         failed: dict[str, list[str]] = {}
         for region, t in itertools.product(self._all, self.transports):
+            if region.name not in on.get(t.server, ()):
+                continue
             try:
                 self._unregister(t, region)
             except Exception as exc:
@@ -205,6 +215,7 @@ class RegionPool:
             region.close()
         self._all.clear()
         self._free.clear()
+        self._on.clear()
 
 
 def _control_error(t: GrpcTransport, exc: Exception) -> InferError:
@@ -217,6 +228,12 @@ def _control_error(t: GrpcTransport, exc: Exception) -> InferError:
     if "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status:
         return t.control_error(exc)  # which also drops the channel to an unreachable one
     return InferError(INVALID, exc.message() or str(exc), t.server, status=status)
+
+
+def _region_lost(exc: InferError) -> bool:
+    """The server does not know a region the request names: it restarted since it was
+    registered there (Triton refuses such a request before it runs it)."""
+    return "NOT_FOUND" in exc.status and "shared memory region" in str(exc)
 
 
 class ShmTransport:
@@ -275,7 +292,16 @@ class ShmTransport:
                     placed = Placement(slot.region.name, 0, nbytes)
                 if placed is not None:
                     placements[o.name] = placed
-            reply = self.grpc.infer(plan, timeout, placements, request_id, parameters)
+            regions = {p.region for p in placements.values()}
+            try:
+                self.pool.ensure(self.grpc, regions)
+                reply = self.grpc.infer(plan, timeout, placements, request_id, parameters)
+            except InferError as exc:
+                if not _region_lost(exc):
+                    raise
+                self.pool.forget(self.server)  # it restarted: registered again, sent again
+                self.pool.ensure(self.grpc, regions)
+                reply = self.grpc.infer(plan, timeout, placements, request_id, parameters)
             for name, slot, view, nbytes in readback:
                 header = reply.outputs[name]
                 if view is not None:  # straight into the SoA column; the engine skips it
