@@ -16,13 +16,13 @@ reported failed with its last error: none is lost):
   (balancer.py). The chunk goes to another endpoint after an exponential back-off with
   jitter (`backoff_s` doubling up to `backoff_max_s`). A failed probe of an endpoint already
   down is the balancer's test, not the chunk's try: while another endpoint is up, the chunk
-  goes on at once (at most `max_tries` such probes per chunk). With Envoy and the gateway
-  both dead, a chunk that drew their probes in turn used up its tries on them and failed
-  while the servers answered (beside two CPU hogs, where a stream outlasts the cool-downs).
+  goes on at once (at most `max_tries` such probes per chunk: with Envoy and the gateway
+  both dead, their probes in turn used up a chunk's tries while the servers answered).
 - Unprocessed: an attempt the server certainly did not act on (REFUSED_STREAM, a GOAWAY
-  below its stream, a request that could not be written) is retried at once, on a fresh
-  connection or another endpoint, without marking the endpoint down; a second one in a row
-  from the same endpoint counts as unreachable.
+  below its stream, a request that could not be written, a model not ready there) goes to
+  another endpoint, at once the first time, after a back-off from the second in a row (a
+  model not ready anywhere spent a chunk's tries in a millisecond); one endpoint's second in
+  a row marks it down. A server that refused so has answered: no reason to give up the site.
 - Overloaded: RESOURCE_EXHAUSTED / HTTP 429 (admission, or Envoy's in-flight cap) hold the
   stream off that endpoint, and in site mode off every path, for at least the retry-after,
   so a rejected stream never storms and a shed model is never sent around Envoy. A shed is
@@ -30,8 +30,7 @@ reported failed with its last error: none is lost):
   as its queues drain. So a chunk's sheds are no tries while it has waited them out for less
   than `overload_wait_s` since its first (`shed_is_a_try`), and the back-off grows with the
   sheds in a row; a site shedding one chunk longer than that fails it with the site's
-  reason, as before. With sheds counted as tries, a shed of 15 s (8 tries, the back-off at
-  its 2 s cap) failed chunks while the site brought capacity up (the simulated `waves`).
+  reason (as tries, a shed of 15 s failed chunks while the site added capacity).
 - Invalid: fails the chunk at once. Internal: back-off, then retried.
 - Silent: once a chunk has used up its tries on endpoints that were unreachable or timed
   out and none has answered since that chunk began, the chunks left fail at once, the
@@ -49,9 +48,9 @@ At most once: with a `request_tag`, a request's id names its events (`<tag><lo>-
 it is sent as idempotent: a server executes an id once and keeps its answer for a while
 (models/runner.py). A chunk whose attempt may have run although its answer was lost (the
 connection dropped or timed out after the request went out: Envoy, the gateway or a server
-died) first asks each server directly for the kept answer (a lookup, never executed; only of
-a model whose config says its runner keeps answers); only when none has it is it sent
-again. A rerun of a killed job does the same for the chunks its journal says were sent
+died) first asks every server directly, at once, for the kept answer (kept_answers.py: a
+lookup, never executed; only of a model whose config says its runner keeps answers); only
+when none has it is it sent again. A rerun of a killed job does the same for the chunks its journal says were sent
 (`run(..., resent=...)`). The servers that do not run a request whose caller went away
 (Triton's cancellation) make the rest.
 
@@ -69,7 +68,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from sonicsite.contract.wire import IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER
+from sonicsite.contract.wire import IDEMPOTENT_PARAMETER
 
 from .backend_auto import AutoSwitch
 from .backend_local import LocalRunner
@@ -77,6 +76,7 @@ from .balancer import Balancer, Endpoint
 from .declared_work import StreamWork, WorkReporter
 from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
+from .kept_answers import look_up
 from .layout import Columns
 from .plan import CopyPlan, make_plan
 from .spec import ModelInfo, TensorSpec
@@ -172,7 +172,7 @@ class Stream:
         tries, avoid, error, kind = 0, "", "", ""
         probes = 0  # failed probes of endpoints already down, not counted as tries
         timeouts = 0  # of this chunk: each doubles its next deadline
-        unprocessed_from = ""  # the endpoint whose last failure was unprocessed
+        unprocessed, unprocessed_from = 0, ""  # refused before running, in a row; by whom
         loading = LoadingWait()  # while the site holds the model
         sheds, first_shed = 0, 0.0  # overloaded answers of this chunk, and when the first came
         while tries < self.options.max_tries:
@@ -199,22 +199,18 @@ class Stream:
                 plan = make_plan(self.spec, info, columns, strict=self.options.strict)
                 record.pack_s = time.perf_counter() - t0
                 asks = maybe_run and info.keeps_answers  # a runner that does not would run it
-                kept = self._look_up(plan, request_id, deadline) if asks else None
-                if kept is not None:
-                    self.balancer.done(endpoint, None)
-                    if self.auto is not None:
-                        self.auto.answered(probe)
-                    record.latency_s, record.ok, record.path = time.perf_counter() - t0, True, KEPT
-                    self._deliver(lo, hi, plan, kept, record, on_result, result)
-                    return
-                if on_send is not None:
-                    on_send(lo, hi)
-                    on_send = None
-                sent = time.perf_counter()
-                reply = endpoint.transport.infer(
-                    plan, deadline, request_id=request_id, parameters=parameters
+                kept = (
+                    look_up(self.statistics.values(), plan, request_id, deadline) if asks else None
                 )
-                answered = time.perf_counter()
+                if kept is None:
+                    if on_send is not None:
+                        on_send(lo, hi)
+                        on_send = None
+                    sent = time.perf_counter()
+                    reply = endpoint.transport.infer(
+                        plan, deadline, request_id=request_id, parameters=parameters
+                    )
+                    answered = time.perf_counter()
             except InferError as exc:
                 error, kind = str(exc), exc.kind
                 record.latency_s, record.error = time.perf_counter() - t0, exc.kind
@@ -251,6 +247,15 @@ class Stream:
                     wait = self._backoff(sheds, at_least=exc.retry_after)
                     self.balancer.hold(endpoint, wait)
                     continue  # the balancer holds every request of this stream back
+                if exc.unprocessed:  # refused before it ran: elsewhere, at once the first time
+                    if unprocessed_from == endpoint.id:  # twice in a row: not for a while
+                        self.balancer.mark_down(endpoint)
+                    unprocessed += 1
+                    unprocessed_from = avoid = endpoint.id
+                    if unprocessed > 1:  # say, a model not ready on every server: wait
+                        time.sleep(self._backoff(unprocessed - 1))
+                    continue
+                unprocessed, unprocessed_from = 0, ""
                 down = exc.kind in (UNAVAILABLE, TIMEOUT)
                 if down and down_probe and probes < self.options.max_tries and self._up(endpoint):
                     probes += 1
@@ -259,10 +264,6 @@ class Stream:
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id
                     continue
-                if exc.unprocessed and unprocessed_from != endpoint.id:
-                    unprocessed_from = endpoint.id
-                    continue  # at once: the failed connection is closed, the endpoint is fine
-                unprocessed_from = ""
                 if exc.kind == TIMEOUT:
                     timeouts += 1
                 if down:
@@ -276,8 +277,15 @@ class Stream:
                 if self.auto is not None:
                     self.auto.failed("", probe)
                 raise
-            self.latencies.observe(endpoint.path, answered - sent)
-            self.balancer.done(endpoint, answered - t0)
+            # answered (outside the try: a delivery that raises is no failed try, and the
+            # endpoint is done with once)
+            if kept is not None:
+                reply, answered = kept, time.perf_counter()
+                record.path = KEPT
+                self.balancer.done(endpoint, None)
+            else:
+                self.latencies.observe(endpoint.path, answered - sent)
+                self.balancer.done(endpoint, answered - t0)
             if self.auto is not None:
                 self.auto.answered(probe)
             record.latency_s, record.ok = answered - t0, True
@@ -287,8 +295,8 @@ class Stream:
             if self.auto is not None:
                 self.auto.exhausted(tries, error)
                 return self._run_here(lo, hi, columns, on_result, result)
-            if reach is not None:
-                reach.exhausted(kind, error, began)
+            if reach is not None:  # a server that refused it unprocessed did answer
+                reach.exhausted("" if unprocessed else kind, error, began)
         with self._lock:
             result.failed[(lo, hi)] = error
 
@@ -304,18 +312,6 @@ class Stream:
     ) -> None:
         """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once."""
         self.local.deliver(self.spec, self.options.strict, lo, hi, columns, on_result, result)
-
-    def _look_up(self, plan: CopyPlan, request_id: str, deadline: float) -> Reply | None:
-        """Ask each server directly for the answer it kept of `request_id` (it ran the request
-        but the answer was lost on the way); the first that has it answers. None when none
-        has it, or none could be asked: then the chunk is sent again."""
-        parameters = {IDEMPOTENT_PARAMETER: True, LOOKUP_PARAMETER: True}
-        for transport in self.statistics.values():
-            try:
-                return transport.infer(plan, deadline, request_id=request_id, parameters=parameters)
-            except InferError:
-                continue  # not kept there (NOT_FOUND), or that server does not answer
-        return None
 
     def _deliver(
         self,

@@ -9,10 +9,20 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 
 import numpy as np
 import pytest
-from sonicsite.client import Client, Ragged, SoA, SpecError, Stream, StreamOptions, TensorSpec
+from sonicsite.client import (
+    Client,
+    InferError,
+    Ragged,
+    SoA,
+    SpecError,
+    Stream,
+    StreamOptions,
+    TensorSpec,
+)
 from sonicsite.client.balancer import Balancer, Endpoint
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.errors import INTERNAL, UNAVAILABLE
@@ -137,3 +147,27 @@ def test_a_site_that_died_mid_stream_gives_up_once_silent_through_a_chunks_tries
     assert reach.gave_up.startswith("site unreachable: no endpoint (alive, dead) has answered")
     assert "since a chunk's tries began" in reach.gave_up
     assert "last error: alive: connection refused" in reach.gave_up
+
+
+def test_a_kept_answer_whose_callback_raises_is_delivered_once(site):
+    """A chunk sent before (a rerun's, by its journal) is first looked up: the server kept
+    its answer. The worker's callback raises on it: the stream stops with that exception,
+    the chunk delivered once and its endpoint released once. Before, the delivery ran inside
+    the attempt: an InferError from the callback was taken for a failed try, the chunk sent
+    again and delivered twice, and the endpoint's count of requests in flight went below 0."""
+    sample = generate("simple", 8, seed=41)
+    tag = f"t41-{uuid.uuid4().hex[:8]}/job-00000/"
+    with Client(from_site_file(site.site_dir), "grpc", "direct") as client:
+        first = client.stream("simple", sample.spec, batch=8, window=1, request_tag=tag)
+        assert first.run(sample, sample.check).events_ok == 8  # the servers keep its answer
+        seen = []
+
+        def on_result(lo, hi, outputs) -> None:
+            seen.append((lo, hi))
+            raise InferError(INTERNAL, "the worker's next step failed", "elsewhere")
+
+        again = client.stream("simple", sample.spec, batch=8, window=1, request_tag=tag)
+        with pytest.raises(InferError, match="the worker's next step failed"):
+            again.run(sample, on_result, resent={(0, 8)})
+        assert seen == [(0, 8)]
+        assert [e.in_flight for e in again.balancer.endpoints] == [0, 0]

@@ -6,6 +6,8 @@ work done since, never as negative or made-up work."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +146,69 @@ def test_a_request_sent_where_the_model_is_unloaded_is_answered_by_another_serve
         assert result.stats.summary()["rows_per_server"] == {"triton-0": 64}
     finally:
         model_control.load(target, "simple")
+
+
+def test_a_model_not_ready_on_any_server_is_waited_for_not_given_up(pair):
+    """`simple` unloaded on both servers: each try is refused before it runs ('has no
+    available versions'), and the client waits between such tries (the second in a row on).
+    Loaded again on one server a second after the stream asked for its first events, every
+    event is answered there, none failed."""
+    targets = [control_target(pair, server) for server in ("triton-0", "triton-1")]
+    for target in targets:
+        model_control.unload(target, "simple")
+    try:
+        sample = generate("simple", 32, seed=6)
+        asked = threading.Event()
+
+        class Watched:  # the sample, saying when the stream first asks it for events
+            def __len__(self) -> int:
+                return len(sample)
+
+            def request(self, lo: int, hi: int):
+                asked.set()
+                return sample.request(lo, hi)
+
+        with Client(from_site_file(pair.site_dir), "grpc", "direct") as client:
+            stream = client.stream("simple", sample.spec, batch=8, window=2, max_tries=40)
+            done: list = []
+            running = threading.Thread(
+                target=lambda: done.append(stream.run(Watched(), sample.check))
+            )
+            running.start()
+            wait_until(asked.is_set, "the stream to ask for its first events")
+            time.sleep(1.0)  # its first tries refused meanwhile (a chance, not a condition)
+            model_control.load(targets[1], "simple")
+            running.join(timeout=300)
+        (result,) = done
+        assert result.events_ok == 32 and result.failed == {}, result.failed
+        refused = [r for r in result.stats.records if not r.ok]
+        assert {(r.error, r.unprocessed) for r in refused} <= {(UNAVAILABLE, True)}
+        assert result.stats.summary()["rows_per_server"] == {"triton-1": 32}
+    finally:
+        for target in targets:
+            model_control.load(target, "simple")
+
+
+def test_tries_spent_on_a_model_not_ready_anywhere_fail_with_its_reason(pair):
+    """Unloaded on both servers, a stream of 4 tries a chunk, one chunk at a time: the
+    chunks fail with Triton's reason, not as a site that never answered (the servers did
+    answer: before, the stream was given up as "site unreachable"), and a chunk's tries are
+    spread by its back-off from the second on (at least 0.05 + 0.1 s between its first and
+    its last), not spent at once."""
+    targets = [control_target(pair, server) for server in ("triton-0", "triton-1")]
+    for target in targets:
+        model_control.unload(target, "simple")
+    try:
+        sample = generate("simple", 16, seed=7)
+        with Client(from_site_file(pair.site_dir), "grpc", "direct") as client:
+            stream = client.stream("simple", sample.spec, batch=8, window=1, max_tries=4)
+            result = stream.run(sample, sample.check)
+        assert result.events_ok == 0 and sorted(result.failed) == [(0, 8), (8, 16)]
+        for error in result.failed.values():
+            assert "has no available versions" in error and "site unreachable" not in error
+        tries = sorted(r.start for r in result.stats.records)
+        assert len(tries) == 8
+        assert tries[3] - tries[0] >= 0.15 and tries[7] - tries[4] >= 0.15, tries
+    finally:
+        for target in targets:
+            model_control.load(target, "simple")
