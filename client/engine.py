@@ -50,9 +50,9 @@ it is sent as idempotent: a server executes an id once and keeps its answer for 
 connection dropped or timed out after the request went out: Envoy, the gateway or a server
 died) first asks every server directly, at once, for the kept answer (kept_answers.py: a
 lookup, never executed; only of a model whose config says its runner keeps answers); only
-when none has it is it sent again. A rerun of a killed job does the same for the chunks its journal says were sent
-(`run(..., resent=...)`). The servers that do not run a request whose caller went away
-(Triton's cancellation) make the rest.
+when none has it is it sent again. A rerun of a killed job does the same for the chunks
+its journal says were sent (`run(..., resent=...)`). The servers that do not run a request
+whose caller went away (Triton's cancellation) make the rest.
 
 Backends: "site" (all of the above); "local", the model in process (backend_local.py);
 "auto": backend_auto.py says before each attempt whether a chunk goes to the site or runs in
