@@ -51,7 +51,7 @@ from .preflight import check_local_models, check_site, check_spec
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
-from .spawn import Workers
+from .spawn import Workers, kill_left_behind
 from .stream_files import (
     StreamRecord,
     check_out,
@@ -168,6 +168,8 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
     """Start the jobs wave by wave, settle every worker that exits, until all have, or a
     signal stopped them."""
     spec, jobs_dir, seen = run.spec, run.jobs_dir, time.monotonic()
+    if left := kill_left_behind(jobs_dir):
+        run.note(f"submit: killed {len(left)} worker(s) an earlier submit left running: {left}")
     with Workers(jobs_dir, record.stream, partial(run.command, record.stream)) as workers:
         run.show(workers, progress)
         for first in range(0, spec.jobs, spec.wave):
@@ -185,6 +187,8 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
                     record.save(spec.out)
                 time.sleep(0.2)
             if stop.signum is not None:
+                for exited in workers.reap():  # gone before the signal: each said as it ended
+                    run.settle(exited, workers, rerun_allowed=False)
                 stopped = workers.stop()
                 run.note(
                     f"submit: got {signal_name(stop.signum)}; stopped "

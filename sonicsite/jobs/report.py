@@ -59,6 +59,12 @@ def active_seconds(results: list[dict], runs: list[list[float]] | None = None) -
     return sum(max(0.0, min(last, end) - max(first, start)) for start, end in runs)
 
 
+def _reruns(result: dict) -> int:
+    """The job's attempts that reran it after a worker left without a result: the driver's
+    count (`reruns`), which leaves out a resume's first attempt; else all but the first."""
+    return result.get("reruns", max(result.get("attempt", 1) - 1, 0))
+
+
 def _server_unknown(result: dict) -> int:
     """Answers of a job that no request of its result accounts for: those of an attempt
     killed before it wrote its result (its requests went with it)."""
@@ -112,7 +118,7 @@ def _summary(
         "requests_failed": len(requests) - len(good),
         "retries": sum(r["retries"] for r in results),
         "overloaded": sum(r.get("overloaded", 0) for r in results),
-        "reruns": sum(max(r.get("attempt", 1) - 1, 0) for r in results),
+        "reruns": sum(_reruns(r) for r in results),
         "per_server": dict(sorted(per_server.items())),
         "events_server_unknown": sum(_server_unknown(r) for r in results),
         "per_path": dict(sorted(per_path.items())),
@@ -229,9 +235,7 @@ def build_report(
         m: _summary(rs, duration, executions, own_time=True, runs=runs)
         for m, rs in sorted(by_model.items())
     }
-    report["reruns_per_job"] = {
-        str(r["job"]): r["attempt"] - 1 for r in results if r.get("attempt", 1) > 1
-    }
+    report["reruns_per_job"] = {str(r["job"]): _reruns(r) for r in results if _reruns(r)}
     report["jobs_without_result"] = [r["job"] for r in results if r.get("from_journal")]
     errors = _errors(results)
     report["errors"] = errors[:ERRORS_KEPT]

@@ -8,10 +8,13 @@ shape from the journal for a job whose last attempt left none (killed, or stoppe
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .journal import JournalState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,15 +50,28 @@ class JobResult:
 
 
 def write_result(result: JobResult, out: Path) -> None:
-    """Atomically: the driver never reads half a file."""
+    save_result(asdict(result), out)
+
+
+def save_result(result: dict, out: Path) -> None:
+    """Atomically: no reader, and no submit killed meanwhile, leaves half a file."""
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(result)))
+    tmp.write_text(json.dumps(result))
     tmp.replace(out)
 
 
 def read_result(path: Path) -> dict | None:
-    """A result file as the report reads it, or None when there is none."""
+    """A result file as the report reads it, or None when there is none, or when it is
+    damaged (said: the driver makes the job's result from its journal instead, which holds
+    every answer)."""
     try:
-        return json.loads(path.read_text())
+        result = json.loads(path.read_text())
     except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        log.warning("job result %s is damaged (%s): made again from the job's journal", path, exc)
+        return None
+    if not isinstance(result, dict) or "answered" not in result:
+        log.warning("job result %s is not a job's result: made again from its journal", path)
+        return None
+    return result

@@ -28,6 +28,7 @@ first line.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -92,7 +93,9 @@ class Workers:
     checked: float = field(default_factory=time.monotonic)  # the last `frozen` call
 
     def __post_init__(self) -> None:
-        self._read, self._write = os.pipe()  # both close-on-exec; the read end is passed on
+        # both close-on-exec (the read end is passed on), and above 0-2: with stdin and
+        # stdout closed the read end was fd 1, which a worker's stdout pipe then replaced
+        self._read, self._write = (_above_stdio(fd) for fd in os.pipe())
 
     def start(self, job: int, model: str, attempt: int) -> WorkerRun:
         cmd = self.command(job, model, attempt, self._read)
@@ -204,6 +207,41 @@ class Workers:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _above_stdio(fd: int) -> int:
+    """`fd`, or a close-on-exec duplicate of it numbered 3 or more (the original closed)."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+def kill_left_behind(jobs_dir: Path) -> list[int]:
+    """SIGKILL the workers an earlier submit in this `out` started that still run, by the
+    PIDs of its `workers.json`, each checked to be a worker of its stream: a worker learns
+    that its driver died from its pipe, but one stopped (SIGSTOP) never reads it, and would
+    wake beside the rerun of its job. The PIDs killed."""
+    try:
+        record = json.loads((jobs_dir / WORKERS_FILE).read_text())
+        stream = str(record["stream"])
+        pids = [int(w["pid"]) for w in record.get("workers", [])]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+    killed = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone
+        ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
+        if ours and argv[argv.index("--stream") + 1 :][:1] == [stream]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # its own group: a stopped one dies of it too
+                killed.append(pid)
+    return killed
 
 
 def worker_command(args: list[str], fd: int) -> list[str]:

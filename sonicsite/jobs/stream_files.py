@@ -59,6 +59,7 @@ class StreamRecord:
     since: dict[str, int]  # execution-log sizes at the stream's start
     started: float
     start_at: dict[str, float] = field(default_factory=dict)  # job -> first start (epoch s)
+    run_starts: dict[str, list[int]] = field(default_factory=dict)  # job -> each run's 1st try
     shape: dict = field(default_factory=dict)  # stream_shape: must match to resume
     runs: list[list[float]] = field(default_factory=list)  # [start, last seen] of each run
     complete: bool = False  # no event left that a resume would send

@@ -4,7 +4,6 @@ workers killed as frozen, and the result of a job whose worker left none."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 from .error_kinds import error_kind
 from .journal import read_journal
 from .progress import Progress
-from .result import JobResult, read_result
+from .result import JobResult, read_result, save_result
 from .signals import signal_name
 from .spawn import WorkerRun, Workers, worker_command
 from .stream_files import StreamRecord
@@ -67,9 +66,12 @@ class StreamRun:
     def start(self, workers: Workers, job: int, attempt: int) -> None:
         self.path(job, ".json").unlink(missing_ok=True)
         self.attempts[job] = attempt
+        first = job not in self.first_attempt
         self.first_attempt.setdefault(job, attempt)
-        if self.record is not None and str(job) not in self.record.start_at:
-            self.record.start_at[str(job)] = time.time()  # a rerun keeps the job's schedule
+        if self.record is not None and (first or str(job) not in self.record.start_at):
+            self.record.start_at.setdefault(str(job), time.time())  # a rerun keeps its schedule
+            if first:  # the job's first attempt in this run of submit: no rerun
+                self.record.run_starts.setdefault(str(job), []).append(attempt)
             self.record.save(self.spec.out)
         workers.start(job, self.spec.model(job), attempt)
 
@@ -85,7 +87,7 @@ class StreamRun:
                 result = read_result(self.path(job, ".json"))
                 if result is None:
                     result = self.result(job, None)
-                    self.path(job, ".json").write_text(json.dumps(result))
+                    save_result(result, self.path(job, ".json"))
                 self.counts[job] = (len(result["answered"]), len(result["failed"]))
         return done
 
@@ -111,8 +113,17 @@ class StreamRun:
             args += ["--rate", repr(spec.job_rate()), "--start-at", repr(start_at)]
         return worker_command(args, fd)
 
-    def settle(self, run: WorkerRun, workers: Workers) -> None:
-        """A worker has exited: take its result, or rerun its job for the events left."""
+    def reruns_of(self, job: int, attempt: int) -> int:
+        """How many of the job's attempts up to `attempt` reran it after a worker left
+        without a result (a resume's first attempt is none)."""
+        starts = self.record.run_starts.get(str(job)) if self.record is not None else None
+        if not starts:  # a stream recorded before run starts were
+            return max(attempt - 1, 0)
+        return max(attempt - sum(1 for a in starts if a <= attempt), 0)
+
+    def settle(self, run: WorkerRun, workers: Workers, rerun_allowed: bool = True) -> None:
+        """A worker has exited: take its result, or rerun its job for the events left
+        (unless submit is stopping: `rerun_allowed` False)."""
         spec, job, attempt = self.spec, run.job, run.attempt
         result = read_result(self.path(job, ".json"))
         if result is not None:
@@ -136,7 +147,7 @@ class StreamRun:
         left = sum(hi - lo for lo, hi in state.missing(spec.events, spec.resume))
         self.counts[job] = state.settled(spec.resume)
         tries = attempt - self.first_attempt.get(job, 1) + 1
-        rerun = bool(left and tries < spec.max_attempts)
+        rerun = bool(left and tries < spec.max_attempts and rerun_allowed)
         self.incidents.append(
             {"job": job, "attempt": attempt, "pid": run.proc.pid, "why": why, "rerun": rerun}
         )
@@ -146,7 +157,10 @@ class StreamRun:
             self.start(workers, job, attempt + 1)
             return
         self.ended[job] = ("WorkerKilled" if code < 0 else "WorkerExited", why)
-        if left:
+        if left and not rerun_allowed:
+            said = f"job {job} ({run.model}): {why}; not rerun, submit is stopping"
+            self.note_kind(job, f"stopping: {why}", said)
+        elif left:
             said = f"job {job} ({run.model}): {why}; its {left} events left failed"
             self.note_kind(job, why, said)
 
@@ -181,7 +195,7 @@ class StreamRun:
         """The job's result file, or one made from its journal when it left none."""
         result = read_result(self.path(job, ".json"))
         if result is not None:
-            return result
+            return {**result, "reruns": self.reruns_of(job, result.get("attempt", 1))}
         spec = self.spec
         made = JobResult(
             job,
@@ -202,7 +216,7 @@ class StreamRun:
         made.fill(state, f"{kind}: {why}")
         if state.missing(spec.events):  # the events left are this failure's, not the others
             made.error = {"type": kind, "message": why, "job": job, "attempt": made.attempt}
-        return asdict(made)
+        return {**asdict(made), "reruns": self.reruns_of(job, made.attempt)}
 
 
 def _worker(run: WorkerRun) -> str:
