@@ -50,12 +50,13 @@ def server_time_deltas(before: dict, after: dict) -> dict[str, float]:
 def read_statistics(transports: dict, model: str, timeout: float) -> dict[str, dict]:
     """Each server's statistics of `model` ({server id: transport}), asked of all servers at
     once: a server that does not answer within `timeout` (hung, stopped) is left out, and
-    costs the caller that wait once, not once per server."""
+    costs the caller that wait once, not once per server; so is one whose reply is not
+    Triton's statistics (a figure of the report, never a reason to stop a stream)."""
 
     def read(transport) -> dict | None:
         try:
             return transport.statistics(model, timeout)
-        except (InferError, OSError):
+        except (InferError, OSError, LookupError, ValueError, TypeError, AttributeError):
             return None
 
     if not transports:
