@@ -92,8 +92,8 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 if not isinstance(request, dict) or "policy" not in request:
                     raise ValueError('body: expected a JSON object {"policy": ...}')
                 operator.set_balancing(request["policy"])
-            except ValueError as exc:  # JSONDecodeError is a ValueError
-                self._json(400, {"error": str(exc)})
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                self._json(400, {"error": str(exc) or type(exc).__name__})
                 return
             self._json(200, {"policy": operator.balancing.policy})
 
@@ -108,8 +108,8 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                     raise ValueError('body: expected {"source": ..., "held": {model: count}}')
                 source = str(request.get("source") or self.client_address[0])
                 held = operator.placement.report_held(source, request["held"], time.time())
-            except ValueError as exc:
-                self._json(400, {"error": str(exc)})
+            except (ValueError, RecursionError) as exc:  # JSON nested past Python's stack
+                self._json(400, {"error": str(exc) or type(exc).__name__})
                 return
             self._json(200, {"held": held})
 
@@ -119,8 +119,8 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             load is decided at once, not on the next interval (as a newly held one)."""
             try:
                 report = WorkReport.from_dict(json.loads(body))
-            except ValueError as exc:  # JSONDecodeError is a ValueError
-                self._json(400, {"error": f"PUT {WORK_PATH}: {exc}"})
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+                self._json(400, {"error": f"PUT {WORK_PATH}: {exc or type(exc).__name__}"})
                 return
             if operator.declared.report(report, time.time()) and operator.placement is not None:
                 operator.wakeup.set()

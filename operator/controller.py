@@ -208,6 +208,11 @@ class Operator:
             decision = decide(self.policy, previous, loads, seen, now, unseen, self.shed_ttl_s)
             if previous is None or previous.state != decision.state:
                 self.metrics.changes.labels(m, decision.state).inc()
+                was = previous.state if previous is not None else "unset"
+                print(
+                    f"operator: admission of {m}: {was} -> {decision.state}: {decision.reason}",
+                    file=sys.stderr,
+                )
             self.admissions[m] = decision
 
     def _autoscale(

@@ -15,10 +15,11 @@ so a hung one costs a step one scrape timeout, not one per server.
 from __future__ import annotations
 
 import http.client
+import math
 import time
 import urllib.request
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
@@ -36,6 +37,7 @@ COUNTERS = {
 }
 COUNTER_KEYS = tuple(COUNTERS.values())
 GAUGES = {"nv_inference_pending_request_count": "pending"}
+SCRAPE_SLACK_S = 0.5  # a scrape of every server waits its timeout and this in all
 SCRAPE_GRACE = 3  # failed scrapes in a row after which a server leaves the load view
 # what a read of a server's /metrics can raise: refused, reset, timed out (OSError and its
 # URLError), a reply cut short or not HTTP (HTTPException: IncompleteRead, BadStatusLine,
@@ -54,7 +56,9 @@ class MetricsUnreadable(OSError):
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
-    """Triton's /metrics text as {model: {counter or gauge: value}} (versions summed)."""
+    """Triton's /metrics text as {model: {counter or gauge: value}} (versions summed);
+    ValueError for a figure that is not a finite number ≥ 0 (a NaN or an infinity, which
+    the text format allows, went on into every rate and made each policy step fail)."""
     models: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -62,6 +66,8 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
             model = sample.labels.get("model")
             if name is None or model is None:
                 continue
+            if not math.isfinite(sample.value) or sample.value < 0:  # Triton's never are
+                raise ValueError(f"{sample.name}{{model={model!r}}} is {sample.value}")
             values = models.setdefault(model, {})
             values[name] = values.get(name, 0.0) + sample.value
     return models
@@ -175,13 +181,14 @@ def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
     last: the counters' increases summed interval by interval over the intervals whose two
     scrapes both hold the model, so that a reload anywhere in the window counts from zero
     (as Prometheus' `increase` does) rather than hiding behind the window's two ends."""
-    if len(scrapes) < 2:
+    intervals = [(a, b) for a, b in pairwise(scrapes) if b.at > a.at]  # not measured: one
+    if not intervals:  # the wall clock stepped back over (rates of a near-zero time)
         return []
-    dt = max(scrapes[-1].at - scrapes[0].at, 1e-6)
+    dt = sum(b.at - a.at for a, b in intervals)
     loads = []
     for model, now in sorted(scrapes[-1].models.items()):
         total, held = dict.fromkeys(COUNTER_KEYS, 0.0), False
-        for a, b in pairwise(scrapes):
+        for a, b in intervals:
             then, later = a.models.get(model), b.models.get(model)
             if then is None or later is None:
                 continue
@@ -240,13 +247,21 @@ class LoadView:
         self._record_read(server, time.time(), self._fetch(metrics_url))
 
     def scrape_all(self, targets: dict[str, str]) -> None:
-        """Scrape every server (id: metrics URL) at the same time."""
+        """Scrape every server (id: metrics URL) at the same time, waited for `timeout_s`
+        (and a little) in all: the read timeout is per read, which a server sending its
+        reply slowly stretches, and a step must not wait on it."""
         if not targets:
             return
         now = time.time()
-        with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
-            reads = dict(zip(targets, pool.map(self._fetch, targets.values()), strict=True))
-        for server, read in reads.items():
+        pool = ThreadPoolExecutor(max_workers=min(16, len(targets)))
+        try:
+            asked = {server: pool.submit(self._fetch, url) for server, url in targets.items()}
+            done, _ = wait(asked.values(), timeout=self.timeout_s + SCRAPE_SLACK_S)
+        finally:  # a read still under way (a reply sent slowly) ends unwaited for
+            pool.shutdown(wait=False, cancel_futures=True)
+        late = TimeoutError(f"no whole reply within {self.timeout_s + SCRAPE_SLACK_S:g} s")
+        for server, future in asked.items():
+            read = future.result() if future in done else MetricsUnreadable(targets[server], late)
             self._record_read(server, now, read)
 
     def record(self, server: str, now: float, text: str | Exception) -> None:

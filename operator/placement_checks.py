@@ -50,12 +50,15 @@ def dropped(
 ) -> str:
     """Why `d` no longer stands (empty: it does): a load nobody waits for now or whose room
     was not made (`unmade`: servers whose MAKE_ROOM unload did not happen), a MAKE_ROOM
-    unload for such a load (`after`: the decisions after `d` on its server)."""
+    unload for such a load (`after`: the decisions after `d` on its server), an IDLE unload
+    of a model that has requests held or work declared now."""
     if d.kind is Kind.LOAD:
         why = unwanted(d.model, d.rule, seen)
         if not why and d.server in unmade:
             why = f"the room for it on {d.server} was not made"
         return why
+    if d.rule is Rule.IDLE and (seen.held.get(d.model, 0) or d.model in seen.declared):
+        return "requests held or work declared for it since"  # the reason is gone
     if d.rule is Rule.MAKE_ROOM:
         load = next((x for x in after if x.kind is Kind.LOAD and x.server == d.server), None)
         why = unwanted(load.model, load.rule, seen) if load is not None else ""

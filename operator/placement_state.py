@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.wire import HELD_TTL_S
+from sonicsite.contract.work_report import COUNT_MAX
 
 from .catalogue import DEFAULT_POOL
 
@@ -135,14 +136,24 @@ class HeldCounts:
 
     def report(self, source: str, counts: dict[str, int], now: float) -> None:
         for model, count in counts.items():
-            if not isinstance(model, str) or not isinstance(count, int) or count < 0:
-                raise ValueError(f"held[{model!r}]: expected a count ≥ 0, got {count!r}")
+            whole = isinstance(count, int) and not isinstance(count, bool)
+            if not isinstance(model, str) or not whole or not 0 <= count <= COUNT_MAX:
+                raise ValueError(
+                    f"held[{model!r}]: expected a count from 0 to {COUNT_MAX:.0e}, got {count!r}"[
+                        :300
+                    ]
+                )
         self.reports[source] = ({m: n for m, n in counts.items() if n}, now + self.ttl_s)
 
     def held(self, now: float) -> dict[str, int]:
-        """Requests held per model now, summed over the holders whose report holds."""
-        for source in [s for s, (_, until) in self.reports.items() if until <= now]:
-            del self.reports[source]
+        """Requests held per model now, summed over the holders whose report holds (one
+        that lapses more than `ttl_s` from now, the clock having stepped back, from now)."""
+        for source, (counts, until) in list(self.reports.items()):
+            until = min(until, now + self.ttl_s)
+            if until <= now:
+                del self.reports[source]
+            else:
+                self.reports[source] = (counts, until)
         total: dict[str, int] = {}
         for counts, _ in self.reports.values():
             for model, count in counts.items():

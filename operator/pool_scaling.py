@@ -162,6 +162,11 @@ class PoolScaling:
             event |= {"metric_ms": metric, "direction": direction, "reason": decision.reason}
             self.events.append(event)
             del self.events[:-EVENTS_KEPT]
+            print(
+                f"operator: scaling pool {pool} {direction}, {view.current} -> {desired} "
+                f"servers: {decision.reason}",
+                file=sys.stderr,
+            )
             thread = threading.Thread(target=self._carry_out, args=(event,), daemon=True)
             self._running[pool] = thread
             thread.start()

@@ -18,9 +18,18 @@ WORK_LEASE_S = 20.0  # a report lapses this long after it came: no job's word ou
 WORK_LEASE_MAX_S = 120.0  # the longest lease a report may ask for
 
 
+COUNT_MAX = 10**9  # the most requests, streams or requests a second a report may say
+
+
 def _finite(value: Any) -> bool:
-    """A JSON number that is one: not a bool, NaN or infinite (Python's JSON reads both)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A JSON number that is one: not a bool, NaN or infinite (Python's JSON reads both),
+    nor an integer past a float's range (math.isfinite raises on one)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -52,10 +61,13 @@ class WorkReport:
             if not isinstance(table, dict):
                 raise ValueError(f"{name}: expected {{model: number}}, got {table!r}")
             for model, value in table.items():
-                ok = _finite(value) and value >= 0
+                ok = _finite(value) and 0 <= value <= COUNT_MAX
                 if not ok or (name != "rps" and value != int(value)):
                     kind = "a number" if name == "rps" else "a whole number"
-                    raise ValueError(f"{name}[{model!r}]: expected {kind} ≥ 0, got {value!r}")
+                    raise ValueError(
+                        f"{name}[{model!r}]: expected {kind} from 0 to {COUNT_MAX:.0e}, "
+                        f"got {value!r}"[:300]
+                    )
         lease = data.get("lease_s", WORK_LEASE_S)
         if not _finite(lease) or not 0 < lease <= WORK_LEASE_MAX_S:
             raise ValueError(

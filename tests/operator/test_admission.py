@@ -282,6 +282,10 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
         shed = re.search(re.escape(changes) + r'"shed"\} ([0-9.]+)', metrics)
         assert shed and float(shed.group(1)) >= 1
         assert changes + '"open"}' in metrics
+        # and each change is a log line with its reason
+        log = (site_dir / "logs" / "operator.log").read_text()
+        assert f"operator: admission of {MODEL}: open -> shed: queue time" in log, log[-2000:]
+        assert f"operator: admission of {MODEL}: shed -> open: " in log, log[-2000:]
     finally:
         envoy.close()
         launcher.down(site_dir)

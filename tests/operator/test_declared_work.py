@@ -63,14 +63,14 @@ def test_reports_add_up_per_model_and_lapse_with_their_lease():
     [
         ([], "body: expected"),
         ({"left": {}}, "source: expected a non-empty string"),
-        ({"source": "j", "left": {"a": -1}}, "left['a']: expected a whole number ≥ 0, got -1"),
+        ({"source": "j", "left": {"a": -1}}, "left['a']: expected a whole number from 0 to 1e+09"),
         ({"source": "j", "left": {"a": 1.5}}, "left['a']: expected a whole number"),
-        ({"source": "j", "rps": {"a": "fast"}}, "rps['a']: expected a number ≥ 0"),
+        ({"source": "j", "rps": {"a": "fast"}}, "rps['a']: expected a number from 0 to 1e+09"),
         ({"source": "j", "lease_s": 0}, "lease_s: expected seconds in (0, 120]"),
         ({"source": "j", "lease_s": 600}, "lease_s: expected seconds in (0, 120]"),
         ({"source": "j", "left": {"a": float("inf")}}, "left['a']: expected a whole number"),
         ({"source": "j", "left": {"a": float("nan")}}, "left['a']: expected a whole number"),
-        ({"source": "j", "rps": {"a": float("nan")}}, "rps['a']: expected a number ≥ 0"),
+        ({"source": "j", "rps": {"a": float("nan")}}, "rps['a']: expected a number from 0"),
         ({"source": "j", "left": {"a": True}}, "left['a']: expected a whole number"),
     ],
 )
@@ -208,7 +208,7 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
         timeout=60,
     )
     status, body = _put(url, {"source": "test-job", "left": {"simple": -3}})
-    assert status == 400 and "left['simple']: expected a whole number ≥ 0" in body["error"]
+    assert status == 400 and "left['simple']: expected a whole number from 0" in body["error"]
     assert _put(url, report.to_dict())[0] == 200  # renewed while the job runs
     assert _put(url, WorkReport("test-job", {}).to_dict())[0] == 200  # the job is done
     wait_until(
