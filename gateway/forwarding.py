@@ -31,7 +31,15 @@ from .siteview import SiteView
 from .splicing import SinkGone
 from .tracing import GatewayTracing
 from .triton_errors import MODEL, unknown_model, unready_model
-from .upstream import BodyMismatch, BodyStream, ClientGone, ConnectFailed, Reply, Upstream
+from .upstream import (
+    BodyMismatch,
+    BodyStream,
+    ClientGone,
+    ClientStalled,
+    ConnectFailed,
+    Reply,
+    Upstream,
+)
 
 if TYPE_CHECKING:
     from .server import ClientBody
@@ -49,9 +57,10 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
 
 def client_gone(model: str, exc: Exception) -> JSONResponse:
     """A client that closed its connection before its whole body came: a line in the log,
-    and a reply nobody reads (its connection is closed), under nginx's 499 in the metrics."""
+    and a reply nobody reads (its connection is closed), under nginx's 499 in the metrics;
+    one that stopped sending it, 408 (the server is not to blame)."""
     LOG.warning("model %r: %s", model, exc)
-    return error(499, f"model {model!r}: {exc}")
+    return error(408 if isinstance(exc, ClientStalled) else 499, f"model {model!r}: {exc}")
 
 
 class StreamedReply(Response):
@@ -263,7 +272,9 @@ class Forwarder:
         return broken
 
     def _any(self, avoid: str) -> Endpoint | None:
-        for model in self.view.site.models:
+        """A server for a request of no model: one serving any of the site's models, or
+        one that names none (it takes any: a server discovered without its list)."""
+        for model in [*self.view.site.models, ""]:
             endpoint = self.upstreams.pick(model, avoid)
             if endpoint is not None:
                 return endpoint

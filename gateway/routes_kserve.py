@@ -201,8 +201,11 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     route = "infer_binary" if INFERENCE_HEADER_LENGTH in fields else "infer_json"
     tracing = _forwarder(request).tracing
     span = tracing.request(fields, model, request.scope["path"]) if tracing else None
+    client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
     try:
         reply = await _infer_reply(request, fields, model, version, span)
+        if client is not None and client.left and not client.started:  # answered without it
+            await client.discard_rest(_forwarder(request).timeout_s)
     except BaseException:
         if tracing and span:  # the client went away, or the task was cancelled
             tracing.end(span, 499)
@@ -210,7 +213,6 @@ async def _infer(request: Request, model: str, version: str | None) -> Response:
     metrics = request.app.state.metrics
     label = metrics.model(_forwarder(request).view, model)  # a name the site knows
     histogram = metrics.latency.labels(label, route, str(reply.status_code))
-    client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
 
     def observe() -> None:
         histogram.observe(time.perf_counter() - started)
@@ -281,7 +283,7 @@ async def _infer_reply(
                 return client_gone(model, ClientGone(f"the client closed its connection: {exc}"))
             client, prefix, rest = taken
             if client is None:
-                prefix, rest = await _head_of_body(request, header_length, total)
+                prefix, rest = await _head_of_body(request, header_length, total, limit)
             parsed, binary = split_body(prefix, header_length, total)
             check_infer(parsed, binary)
     except BadRequest as exc:
@@ -335,12 +337,13 @@ async def _taken_body(
 
 
 async def _head_of_body(
-    request: Request, header_length: str | None, total: int | None
+    request: Request, header_length: str | None, total: int | None, limit: int
 ) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """A binary request's JSON part (and what came with it), and the rest of the body
-    still to arrive; any other request's whole body."""
+    still to arrive; any other request's whole body, refused past `limit` bytes (a chunked
+    body has no length to check before: it was read whole, whatever its size)."""
     if header_length is None or total is None or not header_length.isdigit():
-        return await request.body(), None
+        return await whole_body(request.stream(), limit), None
     wanted = int(header_length)
     chunks, have = [], 0
     stream = request.stream()

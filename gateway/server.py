@@ -52,6 +52,7 @@ TRIM_THRESHOLD = 64 << 20  # freed heap kept before any is given back to the ker
 READ_SIZE = (1 << 20) + (64 << 10)  # the most one read takes: a 1 MiB tensor and its head
 JOIN_BELOW = 64 << 10  # writes held back to go out with the next one, up to this many bytes
 HEAD_READ = 16 << 10  # a request's first read: its head and a binary body's JSON part
+DISCARD_READ = 1 << 20  # a refused body's rest is read and dropped in pieces of this
 SPLICE_EXTENSION = "sonicsite.splice"  # the request's ClientBody in scope["extensions"]
 
 
@@ -323,6 +324,26 @@ class ClientBody:
             pipes.give_back(pipe)
         self.spliced["request"] += self.left
         self.left = 0
+        self.cycle.keep_alive = self.keep_alive
+        protocol.body_taken()
+
+    async def discard_rest(self, timeout: float) -> None:
+        """The body's rest read and dropped: the request was answered without it (refused,
+        no server reached). Left on the socket, it made the kernel reset the connection
+        when it closed, and a client that sends its whole body before it reads saw a reset
+        instead of the answer. The connection is then kept alive as it would have been; a
+        client that stalls or goes meanwhile has it closed."""
+        protocol = self.protocol
+        try:
+            with protocol.end.use() as fd:  # type: ignore[union-attr]
+                while self.left:
+                    dropped = await read_some(fd, min(self.left, DISCARD_READ), timeout)
+                    if not dropped:
+                        raise SourceGone(f"closed {self.left} bytes short")
+                    self.left -= len(dropped)
+        except (ConnectionError, TimeoutError, OSError):
+            protocol.transport.close()
+            return
         self.cycle.keep_alive = self.keep_alive
         protocol.body_taken()
 

@@ -34,6 +34,11 @@ class SourceGone(ConnectionError):
     """The socket the bytes come from closed (or failed) before all of them came."""
 
 
+class SourceStalled(SourceGone):
+    """The socket the bytes come from sent nothing for the transfer's timeout (the sink had
+    taken all it was given: not its stall)."""
+
+
 class SinkGone(ConnectionError):
     """The socket the bytes go to closed (or failed) before all of them went; `untouched`:
     nothing had been taken from the source yet (it may go elsewhere whole)."""
@@ -188,8 +193,9 @@ async def move(
     """Move exactly `count` bytes from the socket `source` to the socket `sink` through
     `pipe`, as they come, after the bytes of `ahead` (a head and what came with it: through
     the pipe too, so that they leave with the first of the others, in one segment);
-    SourceGone or SinkGone when a side ends first, TimeoutError when nothing moves for
-    `timeout` seconds (the pipe may then hold bytes: not reused)."""
+    SourceGone or SinkGone when a side ends first; SourceStalled when the source sends
+    nothing for `timeout` seconds while the sink has taken all, TimeoutError when the sink
+    takes nothing for as long (the pipe may then hold bytes: not reused)."""
     views = [memoryview(p) for p in ahead if len(p)]
     untouched = True
     while count or pipe.held or views:
@@ -228,4 +234,11 @@ async def move(
                 moved = True
         if not moved:
             wait_source = source if count and not views and pipe.held < pipe.size else -1
-            await _ready(wait_source, sink if pipe.held else -1, timeout)
+            wait_sink = sink if pipe.held else -1
+            try:
+                await _ready(wait_source, wait_sink, timeout)
+            except TimeoutError as exc:
+                if wait_sink < 0:  # only the source was waited on: it is the one that stalled
+                    why = f"nothing came for {timeout:g} s, {count} bytes short"
+                    raise SourceStalled(why) from exc
+                raise

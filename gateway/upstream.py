@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .connection import MAX_HEAD, Connection
-from .splicing import SPLICE_MIN, SinkGone, SourceGone
+from .splicing import SPLICE_MIN, SinkGone, SourceGone, SourceStalled
 
 if TYPE_CHECKING:
     from .server import ClientBody
@@ -41,6 +41,11 @@ class ConnectFailed(ConnectionError):
 class ClientGone(Exception):
     """The client closed its connection before it had sent its whole body (not the
     server's failure: no reply can reach the client now)."""
+
+
+class ClientStalled(ClientGone):
+    """The client sent no more of its body for the gateway's timeout (not the server's
+    failure either: it had taken all it was sent)."""
 
 
 @dataclass
@@ -234,6 +239,8 @@ class ServerPool:
             if exc.untouched:  # nothing of the client's rest moved: another server may
                 raise ConnectFailed(f"the connection failed before the request: {exc}") from exc
             raise
+        except SourceStalled as exc:
+            raise ClientStalled(f"the client stopped sending its body: {exc}") from exc
         except SourceGone as exc:
             raise ClientGone(f"the client closed its connection mid-body: {exc}") from exc
 
@@ -249,7 +256,16 @@ class ServerPool:
         connection.write(head, body)
         sent = len(body)
         if rest is not None:
-            async for data in rest:
+            chunks = aiter(rest)
+            while True:  # each piece of the client's body within the timeout
+                try:
+                    async with asyncio.timeout(timeout):
+                        data = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    why = f"no more of its body came for {timeout:g} s"
+                    raise ClientStalled(f"the client stopped sending its body: {why}") from exc
                 sent += len(data)
                 if sent > length:
                     break
