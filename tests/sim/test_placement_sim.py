@@ -221,9 +221,9 @@ def test_a_load_whose_held_requests_lapsed_before_its_turn_is_dropped():
 
 
 def test_an_unload_is_kept_when_used_since_or_called_off_when_requests_are_held():
-    """An idle unload of a replica used since the decision is kept; one of a model's only
-    replica, drained while a request is held for it, is called off (the replica is ready
-    again); one taken at work is unloaded however it was used."""
+    """An idle unload of a replica used since the decision is kept; one of a model with a
+    request held for it by its turn is dropped before it drains (its reason is gone; it
+    was drained and then called off); one taken at work is unloaded however it was used."""
     env, site, placing = _one_server()
     (server,) = site.servers.values()
     env.run(placing.carry_out(server, [_load("a", server.id), _load("b", server.id)], *_ARGS))
@@ -235,7 +235,7 @@ def test_an_unload_is_kept_when_used_since_or_called_off_when_requests_are_held(
     outcomes = {d["model"]: d["outcome"] for d in placing.decisions[2:]}
     assert outcomes == {
         "a": "kept: used since the decision",
-        "b": "kept: 1 request(s) held for it while it drained",
+        "b": "dropped: requests held or work declared for it since",
     }
     assert server.ready_models() == ["a", "b"]
     at_work = Decision(Kind.UNLOAD, Rule.WAVE, "a", server.id, "fair share", at_work=True)
