@@ -9,9 +9,10 @@ from 1 MB an anonymous mapping on huge pages: wire.receive_buffer). HPACK comes
 from the `hpack` package; the rest of HTTP/2 (RFC 9113) that a unary client needs is here:
 settings, flow control both ways, PING, GOAWAY, RST_STREAM, trailers.
 
-This module holds the connection and the pool; the wire format (frame types, flags, encoders,
-decoders, Http2Error) is in http2_frames.py, and gRPC's statuses, request headers and how a
-reply is put together from headers, trailers and message are in grpc_status.py.
+This module holds the connection; the pool of them is http2_pool.py, the wire format (frame
+types, flags, encoders, decoders, Http2Error) is in http2_frames.py, and gRPC's statuses,
+request headers and how a reply is put together from headers, trailers and message are in
+grpc_status.py.
 
 One stream at a time per connection; concurrency comes from a pool of connections, so a
 slow reply never blocks another request's frames. An idle connection the server has retired
@@ -20,10 +21,11 @@ slow reply never blocks another request's frames. An idle connection the server 
 
 from __future__ import annotations
 
+import io
 import socket
 import struct
-import threading
 import time
+from collections.abc import Callable
 
 import hpack
 
@@ -56,11 +58,28 @@ from .http2_frames import (
 )
 from .wire import receive_buffer
 
-__all__ = ["Connection", "ConnectionPool", "GrpcReply", "Http2Error"]
+__all__ = ["Connection", "GrpcReply", "Http2Error"]
 
 IOV_BATCH = 512  # buffers per sendmsg call (IOV_MAX is 1024 on Linux)
 READ_CHUNK = 1 << 22  # a DATA frame is read this much at a time, each with the time left
 STREAM_FRAMES = (DATA, HEADERS, PUSH, CONTINUATION)  # no place on an idle connection
+
+
+class _ArmedReads(io.RawIOBase):
+    """The socket's reads, each after `arm` (the call's deadline on the socket)."""
+
+    def __init__(self, sock: socket.socket, arm: Callable[[], None]) -> None:
+        self._sock, self._arm = sock, arm
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int | None:
+        self._arm()
+        try:
+            return self._sock.recv_into(buffer)
+        except BlockingIOError:  # an idle connection's check reads without waiting
+            return None
 
 
 class Connection:
@@ -75,7 +94,7 @@ class Connection:
         self.window = window
         self._connect_timeout = connect_timeout
         self.sock = socket.create_connection((host, port), timeout=connect_timeout)
-        self._reader = self.sock.makefile("rb", buffering=1 << 16)
+        self._reader = io.BufferedReader(_ArmedReads(self.sock, self._arm), 1 << 16)
         self._encoder = hpack.Encoder()
         self._decoder = hpack.Decoder()
         self._send_window = 65535  # the connection's, as the server grants it
@@ -135,7 +154,9 @@ class Connection:
     # -- frames in ---------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        """Give the next socket operation what is left of the call's deadline."""
+        """Give the next socket operation what is left of the call's deadline (every read
+        of the socket is armed so: a server sending its reply a byte at a time kept a call
+        going past its deadline, each read given the whole time left)."""
         if self._deadline is not None:
             left = self._deadline - time.monotonic()
             if left <= 0:
@@ -284,6 +305,8 @@ class Connection:
         except BaseException:
             self.close()
             raise
+        finally:
+            self._deadline = None  # an idle connection's reads have none
         if not whole:  # the stream was left half-sent: start afresh next time
             self.close()
         return reply
@@ -352,48 +375,3 @@ class Connection:
                 self._arm()
         if pad:
             self._read_exact(pad)
-
-
-class ConnectionPool:
-    """Connections to one server, each used by one call at a time; as many as there are
-    calls in flight, kept for reuse (`window`: each connection's receive window)."""
-
-    def __init__(self, address: str, window: int = MAX_WINDOW):
-        host, port = address.rsplit(":", 1)
-        self.host, self.port = host.strip("[]"), int(port)
-        self.window = window
-        self._idle: list[Connection] = []
-        self._lock = threading.Lock()
-
-    def unary(
-        self, path: str, parts: list, metadata: list[tuple[str, str]], timeout: float | None
-    ) -> GrpcReply:
-        connection = self._take(timeout)
-        reply = connection.unary(path, parts, metadata, timeout)
-        with self._lock:
-            if connection.usable:
-                self._idle.append(connection)
-            else:
-                connection.close()
-        return reply
-
-    def _take(self, timeout: float | None) -> Connection:
-        """The most recently used idle connection the server has not retired, else a new one."""
-        while True:
-            with self._lock:
-                connection = self._idle.pop() if self._idle else None
-            if connection is None:
-                return Connection(self.host, self.port, min(timeout or 5.0, 5.0), self.window)
-            if connection.reusable():
-                return connection
-
-    @property
-    def idle(self) -> int:
-        """Connections open and waiting for a call."""
-        return len(self._idle)
-
-    def close(self) -> None:
-        with self._lock:
-            for connection in self._idle:
-                connection.close()
-            self._idle.clear()

@@ -34,7 +34,8 @@ from .errors import (
     held_kind,
     server_error,
 )
-from .http2 import ConnectionPool, GrpcReply, Http2Error
+from .http2 import GrpcReply, Http2Error
+from .http2_pool import ConnectionPool
 from .plan import CopyPlan
 from .spec import ModelInfo
 from .stats import parse_statistics

@@ -26,7 +26,8 @@ from sonicsite.client.balancer import Balancer, Endpoint
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.errors import OVERLOADED, UNAVAILABLE
 from sonicsite.client.failover import Failover
-from sonicsite.client.http2 import ConnectionPool, GrpcReply
+from sonicsite.client.http2 import GrpcReply
+from sonicsite.client.http2_pool import ConnectionPool
 from sonicsite.client.plan import make_plan
 from sonicsite.client.stats import KEPT
 from sonicsite.client.transport_grpc import INFER_METHOD, GrpcTransport, reply_error

@@ -10,7 +10,7 @@ from sonicsite.client import Client, Column, SoA, TensorSpec
 from sonicsite.client.cuda import CudaRuntime, CudaUnavailable
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.errors import INVALID
-from sonicsite.client.http2 import ConnectionPool
+from sonicsite.client.http2_pool import ConnectionPool
 from sonicsite.client.transport_grpc import INFER_METHOD, reply_error
 from sonicsite.client.wire import request_header
 from sonicsite.models.repository import model_names

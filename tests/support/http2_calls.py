@@ -6,7 +6,8 @@ import random
 import select
 
 from http2_peer import Call
-from sonicsite.client.http2 import Connection, ConnectionPool, GrpcReply
+from sonicsite.client.http2 import Connection, GrpcReply
+from sonicsite.client.http2_pool import ConnectionPool
 
 PATH = "/inference.GRPCInferenceService/ModelInfer"
 BOUND = 120.0  # a call's timeout where the test expects an answer: it only bounds a hang

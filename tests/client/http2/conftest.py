@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from http2_calls import closed
 from http2_peer import Http2Peer
-from sonicsite.client import http2
-from sonicsite.client.http2 import Connection, ConnectionPool
+from sonicsite.client import http2_pool
+from sonicsite.client.http2 import Connection
+from sonicsite.client.http2_pool import ConnectionPool
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def opened(monkeypatch) -> list[Connection]:
             super().__init__(*args, **kwargs)
             connections.append(self)
 
-    monkeypatch.setattr(http2, "Connection", Recorded)
+    monkeypatch.setattr(http2_pool, "Connection", Recorded)  # the pool's own name for it
     return connections
 
 
