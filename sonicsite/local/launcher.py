@@ -43,7 +43,7 @@ from .collector import start_collector
 from .control_plane import control_plane_parts, start_control_plane
 from .errors import SiteError
 from .ports import free_ports
-from .processes import describe, group_members, stop_groups
+from .processes import describe, site_group, stop_groups
 from .servers import STARTING_DIR, remove_leftovers, start_server
 from .state import LocalProcess, LocalServer, SiteState, StartUnderWay, create, edit, exclusive
 from .supervision import SupervisionPolicy, start_supervisor
@@ -296,7 +296,7 @@ def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[in
     others = {  # the supervisor, the gateway, Envoy, the operator, Prometheus
         p.pid: p.name
         for p in reversed(state.processes)
-        if p.kind != SERVER and _site_group(p.pid, where)
+        if p.kind != SERVER and site_group(p.pid, where)
     }
     left = stop_groups(list(others))  # all at once
     servers = {s.pid: s.id for s in state.servers}
@@ -304,7 +304,7 @@ def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[in
     for note in sorted((site_dir / STARTING_DIR).glob("*.pid")):  # added, not yet recorded
         servers.setdefault(int(note.read_text() or 0), note.stem)
     servers |= {pid: server_id for server_id, pid in unrecorded}
-    servers = {pid: sid for pid, sid in servers.items() if pid and _site_group(pid, where, sid)}
+    servers = {pid: sid for pid, sid in servers.items() if pid and site_group(pid, where, sid)}
     left |= stop_groups(list(servers))  # every server unloads its models at the same time
     for server in state.servers:
         if server.pid not in left:
@@ -313,17 +313,6 @@ def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[in
         raise SiteError(_keep_left(site_dir, left, others | servers))
     (site_dir / STATE_FILE).unlink(missing_ok=True)
     return list(servers)
-
-
-def _site_group(pid: int, site_dir: str, server_id: str = "") -> bool:
-    """The process group led by `pid` is the site's: its leader is (a server: that server's
-    tritonserver), or, the leader gone, a live member runs for the site (a killed server's
-    Python-backend stubs run in the site's folder)."""
-    if pid <= 0:  # never a record's: group 0 holds the kernel's threads
-        return False
-    if runs_for_site(pid, site_dir, server_id):
-        return True
-    return any(runs_for_site(m, site_dir) for m in group_members(pid))
 
 
 def _keep_left(site_dir: Path, left: dict[int, list[int]], names: dict[int, str]) -> str:

@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from sonicsite.contract.wire import pid_alive
+from sonicsite.contract.wire import pid_alive, runs_for_site
 
 LOG = logging.getLogger(__name__)
 GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
@@ -190,6 +190,18 @@ def group_members(pgid: int) -> list[int]:
         if fields and int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
+
+
+def site_group(pid: int, site_dir: str, server_id: str = "") -> bool:
+    """The process group led by `pid` is the site's: its leader is (a server: that server's
+    tritonserver), or, the leader gone, a live member runs for the site (a killed server's
+    Python-backend stubs run in the site's folder). Asked before a group is killed by a
+    recorded PID, which may be a stranger's now."""
+    if pid <= 0:  # never a record's: group 0 holds the kernel's threads
+        return False
+    if runs_for_site(pid, site_dir, server_id):
+        return True
+    return any(runs_for_site(m, site_dir) for m in group_members(pid))
 
 
 def stop_group(pid: int, grace: float | None = None) -> list[int]:

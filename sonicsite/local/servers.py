@@ -17,7 +17,7 @@ from .admin_key import read_key
 from .drain import DRAIN_S, still_routed, wait_drained
 from .errors import SiteError
 from .ports import free_ports, port_free
-from .processes import kill_group, stop_group
+from .processes import kill_group, site_group, stop_group
 from .prometheus import write_targets
 from .state import LocalServer, SiteState, edit
 from .tracing import site_triton_flags
@@ -108,7 +108,8 @@ def restart_server(site_dir: Path, server: LocalServer) -> tuple[subprocess.Pope
     (Envoy and the operator find it where it was), else on new ones (the caller records
     them; the operator publishes them). What the dead one left (its Python-backend stubs,
     its /dev/shm regions) goes first. Not waited for."""
-    kill_group(server.pid)
+    if site_group(server.pid, str(site_dir), server.id):  # else its PID is a stranger's now
+        kill_group(server.pid)
     remove_leftovers(server)
     ports = ServerPorts(server.http_port, server.grpc_port, server.metrics_port)
     if not all(port_free(p, server.host) for p in (ports.http, ports.grpc, ports.metrics)):
@@ -124,9 +125,11 @@ def restart_server(site_dir: Path, server: LocalServer) -> tuple[subprocess.Pope
     return proc, replace(server, pid=fresh.pid, log=fresh.log, **moved)
 
 
-def stop_server(server: LocalServer) -> None:
-    """Stop a server's process group and remove what it left behind."""
-    stop_group(server.pid)
+def stop_server(server: LocalServer, site_dir: Path) -> None:
+    """Stop a server's process group (while it is the site's: a PID may be reused) and
+    remove what it left behind."""
+    if site_group(server.pid, str(site_dir), server.id):
+        stop_group(server.pid)
     remove_leftovers(server)
 
 
@@ -176,7 +179,7 @@ def add_server(
                 raise SiteError(f"{server_id} not added: the site is stopping or has one")
             state.put_server(info)
     except BaseException:  # whatever failed (Ctrl-C too): no server left that `down` cannot find
-        stop_server(info)
+        stop_server(info, site_dir)
         proc.poll()
         raise
     finally:
@@ -216,7 +219,7 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> b
                 still_routed(server, envoy_admin),
             )
     finally:
-        stop_server(server)
+        stop_server(server, site_dir)
         with edit(site_dir) as state:
             state.drop_server(server_id)
         update_targets(state)

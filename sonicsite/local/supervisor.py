@@ -17,6 +17,7 @@ and on SIGTERM; what it started is recorded and stopped by `down`, never by it.
 from __future__ import annotations
 
 import argparse
+import http.client
 import logging
 import os
 import signal
@@ -39,7 +40,7 @@ from sonicsite.contract.wire import (
     lives_for_site,
 )
 
-from .processes import exit_reason, kill_group, start_process
+from .processes import exit_reason, kill_group, site_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
 from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy
@@ -257,7 +258,8 @@ class Supervisor:
                 moved = fresh.grpc_port != server.grpc_port
                 state.put_server(fresh)
             else:
-                kill_group(record.pid)  # whatever the dead one left in its group
+                if site_group(record.pid, str(self.site_dir)):  # not a stranger's by now
+                    kill_group(record.pid)  # whatever the dead one left in its group
                 cwd = Path(record.cwd or self.site_dir)
                 proc = start_process(list(record.command), Path(record.log), cwd=cwd)
                 started.append(proc)
@@ -346,8 +348,8 @@ def answers(url: str, timeout: float) -> bool:
             return True
     except urllib.error.HTTPError:
         return True
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+        return False  # refused, silent, or not HTTP (another program on its port)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -213,7 +213,11 @@ def test_a_server_stopped_at_its_drain_deadline_is_said_in_the_scale_event(tmp_p
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
     port = silent.getsockname()[1]
     (tmp_path / "logs").mkdir()
-    proc = start_process(SLEEP, tmp_path / "logs" / "triton-0.log")
+    # a stand-in that is the site's triton-0 to the PID guard: a "tritonserver" with its id
+    # and the site's folder on its command line (a stranger's process would be spared)
+    (tmp_path / "tritonserver").symlink_to(sys.executable)
+    stand_in = [str(tmp_path / "tritonserver"), *SLEEP[1:], "--id=triton-0", f"--site={tmp_path}"]
+    proc = start_process(stand_in, tmp_path / "logs" / "triton-0.log")
     server = LocalServer(
         id="triton-0",
         host="127.0.0.1",
