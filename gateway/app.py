@@ -135,7 +135,10 @@ def create_app(config: GatewayConfig) -> GatewayApp:
             if auth.jwt is not None:
                 await auth.jwt.keys.refresh()  # the first request need not wait for the keys
             background.start("operator state", view.follow(config.refresh_s))
-            background.start("held counts", holder.report(client, config.http or config.name))
+            # each replica reports under its own name: the operator keeps one report a
+            # source, and replicas that share the site's public address overwrote each other
+            source = f"{config.http or config.name}@{socket.gethostname()}:{os.getpid()}"
+            background.start("held counts", holder.report(client, source))
             served = (
                 await grpc_view.serve(forwarder, config.name, config.grpc, holder, config.passes)
                 if config.grpc

@@ -7,13 +7,15 @@
 {{- end -}}
 {{- end -}}
 
-{{/* One component's name: <fullname>-<component>, at most 63 characters, and with "suffix"
-(a pool's "-<pool>", "-pods") the suffix kept whole after the shortened rest, so that the
-objects of two pools never share a name however long the release's is. */}}
+{{/* One component's name: <fullname>-<component><suffix> (a pool's "-<pool>", "-pods"), at
+most 63 characters: only the fullname is shortened, the component and suffix are kept whole,
+so that no two objects share a name however long the release's is (cutting the whole name
+cut the component off, and from 46 characters Envoy's Services, then the Deployments, got
+one name). */}}
 {{- define "sonicsite.component" -}}
-{{- $suffix := .suffix | default "" -}}
-{{- $base := printf "%s-%s" (include "sonicsite.fullname" .root) .component | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" -}}
-{{- printf "%s%s" $base $suffix -}}
+{{- $tail := printf "-%s%s" .component (.suffix | default "") -}}
+{{- $full := include "sonicsite.fullname" .root | trunc (sub 63 (len $tail) | int) | trimSuffix "-" -}}
+{{- printf "%s%s" $full $tail -}}
 {{- end -}}
 
 {{- define "sonicsite.labels" -}}

@@ -20,7 +20,7 @@ protocol is restricted, nobody changes them at run time), as the local site sets
 {{- $t := .Values.tracing -}}
 - --trace-config=mode=opentelemetry
 - --trace-config=level={{ $t.tritonLevel }}
-- --trace-config=rate={{ $t.sampling.tritonRate }}
+- --trace-config=rate={{ int64 $t.sampling.tritonRate }}
 - --trace-config=count=-1
 - --trace-config=opentelemetry,url={{ include "sonicsite.tracesUrl" . }}
 - --trace-config=opentelemetry,resource=service.name=sonicsite-triton

@@ -107,7 +107,7 @@ restricted protocols stay keyed by the operator's key. */}}
 - --admin-key-file=/etc/sonicsite/admin/admin-key
 - --idle-unload-s={{ .idleUnloadSeconds }}
 {{- if .budgetModels }}
-- --budget-models={{ .budgetModels }}
+- --budget-models={{ int64 .budgetModels }}
 {{- end }}
 - --placement-queue-ms={{ .queueMs }}
 - --placement-pressure-s={{ .pressureSeconds }}
