@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from sonicsite.contract.wire import (
@@ -190,6 +190,13 @@ class SiteState:
 
     @classmethod
     def _from(cls, data: dict) -> SiteState:
+        state = cls._read(data)
+        for record in (*state.servers, *state.processes):
+            _typed(record)
+        return state
+
+    @classmethod
+    def _read(cls, data: dict) -> SiteState:
         return cls(
             site_dir=data["site_dir"],
             servers=[LocalServer.from_dict(s) for s in data["servers"]],
@@ -208,6 +215,19 @@ class SiteState:
             tracing=data.get("tracing", {}),
             starting=StartUnderWay.from_dict(data.get("starting")),
         )
+
+
+def _typed(record: LocalServer | LocalProcess) -> None:
+    """TypeError naming the record and the field whose value is not of its type (a PID of
+    "123" or null got as far as `down`, which failed with a bare traceback)."""
+    name = getattr(record, "id", "") or getattr(record, "name", "")
+    for f in fields(record):
+        value = getattr(record, f.name)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if (f.type == "int" and not whole) or (
+            f.type == "float" and not (whole or isinstance(value, float))
+        ):
+            raise TypeError(f"{name!r}: {f.name} is {value!r}, expected a number ({f.type})")
 
 
 @contextlib.contextmanager

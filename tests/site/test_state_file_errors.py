@@ -20,6 +20,16 @@ NOT_A_STATE = {
         "processes[0] lacks pid",
     ),
     "no site_dir": ('{"servers": [], "models": []}', "no 'site_dir'"),
+    "a pid that is text": (
+        '{"site_dir": "x", "servers": [], "models": [], '
+        '"processes": [{"name": "gateway", "kind": "gateway", "pid": "123"}]}',
+        "'gateway': pid is '123', expected a number (int)",
+    ),
+    "a port that is null": (
+        '{"site_dir": "x", "models": [], "servers": [{"id": "triton-0", "host": "h", '
+        '"grpc_port": null, "http_port": 2, "metrics_port": 3}]}',
+        "'triton-0': grpc_port is None, expected a number (int)",
+    ),
 }
 
 
