@@ -10,11 +10,14 @@ Each holds the site's lifecycle lock throughout (state.exclusive): one at a time
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -197,11 +200,28 @@ def running(site_dir: Path) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM taken as the one already being handled while the site is stopped
+    (set in the main thread, where Python runs their handlers; elsewhere as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {signum: signal.signal(signum, signal.SIG_IGN) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def _unwind(site_dir: Path, exc: BaseException, unrecorded: list[tuple[str, int]]) -> NoReturn:
     """`up` failed or was stopped (Ctrl-C, SIGTERM): stop what it started, servers started
     but not recorded yet too, then raise what stopped it (a SiteError for any other error)."""
     try:
-        _stop(site_dir, unrecorded)
+        with _signals_held():  # a second Ctrl-C would leave what is not stopped yet running
+            _stop(site_dir, unrecorded)
     except SiteError as left:  # what outlived SIGKILL, said with what stopped `up`
         cause = str(exc) or type(exc).__name__
         raise SiteError(f"{cause}; then stopping what `up` had started failed: {left}") from exc
