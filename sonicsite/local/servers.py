@@ -19,7 +19,7 @@ from .errors import SiteError
 from .ports import free_ports, port_free
 from .processes import kill_group, site_group, stop_group
 from .prometheus import write_targets
-from .state import LocalServer, SiteState, edit
+from .state import LocalServer, SiteState, edit, locked
 from .tracing import site_triton_flags
 from .triton import (
     ServerPorts,
@@ -163,15 +163,22 @@ def add_server(
     """Start one more server with `models` (default: those every server holds) in `pool`
     ("": the default pool); it joins Envoy through the operator."""
     site_dir = Path(site_dir).resolve()
-    state = SiteState.load(site_dir)
-    taken = {s.id for s in state.servers}
-    server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
+    notes = site_dir / STARTING_DIR
+    notes.mkdir(exist_ok=True)
+    with locked(site_dir):  # the id reserved by its note: two pools adding at once took one
+        state = SiteState.load(site_dir)
+        taken = {s.id for s in state.servers} | {n.stem for n in notes.glob("*.pid")}
+        server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
+        note = notes / f"{server_id}.pid"
+        note.write_text("0")  # its PID once it runs (`down` stops what the notes name)
     models = common_models(state) if models is None else models
-    install = TritonInstall.find()
-    proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
-    note = site_dir / STARTING_DIR / f"{server_id}.pid"
-    note.parent.mkdir(exist_ok=True)
-    note.write_text(str(info.pid))
+    try:
+        install = TritonInstall.find()
+        proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
+        note.write_text(str(info.pid))
+    except BaseException:
+        note.unlink(missing_ok=True)
+        raise
     try:
         wait_ready(proc, info.pid, info.http, Path(info.log), ready_timeout)
         with edit(site_dir) as state:
