@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.work_report import WorkReport
 
+from .leases import lapse
+
 
 @dataclass(frozen=True)
 class ModelWork:
@@ -55,24 +57,13 @@ class DeclaredWork:
     def _declared(self, model: str, now: float) -> bool:
         """Under the lock: whether a report that holds has requests left for `model` (the
         first found will do: a report comes from every client every few seconds)."""
-        self._lapse(now)
+        lapse(self.reports, now, lambda report: report.lease_s)
         return any(r.left.get(model) for r, _ in self.reports.values())
-
-    def _lapse(self, now: float) -> None:
-        """Under the lock: drop the reports whose lease has ended; a lease that ends more
-        than its length from now (the wall clock stepped back) runs from now instead, so
-        that no report outlives its sender by more than one lease."""
-        for source, (report, until) in list(self.reports.items()):
-            until = min(until, now + report.lease_s)
-            if until <= now:
-                del self.reports[source]
-            else:
-                self.reports[source] = (report, until)
 
     def totals(self, now: float) -> dict[str, ModelWork]:
         """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""
         with self._lock:
-            self._lapse(now)
+            lapse(self.reports, now, lambda report: report.lease_s)
             holding = [report for report, _ in self.reports.values()]
         totals: dict[str, ModelWork] = {}
         for report in holding:

@@ -16,6 +16,7 @@ from sonicsite.contract.wire import HELD_TTL_S
 from sonicsite.contract.work_report import COUNT_MAX
 
 from .catalogue import DEFAULT_POOL
+from .leases import lapse
 
 
 class Kind(enum.Enum):
@@ -148,12 +149,7 @@ class HeldCounts:
     def held(self, now: float) -> dict[str, int]:
         """Requests held per model now, summed over the holders whose report holds (one
         that lapses more than `ttl_s` from now, the clock having stepped back, from now)."""
-        for source, (counts, until) in list(self.reports.items()):
-            until = min(until, now + self.ttl_s)
-            if until <= now:
-                del self.reports[source]
-            else:
-                self.reports[source] = (counts, until)
+        lapse(self.reports, now, lambda _: self.ttl_s)
         total: dict[str, int] = {}
         for counts, _ in self.reports.values():
             for model, count in counts.items():

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from loopback_http import answering
 from polling import wait_until
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.pool_scaling import PoolScaling
@@ -168,33 +169,14 @@ def test_a_process_group_that_outlives_the_wait_is_named_not_waited_for(tmp_path
     assert not group_members(proc.pid)
 
 
-def _answering(reply: bytes) -> tuple[socket.socket, int, threading.Thread]:
-    """A port whose every connection gets `reply` (raw bytes), then is closed."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(reply)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return listener, listener.getsockname()[1], thread
-
-
 def test_drain_reads_that_get_no_http_or_bad_figures_are_unreadable_not_errors():
     server = LocalServer(id="triton-9", host="127.0.0.1", grpc_port=1, http_port=2, metrics_port=3)
-    garbage, port, _ = _answering(b"SSH-2.0-OpenSSH\r\n")  # not HTTP
+    garbage, port, _ = answering(b"SSH-2.0-OpenSSH\r\n")  # not HTTP
     host = f"{server.host}:{server.grpc_port}"
     clusters = f"model_simple::{host}::health_flags::/eds_status_draining\n"
     clusters += f"model_simple::{host}::rq_active::many\n"  # not a number
     head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(clusters)}\r\nConnection: close\r\n\r\n"
-    odd, odd_port, _ = _answering(head.encode() + clusters.encode())
+    odd, odd_port, _ = answering(head.encode() + clusters.encode())
     try:
         assert drain.envoy_sending(f"127.0.0.1:{port}", server) is None
         assert drain.envoy_sending(f"127.0.0.1:{odd_port}", server) is None

@@ -7,11 +7,11 @@ than HTTP is a probe that failed, not an error that stops every sweep."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
+
+from loopback_http import answering
 
 from sonicsite.contract.wire import _kernel_thread, runs_for_site
 from sonicsite.local.processes import site_group, stop_group
@@ -71,19 +71,8 @@ def test_a_kernel_thread_is_no_sites_process():
 def test_a_port_that_answers_in_something_else_than_http_is_a_failed_probe():
     """A health port taken by a program that is not HTTP: its BadStatusLine went out of the
     probe and failed every sweep of the supervisor, so that nothing was restarted."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def greet() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-
-    threading.Thread(target=greet, daemon=True).start()
+    listener, port, _ = answering(b"SSH-2.0-OpenSSH_9.2\r\n")
     try:
-        assert answers(f"http://127.0.0.1:{listener.getsockname()[1]}/healthz", 10.0) is False
+        assert answers(f"http://127.0.0.1:{port}/healthz", 10.0) is False
     finally:
         listener.close()

@@ -7,6 +7,7 @@ short included. The request's body is read before `reply` is called (`handler.bo
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,3 +59,22 @@ def answer(
     handler.send_header("Content-Length", str(len(data) if length is None else length))
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def answering(reply: bytes) -> tuple[socket.socket, int, threading.Thread]:
+    """A port whose every connection gets `reply` (raw bytes), then is closed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, listener.getsockname()[1], thread
