@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from loopback_http import answering
+from polling import wait_until
 
 from sonicsite.contract.wire import _kernel_thread, runs_for_site
 from sonicsite.local.processes import site_group, stop_group
@@ -21,7 +22,12 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=cwd, start_new_session=True)
+    """`args` started in `cwd`, once its command line is there: while a process is in exec
+    it has none for an instant, and the guard then takes a recorded PID for the site's
+    (a site's process just started is in exec too)."""
+    proc = subprocess.Popen(args, cwd=cwd, start_new_session=True)
+    wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), "its command line")
+    return proc
 
 
 def test_a_site_folder_is_named_as_a_whole_path(tmp_path):
