@@ -55,6 +55,13 @@ def _streaming(out: Path, jobs: int) -> list[dict]:
     return workers if len(workers) == jobs and all(answered) else []
 
 
+def _answering_first(out: Path) -> list[dict]:
+    """Both workers, once job 0's has answered some events (not yet all of them)."""
+    workers = _workers(out)
+    answered = len(read_journal(_job(out, 0, ".journal")).answered)
+    return workers if len(workers) == 2 and 0 < answered < 400 else []
+
+
 def _unfinish(out: Path, job: int) -> None:
     """The job as a submit killed mid-job leaves it: no result, half its journal."""
     _job(out, job, ".json").unlink()
@@ -121,7 +128,9 @@ def test_a_stopped_worker_a_killed_submit_left_is_killed_by_the_next_submit(site
     proc = _submit_cli(site.site_dir, out, *args)
     stopped = 0
     try:
-        workers = wait_until(lambda: _streaming(out, 2), "2 workers streaming", 180)
+        # job 0's worker stopped as soon as it answers (well before its job's end), job 1's
+        # started: a worker that had finished first could not be the one left stopped
+        workers = wait_until(lambda: _answering_first(out), "job 0 answering, job 1 started", 180)
         stopped, running = (next(w["pid"] for w in workers if w["job"] == j) for j in (0, 1))
         os.killpg(stopped, signal.SIGSTOP)
         proc.kill()
