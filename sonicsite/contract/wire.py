@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .processes_seen import kernel_thread, names_folder
+
 # -- headers ------------------------------------------------------------------------------
 
 MODEL_HEADER = "sonicsite-model"  # set by the sonicsite client: Envoy routes on it per model
@@ -320,34 +322,13 @@ def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
     except OSError:  # gone, or not ours to read
         return False
     if not cmdline:  # in exec: the kernel sets the new command line just after (or a zombie)
-        return pid_alive(pid) and not _kernel_thread(pid)  # a kernel thread has none ever
+        return pid_alive(pid) and not kernel_thread(pid)  # a kernel thread has none ever
     argv = cmdline.split(b"\0")
-    named = any(_names(arg, n.encode()) for arg in argv for n in names)
+    named = any(names_folder(arg, n.encode()) for arg in argv for n in names)
     if server_id:
         named = named and argv[0].endswith(b"tritonserver")
         named = named and f"--id={server_id}".encode() in argv
     return pid_alive(pid) and (named or cwd in names)
-
-
-def _names(arg: bytes, folder: bytes) -> bool:
-    """Whether a command-line argument (or an option's value, `--x=VALUE`) is `folder` or a
-    path inside it: whole components (a site in `.../s1` is not one in `.../s10`)."""
-    value = arg.split(b"=", 1)[1] if arg.startswith(b"-") and b"=" in arg else arg
-    folder = folder.rstrip(b"/")
-    return value.rstrip(b"/") == folder or value.startswith(folder + b"/")
-
-
-KERNEL_THREAD = 0x00200000  # PF_KTHREAD, in the flags of /proc/PID/stat
-
-
-def _kernel_thread(pid: int) -> bool:
-    """Whether `pid` is one of the kernel's threads (a PID of ours may be given to one)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            flags = int(f.read().rsplit(")", 1)[1].split()[6])
-    except (OSError, IndexError, ValueError):
-        return False
-    return bool(flags & KERNEL_THREAD)
 
 
 def lives_for_site(record: ProcessRecord, site_dir: str) -> bool:

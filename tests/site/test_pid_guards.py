@@ -14,7 +14,8 @@ from pathlib import Path
 from loopback_http import answering
 from polling import wait_until
 
-from sonicsite.contract.wire import _kernel_thread, runs_for_site
+from sonicsite.contract.processes_seen import kernel_thread
+from sonicsite.contract.wire import runs_for_site
 from sonicsite.local.processes import site_group, stop_group
 from sonicsite.local.supervisor import answers
 
@@ -67,11 +68,11 @@ def test_a_kernel_thread_is_no_sites_process():
     threads = [
         int(entry)
         for entry in (p.name for p in Path("/proc").iterdir())
-        if entry.isdigit() and _kernel_thread(int(entry))
+        if entry.isdigit() and kernel_thread(int(entry))
     ]
     for pid in threads[:5]:  # where the machine shows its kernel's threads
         assert not runs_for_site(pid, "/")
-    assert not _kernel_thread(os.getpid())
+    assert not kernel_thread(os.getpid())
 
 
 def test_a_port_that_answers_in_something_else_than_http_is_a_failed_probe():
