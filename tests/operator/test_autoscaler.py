@@ -335,7 +335,9 @@ def test_a_short_declared_stream_starts_no_server_however_long_its_queue(tmp_pat
     changes = [(round(t, 1), d[SLEEPY_MODEL]) for t, d in declared if SLEEPY_MODEL in d]
     started = [(round(e["at"] - offset, 1), e["reason"]) for e in scale_events]
     over = [(round(t, 1), v) for t, v in seen if v > 0.05][:3]
-    assert started == [], (started, over, changes[:3], changes[-3:])  # no server started
+    # what the operator had of the declared work around the first start, if one came
+    near = [c for c in changes if started and abs(c[0] - started[0][0]) <= 5]
+    assert started == [], (started, over, near or changes[:3])  # no server started
 
 
 def _sleepy_stream(site_dir, events: int) -> tuple:
