@@ -226,22 +226,40 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
     try:
         record = json.loads((jobs_dir / WORKERS_FILE).read_text())
         stream = str(record["stream"])
-        pids = [int(w["pid"]) for w in record.get("workers", [])]
+        started = {int(w["pid"]): float(w["started"]) for w in record.get("workers", [])}
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return []
     killed = []
-    for pid in pids:
+    for pid, at in started.items():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().decode(errors="replace").split("\0")
         except OSError:
             continue  # gone
         ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
-        if ours and argv[argv.index("--stream") + 1 :][:1] == [stream]:
+        ours = ours and argv[argv.index("--stream") + 1 :][:1] == [stream]
+        # a stopped process's command line may read empty: then its start time says
+        if ours or (argv == [""] and abs(_started_at(pid) - at) < 2.0):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)  # its own group: a stopped one dies of it too
                 killed.append(pid)
     return killed
+
+
+def _started_at(pid: int) -> float:
+    """When live process `pid` started (epoch s), from /proc; -inf for a zombie (a worker
+    that exited, not reaped: no command line either) or when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return float("-inf")
+        ticks = int(fields[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return float("-inf")
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_command(args: list[str], fd: int) -> list[str]:

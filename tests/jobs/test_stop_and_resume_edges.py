@@ -138,16 +138,8 @@ def test_a_stopped_worker_a_killed_submit_left_is_killed_by_the_next_submit(site
         wait_until(lambda: not alive(running), "the running worker to exit", 60)
         assert alive(stopped)  # stopped: it never read its pipe's end
         notes: list[str] = []
-        spec = StreamSpec(
-            site_dir=Path(site.site_dir),
-            models=["simple"],
-            jobs=2,
-            wave=2,
-            events=400,
-            out=out,
-            cpu_ms_per_event=20.0,
-            resume=True,
-        )
+        spec = _spec(site, out, jobs=2, wave=2, events=400, batch=0)
+        spec = replace(spec, cpu_ms_per_event=20.0, resume=True)
         report = submit(spec, note=notes.append)
         assert f"submit: killed 1 worker(s) an earlier submit left running: [{stopped}]" in notes
         assert not alive(stopped)
