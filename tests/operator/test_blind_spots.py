@@ -11,10 +11,8 @@ import socket
 import urllib.request
 
 import pytest
-from overload import SLEEPY_MODEL, overload, sleepy
+from overload import SLEEPY_MODEL, new_caller_refusal, overload, sleepy
 from polling import wait_until
-from sonicsite.client import InferError
-from sonicsite.client.errors import OVERLOADED
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
@@ -136,16 +134,6 @@ def _metrics(site) -> str:
         return reply.read().decode()
 
 
-def _refusal(envoy: GrpcTransport, plan) -> InferError | None:
-    try:
-        envoy.infer(plan, timeout=60)
-    except InferError as exc:
-        if exc.kind == OVERLOADED:
-            return exc
-        raise
-    return None
-
-
 def _cluster_cap(site, cluster: str) -> int:
     url = f"http://{site.envoy_admin}/config_dump?resource=dynamic_active_clusters"
     with urllib.request.urlopen(url, timeout=10) as reply:
@@ -186,14 +174,19 @@ def test_one_hung_server_does_not_blind_admission(tmp_path, built_models):
                 "the operator to shed the model on the one server it can see",
             )
             assert f"not measured: {hung.id}" in decided["reason"]
-            refused = wait_until(lambda: _refusal(envoy, plan), "Envoy to refuse the model")
+            # each try by a new caller: one the model answered before Envoy had the shed
+            # holds its pass, which the shed spares (client/admitted.py)
+            refused = wait_until(
+                lambda: new_caller_refusal(state.grpc, plan, 60), "Envoy to refuse the model"
+            )
             assert refused.status == "RESOURCE_EXHAUSTED" and refused.retry_after == 1.0
         wait_until(
             lambda: _operator_state(state)["admission"][MODEL]["state"] == OPEN,
             "the model to reopen once the load ended",
         )
         answered = wait_until(
-            lambda: _refusal(envoy, plan) is None, "Envoy to answer the reopened model"
+            lambda: new_caller_refusal(state.grpc, plan, 60) is None,
+            "Envoy to answer the reopened model",
         )
         assert answered
         # both servers hung: nothing to measure, so admission fails open, capped and said
