@@ -181,26 +181,40 @@ class Autoscaler:
         node gone) is brought back to its minimum whatever work is left. Capped there, the
         simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on.
 
-        No scale-down (but to `max_servers`) before it has decided for `down_window_s`: a
-        scale-down follows the highest recommendation of that window, and one that began
-        (an operator started or restarted) has seen only part of it; its first steps' metric
-        may not even be measured yet. A clock stepped back drops the recommendations "from
-        the future" and begins the window again."""
-        while self.history and self.history[-1][0] > now:
-            self.history.pop()
-        if self.since is None or now < self.since:
-            self.since = now
-        self.history.append((now, recommend(self.policy, current, metric_ms, floor)))
-        horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
-        while self.history and self.history[0][0] < horizon:
-            self.history.popleft()
+        No scale-up (but to `min_servers` or `floor`) before it has decided for
+        `up_window_s`, nor a scale-down (but to `max_servers`) before `down_window_s`: each
+        follows the lowest or highest recommendation of its window, and one that began (an
+        operator started or restarted) has seen only part of it; its first steps' metric
+        may not even be measured yet, nor the clients' declared work reported again (a
+        fresh autoscaler scaled a pool up at its first step over the target, with no cap
+        where the work would have set one). A clock stepped back drops the recommendations
+        "from the future" and begins the windows again."""
+        self._record(now, recommend(self.policy, current, metric_ms, floor))
         up = [r for t, r in self.history if t >= now - self.policy.up_window_s]
         down = [r for t, r in self.history if t >= now - self.policy.down_window_s]
         if min(up) > current:
-            least = max(self.policy.min_servers, floor)
+            least = min(max(self.policy.min_servers, floor), self.policy.max_servers)
+            if now - self.since < self.policy.up_window_s:  # not a whole window seen yet
+                return max(current, least)
             return min(up) if cap is None else max(current, min(min(up), max(cap, least)))
         if max(down) < current:
             if now - self.since < self.policy.down_window_s:
                 return min(current, self.policy.max_servers)
             return max(down)
         return current
+
+    def unmeasured(self, now: float, current: int) -> None:
+        """A step at which the pool's load was not measured over a whole window (its servers
+        out of the load view, or just started): kept as a recommendation of `current`, so
+        that neither window is filled by the steps around a gap in what was seen."""
+        self._record(now, current)
+
+    def _record(self, now: float, recommendation: int) -> None:
+        while self.history and self.history[-1][0] > now:
+            self.history.pop()
+        if self.since is None or now < self.since:
+            self.since = now
+        self.history.append((now, recommendation))
+        horizon = now - max(self.policy.up_window_s, self.policy.down_window_s)
+        while self.history and self.history[0][0] < horizon:
+            self.history.popleft()

@@ -102,7 +102,8 @@ def decide_pool(
     keeps busy (`start_s`: a server's start as the pool's last scale-up took); a pool that
     answered requests within the window keeps a server (min 0 only scales an idle pool to
     zero), and held requests wake one at once (activation). A pool not measured over a
-    whole window yet decides nothing (`PoolView.filled`). The operator's step and the
+    whole window yet decides nothing (`PoolView.filled`; the step counts in the windows as
+    one that kept the servers it had, `Autoscaler.unmeasured`). The operator's step and the
     simulator (sim/policies.py) both call this: the one decision."""
     metric = queue_ms_per_request(view.loads)
     serving = any(load.requests or load.pending for load in view.loads)
@@ -110,6 +111,8 @@ def decide_pool(
     desired = view.current  # not measured over a window yet: nothing decided
     if view.filled:
         desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
+    else:
+        scaler.unmeasured(now, view.current)
     if view.held > 0 and desired < 1:
         return PoolDecision(1, metric, cap, f"{view.held} request(s) held")
     reason = f"queue time {metric or 0.0:.1f} ms per request"

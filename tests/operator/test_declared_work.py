@@ -125,9 +125,10 @@ def test_a_scale_up_goes_no_higher_than_the_declared_work():
     assert scaler.desired(30.0, 1, 1000.0, cap=100) == 1
     assert scaler.desired(61.0, 1, 1000.0, cap=100) == 10
     capped = Autoscaler(policy)
-    assert capped.desired(0.0, 1, 1000.0, cap=4) == 4
-    assert capped.desired(1.0, 4, 1000.0, cap=4) == 4  # no higher than the work allows
-    assert capped.desired(2.0, 4, 1000.0, cap=3) == 4  # and never down for it
+    assert capped.desired(0.0, 1, 1000.0, cap=4) == 1  # a window of it first
+    assert capped.desired(60.0, 1, 1000.0, cap=4) == 4
+    assert capped.desired(61.0, 4, 1000.0, cap=4) == 4  # no higher than the work allows
+    assert capped.desired(62.0, 4, 1000.0, cap=3) == 4  # and never down for it
 
 
 def test_a_pool_that_lost_a_server_is_brought_back_to_its_minimum_whatever_the_work():
