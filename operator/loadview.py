@@ -5,82 +5,32 @@ execution, which batching inflates), compute time per request, pending requests,
 throughput, failure rate and mean batch size (Δinferences / Δexecutions).
 
 A server whose metrics cannot be read (killed, hung, a reply cut short or not Prometheus'
-text: `UNREADABLE`) is reported down with its URL and the reason at once, keeps its last
-figures for a short grace (`SCRAPE_GRACE` failed scrapes in a row, so that one lost scrape
-changes nothing), then leaves the view: its figures are dropped and the policies decide on
-the servers they can see. Every server is scraped at the same time,
-so a hung one costs a step one scrape timeout, not one per server.
+text: triton_metrics.py `UNREADABLE`) is reported down with its URL and the reason at once,
+keeps its last figures for a short grace (`SCRAPE_GRACE` failed scrapes in a row, so that
+one lost scrape changes nothing), then leaves the view: its figures are dropped and the
+policies decide on the servers they can see. Every server is scraped at the same time, so a
+hung one costs a step one scrape timeout, not one per server.
 """
 
 from __future__ import annotations
 
-import http.client
-import math
 import time
-import urllib.request
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 
-from prometheus_client.parser import text_string_to_metric_families
+from .triton_metrics import (
+    COUNTER_KEYS,
+    MetricsUnreadable,
+    Versions,
+    parse_versions,
+    read_versions,
+    summed,
+)
 
-COUNTERS = {
-    "nv_inference_request_success": "success",
-    "nv_inference_request_failure": "failure",
-    "nv_inference_count": "inferences",
-    "nv_inference_exec_count": "executions",
-    "nv_inference_queue_duration_us": "queue_us",
-    "nv_inference_compute_input_duration_us": "compute_input_us",
-    "nv_inference_compute_infer_duration_us": "compute_infer_us",
-    "nv_inference_compute_output_duration_us": "compute_output_us",
-}
-COUNTER_KEYS = tuple(COUNTERS.values())
-GAUGES = {"nv_inference_pending_request_count": "pending"}
 SCRAPE_SLACK_S = 0.5  # a scrape of every server waits its timeout and this in all
 SCRAPE_GRACE = 3  # failed scrapes in a row after which a server leaves the load view
-# what a read of a server's /metrics can raise: refused, reset, timed out (OSError and its
-# URLError), a reply cut short or not HTTP (HTTPException: IncompleteRead, BadStatusLine,
-# LineTooLong), a body that is not UTF-8 or not Prometheus' text format (ValueError)
-UNREADABLE = (OSError, http.client.HTTPException, ValueError)
-
-
-class MetricsUnreadable(OSError):
-    """A server's /metrics could not be read or parsed; the message names the URL and why.
-    An OSError, so that callers that catch a failed read as one (sonicsite.local's drain)
-    catch a reply cut short or a body that is not Prometheus' text too."""
-
-    def __init__(self, metrics_url: str, exc: BaseException) -> None:
-        super().__init__(f"{metrics_url}: {type(exc).__name__}: {exc}")
-        self.url = metrics_url
-
-
-def parse_metrics(text: str) -> dict[str, dict[str, float]]:
-    """Triton's /metrics text as {model: {counter or gauge: value}} (versions summed);
-    ValueError for a figure that is not a finite number ≥ 0 (a NaN or an infinity, which
-    the text format allows, went on into every rate and made each policy step fail)."""
-    models: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = COUNTERS.get(sample.name.removesuffix("_total")) or GAUGES.get(sample.name)
-            model = sample.labels.get("model")
-            if name is None or model is None:
-                continue
-            if not math.isfinite(sample.value) or sample.value < 0:  # Triton's never are
-                raise ValueError(f"{sample.name}{{model={model!r}}} is {sample.value}")
-            values = models.setdefault(model, {})
-            values[name] = values.get(name, 0.0) + sample.value
-    return models
-
-
-def read_metrics(metrics_url: str, timeout_s: float) -> dict[str, dict[str, float]]:
-    """A server's /metrics now, per model (`parse_metrics`); a failed read or parse raises
-    MetricsUnreadable naming the URL (whatever went wrong is that one server's failure)."""
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=timeout_s) as reply:
-            return parse_metrics(reply.read().decode())
-    except UNREADABLE as exc:
-        raise MetricsUnreadable(metrics_url, exc) from exc
 
 
 def per_request(total_us: float, requests: float) -> float | None:
@@ -151,6 +101,7 @@ class _Scrape:
     models: dict[str, dict[str, float]]
     # models reloaded since the previous scrape (LoadView.reloaded): counted from zero
     reloaded: frozenset[str] = frozenset()
+    versions: Versions | None = None  # the same per version, where the scrape said
 
 
 def increases(
@@ -176,6 +127,23 @@ def compute_loads(server: str, before: _Scrape, after: _Scrape) -> list[ModelLoa
     return compute_window(server, [before, after])
 
 
+def _grown(a: _Scrape, b: _Scrape, model: str) -> dict[str, float]:
+    """How much `model`'s counters grew from scrape `a` to `b`, version by version over the
+    versions in both where the scrapes say (a version unloaded takes its counts out of the
+    sum: read as a reset of the whole, the other versions' counts since their load came
+    back as work of the interval), else summed (`increases`)."""
+    reloaded = model in b.reloaded
+    then = (a.versions or {}).get(model)
+    later = (b.versions or {}).get(model)
+    if then is None or later is None:
+        return increases(a.models[model], b.models[model], reloaded)
+    total = dict.fromkeys(COUNTER_KEYS, 0.0)
+    for version in then.keys() & later.keys():
+        for key, grew in increases(then[version], later[version], reloaded).items():
+            total[key] += grew
+    return total
+
+
 def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
     """Rates from the first to the last of `scrapes` (in time order), for the models in the
     last: the counters' increases summed interval by interval over the intervals whose two
@@ -193,7 +161,7 @@ def compute_window(server: str, scrapes: list[_Scrape]) -> list[ModelLoad]:
             if then is None or later is None:
                 continue
             held = True
-            for key, grew in increases(then, later, model in b.reloaded).items():
+            for key, grew in _grown(a, b, model).items():
                 total[key] += grew
         if not held:
             continue
@@ -235,11 +203,11 @@ class LoadView:
         if self.grace < 1:
             raise ValueError(f"grace: expected at least 1 failed scrape, got {self.grace}")
 
-    def _fetch(self, metrics_url: str) -> dict[str, dict[str, float]] | Exception:
+    def _fetch(self, metrics_url: str) -> Versions | Exception:
         """The server's counters, or why they could not be read or parsed (its own failure:
         no exception of one server's scrape reaches the others')."""
         try:
-            return read_metrics(metrics_url, self.timeout_s)
+            return read_versions(metrics_url, self.timeout_s)
         except MetricsUnreadable as exc:
             return exc
 
@@ -271,18 +239,16 @@ class LoadView:
             self._record_read(server, now, text)
             return
         try:
-            models = parse_metrics(text)
+            versions = parse_versions(text)
         except ValueError as exc:
             self._record_read(server, now, ValueError(f"not Prometheus' text format: {exc}"))
             return
-        self.record_counters(server, now, models)
+        self._record_read(server, now, versions)
 
-    def _record_read(
-        self, server: str, now: float, read: dict[str, dict[str, float]] | Exception
-    ) -> None:
+    def _record_read(self, server: str, now: float, read: Versions | Exception) -> None:
         """One scrape's outcome: the counters read, or why they could not be."""
         if not isinstance(read, Exception):
-            self.record_counters(server, now, read)
+            self.record_counters(server, now, summed(read), read)
             return
         previous = self.health.get(server)
         failures = (previous.failures if previous else 0) + 1
@@ -293,11 +259,18 @@ class LoadView:
             self._last.pop(server, None)
             self._history.pop(server, None)
 
-    def record_counters(self, server: str, now: float, models: dict[str, dict[str, float]]) -> None:
+    def record_counters(
+        self,
+        server: str,
+        now: float,
+        models: dict[str, dict[str, float]],
+        versions: Versions | None = None,
+    ) -> None:
         """One scrape that read the server's counters and gauges, per model, as
-        `parse_metrics` names them (the simulator hands in its servers' counters here, at
-        its own clock)."""
-        current = _Scrape(now, models, frozenset(self._reloaded.pop(server, ())))
+        `parse_metrics` names them, and per version where it is known (the simulator hands
+        in its servers' counters here, at its own clock, one version each)."""
+        reloaded = frozenset(self._reloaded.pop(server, ()))
+        current = _Scrape(now, models, reloaded, versions)
         previous = self._last.get(server)
         if previous is not None:
             self.loads[server] = compute_loads(server, previous, current)

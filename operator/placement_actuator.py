@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sonicsite.contract.wire import ServerRecord
 
 from . import model_control
-from .loadview import LoadView, MetricsUnreadable, read_metrics
+from .loadview import LoadView
 from .model_control import ControlTarget, ModelControlError
 from .placement import Decision, Kind
 from .placement_checks import (
@@ -28,6 +28,7 @@ from .placement_checks import (
     used_between,
     used_since,
 )
+from .triton_metrics import MetricsUnreadable, read_metrics
 
 LOG = logging.getLogger("sonicsite.operator.placement")
 DRAIN_TIMEOUT_S = 15.0  # an unload waits this long at most for Envoy and the gateways to stop

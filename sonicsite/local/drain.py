@@ -17,7 +17,7 @@ import http.client
 import time
 import urllib.error
 
-from sonicsite.operator.loadview import read_metrics
+from sonicsite.operator.triton_metrics import read_metrics
 
 from . import envoy
 from .processes import alive

@@ -22,12 +22,13 @@ from sonicsite.operator.api import make_server
 from sonicsite.operator.catalogue import ModelInfo, catalogue_of
 from sonicsite.operator.controller import Operator
 from sonicsite.operator.discovery import KubernetesDiscovery, LocalDiscovery, kubernetes_api
-from sonicsite.operator.loadview import LoadView, MetricsUnreadable, read_metrics
+from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.model_control import ControlTarget
 from sonicsite.operator.placement_loop import INDEX_TIMEOUT_S, PlacementLoop
 from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.placement_state import Decision, Kind, Rule
+from sonicsite.operator.triton_metrics import MetricsUnreadable, read_metrics
 
 from sonicsite.contract.wire import ServerRecord
 

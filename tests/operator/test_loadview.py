@@ -12,7 +12,8 @@ from sonicsite.client.engine import Stream
 from sonicsite.client.stream_options import StreamOptions
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
-from sonicsite.operator.loadview import LoadView, _Scrape, compute_loads, parse_metrics, per_request
+from sonicsite.operator.loadview import LoadView, _Scrape, compute_loads, per_request
+from sonicsite.operator.triton_metrics import parse_metrics
 
 
 def test_load_view_queue_time_per_request_matches_tritons_statistics(site):
@@ -124,3 +125,33 @@ nv_inference_exec_count{model="m",version="1"} %d
     assert view.loads["s"][0].requests == 1 and view.loads["s"][0].queue_us == 100
     (window,) = view.window_loads(2.0)
     assert window.requests == 61 and window.queue_us == 6_000_100
+
+
+def test_a_version_unloaded_is_not_read_as_a_reset_of_the_others():
+    """Triton counts each version of a model apart. Summed, a version unloaded made the
+    model's counters fall, which read as a reset: the other version's counts since its load
+    (here 5000 requests that waited 1 s each) came back as the interval's work. Version by
+    version, the interval holds what the remaining version did in it."""
+    text = """# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="m",version="1"} %d
+nv_inference_request_success{model="m",version="2"} %d
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="m",version="1"} %d
+nv_inference_queue_duration_us{model="m",version="2"} %d
+"""
+    only_two = """# TYPE nv_inference_request_success counter
+nv_inference_request_success{model="m",version="2"} %d
+# TYPE nv_inference_queue_duration_us counter
+nv_inference_queue_duration_us{model="m",version="2"} %d
+"""
+    view = LoadView()
+    view.record("s", 0.0, text % (3000, 5000, 3000 * 1000, 5000 * 1_000_000))
+    view.record("s", 1.0, only_two % (5010, 5000 * 1_000_000 + 10 * 2000))  # version 1 gone
+    (load,) = view.loads["s"]
+    assert load.requests == 10 and load.queue_us_per_request == 2000.0
+    (window,) = view.window_loads(1.0)
+    assert window.requests == 10
+    # a version loaded again since the last scrape counts from its next interval on
+    view.record("s", 2.0, text % (4, 5020, 4000, 5000 * 1_000_000 + 20 * 2000))
+    (load,) = view.loads["s"]
+    assert load.requests == 10  # version 2's ten; version 1 is new since the last scrape

@@ -24,7 +24,7 @@ from polling import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from sonicsite.operator import main as operator_main
 from sonicsite.operator import model_control
-from sonicsite.operator.loadview import LoadView, read_metrics
+from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.placement_loop import PlacementLoop
 from sonicsite.operator.placement_settings import (
@@ -33,6 +33,7 @@ from sonicsite.operator.placement_settings import (
     read_admin_key,
 )
 from sonicsite.operator.placement_state import Decision, Kind, Rule
+from sonicsite.operator.triton_metrics import read_metrics
 from sonicsite.operator.xds_resources import model_cluster
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException

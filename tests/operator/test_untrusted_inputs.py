@@ -14,9 +14,10 @@ import pytest
 from sonicsite.operator.api import make_server
 from sonicsite.operator.controller import Operator
 from sonicsite.operator.declared_work import DeclaredWork
-from sonicsite.operator.loadview import LoadView, parse_metrics
+from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.placement_checks import SeenSince, dropped
 from sonicsite.operator.placement_state import Decision, HeldCounts, Kind, Rule
+from sonicsite.operator.triton_metrics import parse_metrics
 
 from sonicsite.contract.work_report import WorkReport
 
