@@ -147,6 +147,7 @@ class Forwarder:
         span: Span | None = None,
         wait_s: float | None = None,
         client: ClientBody | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> Response:
         """One request to a server of `model` ('' = any server); retried once elsewhere
         when the connection fails. `rest`: the body's remaining chunks, streamed on;
@@ -155,14 +156,15 @@ class Forwarder:
         `stream`: the reply's body is passed on as it arrives (a StreamedReply). With no
         server for the model, Triton's answer for the route's `kind` (and `version`).
         `span`: the request's span (a traced gateway): each try is a child span of it.
-        `wait_s`: how long the client waits for its attempt (`hold`)."""
+        `wait_s`: how long the client waits for its attempt, `gone`: whether it has gone
+        (`hold`)."""
         tried, last = "", ""
         for attempt in range(2):
             endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
             if endpoint is None:
                 if attempt:
                     break
-                held = await self.hold(model, wait_s) if model and kind == MODEL else None
+                held = await self.hold(model, wait_s, gone) if model and kind == MODEL else None
                 if held is not None:
                     return held
                 endpoint = self.upstreams.pick(model) if model else None
@@ -212,17 +214,22 @@ class Forwarder:
             return contextlib.nullcontext(headers)
         return self.tracing.forward(span, server, headers)
 
-    async def hold(self, model: str, wait_s: float | None = None) -> Response | None:
+    async def hold(
+        self, model: str, wait_s: float | None = None, gone: Callable[[], bool] | None = None
+    ) -> Response | None:
         """For a model of the catalogue that no server holds ready: wait until one does
         (None then: send the request), or a 503 naming the model and why: its deadline
         passed, or the client's own wait (`wait_s`, its `sonicsite-wait-s`) is nearly over
         and the model is still loading (`sonicsite-held` says how much longer the site
-        would hold it). None at once for any other model."""
+        would hold it); a 499 nobody reads once the client has gone (`gone`). None at once
+        for any other model."""
         if self.holder is None or not self.holder.holds(model):
             return None
-        held = await self.holder.wait(model, wait_s)
+        held = await self.holder.wait(model, wait_s, gone)
         if not held.error:
             return None
+        if held.gone:
+            return client_gone(model, ClientGone(held.error))
         if not held.left_s:
             self.metrics.rejections.labels(
                 self.metrics.model(self.view, model), "hold_deadline"

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -72,6 +73,7 @@ class Held:
 
     error: str = ""
     left_s: float = 0.0
+    gone: bool = False  # the client went while its request was held
 
 
 @dataclass
@@ -91,9 +93,14 @@ class Holder:
         record = self.view.holding
         return record is not None and model in record.models and not ready_servers(self.view, model)
 
-    async def wait(self, model: str, wait_s: float | None = None) -> Held:
+    async def wait(
+        self, model: str, wait_s: float | None = None, gone: Callable[[], bool] | None = None
+    ) -> Held:
         """Wait until a server holds `model` ready, at most the model's deadline and, where
-        the client said how long it waits (`wait_s`), a little less than that."""
+        the client said how long it waits (`wait_s`), a little less than that; not once the
+        client has gone (`gone`: an HTTP client's connection; a gRPC call that ends is
+        cancelled). A gone client's request held on counted as work waiting for the model
+        until its deadline: placement loaded the model, or woke a pool, for nobody."""
         record = self.view.holding or HoldingRecord()
         deadline_s = record.deadline(model)
         start = time.monotonic()
@@ -113,8 +120,14 @@ class Holder:
                     outcome = "asked_again"
                     said = still_loading(model, now - start, until - now, reason)
                     return Held(said, until - now)
+                if gone is not None and gone():
+                    outcome = "client_gone"
+                    return Held(f"the client went after {now - start:.1f} s held", gone=True)
                 await asyncio.sleep(self.poll_s)
             return Held()
+        except asyncio.CancelledError:  # a gRPC call that ended: its client went
+            outcome = "client_gone"
+            raise
         finally:
             self._count(model, -1)
             self.metrics.hold_seconds.labels(model, outcome).observe(time.monotonic() - start)

@@ -13,8 +13,9 @@ import uvicorn
 from sonicsite.contract.admission_pass import AdmissionPasses
 
 from .app import GatewayConfig, create_app
+from .freed_memory import keep_freed_memory
 from .jwks import JwksSettings
-from .server import READ_SIZE, PassThroughProtocol, keep_freed_memory
+from .server import READ_SIZE, PassThroughProtocol
 from .splicing import Pipes
 from .tracing import TracingSettings
 

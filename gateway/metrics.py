@@ -109,7 +109,8 @@ class GatewayMetrics:
             "sonicsite_gateway_hold_seconds",
             "How long held requests waited: arrival until a server held the model ready "
             "(outcome forwarded: the cold start before the inference itself), until the "
-            "model's deadline (expired) or until the client's own wait ran out (asked_again)",
+            "model's deadline (expired), until the client's own wait ran out (asked_again) or "
+            "until the client went (client_gone)",
             ["model", "outcome"],
             buckets=HOLD_BUCKETS,
             registry=r,

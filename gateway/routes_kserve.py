@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, Request, Response
 from opentelemetry.trace import Span
@@ -49,7 +49,7 @@ from .forwarding import (
     version_path,
 )
 from .kserve import BadRequest, check_infer, decoded_head, encoding_of, split_body, whole_body
-from .server import SPLICE_EXTENSION, ClientBody
+from .server import GONE_EXTENSION, SPLICE_EXTENSION, ClientBody
 from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
 from .triton_errors import MODEL, READY
@@ -132,8 +132,14 @@ async def _model_get(
     path = version_path(model, version) + suffix
     wait_s = client_wait(request.headers.get(WAIT_HEADER))
     return await _forwarder(request).send(
-        "GET", model, path, kind=kind, version=version, wait_s=wait_s
+        "GET", model, path, kind=kind, version=version, wait_s=wait_s, gone=_gone(request)
     )
+
+
+def _gone(request: Request) -> Callable[[], bool] | None:
+    """Whether the request's client has gone (server.py `GONE_EXTENSION`; None where the
+    gateway runs under another server, which a held request then does not ask)."""
+    return request.scope.get("extensions", {}).get(GONE_EXTENSION)
 
 
 @router.get("/v2/models/{model}")
@@ -266,7 +272,7 @@ async def _infer_reply(
         return error(413, f"body: over {limit} bytes")
     if not forwarder.view.serving(model):  # as Triton: the model before the body
         # a model no server holds yet: wait for one
-        held = await forwarder.hold(model, client_wait(fields.get(WAIT_HEADER)))
+        held = await forwarder.hold(model, client_wait(fields.get(WAIT_HEADER)), _gone(request))
         if held is not None or not forwarder.view.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)

@@ -14,7 +14,7 @@ perf on 1 MB identity requests):
   segment and a wake-up of the client, as much as a large body's write;
 - freed memory is kept for the next request: glibc's malloc hands large freed blocks back to
   the kernel at once and faults fresh pages in for the next body, a fifth of the gateway's
-  time with 1 MB tensors (`keep_freed_memory`);
+  time with 1 MB tensors (freed_memory.py `keep_freed_memory`);
 - a large POST body is not read at all: a request's first read is of HEAD_READ bytes (its
   head and a binary request's JSON part), reading pauses after it, and the app may take the
   rest off the socket (`ClientBody`, in the request's ASGI extensions under
@@ -25,9 +25,8 @@ perf on 1 MB identity requests):
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-from collections.abc import Sequence
+import select
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httptools
@@ -45,15 +44,12 @@ from .splicing import (
     wait_writable,
 )
 
-# glibc's mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD = 16 << 20  # blocks below this come from the heap, whose pages stay mapped
-TRIM_THRESHOLD = 64 << 20  # freed heap kept before any is given back to the kernel
 READ_SIZE = (1 << 20) + (64 << 10)  # the most one read takes: a 1 MiB tensor and its head
 JOIN_BELOW = 64 << 10  # writes held back to go out with the next one, up to this many bytes
 HEAD_READ = 16 << 10  # a request's first read: its head and a binary body's JSON part
 DISCARD_READ = 1 << 20  # a refused body's rest is read and dropped in pieces of this
 SPLICE_EXTENSION = "sonicsite.splice"  # the request's ClientBody in scope["extensions"]
+GONE_EXTENSION = "sonicsite.client_gone"  # in scope["extensions"]: has the client gone?
 
 
 class BodyPassingProtocol(HttpToolsProtocol):
@@ -73,6 +69,9 @@ class BodyPassingProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         self.seen, self.passing = 0, None
         cycle = self.cycle
+        if cycle is not None:
+            extensions = self.scope.setdefault("extensions", {})
+            extensions[GONE_EXTENSION] = _gone_check(self.transport, cycle)
         if cycle is None or cycle.scope is not self.scope or self.pipeline:
             return  # an upgrade, or a request behind another's reply
         if self.scope["method"] != "POST":
@@ -220,18 +219,28 @@ class JoinedWrites:
         return getattr(self.transport, name)
 
 
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed memory mapped (up to TRIM_THRESHOLD) and to serve
-    body-sized blocks from its heap; False where the C library has no mallopt (not glibc),
-    which keeps its own policy."""
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
+def _gone_check(
+    transport: asyncio.BaseTransport, cycle: RequestResponseCycle
+) -> Callable[[], bool]:
+    """Whether a request's client has gone, for an app that waits before it reads the
+    body (a held request): uvicorn says so once it has read the connection's end, and the
+    kernel says so at once, read or not (reading pauses while a large body waits to be
+    taken, and a closed connection's end then goes unread)."""
+
+    def gone() -> bool:
+        return cycle.disconnected or transport.is_closing() or _peer_closed(transport)
+
+    return gone
+
+
+def _peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """The peer closed or reset the connection (POLLRDHUP, POLLHUP, POLLERR)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP)
+    return bool(poller.poll(0))
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

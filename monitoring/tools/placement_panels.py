@@ -103,7 +103,8 @@ def placement_panels() -> list[tuple[str, list[PanelSpec]]]:
                     ),
                     description="forwarded: answered by a server; asked_again: the client's "
                     "own wait ran out first (the sonicsite client asks again); expired: the "
-                    "model's hold deadline passed (the caller got the reason).",
+                    "model's hold deadline passed (the caller got the reason); client_gone: the "
+                    "caller closed its connection while held.",
                 ),
             ],
         ),

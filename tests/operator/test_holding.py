@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -37,7 +38,7 @@ from sonicsite.client.stream_io import Source
 from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
 from sonicsite.operator.placement_settings import PlacementSettings
-from stock import stock_infer
+from stock import kserve_json, stock_infer, stock_inputs
 from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import envoy, launcher
@@ -215,6 +216,62 @@ def test_a_held_request_past_its_deadline_gets_an_error_naming_the_model(held_si
     assert errors["http"].startswith("503 ") and expected in errors["http"], errors
     assert _loads(held_site, "identity", "failed"), _placement(held_site)
     _report(capsys, f"past the deadline: {grpc_error.message()}")
+
+
+def _gateway_series(state: SiteState, series: str) -> float:
+    """One series of the gateway's /metrics (0 when it is not there)."""
+    text = _get(state.http, "/metrics").decode()
+    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+HELD_SIMPLE = 'sonicsite_gateway_held_requests{model="simple"}'
+GONE_SIMPLE = 'sonicsite_gateway_hold_seconds_count{model="simple",outcome="client_gone"}'
+
+
+def _http_head(length: int, binary: bool) -> bytes:
+    kind = "application/octet-stream" if binary else "application/json"
+    part = "Inference-Header-Content-Length: 2\r\n" if binary else ""
+    return (
+        f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: site\r\nContent-Type: {kind}\r\n"
+        f"{part}Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("body", ["json", "large", "grpc"])
+def test_a_held_request_whose_client_went_is_let_go(held_site, body):
+    """simple cannot load (its config is unreadable) and a request for it is held; its
+    client goes: the gateway lets the request go then (outcome client_gone), not at its
+    deadline, and no longer counts it as work waiting for simple (the operator loaded models,
+    and woke pools, for requests nobody waited for any more). Over HTTP to the gateway with a
+    small JSON body (read with the head) and with a large binary one (left on the socket,
+    the connection's reading paused, so that only the kernel sees the end); over gRPC
+    through Envoy, a call cancelled."""
+    _unloaded_everywhere(held_site, "simple")
+    gone_before = _gateway_series(held_site, GONE_SIMPLE)
+    held = lambda: _gateway_series(held_site, HELD_SIMPLE) == 1  # noqa: E731
+    with _broken(held_site, "simple"):
+        if body == "grpc":
+            client = grpcclient.InferenceServerClient(held_site.grpc)
+            call = client.async_infer("simple", stock_inputs(SIMPLE), lambda *a: None)
+            wait_until(held, "the call to be held at the gateway", DEADLINE_S)
+            call.cancel()
+        else:
+            json_body = kserve_json(SIMPLE)
+            length = len(json_body) if body == "json" else 1 << 20
+            sent = json_body if body == "json" else b"{}" + bytes(16 << 10)
+            host, port = held_site.http.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(_http_head(length, body == "large") + sent)
+                wait_until(held, "the request to be held at the gateway", DEADLINE_S)
+        wait_until(
+            lambda: _gateway_series(held_site, GONE_SIMPLE) == gone_before + 1,
+            "the gateway to let go of the request whose client went",
+            DEADLINE_S / 2,  # its deadline (DEADLINE_S) would end it as "expired"
+        )
+        assert _gateway_series(held_site, HELD_SIMPLE) == 0
+        if body == "grpc":
+            client.close()
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
