@@ -25,10 +25,10 @@ import io
 import socket
 import struct
 import time
-from collections.abc import Callable
 
 import hpack
 
+from .armed_reads import ArmedReads
 from .grpc_status import GrpcReply, Reading, assemble_reply, request_headers
 from .http2_frames import (
     ACK,
@@ -65,23 +65,6 @@ READ_CHUNK = 1 << 22  # a DATA frame is read this much at a time, each with the 
 STREAM_FRAMES = (DATA, HEADERS, PUSH, CONTINUATION)  # no place on an idle connection
 
 
-class _ArmedReads(io.RawIOBase):
-    """The socket's reads, each after `arm` (the call's deadline on the socket)."""
-
-    def __init__(self, sock: socket.socket, arm: Callable[[], None]) -> None:
-        self._sock, self._arm = sock, arm
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int | None:
-        self._arm()
-        try:
-            return self._sock.recv_into(buffer)
-        except BlockingIOError:  # an idle connection's check reads without waiting
-            return None
-
-
 class Connection:
     """One HTTP/2 connection to a gRPC server; one call at a time. `window`: the receive
     window granted to the server, for the connection and each stream (65,535 B at least)."""
@@ -94,7 +77,7 @@ class Connection:
         self.window = window
         self._connect_timeout = connect_timeout
         self.sock = socket.create_connection((host, port), timeout=connect_timeout)
-        self._reader = io.BufferedReader(_ArmedReads(self.sock, self._arm), 1 << 16)
+        self._reader = io.BufferedReader(ArmedReads(self.sock, self._arm), 1 << 16)
         self._encoder = hpack.Encoder()
         self._decoder = hpack.Decoder()
         self._send_window = 65535  # the connection's, as the server grants it

@@ -8,10 +8,14 @@ that is sent. Outputs are numpy views into the response body.
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import math
 import queue
 import socket
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +30,7 @@ from sonicsite.contract.wire import (
 )
 
 from .admitted import Admitted
+from .armed_reads import ArmedReads
 from .errors import (
     INTERNAL,
     INVALID,
@@ -87,6 +92,48 @@ def _still_open(sock: socket.socket) -> bool:
     return False  # the end of the connection, or bytes no request asked for
 
 
+class _ArmedSocket:
+    """A connection's socket whose reply is read through `ArmedReads` (each read given what
+    is left of the call's deadline by `arm`); the rest is the socket's own."""
+
+    def __init__(self, sock: socket.socket, arm: Callable[[], None]) -> None:
+        self._sock, self._arm = sock, arm
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(ArmedReads(self._sock, self._arm), 1 << 16)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class DeadlineConnection(http.client.HTTPConnection):
+    """A keep-alive connection on which a call's deadline (`begin`) holds for the whole
+    call: every send and every read of the socket waits at most what is left of it. A plain
+    HTTPConnection's timeout is per socket operation, so a reply sent a byte at a time kept
+    a call going for as long as it trickled."""
+
+    deadline = math.inf  # the current call's, on the monotonic clock
+
+    def begin(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock = _ArmedSocket(self.sock, self._arm)  # type: ignore[assignment]
+
+    def send(self, data: Any) -> None:
+        self._arm()
+        super().send(data)
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the call's {self.timeout:g} s passed before its reply came whole")
+        if self.sock is not None:
+            self.sock.settimeout(left)
+
+
 class HttpTransport:
     kind = "http"
 
@@ -109,23 +156,25 @@ class HttpTransport:
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._host, port = address.rsplit(":", 1)
         self._port = int(port)
-        self._idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(pool)
+        self._idle: queue.LifoQueue[DeadlineConnection] = queue.LifoQueue(pool)
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        """The most recent idle connection the server has not closed, else a new one."""
+    def _connection(self, timeout: float) -> DeadlineConnection:
+        """The most recent idle connection the server has not closed, else a new one; its
+        call's deadline `timeout` from now."""
         while True:
             try:
                 conn = self._idle.get_nowait()
             except queue.Empty:
-                return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-            if conn.sock is None or not _still_open(conn.sock):
+                conn = DeadlineConnection(self._host, self._port, timeout=timeout)
+                conn.begin(timeout)
+                return conn
+            if conn.sock is None or not _still_open(conn.sock):  # type: ignore[arg-type]
                 conn.close()
                 continue
-            conn.timeout = timeout
-            conn.sock.settimeout(timeout)
+            conn.begin(timeout)
             return conn
 
-    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+    def _give_back(self, conn: DeadlineConnection) -> None:
         try:
             self._idle.put_nowait(conn)
         except queue.Full:

@@ -2,14 +2,18 @@
 (conftest `http_peer`) serving a KServe v2 model `twice`: statuses that no retry mends fail
 the chunk at once, a proxy's 504 is a timeout, a reply lacking an output fails its chunk
 instead of leaving stale columns counted as delivered, and a retry-after of "inf" never
-holds the stream for ever."""
+holds the stream for ever; a reply sent a byte at a time is cut at the call's deadline
+(each read is given what is left of it, not the whole time again)."""
 
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
+from loopback_http import answer, serve
 from sonicsite.client import SoA, Stream, StreamOptions, TensorSpec
 from sonicsite.client.balancer import Balancer, Endpoint
 from sonicsite.client.errors import (
@@ -189,3 +193,52 @@ def test_a_retry_after_or_hold_of_inf_is_refused_and_long_ones_capped(gateway):
         with pytest.raises(InferError) as caught:
             transport.infer(plan, 5)
         assert caught.value.kind == kind and caught.value.retry_after == 0.0
+
+
+TRICKLED = 64  # bytes of a trickled reply's body, sent one every 0.25 s
+
+
+def _trickling(stop: threading.Event, sent: list[int], config_too: bool):
+    """Replies by hand: inference (and the config, with `config_too`) a byte at a time,
+    counted in `sent`; the metadata and config at once."""
+
+    def reply(handler: BaseHTTPRequestHandler) -> None:
+        if handler.path == "/v2/models/twice":
+            return answer(handler, 200, json.dumps(METADATA).encode())
+        if handler.path == "/v2/models/twice/config" and not config_too:
+            config = {"name": "twice", "max_batch_size": 8}
+            return answer(handler, 200, json.dumps(config).encode())
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(TRICKLED))
+        handler.end_headers()
+        try:
+            for _ in range(TRICKLED):
+                if stop.wait(0.25):
+                    return
+                handler.wfile.write(b" ")
+                sent[0] += 1
+        except OSError:  # the client went: what the test waits for
+            pass
+
+    return reply
+
+
+@pytest.mark.parametrize("call", ["infer", "config"])
+def test_a_reply_that_trickles_is_cut_at_the_calls_deadline(call):
+    stop, sent = threading.Event(), [0]
+    with serve(_trickling(stop, sent, call == "config"), keep_alive=True) as address:
+        transport = HttpTransport(address)
+        try:
+            with pytest.raises(InferError) as caught:
+                if call == "infer":
+                    plan = make_plan(SPEC, transport.model_info("twice"), _soa(2))
+                    transport.infer(plan, 1.0)
+                else:
+                    transport.model_info("twice", timeout=1.0)
+            if call == "infer":
+                assert caught.value.kind == TIMEOUT, caught.value
+            else:  # a control call's failure, whatever it was, is the server's unavailability
+                assert "TimeoutError" in str(caught.value), caught.value
+            assert sent[0] < TRICKLED // 2  # cut well before the reply's end (16 s of it)
+        finally:
+            stop.set()
