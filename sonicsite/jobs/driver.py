@@ -189,7 +189,9 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
             if stop.signum is not None:
                 for exited in workers.reap():  # gone before the signal: each said as it ended
                     run.settle(exited, workers, rerun_allowed=False)
-                stopped = workers.stop()
+                stopped, ended = workers.stop()
+                for exited in ended:  # gone meanwhile, not by the stop: each said as it ended
+                    run.settle(exited, workers, rerun_allowed=False)
                 run.note(
                     f"submit: got {signal_name(stop.signum)}; stopped "
                     f"{len(stopped)} running worker(s) (PIDs in {jobs_dir / 'workers.json'})"

@@ -174,16 +174,23 @@ class Workers:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.proc.pid, signal.SIGKILL)
 
-    def stop(self, grace: float = 10.0) -> list[WorkerRun]:
-        """SIGTERM every running worker's group, SIGKILL what is left after `grace` s."""
+    def stop(self, grace: float = 10.0) -> tuple[list[WorkerRun], list[WorkerRun]]:
+        """SIGTERM every running worker's group, SIGKILL what is left after `grace` s: the
+        workers this ended (by its SIGTERM or its SIGKILL), and those that ended otherwise
+        meanwhile (on their own, or by another hand's signal), whose end is theirs to say.
+        A SIGKILL sent just before the stop may end its worker only after the stop began:
+        taken for stopped, its death went unsaid."""
         self._signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(r.proc.poll() is None for r in self.running):
             time.sleep(0.05)
+        killed = [r for r in self.running if r.proc.poll() is None]
         self._signal(signal.SIGKILL)
         for r in self.running:
             r.proc.wait()
-        return self.reap()
+        ended = self.reap()
+        by_stop = [r for r in ended if r in killed or r.proc.returncode == -signal.SIGTERM]
+        return by_stop, [r for r in ended if r not in by_stop]
 
     def _signal(self, sig: int) -> None:
         for r in self.running:

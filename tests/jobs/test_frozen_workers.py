@@ -1,8 +1,9 @@
 """The driver's watch on its workers (spawn.py): a worker heard from by nothing, not even
 its heartbeat, is named as frozen and killed; one that beats is not; a worker gets longer
 before its first line; one that beats but whose events stop moving is said to stand still,
-and named as stalled past a stall limit, one whose events move is neither; and silence and
-stalls count only while the driver runs."""
+and named as stalled past a stall limit, one whose events move is neither; silence and
+stalls count only while the driver runs; and a stop tells the workers it ended from those
+that ended otherwise meanwhile."""
 
 from __future__ import annotations
 
@@ -102,3 +103,32 @@ def test_silence_and_stalls_are_not_counted_while_the_driver_was_not_running(tmp
         silent.heard = stuck.moved = time.monotonic() - 100.0
         # the driver ran since: now both count
         assert workers.frozen(5.0, 10.0) == [(silent, HUNG), (stuck, STALLED)]
+
+
+def _on_sigterm(action: str) -> str:
+    """A worker that says a line once its SIGTERM handler (`action`) is set, then waits."""
+    return (
+        "import os, signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: {action})\n"
+        f"print({ALIVE!r}, flush=True)\n"
+        "time.sleep(600)"
+    )
+
+
+def test_a_stop_tells_the_workers_it_ended_from_those_that_ended_otherwise(tmp_path):
+    """A SIGKILL sent by another hand just before a stop may end its worker only after the
+    stop began (here: the worker's own SIGKILL on the stop's SIGTERM); taken for one the stop
+    ended, its death went unsaid in the report. So is a worker that finished meanwhile."""
+    programs = {
+        0: _on_sigterm("os.kill(os.getpid(), signal.SIGKILL)"),  # killed by another hand
+        1: _on_sigterm("sys.exit(0)"),  # ended on its own meanwhile
+        2: "import time\n" + f"print({ALIVE!r}, flush=True)\ntime.sleep(600)",  # SIGTERM ends it
+        3: _on_sigterm("None"),  # deaf to SIGTERM: the stop's SIGKILL ends it
+    }
+    with _workers(tmp_path, programs) as workers:
+        runs = [workers.start(job, "m", 1) for job in programs]
+        wait_until(lambda: all(r.said for r in runs), "every worker's first line", 60)
+        stopped, ended = workers.stop(grace=2.0)
+    assert sorted(r.job for r in stopped) == [2, 3]
+    assert sorted(r.job for r in ended) == [0, 1]
+    assert runs[0].proc.returncode == -9 and runs[1].proc.returncode == 0
