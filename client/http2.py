@@ -28,7 +28,7 @@ import time
 
 import hpack
 
-from .armed_reads import ArmedReads
+from .armed_reads import ArmedReads, give_left
 from .grpc_status import GrpcReply, Reading, assemble_reply, request_headers
 from .http2_frames import (
     ACK,
@@ -140,11 +140,7 @@ class Connection:
         """Give the next socket operation what is left of the call's deadline (every read
         of the socket is armed so: a server sending its reply a byte at a time kept a call
         going past its deadline, each read given the whole time left)."""
-        if self._deadline is not None:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            self.sock.settimeout(left)
+        give_left(self.sock, self._deadline)
 
     def _read_exact(self, n: int) -> bytes:
         data = self._reader.read(n)

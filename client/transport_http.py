@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import math
 import queue
 import socket
 import time
@@ -30,7 +29,7 @@ from sonicsite.contract.wire import (
 )
 
 from .admitted import Admitted
-from .armed_reads import ArmedReads
+from .armed_reads import ArmedReads, give_left
 from .errors import (
     INTERNAL,
     INVALID,
@@ -112,7 +111,7 @@ class DeadlineConnection(http.client.HTTPConnection):
     HTTPConnection's timeout is per socket operation, so a reply sent a byte at a time kept
     a call going for as long as it trickled."""
 
-    deadline = math.inf  # the current call's, on the monotonic clock
+    deadline: float | None = None  # the current call's, on the monotonic clock
 
     def begin(self, timeout: float) -> None:
         self.deadline = time.monotonic() + timeout
@@ -127,11 +126,7 @@ class DeadlineConnection(http.client.HTTPConnection):
         super().send(data)
 
     def _arm(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"the call's {self.timeout:g} s passed before its reply came whole")
-        if self.sock is not None:
-            self.sock.settimeout(left)
+        give_left(self.sock, self.deadline)  # type: ignore[arg-type]
 
 
 class HttpTransport:

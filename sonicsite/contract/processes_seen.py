@@ -1,7 +1,10 @@
-"""What a process's entries in /proc say about it, for the guard against PID reuse
-(wire.py `runs_for_site`): whether an argument names a folder, whether it is the kernel's."""
+"""What a process's entries in /proc say about it, for the guards against PID reuse
+(wire.py `runs_for_site`, the job driver's `kill_left_behind`): whether an argument names a
+folder, whether it is the kernel's, when it started."""
 
 from __future__ import annotations
+
+import os
 
 
 def names_folder(arg: bytes, folder: bytes) -> bool:
@@ -15,11 +18,34 @@ def names_folder(arg: bytes, folder: bytes) -> bool:
 KERNEL_THREAD = 0x00200000  # PF_KTHREAD, in the flags of /proc/PID/stat
 
 
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command's name (the first is the state, field 3 of
+    proc(5)); [] when it cannot be read (gone, not ours)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def kernel_thread(pid: int) -> bool:
     """Whether `pid` is one of the kernel's threads (a PID of ours may be given to one)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            flags = int(f.read().rsplit(")", 1)[1].split()[6])
-    except (OSError, IndexError, ValueError):
+        return bool(int(stat_fields(pid)[6]) & KERNEL_THREAD)
+    except (IndexError, ValueError):
         return False
-    return bool(flags & KERNEL_THREAD)
+
+
+def started_at(pid: int) -> float:
+    """When live process `pid` started (epoch s); -inf for a zombie (exited, not reaped: no
+    command line either) or when it cannot be read."""
+    fields = stat_fields(pid)
+    try:
+        if fields[0] == "Z":
+            return float("-inf")
+        ticks = int(fields[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return float("-inf")
+    return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import started_at
+
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
 START_SILENCE_S = 120.0  # the least silence allowed before a worker's first line
@@ -246,27 +248,11 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
         ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
         ours = ours and argv[argv.index("--stream") + 1 :][:1] == [stream]
         # a stopped process's command line may read empty: then its start time says
-        if ours or (argv == [""] and abs(_started_at(pid) - at) < 2.0):
+        if ours or (argv == [""] and abs(started_at(pid) - at) < 2.0):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)  # its own group: a stopped one dies of it too
                 killed.append(pid)
     return killed
-
-
-def _started_at(pid: int) -> float:
-    """When live process `pid` started (epoch s), from /proc; -inf for a zombie (a worker
-    that exited, not reaped: no command line either) or when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            return float("-inf")
-        ticks = int(fields[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-    except (OSError, IndexError, ValueError, StopIteration):
-        return float("-inf")
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_command(args: list[str], fd: int) -> list[str]:

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_text import sample_value
 from sonicsite.gateway.app import GatewayConfig, create_app
 from sonicsite.gateway.metrics import UNKNOWN_MODEL
 
@@ -29,15 +29,6 @@ def refused() -> str:
         yield f"127.0.0.1:{bound.getsockname()[1]}"
 
 
-def _value(text: str, series: str, **labels: str) -> float:
-    """A sample of the exposition `text`, 0 when absent."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == series and sample.labels == labels:
-                return sample.value
-    return 0.0
-
-
 def test_metrics_answer_without_a_token_while_everything_else_needs_one(refused, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("a-token-of-the-site\n")
@@ -49,14 +40,14 @@ def test_metrics_answer_without_a_token_while_everything_else_needs_one(refused,
         assert "sonicsite_gateway_operator_state_stale" in scraped.text
         # a scrape is no refused request
         unauthorized = {"model": "", "reason": "unauthorized"}
-        assert _value(scraped.text, "sonicsite_gateway_rejections_total", **unauthorized) == 0
+        assert sample_value(scraped.text, "sonicsite_gateway_rejections_total", **unauthorized) == 0
         # inference and the site's own routes still need a token
         refused_infer = client.post("/v2/models/simple/infer", content=BODY)
         assert refused_infer.status_code == 401
         assert client.get("/v1/site").status_code == 401
         assert client.get("/v2/models/simple").status_code == 401
         after = client.get("/metrics").text
-        assert _value(after, "sonicsite_gateway_rejections_total", **unauthorized) == 3
+        assert sample_value(after, "sonicsite_gateway_rejections_total", **unauthorized) == 3
 
 
 def _state(server: str) -> dict:
@@ -99,13 +90,13 @@ def test_the_model_label_names_only_the_models_the_site_knows(refused):
         assert f'model="{name}"' not in text, name
     rejections = "sonicsite_gateway_rejections_total"
     unknown = len(made_up) * 2  # an inference and a metadata request each
-    assert _value(text, rejections, model=UNKNOWN_MODEL, reason="unknown_model") == unknown
-    assert _value(text, rejections, model=UNKNOWN_MODEL, reason="bad_request") == 1
-    assert _value(text, rejections, model="simple", reason="bad_request") == 1
-    assert _value(text, rejections, model="cold", reason="hold_deadline") == 1
+    assert sample_value(text, rejections, model=UNKNOWN_MODEL, reason="unknown_model") == unknown
+    assert sample_value(text, rejections, model=UNKNOWN_MODEL, reason="bad_request") == 1
+    assert sample_value(text, rejections, model="simple", reason="bad_request") == 1
+    assert sample_value(text, rejections, model="cold", reason="hold_deadline") == 1
     latency = "sonicsite_gateway_request_duration_seconds_count"
     infer = {"route": "infer_json"}
-    assert _value(text, latency, model=UNKNOWN_MODEL, **infer, code="404") == len(made_up)
-    assert _value(text, latency, model=UNKNOWN_MODEL, **infer, code="413") == 1
-    assert _value(text, latency, model="simple", **infer, code="413") == 1
-    assert _value(text, latency, model="cold", **infer, code="503") == 1
+    assert sample_value(text, latency, model=UNKNOWN_MODEL, **infer, code="404") == len(made_up)
+    assert sample_value(text, latency, model=UNKNOWN_MODEL, **infer, code="413") == 1
+    assert sample_value(text, latency, model="simple", **infer, code="413") == 1
+    assert sample_value(text, latency, model="cold", **infer, code="503") == 1

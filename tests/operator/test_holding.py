@@ -30,6 +30,7 @@ from control_site import MODELS, control_target
 from control_site import fetch as _get
 from control_site import placement_view as _placement
 from dashboard_builder import panels_without_data
+from metrics_text import sample_value
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -218,15 +219,17 @@ def test_a_held_request_past_its_deadline_gets_an_error_naming_the_model(held_si
     _report(capsys, f"past the deadline: {grpc_error.message()}")
 
 
-def _gateway_series(state: SiteState, series: str) -> float:
-    """One series of the gateway's /metrics (0 when it is not there)."""
+def _held(state: SiteState) -> float:
+    """simple's requests held at the gateway now."""
     text = _get(state.http, "/metrics").decode()
-    found = re.search(rf"^{re.escape(series)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
+    return sample_value(text, "sonicsite_gateway_held_requests", model="simple")
 
 
-HELD_SIMPLE = 'sonicsite_gateway_held_requests{model="simple"}'
-GONE_SIMPLE = 'sonicsite_gateway_hold_seconds_count{model="simple",outcome="client_gone"}'
+def _let_go(state: SiteState) -> float:
+    """simple's held requests the gateway let go of because their client went."""
+    text = _get(state.http, "/metrics").decode()
+    name = "sonicsite_gateway_hold_seconds_count"
+    return sample_value(text, name, model="simple", outcome="client_gone")
 
 
 def _http_head(length: int, binary: bool) -> bytes:
@@ -248,8 +251,8 @@ def test_a_held_request_whose_client_went_is_let_go(held_site, body):
     the connection's reading paused, so that only the kernel sees the end); over gRPC
     through Envoy, a call cancelled."""
     _unloaded_everywhere(held_site, "simple")
-    gone_before = _gateway_series(held_site, GONE_SIMPLE)
-    held = lambda: _gateway_series(held_site, HELD_SIMPLE) == 1  # noqa: E731
+    gone_before = _let_go(held_site)
+    held = lambda: _held(held_site) == 1  # noqa: E731
     with _broken(held_site, "simple"):
         if body == "grpc":
             client = grpcclient.InferenceServerClient(held_site.grpc)
@@ -265,11 +268,11 @@ def test_a_held_request_whose_client_went_is_let_go(held_site, body):
                 sock.sendall(_http_head(length, body == "large") + sent)
                 wait_until(held, "the request to be held at the gateway", DEADLINE_S)
         wait_until(
-            lambda: _gateway_series(held_site, GONE_SIMPLE) == gone_before + 1,
+            lambda: _let_go(held_site) == gone_before + 1,
             "the gateway to let go of the request whose client went",
             DEADLINE_S / 2,  # its deadline (DEADLINE_S) would end it as "expired"
         )
-        assert _gateway_series(held_site, HELD_SIMPLE) == 0
+        assert _held(held_site) == 0
         if body == "grpc":
             client.close()
 

@@ -20,8 +20,8 @@ import pytest
 from control_site import MODELS, control_target, placed_site
 from control_site import fetch as _get
 from control_site import placement_view as _placement
+from metrics_text import sample_value
 from polling import wait_until
-from prometheus_client.parser import text_string_to_metric_families
 from sonicsite.operator import main as operator_main
 from sonicsite.operator import model_control
 from sonicsite.operator.loadview import LoadView
@@ -62,12 +62,7 @@ def _ready(state: SiteState, server_id: str) -> set[str]:
 
 
 def _counter(state: SiteState, name: str, **labels: str) -> float:
-    text = _get(state.operator, "/metrics").decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
-    return 0.0
+    return sample_value(_get(state.operator, "/metrics").decode(), name, **labels)
 
 
 def _published(state: SiteState, address: str, path: str) -> dict[str, set[str]]:
