@@ -57,7 +57,7 @@ def start_collector(site_dir: Path, config: TracingConfig, timeout: float = 30.0
     log = site_dir / "logs" / f"{COLLECTOR}.log"
     cmd = command(binary(), f"127.0.0.1:{grpc_port}", http, config.export)
     env = dict(os.environ, NO_COLOR="1")  # a plain log
-    proc = start_process(cmd, log, cwd=site_dir, env=env)
+    proc = start_process(cmd, log, cwd=site_dir, env=env, site_dir=site_dir)
     health = f"http://{http}{TRACES_PATH}"
     record_process(site_dir, COLLECTOR, proc, log, health)
     # a receiver answers GET with 404: any HTTP status means it is up

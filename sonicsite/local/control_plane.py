@@ -85,7 +85,7 @@ def start_control_plane(
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
-    proxy = envoy.start(config, envoy_log)
+    proxy = envoy.start(config, envoy_log, site_dir)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
     _wait_routed(
@@ -268,7 +268,8 @@ def _start_python(site_dir: Path, name: str, module: str, args: list[str], healt
     """One of our own Python services (the operator, the gateway), recorded in the state
     file at once."""
     log = site_dir / "logs" / f"{name}.log"
-    proc = start_process([sys.executable, "-P", "-m", module, *args], log, cwd=site_dir)
+    command = [sys.executable, "-P", "-m", module, *args]
+    proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
     record_process(site_dir, name, proc, log, health)
     return Started(name, proc, health, log)
 
@@ -314,6 +315,7 @@ def start_prometheus(site_dir: Path, timeout: float) -> None:
     config = prometheus.site_config(folder / "triton.json", jobs, rules)
     (folder / "prometheus.yml").write_text(json.dumps(config, indent=1))
     log = site_dir / "logs" / "prometheus.log"
-    proc = prometheus.start(folder / "prometheus.yml", folder / "data", state.prometheus, log)
+    args = (folder / "prometheus.yml", folder / "data", state.prometheus, log)
+    proc = prometheus.start(*args, site_dir=site_dir)
     record_process(site_dir, "prometheus", proc, log, f"http://{state.prometheus}/-/healthy")
     prometheus.wait_ready(proc, state.prometheus, log, timeout)

@@ -38,9 +38,10 @@ def validate(config: Path) -> None:
         raise EnvoyError(f"envoy rejected {config}:\n{(out.stdout + out.stderr)[-2000:]}")
 
 
-def start(config: Path, log: Path) -> subprocess.Popen:
-    """Start Envoy. Hot restart is off: configuration changes arrive over xDS, and a hot-restart
-    Envoy leaves a shared-memory file in /dev/shm behind."""
+def start(config: Path, log: Path, site_dir: Path | None = None) -> subprocess.Popen:
+    """Start Envoy (a site's, marked as its own, with `site_dir`). Hot restart is off:
+    configuration changes arrive over xDS, and a hot-restart Envoy leaves a shared-memory
+    file in /dev/shm behind."""
     cmd = [
         str(binary()),
         "-c",
@@ -51,7 +52,7 @@ def start(config: Path, log: Path) -> subprocess.Popen:
         "--concurrency",
         "2",
     ]
-    return start_process(cmd, log)
+    return start_process(cmd, log, site_dir=site_dir)
 
 
 def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:

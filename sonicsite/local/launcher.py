@@ -11,13 +11,14 @@ Each holds the site's lifecycle lock throughout (state.exclusive): one at a time
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -46,12 +47,14 @@ from .collector import start_collector
 from .control_plane import control_plane_parts, start_control_plane
 from .errors import SiteError
 from .ports import free_ports
-from .processes import describe, site_group, stop_groups
-from .servers import STARTING_DIR, remove_leftovers, start_server
+from .processes import describe, marked_groups, site_group, stop_groups
+from .servers import remove_leftovers, start_server
 from .state import LocalProcess, LocalServer, SiteState, StartUnderWay, create, edit, exclusive
 from .supervision import SupervisionPolicy, start_supervisor
 from .tracing import TracingConfig
 from .triton import ServerPorts, TritonInstall, wait_ready
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUILD_DIR = Path("build/models")
 
@@ -181,23 +184,31 @@ def up(
             with edit(site_dir) as current:
                 current.starting = None  # the start finished: the site is complete
         except BaseException as exc:  # whatever failed, nothing that was started keeps running
-            _unwind(site_dir, exc, [(info.id, proc.pid) for proc, info in started])
+            _unwind(site_dir, exc)
         return SiteState.load(site_dir)
 
 
 def running(site_dir: Path) -> list[str]:
-    """The processes a site's state file records that still run, as "name (pid N)"; a PID
-    that another process has now (the file left by a crash or a reboot) is not the site's."""
+    """The processes of the site that still run, as "name (pid N)": those its state file
+    records (a PID that another process has now, the file left by a crash or a reboot, is
+    not the site's), then those marked as its own that no record names."""
     if not (site_dir / STATE_FILE).exists():
         return []
     state, where = SiteState.load(site_dir), str(site_dir)
     live = [f"{p.name} (pid {p.pid})" for p in state.processes if lives_for_site(p, where)]
     recorded = {p.name for p in state.processes}
-    return live + [
+    live += [
         f"{s.id} (pid {s.pid})"
         for s in state.servers
         if s.id not in recorded and runs_for_site(s.pid, where, s.id)
     ]
+    named = {p.pid for p in state.processes} | {s.pid for s in state.servers}
+    return live + [f"{_unrecorded(g)} (pid {g})" for g in marked_groups(where) if g not in named]
+
+
+def _unrecorded(pgid: int) -> str:
+    """A process of the site that no record names, in words."""
+    return f"unrecorded process group: {describe(pgid)}"
 
 
 @contextlib.contextmanager
@@ -216,12 +227,12 @@ def _signals_held() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _unwind(site_dir: Path, exc: BaseException, unrecorded: list[tuple[str, int]]) -> NoReturn:
+def _unwind(site_dir: Path, exc: BaseException) -> NoReturn:
     """`up` failed or was stopped (Ctrl-C, SIGTERM): stop what it started, servers started
     but not recorded yet too, then raise what stopped it (a SiteError for any other error)."""
     try:
         with _signals_held():  # a second Ctrl-C would leave what is not stopped yet running
-            _stop(site_dir, unrecorded)
+            _stop(site_dir)
     except SiteError as left:  # what outlived SIGKILL, said with what stopped `up`
         cause = str(exc) or type(exc).__name__
         raise SiteError(f"{cause}; then stopping what `up` had started failed: {left}") from exc
@@ -304,9 +315,11 @@ def down(site_dir: Path) -> list[int]:
         return _stop(site_dir)
 
 
-def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[int]:
-    """`down` without its lock (`up` holds it when it stops what it started); `unrecorded`:
-    servers (id, PID) started but perhaps not in the state file yet."""
+def _stop(site_dir: Path) -> list[int]:
+    """`down` without its lock (`up` holds it when it stops what it started). Then what is
+    marked as the site's and no record names: a server `up` or the operator had started
+    and not yet recorded (still starting, or its starter killed), a process the supervisor
+    restarted just before it was killed."""
     with edit(site_dir) as state:
         state.stopping = True
         for record in state.processes:
@@ -321,10 +334,12 @@ def _stop(site_dir: Path, unrecorded: Sequence[tuple[str, int]] = ()) -> list[in
     left = stop_groups(list(others))  # all at once
     servers = {s.pid: s.id for s in state.servers}
     servers |= {p.pid: p.name for p in state.processes if p.kind == SERVER}
-    for note in sorted((site_dir / STARTING_DIR).glob("*.pid")):  # added, not yet recorded
-        servers.setdefault(int(note.read_text() or 0), note.stem)
-    servers |= {pid: server_id for server_id, pid in unrecorded}
     servers = {pid: sid for pid, sid in servers.items() if pid and site_group(pid, where, sid)}
+    strays = {g: _unrecorded(g) for g in marked_groups(where) if g not in servers | others}
+    if strays:
+        shown = "; ".join(f"pid {g}: {what}" for g, what in strays.items())
+        log.warning("%s: stopping process groups of the site no record names: %s", where, shown)
+    servers |= strays
     left |= stop_groups(list(servers))  # every server unloads its models at the same time
     for server in state.servers:
         if server.pid not in left:

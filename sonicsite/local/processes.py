@@ -2,7 +2,9 @@
 
 Every process is started in a session of its own, so that it and its children (a Triton
 server's Python-backend stubs) form one process group that is stopped by PID, with its
-output in a log file. Nothing is ever looked up or killed by name.
+output in a log file. Nothing is ever looked up or killed by name: a process the site's
+records do not name (its starter was killed before it wrote the PID down) is found by the
+mark in its environment, the site's own folder (`SITE_MARK_ENV`, `marked_groups`).
 """
 
 from __future__ import annotations
@@ -19,20 +21,34 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import stat_fields
 from sonicsite.contract.wire import pid_alive, runs_for_site
 
 LOG = logging.getLogger(__name__)
 GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
 KILL_WAIT_S = 10.0  # SIGKILLed processes still there after this are not waited for longer
+SITE_MARK_ENV = "SONICSITE_SITE_PROCESS"  # in the environment of all the site starts: its folder
 
 
 def start_process(
-    cmd: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+    cmd: list[str],
+    log: Path,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    site_dir: Path | str | None = None,
 ) -> subprocess.Popen:
+    """Start a process in a session of its own; with `site_dir`, marked in its environment
+    as that site's (its children inherit the mark). Every process of a site is: between
+    its start and its record in the state file, a SIGKILL of the starter (`up`, the
+    supervisor, the operator adding a server) would otherwise leave a process that no
+    record names and `down` could not find."""
+    marked = dict(os.environ if env is None else env)
+    if site_dir is not None:
+        marked[SITE_MARK_ENV] = os.path.realpath(site_dir)
     with open(log, "ab") as out:
         return subprocess.Popen(
             cmd,
-            env=env,
+            env=marked,
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -166,19 +182,9 @@ def describe(pid: int) -> str:
     return f"state {state}, {command[:120].decode(errors='replace') or '?'}"
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command's name (state first, then the parent
-    and the process group), or None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
 def process_state(pid: int) -> str:
     """The process's state letter (R running, S sleeping, Z zombie, ...); "" when gone."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return fields[0] if fields else ""
 
 
@@ -186,10 +192,30 @@ def group_members(pgid: int) -> list[int]:
     """The live processes of process group `pgid`."""
     members = []
     for entry in os.listdir("/proc"):
-        fields = _stat(entry) if entry.isdigit() else None
+        fields = stat_fields(int(entry)) if entry.isdigit() else []
         if fields and int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
+
+
+def marked_groups(site_dir: Path | str) -> list[int]:
+    """The process groups with a live member marked as the site's (`start_process`), the
+    caller's own group excepted: what `down` stops whatever the records say. Read from
+    /proc/PID/environ, the environment a process was started with."""
+    mark = b"\0" + f"{SITE_MARK_ENV}={os.path.realpath(site_dir)}".encode() + b"\0"
+    own = os.getpgid(0)
+    groups: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        fields = stat_fields(int(entry))
+        if mark in b"\0" + environ and fields and fields[0] != "Z" and int(fields[2]) != own:
+            groups.add(int(fields[2]))
+    return sorted(groups)
 
 
 def site_group(pid: int, site_dir: str, server_id: str = "") -> bool:

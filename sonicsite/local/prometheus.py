@@ -56,7 +56,10 @@ def write_targets(path: Path, servers: dict[str, str]) -> None:
     tmp.replace(path)  # Prometheus never reads a half-written file
 
 
-def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subprocess.Popen:
+def start(
+    config_path: Path, data_dir: Path, address: str, log: Path, site_dir: Path | None = None
+) -> subprocess.Popen:
+    """Start Prometheus (a site's, marked as its own, with `site_dir`)."""
     return start_process(
         [
             binary(),
@@ -65,6 +68,7 @@ def start(config_path: Path, data_dir: Path, address: str, log: Path) -> subproc
             f"--web.listen-address={address}",
         ],
         log,
+        site_dir=site_dir,
     )
 
 

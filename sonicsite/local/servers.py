@@ -42,9 +42,9 @@ MODEL_WORK_FILE = "model_work.json"
 # Which server and site a server's model runners belong to (the runners inherit the
 # server's environment), e.g. for records they keep per server.
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
-# A server being added: its PID is noted here (one file per server id) from its start until
-# it is in the state file, so that `down` stops it even if the adder (the operator's
-# actuator) dies meanwhile; a server started and never recorded was left running.
+# A server being added: its id is noted here (one file per id) until it is in the state
+# file, so that two adds at once take two ids. (`down` finds it, recorded or not, by the
+# site's mark in its environment: processes.py `marked_groups`.)
 STARTING_DIR = "starting"
 log = logging.getLogger(__name__)
 PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
@@ -79,7 +79,7 @@ def start_server(
     env[MODEL_WORK_ENV] = str(Path(site_dir) / MODEL_WORK_FILE)
     if delay_ms:
         env[MODEL_DELAY_ENV] = str(delay_ms)
-    proc = start(cmd, env, log, cwd=site_dir)
+    proc = start(cmd, env, log, site_dir)
     return proc, LocalServer(
         id=server_id,
         host="127.0.0.1",
@@ -170,12 +170,11 @@ def add_server(
         taken = {s.id for s in state.servers} | {n.stem for n in notes.glob("*.pid")}
         server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
         note = notes / f"{server_id}.pid"
-        note.write_text("0")  # its PID once it runs (`down` stops what the notes name)
+        note.write_text("0")  # the id is taken until the server is recorded or stopped
     models = common_models(state) if models is None else models
     try:
         install = TritonInstall.find()
         proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
-        note.write_text(str(info.pid))
     except BaseException:
         note.unlink(missing_ok=True)
         raise

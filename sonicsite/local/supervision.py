@@ -91,7 +91,7 @@ def start_supervisor(
     cmd = [sys.executable, "-P", "-m", "sonicsite.local.supervisor", *args]
     health = f"http://{state.supervisor}/healthz"
     with edit(site_dir) as state:  # started and recorded under the lock: `down` sees it
-        proc = start_process(cmd, log, cwd=site_dir)
+        proc = start_process(cmd, log, cwd=site_dir, site_dir=site_dir)
         record = LocalProcess(
             name=SUPERVISOR,
             kind=SUPERVISOR,

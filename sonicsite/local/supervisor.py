@@ -261,7 +261,9 @@ class Supervisor:
                 if site_group(record.pid, str(self.site_dir)):  # not a stranger's by now
                     kill_group(record.pid)  # whatever the dead one left in its group
                 cwd = Path(record.cwd or self.site_dir)
-                proc = start_process(list(record.command), Path(record.log), cwd=cwd)
+                proc = start_process(
+                    list(record.command), Path(record.log), cwd=cwd, site_dir=self.site_dir
+                )
                 started.append(proc)
             delays = (*current.restart_delays_s, watch.delay)[-HISTORY:]
             restarts = current.restarts + 1

@@ -162,9 +162,10 @@ def command(
     ]
 
 
-def start(cmd: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    """The stubs put their working directory first on sys.path, so it must hold no packages."""
-    return start_process(cmd, log, cwd=cwd, env=env)
+def start(cmd: list[str], env: dict[str, str], log: Path, site_dir: Path) -> subprocess.Popen:
+    """A server of the site in `site_dir`, which is its working directory: the stubs put
+    theirs first on sys.path, so it must hold no packages."""
+    return start_process(cmd, log, cwd=site_dir, env=env, site_dir=site_dir)
 
 
 def _failure_lines(log: Path) -> str:

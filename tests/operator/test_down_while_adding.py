@@ -1,6 +1,7 @@
 """`down` while a server is being added (the operator's actuator scaling up when the site
-stops): the server started and not yet recorded in the state file is stopped too, by PID.
-One was left running after a test stopped its site in the middle of a scale-up."""
+stops): the server started and not yet recorded in the state file is stopped too, found
+by the site's mark in its environment. One was left running after a test stopped its site
+in the middle of a scale-up."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import threading
 from polling import wait_until
 
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
-from sonicsite.local.servers import STARTING_DIR, add_server
+from sonicsite.local.processes import alive, marked_groups
+from sonicsite.local.servers import add_server
+from sonicsite.local.state import SiteState
 
 
 def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models):
@@ -25,18 +27,18 @@ def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models):
             errors.append(exc)
 
     thread = threading.Thread(target=adding)
-    notes = site_dir / STARTING_DIR
+    state = SiteState.load(site_dir)
+    recorded = {p.pid for p in state.processes} | {s.pid for s in state.servers}
     try:
         thread.start()
-        seen: dict[str, int] = {}
+        new: list[int] = []
 
-        def noted() -> bool:
-            for note in notes.glob("*.pid"):
-                seen[note.stem] = int(note.read_text() or 0)
-            return any(seen.values())
+        def started() -> bool:  # marked as the site's, in no record yet
+            new[:] = [g for g in marked_groups(site_dir) if g not in recorded]
+            return bool(new)
 
-        wait_until(noted, "the new server to be started")
-        pid = seen["triton-1"]
+        wait_until(started, "the new server to be started")
+        [pid] = new
     finally:
         stopped = launcher.down(site_dir)
     thread.join(timeout=240)

@@ -61,7 +61,7 @@ def plain_site(tmp_path: Path) -> Iterator[PlainSite]:
         create(SiteState(str(site_dir), started_at=time.time(), supervisor=f"127.0.0.1:{port}"))
         for name, command in commands.items():
             log = site_dir / "logs" / f"{name}.log"
-            proc = start_process(command, log, cwd=site_dir)
+            proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
             record = LocalProcess(
                 name=name,
                 kind="worker",

@@ -22,7 +22,13 @@ from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
-from sonicsite.local.processes import alive, group_members, process_state, stop_groups
+from sonicsite.local.processes import (
+    alive,
+    group_members,
+    marked_groups,
+    process_state,
+    stop_groups,
+)
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -41,6 +47,15 @@ def test_status_json_lists_every_ready_server(site):
     assert len({s["grpc_port"] for s in data["servers"]}) == 2
     assert set(data["models"]) == set(site.models)
     assert data["starting"] is None and data["down"] == []  # `up` returned: complete
+
+
+def test_every_process_of_the_site_carries_its_mark(site):
+    """What `up` started, servers and the rest, is marked as the site's in its environment
+    (`down` finds by the mark a process no record names), and nothing else is."""
+    state = SiteState.load(Path(site.site_dir))
+    recorded = {p.pid for p in state.processes} | {s.pid for s in state.servers}
+    assert len(recorded) >= 3, state.processes  # the two servers, and the control plane
+    assert set(marked_groups(site.site_dir)) == recorded
 
 
 def test_up_refuses_a_second_site_in_the_same_directory(site):

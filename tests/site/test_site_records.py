@@ -199,3 +199,36 @@ def test_a_receiver_that_answers_any_status_is_up_and_one_that_never_does_is_nam
         )
     finally:
         _stop(proc)
+
+
+def test_down_stops_a_process_of_the_site_that_no_record_names(tmp_path, caplog):
+    """`up` (or the operator adding a server) killed by SIGKILL between a server's start and
+    its record: the server runs, in no record. It carries the site's mark, so `up` will not
+    start beside it and `down` stops it, saying so. A process in the site's folder without
+    the mark (a user's shell there) and one marked as another site's are left alone."""
+    site_dir = _site(tmp_path)
+    stray = start_process(
+        SLEEP, site_dir / "logs" / "triton-0.log", cwd=site_dir, site_dir=site_dir
+    )
+    bystander = start_process(SLEEP, tmp_path / "bystander.log", cwd=site_dir)
+    neighbour = _site(tmp_path / "next")
+    other_site = start_process(SLEEP, neighbour / "logs" / "triton-0.log", site_dir=neighbour)
+    try:
+        state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
+        state.starting = StartUnderWay(_gone(), ("triton-0", "operator"))  # its `up` killed
+        create(state)
+        [named] = launcher.running(site_dir)
+        assert named.startswith("unrecorded process group: ") and named.endswith(
+            f"(pid {stray.pid})"
+        ), named
+        with pytest.raises(SiteError, match=rf"already running .*\(pid {stray.pid}\)"):
+            launcher.up(site_dir, servers=1, models=["simple"])
+        with caplog.at_level("WARNING", logger="sonicsite.local.launcher"):
+            stopped = launcher.down(site_dir)
+        assert stopped == [stray.pid]
+        assert stray.wait(timeout=GENEROUS_S) is not None
+        assert f"pid {stray.pid}: unrecorded process group" in caplog.text
+        assert bystander.poll() is None and other_site.poll() is None
+        assert not (site_dir / STATE_FILE).exists()
+    finally:
+        _stop(stray, bystander, other_site)

@@ -29,7 +29,7 @@ DRIVER = (
     "    try:\n"
     "        raise KeyboardInterrupt  # the first Ctrl-C, as `up` meets it\n"
     "    except BaseException as exc:\n"
-    "        launcher._unwind(Path(sys.argv[1]), exc, [])\n"
+    "        launcher._unwind(Path(sys.argv[1]), exc)\n"
     "sys.exit(_unwinding('up', run))\n"
 )
 
