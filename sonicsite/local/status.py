@@ -5,7 +5,8 @@ supervisor) with its PID, state, restarts and last exit, as the contract's reade
 now (`read_processes`: the gateway's status page reads the same); a line that starts DEAD,
 RESTARTING or NOT READY for each process that does not serve, NOT LISTENING for an Envoy
 without the site's endpoint, STARTING, INCOMPLETE, STOPPING or NOT STOPPED for a site whose
-`up` or `down` is under way or was cut short (`unfinished`); and an exit status that says
+`up` or `down` is under way or was cut short (`unfinished`), ABANDONED for a server whose
+adder died before recording it (abandoned.py); and an exit status that says
 whether anything is down (EXIT_* below, also in the command's help).
 """
 
@@ -28,6 +29,7 @@ from sonicsite.contract.wire import (
     read_processes,
 )
 
+from .abandoned import AbandonedAdd, abandoned_adds
 from .control_plane import listener_problem
 from .state import SiteState, holder
 from .triton import is_ready
@@ -84,6 +86,8 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
     supervised = supervisor is not None and supervisor.state == RUNNING
     trouble = problems(records, ready, supervised) + not_listening(state, records)
     trouble += [line] if (line := unfinished(state)) else []
+    abandoned = [add for add in abandoned_adds(site_dir) if add.groups]
+    trouble += [add.said(_fate(add, supervised)) for add in abandoned]
     code = EXIT_DOWN if trouble else EXIT_OK
     if as_json:
         data = json.loads(state.to_json())
@@ -157,6 +161,14 @@ def not_listening(state: SiteState, records: tuple[ProcessRecord, ...]) -> list[
 def supervisor_log(state: SiteState) -> str:
     record = state.process(SUPERVISOR)
     return record.log if record else "-"
+
+
+def _fate(add: AbandonedAdd, supervised: bool) -> str:
+    """What becomes of a server whose adder died, or how to stop it."""
+    if supervised:
+        return "the supervisor stops it"
+    groups = " ".join(f"-{g}" for g in add.groups)
+    return f"nothing stops it: `kill -- {groups}` does (its process group)"
 
 
 def unfinished(state: SiteState) -> str:

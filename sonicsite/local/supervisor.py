@@ -40,6 +40,7 @@ from sonicsite.contract.wire import (
     lives_for_site,
 )
 
+from .abandoned import stop_abandoned
 from .processes import exit_reason, kill_group, site_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
@@ -126,6 +127,7 @@ class Supervisor:
             except Exception:
                 self.sweep_errors += 1
                 log.exception("%s (pid %d): its check failed", record.name, record.pid)
+        stop_abandoned(self.site_dir)  # servers whose adder (the operator) died first
         try:  # /metrics shows this sweep's changes too
             self.records = tuple(SiteState.load(self.site_dir).processes)
         except FileNotFoundError:

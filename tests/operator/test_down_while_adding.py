@@ -5,17 +5,20 @@ in the middle of a scale-up."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 from polling import wait_until
 
-from sonicsite.local import launcher
+from sonicsite.local import launcher, processes
+from sonicsite.local.abandoned import abandoned_adds
 from sonicsite.local.processes import alive, marked_groups
-from sonicsite.local.servers import add_server
+from sonicsite.local.servers import STARTING_DIR, add_server
 from sonicsite.local.state import SiteState
 
 
-def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models):
+def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models, monkeypatch):
     site_dir = tmp_path / "site"
     launcher.up(site_dir, servers=1, models=["simple"], build_dir=built_models)
     errors: list[BaseException] = []
@@ -39,7 +42,12 @@ def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models):
 
         wait_until(started, "the new server to be started")
         [pid] = new
+        os.kill(pid, signal.SIGSTOP)  # it cannot get ready: still being added when `down` runs
+        assert SiteState.load(site_dir).server("triton-1") is None
+        assert (site_dir / STARTING_DIR / "triton-1.pid").read_text() == str(os.getpid())
+        assert abandoned_adds(site_dir) == []  # its adder runs: being added, not abandoned
     finally:
+        monkeypatch.setattr(processes, "GRACE_S", 2.0)  # a stopped server takes no SIGTERM
         stopped = launcher.down(site_dir)
     thread.join(timeout=240)
     assert not thread.is_alive()

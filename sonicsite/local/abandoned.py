@@ -1,0 +1,100 @@
+"""Servers whose adder died before it recorded them: a decision that outlived its decider.
+
+`add_server` (the operator's actuator, scaling a pool up) starts a server, waits until it
+is ready, and only then records it. Its note in `starting/` says who adds which server.
+Killed meanwhile (the operator's SIGKILL, the OOM killer), the adder leaves a server that
+runs, is in no record, and that Envoy never routes to: the supervisor stops it (every
+sweep), `status` names it, and `down` stops it with the rest (by the site's mark).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sonicsite.contract.processes_seen import started_at
+from sonicsite.contract.wire import pid_alive, runs_for_site
+
+from .processes import marked_groups, stop_groups
+from .servers import STARTING_DIR
+from .state import SiteState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AbandonedAdd:
+    """A server being added whose adder has ended: its id, the adder's PID (0: not noted),
+    and the process groups that run as that server."""
+
+    server_id: str
+    adder: int
+    groups: tuple[int, ...]
+
+    def said(self, fate: str) -> str:
+        pids = ", ".join(map(str, self.groups))
+        by = f"pid {self.adder}" if self.adder else "a process it did not note"
+        return (
+            f"ABANDONED: {self.server_id} (pid {pids}): started by {by} to add it to the "
+            f"site, which ended before it recorded it (no route reaches it); {fate}"
+        )
+
+
+def adder_of(note: Path) -> int:
+    """The PID a note in `starting/` names (0 when it names none, or cannot be read)."""
+    try:
+        return int(note.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _adding(adder: int, note: Path) -> bool:
+    """Whether the process that wrote `note` still runs: its PID is alive and was not given
+    to a process started after the note (a second's slack for the clocks' grain)."""
+    try:
+        written = note.stat().st_mtime
+    except OSError:  # gone: the add has ended
+        return True
+    return pid_alive(adder) and started_at(adder) <= written + 1.0
+
+
+def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:
+    """The servers being added whose adder no longer runs, and that the state file does
+    not record (an adder that ended just after its record leaves only its note)."""
+    site_dir = Path(site_dir).resolve()
+    notes = sorted((site_dir / STARTING_DIR).glob("*.pid"))
+    if not notes:
+        return []
+    state, where = SiteState.load(site_dir), str(site_dir)
+    recorded = {s.pid for s in state.servers}
+    found = []
+    for note in notes:
+        adder = adder_of(note)
+        if adder and _adding(adder, note):
+            continue
+        groups = tuple(
+            g
+            for g in marked_groups(site_dir)
+            if g not in recorded and runs_for_site(g, where, note.stem)
+        )
+        found.append(AbandonedAdd(note.stem, adder, groups))
+    return found
+
+
+def stop_abandoned(site_dir: Path | str) -> list[AbandonedAdd]:
+    """Kill the servers whose adder ended before recording them (no route reaches them:
+    no request to wait for) and drop their notes; what was found, each logged. No lock:
+    with its adder gone, nothing records such a server any more. A group that outlives
+    SIGKILL keeps its note: the next call tries again."""
+    site_dir = Path(site_dir).resolve()
+    found = abandoned_adds(site_dir)
+    left = stop_groups([g for add in found for g in add.groups], grace=0.0)
+    for add in found:
+        if add.groups:
+            log.warning("%s", add.said("stopped now"))
+        else:
+            log.info("%s: its adder (pid %d) ended; none of it runs", add.server_id, add.adder)
+        if not any(g in left for g in add.groups):
+            (site_dir / STARTING_DIR / f"{add.server_id}.pid").unlink(missing_ok=True)
+    return found
