@@ -194,16 +194,19 @@ class PoolScaling:
         started = time.monotonic()
         try:
             note = self.actuate(event["to"], event["pool"])  # done, with what it met
-            event["outcome"] = f"done; {note}" if note else "done"
-            if note:
-                print(f"operator: scaling pool {event['pool']}: {note}", file=sys.stderr)
-            if event["direction"] == "up":  # the actuator returns once they are ready
-                self.start_s[event["pool"]] = time.monotonic() - started
         except Exception as exc:  # a server that would not start: said, and tried again
+            event["seconds"] = round(time.monotonic() - started, 3)
             event["outcome"] = f"failed: {exc}"
             self.metrics.step_errors.inc()
             print(
                 f"operator: scaling pool {event['pool']} to {event['to']} servers failed: {exc}",
                 file=sys.stderr,
             )
-        event["seconds"] = round(time.monotonic() - started, 3)
+            return
+        took = time.monotonic() - started
+        event["seconds"] = round(took, 3)
+        event["outcome"] = f"done; {note}" if note else "done"
+        if note:
+            print(f"operator: scaling pool {event['pool']}: {note}", file=sys.stderr)
+        if event["direction"] == "up":  # the actuator returns once they are ready: its start
+            self.start_s[event["pool"]] = took

@@ -61,14 +61,14 @@ def test_check_local_calibrates_apart_from_what_it_validates_and_compares_like_w
     assert off(cal["fitted"][chosen]) == min(off(t) for t in cal["fitted"].values())
     # validation: every load measured on the site and simulated, every request answered
     assert set(s["site"]) == set(s["simulator"]) == {"50%", "80%"}
-    for label, part in (("50%", 0.5), ("80%", 0.8)):
+    for label in ("50%", "80%"):
         site, sim = s["site"][label], s["simulator"][label]
         assert site["failed"] == 0 and site["requests"] > 0
         for f in ("p50_ms", "p99_ms"):  # each run's own beside the pooled one
             assert len(site[f"{f}_runs"]["repeats"]) == SHORT.repeats
-        offered = part * cal["capacity_rps"]
-        # the simulator keeps up with the offered rate below capacity, as the site does
-        assert sim["throughput"] == pytest.approx(offered, rel=0.2)
+        # the simulator keeps up with the arrivals below capacity, as the site does (the
+        # same arrivals: a short run's few draws may be far from the nominal rate)
+        assert sim["throughput"] == pytest.approx(site["throughput"], rel=0.2)
         # it was sent the very requests the site was sent (their arrivals replayed)
         assert sim["requests"] == site["requests"] * SHORT.sim_repeats
         assert s["errors"][label] == errors(site, sim)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from chartcheck import (
 )
 
 from sonicsite.local.envoy import binary
+from sonicsite.local.ports import free_ports
 
 PEER = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
@@ -53,12 +53,6 @@ def _ports(container: dict) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in container["ports"]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(port: int, path: str, method: str = "GET") -> tuple[int | None, bytes]:
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
     try:
@@ -71,7 +65,7 @@ def _get(port: int, path: str, method: str = "GET") -> tuple[int | None, bytes]:
 
 
 def test_the_stats_port_serves_get_stats_prometheus_and_nothing_else_of_the_admin(tmp_path):
-    admin, stats = _free_port(), _free_port()
+    admin, stats = free_ports(2)  # of this worker's range: no outgoing connection takes them
     docs = _docs({"envoy": {"adminPort": admin, "metricsPort": stats}})
     bootstrap = json.loads(one_object(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
     # no operator here: its ADS sources wait 0.5 s for a first answer, not Envoy's 15 s each,

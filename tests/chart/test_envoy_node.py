@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,12 +15,7 @@ import urllib.request
 from chartcheck import objects, one_object, render
 
 from sonicsite.local.envoy import binary
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from sonicsite.local.ports import free_ports
 
 
 def _expanded(args: list[str], env: dict[str, str]) -> list[str]:
@@ -38,7 +32,7 @@ def _node_id(admin: int) -> str | None:
 
 
 def test_each_envoy_pod_runs_under_its_own_name_as_its_node_id(tmp_path):
-    admin = _free_port()
+    (admin,) = free_ports(1)  # of this worker's range: no outgoing connection takes it
     docs = objects(render({"envoy": {"adminPort": admin}}))
     deployment = one_object(docs, "Deployment", "envoy")
     assert deployment["spec"]["replicas"] >= 2  # the default: more than one Envoy

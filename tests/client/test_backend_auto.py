@@ -33,12 +33,13 @@ def test_a_site_that_keeps_shedding_sends_the_stream_in_process_and_a_probe_brin
     assert chosen is envoy and not probe
     failover.done(envoy, None)
     switch.failed(OVERLOADED, probe, "envoy: RESOURCE_EXHAUSTED: shed")
-    failover.hold(envoy, 0.5)  # the retry-after: every path held
+    failover.hold(envoy, 600)  # the retry-after: every path held (until the test ends it)
     chosen, probe = switch.endpoint(failover)  # waits, then gives up on the site
     assert chosen is None and switch.backend == LOCAL
     assert switch.switches[-1]["reason"].startswith("the site kept shedding the model for")
     # In process: nothing goes to the site while it holds the model; then one probe.
     assert switch.endpoint(failover) == (None, False)
+    failover.not_before = 0.0  # the hold is over
     probed = wait_until(lambda: switch.endpoint(failover)[0], "a probe of the site")
     assert probed is envoy and switch.probe_out
     assert switch.endpoint(failover) == (None, False)  # one probe at a time
@@ -51,16 +52,18 @@ def test_a_site_that_keeps_shedding_sends_the_stream_in_process_and_a_probe_brin
 
 def test_a_failed_probe_keeps_the_stream_in_process():
     failover, _ = _site()
-    switch = AutoSwitch(AutoPolicy(unreachable_s=0.05, probe_s=0.05))
+    switch = AutoSwitch(AutoPolicy(unreachable_s=0.05, probe_s=600))
     switch.failed(UNAVAILABLE, False, "envoy: connection refused")
     wait_until(lambda: _sent(switch, failover) is None, "the switch to local")
     assert "the site did not answer for" in switch.switches[0]["reason"]
-    probed, probe = wait_until(lambda: _sent(switch, failover), "a probe")
+    assert switch.endpoint(failover) == (None, False)  # the first probe waits probe_s
+    switch.next_probe = 0.0  # as if probe_s had passed
+    probed, probe = _sent(switch, failover)
     assert probe
     failover.done(probed, None)
     switch.failed(UNAVAILABLE, True, "envoy: connection refused")
     assert switch.backend == LOCAL and not switch.probe_out
-    assert switch.endpoint(failover) == (None, False)  # the next probe waits probe_s
+    assert switch.endpoint(failover) == (None, False)  # the next probe waits probe_s again
 
 
 def test_failures_with_answers_between_them_never_leave_the_site():

@@ -94,11 +94,13 @@ def test_paths_are_taken_in_order_and_a_failed_one_is_probed_one_request_at_a_ti
     assert failover.acquire() is proxy
     failover.done(proxy, None)
     failover.mark_down(proxy)  # refused, reset, or timed out
+    proxy.down_until += 600  # a cool-down that the test's own pace cannot outlast
     assert failover.acquire() is gateway
     failover.done(gateway, None)
     failover.mark_down(gateway)
+    gateway.down_until += 600
     assert failover.acquire() in servers
-    wait_until(lambda: time.monotonic() >= proxy.down_until, "Envoy's cool-down to pass")
+    proxy.down_until = time.monotonic()  # Envoy's cool-down has passed
     # One request probes Envoy; the others go on elsewhere until it answers.
     assert failover.try_acquire() is proxy and proxy.probing
     assert failover.try_acquire() is not proxy
@@ -228,7 +230,12 @@ def test_a_failed_probe_of_a_dead_path_is_not_one_of_the_chunks_tries(own_site):
         wait_until(lambda: proxy.available(time.monotonic()), "Envoy's cool-down to pass")
         result = _stream(client, BATCH, seed=37, window=1, max_tries=2)
     paths = [(r.path, r.ok) for r in result.stats.records]
-    assert paths == [("envoy", False), ("gateway", False), ("direct", True)], paths
+    # Envoy's probe, the gateway's failure, a server's answer; between them, on a busy
+    # machine, a probe of a dead path whose cool-down ran out meanwhile (not a try either)
+    assert paths[0] == ("envoy", False) and paths[1] == ("gateway", False), paths
+    assert paths[-1] == ("direct", True), paths
+    assert set(paths[2:-1]) <= {("envoy", False), ("gateway", False)}, paths
+    assert result.failed == {}, result.failed
 
 
 # -- admission is not failed over ------------------------------------------------------------

@@ -8,7 +8,6 @@ beside an address that refuses connections and a socket that accepts and stays s
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 from sonicsite.client.balancer import Balancer, Endpoint
@@ -102,12 +101,10 @@ def test_a_server_that_does_not_answer_registration_times_out():
         hung = GrpcTransport(f"127.0.0.1:{silent.getsockname()[1]}", "hung")
         pool = RegionPool([hung], slot_bytes=4096, control_timeout_s=0.5)
         try:
-            start = time.monotonic()
             with pytest.raises(InferError) as caught:
                 pool.ensure(hung, {pool.acquire(1024).region.name})
-            took = time.monotonic() - start
         finally:
             pool.close()
             hung.close()
+    # its own timeout, not gRPC's connect timeout (which called the server INVALID)
     assert caught.value.kind == TIMEOUT and caught.value.server == "hung"
-    assert took < 5, took

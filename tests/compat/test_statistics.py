@@ -123,7 +123,10 @@ SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32)[None], "INPUT1": np.ones((1, 1
 @pytest.mark.parametrize(("protocol", "path"), INFER_PATHS)
 def test_n_requests_raise_the_pooled_success_count_by_n(compat_site, protocol, path):
     paths = paths_for(compat_site, "simple")
-    before_pool = sum(_success(e) for e in _own_stats(compat_site, "simple"))
+    # a request of a test before this one may not be counted yet: read once it is
+    before_pool = settled(
+        lambda: sum(_success(e) for e in _own_stats(compat_site, "simple")), "the pool's count"
+    )
     before_views = {
         v: _success(_stats_via(compat_site, "simple", v)) for v in ("grpc-envoy", "gateway")
     }

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from fastapi.testclient import TestClient
-from polling import wait_until
+from polling import settled, wait_until
 from sonicsite.gateway.app import GatewayConfig, create_app
 from sonicsite.gateway.site_view_replies import REFUSED_EXTENSIONS
 from sonicsite.gateway.statistics import merge_statistics
@@ -124,7 +124,8 @@ def _simple_stats(app_client: TestClient) -> list[dict]:
 
 
 def test_statistics_are_one_entry_per_model_and_version_summed_over_servers(site, app_client):
-    before = _simple_stats(app_client)
+    # a request of a test before this one may not be counted yet: read once it is
+    before = settled(lambda: _simple_stats(app_client), "the gateway's statistics of simple")
     assert [(s["name"], s["version"]) for s in before] == [("simple", "1")]
     for _ in range(N):
         ok = app_client.post("/v2/models/simple/infer", content=_infer_body(*GOOD), headers=AUTH)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from polling import wait_until
+from polling import settled, wait_until
 from sonicsite.gateway import grpc_view
 from sonicsite.gateway.forwarding import Forwarder
 from sonicsite.gateway.holding import Holder
@@ -118,7 +118,10 @@ def test_each_message_goes_to_a_server_that_holds_its_model(site, router):
     router.view.site = replace(router.view.site, admission={})
     router.view.updated_at = time.time()
     first, second = site.servers[0].grpc, site.servers[1].grpc
-    before = {(a, m): _success(a, m) for a in (first, second) for m in ("simple", "identity")}
+    before = settled(  # a request of a test before this one may not be counted yet
+        lambda: {(a, m): _success(a, m) for a in (first, second) for m in ("simple", "identity")},
+        "the servers' counts",
+    )
     found = _stream(router.address)
     assert sorted(found) == ["a", "b", "c"], found
     np.testing.assert_array_equal(found["a"][0].as_numpy("OUTPUT0"), SIMPLE["INPUT0"] + 1)

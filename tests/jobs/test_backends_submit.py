@@ -127,6 +127,7 @@ def test_submit_backend_auto_goes_on_in_the_workers_when_the_site_dies(tmp_path,
             out=tmp_path / "out",
             batch=8,
             backend="auto",
+            cpu_ms_per_event=20,  # 3 s at least after the 80: the site is killed mid-stream
         )
         progress = [Progress(0, 0, 0)]
         result: dict = {}

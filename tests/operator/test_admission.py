@@ -10,7 +10,7 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
-from overload import SLEEPY_MODEL, overload, refusal, sleepy
+from overload import SLEEPY_MODEL, new_caller_refusal, overload, refusal, sleepy
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
@@ -239,9 +239,8 @@ def test_a_saturated_model_is_shed_at_envoy_with_retry_after_and_recovers(tmp_pa
             assert "on every server" in decided["reason"]
             info = envoy.model_info(MODEL)
             plan = make_plan(jets.spec, info, jets.request(0, 2))
-            refused = wait_until(
-                lambda: refusal(lambda: envoy.infer(plan, timeout=30)),
-                "Envoy to refuse the shed model",
+            refused = wait_until(  # a new caller each try: an answered one holds a pass
+                lambda: new_caller_refusal(state.grpc, plan), "Envoy to refuse the shed model"
             )
             assert refused.status == "RESOURCE_EXHAUSTED"
             assert refused.retry_after == 1.0
@@ -300,9 +299,8 @@ def _wait_until_envoy_sheds(state, sample) -> None:
     envoy = GrpcTransport(state.grpc, "site")
     try:
         plan = make_plan(sample.spec, envoy.model_info(sample.spec.model), sample.request(0, 1))
-        wait_until(
-            lambda: refusal(lambda: envoy.infer(plan, timeout=30)),
-            f"Envoy to shed {sample.spec.model}",
+        wait_until(  # a new caller each try: one answered holds the model's admission pass
+            lambda: new_caller_refusal(state.grpc, plan), f"Envoy to shed {sample.spec.model}"
         )
     finally:
         envoy.close()

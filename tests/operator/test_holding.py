@@ -46,7 +46,10 @@ from sonicsite.local import envoy, launcher
 from sonicsite.local.state import SiteState
 
 IDLE_S = 3.0
-SHORT_S = 8.0  # identity's deadline: its held request fails (its load is made to fail)
+# identity's deadline: its held request fails (its load is made to fail), with the reason
+# the operator gives, which the gateway must have by then (the held count reported, an
+# operator step, Triton's failed load, the gateway's next read of the operator: seconds)
+SHORT_S = 15.0
 DEADLINE_S = 240.0  # generous: the machine is busy
 SETTINGS = PlacementSettings(
     idle_unload_s=IDLE_S,
@@ -219,6 +222,13 @@ def test_a_held_request_past_its_deadline_gets_an_error_naming_the_model(held_si
     _report(capsys, f"past the deadline: {grpc_error.message()}")
 
 
+def _asked_again(state: SiteState, model: str) -> float:
+    """The held requests of `model` the gateway has answered "still loading" so far."""
+    text = _get(state.http, "/metrics").decode()
+    name = "sonicsite_gateway_hold_seconds_count"
+    return sample_value(text, name, model=model, outcome="asked_again")
+
+
 def _held(state: SiteState) -> float:
     """simple's requests held at the gateway now."""
     text = _get(state.http, "/metrics").decode()
@@ -281,7 +291,7 @@ def test_a_held_request_whose_client_went_is_let_go(held_site, body):
 def test_the_client_asks_again_while_the_model_loads_and_loses_no_event(
     held_site, capsys, transport
 ):
-    """simple's load fails while a sonicsite stream wants it; each attempt waits 1.5 s at
+    """simple's load fails while a sonicsite stream wants it; each attempt waits 6 s at
     most, so the holder answers "still loading" before the attempt's own deadline and the
     stream asks again at once (no failed try, no endpoint marked down, no timeout). Once
     simple's config is back the operator loads it and every event is answered."""
@@ -291,15 +301,19 @@ def test_the_client_asks_again_while_the_model_loads_and_loses_no_event(
 
     def stream() -> None:
         with Client(from_site_file(held_site.site_dir), transport) as client:
-            run = client.stream("simple", sample.spec, batch=8, window=2, timeout_s=1.5)
+            run = client.stream("simple", sample.spec, batch=8, window=2, timeout_s=6.0)
             results.append(run.run(sample, lambda lo, hi, out: sample.check(lo, hi, out)))
 
     streaming = threading.Thread(target=stream, daemon=True)
+    asked = _asked_again(held_site, "simple")
     with _broken(held_site, "simple"):
         streaming.start()
-        wait_until(
-            lambda: len(_loads(held_site, "simple", "failed")) >= 2,
-            "two failed loads of simple while the stream waits",
+        wait_until(  # broken until an attempt has been answered so (its wait: 6 s)
+            lambda: (
+                len(_loads(held_site, "simple", "failed")) >= 2
+                and _asked_again(held_site, "simple") > asked
+            ),
+            "two failed loads of simple, and an attempt answered 'still loading'",
             DEADLINE_S,
             0.5,
         )
@@ -376,7 +390,7 @@ def test_the_client_fails_a_chunk_once_with_the_sites_reason_past_the_deadline(h
     _unloaded_everywhere(held_site, "identity")
     sample = generate("identity", 4, seed=6)
     with _broken(held_site, "identity"), Client(from_site_file(held_site.site_dir)) as client:
-        run = client.stream("identity", sample.spec, batch=4, timeout_s=3.0)
+        run = client.stream("identity", sample.spec, batch=4, timeout_s=5.0)
         result = run.run(sample, lambda lo, hi, out: None)
     assert list(result.failed) == [(0, 4)]
     said = result.failed[(0, 4)]

@@ -5,7 +5,7 @@ as work since the reload, never as negative or made-up work."""
 from __future__ import annotations
 
 import pytest
-from polling import wait_until
+from polling import settled, wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.engine import Stream
@@ -19,16 +19,18 @@ from sonicsite.operator.triton_metrics import parse_metrics
 def test_load_view_queue_time_per_request_matches_tritons_statistics(site):
     """Δqueue_us / Δrequest_success from the metrics equals Triton's own statistics."""
     server = site.servers[0]
-    view = LoadView()
-    view.scrape(server.id, server.metrics_url)
-    before_scrape = view._last[server.id]
     transport = GrpcTransport(server.grpc, server.id)
 
     def model_stats() -> dict:
         stats = transport.control.get_inference_statistics("particlenet_ak4", as_json=True)
         return stats["model_stats"][0]
 
-    before_counts = model_stats()
+    # a request of a test before this one may not be counted yet: read once it is (a second
+    # and more without change: Triton's metrics, refreshed every second, have it too)
+    before_counts = settled(model_stats, "particlenet_ak4's counts")
+    view = LoadView()
+    view.scrape(server.id, server.metrics_url)
+    before_scrape = view._last[server.id]
     before = transport.statistics("particlenet_ak4")
     with Client(from_site_file(site.site_dir), "grpc", "direct") as client:
         jets = generate("particlenet_ak4", 96, seed=9)

@@ -44,7 +44,9 @@ from sonicsite.local import envoy
 from sonicsite.local.servers import MODEL_WORK_FILE, set_model_work
 from sonicsite.local.state import SiteState
 
-IDLE_S = 4.0
+# idle time: a new replica must be seen used within it (Envoy's routes updated, a request,
+# Triton's metrics refreshed, the operator's scrape: seconds on a busy machine)
+IDLE_S = 8.0
 # any queue time at all is over the threshold: pressure, forced
 SETTINGS = PlacementSettings(idle_unload_s=IDLE_S, budget_models=2, queue_ms=1e-6, pressure_s=1.0)
 OUT = ["OUTPUT0"]

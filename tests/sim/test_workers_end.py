@@ -41,6 +41,15 @@ def _workers(pid: int) -> list[int]:
     return found
 
 
+def _cpu_ticks(pid: int) -> int:
+    """The CPU time process `pid` has used (user and system, in clock ticks); 0 when gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
 def _status(pid: int) -> dict[str, str]:
     try:
         lines = Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -74,6 +83,10 @@ def test_killed_simulate_leaves_no_worker_computing(tmp_path):
             "simulate's two worker processes",
             120,
         )
+        # computing runs (20 ticks of CPU, 0.2 s): past their initializer, which asks for
+        # the parent-death signal (a worker stopped before it would never be sent one)
+        for pid in workers:
+            wait_until(lambda pid=pid: _cpu_ticks(pid) >= 20, f"worker {pid} computing", 120)
         for pid in workers:
             os.kill(pid, signal.SIGSTOP)
         parent.kill()

@@ -32,7 +32,12 @@ from sonicsite.operator.pool_scaling import PoolScaling
 from sonicsite.contract.wire import RESTARTING, RUNNING, SUPERVISOR, pid_alive
 from sonicsite.local import drain, launcher
 from sonicsite.local.errors import SiteError
-from sonicsite.local.processes import group_members, start_process, wait_group_gone
+from sonicsite.local.processes import (
+    group_members,
+    process_state,
+    start_process,
+    wait_group_gone,
+)
 from sonicsite.local.servers import LocalActuator, add_server
 from sonicsite.local.state import LocalServer, SiteState, create, edit, locked
 from sonicsite.local.supervision import SupervisionPolicy
@@ -152,6 +157,7 @@ def test_the_state_lock_held_too_long_names_its_holder(tmp_path):
 def test_a_process_group_that_outlives_the_wait_is_named_not_waited_for(tmp_path, caplog):
     proc = start_process(SLEEP, tmp_path / "sleep.log")  # alive: as one SIGKILL cannot end
     try:
+        wait_until(lambda: process_state(proc.pid) == "S", "the process asleep in its sleep")
         started = time.monotonic()
         with (
             caplog.at_level(logging.WARNING, logger="sonicsite.local.processes"),

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 from loopback_http import answer, serve
+from polling import wait_until
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher, processes
 from sonicsite.local.errors import SiteError
-from sonicsite.local.processes import group_members, start_process, wait_for_http
+from sonicsite.local.processes import group_members, process_state, start_process, wait_for_http
 from sonicsite.local.state import LocalProcess, SiteState, StartUnderWay, create, edit
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -134,6 +135,7 @@ def test_down_keeps_and_names_what_outlived_sigkill(tmp_path, monkeypatch, statu
             if pgid != stuck.pid:
                 killpg(pgid, number)
 
+        wait_until(lambda: process_state(stuck.pid) == "S", "the stuck process asleep")
         monkeypatch.setattr(os, "killpg", no_signal_ends_it)
         monkeypatch.setattr(processes, "GRACE_S", 0.5)
         monkeypatch.setattr(processes, "KILL_WAIT_S", 0.5)

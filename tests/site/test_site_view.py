@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from polling import wait_until
+from polling import settled, wait_until
 from tritonclient.utils import InferenceServerException
 
 N = 12
@@ -32,7 +32,8 @@ def _success(client: grpcclient.InferenceServerClient, model: str) -> int:
 def test_statistics_through_envoy_count_every_request_once(site):
     client = grpcclient.InferenceServerClient(site.grpc)
     try:
-        before = _success(client, "simple")
+        # a request of a test before this one may not be counted yet: read once it is
+        before = settled(lambda: _success(client, "simple"), "the site's count")
         for _ in range(N):
             client.infer("simple", _simple_inputs())
         # Triton counts a request once its reply is out: the last may be a moment behind it

@@ -25,7 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from overload import new_caller_refusal, refusal
-from polling import wait_until
+from polling import settled, wait_until
 from sonicsite.client.admitted import Admitted
 from sonicsite.client.plan import make_plan
 from sonicsite.client.transport_grpc import GrpcTransport
@@ -339,7 +339,8 @@ def test_a_model_held_by_one_server_is_asked_only_of_it(fed):
             int(m["inference_stats"]["success"].get("count", 0)) for m in stats["model_stats"]
         )
 
-    before = (served(first), served(second))
+    # a request of a test before this one may not be counted yet: read once it is
+    before = settled(lambda: (served(first), served(second)), "the servers' counts")
     x = np.ones((1, 8), np.float32)
     for _ in range(6):
         stock_infer(fed.grpc, "identity", {"INPUT0": x}, ["OUTPUT0"])

@@ -18,6 +18,7 @@ SLOW_TO_STOP = (
     "import pathlib, signal, sys, time\n"
     "def took(*_): pathlib.Path(sys.argv[1]).write_text('asked')\n"
     "signal.signal(signal.SIGTERM, took)\n"
+    "pathlib.Path(sys.argv[2]).write_text('ready')  # its handler is set\n"
     "time.sleep(600)\n"
 )
 DRIVER = (
@@ -37,9 +38,11 @@ DRIVER = (
 def test_a_second_ctrl_c_while_up_stops_its_site_stops_it_all(tmp_path):
     site = (tmp_path / "site").resolve()
     (site / "logs").mkdir(parents=True)
-    asked = site / "gateway-asked"
+    asked, ready = site / "gateway-asked", site / "gateway-ready"
     gateway = subprocess.Popen(
-        [sys.executable, "-c", SLOW_TO_STOP, str(asked)], cwd=site, start_new_session=True
+        [sys.executable, "-c", SLOW_TO_STOP, str(asked), str(ready)],
+        cwd=site,
+        start_new_session=True,
     )
     (tmp_path / "tritonserver").symlink_to(sys.executable)
     stand_in = [str(tmp_path / "tritonserver"), "-c", "import time; time.sleep(600)"]
@@ -52,6 +55,7 @@ def test_a_second_ctrl_c_while_up_stops_its_site_stops_it_all(tmp_path):
     state.put_server(LocalServer("triton-0", "127.0.0.1", 1, 2, 3, pid=server.pid))
     state.put_process(LocalProcess("gateway", "gateway", gateway.pid, cwd=str(site)))
     state.save()
+    wait_until(ready.exists, "the gateway's SIGTERM handler")  # else SIGTERM just ends it
     driver = subprocess.Popen(
         [sys.executable, "-P", "-c", DRIVER, str(site)], stderr=subprocess.PIPE, text=True
     )
