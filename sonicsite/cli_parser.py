@@ -151,13 +151,14 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     p.add_argument(
         "--job-stall",
         type=zero_or_at_least(10),
-        default=0,
+        default=None,
         metavar="SECONDS",
         help="a worker that beats but has had no event answered this long (since its first "
         "line) is stuck (a deadlock, a loop that never ends): killed, and its job rerun. "
-        "Choose it above your jobs' longest wait (their own work between answers, a shed, a "
-        "model loading, an open-loop gap); 0 (default): never, but one standing still is "
-        f"named every {STILL_SAID_S:g} s",
+        "Default: an hour (3 times the longest wait of a healthy request: its tries, a "
+        "shed, a model loading) plus the job's own work for all its events and, with "
+        "--rate, its schedule's span; the report's spec says the one applied. 0: never. "
+        f"Either way one standing still is named every {STILL_SAID_S:g} s",
     )
     p.add_argument(
         "--cpu-ms-per-event",

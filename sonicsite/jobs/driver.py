@@ -13,7 +13,8 @@ Faults it handles, and says so on the console and in the report:
   heartbeat, for `worker_silence_s`: it is killed and its job rerun as above;
 - a worker that beats but has no event answered for STILL_SAID_S (waiting on the site, or
   stuck while its threads run: a deadlock, a loop that never ends) is named, in the report's
-  `worker_standing` too; past `job_stall_s` (if set) it is killed and rerun as above;
+  `worker_standing` too; past its stall limit (`job_stall_s`, by default stall.py's: over
+  any healthy wait) it is killed and rerun as above;
 - a worker that fails (bad options, no GPU, an unreachable site): its exception, with the
   job, goes to the report's `errors` and to stderr; it is not rerun (it would fail again);
 - SIGINT or SIGTERM to the driver: it stops every worker, writes the report of what was
@@ -52,6 +53,7 @@ from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
 from .spawn import Workers, kill_left_behind
+from .stall import stall_limit
 from .stream_files import (
     StreamRecord,
     check_out,
@@ -83,7 +85,9 @@ class StreamSpec:
     models_dir: Path = DEFAULT_BUILD_DIR  # backend local/auto: the built PyTorch files
     compile: str = "jit"  # backend local/auto: TorchScript (jit) or AOTInductor (aot)
     worker_silence_s: int = 60  # a worker not heard from this long is frozen: killed, rerun
-    job_stall_s: int = 0  # a worker with no event answered this long is stuck: the same; 0 never
+    # a worker with no event answered this long is stuck: the same; 0 never; None: the
+    # default of stall.py (an hour beyond the job's own work and its open-loop schedule)
+    job_stall_s: int | None = None
     cpu_ms_per_event: float = 0.0  # each job's own CPU work per event (its reconstruction)
 
     def model(self, job: int) -> str:
@@ -238,7 +242,7 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
             "mode": spec.mode or "default",
             "max_attempts": spec.max_attempts,
             "worker_silence_s": spec.worker_silence_s,
-            "job_stall_s": spec.job_stall_s,
+            "job_stall_s": stall_limit(spec),  # the one applied, given or derived
             "cpu_ms_per_event": spec.cpu_ms_per_event,
             "rate_events_per_s": spec.rate,
             "resumed": spec.resume,

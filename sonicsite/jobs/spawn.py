@@ -21,8 +21,8 @@ A worker stuck while its threads run (a deadlock, a loop that never ends) still 
 its progress lines stand still. So do a healthy worker's while its client waits out a long
 shed or a model's load, or its open-loop schedule has nothing due, and nothing in the
 lines tells them apart. So standing still is said (`still`, every STILL_SAID_S) and kills
-only past a stall limit the user chose (`frozen`'s `stall_s`), counted from the worker's
-first line.
+only past a stall limit (`frozen`'s `stall_s`: stall.py's, over any healthy wait, or the
+user's), counted from the worker's first line.
 """
 
 from __future__ import annotations

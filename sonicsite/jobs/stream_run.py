@@ -17,6 +17,7 @@ from .progress import Progress
 from .result import JobResult, read_result, save_result
 from .signals import signal_name
 from .spawn import WorkerRun, Workers, worker_command
+from .stall import stall_limit
 from .stream_files import StreamRecord
 
 if TYPE_CHECKING:
@@ -165,10 +166,11 @@ class StreamRun:
             self.note_kind(job, why, said)
 
     def watch(self, workers: Workers) -> None:
-        """Kill the workers silent for `worker_silence_s` or stalled for `job_stall_s`,
-        saying which and why (their exit is settled like any other: a rerun for what their
-        journal lacks); say which others stand still."""
-        for run, why in workers.frozen(self.spec.worker_silence_s, self.spec.job_stall_s):
+        """Kill the workers silent for `worker_silence_s` or stalled past their stall limit
+        (stall.py), saying which and why (their exit is settled like any other: a rerun for
+        what their journal lacks); say which others stand still."""
+        stall_s = stall_limit(self.spec)
+        for run, why in workers.frozen(self.spec.worker_silence_s, stall_s):
             self.note(f"{_worker(run)} {why}; killing it")
             workers.kill(run, why)
         for run in workers.still():
@@ -178,8 +180,12 @@ class StreamRun:
             )
             self.note(
                 f"{_worker(run)} is alive, but no event of its answered for {still_s} s: "
-                "waiting on the site (a shed, a model loading) or stuck; submit --job-stall "
-                "SECONDS kills and reruns such workers"
+                "waiting on the site (a shed, a model loading) or stuck; "
+                + (
+                    f"killed and its job rerun at {stall_s} s (submit --job-stall)"
+                    if stall_s
+                    else "never killed for it (submit --job-stall 0)"
+                )
             )
 
     def show(self, workers: Workers, progress: Callable[[Progress], None] | None) -> None:

@@ -102,6 +102,7 @@ def test_stream_answers_every_event_exactly_once(site, tmp_path):
     assert executions["events_executed_once"] == total - twice
     assert sum(s["events_executed_twice"] for s in report["per_model"].values()) == twice
     assert report["reruns"] == 0 and report["errors"] == [] and report["stopped_by"] is None
+    assert report["spec"]["job_stall_s"] == 3600  # none given: the default applied (stall.py)
     saved = json.loads((spec.out / "report.json").read_text())
     assert (
         saved["events_ok"] == total and saved["latency_ms"]["p99"] >= saved["latency_ms"]["p50"] > 0
