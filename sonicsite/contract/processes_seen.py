@@ -36,14 +36,24 @@ def kernel_thread(pid: int) -> bool:
         return False
 
 
+def start_ticks(pid: int) -> int:
+    """When live process `pid` started, in clock ticks since boot: with its PID, a name that
+    a later process cannot have (no wall clock in it to be set back or forward); -1 for a
+    zombie or when it cannot be read."""
+    fields = stat_fields(pid)
+    try:
+        return -1 if fields[0] == "Z" else int(fields[19])
+    except (IndexError, ValueError):
+        return -1
+
+
 def started_at(pid: int) -> float:
     """When live process `pid` started (epoch s); -inf for a zombie (exited, not reaped: no
     command line either) or when it cannot be read."""
-    fields = stat_fields(pid)
+    ticks = start_ticks(pid)
     try:
-        if fields[0] == "Z":
+        if ticks < 0:
             return float("-inf")
-        ticks = int(fields[19])
         with open("/proc/stat") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
     except (OSError, IndexError, ValueError, StopIteration):

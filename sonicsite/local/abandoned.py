@@ -10,17 +10,22 @@ sweep), `status` names it, and `down` stops it with the rest (by the site's mark
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import started_at
+from sonicsite.contract.processes_seen import start_ticks
 from sonicsite.contract.wire import pid_alive, runs_for_site
 
 from .processes import marked_groups, stop_groups
-from .servers import STARTING_DIR
 from .state import SiteState
 
 log = logging.getLogger(__name__)
+# A server being added: its id is noted here (one file per id, naming the adder)
+# until it is in the state file, so that two adds at once take two ids, and a server whose
+# adder died first is found (here). `down` finds it, recorded or not, by the site's
+# mark in its environment (processes.py `marked_groups`).
+STARTING_DIR = "starting"
 
 
 @dataclass(frozen=True)
@@ -41,22 +46,29 @@ class AbandonedAdd:
         )
 
 
-def adder_of(note: Path) -> int:
-    """The PID a note in `starting/` names (0 when it names none, or cannot be read)."""
+def adder_note() -> str:
+    """What an adder writes in its note: its PID and its start (`start_ticks`), which
+    together no later process can have."""
+    return f"{os.getpid()} {start_ticks(os.getpid())}"
+
+
+def adder_of(note: Path) -> tuple[int, int]:
+    """The adder a note in `starting/` names: (PID, start ticks); (0, -1) when it names
+    none, or cannot be read."""
     try:
-        return int(note.read_text().strip() or 0)
+        pid, ticks = note.read_text().split()
+        return int(pid), int(ticks)
     except (OSError, ValueError):
-        return 0
+        return 0, -1
 
 
-def _adding(adder: int, note: Path) -> bool:
-    """Whether the process that wrote `note` still runs: its PID is alive and was not given
-    to a process started after the note (a second's slack for the clocks' grain)."""
-    try:
-        written = note.stat().st_mtime
-    except OSError:  # gone: the add has ended
+def _adding(note: Path) -> bool:
+    """Whether the process that wrote `note` still runs (its PID alive and not given since
+    to another process); True when the note is gone meanwhile (the add has ended)."""
+    if not note.exists():
         return True
-    return pid_alive(adder) and started_at(adder) <= written + 1.0
+    adder, ticks = adder_of(note)
+    return adder > 0 and pid_alive(adder) and start_ticks(adder) == ticks
 
 
 def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:
@@ -70,9 +82,9 @@ def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:
     recorded = {s.pid for s in state.servers}
     found = []
     for note in notes:
-        adder = adder_of(note)
-        if adder and _adding(adder, note):
+        if _adding(note):
             continue
+        adder = adder_of(note)[0]
         groups = tuple(
             g
             for g in marked_groups(site_dir)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
 
+from .abandoned import STARTING_DIR, adder_note
 from .admin_key import read_key
 from .drain import DRAIN_S, still_routed, wait_drained
 from .errors import SiteError
@@ -42,11 +43,6 @@ MODEL_WORK_FILE = "model_work.json"
 # Which server and site a server's model runners belong to (the runners inherit the
 # server's environment), e.g. for records they keep per server.
 SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
-# A server being added: its id is noted here (one file per id, holding the adder's PID)
-# until it is in the state file, so that two adds at once take two ids, and a server whose
-# adder died first is found (abandoned.py). `down` finds it, recorded or not, by the site's
-# mark in its environment (processes.py `marked_groups`).
-STARTING_DIR = "starting"
 log = logging.getLogger(__name__)
 PROPAGATION_S = 2.0  # a change in the state file reaches Envoy within this (operator + xDS)
 
@@ -171,7 +167,7 @@ def add_server(
         taken = {s.id for s in state.servers} | {n.stem for n in notes.glob("*.pid")}
         server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
         note = notes / f"{server_id}.pid"
-        note.write_text(str(os.getpid()))  # the id taken, by whom (abandoned.py reads it)
+        note.write_text(adder_note())  # the id taken, and by whom (abandoned.py)
     models = common_models(state) if models is None else models
     try:
         install = TritonInstall.find()

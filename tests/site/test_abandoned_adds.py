@@ -14,9 +14,9 @@ from pathlib import Path
 
 from polling import wait_until
 
-from sonicsite.local.abandoned import abandoned_adds
+from sonicsite.contract.processes_seen import start_ticks
+from sonicsite.local.abandoned import STARTING_DIR, abandoned_adds, adder_note
 from sonicsite.local.processes import group_members, start_process, stop_group
-from sonicsite.local.servers import STARTING_DIR
 from sonicsite.local.state import SiteState, create
 from sonicsite.local.supervision import SupervisionPolicy
 
@@ -31,7 +31,12 @@ def _gone() -> int:
     return proc.pid
 
 
-def _server_being_added(tmp_path: Path, site_dir: Path, adder: int) -> subprocess.Popen:
+def _dead_adder() -> str:
+    """The note of an adder that has ended (its PID reaped, whatever it started at)."""
+    return f"{_gone()} 1"
+
+
+def _server_being_added(tmp_path: Path, site_dir: Path, note: str) -> subprocess.Popen:
     """triton-1 as `add_server` leaves it before its record: started, marked, noted."""
     binary = tmp_path / "tritonserver"
     if not binary.exists():
@@ -42,7 +47,7 @@ def _server_being_added(tmp_path: Path, site_dir: Path, adder: int) -> subproces
     proc = start_process([*stand_in, *args], log, cwd=site_dir, site_dir=site_dir)
     notes = site_dir / STARTING_DIR
     notes.mkdir(exist_ok=True)
-    (notes / "triton-1.pid").write_text(str(adder))
+    (notes / "triton-1.pid").write_text(note)
     return proc
 
 
@@ -50,13 +55,17 @@ def test_status_names_a_server_whose_adder_died(tmp_path, status_json):
     site_dir = (tmp_path / "site").resolve()
     (site_dir / "logs").mkdir(parents=True)
     create(SiteState(str(site_dir), models=["simple"], started_at=time.time()))
-    server = _server_being_added(tmp_path, site_dir, os.getpid())  # its adder runs: us
+    server = _server_being_added(tmp_path, site_dir, adder_note())  # its adder runs: us
+    note = site_dir / STARTING_DIR / "triton-1.pid"
     try:
         assert abandoned_adds(site_dir) == []
         code, data, _ = status_json(site_dir)
         assert code == 0 and data["down"] == [], data["down"]
+        # our PID, but a start of its own: a process that had the PID before us, ended
+        note.write_text(f"{os.getpid()} {start_ticks(os.getpid()) - 1}")
+        assert [a.adder for a in abandoned_adds(site_dir)] == [os.getpid()]
         adder = _gone()
-        (site_dir / STARTING_DIR / "triton-1.pid").write_text(str(adder))
+        note.write_text(f"{adder} 1")
         [add] = abandoned_adds(site_dir)
         assert (add.server_id, add.adder, add.groups) == ("triton-1", adder, (server.pid,))
         code, data, _ = status_json(site_dir)
@@ -73,7 +82,7 @@ def test_status_names_a_server_whose_adder_died(tmp_path, status_json):
 def test_the_supervisor_stops_a_server_whose_adder_died(tmp_path, plain_site):
     site = plain_site({"gateway": SLEEP}, QUICK)
     site_dir = Path(site.site_dir).resolve()
-    server = _server_being_added(tmp_path, site_dir, _gone())
+    server = _server_being_added(tmp_path, site_dir, _dead_adder())
     try:
         wait_until(lambda: server.poll() is not None, "the supervisor to stop triton-1")
         assert not group_members(server.pid)
