@@ -52,6 +52,14 @@ def adder_note() -> str:
     return f"{os.getpid()} {start_ticks(os.getpid())}"
 
 
+def write_note(note: Path) -> None:
+    """Note this process as the adder of `note`'s server, whole or not at all (a reader
+    must never see it empty: it would take the add for abandoned)."""
+    scratch = note.with_suffix(".tmp")
+    scratch.write_text(adder_note())
+    os.replace(scratch, note)
+
+
 def adder_of(note: Path) -> tuple[int, int]:
     """The adder a note in `starting/` names: (PID, start ticks); (0, -1) when it names
     none, or cannot be read."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
 
-from .abandoned import STARTING_DIR, adder_note
+from .abandoned import STARTING_DIR, write_note
 from .admin_key import read_key
 from .drain import DRAIN_S, still_routed, wait_drained
 from .errors import SiteError
@@ -167,7 +167,7 @@ def add_server(
         taken = {s.id for s in state.servers} | {n.stem for n in notes.glob("*.pid")}
         server_id = next(f"triton-{k}" for k in range(len(taken) + 1) if f"triton-{k}" not in taken)
         note = notes / f"{server_id}.pid"
-        note.write_text(adder_note())  # the id taken, and by whom (abandoned.py)
+        write_note(note)  # the id taken, and by whom (abandoned.py)
     models = common_models(state) if models is None else models
     try:
         install = TritonInstall.find()
