@@ -11,10 +11,13 @@ such chunk, beyond the job's own work and its open-loop schedule, is stuck in it
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sonicsite.client.stream_options import StreamOptions
 from sonicsite.contract.wire import HOLD_DEADLINE_S
+
+if TYPE_CHECKING:  # driver.py calls this module
+    from .driver import StreamSpec
 
 CHUNKS = 3  # the limit's margin: this many of the longest healthy chunk, end to end
 
@@ -27,7 +30,7 @@ def longest_chunk_s(options: StreamOptions | None = None) -> float:
     return o.max_tries * o.timeout_s + o.overload_wait_s + HOLD_DEADLINE_S
 
 
-def stall_limit(spec: Any) -> int:
+def stall_limit(spec: StreamSpec) -> int:
     """`spec.job_stall_s` when the user gave one (0: never); else CHUNKS of the longest
     healthy chunk, plus the job's own CPU work for all its events and, in an open loop, the
     span of its schedule (either may fall between two answers)."""

@@ -20,12 +20,12 @@ from sonicsite.contract.wire import pid_alive, runs_for_site
 from .processes import marked_groups, stop_groups
 from .state import SiteState
 
-log = logging.getLogger(__name__)
 # A server being added: its id is noted here (one file per id, naming the adder)
 # until it is in the state file, so that two adds at once take two ids, and a server whose
 # adder died first is found (here). `down` finds it, recorded or not, by the site's
 # mark in its environment (processes.py `marked_groups`).
 STARTING_DIR = "starting"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,22 +60,20 @@ def write_note(note: Path) -> None:
     os.replace(scratch, note)
 
 
-def adder_of(note: Path) -> tuple[int, int]:
-    """The adder a note in `starting/` names: (PID, start ticks); (0, -1) when it names
-    none, or cannot be read."""
+def adder_of(note: Path) -> tuple[int, int] | None:
+    """The adder a note in `starting/` names: (PID, start ticks), (0, -1) when it names
+    none; None when the note is gone (its add has ended)."""
     try:
         pid, ticks = note.read_text().split()
         return int(pid), int(ticks)
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
         return 0, -1
 
 
-def _adding(note: Path) -> bool:
-    """Whether the process that wrote `note` still runs (its PID alive and not given since
-    to another process); True when the note is gone meanwhile (the add has ended)."""
-    if not note.exists():
-        return True
-    adder, ticks = adder_of(note)
+def _adding(adder: int, ticks: int) -> bool:
+    """Whether the adder still runs: its PID alive and not given since to another process."""
     return adder > 0 and pid_alive(adder) and start_ticks(adder) == ticks
 
 
@@ -86,20 +84,17 @@ def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:
     notes = sorted((site_dir / STARTING_DIR).glob("*.pid"))
     if not notes:
         return []
+    named = {note.stem: adder_of(note) for note in notes}
+    ended = {sid: a[0] for sid, a in named.items() if a is not None and not _adding(*a)}
+    if not ended:
+        return []
     state, where = SiteState.load(site_dir), str(site_dir)
     recorded = {s.pid for s in state.servers}
-    found = []
-    for note in notes:
-        if _adding(note):
-            continue
-        adder = adder_of(note)[0]
-        groups = tuple(
-            g
-            for g in marked_groups(site_dir)
-            if g not in recorded and runs_for_site(g, where, note.stem)
-        )
-        found.append(AbandonedAdd(note.stem, adder, groups))
-    return found
+    unrecorded = [g for g in marked_groups(site_dir) if g not in recorded]  # one /proc read
+    return [
+        AbandonedAdd(sid, adder, tuple(g for g in unrecorded if runs_for_site(g, where, sid)))
+        for sid, adder in ended.items()
+    ]
 
 
 def stop_abandoned(site_dir: Path | str) -> list[AbandonedAdd]:

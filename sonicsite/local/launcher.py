@@ -335,7 +335,8 @@ def _stop(site_dir: Path) -> list[int]:
     servers = {s.pid: s.id for s in state.servers}
     servers |= {p.pid: p.name for p in state.processes if p.kind == SERVER}
     servers = {pid: sid for pid, sid in servers.items() if pid and site_group(pid, where, sid)}
-    strays = {g: _unrecorded(g) for g in marked_groups(where) if g not in servers | others}
+    named = servers.keys() | others.keys()
+    strays = {g: _unrecorded(g) for g in marked_groups(where) if g not in named}
     if strays:
         shown = "; ".join(f"pid {g}: {what}" for g, what in strays.items())
         log.warning("%s: stopping process groups of the site no record names: %s", where, shown)

@@ -209,11 +209,12 @@ def marked_groups(site_dir: Path | str) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            if mark not in b"\0" + Path(f"/proc/{entry}/environ").read_bytes():
+                continue
         except OSError:  # gone, or not ours to read
             continue
-        fields = stat_fields(int(entry))
-        if mark in b"\0" + environ and fields and fields[0] != "Z" and int(fields[2]) != own:
+        fields = stat_fields(int(entry))  # only for the marked: their state and group
+        if fields and fields[0] != "Z" and int(fields[2]) != own:
             groups.add(int(fields[2]))
     return sorted(groups)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import stat_fields
+
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 
@@ -43,11 +45,8 @@ def _workers(pid: int) -> list[int]:
 
 def _cpu_ticks(pid: int) -> int:
     """The CPU time process `pid` has used (user and system, in clock ticks); 0 when gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
+    fields = stat_fields(pid)
+    return int(fields[11]) + int(fields[12]) if fields else 0
 
 
 def _status(pid: int) -> dict[str, str]:

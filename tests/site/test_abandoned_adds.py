@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from polling import wait_until
+from reaped import reaped_pid
 
 from sonicsite.contract.processes_seen import start_ticks
 from sonicsite.local.abandoned import STARTING_DIR, abandoned_adds, adder_note
@@ -24,16 +25,9 @@ SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 QUICK = SupervisionPolicy(interval_s=0.1, backoff_initial_s=0.2, backoff_max_s=1.6)
 
 
-def _gone() -> int:
-    """The PID of a process that has ended (and been reaped): an adder killed."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
-
-
 def _dead_adder() -> str:
     """The note of an adder that has ended (its PID reaped, whatever it started at)."""
-    return f"{_gone()} 1"
+    return f"{reaped_pid()} 1"
 
 
 def _server_being_added(tmp_path: Path, site_dir: Path, note: str) -> subprocess.Popen:
@@ -64,7 +58,7 @@ def test_status_names_a_server_whose_adder_died(tmp_path, status_json):
         # our PID, but a start of its own: a process that had the PID before us, ended
         note.write_text(f"{os.getpid()} {start_ticks(os.getpid()) - 1}")
         assert [a.adder for a in abandoned_adds(site_dir)] == [os.getpid()]
-        adder = _gone()
+        adder = reaped_pid()
         note.write_text(f"{adder} 1")
         [add] = abandoned_adds(site_dir)
         assert (add.server_id, add.adder, add.groups) == ("triton-1", adder, (server.pid,))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from loopback_http import answer, serve
 from polling import wait_until
+from reaped import reaped_pid
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher, processes
@@ -42,13 +43,6 @@ def _site(tmp_path: Path) -> Path:
 
 def _record(name: str, proc: subprocess.Popen, site_dir: Path) -> LocalProcess:
     return LocalProcess(name=name, kind=name, pid=proc.pid, cwd=str(site_dir))
-
-
-def _gone() -> int:
-    """The PID of a process that has ended (and been reaped)."""
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 def _stop(*procs: subprocess.Popen) -> None:
@@ -93,7 +87,7 @@ def test_status_says_a_site_whose_up_was_killed_is_incomplete(tmp_path, status_j
     started and running. `status` exits 3 and names the `up` and what it never started."""
     site_dir = _site(tmp_path)
     collector = start_process(SLEEP, site_dir / "logs" / "collector.log", cwd=site_dir)
-    launcher_pid = _gone()
+    launcher_pid = reaped_pid()
     try:
         state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
         parts = ("collector", "triton-0", "operator", "gateway", "envoy", "supervisor")
@@ -217,7 +211,7 @@ def test_down_stops_a_process_of_the_site_that_no_record_names(tmp_path, caplog)
     other_site = start_process(SLEEP, neighbour / "logs" / "triton-0.log", site_dir=neighbour)
     try:
         state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
-        state.starting = StartUnderWay(_gone(), ("triton-0", "operator"))  # its `up` killed
+        state.starting = StartUnderWay(reaped_pid(), ("triton-0", "operator"))  # its `up` killed
         create(state)
         [named] = launcher.running(site_dir)
         assert named.startswith("unrecorded process group: ") and named.endswith(
