@@ -9,6 +9,7 @@ are left out: they take no new work.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -17,6 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from sonicsite.contract.wire import ServerRecord, SiteRecord, read_state_file
+
+NOT_A_GATEWAY = (
+    "is it the site's gateway? (`sonicsite up` prints it as 'gateway (KServe v2 HTTP)'; "
+    "a Triton or Envoy port has no /v1/site)"
+)
 
 
 class DiscoveryError(ValueError):
@@ -49,10 +55,15 @@ def from_url(url: str, timeout: float = 10.0, token: str = "", origin: str = "")
         why = f"HTTP {exc.code} {exc.reason}"
         if exc.code in (401, 403):
             why += " (the site wants a token: give Client.connect(token=...) or SONICSITE_TOKEN)"
+        elif exc.code == 404:
+            why += f": {NOT_A_GATEWAY}"
         raise DiscoveryError(f"{where}: {why}") from exc
     except urllib.error.URLError as exc:
         raise DiscoveryError(f"{where}: unreachable: {exc.reason}") from exc
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # timeouts, bad URL, bad JSON
+    except (http.client.HTTPException, json.JSONDecodeError) as exc:  # not HTTP, not JSON
+        why = f"{type(exc).__name__}: {str(exc)[:80]!r}"
+        raise DiscoveryError(f"{where}: no site record ({why}): {NOT_A_GATEWAY}") from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # timeouts, bad URL, bad record
         raise DiscoveryError(f"{where}: {type(exc).__name__}: {exc}") from exc
 
 

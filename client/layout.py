@@ -32,8 +32,23 @@ class Column:
     shape: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        """A column is fixed-size bytes in one buffer: objects (Python references) and types
+        of no fixed size cannot be laid out."""
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError as exc:
+            why = f"column {self.name!r}: {self.dtype!r} is not a dtype: {exc}"
+            raise LayoutError(why) from None
+        if dtype.hasobject or dtype.itemsize == 0:
+            raise LayoutError(
+                f"column {self.name!r}: dtype {dtype} has no fixed size in bytes (a column is "
+                "numbers laid out in one buffer: use a numeric, bool or fixed-width type)"
+            )
+        shape = tuple(int(d) for d in self.shape)
+        if any(d < 0 for d in shape):
+            raise LayoutError(f"column {self.name!r}: shape {shape} has a negative dimension")
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
 
     @property
     def row_bytes(self) -> int:

@@ -29,7 +29,7 @@ from .errors import InferError
 from .failover import PATHS, Failover
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
-from .spec import ModelInfo, TensorSpec
+from .spec import ModelInfo, SpecError, TensorSpec
 from .stream_options import StreamOptions
 from .timeouts import PathLatencies
 from .tracing import ClientTracing
@@ -170,7 +170,17 @@ class Client:
         """A stream of `model`'s events; `options` are StreamOptions. Its per-attempt
         deadlines are learnt from the latencies this client saw for the model and batch.
         `backend="local"` runs every chunk in this process, `"auto"` the site while it
-        answers and this process when it does not (backend_local.py, backend_auto.py)."""
+        answers and this process when it does not (backend_local.py, backend_auto.py).
+        The spec must be `model`'s: its requests name the spec's model, the checks before
+        sending read the stream's."""
+        if spec.model != model:
+            raise SpecError(
+                [
+                    f"the stream is of model {model!r}, its spec of {spec.model!r}: requests "
+                    "would go to the spec's model, checked against the stream's metadata "
+                    f"(build the spec as TensorSpec({model!r}))"
+                ]
+            )
         stream_options = StreamOptions(**options)
         runner = None
         if stream_options.backend != "site":
@@ -195,6 +205,20 @@ class Client:
             balancer, model, spec, stream_options, statistics, latencies, runner, auto, self.work
         )
 
+    def model_info(self, model: str) -> ModelInfo:
+        """`model`'s tensors and batching as the site's servers say (what `make_plan` checks a
+        spec against): from the first of its endpoints that answers, ValueError naming each
+        one's failure when none does."""
+        errors = []
+        for endpoint in self.balancer(model).endpoints:
+            try:
+                return endpoint.transport.model_info(model, CONTROL_TIMEOUT_S)
+            except (InferError, OSError) as exc:
+                errors.append(f"{endpoint.id}: {exc}")
+        raise ValueError(
+            f"model {model!r}: no metadata: the site did not answer ({'; '.join(errors)})"
+        )
+
     def _info_of(self, model: str):
         """How the in-process backend gets `model`'s metadata: from LocalModels.infos, else
         from the first of the site's endpoints that answers (as a remote stream does)."""
@@ -202,16 +226,12 @@ class Client:
             return lambda: self.local.infos(model)
 
         def ask() -> ModelInfo:
-            errors = []
-            for endpoint in self.balancer(model).endpoints:
-                try:
-                    return endpoint.transport.model_info(model, CONTROL_TIMEOUT_S)
-                except (InferError, OSError) as exc:
-                    errors.append(f"{endpoint.id}: {exc}")
-            raise ValueError(
-                f"model {model!r}: no metadata for the in-process backend: the site did not "
-                f"answer ({'; '.join(errors)}); give LocalModels(infos=...)"
-            )
+            try:
+                return self.model_info(model)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; the in-process backend needs it: give LocalModels(infos=...)"
+                ) from None
 
         return ask
 

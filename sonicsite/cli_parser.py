@@ -71,6 +71,17 @@ def _tokens_file(text: str) -> Path:
     return path
 
 
+def _out_folder(text: str) -> Path:
+    """A stream's folder; an empty name (Path("") is the current folder) is refused, not
+    taken for the folder the user is in."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty name would put the stream's journals and report in the current folder; "
+            "name a folder (default sonicsite-out, or . for this one)"
+        )
+    return Path(text)
+
+
 def _site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dir",
@@ -184,7 +195,7 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
     p.add_argument(
         "--out",
-        type=Path,
+        type=_out_folder,
         default=Path("sonicsite-out"),
         help="where report.json, report.png and the job files go",
     )
@@ -198,11 +209,21 @@ def _option(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def orphan_options(args: argparse.Namespace) -> str:
-    """An option given without the one it belongs to (it would be ignored), in words; ''
-    when there is none."""
+SHARED_MEMORY_TRANSPORTS = ("shm", "cuda")
+
+
+def option_conflicts(args: argparse.Namespace) -> str:
+    """An option given without the one it belongs to (it would be ignored), or with one it
+    cannot go with, in words; '' when there is none."""
     if args.command == "up" and (why := site_option_orphans(args)):
         return why
+    shared = args.command in ("submit", "demo") and args.transport in SHARED_MEMORY_TRANSPORTS
+    if shared and args.mode == "site":
+        return (
+            f"argument --transport {args.transport}: needs --mode direct (shared memory is "
+            "written by the worker and read by a server on the same machine, not through "
+            "Envoy); leave --mode out to get it"
+        )
     if args.command == "submit" and args.backend == "site":
         for dest in LOCAL_BACKEND_OPTIONS:
             if getattr(args, dest) is not None:
@@ -218,7 +239,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     without is an error of the command's parser (exit status 2), naming both."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if why := orphan_options(args):
+    if why := option_conflicts(args):
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(why)
     return args

@@ -9,12 +9,14 @@ resume's gap left out; a model's over its own active time, `active_s`: from its 
 request to its last answer, within the runs), latency (None without an answer), events per
 server and per path (`per_path`: envoy, gateway or direct, when the client reports
 `rows_per_path`), retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured),
-reruns of jobs whose worker died. Requests, latency, retries, `per_server` and `per_path`
-come from each job's last attempt that left a result: the events an attempt killed before
-its end answered are `events_server_unknown`. `errors`: the first ERRORS_KEPT kinds of
-worker failures (type, message, jobs) and event errors, one kind for a failure whatever its
-figures and detail (error_kinds.py: `kind`, an example `error`, `variants`); `errors_total`
-counts every kind, `errors_left_out` and `errors_left_out_events` those beyond.
+reruns of jobs whose worker died. Requests, latency, retries, sheds, `per_server` and
+`per_path` come from every attempt of a job that left a result (its last, and the figures of
+earlier ones, `earlier`: a rerun, or a run before `--resume`): the events answered by an
+attempt killed before it wrote one are `events_server_unknown`. `errors`: the first
+ERRORS_KEPT kinds of worker failures (type, message, jobs) and event errors, one kind for a
+failure whatever its figures and detail (error_kinds.py: `kind`, an example `error`,
+`variants`); `errors_total` counts every kind, `errors_left_out` and
+`errors_left_out_events` those beyond.
 `per_backend`: the events the site answered and those the workers' models ran in process
 (`submit --backend local|auto`); `switches`: every switch of backend "auto", with its job,
 time and reason. Events run in process are not looked for in the servers' execution logs.
@@ -31,6 +33,7 @@ import numpy as np
 from .error_kinds import error_kind
 from .executions import Executions, summarize
 from .report_plot import plot
+from .result import attempts_of
 
 ERRORS_KEPT = 10  # error groups listed in report.json (the count says how many in all)
 
@@ -66,10 +69,10 @@ def _reruns(result: dict) -> int:
 
 
 def _server_unknown(result: dict) -> int:
-    """Answers of a job that no request of its result accounts for: those of an attempt
+    """Answers of a job that no request of its attempts accounts for: those of an attempt
     killed before it wrote its result (its requests went with it)."""
     answers = sum(result["answered"].values())
-    recorded = sum(q[3] for q in result["requests"] if q[4])
+    recorded = sum(q[3] for a in attempts_of([result]) for q in a["requests"] if q[4])
     return max(0, answers - recorded)
 
 
@@ -88,19 +91,20 @@ def _summary(
         answered.update({int(k): v for k, v in r["answered"].items()})
     ok = sum(1 for v in answered.values() if v == 1)
     duplicated = sum(1 for v in answered.values() if v > 1)
-    requests = [q for r in results for q in r["requests"]]
+    attempts = attempts_of(results)
+    requests = [q for a in attempts for q in a["requests"]]
     good = [q for q in requests if q[4]]
     per_server: Counter[str] = Counter()
     for q in good:
         per_server[q[2]] += q[3]
     per_path: Counter[str] = Counter()
     per_backend: Counter[str] = Counter({"site": 0, "local": 0})
-    for r in results:
-        per_path.update(r.get("client", {}).get("rows_per_path", {}))
-        per_backend.update(r.get("client", {}).get("rows_per_backend", {}))
+    for a in attempts:
+        per_path.update((a.get("client") or {}).get("rows_per_path", {}))
+        per_backend.update((a.get("client") or {}).get("rows_per_backend", {}))
     active = active_seconds(results, runs)
     over = active if own_time and active > 0 else duration
-    in_process = {e for r in results for e in _local_events(r)}
+    in_process = {e for a in attempts for e in _local_events(a)}
     served = set(answered) - in_process
     checked = summarize(executions, served, _events(results) - in_process) if executions else None
     return {
@@ -116,29 +120,29 @@ def _summary(
         "latency_ms": _percentiles([q[1] * 1e3 for q in good]),
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
-        "retries": sum(r["retries"] for r in results),
-        "overloaded": sum(r.get("overloaded", 0) for r in results),
+        "retries": sum(a["retries"] or 0 for a in attempts),
+        "overloaded": sum(a.get("overloaded") or 0 for a in attempts),
         "reruns": sum(_reruns(r) for r in results),
         "per_server": dict(sorted(per_server.items())),
         "events_server_unknown": sum(_server_unknown(r) for r in results),
         "per_path": dict(sorted(per_path.items())),
         "per_backend": dict(sorted(per_backend.items())),
-        "switches": _switches(results),
-        "client": _client_totals(results),
+        "switches": _switches(attempts),
+        "client": _client_totals(attempts),
         **({"executions": checked} if checked else {}),
     }
 
 
 def _local_events(result: dict) -> list[int]:
     """The events of a job that its worker's model ran in process."""
-    chunks = result.get("client", {}).get("local_events", [])
+    chunks = (result.get("client") or {}).get("local_events", [])
     return [e for lo, hi in chunks for e in range(lo, hi)]
 
 
 def _switches(results: list[dict]) -> dict:
     """Backend "auto"'s switches: how many each way, and each with its job, in time order."""
     every = [
-        {"job": r["job"], **s} for r in results for s in r.get("client", {}).get("switches", [])
+        {"job": r["job"], **s} for r in results for s in (r.get("client") or {}).get("switches", [])
     ]
     every.sort(key=lambda s: s["at"])
     counts = Counter(f"{s['from']}->{s['to']}" for s in every)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .result import attempts_of
+
 
 def _bars(ax, groups: list[str], series: dict[str, list[float]]) -> None:
     """Grouped bars: one group per model, one bar per series, each labelled with its value."""
@@ -28,7 +30,7 @@ def plot(report: dict, results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(16, 8))
-    requests = [(r["model"], q) for r in results for q in r["requests"] if q[4]]
+    requests = [(a["model"], q) for a in attempts_of(results) for q in a["requests"] if q[4]]
     if requests:
         t0 = min(q[0] for _, q in requests)
         end = max(q[0] + q[1] - t0 for _, q in requests)

@@ -3,6 +3,11 @@
 The worker writes it at the end of an attempt (answered and failed events read back from the
 job's journal, its requests' timings, its exception if it failed); the driver writes the same
 shape from the journal for a job whose last attempt left none (killed, or stopped).
+
+Before a job runs again (a rerun, or `submit --resume`), the driver moves the figures of the
+attempt that left the result file to the job's earlier attempts (`jobs/job-<job>.earlier`,
+`keep_earlier`): the report counts the requests, retries and sheds of every attempt that
+left a result, and the answers of none of them as those of an attempt killed unseen.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from pathlib import Path
 from .journal import JournalState
 
 log = logging.getLogger(__name__)
+
+# what an earlier attempt's result is kept by (the answers are the journal's, in the last)
+ATTEMPT_FIGURES = ("job", "model", "attempt", "requests", "retries", "overloaded", "client")
 
 
 @dataclass
@@ -53,7 +61,7 @@ def write_result(result: JobResult, out: Path) -> None:
     save_result(asdict(result), out)
 
 
-def save_result(result: dict, out: Path) -> None:
+def save_result(result: dict | list, out: Path) -> None:
     """Atomically: no reader, and no submit killed meanwhile, leaves half a file."""
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
@@ -75,3 +83,39 @@ def read_result(path: Path) -> dict | None:
         log.warning("job result %s is not a job's result: made again from its journal", path)
         return None
     return result
+
+
+def read_earlier(path: Path) -> list[dict]:
+    """The figures of a job's earlier attempts that left a result (`keep_earlier`); none
+    when there is no such file, or it is damaged (said: the report then lacks their
+    requests, and counts their answers among those of attempts killed unseen)."""
+    try:
+        earlier = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("earlier attempts %s are damaged (%s): left out of the report", path, exc)
+        return []
+    if not isinstance(earlier, list) or not all(isinstance(e, dict) for e in earlier):
+        log.warning("earlier attempts %s are not a list of attempts: left out", path)
+        return []
+    return earlier
+
+
+def keep_earlier(result_path: Path, earlier_path: Path) -> None:
+    """Before the job runs again: the figures of the result at `result_path` appended to its
+    earlier attempts, then the result removed (the next attempt writes its own). Written
+    before the result is removed: a driver killed in between leaves the attempt counted
+    twice in the requests, not lost."""
+    result = read_result(result_path)
+    if result is not None:
+        earlier = read_earlier(earlier_path)
+        earlier.append({key: result.get(key) for key in ATTEMPT_FIGURES})
+        save_result(earlier, earlier_path)
+    result_path.unlink(missing_ok=True)
+
+
+def attempts_of(results: list[dict]) -> list[dict]:
+    """Every attempt of these jobs' results that left one: each job's earlier ones (their
+    requests, retries, sheds and client figures) and its last."""
+    return [a for r in results for a in (*r.get("earlier", []), r)]

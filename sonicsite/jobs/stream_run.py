@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .error_kinds import error_kind
 from .journal import read_journal
 from .progress import Progress
-from .result import JobResult, read_result, save_result
+from .result import JobResult, keep_earlier, read_earlier, read_result, save_result
 from .signals import signal_name
 from .spawn import WorkerRun, Workers, worker_command
 from .stall import stall_limit
@@ -23,6 +23,7 @@ from .stream_files import StreamRecord
 if TYPE_CHECKING:
     from .driver import StreamSpec
 
+EARLIER = ".earlier"  # a job's earlier attempts that left a result (result.keep_earlier)
 NOTES_PER_KIND = 3  # notes of one kind of job failure on the console; the report has all
 
 
@@ -61,11 +62,11 @@ class StreamRun:
         return self.jobs_dir / f"job-{job:05d}{suffix}"
 
     def clear(self, job: int) -> None:
-        for suffix in (".json", ".tmp", ".journal", ".log"):
+        for suffix in (".json", ".tmp", ".journal", ".log", EARLIER, EARLIER + ".tmp"):
             self.path(job, suffix).unlink(missing_ok=True)
 
     def start(self, workers: Workers, job: int, attempt: int) -> None:
-        self.path(job, ".json").unlink(missing_ok=True)
+        keep_earlier(self.path(job, ".json"), self.path(job, EARLIER))
         self.attempts[job] = attempt
         first = job not in self.first_attempt
         self.first_attempt.setdefault(job, attempt)
@@ -198,10 +199,13 @@ class StreamRun:
             progress(Progress(ok, failed, self.spec.jobs * self.spec.events, self.reruns))
 
     def result(self, job: int, stopped_by: str | None) -> dict:
-        """The job's result file, or one made from its journal when it left none."""
+        """The job's result file, or one made from its journal when it left none; with the
+        figures of its earlier attempts that left one (`earlier`)."""
+        earlier = read_earlier(self.path(job, EARLIER))
         result = read_result(self.path(job, ".json"))
         if result is not None:
-            return {**result, "reruns": self.reruns_of(job, result.get("attempt", 1))}
+            attempt = result.get("attempt", 1)
+            return {**result, "reruns": self.reruns_of(job, attempt), "earlier": earlier}
         spec = self.spec
         made = JobResult(
             job,
@@ -222,7 +226,7 @@ class StreamRun:
         made.fill(state, f"{kind}: {why}")
         if state.missing(spec.events):  # the events left are this failure's, not the others
             made.error = {"type": kind, "message": why, "job": job, "attempt": made.attempt}
-        return {**asdict(made), "reruns": self.reruns_of(job, made.attempt)}
+        return {**asdict(made), "reruns": self.reruns_of(job, made.attempt), "earlier": earlier}
 
 
 def _worker(run: WorkerRun) -> str:

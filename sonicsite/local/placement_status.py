@@ -1,7 +1,8 @@
 """`sonicsite models status`: per model, the servers holding it, its footprint, its idle
 time and the requests held for it, and the placement's last decisions with their reasons,
 as the operator's read-only `/v1/placement` says (the operator is the one that knows: it
-reads every server's index)."""
+reads every server's index). On a site without placement, where each model is: the servers
+the state file records with it."""
 
 from __future__ import annotations
 
@@ -51,6 +52,27 @@ def render(view: dict) -> list[str]:
     return lines
 
 
+def static_view(state: SiteState) -> dict:
+    """A site without placement (`up` without --placement): each model on the servers that
+    started with it, as the state file records them; nothing is loaded or unloaded."""
+    models: dict[str, list[str]] = {m: [] for m in state.models}
+    for server in state.servers:
+        for model in server.models:
+            models.setdefault(model, []).append(server.id)
+    return {"placement": "off", "models": {m: {"servers": s} for m, s in sorted(models.items())}}
+
+
+def render_static(view: dict) -> list[str]:
+    lines = [
+        "placement is off on this site (`sonicsite up` without --placement): every server "
+        "keeps the models it started with",
+        f"{'MODEL':<24} LOADED ON",
+    ]
+    for model, m in view["models"].items():
+        lines.append(f"{model:<24} {','.join(m['servers']) or '-'}")
+    return lines
+
+
 def print_placement(site_dir: Path, as_json: bool = False) -> int:
     try:
         state = SiteState.load(site_dir)
@@ -63,7 +85,12 @@ def print_placement(site_dir: Path, as_json: bool = False) -> int:
     try:
         view = fetch_placement(state.operator)
     except urllib.error.HTTPError as exc:
-        print(f"operator {state.operator}: {exc.read().decode(errors='replace')}", file=sys.stderr)
+        said = exc.read().decode(errors="replace")
+        if exc.code == 404 and "placement is off" in said:
+            view = static_view(state)
+            print(json.dumps(view, indent=1) if as_json else "\n".join(render_static(view)))
+            return EXIT_OK
+        print(f"operator {state.operator}: HTTP {exc.code}: {said}", file=sys.stderr)
         return EXIT_NO_PLACEMENT
     except (urllib.error.URLError, OSError) as exc:
         print(f"operator {state.operator} unreachable: {exc}", file=sys.stderr)

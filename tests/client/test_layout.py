@@ -42,3 +42,19 @@ def test_columns_from_several_layouts_feed_one_request():
     assert merged.names == ["e", "src"] and merged["src"].shape == (7,)
     with pytest.raises(LayoutError, match="column 'e' is in more than one layout"):
         Columns.merge(nodes, nodes)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "message"),
+    [
+        (object, (2,), r"column 'x': dtype object has no fixed size"),
+        (str, (), r"column 'x': dtype <U0 has no fixed size"),
+        ("float33", (), r"column 'x': 'float33' is not a dtype"),
+        (np.float32, (-1,), r"column 'x': shape \(-1,\) has a negative dimension"),
+    ],
+)
+def test_a_column_that_cannot_be_laid_out_is_named(dtype, shape, message):
+    """An object column gave numpy's raw 'Cannot change data-type for object array.' at
+    allocate; it is refused where it is declared, naming the column and why."""
+    with pytest.raises(LayoutError, match=message):
+        SoA.allocate([Column("x", dtype, shape)], rows=3)

@@ -11,6 +11,9 @@ from sonicsite.client.plan import OutputMismatch
 from sonicsite.client.spec import ModelInfo, TensorInfo
 from sonicsite.models.samples import generate
 
+from sonicsite.contract.wire import ServerRecord, SiteRecord
+from sonicsite.local.ports import free_ports
+
 
 @pytest.fixture(scope="module")
 def simple_info(site):
@@ -53,9 +56,7 @@ def test_spec_mismatches_are_named_with_the_expected_value(simple_info):
 
 def test_copy_plan_reports_and_strict_refusals(site, simple_info):
     with Client(from_site_file(site.site_dir), "grpc", "direct") as client:
-        info = (
-            client.balancer("particlenet_ak4").endpoints[0].transport.model_info("particlenet_ak4")
-        )
+        info = client.model_info("particlenet_ak4")  # what the README's make_plan takes
     jets = generate("particlenet_ak4", 16, seed=1)
     plan = make_plan(jets.spec, info, jets.request(0, 16))
     assert plan.copies == 4  # pf/sv points and features interleave their columns
@@ -224,3 +225,29 @@ def test_strict_holds_for_a_shared_memory_stream(site):
             inside, inside.check
         )
         assert result.events_ok == 4 and [r.copies for r in result.stats.records] == [0]
+
+
+def test_a_stream_of_one_model_with_another_models_spec_is_refused():
+    """The checks before sending read the stream's model's metadata while the requests
+    named the spec's model: a spec built for ParticleNet streamed as DeepMET passed the
+    checks and was sent to another model. Refused where the stream is made."""
+    site = SiteRecord(servers=(ServerRecord.at("server-0", "127.0.0.1:1"),), source="explicit")
+    spec = TensorSpec("simple").append_block("INPUT0", "f")
+    wrong = r"stream is of model 'deepmet', its spec of 'simple'"
+    with (
+        Client(site, "grpc", "direct", declare_work=False) as client,
+        pytest.raises(SpecError, match=wrong),
+    ):
+        client.stream("deepmet", spec)
+
+
+def test_model_info_names_each_endpoint_that_did_not_answer():
+    (port,) = free_ports(1)  # nothing listens there
+    site = SiteRecord(servers=(ServerRecord.at("server-0", f"127.0.0.1:{port}"),), source="x")
+    with (
+        Client(site, "grpc", "direct", declare_work=False) as client,
+        pytest.raises(
+            ValueError, match=r"model 'simple': no metadata: the site did not answer \(server-0: "
+        ),
+    ):
+        client.model_info("simple")

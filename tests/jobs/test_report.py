@@ -15,6 +15,7 @@ from sonicsite.jobs.executions import (
 )
 from sonicsite.jobs.journal import Journal, read_journal
 from sonicsite.jobs.report import build_report, print_summary, write_report
+from sonicsite.jobs.result import keep_earlier, read_earlier
 
 
 def _result(job: int, model: str, events: int = 4, **extra) -> dict:
@@ -297,3 +298,42 @@ def test_a_journal_counts_malformed_lines_and_ends_a_line_cut_short(tmp_path):
         journal.answered(2, 2, 4)
     state = read_journal(path)
     assert sorted(state.answered) == [0, 1, 2, 3] and state.malformed == 3
+
+
+def test_every_attempt_that_left_a_result_counts_and_none_is_called_killed(tmp_path):
+    """A job answered 6 of its 8 events (3 requests on triton-0, 1 retry, 1 shed) and
+    failed the rest (the site went down); its rerun, or a `--resume`, answered those 2 on
+    triton-1. The rerun's result replaced the first: the report called the first attempt's
+    6 answers those of "attempts killed before their result (server unknown)" and dropped
+    its requests, retry and shed. Kept now (result.keep_earlier) and counted."""
+    path, earlier_path = tmp_path / "job-00000.json", tmp_path / "job-00000.earlier"
+    first = _result(0, "simple", events=8, retries=1, overloaded=1)
+    first["requests"] = [[100.0 + i, 0.01, "triton-0", 2, True] for i in range(3)]
+    first["requests"].append([103.0, 0.5, "", 2, False])
+    first["answered"] = {str(i): 1 for i in range(6)}
+    first["failed"] = {"6": "site unreachable", "7": "site unreachable"}
+    first["client"] = {"rows_per_path": {"envoy": 6}}
+    path.write_text(json.dumps(first))
+    keep_earlier(path, earlier_path)  # as the driver does before the job runs again
+    assert not path.exists()
+    last = _result(0, "simple", events=8, attempt=2)
+    last["requests"] = [[200.0, 0.02, "triton-1", 2, True]]
+    last["client"] = {"rows_per_path": {"envoy": 2}}
+    report = build_report([{**last, "earlier": read_earlier(earlier_path)}], 0.0, 300.0, {})
+    assert report["per_server"] == {"triton-0": 6, "triton-1": 2}
+    assert report["events_server_unknown"] == 0
+    assert report["per_path"] == {"envoy": 8}
+    assert (report["retries"], report["overloaded"]) == (1, 1)
+    assert (report["requests"], report["requests_failed"]) == (5, 1)
+    assert report["latency_ms"]["p99"] > 10.0  # the last attempt's 20 ms among them
+    without = build_report([last], 0.0, 300.0, {})  # what the report said before
+    assert without["events_server_unknown"] == 6 and without["per_server"] == {"triton-1": 2}
+    write_report(report, [{**last, "earlier": read_earlier(earlier_path)}], tmp_path / "out")
+
+
+def test_a_damaged_file_of_earlier_attempts_is_said_and_left_out(tmp_path, caplog):
+    damaged = tmp_path / "job-00000.earlier"
+    damaged.write_text("[{")
+    assert read_earlier(damaged) == []
+    assert "damaged" in caplog.text and str(damaged) in caplog.text
+    assert read_earlier(tmp_path / "none") == []

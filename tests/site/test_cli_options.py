@@ -1,6 +1,6 @@
 """Options that mean something only with another one are refused without it, naming both
-(argparse's error: exit status 2), instead of being ignored; values out of range are named
-at parse time."""
+(argparse's error: exit status 2), instead of being ignored; so are options that cannot go
+together; values out of range are named at parse time."""
 
 from __future__ import annotations
 
@@ -43,6 +43,18 @@ SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
             "argument --seed: expected an integer ≥ 0",
         ),
         (["demo", "--seed", "-3"], "argument --seed: expected an integer ≥ 0, got -3"),
+        (  # each worker failed "use mode='direct'" and every event was counted failed
+            ["submit", "--model", "simple", "--transport", "shm", "--mode", "site"],
+            "argument --transport shm: needs --mode direct",
+        ),
+        (
+            ["demo", "--transport", "cuda", "--mode", "site"],
+            "--transport cuda: needs --mode direct",
+        ),
+        (  # Path("") is the current folder: the stream's journals went there
+            ["submit", "--model", "simple", "--out", ""],
+            "argument --out: an empty name would put the stream's journals",
+        ),
         (
             ["up", "--tokens", "/nonexistent/tokens"],
             "argument --tokens: /nonexistent/tokens: cannot",

@@ -49,6 +49,21 @@ def test_status_json_lists_every_ready_server(site):
     assert data["starting"] is None and data["down"] == []  # `up` returned: complete
 
 
+def test_models_status_without_placement_says_where_each_model_is(site):
+    """On a site started without --placement, `models status` exited 2 with the operator's
+    raw JSON, naming an option of the operator ('--placement'), not of `up`: it says that
+    placement is off and where each model is (every server that started with it)."""
+    out = _cli("models", "status", "--dir", site.site_dir)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "placement is off on this site (`sonicsite up` without --placement)" in lines[0]
+    rows = {line.split()[0]: line.split()[1] for line in lines[2:]}
+    assert rows == {m: "triton-0,triton-1" for m in site.models}, out.stdout
+    data = json.loads(_cli("models", "status", "--json", "--dir", site.site_dir).stdout)
+    assert data["placement"] == "off"
+    assert data["models"]["simple"]["servers"] == ["triton-0", "triton-1"]
+
+
 def test_every_process_of_the_site_carries_its_mark(site):
     """What `up` started, servers and the rest, is marked as the site's in its environment
     (`down` finds by the mark a process no record names), and nothing else is."""
