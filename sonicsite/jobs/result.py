@@ -105,13 +105,14 @@ def read_earlier(path: Path) -> list[dict]:
 def keep_earlier(result_path: Path, earlier_path: Path) -> None:
     """Before the job runs again: the figures of the result at `result_path` appended to its
     earlier attempts, then the result removed (the next attempt writes its own). Written
-    before the result is removed: a driver killed in between leaves the attempt counted
-    twice in the requests, not lost."""
+    before the result is removed, and once per attempt: a driver killed in between leaves
+    both, and the next one keeps the attempt once."""
     result = read_result(result_path)
     if result is not None:
         earlier = read_earlier(earlier_path)
-        earlier.append({key: result.get(key) for key in ATTEMPT_FIGURES})
-        save_result(earlier, earlier_path)
+        if not earlier or earlier[-1].get("attempt") != result.get("attempt"):
+            earlier.append({key: result.get(key) for key in ATTEMPT_FIGURES})
+            save_result(earlier, earlier_path)
     result_path.unlink(missing_ok=True)
 
 

@@ -316,6 +316,9 @@ def test_every_attempt_that_left_a_result_counts_and_none_is_called_killed(tmp_p
     path.write_text(json.dumps(first))
     keep_earlier(path, earlier_path)  # as the driver does before the job runs again
     assert not path.exists()
+    path.write_text(json.dumps(first))  # a driver killed after it kept them: kept once
+    keep_earlier(path, earlier_path)
+    assert len(read_earlier(earlier_path)) == 1
     last = _result(0, "simple", events=8, attempt=2)
     last["requests"] = [[200.0, 0.02, "triton-1", 2, True]]
     last["client"] = {"rows_per_path": {"envoy": 2}}
