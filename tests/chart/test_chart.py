@@ -17,6 +17,7 @@ from chartcheck import (
     profiles,
     render,
     validate_builtin,
+    validate_custom,
 )
 
 from sonicsite.local import envoy
@@ -98,6 +99,24 @@ def test_min_zero_renders_zero_and_the_fallback_is_set():
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 120
 
 
+def test_the_fallback_can_be_left_out_for_keda_before_2_18():
+    """KEDA before 2.18 refuses a fallback on metrics of type Value: fallbackReplicas null leaves
+    it out, on every pool's ScaledObject, which still passes KEDA's CRD."""
+    values = profiles()["gpu-pools-values"]
+    off = {**values, "autoscaling": {**values["autoscaling"], "fallbackReplicas": None}}
+    docs = _docs(off)
+    scaled = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert len(scaled) == 2 and all("fallback" not in d["spec"] for d in scaled)
+    assert all(t["metricType"] == "Value" for d in scaled for t in d["spec"]["triggers"])
+    assert validate_custom(scaled) == []
+    on = [d for d in _docs(values) if d["kind"] == "ScaledObject"]
+    assert [d["spec"]["fallback"]["replicas"] for d in on] == [1, 1]  # the default
+    readme = (CHART / "README.md").read_text()
+    assert "KEDA 2.18 or later is required" in readme
+    assert "`autoscaling.fallbackReplicas: null`" in readme
+    assert "only in\nversions that support it" not in readme
+
+
 def test_the_envoy_bootstrap_is_the_local_sites():
     docs = _docs({})
     rendered = json.loads(_one(docs, "ConfigMap", "envoy")["data"]["envoy.json"])
@@ -136,16 +155,99 @@ def test_every_container_requests_resources_and_no_pod_runs_as_root():
                 assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def test_the_operator_may_only_read_pods_and_endpoint_slices():
+# The Kubernetes client's method prefixes and the RBAC verb each needs.
+VERBS = {
+    "list": "list",
+    "read": "get",
+    "create": "create",
+    "patch": "patch",
+    "replace": "update",
+    "delete_collection": "deletecollection",
+    "delete": "delete",
+}
+
+
+def _api_calls(folder: Path) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every Kubernetes API call the code in `folder` makes: each
+    call of a method of the Kubernetes client's API classes, read from the client's own request
+    path, a list with watch=True as a watch."""
+    import ast
+    import inspect
+    import re
+
+    import kubernetes.client
+
+    classes = inspect.getmembers(kubernetes.client, inspect.isclass)
+    apis = [c for name, c in classes if name.endswith("Api")]
+    calls = set()
+    for source in sorted(folder.glob("*.py")):
+        tree = ast.parse(source.read_text())
+        watched = set()  # methods called with watch=True, or handed to a Watch's stream()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                if any(k.arg == "watch" for k in n.keywords):
+                    watched.add(id(n.func))
+                if n.func.attr == "stream" and n.args:
+                    watched.add(id(n.args[0]))
+        for node in ast.walk(tree):
+            # called, or passed on: either way used (get_* are discovery, open to every account)
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith(tuple(VERBS)):
+                continue
+            serializers = [getattr(a, f"_{node.attr}_serialize", None) for a in apis]
+            for serialize in filter(None, serializers):
+                path = re.search(r"resource_path='([^']+)'", inspect.getsource(serialize))[1]
+                parts = [p for p in path.split("/") if p and not p.startswith("{")]
+                group = "" if parts[0] == "api" else parts[1]
+                sub = parts[-1] in ("status", "log", "scale", "exec", "eviction")
+                resource = "/".join(parts[-2:]) if sub else parts[-1]
+                prefix = max((p for p in VERBS if node.attr.startswith(p)), key=len)
+                verb = "watch" if id(node) in watched else VERBS[prefix]
+                calls.add((group, resource, verb))
+    return calls
+
+
+def test_the_operator_may_make_exactly_the_api_calls_its_code_makes():
+    """Least privilege: the Role grants each (group, resource, verb) the operator's code calls
+    the API server for, and nothing else (it lists EndpointSlices; it reads no pod)."""
+    calls = _api_calls(ROOT / "operator")
+    assert calls == {("discovery.k8s.io", "endpointslices", "list")}
     role = _one(_docs({}), "Role", "operator")
-    assert role["rules"] == [
-        {
-            "apiGroups": ["discovery.k8s.io"],
-            "resources": ["endpointslices"],
-            "verbs": ["get", "list", "watch"],
-        },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    ]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == calls
+
+
+def test_the_api_calls_are_read_as_rbac_reads_them(tmp_path):
+    """The reading the test above relies on, on hand-written calls."""
+    (tmp_path / "calls.py").write_text(
+        "core.read_namespaced_pod(name, namespace)\n"
+        "core.patch_namespaced_pod_status(name, namespace, body)\n"
+        "Watch().stream(core.list_namespaced_pod, namespace)\n"
+        "apps.list_namespaced_deployment(namespace, watch=True)\n"
+        "coordination.create_namespaced_lease(namespace, body)\n"
+        "unrelated.list_models()\n"
+    )
+    assert _api_calls(tmp_path) == {
+        ("", "pods", "get"),
+        ("", "pods/status", "patch"),
+        ("", "pods", "watch"),
+        ("apps", "deployments", "watch"),
+        ("coordination.k8s.io", "leases", "create"),
+    }
+
+
+def test_an_upgrade_never_runs_two_operators():
+    """Recreate: the old operator (its placement loop, its xDS server) stops before the new
+    one starts; the data plane's Deployments keep rolling."""
+    docs = _docs({})
+    assert _one(docs, "Deployment", "operator")["spec"]["strategy"] == {"type": "Recreate"}
+    for component in ("envoy", "gateway"):
+        assert "strategy" not in _one(docs, "Deployment", component)["spec"]  # RollingUpdate
 
 
 def test_notes_tell_the_admin_the_endpoints_and_how_to_test():
@@ -153,6 +255,24 @@ def test_notes_tell_the_admin_the_endpoints_and_how_to_test():
     assert "site-sonicsite-envoy.hep.svc:8001" in notes
     assert "grpc.sonic.example.org" in notes and "https://sonic.example.org" in notes
     assert "helm test site -n hep" in notes
+
+
+def test_notes_name_the_models_as_the_servers_hold_them():
+    """Every server loads triton.models, or with placement only what is preloaded (per pool
+    with pools), the rest on demand."""
+    notes = "sonicsite/templates/NOTES.txt"
+    assert "Models on every server: particlenet_ak4, deepmet\n" in render({})[notes]
+    pooled = render(profiles()["gpu-pools-values"])[notes]
+    assert "on every server" not in pooled
+    assert "loaded where their requests wait): particlenet_ak4, deepmet, particle_transformer" in (
+        pooled
+    )
+    assert "pool a100: particle_transformer\n" in pooled
+    assert "pool t4: every model no other pool names\n" in pooled
+    preloaded = render({"placement": {"enabled": True, "preload": ["deepmet"]}})[notes]
+    assert "on every server" not in preloaded
+    assert "each new server loads deepmet at start, the others on demand" in preloaded
+    assert "a new server starts with none" in render(profiles()["gpu-keda-values"])[notes]
 
 
 def test_jwt_at_envoy_wires_the_operator_the_jwks_and_the_test_token():
@@ -205,6 +325,11 @@ EVERYTHING = {
         "prometheusOperator": {"enabled": True},
         "prometheusAddress": "https://prometheus.monitoring.svc:9090",
         "prometheusAuth": {"modes": ["bearer", "tls"], "secretName": "keda-prometheus"},
+    },
+    "networkPolicy": {
+        "metricsFrom": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ]
     },
     "tracing": {"enabled": True, "collector": {"enabled": True}},
 }

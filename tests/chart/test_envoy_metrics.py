@@ -126,6 +126,7 @@ def test_each_monitoring_mode_scrapes_envoys_stats_port():
             "prometheus": {"enabled": True},
             "prometheusOperator": {"enabled": True, "labels": {"release": "kps"}},
         },
+        "networkPolicy": {"metricsFrom": [POLICY.PEER]},
     }
     docs = _docs(values)
     pod, container = _envoy(docs)

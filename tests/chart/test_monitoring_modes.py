@@ -127,7 +127,10 @@ def test_the_charts_own_prometheus_labels_every_target_with_the_release():
 
 
 def test_prometheus_operators_monitors_label_every_target_with_the_release():
-    values = {"monitoring": {"prometheusOperator": {"enabled": True, "labels": {"release": "kps"}}}}
+    values = {
+        "monitoring": {"prometheusOperator": {"enabled": True, "labels": {"release": "kps"}}},
+        "networkPolicy": {"metricsFrom": [PEER]},
+    }
     docs = _docs(values, "t2", "atlas")
     monitors = _kind(docs, "ServiceMonitor") + _kind(docs, "PodMonitor")
     assert sorted(m["metadata"]["labels"]["app.kubernetes.io/component"] for m in monitors) == [
@@ -276,7 +279,13 @@ def test_the_network_policy_lets_the_sites_prometheus_scrape_in_every_mode(mode)
     scrape = [r for r in entry["ingress"] if r.get("from") == [PEER]]
     assert [_ports(r) for r in scrape] == [{8080}]  # the gateway's
     # with no selector, no rule admits any source to them: the operator's port is its whole
-    # HTTP API (test_network_policy.py evaluates who reaches what)
+    # HTTP API (test_network_policy.py evaluates who reaches what); prometheus-operator's
+    # monitors are refused without one (their scraper is never one of the release's pods)
+    if mode == "prometheus-operator":
+        assert "networkPolicy.metricsFrom: expected the site's Prometheus" in (
+            _render_error(MODES[mode])
+        )
+        return
     nobody = _policy(_docs(MODES[mode]), "internal")["ingress"]
     assert [r for r in nobody if "from" not in r] == []
     assert [r for r in nobody if r["from"] != internal["ingress"][0]["from"]] == []
@@ -345,7 +354,8 @@ def test_each_service_monitor_scrapes_its_pods_once():
     gateway's labels too; its ServiceMonitor must still select the gateway's Service alone, or
     prometheus-operator scrapes every gateway pod twice."""
     values = {
-        "monitoring": {"prometheus": {"enabled": True}, "prometheusOperator": {"enabled": True}}
+        "monitoring": {"prometheus": {"enabled": True}, "prometheusOperator": {"enabled": True}},
+        "networkPolicy": {"metricsFrom": [PEER]},
     }
     docs = _docs(values)
     services = _kind(docs, "Service")

@@ -179,8 +179,9 @@ def test_with_clients_only_they_the_release_and_the_load_balancers_ranges_get_in
 
 def test_the_gateways_load_balancer_ranges_reach_the_gateway_alone():
     ranges = ["203.0.113.0/24"]
+    service = {"type": "LoadBalancer", "loadBalancerSourceRanges": ranges}
     values = {
-        "gateway": {"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ranges}},
+        "gateway": {"service": {**service, "externalTrafficPolicy": "Local"}},
         "networkPolicy": {"clients": [{"namespaceSelector": {"matchLabels": {"a": "b"}}}]},
     }
     docs = _docs(values)
@@ -219,3 +220,83 @@ def test_the_evaluator_reads_selectors_and_rules_as_kubernetes_does():
     assert reaches([policy], own(pod), pod, 2)
     assert not reaches([policy], Source("10.0.0.1"), pod, 2)
     assert reaches([], STRANGER, pod, 2)  # no policy selects it: open
+
+
+def _refusal(values: dict) -> str:
+    with pytest.raises(Exception) as caught:
+        render(values)
+    return str(caught.value)
+
+
+def test_prometheus_operators_scraper_reaches_every_metrics_port_in_its_profile():
+    """The prometheus-operator profile's monitors are scraped by the site's Prometheus, outside
+    the release: the profile lists it in metricsFrom, so it reaches each port a monitor names."""
+    docs = _docs(profiles()["prometheus-operator-values"])
+    p = pods(docs)
+    monitors = [d for d in docs if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    assert len(monitors) == 4
+    for component, port in (("triton", 8002), ("operator", 8080), ("gateway", 8080)):
+        assert reaches(docs, SITE_PROMETHEUS, p[component], port), component
+    assert reaches(docs, SITE_PROMETHEUS, p["envoy"], 9102)
+    assert not reaches(docs, STRANGER, p["triton"], 8002)
+
+
+def test_monitors_whose_scraper_the_policy_blocks_are_refused():
+    """prometheus-operator's monitors with the NetworkPolicy on and metricsFrom empty would be
+    scraped by nobody: refused, naming the values; the chart's own Prometheus (a release pod)
+    needs no metricsFrom, nor does a release without the policy."""
+    values = {**profiles()["prometheus-operator-values"], "networkPolicy": {"metricsFrom": []}}
+    refused = _refusal(values)
+    assert "networkPolicy.metricsFrom: expected the site's Prometheus" in refused
+    assert "monitoring.prometheusOperator.enabled" in refused and "podSelector" in refused
+    off = {**values, "networkPolicy": {"enabled": False, "metricsFrom": []}}
+    assert not [d for d in _docs(off) if d["kind"] == "NetworkPolicy"]
+    own_prometheus = _docs({"monitoring": {"prometheus": {"enabled": True}}})
+    p = pods(own_prometheus)
+    assert reaches(own_prometheus, own(p["prometheus"]), p["triton"], 8002)
+
+
+LOAD_BALANCER = {"type": "LoadBalancer", "loadBalancerSourceRanges": ["203.0.113.0/24"]}
+CLIENTS = {"clients": [{"namespaceSelector": {"matchLabels": {"a": "b"}}}]}
+
+
+@pytest.mark.parametrize("component", ["envoy", "gateway"])
+def test_source_ranges_admitted_by_address_need_the_clients_addresses(component):
+    """The NetworkPolicy admits a LoadBalancer's source ranges by address, which the Service
+    keeps only with externalTrafficPolicy Local (with Cluster a node forwards each connection
+    from its own address): with clients set, Cluster is refused, naming the value."""
+    where = f"{component}.service"
+    values = {component: {"service": LOAD_BALANCER}, "networkPolicy": CLIENTS}
+    refused = _refusal(values)
+    assert f"{where}.externalTrafficPolicy: expected Local" in refused
+    assert f"{where}.loadBalancerSourceRanges" in refused and "its own address" in refused
+    local = {component: {"service": {**LOAD_BALANCER, "externalTrafficPolicy": "Local"}}}
+    docs = _docs({**values, **local})
+    (service,) = [
+        d
+        for d in docs
+        if d["kind"] == "Service" and d["metadata"]["name"] == f"site-sonicsite-{component}"
+    ]
+    assert service["spec"]["externalTrafficPolicy"] == "Local"
+    port = 8001 if component == "envoy" else 8080
+    assert reaches(docs, Source("203.0.113.5"), pods(docs)[component], port)
+    # without clients the policy admits any source: Cluster's rewritten addresses too
+    (service,) = [
+        d
+        for d in _docs({component: {"service": LOAD_BALANCER}})
+        if d["kind"] == "Service" and d["metadata"]["name"] == f"site-sonicsite-{component}"
+    ]
+    assert service["spec"]["externalTrafficPolicy"] == "Cluster"
+
+
+def test_only_services_reachable_from_outside_take_a_traffic_policy():
+    """The API server refuses externalTrafficPolicy on a ClusterIP Service."""
+    for kind, expected in (("ClusterIP", None), ("NodePort", "Local"), ("LoadBalancer", "Local")):
+        service = {"type": kind, "externalTrafficPolicy": "Local"}
+        docs = _docs({"envoy": {"service": service}, "gateway": {"service": service}})
+        for name in ("site-sonicsite-envoy", "site-sonicsite-gateway"):
+            (found,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == name]
+            assert found["spec"].get("externalTrafficPolicy") == expected, (kind, name)
+    assert "at '/envoy/service/externalTrafficPolicy'" in _refusal(
+        {"envoy": {"service": {"externalTrafficPolicy": "local"}}}
+    )

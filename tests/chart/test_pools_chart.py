@@ -158,6 +158,55 @@ def test_a_pools_own_zero_and_empty_values_are_kept_not_replaced_by_tritons():
     }
 
 
+def test_a_pool_with_only_a_gpu_count_keeps_tritons_vendor():
+    """pools[].gpu applies key by key over triton's: {count: 2} alone is a pool of triton's
+    GPUs, two per server (the schema once required a vendor)."""
+    values = {
+        "triton": {"gpu": {"vendor": "nvidia", "count": 1}},
+        "pools": [{"name": "a", "gpu": {"count": 2}}],
+        "placement": {"enabled": True},
+    }
+    pod = _named(objects(render(values)), "Deployment")["site-sonicsite-triton-a"]
+    (triton,) = pod["spec"]["template"]["spec"]["containers"]
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert triton["image"].startswith("nvcr.io/nvidia/tritonserver:")
+
+
+def test_a_pool_takes_tritons_runtime_groups_and_rollout_or_its_own():
+    """runtimeClassName and supplementalGroups as given (a pool's "" or [] clears triton's),
+    rollingUpdate key by key over triton's (a pool's 0 kept), both steps at 0 refused."""
+    values = {
+        "triton": {
+            "gpu": {"vendor": "nvidia"},
+            "runtimeClassName": "nvidia",
+            "supplementalGroups": [44],
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        },
+        "pools": [
+            {"name": "nv", "models": ["deepmet"]},
+            {
+                "name": "amd",
+                "gpu": {"vendor": "amd"},
+                "runtimeClassName": "",
+                "supplementalGroups": [44, 109],
+                "rollingUpdate": {"maxSurge": 1},
+            },
+        ],
+        "placement": {"enabled": True},
+    }
+    deployments = _named(objects(render(values)), "Deployment")
+    nv, amd = deployments["site-sonicsite-triton-nv"], deployments["site-sonicsite-triton-amd"]
+    assert nv["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+    assert nv["spec"]["template"]["spec"]["securityContext"]["supplementalGroups"] == [44]
+    assert nv["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert "runtimeClassName" not in amd["spec"]["template"]["spec"]
+    assert amd["spec"]["template"]["spec"]["securityContext"]["supplementalGroups"] == [44, 109]
+    assert amd["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 1}
+    stuck = {**values, "pools": [{"name": "a", "rollingUpdate": {"maxUnavailable": 0}}]}
+    with pytest.raises(Exception, match=r"pools\[a\]\.rollingUpdate: expected maxSurge or"):
+        render(stuck)
+
+
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 

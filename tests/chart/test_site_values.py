@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from chartcheck import CHART, objects, one_object, profiles, render
+from chartcheck import CHART, objects, one_object, profiles, render, validate_builtin
 from crdcheck import load_crds, validate
 
 COMPONENTS = ("triton", "envoy", "gateway", "operator")
@@ -394,3 +394,53 @@ def test_helm_test_can_be_switched_off_and_given_requests_from_a_file():
     assert "--inputs=/etc/sonicsite/test/inputs.json" in container["args"]
     assert pod["spec"]["volumes"][0]["configMap"]["name"] == configmap["metadata"]["name"]
     assert "tests.inputs: expected a JSON object" in _render_error({"tests": {"inputs": "{nope"}})
+
+
+def test_triton_rolls_as_the_site_says_and_never_with_both_steps_at_zero():
+    """By default a new server starts before an old one stops; a site whose GPUs are all in use
+    stops one first (maxSurge 0, maxUnavailable 1), or the new server never schedules."""
+    default = one_object(_docs({}), "Deployment", "triton")["spec"]["strategy"]
+    assert default == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    for steps in ({"maxSurge": 0, "maxUnavailable": 1}, {"maxSurge": "25%", "maxUnavailable": 0}):
+        docs = _docs({"triton": {"rollingUpdate": steps}})
+        deployment = one_object(docs, "Deployment", "triton")
+        assert deployment["spec"]["strategy"]["rollingUpdate"] == steps
+        assert validate_builtin([deployment]) == []
+    for zero in (0, "0%"):
+        refused = _render_error({"triton": {"rollingUpdate": {"maxSurge": zero}}})
+        assert "triton.rollingUpdate: expected maxSurge or maxUnavailable above 0" in refused
+    assert "at '/triton/rollingUpdate/maxSurge'" in _render_error(
+        {"triton": {"rollingUpdate": {"maxSurge": "one"}}}
+    )
+
+
+def test_triton_pods_take_a_runtime_class_and_supplemental_groups():
+    """The NVIDIA runtime where it is not the nodes' default (k3s, RKE2), the GPU device groups
+    for ROCm as non-root: on Triton's pods alone, which stay non-root."""
+    values = {
+        "triton": {
+            "gpu": {"vendor": "amd"},
+            "runtimeClassName": "amd",
+            "supplementalGroups": [44, 109],
+        }
+    }
+    docs = _docs(values)
+    pod = _pod(docs, "triton")
+    assert pod["runtimeClassName"] == "amd"
+    assert pod["securityContext"]["supplementalGroups"] == [44, 109]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for component in ("envoy", "gateway", "operator"):
+        other = _pod(docs, component)
+        assert "runtimeClassName" not in other
+        assert "supplementalGroups" not in other["securityContext"]
+    assert validate_builtin([d for d in docs if d["kind"] == "Deployment"]) == []
+    default = _pod(_docs({}), "triton")
+    assert "runtimeClassName" not in default
+    assert "supplementalGroups" not in default["securityContext"]
+    assert "at '/triton/runtimeClassName'" in _render_error({"triton": {"runtimeClassName": "A"}})
+    assert "at '/triton/supplementalGroups/0'" in _render_error(
+        {"triton": {"supplementalGroups": ["video"]}}
+    )

@@ -89,6 +89,11 @@ CASES = {
     "the test's requests": ({"tests": {"enabled": True, "inputs": '{"m": {"inputs": []}}'}}, []),
     "the disruption budget": ({"podDisruptionBudget": {"minAvailable": 2}}, []),
     "more Envoy pods": ({"envoy": {"replicas": 4}}, []),
+    # the Deployment's strategy, not its pods: the next rollout goes the new way
+    "Triton's rollout steps": (
+        {"triton": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}},
+        [],
+    ),
     "Triton's own arguments": ({"triton": {"extraArgs": ["--log-verbose=1"]}}, ["triton"]),
     "another CVMFS repository": (
         {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -171,3 +172,33 @@ def test_every_choice_the_schema_allows_is_named_in_the_values_description():
             missing = [c for c in choices if str(c) not in value.description]
             assert missing == [], (value.path, value.description)
     assert {"envoy.service.type", "gateway.service.type", "operator.balancing"} <= set(checked)
+
+
+def test_the_charts_readme_names_every_partial_of_shared_snippets():
+    readme = (CHART.parent / "README.md").read_text()
+    partials = sorted(p.name for p in (CHART / "templates").glob("_*.tpl"))
+    assert len(partials) > 1
+    assert [p for p in partials if f"`{p}`" not in readme] == []
+
+
+def test_sites_that_render_without_the_cluster_are_told_to_bring_the_kept_keys():
+    """A key the chart makes once and keeps (sonicsite.persistentKey) is found with `lookup`,
+    which `helm template` (and Argo CD), `--dry-run` cannot do: a new key at every render. The
+    README names, for each, the existingSecret value that makes it the site's."""
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    values = []
+    for path in sorted((CHART / "templates").glob("*.yaml")):
+        text = path.read_text()
+        if "sonicsite.persistentKey" not in text:
+            continue
+        (helper,) = set(re.findall(r'include "(sonicsite\.\w+KeySecret)"', text))
+        body = helpers.split(f'define "{helper}"', 1)[1].split("{{- end -}}", 1)[0]
+        values += re.findall(r"\.Values\.([\w.]+\.existingSecret)", body)
+    assert sorted(values) == [
+        "operator.admission.passKey.existingSecret",
+        "triton.adminKey.existingSecret",
+    ]
+    readme = README.read_text()
+    (paragraph,) = [p for p in readme.split("\n\n") if "`lookup`" in p]
+    for words in ("`helm template`", "Argo CD", "--dry-run", *(f"`{v}`" for v in values)):
+        assert words in paragraph, words

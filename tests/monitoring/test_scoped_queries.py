@@ -80,6 +80,7 @@ def _own_prometheus(release: Release, metrics: str) -> Rendered:
         "autoscaling": {"enabled": True},
         "monitoring": {"prometheus": {"enabled": True}},
         "triton": {"ports": {"metrics": int(port)}},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},  # its scraper's pods
     }
     docs = objects(render(values, name=release.name, namespace=release.namespace))
     (config,) = [d for d in _kinds(docs, "ConfigMap") if "prometheus.yml" in d.get("data", {})]
@@ -125,6 +126,7 @@ def _annotated(release: Release, metrics: str, targets_file: Path) -> Rendered:
             "prometheusOperator": {"enabled": True},
         },
         "triton": {"ports": {"metrics": int(port)}},
+        "networkPolicy": {"metricsFrom": [{"namespaceSelector": {}}]},  # its scraper's pods
     }
     docs = objects(render(values, name=release.name, namespace=release.namespace))
     (deployment,) = [

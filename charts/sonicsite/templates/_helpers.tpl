@@ -54,11 +54,18 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* Pod security for every pod: non-root as `uid` (its group too), and "groups" (a list,
+optional) as supplementalGroups (Triton's triton.supplementalGroups: the nodes' GPU device
+groups). */}}
 {{- define "sonicsite.podSecurity" -}}
 runAsNonRoot: true
 runAsUser: {{ .uid }}
 runAsGroup: {{ .uid }}
 fsGroup: {{ .uid }}
+{{- with .groups }}
+supplementalGroups:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
@@ -175,9 +182,16 @@ pod. Static resources: the operator's xDS neither sees nor replaces them. */}}
 
 {{/* A NetworkPolicy ingress rule admitting a LoadBalancer Service's allowed source ranges
 (`loadBalancerSourceRanges`) to a container port; nothing unless the Service is a
-LoadBalancer with ranges. Takes (dict "service" SERVICE-VALUES "port" PORT). */}}
+LoadBalancer with ranges. The ranges are matched against the packets' source address, which
+is the client's only with externalTrafficPolicy Local: with Cluster a node forwards the
+connection with its own address as the source (SNAT), no range matches it, and every client
+of the load balancer would be refused; so the render fails, naming the value. Takes (dict
+"service" SERVICE-VALUES "port" PORT "where" "envoy.service"). */}}
 {{- define "sonicsite.loadBalancerRule" -}}
 {{- if and (eq .service.type "LoadBalancer") .service.loadBalancerSourceRanges -}}
+{{- if ne .service.externalTrafficPolicy "Local" -}}
+{{- fail (printf "%s.externalTrafficPolicy: expected Local with %s.loadBalancerSourceRanges and networkPolicy.clients, got %s: the NetworkPolicy admits the load balancer's clients by their source ranges, and with Cluster a node forwards each connection with its own address as the source, so every one of them would be refused; set %s.externalTrafficPolicy to Local (or leave networkPolicy.clients empty, which admits any source)" .where .where (.service.externalTrafficPolicy | default "unset") .where) -}}
+{{- end -}}
 - from:
     {{- range .service.loadBalancerSourceRanges }}
     - ipBlock:
@@ -185,6 +199,22 @@ LoadBalancer with ranges. Takes (dict "service" SERVICE-VALUES "port" PORT). */}
     {{- end }}
   ports:
     - port: {{ .port }}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails the render when two ports of one pod or one Service are the same number: a
+process cannot bind a port its pod already binds (Envoy's admin interface on the loopback
+included: a listener on 0.0.0.0 cannot share its port), and the API server refuses a Service
+that lists a port twice. Takes (dict "ports" (list (list VALUE-NAME PORT) ...) "why" WHY),
+WHY saying what shares them; the first of a pair is the one named first. */}}
+{{- define "sonicsite.distinctPorts" -}}
+{{- $ports := .ports -}}
+{{- range $i, $a := $ports -}}
+{{- range $b := slice $ports (add $i 1 | int) -}}
+{{- if eq (index $a 1 | int) (index $b 1 | int) -}}
+{{- fail (printf "%s: expected a port of its own, not %v, which %s is too (%s): set %s or %s to another port" (index $a 0) (index $a 1) (index $b 0) $.why (index $a 0) (index $b 0)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -125,6 +125,17 @@ spec:
         {{- include "sonicsite.monitorRelabelings" .root | nindent 8 }}
 {{- end -}}
 
+{{/* Fails the render where prometheus-operator's monitors are on and the NetworkPolicy
+would block their scrapes: the monitors are for the site's Prometheus, outside the release,
+and the policy admits no pod outside it to the metrics ports but networkPolicy.metricsFrom
+(the chart's own Prometheus, a release pod, is always admitted, and needs no monitor). */}}
+{{- define "sonicsite.metricsFromChecked" -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if and .Values.monitoring.prometheusOperator.enabled $np.enabled (not $np.metricsFrom) -}}
+{{- fail "networkPolicy.metricsFrom: expected the site's Prometheus with monitoring.prometheusOperator.enabled, got none: the PodMonitor and ServiceMonitors are scraped by a Prometheus outside the release, which networkPolicy.enabled keeps off the metrics ports unless listed there; set networkPolicy.metricsFrom to its pods, e.g. [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}, podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}}] (or networkPolicy.enabled false)" -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Prometheus that KEDA queries: given, or the chart's own. */}}
 {{- define "sonicsite.prometheusAddress" -}}
 {{- if .Values.monitoring.prometheusAddress -}}

@@ -153,8 +153,9 @@ single pool of a release without `pools`, so that its objects keep their names a
 upgrades), `models` (pinned; [] for the pool of every model no other pool names), `pinned`
 (every model some pool names), `labels` (what its pods and selector add), `preload` (the
 placement.preload models this pool holds), and its `replicas`, `minReplicas`, `maxReplicas`,
-`gpu`, `nodeSelector`, `tolerations` and `resources` (each defaulting to triton's or
-autoscaling's). */}}
+`gpu`, `nodeSelector`, `tolerations`, `resources`, `runtimeClassName`, `supplementalGroups`
+and `rollingUpdate` (each defaulting to triton's or autoscaling's; gpu and rollingUpdate key
+by key). */}}
 {{- define "sonicsite.tritonPools" -}}
 {{- $t := .Values.triton -}}
 {{- $a := .Values.autoscaling -}}
@@ -195,6 +196,16 @@ autoscaling's). */}}
 {{- $_ := set $pool "nodeSelector" (hasKey . "nodeSelector" | ternary .nodeSelector $t.nodeSelector) -}}
 {{- $_ := set $pool "tolerations" (hasKey . "tolerations" | ternary .tolerations $t.tolerations) -}}
 {{- $_ := set $pool "resources" (hasKey . "resources" | ternary .resources $t.resources) -}}
+{{- $_ := set $pool "runtimeClassName" (hasKey . "runtimeClassName" | ternary .runtimeClassName $t.runtimeClassName) -}}
+{{- $_ := set $pool "supplementalGroups" (hasKey . "supplementalGroups" | ternary .supplementalGroups $t.supplementalGroups) -}}
+{{- /* a pool's rollingUpdate key by key over triton's, each key as given (its 0 kept) */ -}}
+{{- $rolling := deepCopy ($t.rollingUpdate | default dict) -}}
+{{- range $key, $value := (.rollingUpdate | default dict) }}{{ $_ := set $rolling $key $value }}{{ end -}}
+{{- $where := ternary "triton.rollingUpdate" (printf "pools[%s].rollingUpdate" .name) (not $.Values.pools) -}}
+{{- if and (hasKey $rolling "maxSurge") (hasKey $rolling "maxUnavailable") (eq (trimSuffix "%" (toString $rolling.maxSurge)) "0") (eq (trimSuffix "%" (toString $rolling.maxUnavailable)) "0") -}}
+{{- fail (printf "%s: expected maxSurge or maxUnavailable above 0, got both 0 (no server could ever be replaced: Kubernetes refuses the Deployment); a site whose GPUs are all in use sets maxSurge 0 and maxUnavailable 1" $where) -}}
+{{- end -}}
+{{- $_ := set $pool "rollingUpdate" $rolling -}}
 {{- $pools = append $pools $pool -}}
 {{- end -}}
 {{- if gt (len $catchAll) 1 -}}
