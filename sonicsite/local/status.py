@@ -3,7 +3,8 @@
 Every process of the site (its servers, the operator, Envoy, the gateway, Prometheus, the
 supervisor) with its PID, state, restarts and last exit, as the contract's reader sees it
 now (`read_processes`: the gateway's status page reads the same); a line that starts DEAD,
-RESTARTING or NOT READY for each process that does not serve, NOT LISTENING for an Envoy
+RESTARTING, NOT ANSWERING (alive, but its health URL gives no answer: stopped or hung) or
+NOT READY for each process that does not serve, NOT LISTENING for an Envoy
 without the site's endpoint, STARTING, INCOMPLETE, STOPPING or NOT STOPPED for a site whose
 `up` or `down` is under way or was cut short (`unfinished`), ABANDONED for a server whose
 adder died before recording it (abandoned.py); and an exit status that says
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sonicsite.contract.wire import (
@@ -31,30 +33,66 @@ from sonicsite.contract.wire import (
 
 from .abandoned import AbandonedAdd, abandoned_adds
 from .control_plane import listener_problem
+from .processes import answers
 from .state import SiteState, holder
+from .supervision import SupervisionPolicy
 from .triton import is_ready
+
+PROBE_S = 3.0  # how long `status` waits for a process's health URL
 
 EXIT_OK = 0  # every process runs and every server is ready (or was stopped on purpose)
 EXIT_NO_SITE = 1  # no site in the directory, or its state file is not one
-# something is down: a process dead or restarting, a server not ready, Envoy not listening
-# on the site's endpoint, or the site incomplete (an `up` or `down` under way or cut short)
+# something is down: a process dead, restarting or not answering, a server not ready, Envoy
+# not listening on the site's endpoint, or the site incomplete (`up` or `down` under way or
+# cut short)
 EXIT_DOWN = 3
 EXIT_HELP = (
     "exit status: 0 when every process runs and every server is ready; 1 when there is no "
-    "site in DIR; 3 when something is down (a process dead or restarting, a server not "
-    "ready, Envoy not listening on the site's gRPC endpoint) or the site is incomplete (an "
+    "site in DIR; 3 when something is down (a process dead, restarting or not answering its "
+    "health URL, a server not ready, Envoy not listening on the site's gRPC endpoint) or the "
+    "site is incomplete (an "
     "`up` or `down` under way, or killed before it finished). A state.json that is not a "
     "site's counts as no site (1), and says why"
 )
 
 
+def silent(state: SiteState, records: tuple[ProcessRecord, ...]) -> dict[str, str]:
+    """Each process recorded running whose health URL gives no answer within PROBE_S,
+    name -> URL, all asked at once: its PID lives, but it is stopped (SIGSTOP) or hung."""
+    urls = {p.name: p.health for p in state.processes if p.health}
+    asked = [r.name for r in records if r.state == RUNNING and r.name in urls]
+    if not asked:
+        return {}
+    with ThreadPoolExecutor(len(asked), thread_name_prefix="status-probe") as pool:
+        said = list(pool.map(lambda name: answers(urls[name], PROBE_S), asked))
+    return {name: urls[name] for name, ok in zip(asked, said, strict=True) if not ok}
+
+
+def _silent_line(r: ProcessRecord, url: str, supervised: bool) -> str:
+    head = f"NOT ANSWERING: {r.name} (pid {r.pid}): {url} gave no answer in {PROBE_S:g} s"
+    if r.kind == SUPERVISOR:
+        return f"{head} (stopped or hung): nothing restarts the site's processes meanwhile"
+    hang_s = SupervisionPolicy().hang_after(r.kind)
+    if supervised and hang_s is not None:
+        return f"{head} (stopped or hung): the supervisor restarts it after {hang_s:g} s of this"
+    fate = "nothing restarts it" if not supervised else "the supervisor watches only its PID"
+    return f"{head} (stopped or hung): {fate}; `kill -CONT {r.pid}` if it was stopped"
+
+
 def problems(
-    records: tuple[ProcessRecord, ...], ready: dict[str, bool], supervised: bool
+    records: tuple[ProcessRecord, ...],
+    ready: dict[str, bool],
+    supervised: bool,
+    unanswered: dict[str, str] | None = None,
 ) -> list[str]:
-    """One line per process that does not serve now."""
+    """One line per process that does not serve now (`unanswered`: those whose health URL
+    gave no answer, `silent`)."""
     lines = []
+    unanswered = unanswered or {}
     for r in records:
-        if r.state == DEAD and r.kind == SUPERVISOR:
+        if r.state == RUNNING and r.name in unanswered:
+            lines.append(_silent_line(r, unanswered[r.name], supervised))
+        elif r.state == DEAD and r.kind == SUPERVISOR:
             lines.append(
                 f"DEAD: supervisor (pid {r.pid}): nothing restarts the site's processes now; "
                 "`sonicsite down` still stops them all"
@@ -81,10 +119,16 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
         print(exc, file=sys.stderr)
         return EXIT_NO_SITE
     states = {r.name: r.state for r in records}
-    ready = {s.id: states.get(s.id, RUNNING) == RUNNING and is_ready(s.http) for s in state.servers}
+    unanswered = silent(state, records)
+    ready = {
+        s.id: states.get(s.id, RUNNING) == RUNNING and s.id not in unanswered and is_ready(s.http)
+        for s in state.servers
+    }
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
-    supervised = supervisor is not None and supervisor.state == RUNNING
-    trouble = problems(records, ready, supervised) + not_listening(state, records)
+    supervised = (
+        supervisor is not None and supervisor.state == RUNNING and SUPERVISOR not in unanswered
+    )
+    trouble = problems(records, ready, supervised, unanswered) + not_listening(state, records)
     trouble += [line] if (line := unfinished(state)) else []
     abandoned = [add for add in abandoned_adds(site_dir) if add.groups]
     trouble += [add.said(_fate(add, supervised)) for add in abandoned]
@@ -101,6 +145,8 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
     watching = (
         f"supervised by pid {supervisor.pid}"
         if supervised
+        else f"NOT supervised: the supervisor (pid {supervisor.pid}) does not answer"
+        if supervisor is not None and SUPERVISOR in unanswered
         else "NOT supervised: a process that dies stays dead"
     )
     print(

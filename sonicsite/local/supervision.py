@@ -27,7 +27,8 @@ from .errors import SiteError
 from .processes import start_process, wait_for_http
 from .state import LocalProcess, SiteState, edit
 
-HANG_KINDS = ("operator", "gateway", "envoy", SERVER)  # probed for hangs; the rest by PID
+# probed for hangs; the rest by PID. Prometheus too: hung, it silences every alert
+HANG_KINDS = ("operator", "gateway", "envoy", "prometheus", SERVER)
 HISTORY = 8  # back-off delays kept per process in its record
 HANG_PROBES = 3  # probes unanswered in a row, besides the time bound (the chart's threshold)
 
@@ -43,7 +44,7 @@ class SupervisionPolicy:
     backoff_factor: float = 2.0  # each further failure in a row multiplies it
     backoff_max_s: float = 30.0  # the cap
     stable_s: float = 30.0  # a process that ran this long starts its back-off afresh
-    hang_after_s: float = 10.0  # operator, gateway, Envoy: no answer this long means hung
+    hang_after_s: float = 10.0  # operator, gateway, Envoy, Prometheus: no answer this long
     server_hang_after_s: float = 30.0  # a Triton server (the chart's liveness: 3 × 10 s)
     probe_timeout_s: float = 2.0  # one probe's wait for an answer
     start_timeout_s: float = 180.0  # a restarted process must answer within this

@@ -17,7 +17,6 @@ and on SIGTERM; what it started is recorded and stopped by `down`, never by it.
 from __future__ import annotations
 
 import argparse
-import http.client
 import logging
 import os
 import signal
@@ -25,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +38,7 @@ from sonicsite.contract.wire import (
 )
 
 from .abandoned import stop_abandoned
-from .processes import exit_reason, kill_group, site_group, start_process
+from .processes import answers, exit_reason, kill_group, site_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
 from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy
@@ -345,17 +342,6 @@ class Supervisor:
         return {name: future.result() for name, future in futures.items()}
 
 
-def answers(url: str, timeout: float) -> bool:
-    """True when `url` gives any HTTP answer: a process that answers 503 is alive."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-        return False  # refused, silent, or not HTTP (another program on its port)
-
-
 def parser() -> argparse.ArgumentParser:
     defaults = SupervisionPolicy()
     p = argparse.ArgumentParser(prog="sonicsite-supervisor", description=__doc__)
@@ -368,7 +354,10 @@ def parser() -> argparse.ArgumentParser:
         "--backoff-factor": ("backoff_factor", "each failure in a row multiplies the wait"),
         "--backoff-max": ("backoff_max_s", "the longest wait before a restart"),
         "--stable": ("stable_s", "seconds of running after which the back-off starts afresh"),
-        "--hang-after": ("hang_after_s", "seconds unanswered: operator, gateway, Envoy hung"),
+        "--hang-after": (
+            "hang_after_s",
+            "seconds unanswered: operator, gateway, Envoy, Prometheus hung",
+        ),
         "--server-hang-after": ("server_hang_after_s", "seconds unanswered: a Triton server hung"),
         "--probe-timeout": ("probe_timeout_s", "seconds one health probe waits"),
         "--start-timeout": ("start_timeout_s", "seconds a restarted process has to answer"),

@@ -1,7 +1,8 @@
 """A supervised local site with the real processes: each kind killed comes back (restarts
 shown in `status --json`, the state file, the supervisor's metrics and Prometheus) and the
-site serves again; a hung operator, Envoy or server is killed and restarted; a removed
-server is not restarted; `down` leaves nothing running."""
+site serves again; a stopped process and a stopped supervisor are named by `status`; a
+hung operator, Envoy, Prometheus or server is killed and restarted; a removed server is not
+restarted; `down` leaves nothing running."""
 
 from __future__ import annotations
 
@@ -130,7 +131,33 @@ def test_restarts_are_in_the_supervisors_metrics_and_in_prometheus(supervised):
     )
 
 
-@pytest.mark.parametrize("name", ["operator", "envoy", "triton-1"])
+def test_a_stopped_supervisor_and_a_stopped_process_are_named_not_running(supervised, status_json):
+    """`status` said `running`, exit 0, for a process whose PID lived but that answered
+    nothing (SIGSTOP), and `supervised by pid N` for a stopped supervisor: each is NOT
+    ANSWERING (its health URL), the site not supervised meanwhile, exit 3. The supervisor
+    is stopped first: nothing kills the stopped Prometheus while status asks."""
+    site_dir = Path(supervised.site_dir)
+    state = SiteState.load(site_dir)
+    watcher, prom = state.process("supervisor"), state.process("prometheus")
+    os.kill(watcher.pid, signal.SIGSTOP)
+    try:
+        os.kill(prom.pid, signal.SIGSTOP)
+        try:
+            code, data, _ = status_json(site_dir)
+        finally:
+            os.kill(prom.pid, signal.SIGCONT)
+    finally:
+        os.kill(watcher.pid, signal.SIGCONT)
+    said = "\n".join(data["down"])
+    assert code == 3 and not data["supervised"], said
+    assert f"NOT ANSWERING: supervisor (pid {watcher.pid}): {watcher.health}" in said
+    assert "nothing restarts the site's processes meanwhile" in said
+    assert f"NOT ANSWERING: prometheus (pid {prom.pid}): {prom.health}" in said
+    assert f"nothing restarts it; `kill -CONT {prom.pid}`" in said
+    wait_until(lambda: status_json(site_dir)[0] == 0, "every process to answer again")
+
+
+@pytest.mark.parametrize("name", ["operator", "envoy", "prometheus", "triton-1"])
 def test_a_hung_process_is_killed_and_restarted(supervised, name):
     site_dir = Path(supervised.site_dir)
     before = SiteState.load(site_dir).process(name)
