@@ -89,6 +89,10 @@ class StreamStats:
         for r in ok:
             rows[r.server] += r.rows
             paths[r.path] += r.rows
+        failed_on: dict[str, Counter] = {}  # path -> error kind -> tries
+        for r in self.records:
+            if not r.ok:
+                failed_on.setdefault(r.path, Counter())[r.error] += 1
         return {
             "requests": len(self.records),
             "requests_ok": len(ok),
@@ -105,6 +109,7 @@ class StreamStats:
             "network_s": round(sum(r.network_s for r in self.records), 6),
             "payload_copies": sum(r.copies for r in ok),
             "errors": dict(Counter(r.error for r in self.records if not r.ok)),
+            "errors_per_path": {p: dict(sorted(k.items())) for p, k in sorted(failed_on.items())},
             "server_times": self.server_times,
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -112,7 +113,8 @@ def _site(args: argparse.Namespace) -> int:
         return print_status(args.dir)
     if args.command == "down":
         stopped = down(args.dir)
-        print(f"stopped {len(stopped)} server(s): {' '.join(map(str, stopped))}")
+        shown = ", ".join(f"{name} (pid {pid})" for pid, name in stopped.items())
+        print(f"stopped {len(stopped)} process(es) of the site: {shown or 'none was running'}")
         return 0
     if args.command == "submit":
         return _submit(args, args.model)
@@ -122,7 +124,7 @@ def _site(args: argparse.Namespace) -> int:
         code = _submit(args, DEMO_MODELS)
     finally:
         stopped = down(args.dir)
-        print(f"site stopped ({len(stopped)} servers)")
+        print(f"site stopped ({len(stopped)} processes)")
     return code
 
 
@@ -160,7 +162,21 @@ def _unwinding(command: str, run: Callable[[], int]) -> int:
         return 128 + number.value
 
 
+EXIT_READER_GONE = 141  # as a shell reports a command killed by SIGPIPE (128 + 13)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status. The reader of its output gone (`sonicsite status | head
+    -1`): what it read stands, no traceback, and not a status of the command's own (status's
+    1 says there is no site)."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing at exit
+        return EXIT_READER_GONE
+
+
+def _run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     if args.command == "models":
         return _models(args)

@@ -9,10 +9,12 @@ resume's gap left out; a model's over its own active time, `active_s`: from its 
 request to its last answer, within the runs), latency (None without an answer), events per
 server and per path (`per_path`: envoy, gateway or direct, when the client reports
 `rows_per_path`), retries, sheds (`overloaded`: RESOURCE_EXHAUSTED / 429 replies honoured),
-reruns of jobs whose worker died. Requests, latency, retries, sheds, `per_server` and
-`per_path` come from every attempt of a job that left a result (its last, and the figures of
-earlier ones, `earlier`: a rerun, or a run before `--resume`): the events answered by an
-attempt killed before it wrote one are `events_server_unknown`. `errors`: the first
+reruns of jobs whose worker died, the tries that failed (`failed_tries`: path -> error
+kind -> count, what the retries were for and where). Requests, latency, retries, sheds,
+failed tries, `per_server` and `per_path` come from every attempt of a job that left a
+result (its last, and the figures of earlier ones, `earlier`: a rerun, or a run before
+`--resume`): the events answered by an attempt killed before it wrote one are
+`events_server_unknown`. `errors`: the first
 ERRORS_KEPT kinds of worker failures (type, message, jobs) and event errors, one kind for a
 failure whatever its figures and detail (error_kinds.py: `kind`, an example `error`,
 `variants`); `errors_total` counts every kind, `errors_left_out` and
@@ -121,6 +123,7 @@ def _summary(
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
         "retries": sum(a["retries"] or 0 for a in attempts),
+        "failed_tries": _failed_tries(attempts),
         "overloaded": sum(a.get("overloaded") or 0 for a in attempts),
         "reruns": sum(_reruns(r) for r in results),
         "per_server": dict(sorted(per_server.items())),
@@ -131,6 +134,20 @@ def _summary(
         "client": _client_totals(attempts),
         **({"executions": checked} if checked else {}),
     }
+
+
+def _failed_tries(attempts: list[dict]) -> dict[str, dict[str, int]]:
+    """The tries that failed (each retried, or its chunk's last), path -> error kind ->
+    count: what the retries were for, and where (a client that kept no paths: `unknown`)."""
+    tries: dict[str, Counter] = {}
+    for a in attempts:
+        client = a.get("client") or {}
+        per_path = client.get("errors_per_path")
+        if per_path is None and client.get("errors"):
+            per_path = {"unknown": client["errors"]}
+        for path, kinds in (per_path or {}).items():
+            tries.setdefault(path, Counter()).update(kinds)
+    return {path: dict(sorted(k.items())) for path, k in sorted(tries.items())}
 
 
 def _local_events(result: dict) -> list[int]:
@@ -296,7 +313,14 @@ def print_summary(report: dict, out: Path) -> None:
         )
         for switch in report["switches"]["first"][:3]:
             print(f"  job {switch['job']} to {switch['to']}: {switch['reason'][:140]}")
-    print(f"retries {report['retries']}, shed {report['overloaded']}, reruns {report['reruns']}")
+    failed = "; ".join(
+        f"{path}: " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())
+        for path, kinds in (report.get("failed_tries") or {}).items()
+    )
+    print(
+        f"retries {report['retries']}, shed {report['overloaded']}, reruns {report['reruns']}"
+        + (f"; tries failed on {failed}" if failed else "")
+    )
     for model, s in report["per_model"].items():
         twice = s["events_executed_twice"]
         print(

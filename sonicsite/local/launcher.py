@@ -296,10 +296,11 @@ def _pools(
     }
 
 
-def down(site_dir: Path) -> list[int]:
+def down(site_dir: Path) -> dict[int, str]:
     """Stop every process of the site: first mark it stopping (under the state lock), then
     the supervisor, the gateway, Envoy, the operator and Prometheus together, then the
-    servers together; returns the PIDs of the servers that were stopped. Works the same
+    servers together; returns what it stopped, PID -> name (a process of the site that no
+    record named: what it is). Works the same
     whether the supervisor is alive, dead or was never started. Refused while an `up` or
     another `down` runs in the directory (state.exclusive). SiteError naming each process that
     outlived SIGKILL (PID, name, state), which then stays in the state file, alone.
@@ -315,7 +316,7 @@ def down(site_dir: Path) -> list[int]:
         return _stop(site_dir)
 
 
-def _stop(site_dir: Path) -> list[int]:
+def _stop(site_dir: Path) -> dict[int, str]:
     """`down` without its lock (`up` holds it when it stops what it started). Then what is
     marked as the site's and no record names: a server `up` or the operator had started
     and not yet recorded (still starting, or its starter killed), a process the supervisor
@@ -348,7 +349,7 @@ def _stop(site_dir: Path) -> list[int]:
     if left:
         raise SiteError(_keep_left(site_dir, left, others | servers))
     (site_dir / STATE_FILE).unlink(missing_ok=True)
-    return list(servers)
+    return servers | others
 
 
 def _keep_left(site_dir: Path, left: dict[int, list[int]], names: dict[int, str]) -> str:

@@ -182,10 +182,14 @@ def test_journal_gives_the_events_left_and_survives_a_cut_line(tmp_path):
 
 def test_report_files_and_the_console_summary_fit_one_screen(tmp_path, capsys):
     crash = {"type": "CudaUnavailable", "message": "no usable GPU here", "job": 0, "attempt": 1}
+    tries = {"overloaded": 2, "timeout": 1}  # each deepmet job's failed tries, all on Envoy
     failed = {str(i): "CudaUnavailable: no usable GPU here" for i in range(4)}
     results = [
         _result(0, "simple", answered={}, failed=failed, error=crash, requests=[], span=[]),
-        *[_result(j, m, overloaded=2, retries=3) for j, m in enumerate(["deepmet"] * 5, 1)],
+        *[
+            _result(j, m, overloaded=2, retries=3, client={"errors_per_path": {"envoy": tries}})
+            for j, m in enumerate(["deepmet"] * 5, 1)
+        ],
         *[_result(j, "particlenet_ak4", attempt=2) for j in range(6, 9)],
     ]
     report = build_report(results, 100.0, 120.0, {"models": ["simple"]})
@@ -198,6 +202,7 @@ def test_report_files_and_the_console_summary_fit_one_screen(tmp_path, capsys):
     assert len(out.splitlines()) <= 40
     assert "events: 32/36 ok, 4 failed, 0 delivered twice\n" in out, out
     assert "error: CudaUnavailable: no usable GPU here (4 events; jobs [0])" in out
+    assert "retries 15, shed 10, reruns 3; tries failed on envoy: overloaded 10, timeout 5\n" in out
     assert "deepmet: 20/20 ok, 0 failed" in out and "15 retries, 10 shed, 0 reruns" in out
     assert "particlenet_ak4: 12/12 ok" in out and "3 reruns" in out
 
@@ -312,7 +317,7 @@ def test_every_attempt_that_left_a_result_counts_and_none_is_called_killed(tmp_p
     first["requests"].append([103.0, 0.5, "", 2, False])
     first["answered"] = {str(i): 1 for i in range(6)}
     first["failed"] = {"6": "site unreachable", "7": "site unreachable"}
-    first["client"] = {"rows_per_path": {"envoy": 6}}
+    first["client"] = {"rows_per_path": {"envoy": 6}, "errors_per_path": {"envoy": {"timeout": 1}}}
     path.write_text(json.dumps(first))
     keep_earlier(path, earlier_path)  # as the driver does before the job runs again
     assert not path.exists()
@@ -321,12 +326,14 @@ def test_every_attempt_that_left_a_result_counts_and_none_is_called_killed(tmp_p
     assert len(read_earlier(earlier_path)) == 1
     last = _result(0, "simple", events=8, attempt=2)
     last["requests"] = [[200.0, 0.02, "triton-1", 2, True]]
-    last["client"] = {"rows_per_path": {"envoy": 2}}
+    last["client"] = {"rows_per_path": {"envoy": 2}, "errors": {"unavailable": 2}}  # no paths
     report = build_report([{**last, "earlier": read_earlier(earlier_path)}], 0.0, 300.0, {})
     assert report["per_server"] == {"triton-0": 6, "triton-1": 2}
     assert report["events_server_unknown"] == 0
     assert report["per_path"] == {"envoy": 8}
     assert (report["retries"], report["overloaded"]) == (1, 1)
+    # what the retries were for, and where (a client that kept no paths: `unknown`)
+    assert report["failed_tries"] == {"envoy": {"timeout": 1}, "unknown": {"unavailable": 2}}
     assert (report["requests"], report["requests_failed"]) == (5, 1)
     assert report["latency_ms"]["p99"] > 10.0  # the last attempt's 20 ms among them
     without = build_report([last], 0.0, 300.0, {})  # what the report said before

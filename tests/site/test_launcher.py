@@ -64,6 +64,26 @@ def test_models_status_without_placement_says_where_each_model_is(site):
     assert data["models"]["simple"]["servers"] == ["triton-0", "triton-1"]
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_whose_reader_left_says_nothing_and_exits_as_sigpipe_would(site, as_json):
+    """`sonicsite status | head -1` printed a BrokenPipeError traceback and exited 1, the
+    status that says there is no site. Its reader gone (the pipe's read end closed before it
+    writes), it exits 141 without a word."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [*SONICSITE, "status", *(["--json"] if as_json else []), "--dir", site.site_dir],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
 def test_every_process_of_the_site_carries_its_mark(site):
     """What `up` started, servers and the rest, is marked as the site's in its environment
     (`down` finds by the mark a process no record names), and nothing else is."""
@@ -86,7 +106,8 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
     members = group_members(pid)
     assert pid in members and len(members) >= 3  # the server and one stub per model
     stopped = launcher.down(tmp_path / "s")
-    assert stopped == [pid]
+    assert stopped == {p.pid: p.name for p in state.processes}  # every one, by name
+    assert stopped[pid] == "triton-0"
     assert not group_members(pid)
     assert not (tmp_path / "s" / "state.json").exists()
 
@@ -237,6 +258,11 @@ def test_an_unsupervised_site_reports_a_dead_process_and_leaves_it_dead(tmp_path
         down = _cli("down", "--dir", str(site_dir))
     assert down.returncode == 0, down.stderr
     assert not any(alive(p.pid) for p in state.processes)
+    # every process it stopped, by name (it said "stopped 1 server(s)" with the PIDs only)
+    stopped = [p for p in state.processes if p.name != "envoy"]
+    assert f"stopped {len(stopped)} process(es) of the site: " in down.stdout, down.stdout
+    assert all(f"{p.name} (pid {p.pid})" in down.stdout for p in stopped), down.stdout
+    assert "envoy" not in down.stdout  # dead before: nothing of it to stop
 
 
 def test_up_waits_for_the_routes_the_operator_publishes_not_those_it_started_with(

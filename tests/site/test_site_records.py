@@ -149,7 +149,7 @@ def test_down_keeps_and_names_what_outlived_sigkill(tmp_path, monkeypatch, statu
             for line in data["down"]
         ), data["down"]
         monkeypatch.undo()  # it can end now
-        assert launcher.down(site_dir) == []
+        assert launcher.down(site_dir) == {stuck.pid: "stuck"}
         assert not group_members(stuck.pid) and not (site_dir / STATE_FILE).exists()
     finally:
         monkeypatch.undo()
@@ -221,7 +221,8 @@ def test_down_stops_a_process_of_the_site_that_no_record_names(tmp_path, caplog)
             launcher.up(site_dir, servers=1, models=["simple"])
         with caplog.at_level("WARNING", logger="sonicsite.local.launcher"):
             stopped = launcher.down(site_dir)
-        assert stopped == [stray.pid]
+        assert list(stopped) == [stray.pid]
+        assert stopped[stray.pid].startswith("unrecorded process group")
         assert stray.wait(timeout=GENEROUS_S) is not None
         assert f"pid {stray.pid}: unrecorded process group" in caplog.text
         assert bystander.poll() is None and other_site.poll() is None
