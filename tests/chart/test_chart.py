@@ -269,6 +269,9 @@ def test_notes_name_the_models_as_the_servers_hold_them():
     )
     assert "pool a100: particle_transformer\n" in pooled
     assert "pool t4: every model no other pool names\n" in pooled
+    # each pool scales within its own limits, not autoscaling's (0-8 here)
+    assert "pool a100: 0-4 servers\n" in pooled and "pool t4: 1-8 servers" in pooled
+    assert "Autoscaling: KEDA, 0-" not in pooled
     preloaded = render({"placement": {"enabled": True, "preload": ["deepmet"]}})[notes]
     assert "on every server" not in preloaded
     assert "each new server loads deepmet at start, the others on demand" in preloaded
