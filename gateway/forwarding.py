@@ -30,6 +30,7 @@ from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .splicing import SinkGone
 from .tracing import GatewayTracing
+from .transitions import ServerTrouble
 from .triton_errors import MODEL, unknown_model, unready_model
 from .upstream import (
     BodyMismatch,
@@ -128,6 +129,7 @@ class Forwarder:
     upstream: Upstream = field(default_factory=Upstream)
     tracing: GatewayTracing | None = None  # the gateway's tracer (tracing.py), if tracing
     holder: Holder | None = None  # holds requests for a model no server holds (holding.py)
+    trouble: ServerTrouble = field(default_factory=ServerTrouble)  # servers failing, as logged
 
     def __post_init__(self) -> None:
         self.upstreams = Upstreams(self.view)
@@ -182,19 +184,25 @@ class Forwarder:
                 self.metrics.upstream_errors.labels(endpoint.id, "connect").inc()
                 if not attempt:
                     self.metrics.retries.labels(self.metrics.model(self.view, model)).inc()
+                then = "requests retried once on another server that serves the model"
+                self.trouble.failed(endpoint.id, f"connection failed: {exc}", then)
                 tried, last = endpoint.id, f"{endpoint.id}: {exc}"
                 continue
             except TimeoutError:
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "timeout").inc()
-                return error(504, f"{endpoint.id}: no answer within {self.timeout_s} s")
+                said = f"no answer within {self.timeout_s} s"
+                self.trouble.failed(endpoint.id, said, "requests answered 504")
+                return error(504, f"{endpoint.id}: {said}")
             except BodyMismatch as exc:
                 self.upstreams.done(endpoint, None)
                 return error(400, str(exc))
             except (ConnectionError, OSError, ValueError) as exc:  # failed mid-reply
                 self.upstreams.done(endpoint, None)
                 self.metrics.upstream_errors.labels(endpoint.id, "broken").inc()
-                return error(502, f"{endpoint.id}: the reply broke off: {exc!r}")
+                said = f"the reply broke off: {exc!r}"
+                self.trouble.failed(endpoint.id, said, "requests answered 502")
+                return error(502, f"{endpoint.id}: {said}")
             except ClientGone as exc:  # its body spliced: nothing more can reach it
                 self.upstreams.done(endpoint, None)
                 return client_gone(model, exc)
@@ -203,6 +211,7 @@ class Forwarder:
                 raise
             # the server's part ends with its reply's head: the rest is the gateway's
             self.upstreams.done(endpoint, time.perf_counter() - started)
+            self.trouble.answered(endpoint.id)
             if reply.status >= 500:
                 self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
             return await self._pass_on(reply, endpoint.id, stream, client)

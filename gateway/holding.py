@@ -43,6 +43,7 @@ from sonicsite.contract.wire import (
 
 from .metrics import GatewayMetrics
 from .siteview import SiteView
+from .transitions import HoldEpisodes
 
 LOG = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
@@ -86,6 +87,7 @@ class Holder:
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
     forwarding: dict[str, int] = field(default_factory=dict)  # calls passed on now, by server
     trouble: str = ""  # the kind of the last failure to send the counts, logged; "": none
+    episodes: HoldEpisodes = field(default_factory=HoldEpisodes)  # what is held, as logged
 
     def holds(self, model: str) -> bool:
         """True when a request for `model` is to be held: it is in the catalogue and no
@@ -108,13 +110,13 @@ class Holder:
         answer_by = start + wait_s - answer_margin(wait_s) if wait_s else until
         outcome = "forwarded"
         self._count(model, 1)
+        self.episodes.begin(model, (self.view.holding or record).reasons.get(model, ""))
         try:
             while not ready_servers(self.view, model):
                 now = time.monotonic()
                 reason = (self.view.holding or record).reasons.get(model, "")
                 if now >= until:
-                    outcome = "expired"
-                    LOG.warning("held request for %s expired after %g s", model, deadline_s)
+                    outcome = "expired"  # logged once per episode (transitions.py)
                     return Held(not_loaded(model, deadline_s, reason))
                 if now >= answer_by:
                     outcome = "asked_again"
@@ -130,6 +132,7 @@ class Holder:
             raise
         finally:
             self._count(model, -1)
+            self.episodes.end(model, outcome, deadline_s)
             self.metrics.hold_seconds.labels(model, outcome).observe(time.monotonic() - start)
 
     def _count(self, model: str, step: int) -> None:
@@ -159,6 +162,7 @@ class Holder:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), REPORT_EVERY_S)
             self.changed.clear()
+            self.episodes.settle()  # the holds over said, each in one line
             counts = dict(self.counts)
             if not self.due(counts, sent):
                 continue

@@ -12,6 +12,7 @@ import uvicorn
 
 from sonicsite.contract.admission_pass import AdmissionPasses
 
+from . import logs
 from .app import GatewayConfig, create_app
 from .freed_memory import keep_freed_memory
 from .jwks import JwksSettings
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         tracing=tracing,
         passes=passes,
     )
+    logs.configure()  # uvicorn's lines too (log_config=None: they reach the root logger)
+    logs.LOG.info("%s", logs.start_line(args))
     keep_freed_memory()
     uvicorn.run(
         create_app(config),
@@ -157,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         http=functools.partial(
             PassThroughProtocol, read_buffer=bytearray(READ_SIZE), pipes=Pipes()
         ),
+        log_config=None,
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,

@@ -37,6 +37,7 @@ from sonicsite.contract.wire import (
     SiteRecord,
 )
 
+from .transitions import FOLLOWED, ShedWatch
 from .upstream import Upstream
 
 LOG = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class SiteView:
     client: Upstream = field(default_factory=Upstream)  # kept-alive connection to the operator
     timeout_s: float = 2.0  # per read of the state
     told: str = ""  # the error last logged: "" while reads succeed
+    sheds: ShedWatch = field(default_factory=ShedWatch)  # each shed as last logged
 
     def apply(self, state: dict) -> None:
         self.site = SiteRecord.from_dict(state, source=self.operator)
@@ -98,6 +100,16 @@ class SiteView:
                 f"is open"
             )
         return "following the operator's sheds until their expiry"
+
+    def shed_states(self, now: float) -> dict[str, str]:
+        """Each model the operator last shed: FOLLOWED, or why not (EXPIRED, STALE)."""
+        found = {m: self.shed(m, now) for m in self.site.admission}
+        return {m: FOLLOWED if shed else why for m, (shed, why) in found.items() if shed or why}
+
+    def tell_sheds(self, now: float) -> None:
+        """Log each model's shed as it is followed here, when that changes."""
+        reasons = {m: a.reason for m, a in self.site.admission.items()}
+        self.sheds.update(self.shed_states(now), reasons, now - self.updated_at)
 
     def lapsed(self, now: float) -> dict[str, str]:
         """Every model whose last decided shed is not followed now, with why."""
@@ -155,6 +167,7 @@ class SiteView:
         while True:
             try:
                 await self.refresh()
+                self.tell_sheds(time.time())
             except Exception:  # never ends the loop: a gateway that stops following is stuck
                 LOG.exception("reading the operator's state at %s failed", self.operator)
             await asyncio.sleep(interval_s)

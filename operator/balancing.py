@@ -205,6 +205,15 @@ class Balancing:
     def latency_us(self, model: str, server: str) -> float | None:
         return self._latency_us.get((model, server))
 
+    def measured(self, model: str) -> dict[str, float]:
+        """The model's measured servers: server -> smoothed time per request (µs)."""
+        return {s: v for (m, s), v in self._latency_us.items() if m == model}
+
+    @property
+    def reduced(self) -> frozenset[tuple[str, str]]:
+        """The (model, server) pairs weighed below full under load-aware weights."""
+        return frozenset(self._reduced)
+
     def forget(self, server: str) -> None:
         for key in [k for k in self._latency_us if k[1] == server]:
             del self._latency_us[key]

@@ -9,10 +9,9 @@ step completed (a loop that no longer steps is what a liveness probe catches).
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -38,6 +37,7 @@ from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
 from .state_readers import StateReaders
+from .transitions import Transitions
 from .try_timeouts import TryTimeouts, applied
 from .xds_jwt import JwtPolicy
 from .xds_resources import ALL_SERVERS, model_cluster
@@ -45,6 +45,7 @@ from .xds_snapshot import Snapshot
 from .xds_tracing import EnvoyTracing
 
 STEP_INTERVAL_S = 1.0  # seconds between steps: scrape, weigh, decide, publish
+LOG = logging.getLogger("sonicsite.operator")
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Operator:
     wakeup: threading.Event = field(default_factory=threading.Event)  # a step now, not later
     # called after each step's snapshot is in place: the ADS streams push what changed
     on_publish: list[Callable[[], None]] = field(default_factory=list)
+    told: Transitions = field(default_factory=Transitions)  # what the log said (transitions.py)
 
     def __post_init__(self) -> None:
         if self.placement is not None:  # an unload drains: it waits on Envoy, steps sooner
@@ -95,7 +97,9 @@ class Operator:
         for gone in set(self.loadview.health) - known:
             self.loadview.forget(gone)
             self.balancing.forget(gone)
+        _tell(self.told.membership(servers))
         self.loadview.scrape_all({s.id: s.metrics_url for s in servers})
+        _tell(self.told.scrapes(self.loadview, servers, time.time()))
         for s in servers:
             if not self.loadview.health[s.id].up:
                 self.metrics.scrape_errors.labels(s.id).inc()
@@ -103,6 +107,7 @@ class Operator:
             self.placement.act(servers, self.loadview, time.time())
         models = sorted({m for s in servers for m in s.models})
         weights = self._weigh(servers, models)
+        _tell(self.told.weights(self.balancing, weights))
         now = time.time()
         self._admit(servers, models, now)
         self.metrics.state_readers.set(len(self.readers.live(now)))
@@ -144,11 +149,14 @@ class Operator:
             self._passes(models, now),
         )
         routed = [m for m in models if held is None or m not in held]
+        if held is not None:
+            _tell(self.told.routes(routed))
         pairs = [(m, s.id) for s in servers for m in s.models]
         self.envoy.publish(snapshot.versions, models, routed, pairs)
         work = self.declared.totals(now)  # the clients' work left: scaling and the state
         self._autoscale(servers, work, now)
         cut = applied(per_try, servers, shared)  # the timeouts Envoy got: what is shown
+        _tell(self.told.tries(cut, models))
         state = self._state(servers, models, weights, (per_try, cut), shared, work)
         if holding is not None:
             state["holding"] = holding.to_dict()
@@ -209,10 +217,10 @@ class Operator:
             if previous is None or previous.state != decision.state:
                 self.metrics.changes.labels(m, decision.state).inc()
                 was = previous.state if previous is not None else "unset"
-                print(
-                    f"operator: admission of {m}: {was} -> {decision.state}: {decision.reason}",
-                    file=sys.stderr,
-                )
+                LOG.info("admission of %s: %s -> %s: %s", m, was, decision.state, decision.reason)
+            elif previous.fail_open != decision.fail_open:  # the same state, not the same rule
+                how = "failing open" if decision.fail_open else "measured again"
+                LOG.info("admission of %s: %s, %s: %s", m, decision.state, how, decision.reason)
             self.admissions[m] = decision
 
     def _autoscale(
@@ -285,7 +293,9 @@ class Operator:
     def set_balancing(self, policy: str) -> None:
         """Switch the balancing policy (ValueError names the choices); the next step
         publishes it to Envoy."""
-        self.balancing.policy = check_policy(policy)
+        was, self.balancing.policy = self.balancing.policy, check_policy(policy)
+        if was != policy:
+            LOG.info("balancing policy: %s -> %s (PUT /v1/balancing)", was, policy)
 
     def view(self) -> tuple[Snapshot | None, dict, float]:
         with self._lock:
@@ -298,6 +308,12 @@ class Operator:
                 self.step()
             except Exception:  # the next step may succeed; /healthz shows if none does
                 self.metrics.step_errors.inc()
-                print(f"operator step failed:\n{traceback.format_exc()}", file=sys.stderr)
+                LOG.exception("operator step failed")
             self.wakeup.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
             self.wakeup.clear()
+
+
+def _tell(lines: list[str]) -> None:
+    """Log what a step saw change (transitions.py), a line each."""
+    for line in lines:
+        LOG.info("%s", line)

@@ -14,7 +14,7 @@ from pathlib import Path
 from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import SHED_TTL_S
 
-from . import option_policies, xds_ads
+from . import logs, option_policies, xds_ads
 from .admission import AdmissionPolicy
 from .api import make_server
 from .balancing import Balancing
@@ -63,7 +63,9 @@ def build(
     args: argparse.Namespace, parser: argparse.ArgumentParser, actuate: Actuate | None = None
 ) -> Operator:
     """The operator the options describe (parser.error names what is wrong); `actuate` is
-    what the site hands it to change the number of servers, if anything."""
+    what the site hands it to change the number of servers, if anything. Its log is set up
+    first (logs.py) and told that it starts, with what, before its first step."""
+    logs.configure()
     scaler = option_policies.autoscaler(args, parser)
     limits = option_policies.pool_limits(args, parser, scaler.policy if scaler else None)
     policy = option_policies.checked(
@@ -122,6 +124,7 @@ def build(
         metrics=metrics,
         placement=placement,
     )
+    logs.LOG.info("%s", logs.start_line(args, operator))
     operator.step()  # serve a full snapshot from the first request on
     return operator
 

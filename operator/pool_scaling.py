@@ -22,7 +22,7 @@ measured", not "no request", and read as the latter it drained a busy pool to it
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +36,7 @@ from .loadview import ModelLoad
 from .metrics import OperatorMetrics
 
 Actuate = Callable[[int, str], str | None]  # pool (2nd) to N servers (1st); blocking; a note
+LOG = logging.getLogger("sonicsite.operator.scaling")
 EVENTS_KEPT = 20
 
 
@@ -165,10 +166,9 @@ class PoolScaling:
             event |= {"metric_ms": metric, "direction": direction, "reason": decision.reason}
             self.events.append(event)
             del self.events[:-EVENTS_KEPT]
-            print(
-                f"operator: scaling pool {pool} {direction}, {view.current} -> {desired} "
-                f"servers: {decision.reason}",
-                file=sys.stderr,
+            LOG.info(
+                "scaling pool %s %s, %d -> %d servers: %s",
+                *(pool, direction, view.current, desired, decision.reason),
             )
             thread = threading.Thread(target=self._carry_out, args=(event,), daemon=True)
             self._running[pool] = thread
@@ -198,15 +198,14 @@ class PoolScaling:
             event["seconds"] = round(time.monotonic() - started, 3)
             event["outcome"] = f"failed: {exc}"
             self.metrics.step_errors.inc()
-            print(
-                f"operator: scaling pool {event['pool']} to {event['to']} servers failed: {exc}",
-                file=sys.stderr,
-            )
+            LOG.error("scaling pool %s to %d servers failed: %s", event["pool"], event["to"], exc)
             return
         took = time.monotonic() - started
         event["seconds"] = round(took, 3)
         event["outcome"] = f"done; {note}" if note else "done"
-        if note:
-            print(f"operator: scaling pool {event['pool']}: {note}", file=sys.stderr)
+        said = f"; {note}" if note else ""
+        LOG.info(
+            "scaling pool %s to %d servers done in %.1f s%s", event["pool"], event["to"], took, said
+        )
         if event["direction"] == "up":  # the actuator returns once they are ready: its start
             self.start_s[event["pool"]] = took

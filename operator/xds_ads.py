@@ -16,8 +16,8 @@ ENVOY_GONE_S no longer counts as an Envoy that is there (a hung Envoy holds no r
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +43,7 @@ STREAMS = 64  # Envoys one operator serves at once (each stream holds a thread)
 # dropped network) would otherwise hold one of the STREAMS threads for ever
 KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS = 30_000, 10_000
 XDS_PORT = 18000  # the operator's ADS port unless told (--xds-port)
+LOG = logging.getLogger("sonicsite.operator.xds")
 
 
 @dataclass
@@ -174,9 +175,11 @@ class AdsServer:
             reader.start()
             yield from self._serve(ads, inbox)
         except Exception as exc:  # a snapshot Envoy's API refuses, a bug: said, not swallowed
-            print(f"xDS: the stream to Envoy {ads.node} failed: {exc!r}", file=sys.stderr)
+            LOG.error("xDS: the stream to Envoy %s failed: %r", ads.node, exc)
             raise
         finally:
+            if ads.node:
+                LOG.info("xDS: Envoy %s's stream %d closed", ads.node, ads.serial)
             with self._lock:
                 self._inboxes.discard(inbox)
                 self.metrics.xds_streams.set(len(self._inboxes))
@@ -191,13 +194,13 @@ class AdsServer:
         with self._lock:
             others = self.open_nodes.get(ads.node, 0)
             self.open_nodes[ads.node] = others + 1
+        LOG.info("xDS: Envoy %s connected (stream %d)", ads.node, ads.serial)
         if others:
-            print(
-                f"xDS: a second ADS stream (stream {ads.serial}) under Envoy node id "
-                f"{ads.node!r}, {others} already open: two Envoys share one node id (give "
-                "each its own: --service-node), or one reconnected before its old stream "
-                "closed; each stream's ACKs are counted apart",
-                file=sys.stderr,
+            LOG.warning(
+                "xDS: a second ADS stream (stream %d) under Envoy node id %r, %d already open: "
+                "two Envoys share one node id (give each its own: --service-node), or one "
+                "reconnected before its old stream closed; each stream's ACKs are counted apart",
+                *(ads.serial, ads.node, others),
             )
 
     def _serve(self, ads: AdsStream, inbox: queue.Queue) -> Iterator:
@@ -208,7 +211,7 @@ class AdsServer:
                 item = None
             if isinstance(item, _End):
                 if item.error:
-                    print(f"xDS: Envoy {ads.node}'s stream ended: {item.error}", file=sys.stderr)
+                    LOG.warning("xDS: Envoy %s's stream ended: %s", ads.node, item.error)
                 return
             now = time.time()
             if item is not None:
@@ -217,7 +220,7 @@ class AdsServer:
                 if not named and ads.node:
                     self.opened(ads)
                 if line:
-                    print(line, file=sys.stderr)
+                    LOG.warning("%s", line)
                 if rejected:
                     self.metrics.xds_rejected.labels(rejected).inc()
             snapshot = self.snapshot()
@@ -278,11 +281,11 @@ class _Streams(grpc.GenericRpcHandler):
             full = self.open >= self.limit
         if full:  # gRPC checks the same count right after and refuses it
             self.ads.metrics.xds_streams_refused.inc()
-            print(
-                f"xDS: refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): {self.limit} streams "
-                "open already, the most this operator serves (xds_ads.STREAMS); that Envoy "
-                "gets no configuration until one closes",
-                file=sys.stderr,
+            LOG.error(
+                "xDS: refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): %d streams open "
+                "already, the most this operator serves (xds_ads.STREAMS); that Envoy gets no "
+                "configuration until one closes",
+                self.limit,
             )
         return self.handler
 

@@ -83,7 +83,7 @@ def _ads() -> Iterator[tuple[xds_ads.AdsServer, int]]:
         server.stop(grace=None).wait(10)
 
 
-def test_a_second_stream_under_a_node_id_already_open_is_said(capsys):
+def test_a_second_stream_under_a_node_id_already_open_is_said(caplog):
     with _ads() as (ads, port), grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = channel.stream_stream(
             ADS_METHOD,
@@ -95,7 +95,7 @@ def test_a_second_stream_under_a_node_id_already_open_is_said(capsys):
         try:
             inboxes[0].put(_request("listeners", []))
             wait_until(lambda: ads.open_nodes == {NODE: 1}, "the first Envoy named")
-            assert "a second ADS stream" not in capsys.readouterr().err
+            assert "a second ADS stream" not in caplog.text
             inboxes[1].put(_request("listeners", []))
             wait_until(lambda: ads.open_nodes == {NODE: 2}, "the second Envoy named")
         finally:
@@ -103,6 +103,6 @@ def test_a_second_stream_under_a_node_id_already_open_is_said(capsys):
                 inbox.put(None)
                 stream.cancel()
         wait_until(lambda: ads.open_nodes == {}, "both streams closed")
-    said = capsys.readouterr().err
+    said = caplog.text
     assert "a second ADS stream (stream " in said  # its serial: whichever opened second
     assert f"under Envoy node id {NODE!r}, 1 already open" in said

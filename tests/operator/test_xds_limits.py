@@ -39,7 +39,7 @@ def ads_server(**options) -> Iterator[tuple[xds_ads.AdsServer, int]]:
         server.stop(grace=None).wait(10)
 
 
-def test_a_stream_over_the_limit_is_refused_resource_exhausted_and_said(capsys):
+def test_a_stream_over_the_limit_is_refused_resource_exhausted_and_said(caplog):
     with ads_server(streams=1) as (ads, port), grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         call = ch.stream_stream(
             ADS_METHOD,
@@ -57,7 +57,7 @@ def test_a_stream_over_the_limit_is_refused_resource_exhausted_and_said(capsys):
         finally:
             held.put(None)
             first.cancel()
-    said = capsys.readouterr().err
+    said = caplog.text
     assert "refused an Envoy's ADS stream (RESOURCE_EXHAUSTED): 1 streams open already" in said
     refused_total = "sonicsite_operator_xds_streams_refused_total"
     assert ads.metrics.registry.get_sample_value(refused_total) == 1
