@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from sonicsite.contract.wire import SiteRecord
 
@@ -37,7 +38,8 @@ async def status(request: Request) -> dict:
     site's processes with their state and restarts (a local site's state file, when the
     gateway was given one; on Kubernetes processes are the cluster's job)."""
     view = request.app.state.view
-    processes = site_processes(request.app.state.config.site_state)
+    # in a thread: it may wait for the supervisor's answer
+    processes = await run_in_threadpool(site_processes, request.app.state.config.site_state)
     body = {"state": view.state, "updated_at": view.updated_at, "error": view.error}
     return body | {"processes": processes}
 

@@ -5,15 +5,21 @@ request, throughput, pending) and admission, placement over time (the operator's
 decisions: which model it loaded or unloaded where, why, and how it ended; requests held),
 the recent scale events (per pool, with their reason), and the site's
 processes with their state and restarts (a local site's state file, read through the
-contract's `read_processes`; on Kubernetes the cluster restarts pods and the page says so);
+contract's `read_processes`; a supervisor whose /healthz does not answer is named, nothing
+restarts anything meanwhile; on Kubernetes the cluster restarts pods and the page says so);
 readable at a glance, no assets to serve.
 """
 
 from __future__ import annotations
 
+import http.client
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-from sonicsite.contract.wire import RUNNING, SUPERVISOR, read_processes
+from sonicsite.contract.wire import RUNNING, SUPERVISOR, load_state_file, read_processes
+
+SUPERVISOR_PROBE_S = 1.5  # how long the page waits for the supervisor's /healthz
 
 CLUSTER_NOTE = (
     "processes are the cluster's job: Kubernetes restarts a container that exits or fails "
@@ -37,13 +43,41 @@ def site_processes(state_file: Path | None) -> dict:
         }
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
+    silent = supervised and not _answers(_supervisor_health(state_file))
+    supervised = supervised and not silent
     note = (
         f"supervised by pid {supervisor.pid}: a process that dies is restarted"
         if supervised
+        else f"NOT supervised: the supervisor (pid {supervisor.pid}) does not answer (stopped "
+        "or hung): nothing restarts the site's processes meanwhile"
+        if silent
         else "NOT supervised: a process that dies stays dead"
     )
     rows = [r.to_dict() for r in records]
     return {"local": True, "records": rows, "supervised": supervised, "note": note}
+
+
+def _supervisor_health(state_file: Path) -> str:
+    """The supervisor's /healthz, from the state file; "" when it names none."""
+    try:
+        address = load_state_file(state_file)[0].get("supervisor") or ""
+    except (OSError, ValueError):
+        return ""
+    return f"http://{address}/healthz" if address else ""
+
+
+def _answers(url: str) -> bool:
+    """Whether `url` gives any HTTP answer within SUPERVISOR_PROBE_S: a live PID that does
+    not (SIGSTOP, hung) restarts nothing. No URL: nothing to ask, taken as answering."""
+    if not url:
+        return True
+    try:
+        with urllib.request.urlopen(url, timeout=SUPERVISOR_PROBE_S):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+        return False
 
 
 STATUS_PAGE = """<!doctype html>

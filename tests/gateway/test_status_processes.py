@@ -77,6 +77,20 @@ def test_v1_status_lists_every_process_of_the_site(local_site):
     assert records["gateway"]["kind"] == "gateway" and records["triton-0"]["kind"] == "server"
 
 
+def test_a_supervisor_that_does_not_answer_is_not_supervision(local_site):
+    """A stopped (or hung) supervisor's PID lives: the page said "supervised by pid N: a
+    process that dies is restarted" while nothing restarted anything. Its /healthz is asked."""
+    watcher = next(r for r in read_processes(Path(local_site.site_dir)) if r.kind == "supervisor")
+    os.kill(watcher.pid, signal.SIGSTOP)
+    try:
+        processes = _status(local_site.http)["processes"]
+    finally:
+        os.kill(watcher.pid, signal.SIGCONT)
+    assert not processes["supervised"], processes["note"]
+    assert f"the supervisor (pid {watcher.pid}) does not answer" in processes["note"]
+    wait_until(lambda: _status(local_site.http)["processes"]["supervised"], "supervised again")
+
+
 def test_the_page_lists_every_process_and_shows_a_restart_in_chromium(local_site):
     rows = _rows(_dom(f"http://{local_site.http}/"))
     assert set(rows) == EVERY
