@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..contract.options import at_least, non_negative, positive_list
+from ..sim.output import unwritable
 
 STOCK_TOOLS_MODELS = ("simple", "particlenet_ak4")  # bench/stock_tools.py's Options.windows
 
@@ -140,7 +141,12 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--phase-s", type=positive, help="each phase's seconds (at most 60)")
     b.add_argument("--window", type=at_least(1), help="requests in flight per active model")
 
-    b = bsub.add_parser("report", help="the benches' JSON files as one Markdown page with plots")
+    b = bsub.add_parser(
+        "report",
+        help="the benches' JSON files as one Markdown page with plots",
+        epilog="exit status: 0 written; 1 an input not a bench result or damaged, or --out "
+        "not a folder that can take the page (the message names the file and why)",
+    )
     b.add_argument("inputs", type=Path, nargs="+", help="JSON files the benches wrote")
     b.add_argument(
         "--out", type=Path, default=Path("docs/bench"), help="where REPORT.md and the PNGs go"
@@ -161,18 +167,26 @@ def _bench_parser(
 
 def run_bench(args: argparse.Namespace) -> int:
     """Run the parsed `bench` subcommand: print the summary and where the JSON went, or,
-    for `report`, where the page went (1 when an input is not a bench result). Option
-    values a bench refuses are a usage error (2), said before anything starts; a bench
-    that fails part-way has written what it measured (common.Recorder) and goes on up."""
+    for `report`, where the page went (1, naming the file and why, when an input is not a
+    bench result or is damaged, or --out cannot take the page). A --json that cannot be
+    written (a folder, a device, a FIFO: sim/output.py) and option values a bench refuses
+    are a usage error (2), said before anything starts; a bench that fails part-way has
+    written what it measured (common.Recorder) and goes on up."""
     if args.bench_command == "report":
         from . import report
 
         try:
             print(f"written: {report.run(args.inputs, args.out)}")
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # ReportError names the file; OSError its own
             print(f"sonicsite bench report: {exc}", file=sys.stderr)
             return 1
         return 0
+    if why := unwritable(args.json):
+        print(
+            f"sonicsite bench {args.bench_command}: --json {args.json}: cannot write: {why}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         bench = _prepared(args)
     except ValueError as exc:  # the bench's Options refused a value

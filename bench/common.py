@@ -25,6 +25,8 @@ from sonicsite.contract import provenance
 from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
+from ..sim.output import write_whole
+
 # What a bench that measures speed runs under: admission at a stated threshold no bench
 # reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
 # the site protected itself, and it reports the sheds it saw (which must be 0).
@@ -215,7 +217,9 @@ def write_result(
     site: dict | None = None,
 ) -> dict:
     """`started`: run_start() when the bench started (its load and code); `site`: the
-    conditions it set (`conditions()`) and the sheds it saw, put in `meta`."""
+    conditions it set (`conditions()`) and the sheds it saw, put in `meta`. Written whole or
+    not at all, at a symlink's target, never over what is not a regular file (a device, a
+    FIFO: OutputError; `sim/output.py`)."""
     result = {
         "benchmark": name,
         "summary": summary,
@@ -227,8 +231,7 @@ def write_result(
         },
         "details": details,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    write_whole(path, json.dumps(result, indent=2) + "\n")
     return result
 
 

@@ -6,43 +6,74 @@ against its targets, and PNG plots drawn from the repeats kept in the JSON: spee
 payload (client), latency against load and each server's share of requests over time
 (balancing), throughput through the site against direct (dataplane, gateway). Nothing is
 measured here: every number on the page is one the JSON holds.
+
+Each input is checked (report_load.py): one that is not a bench's result, or whose parts the
+page reads are missing or of another type, is a ReportError naming the file and the key.
+The images are named after their file (its name, and its folder's where two inputs share a
+name), so that no input's plot replaces another's.
 """
 
 from __future__ import annotations
 
-import json
+import io
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
+import matplotlib.figure
+
+from ..sim.output import unwritable, write_whole
+from . import report_load
+from .report_load import NUMBER, ReportError, dig, figure_at
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ORDER = ("client", "balancing", "dataplane", "gateway", "stock_tools", "faults")
 REPORT = "REPORT.md"
+__all__ = ["ReportError", "load", "out_refused", "render", "run"]
 
 
 def load(paths: list[Path]) -> list[dict]:
-    """Each file's result; a file that is not a bench's result is named, with why."""
-    results = []
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not readable as a bench result: {exc}") from exc
-        missing = [k for k in ("benchmark", "summary", "meta") if k not in data]
-        if missing:
-            raise ValueError(f"{path}: not a bench result (no {', '.join(missing)})")
-        data["_file"] = str(path)
-        results.append(data)
-    rank = {name: i for i, name in enumerate(ORDER)}
-    return sorted(results, key=lambda r: (rank.get(r["benchmark"], len(ORDER)), r["_file"]))
+    """Each file's result, in the report's order; ReportError naming a file that is not a
+    bench's result, and why."""
+    return report_load.load(paths, ORDER)
+
+
+def out_refused(out: Path) -> str:
+    """Why the report cannot be written into `out` (empty: it can): not a folder, a folder
+    that cannot be made or written in, a REPORT.md there that is not a regular file."""
+    if out.exists() and not out.is_dir():
+        return "not a folder"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot be made: {exc.strerror or exc}"
+    return unwritable(out / REPORT)
+
+
+def labels(results: list[dict]) -> list[str]:
+    """Each result's name for its images: its file's name, with its folder's where two
+    inputs share the name; a number after it where even that is taken."""
+    stems = Counter(Path(r["_file"]).stem for r in results)
+    taken: set[str] = set()
+    out = []
+    for result in results:
+        path = Path(result["_file"])
+        shared = stems[path.stem] > 1 and path.parent.name
+        base = f"{path.parent.name}_{path.stem}" if shared else path.stem
+        label, n = base, 2
+        while label in taken:
+            label, n = f"{base}_{n}", n + 1
+        taken.add(label)
+        out.append(label)
+    return out
 
 
 def render(results: list[dict], out: Path) -> Path:
-    """Write REPORT.md and its plots into `out`; returns the Markdown file."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write REPORT.md and its plots into `out`; returns the Markdown file. The page and its
+    images are drawn first, then written: a damaged input leaves none of them."""
     lines = [
         "# sonicsite benchmarks",
         "",
@@ -51,19 +82,25 @@ def render(results: list[dict], out: Path) -> Path:
         "in the same run.",
         "",
     ]
-    for result in results:
-        lines += _section(result, out)
-    path = out / REPORT
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    images: dict[str, bytes] = {}
+    names = Counter(Path(r["_file"]).name for r in results)
+    for result, label in zip(results, labels(results), strict=True):
+        shown = Path(result["_file"])
+        lines += _section(result, images, label, shown.name if names[shown.name] == 1 else shown)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, png in images.items():
+        write_whole(out / name, png)
+    return write_whole(out / REPORT, "\n".join(lines) + "\n")
 
 
-def _section(result: dict, out: Path) -> list[str]:
+def _section(result: dict, images: dict[str, bytes], label: str, shown: str | Path) -> list[str]:
+    """A result's section, its images added to `images` (named after `label`), its file
+    said as `shown`."""
     name = result["benchmark"]
     lines = [
         f"## {name}",
         "",
-        f"From `{Path(result['_file']).name}`.",
+        f"From `{shown}`.",
         "",
         *_meta_lines(result["meta"]),
         "",
@@ -71,10 +108,27 @@ def _section(result: dict, out: Path) -> list[str]:
     lines += _summary_table(result["summary"])
     for title, draw in PLOTS.get(name, ()):
         # named after the file: two results of one bench (say quiet and loaded) keep both
-        image = out / f"{Path(result['_file']).stem}_{title.lower().replace(' ', '_')}.png"
-        if draw(result, image):
-            lines += ["", f"![{name}: {title}]({image.name})"]
+        image = f"{label}_{title.lower().replace(' ', '_')}.png"
+        try:
+            fig = draw(result)
+        except ReportError:
+            plt.close("all")  # a figure begun before the damaged part was found
+            raise
+        if fig is not None:
+            images[image] = _png(fig)
+            lines += ["", f"![{name}: {title}]({image})"]
     return [*lines, ""]
+
+
+def _png(fig: Figure) -> bytes:
+    """The figure as PNG (closed)."""
+    png = io.BytesIO()
+    try:
+        fig.tight_layout()
+        fig.savefig(png, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+    return png.getvalue()
 
 
 def _meta_lines(meta: dict) -> list[str]:
@@ -127,6 +181,10 @@ def _cell(value: object) -> str:
 
 
 # plots --------------------------------------------------------------------------------------
+# Each draws a figure from its result (None: nothing to plot), every part it reads checked
+# (`dig`: a part missing or of another type is a ReportError naming the file and the key).
+
+Figure = matplotlib.figure.Figure
 
 
 def _errors(figures: list[dict]) -> list[list[float]]:
@@ -136,12 +194,13 @@ def _errors(figures: list[dict]) -> list[list[float]]:
     return [low, high]
 
 
-def _client_speedups(result: dict, image: Path) -> bool:
+def _client_speedups(result: dict) -> Figure | None:
     """Like for like, per payload: ours against the stock path, every repeat's ratio as the
     bar's range; total time and client-side time (the server's own time taken out)."""
-    payloads = result["details"].get("payloads", {})
+    at = ("details", "payloads")
+    payloads = dig(result, at, dict, default={})
     if not payloads:
-        return False
+        return None
     sizes = list(payloads)
     paths = ["grpc", "http", "shm"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
@@ -151,11 +210,10 @@ def _client_speedups(result: dict, image: Path) -> bool:
     ):
         width = 0.8 / len(paths)
         for k, path in enumerate(paths):
-            figures = [
-                payloads[s][kind][path]["per_repeat"] for s in sizes if path in payloads[s][kind]
-            ]
-            if len(figures) != len(sizes):
+            there = [s for s in sizes if path in dig(result, (*at, s, kind))]
+            if len(there) != len(sizes):
                 continue
+            figures = [figure_at(result, (*at, s, kind, path, "per_repeat")) for s in sizes]
             xs = [i + (k - 1) * width for i in range(len(sizes))]
             ax.bar(
                 xs,
@@ -163,7 +221,7 @@ def _client_speedups(result: dict, image: Path) -> bool:
                 width,
                 yerr=_errors(figures),
                 capsize=3,
-                label=f"{path} vs {payloads[sizes[0]][kind][path]['vs']}",
+                label=f"{path} vs {dig(result, (*at, sizes[0], kind, path, 'vs'), str)}",
             )
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xticks(range(len(sizes)), sizes)
@@ -174,94 +232,95 @@ def _client_speedups(result: dict, image: Path) -> bool:
     fig.suptitle(
         "sonicsite client vs stock tritonclient, per payload (bars: median; range: repeats)"
     )
-    fig.tight_layout()
-    fig.savefig(image, dpi=100)
-    plt.close(fig)
-    return True
+    return fig
 
 
 POLICY_ORDER = ("round-robin", "least-request", "load-aware")
 
 
-def _balancing_latency(result: dict, image: Path) -> bool:
+def _balancing_latency(result: dict) -> Figure | None:
     """p99 (of every repeat's latencies together) against the slowdown, one panel per load
     (closed loop, open loop at each rate), one line per policy."""
-    figures = result["details"].get("figures", {})
+    at = ("details", "figures")
+    figures = dig(result, at, dict, default={})
     if not figures:
-        return False
+        return None
     labels = list(figures)
-    loads = list(next(iter(figures.values())))
+    loads = list(dig(result, (*at, labels[0])))
+    if not loads:
+        return None
     fig, axes = plt.subplots(1, len(loads), figsize=(4.5 * len(loads), 4), squeeze=False)
     for ax, load in zip(axes[0], loads, strict=True):
         for policy in POLICY_ORDER:
-            ys = [figures[label][load][policy]["all_repeats"]["p99_ms"] for label in labels]
-            ax.plot(labels, ys, marker="o", label=policy)
+            p99 = [(*at, label, load, policy, "all_repeats", "p99_ms") for label in labels]
+            ys = [dig(result, keys, (*NUMBER, None)) for keys in p99]
+            ax.plot(
+                labels, [float("nan") if y is None else y for y in ys], marker="o", label=policy
+            )
         ax.set_title(load)
         ax.set_xlabel("slowdown of one server of three")
         ax.set_ylabel("p99 latency (ms)")
         ax.legend(fontsize=8)
     fig.suptitle("balancing: p99 latency against the slow server's slowdown")
-    fig.tight_layout()
-    fig.savefig(image, dpi=100)
-    plt.close(fig)
-    return True
+    return fig
 
 
-def _balancing_shares(result: dict, image: Path) -> bool:
+def _balancing_shares(result: dict) -> Figure | None:
     """The recovery run: each server's share of the answers per second, t = 0 where the
     slow server became fast again; the equal share as a line."""
-    runs = result["details"].get("recovery_runs") or []
-    if not runs or not runs[0].get("shares"):
-        return False
-    rows = runs[0]["shares"]
-    servers = sorted({s for row in rows for s in row["shares"]})
+    at = ("details", "recovery_runs")
+    runs = dig(result, at, (list, None), default=None) or []
+    if not runs or not dig(result, (*at, 0, "shares"), (list, None), default=None):
+        return None
+    rows = dig(result, (*at, 0, "shares"), list)
+    shares = [dig(result, (*at, 0, "shares", i, "shares")) for i in range(len(rows))]
+    times = [dig(result, (*at, 0, "shares", i, "t"), NUMBER) for i in range(len(rows))]
+    servers = sorted({s for row in shares for s in row})
+    if not servers:
+        return None
     fig, ax = plt.subplots(figsize=(8, 4))
     for server in servers:
-        ax.plot(
-            [row["t"] for row in rows],
-            [row["shares"].get(server, 0.0) for row in rows],
-            marker=".",
-            label=server,
-        )
+        values = []
+        for i, row in enumerate(shares):
+            keys = (*at, 0, "shares", i, "shares", server)
+            values.append(dig(result, keys, NUMBER) if server in row else 0.0)
+        ax.plot(times, values, marker=".", label=server)
     ax.axhline(1 / len(servers), color="grey", lw=0.8, ls="--", label="equal share")
     ax.axvline(0.0, color="black", lw=0.8)
     ax.set_xlabel("seconds from the slow server's recovery")
     ax.set_ylabel("share of the answers (per second)")
-    took = runs[0].get("recovery_s")
+    took = dig(result, (*at, 0, "recovery_s"), (*NUMBER, None), default=None)
     ax.set_title(f"balancing, recovery from a 5x slowdown (recovery_s {took})")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(image, dpi=100)
-    plt.close(fig)
-    return True
+    return fig
 
 
-def _through_site(result: dict, image: Path) -> bool:
+def _through_site(result: dict) -> Figure | None:
     """Throughput through the site (Envoy or the gateway) over direct, per case, every
     repeat's ratio as the bar's range."""
-    cases = result["details"].get("cases", {})
+    at = ("details", "cases")
     bars = {}
-    for case, paths in cases.items():
-        for key, value in paths.items():
-            if key.endswith("_vs_direct") and "throughput_ratio" in value:
-                bars[f"{case} ({key.split('/')[0]})" if "/" in key else case] = value
+    for case in dig(result, at, dict, default={}):
+        for key in dig(result, (*at, case)):
+            if not key.endswith("_vs_direct"):
+                continue
+            if "throughput_ratio" in dig(result, (*at, case, key)):
+                label = f"{case} ({key.split('/')[0]})" if "/" in key else case
+                bars[label] = figure_at(result, (*at, case, key, "throughput_ratio"))
     if not bars:
-        return False
+        return None
     names = list(bars)
-    figures = [bars[n]["throughput_ratio"] for n in names]
+    figures = [bars[n] for n in names]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(names)), 4.5))
     ax.bar(range(len(names)), [f["median"] for f in figures], yerr=_errors(figures), capsize=3)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("throughput through the site / direct")
     ax.set_title(f"{result['benchmark']}: throughput against direct (median; range: repeats)")
-    fig.tight_layout()
-    fig.savefig(image, dpi=100)
-    plt.close(fig)
-    return True
+    return fig
 
 
-PLOTS: dict[str, list[tuple[str, Callable[[dict, Path], bool]]]] = {
+PLOTS: dict[str, list[tuple[str, Callable[[dict], Figure | None]]]] = {
     "client": [("speedup per payload", _client_speedups)],
     "balancing": [
         ("latency against slowdown", _balancing_latency),
@@ -273,4 +332,10 @@ PLOTS: dict[str, list[tuple[str, Callable[[dict, Path], bool]]]] = {
 
 
 def run(inputs: list[Path], out: Path) -> Path:
-    return render(load(inputs), out)
+    """REPORT.md and its plots in `out` from the benches' JSON files `inputs`: the inputs
+    read and checked first, `out` then (ReportError naming the file or the folder), so that
+    nothing is drawn from a damaged input or into a folder that cannot take it."""
+    results = load(inputs)
+    if why := out_refused(out):
+        raise ReportError(f"{out}: cannot write the report there (--out): {why}")
+    return render(results, out)

@@ -72,6 +72,7 @@ from sonicsite.local.servers import set_model_work
 from sonicsite.local.state import SiteState
 
 from ..contract.provenance import run_start
+from ..sim.output import unwritable
 from ..sim.run import quantile
 from .balancing_load import MODEL, Answers, closed_loop, open_loop, set_policy
 from .common import BENCH_ADMISSION, conditions, figure, http_json, sheds, write_result
@@ -254,9 +255,23 @@ def run(
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """`sonicsite simulate check-local --json F [--seed N]`: the summary's figures printed."""
+    """`sonicsite simulate check-local --json F [--seed N]`: the summary's figures printed.
+    Checked before any site work (2, a usage error): --json given and writable, and none of
+    the scenario runs' options, which check-local would ignore (--plot, --seeds, --workers)."""
+    said = "sonicsite simulate check-local"
     if not args.json:
-        print("sonicsite simulate check-local: expected --json F", file=sys.stderr)
+        print(f"{said}: expected --json F", file=sys.stderr)
+        return 2
+    given = [f"--{name}" for name in ("plot", "seeds", "workers") if getattr(args, name, None)]
+    if given:
+        print(
+            f"{said}: {', '.join(given)}: not taken by check-local (one local site and the "
+            "simulator on its loads, one seed: --seed; no plots), and would be ignored",
+            file=sys.stderr,
+        )
+        return 2
+    if why := unwritable(args.json):
+        print(f"{said}: --json {args.json}: cannot write: {why}", file=sys.stderr)
         return 2
     result = run(args.json, CheckOptions(seed=args.seed))
     s = result["summary"]

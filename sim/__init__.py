@@ -12,7 +12,8 @@ Modules, one job each:
 - `scenario.py`: what a scenario holds (site, pool with its sweep of GPU counts, models,
   workflows with their own calls); shipped scenarios under `scenarios/`; faults (`FAULTS`:
   a Prometheus outage, a lost node) at their times. `scenario_parse.py`: the YAML read and
-  checked, each error naming its file and field (`scenario_fields.py`: one field's reader).
+  checked, each error naming its file and field (`scenario_fields.py`: one field's reader,
+  and the YAML with no key given twice; `scenario_pool.py`: the pool's and the faults').
 - `gpu.py`: a GPU server: per model Triton's dynamic batcher (max batch, queue delay), one
   execution at a time, and Triton's counters as the operator scrapes them.
 - `envoy.py`: Envoy's LEAST_REQUEST pick (with equal weights power of two choices, or the
@@ -31,5 +32,6 @@ Modules, one job each:
   client's retry-after and back-off.
 - `run.py`: one scenario under one policy set; `results.py`: the comparisons, seeds and
   sweep, run in worker processes, and the JSON; `plots.py`: the plots; `commands.py`:
-  `sonicsite simulate`.
+  `sonicsite simulate`; `output.py`: files written whole, at a symlink's target, never over
+  a device or a FIFO (the benches' results and report too).
 """

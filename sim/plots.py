@@ -8,8 +8,11 @@ The timelines are one seed's (the summary's first): the title says which."""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
+
+from .output import write_whole
 
 PANELS = (  # (timeline key, axis label, scale)
     ("p99_s", "p99 latency (ms)", 1e3),
@@ -58,6 +61,20 @@ def title(result: dict, what: str) -> str:
     return f"{result['simulation']}: {what}, {which}"
 
 
+def file_name(simulation: str, what: str) -> str:
+    """A plot's file under the folder: the scenario and the comparison (or `sweep`)."""
+    return f"{simulation}-{what}.png"
+
+
+def save(fig, path: Path) -> Path:
+    """The figure as PNG at `path`, written whole or not at all (`output.write_whole`: at a
+    symlink's target, never over what is not a regular file)."""
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    write_whole(path, png.getvalue())
+    return path
+
+
 def plot(result: dict, out: Path) -> list[Path]:
     """One PNG per comparison (fixed pool, autoscaled) under `out`; the paths written."""
     import matplotlib
@@ -69,10 +86,10 @@ def plot(result: dict, out: Path) -> list[Path]:
     written = []
     for case, runs in result["details"].items():
         fig = figure(result, case, runs, plt)
-        path = out / f"{result['simulation']}-{case}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        try:
+            written.append(save(fig, out / file_name(result["simulation"], case)))
+        finally:
+            plt.close(fig)
     if result["summary"].get("sweep"):
         written.append(sweep_plot(result, out, plt))
     return written
@@ -126,7 +143,7 @@ def sweep_plot(result: dict, out: Path, plt) -> Path:
     axes[-1].set_xticks(gpus, [str(n) for n in gpus])
     fig.suptitle(title(result, "cost against makespan (fixed pools)"))
     fig.tight_layout()
-    path = out / f"{result['simulation']}-sweep.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    try:
+        return save(fig, out / file_name(result["simulation"], "sweep"))
+    finally:
+        plt.close(fig)

@@ -6,7 +6,8 @@ headline ratios are the autoscaled ones, the fixed pool's beside them. A ratio i
 / reference: below 1 is a win for every figure but utilisation. A comparison where either
 set left a job unfinished or failed a request is not comparable (`comparable: false`, and
 why): a run that failed its requests is quick and its latencies those of the few answered.
-`wins` says so first and counts none of its ratios.
+Its ratios are null (the headline's too, where it is the headline, and a sweep row's where
+either set did not finish there), each set's figures kept beside them; `wins` says so first.
 
 A sweep (`pool.sweep`) runs fixed pools of several GPU counts under both sets: the cost in
 GPU-hours against the jobs' makespan (how many GPUs a site's CPUs need).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import multiprocessing
 import os
 import signal
 import statistics
@@ -27,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..contract import provenance
+from .output import write_whole
 from .run import POLICY_SETS, figures, run
 from .scenario import Scenario
 
@@ -62,7 +65,12 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 
 def die_with(parent: int) -> None:
     """A worker ends when the command that started it dies (killed, even by SIGKILL): no
-    orphan goes on computing a run nobody will read (Linux's parent-death signal)."""
+    orphan goes on computing a run nobody will read (Linux's parent-death signal). Ctrl-C,
+    sent to the terminal's whole process group, is the command's to take (it stops the
+    workers): a worker ignores it, and ends quietly on SIGTERM (the parent's handler, which
+    unwinds the command, is not a worker's)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
@@ -73,13 +81,25 @@ def die_with(parent: int) -> None:
 def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
     """Every (scenario, policy set, seed) run, `workers` at a time in processes of their
     own (each run is one process's CPU work: SimPy is single-threaded), which end with this
-    one."""
+    one: stopped at once when it is (Ctrl-C) or a run fails, not waited for."""
     if workers <= 1 or len(tasks) <= 1:
         return [one_run(*task) for task in tasks]
-    with ProcessPoolExecutor(
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
         max_workers=min(workers, len(tasks)), initializer=die_with, initargs=(os.getpid(),)
-    ) as pool:
-        return list(pool.map(one_run, *zip(*tasks, strict=True)))
+    )
+    try:
+        # submitted one by one, not `map`, whose clean-up cancels the runs not begun: the
+        # pool's own thread, finding its workers gone, then fails on them (Python 3.11)
+        futures = [pool.submit(one_run, *task) for task in tasks]
+        done = [future.result() for future in futures]
+    except BaseException:
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.terminate()
+        pool.shutdown(wait=False)  # the pool broken: its runs not begun fail, none waits
+        raise
+    pool.shutdown()
+    return done
 
 
 class SummaryError(RuntimeError):
@@ -112,11 +132,25 @@ def comparison(runs: dict[str, dict]) -> dict:
     if problems:
         result["incomparable"] = "; ".join(problems)
     for key, figure in RATIOS.items():
-        result[key] = ratio(result["sonicsite"][figure], result["reference"][figure])
+        mine, theirs = result["sonicsite"][figure], result["reference"][figure]
+        result[key] = None if problems else ratio(mine, theirs)
     result["gpu_utilisation"] = {n: result[n]["gpu_utilisation"] for n in POLICY_SETS}
     result["per_model"] = per_model_ratios(result["sonicsite"], result["reference"])
+    if problems:  # no ratio of runs that cannot be compared; each set's figures stay above
+        result["per_model"] = {m: dict.fromkeys(r) for m, r in result["per_model"].items()}
     result["wall_s"] = {name: runs[name]["wall_s"] for name in POLICY_SETS}
     return result
+
+
+def not_comparable(summary: dict) -> list[str]:
+    """Each comparison that cannot be compared, and why (over every seed, with several)."""
+    spread = summary.get("over_seeds", {})
+    said = []
+    for case in ("fixed_pool", "autoscaled"):
+        compared = spread.get(case, summary.get(case))
+        if compared is not None and not compared["comparable"]:
+            said.append(f"{case}: {compared['incomparable']}")
+    return said
 
 
 def per_model_ratios(ours: dict, theirs: dict) -> dict:
@@ -179,16 +213,17 @@ def summarise(
 
 
 def sweep_rows(runs: dict[tuple[int, str], dict]) -> list[dict]:
-    """The cost/makespan curve: per GPU count, both sets' makespan, GPU-hours and p99."""
+    """The cost/makespan curve: per GPU count, both sets' makespan, GPU-hours and p99; the
+    makespan ratio null where either set left a job unfinished or failed a request."""
     shown = ("makespan_s", "gpu_hours", "p99_latency_s", "finished", "requests_failed")
     rows = []
     for n in sorted({n for n, _ in runs}):
         row: dict = {"gpus": n}
         for name in POLICY_SETS:
             row[name] = {k: runs[(n, name)]["figures"][k] for k in shown}
-        row["makespan_ratio_vs_reference"] = ratio(
-            row["sonicsite"]["makespan_s"], row["reference"]["makespan_s"]
-        )
+        either = any(unfinished(runs[(n, name)]["figures"]) for name in POLICY_SETS)
+        mine, theirs = row["sonicsite"]["makespan_s"], row["reference"]["makespan_s"]
+        row["makespan_ratio_vs_reference"] = None if either else ratio(mine, theirs)
         rows.append(row)
     return rows
 
@@ -227,8 +262,10 @@ def _mean(value: float | dict | None) -> tuple[float | None, int]:
     return value, 0 if value is None else 1
 
 
-def meta(seed: int, start: provenance.RunStart) -> dict:
-    return {**provenance.meta(start, ("simpy",)), "seed": seed}
+def meta(seed: int, start: provenance.RunStart, source: dict | None = None) -> dict:
+    """The bench's meta, the seed, and where the scenario came from (`scenario.read`: as
+    given, resolved, its sha256, its shipped name)."""
+    return {**provenance.meta(start, ("simpy",)), "seed": seed, "scenario": source}
 
 
 def over_seeds(summaries: list[dict]) -> dict:
@@ -271,13 +308,22 @@ def _spread(by_seed: list[tuple[int, float | None]]) -> dict:
     return out
 
 
-def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: int = 1) -> dict:
+def write(
+    path: Path,
+    scenario: Scenario,
+    seed: int,
+    seeds: int = 1,
+    workers: int = 1,
+    source: dict | None = None,
+) -> dict:
     """Simulate with `seeds` seeds from `seed` on, `workers` runs at a time, and write
     {summary, meta, details} to `path`. With more than one seed the headline ratios and the
     wins are the means over the seeds (`over_seeds` has each ratio's spread); the
     comparisons and details are the first seed's. The sweep (`pool.sweep`) runs the first
     seed. Should the summary fail, each run's figures are written to `path` all the same
-    (SummaryError says so): minutes of runs are never lost to it."""
+    (SummaryError says so): minutes of runs are never lost to it. `source`: where the
+    scenario came from (`scenario.read`), in `meta`. The file is written whole or not at all
+    (`output.write_whole`: at a symlink's target, never over what is not a regular file)."""
     start = provenance.run_start()
     t0 = time.perf_counter()
     numbers = range(seed, seed + seeds)
@@ -287,7 +333,7 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
     sweeps = [(n, name) for n in pools for name in POLICY_SETS]
     tasks += [(pools[n], name, seed) for n, name in sweeps]
     done = run_all(tasks, workers)
-    run_meta = meta(seed, start) | {"workers": workers}
+    run_meta = meta(seed, start, source) | {"workers": workers}
     try:
         summary, details = _summary(scenario, seed, seeds, keys, sweeps, done)
     except Exception as exc:
@@ -295,9 +341,8 @@ def write(path: Path, scenario: Scenario, seed: int, seeds: int = 1, workers: in
         labels += [{"seed": seed, "sweep_gpus": n, "policy_set": name} for n, name in sweeps]
         runs = [x | {"figures": r["figures"]} for x, r in zip(labels, done, strict=True)]
         why = f"{type(exc).__name__}: {exc}"
-        _write_json(
-            path, {"simulation": scenario.name, "error": why, "runs": runs} | {"meta": run_meta}
-        )
+        failed = {"simulation": scenario.name, "error": why, "runs": runs, "meta": run_meta}
+        _write_json(path, failed)
         raise SummaryError(
             f"{scenario.name}: the runs ended but their summary failed ({why}); each run's "
             f"figures are in {path}"
@@ -328,8 +373,8 @@ def _summary(
     if seeds > 1:
         spread = over_seeds([x for x, _ in per_seed])
         headline = spread[summary["headline"]]
-        for key in RATIOS:
-            summary[key] = headline[key]["mean"]
+        for key in RATIOS:  # no mean of ratios where a seed's runs cannot be compared
+            summary[key] = headline[key]["mean"] if headline["comparable"] else None
         summary["comparable"] = headline["comparable"]
         summary.pop("incomparable", None)
         if not headline["comparable"]:
@@ -343,11 +388,5 @@ def _summary(
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Written whole or not at all: to a file beside `path`, then renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    """Written whole or not at all (`output.write_whole`)."""
+    write_whole(path, json.dumps(data, indent=1) + "\n")

@@ -2,13 +2,20 @@
 calls per event) and the control loop's cadence, read from YAML and checked field by field.
 
 Every error names the field by its path (`workload.workflows[0].jobs: expected an integer
-≥ 1, got 0`) and unknown fields are refused, so a typo never silently runs a default.
-Shipped scenarios live in `scenarios/` beside this file; `load` takes their name or a path.
-The parser, field by field, is `scenario_parse.py`.
+≥ 1, got 0`) and unknown fields are refused, so a typo never silently runs a default; nor
+does a key given twice in one mapping (YAML's last would win), nor a field that the rest of
+the scenario would ignore (a fixed pool's `min_servers` or `initial_servers`, a lost node's
+`duration_s`, `repeat_every_s` without `repeat`, `host_cv` without `host_cores`, a fault
+after `limit_s`).
+Shipped scenarios live in `scenarios/` beside this file; `load` takes their name or a path
+(a bare name of a shipped scenario is that one; `./NAME` a file of that name here). The
+parser, field by field, is `scenario_parse.py`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -100,6 +107,9 @@ class Pool:
     slots: tuple[str, ...]  # a GPU kind per slot, in the order servers are started
     pod_start_s: float  # scheduling + image + Triton start, before models load
     autoscaling: bool
+    # autoscaling: the bounds and the start. A fixed pool (autoscaling false) runs
+    # fixed_servers from start to end: it takes neither min_servers nor initial_servers
+    # (refused), and max_servers only as fixed_servers' default
     min_servers: int
     max_servers: int
     initial_servers: int
@@ -134,9 +144,10 @@ class Placement:
     unload_s: float = 1.0  # Triton letting a model go, once nothing is in flight
 
 
-FAULTS = {
-    "prometheus_outage": "Prometheus answers nothing for duration_s",
-    "node_lost": "the `servers` oldest ready servers die at once, their GPUs gone for good",
+FAULTS = {  # each at at_s, before limit_s
+    "prometheus_outage": "Prometheus answers nothing for duration_s (required, > 0)",
+    "node_lost": "the `servers` oldest ready servers die at once, their GPUs gone for good "
+    "(no duration_s)",
 }
 
 
@@ -178,28 +189,59 @@ def shipped() -> list[str]:
     return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
 
 
-def load(name_or_path: str | Path) -> Scenario:
-    """A shipped scenario by name, or a YAML file by path; every error names the file."""
-    path = Path(name_or_path)
-    if not path.suffix and (SHIPPED / f"{path}.yaml").exists():
-        path = SHIPPED / f"{path}.yaml"
+def locate(name_or_path: str | Path) -> tuple[Path, str | None]:
+    """The file a scenario argument names, and the shipped name when it is one: a bare name
+    (no folder, no suffix) of a shipped scenario is that scenario, even where the working
+    folder holds a file of that name (`./NAME` names the file)."""
+    given = str(name_or_path)
+    if "/" not in given and not Path(given).suffix and (SHIPPED / f"{given}.yaml").exists():
+        return SHIPPED / f"{given}.yaml", given
+    return Path(given), None
+
+
+def read(name_or_path: str | Path) -> tuple[Scenario, dict]:
+    """A shipped scenario by name, or a YAML file by path, and where it came from (a run's
+    `meta.scenario`): as given, the file resolved, the sha256 of the bytes parsed, the
+    shipped name (null for a file of one's own), and `not_used`: a file in the working folder
+    named like the shipped scenario that was run instead. Every error names the file."""
+    from .scenario_fields import yaml_of  # the readers raise this module's ScenarioError
+    from .scenario_parse import parse
+
+    path, name = locate(name_or_path)
     if not path.exists():
         raise ScenarioError(f"scenario {name_or_path!s}: no such file; shipped: {shipped()}")
     if path.is_dir():
         raise ScenarioError(f"{path}: a folder, not a scenario file (YAML)")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = yaml_of(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not YAML: {exc}") from exc
+    except ScenarioError as exc:  # a key given twice
+        raise ScenarioError(f"{path}: {exc}") from exc
     if data is None:
         raise ScenarioError(f"{path}: an empty file; expected a scenario (a YAML mapping)")
-    from .scenario_parse import parse  # the parser reads these dataclasses
-
     try:
-        return parse(data, default_name=path.stem)
+        scenario = parse(data, default_name=path.stem)
     except ScenarioError as exc:
         raise ScenarioError(f"{path}: {exc}") from exc
+    source = {
+        "given": str(name_or_path),
+        "resolved": os.path.realpath(path),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "shipped": name,
+    }
+    local = Path(str(name_or_path))
+    if name is not None and local.is_file():
+        source["not_used"] = str(local.resolve())
+    return scenario, source
+
+
+def load(name_or_path: str | Path) -> Scenario:
+    """A shipped scenario by name, or a YAML file by path (`read`); every error names the
+    file."""
+    return read(name_or_path)[0]

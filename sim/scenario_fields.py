@@ -1,15 +1,57 @@
 """The field readers of the scenario parser (scenario_parse.py): each value checked for its
 type and range, each error naming the field by its path. Out of range is refused, never
-clamped; a number must be finite (a NaN compares false with every bound and passed them)."""
+clamped; a number must be finite (a NaN compares false with every bound and passed them).
+And the YAML itself, read with every mapping's keys checked: a key given twice is refused
+(YAML's last one would win silently)."""
 
 from __future__ import annotations
 
 import math
 import re
 
+import yaml
+
 from .scenario import ScenarioError
 
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a file's name part: plots use it
+
+
+def yaml_of(text: str) -> object:
+    """The YAML document in `text` (None: empty), as yaml.safe_load reads it, but a key given
+    twice in one mapping is a ScenarioError naming its path and both lines."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _no_key_twice(node, "", set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _no_key_twice(node: yaml.Node, where: str, seen: set[int]) -> None:
+    if id(node) in seen:  # an alias of a node already walked (or a recursive one)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _no_key_twice(item, f"{where}[{i}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            scalar = isinstance(key, yaml.ScalarNode)
+            name = key.value if scalar else "?"
+            at = path_of(where, name)
+            line = key.start_mark.line + 1
+            if scalar and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in first:
+                    raise ScenarioError(
+                        f"{at}: given twice, at lines {first[key.tag, key.value]} and {line} "
+                        "(YAML would keep the last one silently); give it once"
+                    )
+                first[key.tag, key.value] = line
+            _no_key_twice(value, at, seen)
 
 
 def fields(data: object, where: str, known: set[str]) -> dict:
@@ -17,10 +59,12 @@ def fields(data: object, where: str, known: set[str]) -> dict:
     name = where or "the scenario"
     if not isinstance(data, dict):
         raise ScenarioError(f"{name}: expected a mapping, got {type(data).__name__}")
-    unknown = sorted(set(data) - known - ({"limit_s"} if not where else set()))
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ScenarioError(f"{prefix}{unknown[0]}: unknown field; expected one of {sorted(known)}")
+    unknown = [key for key in data if key not in known]
+    if unknown:  # the names first, then keys that are not names (1, true, null), as written
+        key = min(unknown, key=lambda k: (not isinstance(k, str), str(k)))
+        said = path_of(where, key) if isinstance(key, str) else f"{name}: key {key!r}"
+        what = "unknown field" if isinstance(key, str) else "not a field's name"
+        raise ScenarioError(f"{said}: {what}; expected one of {sorted(known)}")
     return data
 
 

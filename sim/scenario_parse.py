@@ -1,7 +1,8 @@
 """A scenario's YAML read into `scenario.py`'s dataclasses, field by field: every error
 names the field by its path and why; unknown fields, names given twice, values out of range
 (never clamped), numbers that are not finite and fields that would be ignored are refused.
-The readers of single fields are scenario_fields.py's."""
+The readers of single fields are scenario_fields.py's; the pool's and the faults' are
+scenario_pool.py's."""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ from dataclasses import replace
 from sonicsite.operator.placement_settings import PlacementSettings
 
 from .scenario import (
-    FAULTS,
     Call,
     Curve,
-    Fault,
     GpuKind,
     ModelSpec,
     OpenLoop,
     Placement,
-    Pool,
     Scenario,
     ScenarioError,
     Workflow,
@@ -33,6 +31,7 @@ from .scenario_fields import (
     num_of,
     plain_name,
 )
+from .scenario_pool import faults_of, pool_of
 
 
 def parse(data: object, default_name: str = "scenario") -> Scenario:
@@ -51,6 +50,7 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
             "sources",
             "faults",
             "placement",
+            "limit_s",
         },
     )
     models: dict[str, ModelSpec] = {}
@@ -85,7 +85,8 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
     description = top.get("description", "")
     if not isinstance(description, str):
         raise ScenarioError(f"description: expected text, got {description!r}")
-    pool = _pool(top.get("pool"), kinds, "placement" in top)
+    pool = pool_of(top.get("pool"), kinds, "placement" in top)
+    limit_s = num_of(top, "limit_s", "", low=1.0, default=7 * 86400.0)
     return Scenario(
         name=plain_name(
             top.get("name", default_name),
@@ -105,8 +106,8 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         workload=_workload(top.get("workload"), models),
         step_s=num_of(_control(top), "step_s", "control", low=0.1, default=1.0),
         sample_s=num_of(_control(top), "sample_s", "control", low=1.0, default=60.0),
-        limit_s=num_of(top, "limit_s", "", low=1.0, default=7 * 86400.0),
-        faults=_faults(top.get("faults", []), len(pool.slots)),
+        limit_s=limit_s,
+        faults=faults_of(top.get("faults", []), len(pool.slots), limit_s),
         placement=None if "placement" not in top else _placement(top["placement"], models),
     )
 
@@ -123,117 +124,6 @@ def _control(top: dict) -> dict:
     return fields(top.get("control", {}), "control", {"step_s", "sample_s"})
 
 
-def _faults(data: object, slots: int) -> tuple[Fault, ...]:
-    """The faults; a lost node takes at most the pool's `slots` servers."""
-    if not isinstance(data, list):
-        raise ScenarioError(f"faults: expected a list, got {data!r}")
-    faults = []
-    for i, item in enumerate(data):
-        at = f"faults[{i}]"
-        f = fields(item, at, {"kind", "at_s", "duration_s", "servers"})
-        kind = name_of(f, "kind", at)
-        if kind not in FAULTS:
-            raise ScenarioError(f"{at}.kind: expected one of {sorted(FAULTS)}, got {kind!r}")
-        faults.append(
-            Fault(
-                kind,
-                num_of(f, "at_s", at),
-                num_of(f, "duration_s", at, default=0.0),
-                int_of(f, "servers", at, default=1, high=slots, bounds="the pool's slots"),
-            )
-        )
-    return tuple(faults)
-
-
-def _pool(data: object, kinds: dict[str, GpuKind], placed: bool) -> Pool:
-    """The pool; `placed`: the scenario places models on demand (a pool may then rest at
-    zero servers: a held request wakes one)."""
-    where = "pool"
-    f = fields(
-        data,
-        where,
-        {
-            "slots",
-            "pod_start_s",
-            "autoscaling",
-            "min_servers",
-            "max_servers",
-            "initial_servers",
-            "fixed_servers",
-            "host_cores",
-            "host_cv",
-            "host_wait_ms",
-            "sweep",
-        },
-    )
-    slots: list[str] = []
-    for i, item in enumerate(list_of(f, "slots", where)):
-        at = f"{where}.slots[{i}]"
-        s = fields(item, at, {"kind", "count"})
-        kind = name_of(s, "kind", at)
-        if kind not in kinds:
-            raise ScenarioError(f"{at}.kind: expected one of {sorted(kinds)}, got {kind!r}")
-        slots += [kind] * int_of(s, "count", at)
-    autoscaling = bool_of(f, "autoscaling", where, default=False)
-    most = int_of(f, "max_servers", where, default=len(slots))
-    if most > len(slots):
-        raise ScenarioError(
-            f"{where}.max_servers: expected at most {len(slots)} (the slots), got {most}"
-        )
-    least = int_of(f, "min_servers", where, low=0, default=1)
-    if least > most:
-        raise ScenarioError(
-            f"{where}.min_servers: expected at most max_servers ({most}), got {least}"
-        )
-    if least == 0 and not placed:
-        raise ScenarioError(
-            f"{where}.min_servers: 0 needs `placement` (only a request held for a model placed "
-            "on demand wakes a pool at zero; without it no server would ever start): "
-            "expected an integer ≥ 1"
-        )
-    initial = int_of(
-        f,
-        "initial_servers",
-        where,
-        low=least,
-        high=most,
-        default=least if autoscaling else most,
-        bounds="min_servers to max_servers",
-    )
-    fixed = int_of(f, "fixed_servers", where, default=most)
-    if fixed > len(slots):
-        raise ScenarioError(
-            f"{where}.fixed_servers: expected at most {len(slots)} (the slots), got {fixed}"
-        )
-    cores = f.get("host_cores")
-    sweep = f.get("sweep", [])
-    if not isinstance(sweep, list):
-        raise ScenarioError(f"{where}.sweep: expected a list of GPU counts, got {sweep!r}")
-    for i, count in enumerate(sweep):
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(slots):
-            raise ScenarioError(
-                f"{where}.sweep[{i}]: expected a GPU count from 1 to {len(slots)} (the slots), "
-                f"got {count!r}"
-            )
-        if count in sweep[:i]:
-            raise ScenarioError(
-                f"{where}.sweep[{i}]: {count} already given at {where}.sweep[{sweep.index(count)}]"
-            )
-    return Pool(
-        tuple(slots),
-        num_of(f, "pod_start_s", where, low=0.0, default=60.0),
-        autoscaling,
-        least,
-        most,
-        initial,
-        fixed,
-        None if cores is None else num_of(f, "host_cores", where, low=0.1),
-        num_of(f, "host_cv", where, low=0.0, default=0.0),
-        tuple(sorted(set(sweep))),
-        num_of(f, "host_wait_ms", where, low=0.0, default=0.0),
-    )
-
-
 def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
     where = "placement"
     numbers = ("queue_ms", "hold_deadline_s", "idle_unload_s", "evict_idle_s")
@@ -245,7 +135,7 @@ def _placement(data: object, models: dict[str, ModelSpec]) -> Placement:
         at = f"{where}.static[{i}]"
         if not isinstance(group, list) or not group:
             raise ScenarioError(f"{at}: expected a non-empty list of models, got {group!r}")
-        unknown = sorted(str(m) for m in group if m not in models)
+        unknown = sorted(str(m) for m in group if not isinstance(m, str) or m not in models)
         if unknown:
             raise ScenarioError(f"{at}: unknown model(s) {unknown}; expected of {sorted(models)}")
         if len(group) > per_server:
@@ -315,7 +205,14 @@ def _workload(data: object, models: dict[str, ModelSpec]) -> Workload:
             _calls(w, at, models, batch) if "calls" in w else (),
         )
         every = num_of(w, "repeat_every_s", at, low=0.0, default=0.0)
-        for k in range(int_of(w, "repeat", at, default=1)):
+        repeat = int_of(w, "repeat", at, default=1)
+        if "repeat_every_s" in w and repeat < 2:
+            raise ScenarioError(
+                f"{at}.repeat_every_s: needs repeat (2 or more runs of the workflow); "
+                f"{'with repeat 1' if 'repeat' in w else 'without it'} the workflow runs once "
+                "and repeat_every_s would be ignored"
+            )
+        for k in range(repeat):
             flows.append(replace(flow, start_s=flow.start_s + k * every))
     return Workload(
         int_of(f, "events_per_job", where),

@@ -144,9 +144,9 @@ def _unwind_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, terminated)
 
 
-def _unwinding(command: str, run: Callable[[], int]) -> int:
-    """`run`, a command that starts a site and must stop it if it is stopped (every bench,
-    simulate check-local, demo, and `up` until the site is up), stopped by SIGTERM as by
+def _unwinding(command: str, run: Callable[[], int], starts_site: bool = True) -> int:
+    """`run`, a command that must unwind if it is stopped (every bench, simulate, demo, and
+    `up` until the site is up: those that start a site stop it), stopped by SIGTERM as by
     Ctrl-C (`submit`'s driver takes SIGTERM itself, stopping its workers); says so, and
     returns 128 + the signal."""
     _unwind_on_sigterm()
@@ -154,9 +154,9 @@ def _unwinding(command: str, run: Callable[[], int]) -> int:
         return run()
     except (Terminated, KeyboardInterrupt) as exc:
         number = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        stopped = "; the site it had started was stopped" if starts_site else ""
         print(
-            f"sonicsite {command}: stopped by {number.name} before it finished; the site it "
-            "had started was stopped",
+            f"sonicsite {command}: stopped by {number.name} before it finished{stopped}",
             file=sys.stderr,
         )
         return 128 + number.value
@@ -185,13 +185,14 @@ def _run(argv: list[str] | None) -> int:
 
         return print_status(args.dir, args.json)
     if args.command == "bench":
-        return _unwinding(args.command, lambda: run_bench(args))
+        starts = args.bench_command != "report"
+        return _unwinding(args.command, lambda: run_bench(args), starts_site=starts)
     if args.command == "simulate":
         if args.scenario == CHECK_LOCAL:
             from .bench.sim_check import run_command
 
             return _unwinding(args.command, lambda: run_command(args))
-        return run_simulate(args)
+        return _unwinding(args.command, lambda: run_simulate(args), starts_site=False)
     from .local.errors import SiteError
 
     try:

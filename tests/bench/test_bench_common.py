@@ -9,14 +9,18 @@ import itertools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from sonicsite.bench import faults, inprocess, placement
-from sonicsite.bench.common import Cleanups, Recorder, figure, in_turn
+from sonicsite.bench.common import Cleanups, Recorder, figure, in_turn, write_result
 from sonicsite.bench.dataplane import comparison
+from sonicsite.sim.output import OutputError
+
+from sonicsite.cli import main
 
 BENCH = Path(faults.__file__).resolve().parent
 
@@ -156,3 +160,35 @@ def test_each_shared_helper_is_defined_once():
     assert not {name: defined[name] for name in GONE if name in defined}
     readers = [p.name for p in BENCH.glob("*.py") if 'f"/proc/{' in p.read_text()]
     assert readers == ["outside_load.py"]  # a process's /proc/<pid>/stat, read in one place
+
+
+def test_a_result_is_never_written_over_a_fifo_and_through_a_symlink_at_its_target(tmp_path):
+    """write_result, every bench's writer (check-local's too): a FIFO there is refused and
+    left a FIFO (written into, it waited for a reader, or fed one the result); a symlink is
+    written through, whole, the link kept."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so that a write would not wait
+    try:
+        with pytest.raises(OutputError, match="it is a FIFO"):
+            write_result(fifo, "x", {}, {})
+        assert os.read(reader, 4096) == b""  # nothing was sent down the pipe
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    link.symlink_to(real)
+    write_result(link, "x", {"a": 1}, {})
+    assert link.is_symlink() and json.loads(real.read_text())["summary"] == {"a": 1}
+
+
+def test_a_bench_json_that_cannot_be_written_is_refused_before_the_bench(tmp_path, capsys):
+    """Checked first, before the options and any site (the faults' scenario named here is
+    refused too, so that no site would start were it not)."""
+    fifo = tmp_path / "faults.json"
+    os.mkfifo(fifo)
+    code = main(["bench", "faults", "--json", str(fifo), "--scenarios", "typo"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"sonicsite bench faults: --json {fifo}: cannot write: it is a FIFO" in err, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -10,6 +10,8 @@ busy machine the site's tail moves with the other work, so it is not asserted he
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -24,6 +26,8 @@ from sonicsite.bench.sim_check_model import (
     fit_error,
     fit_key,
 )
+
+from sonicsite.cli import main
 
 SHORT = CheckOptions(
     seconds=2.0,
@@ -95,3 +99,32 @@ def test_check_local_refuses_to_fit_where_it_validates():
         CheckOptions(fit_loads=(0.5, 0.7))
     with pytest.raises(ValueError, match="parts of capacity"):
         CheckOptions(fit_loads=())
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--plot", "plots"], "--plot: not taken by check-local"),
+        (["--seeds", "3"], "--seeds: not taken by check-local"),
+        (["--seeds", "1", "--workers", "2"], "--seeds, --workers: not taken by check-local"),
+        ("folder", "--json {json}: cannot write: it is a folder"),
+        ("fifo", "--json {json}: cannot write: it is a FIFO"),
+    ],
+)
+def test_check_local_refuses_before_any_site_work(tmp_path, capsys, monkeypatch, extra, said):
+    """Options of the scenario runs that check-local would ignore, and a --json it could not
+    write (found only after minutes of site work, as a traceback), are refused first: exit 2.
+    (A port range the launcher refuses stands guard: were the check to let it through, the
+    site would fail to start rather than start.)"""
+    monkeypatch.setenv("SONICSITE_PORT_RANGE", "not-a-range")
+    out = tmp_path / "check.json"
+    if extra == "folder":
+        out.mkdir()
+    elif extra == "fifo":
+        os.mkfifo(out)
+    options = extra if isinstance(extra, list) else []
+    code = main(["simulate", "check-local", "--json", str(out), *options])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"sonicsite simulate check-local: {said.format(json=out)}" in err, err
+    assert extra != "fifo" or stat.S_ISFIFO(os.lstat(out).st_mode)

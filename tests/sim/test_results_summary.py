@@ -29,9 +29,9 @@ def _outage() -> scenario.Scenario:
 
 def test_a_run_that_finished_nothing_is_no_win_and_the_json_is_written(tmp_path):
     """The reference finished none of its jobs: the makespan and GPU-hours ratios (sonicsite
-    far "lower") are no wins, the comparison says why it is not comparable; p50 and p99 of a
-    set that answered nothing are null in every seed (it raised KeyError after every run,
-    writing nothing)."""
+    far "lower") are no wins and null, the comparison says why it is not comparable; p50 and
+    p99 of a set that answered nothing are null in every seed (it raised KeyError after every
+    run, writing nothing)."""
     out = tmp_path / "x.json"
     result = results.write(out, _outage(), 1, seeds=2)
     written = json.loads(out.read_text())
@@ -51,8 +51,14 @@ def test_a_run_that_finished_nothing_is_no_win_and_the_json_is_written(tmp_path)
         "seeds": 0,
         "left_out": [1, 2],
     }
+    # no ratio of runs that cannot be compared (sonicsite's makespan was a twentieth of the
+    # reference's, which finished nothing); each set's figures stay beside the null
     first = summary["fixed_pool"]
-    assert first["comparable"] is False and first["makespan_ratio_vs_reference"] < 0.1
+    assert first["comparable"] is False
+    assert all(first[key] is None for key in results.RATIOS)
+    assert all(v is None for ratios in first["per_model"].values() for v in ratios.values())
+    assert first["reference"]["jobs_done"] == 0 < first["sonicsite"]["jobs_done"]
+    assert summary["makespan_ratio_vs_reference"] is None
 
 
 def test_a_ratio_some_seeds_lack_is_their_mean_and_says_over_how_many():
@@ -100,3 +106,35 @@ def test_an_unwritable_output_is_refused_before_any_run(tmp_path, capsys, monkey
     assert main(args) == 2
     said = capsys.readouterr().err
     assert f"sonicsite simulate: {option} {given}: cannot write: " in said, said
+
+
+def test_runs_that_cannot_be_compared_give_no_ratio_and_exit_3(tmp_path, capsys):
+    """`limit_s: 5`: no job of either set done by the limit. The command printed headline
+    ratios (makespan 1.0, p99 0.5979) beside `comparable: false` and exited 0; now the
+    ratios are null, why is said, each set's figures stay in the JSON, and it exits 3, as its
+    help says."""
+    data = yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+    data["workload"]["workflows"] = [{"start_s": 0, "jobs": 12, "wave_size": 12, "wave_every_s": 0}]
+    data["workload"]["events_per_job"] = 400
+    data["limit_s"] = 5
+    source = tmp_path / "short.yaml"
+    source.write_text(yaml.safe_dump(data))
+    out = tmp_path / "x.json"
+    code = main(["simulate", str(source), "--json", str(out), "--workers", "1"])
+    printed = capsys.readouterr()
+    assert code == 3, printed.err
+    shown = json.loads(printed.out.split("\nwritten:", 1)[0])
+    assert shown["comparable"] is False
+    assert all(shown[key] is None for key in results.RATIOS), shown
+    assert "not comparable, so no ratio is given" in printed.err
+    assert "sonicsite: 0 of 12 jobs done by the limit" in printed.err
+    summary = json.loads(out.read_text())["summary"]
+    assert all(summary[key] is None for key in results.RATIOS)
+    for name in ("sonicsite", "reference"):
+        figures = summary["fixed_pool"][name]
+        assert figures["jobs_done"] == 0 and figures["jobs"] == 12
+        assert figures["requests_answered"] > 0 and figures["gpu_hours"] > 0
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "3 the runs ended but a comparison cannot be compared" in helped, helped
