@@ -15,27 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 from polling import wait_until
+from pool_workers import pool_workers
 from sonicsite.sim import scenario
-
-
-def _children(pid: int) -> list[int]:
-    """The pool's workers: forked from `pid`, its own command line (not a helper's)."""
-    try:
-        own = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent == pid and (entry / "cmdline").read_bytes() == own:
-                found.append(int(entry.name))
-        except OSError:  # gone meanwhile
-            continue
-    return found
 
 
 def _computing(pid: int) -> bool:
@@ -80,7 +61,7 @@ def test_a_stopped_simulation_stops_its_workers_and_says_so(tmp_path, number):
     workers: list[int] = []
     try:
         workers = wait_until(
-            lambda: len(_children(run.pid)) >= 2 and _children(run.pid), "its workers", 120
+            lambda: len(pool_workers(run.pid)) >= 2 and pool_workers(run.pid), "its workers", 120
         )
         for pid in workers:
             wait_until(lambda pid=pid: _computing(pid), f"worker {pid} computing", 120)

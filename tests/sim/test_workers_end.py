@@ -15,32 +15,11 @@ import sys
 from pathlib import Path
 
 from polling import wait_until
+from pool_workers import pool_workers
 
 from sonicsite.contract.processes_seen import stat_fields
 
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
-
-
-def _workers(pid: int) -> list[int]:
-    """The pool's processes: the children forked from it, its own command line (not
-    multiprocessing's resource tracker)."""
-    own = Path(f"/proc/{pid}/cmdline").read_bytes()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) != pid:
-            continue
-        try:
-            if (entry / "cmdline").read_bytes() == own:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -78,7 +57,7 @@ def test_killed_simulate_leaves_no_worker_computing(tmp_path):
     workers: list[int] = []
     try:
         workers = wait_until(
-            lambda: len(_workers(parent.pid)) >= 2 and _workers(parent.pid),
+            lambda: len(pool_workers(parent.pid)) >= 2 and pool_workers(parent.pid),
             "simulate's two worker processes",
             120,
         )
