@@ -39,6 +39,6 @@ def check(grpc: str, models: list[str], events: int, inputs: Path | None = None)
             failed += not ok
             print(
                 f"{model}: {result.events_ok}/{events} events answered and checked"
-                + ("" if ok else f"; failed: {result.failed}")
+                + ("" if ok else f"; failed through --grpc {grpc} (as 'envoy'): {result.failed}")
             )
     return 1 if failed else 0

@@ -14,6 +14,7 @@ import pytest
 
 from sonicsite.jobs.driver import StreamSpec
 from sonicsite.jobs.preflight import check_spec
+from sonicsite.local.ports import free_ports
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 TENSOR = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
@@ -66,6 +67,18 @@ def test_check_names_an_inputs_file_that_is_not_there(tmp_path):
     out = _cli("check", "--grpc", "127.0.0.1:1", "--models", "mine", "--inputs", str(missing))
     assert out.returncode == 1
     assert f"sonicsite check: --inputs: expected a JSON file, {missing}: " in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_check_names_the_address_that_did_not_answer():
+    """Its failures read "envoy: ... UNAVAILABLE" for any --grpc address (the client's name
+    for the site's endpoint): the address is named beside them."""
+    (port,) = free_ports(1)  # nothing listens there
+    out = _cli("check", "--grpc", f"127.0.0.1:{port}", "--models", "simple", "--events", "2")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"simple: 0/2 events answered and checked; failed through --grpc 127.0.0.1:{port}" in (
+        out.stdout
+    )
     assert "Traceback" not in out.stderr
 
 
