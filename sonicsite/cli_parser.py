@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .bench.commands import add_bench_parser
 from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
-from .contract.options import at_least, non_negative, zero_or_at_least
+from .contract.options import at_least, non_negative, out_folder, zero_or_at_least
 from .jobs.spawn import STILL_SAID_S
 from .local.state import DEFAULT_SITE_DIR
 from .models.frameworks import FRAMEWORKS, ONNX
@@ -69,17 +69,6 @@ def _tokens_file(text: str) -> Path:
             f"{text}: no token in it (one per line); it would refuse every request"
         )
     return path
-
-
-def _out_folder(text: str) -> Path:
-    """A stream's folder; an empty name (Path("") is the current folder) is refused, not
-    taken for the folder the user is in."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "an empty name would put the stream's journals and report in the current folder; "
-            "name a folder (default sonicsite-out, or . for this one)"
-        )
-    return Path(text)
 
 
 def _site_args(p: argparse.ArgumentParser) -> None:
@@ -195,7 +184,7 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
     p.add_argument(
         "--out",
-        type=_out_folder,
+        type=out_folder,
         default=Path("sonicsite-out"),
         help="where report.json, report.png and the job files go",
     )

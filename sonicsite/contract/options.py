@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -63,3 +64,14 @@ def positive_list(text: str) -> tuple[int, ...]:
             f"expected comma-separated positive integers, got {text!r}"
         )
     return values
+
+
+def out_folder(text: str) -> Path:
+    """A stream's folder; an empty name (Path("") is the current folder) is refused, not
+    taken for the folder the user is in."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty name would put the stream's journals and report in the current folder; "
+            "name a folder (default sonicsite-out, or . for this one)"
+        )
+    return Path(text)
