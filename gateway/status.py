@@ -12,11 +12,9 @@ readable at a glance, no assets to serve.
 
 from __future__ import annotations
 
-import http.client
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import answers
 from sonicsite.contract.wire import RUNNING, SUPERVISOR, load_state_file, read_processes
 
 SUPERVISOR_PROBE_S = 1.5  # how long the page waits for the supervisor's /healthz
@@ -43,7 +41,8 @@ def site_processes(state_file: Path | None) -> dict:
         }
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
-    silent = supervised and not _answers(_supervisor_health(state_file))
+    health = _supervisor_health(state_file) if supervised else ""
+    silent = bool(health) and not answers(health, SUPERVISOR_PROBE_S)
     supervised = supervised and not silent
     note = (
         f"supervised by pid {supervisor.pid}: a process that dies is restarted"
@@ -64,20 +63,6 @@ def _supervisor_health(state_file: Path) -> str:
     except (OSError, ValueError):
         return ""
     return f"http://{address}/healthz" if address else ""
-
-
-def _answers(url: str) -> bool:
-    """Whether `url` gives any HTTP answer within SUPERVISOR_PROBE_S: a live PID that does
-    not (SIGSTOP, hung) restarts nothing. No URL: nothing to ask, taken as answering."""
-    if not url:
-        return True
-    try:
-        with urllib.request.urlopen(url, timeout=SUPERVISOR_PROBE_S):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-        return False
 
 
 STATUS_PAGE = """<!doctype html>

@@ -164,29 +164,17 @@ class Transitions:
         lines = []
         slowness = balancing.slowness() if now ^ self.reduced else {}
         for m, s in sorted(now - self.reduced):
-            measured = balancing.measured(m)
-            ref = reference(list(measured.values()))
             lines.append(
-                f"balancing: {s} weighed down for {m}: {_ms(measured.get(s))} per request, "
-                f"{_ratio(measured.get(s), ref)} the model's reference {_ms(ref)} "
-                f"({slowness.get(s, 1.0):.1f}× over its models); weight {weights[m][s]} of "
-                f"{FULL_WEIGHT}"
+                f"balancing: {s} weighed down for {m}: {_measured(balancing, m, s, slowness)}; "
+                f"weight {weights[m][s]} of {FULL_WEIGHT}"
             )
         for m, s in sorted(self.reduced - now):
             if s not in self.servers or s not in weights.get(m, {}):
                 continue  # the server left, or no longer holds the model: said elsewhere
-            if not load_aware:
-                lines.append(
-                    f"balancing: {s} back to full weight for {m}: policy {balancing.policy}"
-                )
-                continue
-            measured = balancing.measured(m)
-            ref = reference(list(measured.values()))
-            lines.append(
-                f"balancing: {s} back to full weight for {m}: {_ms(measured.get(s))} per "
-                f"request, {_ratio(measured.get(s), ref)} the model's reference {_ms(ref)} "
-                f"({slowness.get(s, 1.0):.1f}× over its models)"
+            why = (
+                _measured(balancing, m, s, slowness) if load_aware else f"policy {balancing.policy}"
             )
+            lines.append(f"balancing: {s} back to full weight for {m}: {why}")
         self.reduced = now
         return lines
 
@@ -219,3 +207,14 @@ class Transitions:
 
 def _seconds(timeout: float | None) -> str:
     return "none (one server takes the model)" if timeout is None else f"{timeout:g} s"
+
+
+def _measured(balancing: Balancing, model: str, server: str, slowness: dict[str, float]) -> str:
+    """A server's measured time for `model` against the model's reference, in words."""
+    measured = balancing.measured(model)
+    ref = reference(list(measured.values()))
+    mine = measured.get(server)
+    return (
+        f"{_ms(mine)} per request, {_ratio(mine, ref)} the model's reference {_ms(ref)} "
+        f"({slowness.get(server, 1.0):.1f}× over its models)"
+    )

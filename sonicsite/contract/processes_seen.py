@@ -1,10 +1,14 @@
 """What a process's entries in /proc say about it, for the guards against PID reuse
 (wire.py `runs_for_site`, the job driver's `kill_left_behind`): whether an argument names a
-folder, whether it is the kernel's, when it started."""
+folder, whether it is the kernel's, when it started; and whether its health URL answers (a
+live PID that does not is stopped or hung: the supervisor, `status`, the status page)."""
 
 from __future__ import annotations
 
+import http.client
 import os
+import urllib.error
+import urllib.request
 
 
 def names_folder(arg: bytes, folder: bytes) -> bool:
@@ -59,3 +63,15 @@ def started_at(pid: int) -> float:
     except (OSError, IndexError, ValueError, StopIteration):
         return float("-inf")
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def answers(url: str, timeout: float) -> bool:
+    """True when `url` gives any HTTP answer within `timeout`: a process that answers 503
+    is alive; one that is stopped or hung gives none."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+        return False  # refused, silent, or not HTTP (another program on its port)

@@ -57,18 +57,6 @@ def start_process(
         )
 
 
-def answers(url: str, timeout: float) -> bool:
-    """True when `url` gives any HTTP answer within `timeout`: a process that answers 503
-    is alive; one that is stopped or hung gives none."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-        return False  # refused, silent, or not HTTP (another program on its port)
-
-
 def wait_for_http(
     url: str,
     proc: subprocess.Popen,

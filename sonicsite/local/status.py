@@ -18,6 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import answers
 from sonicsite.contract.wire import (
     DEAD,
     RESTARTING,
@@ -33,7 +34,6 @@ from sonicsite.contract.wire import (
 
 from .abandoned import AbandonedAdd, abandoned_adds
 from .control_plane import listener_problem
-from .processes import answers
 from .state import SiteState, holder
 from .supervision import SupervisionPolicy
 from .triton import is_ready

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import answers
 from sonicsite.contract.wire import (
     RESTARTING,
     RUNNING,
@@ -38,7 +39,7 @@ from sonicsite.contract.wire import (
 )
 
 from .abandoned import stop_abandoned
-from .processes import answers, exit_reason, kill_group, site_group, start_process
+from .processes import exit_reason, kill_group, site_group, start_process
 from .servers import restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
 from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import random
 import socket
-import threading
 import time
 
 import pytest
+from loopback_http import answering
 from sonicsite.client import Client
 from sonicsite.client.balancer import LATENCY_HALF_LIFE_S, Balancer, Endpoint, power_of_two
 from sonicsite.client.discovery import DiscoveryError, discover, from_site_file
@@ -143,34 +143,14 @@ def test_an_endpoint_that_is_not_host_port_is_named(endpoint):
         discover(endpoints=["h1:8001", endpoint])
 
 
-def _answering_bytes(payload: bytes):
-    """A listening socket whose every connection gets `payload` and is closed (a gRPC
-    port answers an HTTP/1 request with HTTP/2 frames)."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(4096)
-                conn.sendall(payload)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server
-
-
 def test_a_url_that_is_not_the_gateway_is_named_as_such(http_peer):
     """A URL pointing at a gRPC port escaped as a raw http.client.BadStatusLine of binary
     bytes; a port with no /v1/site (Triton's HTTP, Envoy) said only 'HTTP 404' or
     'JSONDecodeError'. Each is a DiscoveryError that asks whether it is the gateway."""
     settings_frame = b"\x00\x00\x18\x04\x00\x00\x00\x00\x00" + bytes(24)
-    with _answering_bytes(settings_frame) as grpc_port:
-        address = f"127.0.0.1:{grpc_port.getsockname()[1]}"
-        with pytest.raises(DiscoveryError, match=r"no site record .*is it the site's gateway"):
-            discover(url=address)
+    grpc_port, port, _ = answering(settings_frame)
+    with grpc_port, pytest.raises(DiscoveryError, match=r"no site record .*is it the site's"):
+        discover(url=f"127.0.0.1:{port}")
     not_json = http_peer(lambda method, path, headers, body: (200, {}, b"<html>hi</html>"))
     with pytest.raises(DiscoveryError, match=r"JSONDecodeError.*is it the site's gateway"):
         discover(url=not_json)
