@@ -1,6 +1,7 @@
 """Where a command writes its files (the simulator's JSON and plots, every bench's result, the
 benches' report): a file is written whole or not at all, at a symlink's target (the link
-kept), and never over something that is not a regular file.
+kept), and never over something that is not a regular file or over a write-protected one
+(a result made read-only to keep it).
 
 A write goes to a file beside the target, then is renamed over it: renamed over a device, a
 FIFO or a socket, it would replace that (`--json /dev/null`, as root, left a regular file
@@ -24,6 +25,11 @@ KINDS = (  # what a path may hold besides a regular file, in words
 )
 
 
+# a regular file with none of these bits set is write-protected: kept, as `rm` and `cp` keep it
+# for a user who is not root (a root's write ignores the bits; ours does not)
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
 class OutputError(OSError):
     """A file that may not be written where it was asked to be; the message names it."""
 
@@ -43,7 +49,10 @@ def refusal(path: Path) -> str:
     except OSError as exc:  # a loop of links, a folder that may not be looked into
         return f"{exc.strerror or exc}"
     if stat.S_ISREG(mode):
-        return ""
+        if mode & WRITE_BITS:
+            return ""
+        via = f" (the symlink's target, {target(path)})" if path.is_symlink() else ""
+        return f"it is write-protected{via}: refused rather than replaced (chmod u+w to allow)"
     kind = next((said for test, said in KINDS if test(mode)), "not a regular file")
     if kind == "a folder":
         return "it is a folder"

@@ -140,3 +140,19 @@ def test_a_local_file_named_like_a_shipped_scenario_is_said_not_used(tmp_path, c
     assert scenario.read("small")[1]["not_used"] == str(tmp_path / "small")
     mine, source = scenario.read("./small")
     assert mine.name == "mine" and source["shipped"] is None and "not_used" not in source
+
+
+def test_a_write_protected_result_is_refused_before_any_run_and_kept(tmp_path, capsys):
+    """A result made read-only (chmod a-w) to keep it is not replaced, not even by root,
+    whose writes ignore the mode bits: the rename beside it would replace it whatever they say."""
+    kept = tmp_path / "kept.json"
+    kept.write_text("the earlier result")
+    kept.chmod(0o444)
+    code = main(["simulate", str(_light(tmp_path / "s.yaml")), "--json", str(kept)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"--json {kept}: cannot write: it is write-protected" in err, err
+    assert kept.read_text() == "the earlier result"
+    with pytest.raises(OutputError, match="write-protected"):
+        write_whole(kept, "x")
+    assert kept.read_text() == "the earlier result"
