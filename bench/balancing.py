@@ -335,6 +335,7 @@ def _descriptions(o: Options) -> dict:
         "recovery": f"load-aware, open loop at {min(o.open_loads, default=0.7):.0%} of "
         f"capacity; {SLOW} {RECOVERY_FACTOR:g}x slower for {o.recovery_slow_s} s, then "
         f"fast; recovery_s: from then until its share of the answers of the last "
-        f"{SHARE_WINDOW_S} s is within {SHARE_TOLERANCE:.0%} of 1/{SERVERS} (never: None, "
+        f"{SHARE_WINDOW_S} s is within {SHARE_TOLERANCE:.0%} of 1/{SERVERS} and stays there "
+        f"{SHARE_WINDOW_S} s more (never: None, "
         "counted in never_recovered); shares: per second of answers, t from the recovery",
     }

@@ -85,6 +85,21 @@ def recovery_figure(recovered: list[float | None]) -> dict:
     }
 
 
+COUNTED = ("failed", "retries", "not_via_envoy")
+
+
+def policy_totals(figures: dict) -> dict[str, dict[str, int]]:
+    """Per policy, each of COUNTED summed over every slowdown, load and repeat."""
+    totals: dict[str, dict[str, int]] = {}
+    for by_load in figures.values():
+        for by_policy in by_load.values():
+            for policy, cell in by_policy.items():
+                mine = totals.setdefault(policy, dict.fromkeys(COUNTED, 0))
+                for key in COUNTED:
+                    mine[key] += round(sum(cell[key]["repeats"]))
+    return totals
+
+
 def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity: dict) -> dict:
     """The load-aware policy's worst p99 ratio to least request over every slowdown and
     load, and its ratios to round robin at 2×: of every repeat's latencies together."""
@@ -95,6 +110,7 @@ def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity
             for label, by in ratios.items()
         }
 
+    totals = policy_totals(figures)
     vs_lr = pooled("p99_load_aware_vs_least_request")
     vs_rr = pooled("p99_load_aware_vs_round_robin")
     at_2x = vs_rr.get("2x", {})
@@ -108,6 +124,11 @@ def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity
         "recovery_s": None if None in recovered or not recovered else statistics.median(recovered),
         "recovery_runs_never_recovered": recovered.count(None),
         "capacity_rps": capacity["median"],
+        "requests_failed": sum(t["failed"] for t in totals.values()),
+        # per policy over every measurement: failed requests (not in any p99: none answered),
+        # retries, and attempts the client sent around Envoy (to the gateway or a server,
+        # once Envoy's tries timed out): those did not go by the policy measured
+        "per_policy": totals,
         "p99_ratio_vs_least_request": vs_lr,
         "p99_ratio_vs_round_robin": vs_rr,
         "slow_server_share": {
@@ -122,6 +143,7 @@ def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity
             "worst_p99_ratio_vs_least_request": "<= 1.05",
             "open_loop_p99_ratio_vs_round_robin_at_2x": "<= 0.7",
             "recovery_s": "<= 15",
+            "requests_failed": "== 0",
             "sheds": "== 0",
         },
     }

@@ -69,7 +69,7 @@ from .client_figures import check_layers, layers, ratios, summary
 from .client_payload import COLUMNS, MODEL, _columns, _expected, _fill, _names, _spec
 from .client_stock import ClientPath, stock_paths
 from .client_timing import time_calls
-from .common import Cleanups, Recorder, median_ms, time_repeats
+from .common import Cleanups, Recorder, figure, time_repeats
 
 PATHS = ("stock_grpc", "grpc", "stock_http", "http", "stock_shm", "stock_shm_inplace", "shm")
 
@@ -223,7 +223,7 @@ def bench_conversion(info: ModelInfo, repeats: int, rng: np.random.Generator) ->
             repeats,
         )
         times["zero_copy"] = [t / calls for t in times["zero_copy"]]
-        out[str(rows)] = {k: round(median_ms(v) * 1e3, 2) for k, v in times.items()}  # µs
+        out[str(rows)] = {k: figure([t * 1e6 for t in v], 2) for k, v in times.items()}  # µs
     return out
 
 

@@ -33,25 +33,48 @@ def layers(times: list[CallTimes]) -> dict:
 
 
 def _value(t: CallTimes, key: str) -> float:
-    """A call's total, or its client side (total − server, kept above zero for ratios)."""
-    return t.total if key == "total" else max(t.total - t.server, 1e-6)
+    """A call's total, or its client side (total − server, as measured: never clamped)."""
+    return t.total if key == "total" else t.total - t.server
+
+
+def clocks_disagree_s(calls: dict[str, list[CallTimes]]) -> float:
+    """How far the server's stamps and the client's clock were seen to disagree at this
+    payload: the most the server's time passed a call's whole total (0 if it never did). A
+    client-side time (total − server) below it is not resolved by the two clocks."""
+    return max([0.0, *(t.server - t.total for times in calls.values() for t in times)])
 
 
 def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
     """Like for like, ours vs the stock path: the ratio of medians, and the ratio within
-    each repeat (the two took turns) as a figure; then the labelled others (`ALSO`)."""
+    each repeat (the two took turns) as a figure; then the labelled others (`ALSO`). For
+    the client side, a ratio is None ("unresolved") where either path's median is not above
+    what the clocks were seen to disagree by (`clocks_disagree_s`), and the per-repeat
+    ratios take only the repeats where both are."""
     pairs = {ours: (ours, stock) for ours, stock in LIKE_FOR_LIKE.items()} | ALSO
+    floor = clocks_disagree_s(calls) if key != "total" else 0.0
     out = {}
     for label, (ours, stock) in pairs.items():
         if ours not in calls or stock not in calls:
             continue
         mine = [_value(t, key) for t in calls[ours]]
         theirs = [_value(t, key) for t in calls[stock]]
-        out[label] = {
-            "vs": stock,
-            "ratio_of_medians": round(statistics.median(theirs) / statistics.median(mine), 3),
-            "per_repeat": figure([b / a for a, b in zip(mine, theirs, strict=True)], 3),
-        }
+        found: dict = {"vs": stock}
+        if key != "total":
+            found["resolution_ms"] = round(floor * 1e3, 3)
+        if min(statistics.median(mine), statistics.median(theirs)) <= floor:
+            found["ratio_of_medians"] = None
+            found["unresolved"] = (
+                f"a median client-side time ({statistics.median(mine) * 1e3:.3f} ms ours, "
+                f"{statistics.median(theirs) * 1e3:.3f} ms {stock}) is not above the "
+                f"{floor * 1e3:.3f} ms by which the server's stamps passed a call's total"
+            )
+        else:
+            found["ratio_of_medians"] = round(
+                statistics.median(theirs) / statistics.median(mine), 3
+            )
+        both = [(a, b) for a, b in zip(mine, theirs, strict=True) if min(a, b) > floor]
+        found["per_repeat"] = figure([b / a for a, b in both], 3) if both else None
+        out[label] = found
     return out
 
 
@@ -115,10 +138,14 @@ def summary(payloads: dict[str, dict], conversion: dict, tuned: dict | None) -> 
         else None,
         "payload_copies_shm": max(copies, default=None),
         "conversion_ratio_1e6_1e3": round(
-            conversion["1000000"]["zero_copy"] / conversion["1000"]["zero_copy"], 3
+            conversion["1000000"]["zero_copy"]["median"]
+            / conversion["1000"]["zero_copy"]["median"],
+            3,
         ),
         "conversion_ratio_1e6_1e3_one_gather": round(
-            conversion["1000000"]["one_gather"] / conversion["1000"]["one_gather"], 3
+            conversion["1000000"]["one_gather"]["median"]
+            / conversion["1000"]["one_gather"]["median"],
+            3,
         ),
         "speedup_grpc_16mb_malloc_tuned": ratio(tuned, "speedup", "grpc"),
         "targets": {

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sonicsite.client.transport_grpc import GrpcTransport
 
 from .client_stock import ClientPath
+from .common import in_turn
 
 # The server's own time: the stages of Triton's statistics that lie inside the request's
 # handling. Its "success" duration also counts work after the reply has gone (releasing the
@@ -35,8 +36,9 @@ def time_calls(
     repeats: int,
     warmup: int = 2,
 ) -> dict[str, list[CallTimes]]:
-    """Every path once per repeat, in turn; the server's time per call from its statistics
-    (read before and after the call, outside the timed window). Each call waits until the
+    """Every path once per repeat, in turn (`in_turn`: forward, then backward); the server's
+    time per call from its statistics (read before and after the call, outside the timed
+    window). Each call waits until the
     server has counted it, so that no late count lands on the next call."""
     count = _quiet_count(transport, model)
     for _ in range(warmup):
@@ -45,8 +47,9 @@ def time_calls(
             count += 1
             _statistics_after(transport, model, count, name)
     calls: dict[str, list[CallTimes]] = {name: [] for name in chosen}
-    for _ in range(repeats):
-        for name, path in chosen.items():
+    for repeat in range(repeats):
+        for name in in_turn(list(chosen), repeat):  # no path always right before another
+            path = chosen[name]
             before = transport.statistics(model)
             t0 = time.perf_counter()
             request = path.prepare()

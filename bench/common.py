@@ -26,6 +26,7 @@ from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
 from ..sim.output import write_whole
+from .outside_load import RunLoad
 
 # What a bench that measures speed runs under: admission at a stated threshold no bench
 # reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
@@ -38,16 +39,17 @@ ENVOY_SHEDS = "http.sonicsite.fault.aborts_injected"  # the fault filter's shed 
 def time_repeats(
     functions: dict[str, Callable[[], object]], repeats: int, warmup: int = 2
 ) -> dict[str, list[float]]:
-    """Seconds per call of each function; the functions take turns within every repeat so
-    that a noisy neighbour slows all of them alike."""
+    """Seconds per call of each function; the functions take turns within every repeat, in
+    the order `in_turn` gives, so that a noisy neighbour slows all of them alike and none
+    always runs first (or always right after another)."""
     for _ in range(warmup):
         for fn in functions.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, fn in functions.items():
+    for repeat in range(repeats):
+        for name in in_turn(list(functions), repeat):
             t0 = time.perf_counter()
-            fn()
+            functions[name]()
             times[name].append(time.perf_counter() - t0)
     return times
 
@@ -70,10 +72,10 @@ def figure(samples: list[float], digits: int = 4, signed: bool = False) -> dict:
     if not samples:
         raise ValueError("figure: no samples")
     median = statistics.median(samples)
-    spread = (max(samples) - min(samples)) / abs(median) if median else 0.0
+    spread = (max(samples) - min(samples)) / abs(median) if median else None  # relative to 0
     return {
         "median": round(median, digits),
-        "spread": None if signed else round(spread, 4),
+        "spread": None if signed or spread is None else round(spread, 4),
         "min": round(min(samples), digits),
         "max": round(max(samples), digits),
         "repeats": [round(x, digits) for x in samples],
@@ -247,6 +249,7 @@ class Recorder:
     started: provenance.RunStart = field(default_factory=provenance.run_start)
     details: dict = field(default_factory=dict)
     site: dict = field(default_factory=dict)
+    load: RunLoad = field(default_factory=RunLoad)
 
     @contextmanager
     def measuring(self) -> Iterator[Recorder]:
@@ -275,4 +278,4 @@ class Recorder:
         return write_result(self.json_path, self.name, summary, *self._rest())
 
     def _rest(self) -> tuple:
-        return self.details, self.started, self.site or None
+        return self.details, self.started, {**self.site, "cpu_during_run": self.load.cores()}

@@ -1,12 +1,13 @@
 """How many cores processes other than ours kept busy while a measurement ran (/proc): the
 balancing bench's turns compare only if they saw about the same outside load. Also what a
-process spent on the cores (`cpu_ticks`, `cpu_seconds`), which the inprocess bench counts."""
+process spent on the cores (`cpu_ticks`, `cpu_seconds`), which the inprocess bench counts,
+and the cores busy over a whole run, its own and the rest's (`RunLoad`, in every `meta`)."""
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -69,3 +70,45 @@ class OutsideLoad:
 
     def _ours(self) -> int:
         return sum(cpu_ticks(pid) for pid in set().union(*map(_descendants, self.pids)))
+
+
+def _tree_ticks(pid: int) -> int:
+    """Clock ticks a process and everything it started spent on the cores, those ended
+    too: its own utime + stime, the cutime + cstime of the children it reaped (and of
+    theirs), and each live descendant's the same way."""
+    total = 0
+    for one in _descendants(pid):
+        try:
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile: its parent's cutime counts it once it is reaped
+    return total
+
+
+@dataclass
+class RunLoad:
+    """The cores busy over a whole bench run, split into this run's (the bench and every
+    process it started: its site, perf_analyzer, its workers) and everything else's (a CPU
+    hog beside, a test suite): `meta` says what the run shared the machine with, measured,
+    not as a label put on it afterwards."""
+
+    pid: int = field(default_factory=os.getpid)
+    _at: tuple[float, int, int] = (0.0, 0, 0)
+
+    def __post_init__(self) -> None:
+        self._at = (time.monotonic(), _busy_ticks(), _tree_ticks(self.pid))
+
+    def cores(self) -> dict:
+        started, busy, ours = self._at
+        elapsed = max(time.monotonic() - started, 1e-3)
+        tick = os.sysconf("SC_CLK_TCK")
+        machine = (_busy_ticks() - busy) / tick / elapsed
+        this_run = (_tree_ticks(self.pid) - ours) / tick / elapsed
+        return {
+            "seconds": round(elapsed, 1),
+            "machine_busy_cores": round(machine, 2),
+            "this_run_cores": round(this_run, 2),
+            "this_run_cpu_s": round(this_run * elapsed, 2),
+            "outside_cores": round(max(machine - this_run, 0.0), 2),
+        }

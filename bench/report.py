@@ -195,8 +195,10 @@ def _errors(figures: list[dict]) -> list[list[float]]:
 
 
 def _client_speedups(result: dict) -> Figure | None:
-    """Like for like, per payload: ours against the stock path, every repeat's ratio as the
-    bar's range; total time and client-side time (the server's own time taken out)."""
+    """Like for like, per payload: ours against the stock path, the ratio of medians as the
+    bar (the figure the summary and the table give) and every repeat's ratio as its range;
+    total time and client-side time (the server's own time taken out). A client-side ratio
+    the two clocks cannot resolve (null, with `unresolved`) has no bar and says so."""
     at = ("details", "payloads")
     payloads = dig(result, at, dict, default={})
     if not payloads:
@@ -213,13 +215,24 @@ def _client_speedups(result: dict) -> Figure | None:
             there = [s for s in sizes if path in dig(result, (*at, s, kind))]
             if len(there) != len(sizes):
                 continue
-            figures = [figure_at(result, (*at, s, kind, path, "per_repeat")) for s in sizes]
+            bars = [
+                dig(result, (*at, s, kind, path, "ratio_of_medians"), (*NUMBER, None))
+                for s in sizes
+            ]
+            spans = [dig(result, (*at, s, kind, path, "per_repeat"), (dict, None)) for s in sizes]
             xs = [i + (k - 1) * width for i in range(len(sizes))]
+            low, high = [0.0] * len(sizes), [0.0] * len(sizes)
+            for i, (bar, span) in enumerate(zip(bars, spans, strict=True)):
+                if bar is None or span is None:
+                    ax.annotate("unresolved", (xs[i], 0.05), rotation=90, fontsize=7, ha="center")
+                    continue
+                span = figure_at(result, (*at, sizes[i], kind, path, "per_repeat"))
+                low[i], high[i] = max(bar - span["min"], 0.0), max(span["max"] - bar, 0.0)
             ax.bar(
                 xs,
-                [f["median"] for f in figures],
+                [float("nan") if b is None else b for b in bars],
                 width,
-                yerr=_errors(figures),
+                yerr=[low, high],
                 capsize=3,
                 label=f"{path} vs {dig(result, (*at, sizes[0], kind, path, 'vs'), str)}",
             )
@@ -230,7 +243,8 @@ def _client_speedups(result: dict) -> Figure | None:
         ax.set_title(title)
         ax.legend(fontsize=8)
     fig.suptitle(
-        "sonicsite client vs stock tritonclient, per payload (bars: median; range: repeats)"
+        "sonicsite client vs stock tritonclient, per payload (bars: ratio of medians; "
+        "range: repeats)"
     )
     return fig
 

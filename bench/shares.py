@@ -44,19 +44,26 @@ def recovery_s(
     step_s: float = 0.25,
 ) -> float | None:
     """Seconds from `recovered_at` until the share of the answers of the last `window_s`
-    that `slow` gave is first within SHARE_TOLERANCE of an equal share; None if never. The
-    window ends at the time reported, so it reads late rather than early."""
+    that `slow` gave is within SHARE_TOLERANCE of an equal share and stays there for
+    `window_s` more (every window of at least 20 answers ending in that time: one lucky
+    window does not count as back); None if never. The window ends at the time reported,
+    so it reads late rather than early."""
     times = np.asarray(done_at)
     is_slow = np.asarray([s == slow for s in servers])
     equal = 1.0 / n_servers
-    end = recovered_at + step_s
-    while end <= times.max(initial=recovered_at):
+    last = times.max(initial=recovered_at)
+    ends = np.arange(recovered_at + step_s, last + step_s / 2, step_s)
+    back: list[bool | None] = []  # per window end: within the band, or None (too few answers)
+    for end in ends:
         inside = (times > end - window_s) & (times <= end)
-        if inside.sum() >= 20:
-            share = is_slow[inside].mean()
-            if abs(share - equal) <= SHARE_TOLERANCE * equal:
-                return round(end - recovered_at, 3)
-        end += step_s
+        share = is_slow[inside].mean() if inside.sum() >= 20 else None
+        back.append(None if share is None else bool(abs(share - equal) <= SHARE_TOLERANCE * equal))
+    for i, end in enumerate(ends):
+        if back[i] is not True or end + window_s > last:
+            continue
+        held = [b for e, b in zip(ends[i:], back[i:], strict=True) if e <= end + window_s]
+        if all(b is not False for b in held):
+            return round(float(end - recovered_at), 3)
     return None
 
 

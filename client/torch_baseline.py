@@ -1,7 +1,9 @@
 """What the in-process backend is measured against, and the small models that measure it.
 
-`stock_tensor` is the usual way to make a tensor of SoA columns (stack them with numpy,
-then `torch.from_numpy`: one copy of every value); `DirectModel` calls a TorchScript model
+`hand_view` is the fastest way a writer who knows the layout can make a tensor of a block of
+adjacent SoA columns (one numpy view of the buffer's bytes, then `torch.from_numpy`: no copy,
+no check); `stock_tensor` the usual way (stack them with numpy, then `torch.from_numpy`: one
+copy of every value); `DirectModel` calls a TorchScript model
 on arrays with nothing between (direct inference, as in the GPU studies); `sum_of_squares`
 is a model that writes its answer into the tensor it is given, so that a call through
 torch_views.py costs no output copy. Used by `sonicsite bench inprocess`; torch is imported
@@ -17,6 +19,14 @@ import numpy as np
 import torch
 
 from .torch_views import TorchCall
+
+
+def hand_view(
+    buffer: np.ndarray, start: int, end: int, dtype: np.dtype, shape: tuple
+) -> torch.Tensor:
+    """A hand-written view of bytes `start:end` of an SoA's buffer, the writer knowing its
+    columns are adjacent and of one dtype: what a careful user writes, nothing checked."""
+    return torch.from_numpy(buffer[start:end].view(dtype)).view(shape)
 
 
 def stock_tensor(arrays: list[np.ndarray], axis: int = 0) -> torch.Tensor:

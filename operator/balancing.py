@@ -38,7 +38,11 @@ Three policies, switchable at run time (`PUT /v1/balancing`):
   server sent less has a shorter queue the next interval, then is sent more), and weights
   that follow it swing from interval to interval; Envoy's active-request counts follow the
   load at once.
-- `least-request`: Envoy's least-request choice, all weights equal.
+- `least-request`: Envoy's least-request choice, all weights equal, picking the least busy
+  server of all (`FULL_SCAN`, as load-aware does at equal weights): least request at its best
+  on a pool of a few servers, so that the balancing bench's ratio against it measures the
+  weights alone. Envoy's default (two servers drawn at random, `N_CHOICES`) is the reference
+  chart's, which the simulator's reference policy set keeps (`sim/site.py`).
 - `round-robin`: Envoy's round robin, all weights equal (the baseline of most charts).
 
 A server is weighed down for a model only when it is slow over its models too (`slowness`,
@@ -75,7 +79,9 @@ from .loadview import ModelLoad
 
 POLICIES = {  # policy: Envoy's lb_policy, and how least request picks while weights are equal
     "load-aware": ("LEAST_REQUEST", "FULL_SCAN"),
-    "least-request": ("LEAST_REQUEST", "N_CHOICES"),  # Envoy's default: power of two choices
+    # at its best for a site's few servers: the least busy of all, not Envoy's default two
+    # choices (which the load-aware policy would beat by its full scan, not by its weights)
+    "least-request": ("LEAST_REQUEST", "FULL_SCAN"),
     "round-robin": ("ROUND_ROBIN", ""),
 }
 DEFAULT_POLICY = "load-aware"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from sonicsite.bench import balancing_load
-from sonicsite.bench.balancing_figures import Cell, recovery_figure
+from sonicsite.bench.balancing_figures import Cell, policy_totals, recovery_figure, summary
 from sonicsite.bench.balancing_load import Answers
 from sonicsite.client.stats import RequestRecord
 from sonicsite.client.stream_io import StreamResult
@@ -72,3 +72,33 @@ def test_a_recovery_that_never_came_is_kept():
 def test_a_measurement_without_answers_says_where_it_was():
     with pytest.raises(RuntimeError, match="slowdown 2x, repeat 1, closed, load-aware"):
         Cell().add(Answers(failed=40), 0.1, "slowdown 2x, repeat 1, closed, load-aware")
+
+
+def _cell(*runs: tuple[int, int, int]) -> dict:
+    """A cell's figures from runs of (failed, retries, not_via_envoy), 10 answers each."""
+    cell = Cell()
+    for failed, retries, around in runs:
+        answers = Answers(
+            latency_ms=[5.0] * 10, servers=["triton-0"] * 10, elapsed_s=1.0, failed=failed
+        )
+        answers.retries, answers.not_via_envoy = retries, around
+        cell.add(answers, 0.0, "a test cell")
+    return cell.figures()
+
+
+def test_failures_retries_and_requests_sent_around_envoy_are_counted_per_policy():
+    """Failed requests are in no p99 (none answered): the summary counts them, with a target
+    of none, and says per policy how many attempts went around the policy measured."""
+    figures = {
+        "2x": {
+            "closed": {"load-aware": _cell((0, 1, 0), (0, 0, 0)), "round-robin": _cell((2, 5, 7))},
+            "open-90%": {"load-aware": _cell((0, 0, 0)), "round-robin": _cell((1, 0, 3))},
+        }
+    }
+    assert policy_totals(figures) == {
+        "load-aware": {"failed": 0, "retries": 1, "not_via_envoy": 0},
+        "round-robin": {"failed": 3, "retries": 5, "not_via_envoy": 10},
+    }
+    found = summary(figures, {}, [3.0], {"median": 100.0})
+    assert found["requests_failed"] == 3 and found["targets"]["requests_failed"] == "== 0"
+    assert found["per_policy"]["round-robin"]["not_via_envoy"] == 10

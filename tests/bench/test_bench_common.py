@@ -83,6 +83,18 @@ def test_a_run_that_fails_late_leaves_what_it_measured(tmp_path, capsys):
     assert "incomplete: ValueError: math domain error" in err and str(out) in err
 
 
+def test_meta_counts_the_cpu_of_what_the_run_started_as_its_own(tmp_path):
+    """A process the run started and reaped before the result is written counts as the
+    run's (its parent's cutime), not as load from outside."""
+    record = Recorder(tmp_path / "bench.json", "example")
+    burn = "import time\nwhile time.process_time() < 0.5: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True, timeout=300)
+    cpu = record.write({})["meta"]["cpu_during_run"]
+    assert cpu["this_run_cpu_s"] >= 0.5, cpu
+    assert cpu["machine_busy_cores"] >= 0.9 * cpu["this_run_cores"] - 0.05, cpu  # two clocks
+    assert cpu["outside_cores"] >= 0.0 and cpu["seconds"] > 0, cpu
+
+
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")
 def test_one_allotted_core_is_reported_and_perf_analyzer_stays_in_it(tmp_path):
     """Under `taskset -c N` (a batch slot's cpuset): meta and machine say 1 core, and

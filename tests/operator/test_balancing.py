@@ -222,6 +222,13 @@ def test_recovery_is_timed_until_the_slow_servers_share_is_back_within_ten_perce
     took = recovery_s(done, servers, 10.0, "slow", 3)
     assert took is not None and 3.0 <= took <= 6.0
     assert recovery_s(*_answers([0.02] * 20), 10.0, "slow", 3) is None  # never back
+    # back for one window, then away again for good: not a recovery (a lucky window)
+    lucky = [0.02] * 10 + [1 / 3] * 3 + [0.02] * 10
+    assert recovery_s(*_answers(lucky), 10.0, "slow", 3) is None
+    # away again for a moment, then back to stay: timed from when it stays
+    relapse = [0.02] * 10 + [1 / 3] * 3 + [0.02] * 3 + [1 / 3] * 10
+    again = recovery_s(*_answers(relapse), 10.0, "slow", 3)
+    assert again is not None and again > 6.0
     series = shares_over_time(done, servers, 10.0)
     assert series[0]["t"] == -10.0 and series[0]["shares"]["slow"] == pytest.approx(0.02, abs=0.01)
     assert series[-1]["shares"]["slow"] == pytest.approx(1 / 3, abs=0.02)
@@ -235,10 +242,10 @@ def test_other_policies_weigh_every_server_alike():
         assert b.weights("m", ["a", "b"]) == {"a": SCALE, "b": SCALE}
     assert Balancing("round-robin").lb_policy == "ROUND_ROBIN"
     assert Balancing().lb_policy == "LEAST_REQUEST"
-    # at equal weights load-aware takes the least busy of all; least request stays Envoy's
-    # default, the less busy of two drawn at random
+    # at equal weights both take the least busy of all: least request at its best, so that
+    # against it the weights alone differ (Envoy's default, two drawn at random, is weaker)
     assert Balancing().selection == "FULL_SCAN"
-    assert Balancing("least-request").selection == "N_CHOICES"
+    assert Balancing("least-request").selection == "FULL_SCAN"
     with pytest.raises(ValueError, match="balancing policy: expected one of"):
         check_policy("fastest")
     with pytest.raises(ValueError, match="got \\['round-robin'\\]"):
