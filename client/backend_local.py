@@ -32,6 +32,7 @@ BACKENDS = ("site", "local", "auto")
 COMPILES = ("jit", "aot")
 LOCAL = "local"  # the path and server of an in-process record
 TORCHSCRIPT_FILE = "model.pt"  # as models/torch_artifacts.py writes it beside model.onnx
+ONNX_FILE = "model.onnx"  # every model's build has it (models/repository.py)
 EXPORTED_FILE = "model.pt2"  # the exported program AOTInductor compiles (client/aot.py)
 
 
@@ -67,12 +68,19 @@ class LocalModels:
         # aot: the exported program, compiled (or found compiled) at the first event
         name = EXPORTED_FILE if compile == "aot" else TORCHSCRIPT_FILE
         path = Path(self.folder) / model / "1" / name
-        if not path.is_file():
+        if path.is_file():
+            return path
+        folder, version = Path(self.folder), Path(self.folder) / model / "1"
+        if (version / ONNX_FILE).is_file() and not (version / TORCHSCRIPT_FILE).is_file():
+            built = sorted(p.parent.parent.name for p in folder.glob(f"*/1/{TORCHSCRIPT_FILE}"))
             raise ValueError(
-                f"model {model!r}: {path} is missing; `sonicsite models build` writes it for "
-                "the models built from PyTorch"
+                f"model {model!r}: no PyTorch build in {folder} (only {ONNX_FILE}): it runs on "
+                f"the site, not in process; the models that can here: {built or 'none'}"
             )
-        return path
+        raise ValueError(
+            f"model {model!r}: {path} is missing; `sonicsite models build --out {folder}` "
+            "writes it for the models built from PyTorch"
+        )
 
 
 @dataclass

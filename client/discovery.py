@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from sonicsite.contract.wire import ServerRecord, SiteRecord, read_state_file
+from sonicsite.contract.wire import STATE_FILE, ServerRecord, SiteRecord, read_state_file
 
 NOT_A_GATEWAY = (
     "is it the site's gateway? (`sonicsite up` prints it as 'gateway (KServe v2 HTTP)'; "
@@ -95,10 +95,16 @@ def discover(
         token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
         return from_url(url, token=token, origin=origin)
     candidates = [site] if site else [Path(os.environ.get("SONICSITE_SITE", ".sonicsite"))]
+    origin = "the site argument" if site else "SONICSITE_SITE"
+    if not site and "SONICSITE_SITE" not in os.environ:
+        origin = "the default site folder, SONICSITE_SITE unset"
     for candidate in candidates:
         path = Path(candidate)
-        if (path / "state.json").is_file() or path.is_file():
-            return from_site_file(path)
+        if (path / STATE_FILE).is_file() or path.is_file():
+            try:  # one rule for what a site's state file is: the contract's (load_state_file)
+                return from_site_file(path)
+            except ValueError as exc:  # says which file and why; here also where it came from
+                raise DiscoveryError(f"site discovery from {origin}: {exc}") from exc
     raise DiscoveryError(
         f"no endpoints: none given, SONICSITE_URL unset, and no site file at {candidates[0]} "
         "(start a local site with `sonicsite up`, or set SONICSITE_URL)"

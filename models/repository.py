@@ -25,6 +25,7 @@ from .frameworks import FRAMEWORKS, ONNX, PYTORCH
 
 CONFIG_DIR = Path(__file__).resolve().parent
 RUNNER = CONFIG_DIR / "runner.py"
+KEPT_SETTINGS = CONFIG_DIR / "kept_settings.py"  # the runner loads it from beside itself
 ONNX_FILE = "model.onnx"
 TORCHSCRIPT_FILE = "model.pt"  # as torch_artifacts.py writes it
 RUNNER_FRAMEWORK = "runner_framework"  # the runner's config parameter (runner.py)
@@ -127,7 +128,8 @@ def write_local_repository(
     framework: str = ONNX,
 ) -> None:
     """Lay out `target/<model>/{config.pbtxt, 1/model.py, 1/model.onnx}` from the built files,
-    with `1/model.pt` for a model served by framework `pytorch` (`served_framework`).
+    with `1/model.pt` for a model served by framework `pytorch` (`served_framework`), and
+    `1/kept_settings.py` beside the runner (`model.py` loads it).
 
     Model files (and any external-data side files) are linked, not copied. `python_path` are
     the folders where the runner finds numpy, onnxruntime and torch.
@@ -148,6 +150,7 @@ def write_local_repository(
         config = local_config(entry.config, ort_threads, served)
         (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
         shutil.copyfile(RUNNER, version_dir / "model.py")
+        shutil.copyfile(KEPT_SETTINGS, version_dir / KEPT_SETTINGS.name)
         (version_dir / PYTHON_PATH_FILE).write_text("\n".join(python_path) + "\n")
         linked = (TORCHSCRIPT_FILE,) if served == PYTORCH else (".onnx", ".onnx.data", ".data")
         for item in onnx_dir.iterdir():

@@ -12,8 +12,8 @@ reads a config whose names do not follow its `<name>__<index>` convention.
 
 Executed at most once per request id (for clients that ask for it): a request that carries
 the parameter `sonicsite-idempotent` promises that its id names its inputs (sonicsite workers
-name their job and events). Its answer is kept by id for a while (KEPT_TTL_S, at most
-KEPT_MAX_BYTES per model instance); the same id again (a resend after the answer was lost
+name their job and events). Its answer is kept by id for a while (300 s, at most 64 MB per
+model instance: kept_settings.py); the same id again (a resend after the answer was lost
 with Envoy, the gateway or the worker) is answered from it, not executed. A request with
 `sonicsite-lookup` as well is only answered from what is kept (a client asking each server
 "did you run this?", see client/engine.py), never executed. A request whose caller went away
@@ -35,6 +35,7 @@ sonicsite/jobs/executions.py reads the logs back.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -55,9 +56,10 @@ SERVER_ID_ENV, SITE_DIR_ENV = "SONICSITE_SERVER_ID", "SONICSITE_SITE_DIR"
 EXECUTIONS_DIR = "executions"
 # Request parameters (as sonicsite/contract/wire.py names them; a test checks they agree)
 IDEMPOTENT_PARAMETER, LOOKUP_PARAMETER = "sonicsite-idempotent", "sonicsite-lookup"
-# How long, and how much of, the answers are kept (per model instance): long enough for a
-# stream to fail over or a job to be rerun; env SONICSITE_KEPT_TTL_S / SONICSITE_KEPT_MAX_MB.
-KEPT_TTL_S, KEPT_MAX_BYTES = 300.0, 64 << 20
+# How long, and how much of, the answers are kept (per model instance): kept_settings.py,
+# copied beside this file (the stub has no project imports), reads SONICSITE_KEPT_TTL_S and
+# SONICSITE_KEPT_MAX_MB, as `sonicsite up` does before any server starts.
+KEPT_SETTINGS_FILE = "kept_settings.py"
 EXECUTED, REPLAYED, FOUND, MISSED, CANCELLED = (
     "executed",
     "replayed",
@@ -76,6 +78,16 @@ if _PATHS.is_file():
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+def _kept_settings():
+    """kept_settings.py, from beside this file (the repository writer copies it there)."""
+    path = Path(__file__).with_name(KEPT_SETTINGS_FILE)
+    spec = importlib.util.spec_from_file_location("sonicsite_kept_settings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # The config parameter naming the file a model is served from (models/repository.py sets it).
 FRAMEWORK_PARAMETER, ONNX, TORCHSCRIPT = "runner_framework", "onnx", "torchscript"
@@ -242,10 +254,10 @@ class TritonPythonModel:
         self.log_fd = _open_log(os.environ.get(SITE_DIR_ENV), os.environ.get(SERVER_ID_ENV))
         self.server = os.environ.get(SERVER_ID_ENV, "")
         self.work = ModelWork(os.environ.get(WORK_ENV), self.server)
-        self.kept = KeptAnswers(
-            float(os.environ.get("SONICSITE_KEPT_TTL_S") or KEPT_TTL_S),
-            int(float(os.environ.get("SONICSITE_KEPT_MAX_MB") or KEPT_MAX_BYTES / 2**20) * 2**20),
-        )
+        try:
+            self.kept = KeptAnswers(*_kept_settings().kept_settings(os.environ))
+        except ValueError as exc:  # names the variable and what it expects
+            raise pb_utils.TritonModelException(f"model {self.name!r}: {exc}") from None
 
     def finalize(self) -> None:
         if self.log_fd is not None:

@@ -221,10 +221,11 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--hedge",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=tries.hedge,
         help="on a per-try timeout, send a second copy to another server (first answer "
-        "wins) instead of abandoning the first try",
+        "wins) instead of abandoning the first try; --no-hedge abandons it (a burst queued "
+        "past the timeout then fails after its retries)",
     )
     parser.add_argument(
         "--autoscale",

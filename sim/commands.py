@@ -56,7 +56,7 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
         type=at_least(1),
         help="runs at a time, each in a process of its own (default: this machine's cores)",
     )
-    p.add_argument("--plot", type=Path, help="a folder for the plots (PNG)")
+    p.add_argument("--plot", type=Path, help="a folder for the plots (PNG), made if need be")
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -130,6 +130,8 @@ def _outputs_refused(args: argparse.Namespace, chosen, source: dict) -> str:
     if args.json.exists() and os.path.samefile(args.json, source["resolved"]):
         return f"--json {args.json}: the scenario file itself: the result would replace it"
     wanted = [("--json", args.json, args.json)]
+    if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
+        return f"--plot {args.plot}: is a file, not a folder (the plots are written into a folder)"
     if args.plot is not None:  # each plot's file in the folder
         from .plots import file_name
         from .results import cases

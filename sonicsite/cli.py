@@ -22,6 +22,7 @@ def _models(args: argparse.Namespace) -> int:
 
         return print_placement(args.dir, args.json)
     from .models.builders import build
+    from .models.frameworks import ONNX
     from .models.repository import copy_configs
 
     manifest = build(args.out, args.only)
@@ -29,7 +30,7 @@ def _models(args: argparse.Namespace) -> int:
         for fname, digest in files.items():
             print(f"{name}/1/{fname}  sha256 {digest[:16]}")
     if args.configs:
-        for path in copy_configs(args.out, args.only, args.framework):
+        for path in copy_configs(args.out, args.only, args.framework or ONNX):
             print(f"{path.relative_to(args.out)}")
     if args.aot:
         from .client.aot import aot_package, stale_packages
@@ -86,8 +87,10 @@ def _site(args: argparse.Namespace) -> int:
     """up, down, submit and demo: the commands that start or use a local site."""
     from .local.launcher import down, up
     from .local.status import print_status
+    from .models.kept_settings import kept_settings
 
     def start(models: list[str] | None):
+        kept_settings(os.environ)  # the servers' runners read it: refused before they start
         pools = server_pools(args)
         return up(
             args.dir,
@@ -100,6 +103,7 @@ def _site(args: argparse.Namespace) -> int:
             holding=dict(getattr(args, "hold", [])),
             tracing=tracing_config(args),
             placing=placement_settings(args),
+            scaling=getattr(args, "autoscale", None),  # up only
             framework=args.framework,
             server_pools=server_pools(args),
             tokens=getattr(args, "tokens", None),  # up only

@@ -7,7 +7,17 @@ import argparse
 from pathlib import Path
 
 from .bench.commands import add_bench_parser
-from .cli_placement import add_placement_args, add_tracing_args, site_option_orphans
+from .cli_placement import add_autoscale_arg, add_placement_args, add_tracing_args
+from .cli_usage import (
+    CHECK_EXIT,
+    DEMO_EXIT,
+    SUBMIT_EXIT,
+    UP_EXIT,
+    host_port,
+    option_conflicts,
+    site_folder,
+    tokens_file,
+)
 from .contract.options import at_least, non_negative, out_folder, zero_or_at_least
 from .jobs.spawn import STILL_SAID_S
 from .local.state import DEFAULT_SITE_DIR
@@ -44,39 +54,13 @@ def _any_models(text: str) -> list[str]:
     return names
 
 
-def _host_port(text: str) -> str:
-    """HOST:PORT (`check --grpc`): a host, and a port from 1 to 65535."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(
-            f"expected HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:8001, got {text!r}"
-        )
-    if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}: bad host {host!r}")
-    return text
-
-
-def _tokens_file(text: str) -> Path:
-    """`up --tokens FILE`: a readable file of bearer tokens, one per line, at least one."""
-    path = Path(text).resolve()  # the gateway runs in the site's folder
-    try:
-        tokens = [t for t in path.read_text().splitlines() if t.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise argparse.ArgumentTypeError(f"{text}: cannot read a file of tokens: {why}") from None
-    if not tokens:
-        raise argparse.ArgumentTypeError(
-            f"{text}: no token in it (one per line); it would refuse every request"
-        )
-    return path
-
-
 def _site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dir",
-        type=Path,
+        type=site_folder,
         default=DEFAULT_SITE_DIR,
-        help="site directory holding state.json, logs and the local repository",
+        help="site folder holding state.json, logs and the local repository (default "
+        f"{DEFAULT_SITE_DIR})",
     )
 
 
@@ -92,22 +76,27 @@ def _held(text: str) -> tuple[str, list[str]]:
 
 
 def _up_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--servers", type=at_least(1), default=2, help="Triton servers to start")
+    p.add_argument(
+        "--servers", type=at_least(1), default=2, help="Triton servers to start (default 2)"
+    )
     p.add_argument(
         "--build-dir",
         type=Path,
         default=Path("build/models"),
-        help="where `sonicsite models build` wrote the ONNX files",
+        help="where `sonicsite models build` wrote the ONNX files (default build/models)",
     )
     p.add_argument(
-        "--ort-threads", type=at_least(1), default=1, help="onnxruntime threads per model instance"
+        "--ort-threads",
+        type=at_least(1),
+        default=1,
+        help="onnxruntime threads per model instance (default 1)",
     )
     p.add_argument(
         "--framework",
         choices=FRAMEWORKS,
         default=ONNX,
-        help="serve each model from its ONNX file, or (pytorch) the models built from "
-        "PyTorch from their TorchScript file (the others from ONNX)",
+        help="serve each model from its ONNX file (onnx, the default), or (pytorch) the models "
+        "built from PyTorch from their TorchScript file (the others from ONNX)",
     )
     p.add_argument(
         "--balancing",
@@ -118,9 +107,15 @@ def _up_args(p: argparse.ArgumentParser) -> None:
 
 
 def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) -> None:
-    p.add_argument("--jobs", type=at_least(1), default=jobs, help="worker jobs in the stream")
-    p.add_argument("--wave", type=at_least(1), default=wave, help="jobs running at once")
-    p.add_argument("--events", type=at_least(1), default=events, help="events per job")
+    p.add_argument(
+        "--jobs", type=at_least(1), default=jobs, help=f"worker jobs in the stream (default {jobs})"
+    )
+    p.add_argument(
+        "--wave", type=at_least(1), default=wave, help=f"jobs running at once (default {wave})"
+    )
+    p.add_argument(
+        "--events", type=at_least(1), default=events, help=f"events per job (default {events})"
+    )
     p.add_argument(
         "--batch", type=at_least(0), default=0, help="events per request (0: the model's default)"
     )
@@ -131,14 +126,18 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         "--transport",
         choices=["grpc", "http", "shm", "cuda"],
         default="grpc",
-        help="how workers send: hand-framed gRPC, HTTP binary, system or CUDA shared memory",
+        help="how workers send: hand-framed gRPC (to Envoy), HTTP binary (to the gateway), "
+        "system or CUDA shared memory (to a server; --mode direct) (default grpc)",
     )
-    p.add_argument("--window", type=at_least(1), default=2, help="requests in flight per job")
+    p.add_argument(
+        "--window", type=at_least(1), default=2, help="requests in flight per job (default 2)"
+    )
     p.add_argument(
         "--max-attempts",
         type=at_least(1),
         default=3,
-        help="runs of a job in all when its worker dies (the rerun sends only what is left)",
+        help="runs of a job in all when its worker dies (the rerun sends only what is left; "
+        "default 3)",
     )
     p.add_argument(
         "--worker-silence",
@@ -180,7 +179,9 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
         "--mode",
         choices=["site", "direct"],
         default=None,
-        help="through the site's Envoy (default) or straight to the servers",
+        help="site (default): through the site's endpoint, Envoy for --transport grpc (then "
+        "the gateway) and the gateway for http, a server itself when those fail; direct: "
+        "straight to the servers, balanced in the client (shared memory: always)",
     )
     p.add_argument(
         "--out",
@@ -190,47 +191,17 @@ def _stream_args(p: argparse.ArgumentParser, jobs: int, wave: int, events: int) 
     )
 
 
-# submit's options for the models run in the workers (not with --backend site)
-LOCAL_BACKEND_OPTIONS = ("compile", "models_dir")
-
-
-def _option(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
-
-
-SHARED_MEMORY_TRANSPORTS = ("shm", "cuda")
-
-
-def option_conflicts(args: argparse.Namespace) -> str:
-    """An option given without the one it belongs to (it would be ignored), or with one it
-    cannot go with, in words; '' when there is none."""
-    if args.command == "up" and (why := site_option_orphans(args)):
-        return why
-    shared = args.command in ("submit", "demo") and args.transport in SHARED_MEMORY_TRANSPORTS
-    if shared and args.mode == "site":
-        return (
-            f"argument --transport {args.transport}: needs --mode direct (shared memory is "
-            "written by the worker and read by a server on the same machine, not through "
-            "Envoy); leave --mode out to get it"
-        )
-    if args.command == "submit" and args.backend == "site":
-        for dest in LOCAL_BACKEND_OPTIONS:
-            if getattr(args, dest) is not None:
-                return (
-                    f"argument {_option(dest)}: needs --backend local or auto (with --backend "
-                    "site the models run on the site, not in the workers)"
-                )
-    return ""
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, parsed and checked: an option that needs another one it is given
     without is an error of the command's parser (exit status 2), naming both."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if why := option_conflicts(args):
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        commands.choices[args.command].error(why)
+        chosen = parser
+        for name in (args.command, getattr(args, "models_command", None)):  # `models build`
+            commands = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
+            chosen = commands[0].choices[name] if commands and name else chosen
+        chosen.error(why)
     return args
 
 
@@ -238,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sonicsite", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("up", help="start a local site")
+    p = sub.add_parser("up", help="start a local site", epilog=UP_EXIT)
     _site_args(p)
     _up_args(p)
     p.add_argument(
@@ -261,10 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a model only these servers load (repeatable; every server loads the others)",
     )
     add_placement_args(p)
+    add_autoscale_arg(p)
     add_tracing_args(p)
     p.add_argument(
         "--tokens",
-        type=_tokens_file,
+        type=tokens_file,
         default=None,
         metavar="FILE",
         help="bearer tokens, one per line: the gateway (the site's HTTP endpoint) answers only "
@@ -281,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _site_args(p)
 
+    from .local.placement_status import MODELS_STATUS_EXIT
     from .local.status import EXIT_HELP
 
     p = sub.add_parser(
@@ -291,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     _site_args(p)
     p.add_argument("--json", action="store_true", help="print the site state as JSON")
 
-    p = sub.add_parser("submit", help="run a stream of worker jobs against the site")
+    p = sub.add_parser(
+        "submit", help="run a stream of worker jobs against the site", epilog=SUBMIT_EXIT
+    )
     _site_args(p)
     p.add_argument(
         "--model",
@@ -338,7 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
         "package (aot; compile it first with `models build --aot`, or submit compiles it)",
     )
 
-    p = sub.add_parser("demo", help="up + a ParticleNet and DeepMET job stream + down")
+    p = sub.add_parser(
+        "demo", help="up + a ParticleNet and DeepMET job stream + down", epilog=DEMO_EXIT
+    )
     _site_args(p)
     _up_args(p)
     _stream_args(p, jobs=8, wave=4, events=300)
@@ -349,7 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="the model repository")
     msub = p.add_subparsers(dest="models_command", required=True)
     b = msub.add_parser("build", help="build the ONNX files deterministically")
-    b.add_argument("--out", type=Path, default=Path("build/models"))
+    b.add_argument(
+        "--out",
+        type=Path,
+        default=Path("build/models"),
+        help="the folder the models are written to, OUT/<model>/1/ (default build/models)",
+    )
     b.add_argument("--only", type=_model_list, default=None, help="comma-separated models")
     b.add_argument(
         "--configs",
@@ -360,9 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--framework",
         choices=FRAMEWORKS,
-        default=ONNX,
-        help="with --configs: pytorch writes the PyTorch-backend config (TorchScript "
-        "model.pt) for the models built from PyTorch, onnxruntime's for the others",
+        default=None,
+        help="with --configs (default onnx): pytorch writes the PyTorch-backend config "
+        "(TorchScript model.pt) for the models built from PyTorch, onnxruntime's for the others",
     )
     b.add_argument(
         "--aot",
@@ -372,14 +354,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     st = msub.add_parser(
-        "status", help="per model: the servers holding it, its footprint, its idle time"
+        "status",
+        help="per model: the servers holding it, its footprint, its idle time",
+        epilog=MODELS_STATUS_EXIT,
     )
     _site_args(st)
-    st.add_argument("--json", action="store_true", help="the operator's /v1/placement as is")
+    st.add_argument(
+        "--json",
+        action="store_true",
+        help="as JSON: the operator's /v1/placement as is; with placement off, each model's "
+        "servers from the state file and which of them are ready, probed live",
+    )
 
-    p = sub.add_parser("check", help="one verified inference per model through a gRPC endpoint")
+    p = sub.add_parser(
+        "check", help="one verified inference per model through a gRPC endpoint", epilog=CHECK_EXIT
+    )
     p.add_argument(
-        "--grpc", type=_host_port, required=True, help="host:port of the site's gRPC endpoint"
+        "--grpc", type=host_port, required=True, help="host:port of the site's gRPC endpoint"
     )
     p.add_argument(
         "--models",
@@ -387,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="comma-separated models (the site's own need a request in --inputs)",
     )
-    p.add_argument("--events", type=at_least(1), default=4, help="events per model")
+    p.add_argument("--events", type=at_least(1), default=4, help="events per model (default 4)")
     p.add_argument(
         "--inputs",
         type=Path,

@@ -1,14 +1,18 @@
 """`sonicsite up`'s options for parts of the site that are off by default: placement (models
 loaded on demand, their budget and hold deadline, the site's pools: each a number of
-servers and the models pinned to it) and tracing; each part's settings from them, and the
-check that none of its options is given without the option that turns it on."""
+servers and the models pinned to it), autoscaling (`--autoscale MIN:MAX`) and tracing; each
+part's settings from them, their values checked at parse time by the part's own rule, and
+the check that none of its options is given without the option that turns it on."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from .contract.options import at_least, non_negative
 from .contract.wire import HOLD_DEADLINE_S
+from .operator.autoscaler import ScalingPolicy
 from .operator.placement_settings import PlacementSettings
 
 IDLE_UNLOAD_S = 300.0  # `up --placement`'s default (the operator's own is its policy's)
@@ -68,6 +72,32 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_autoscale_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--autoscale",
+        type=_autoscale,
+        default=None,
+        metavar="MIN:MAX",
+        help="the operator scales the servers between MIN and MAX on their queue time per "
+        "request (its default target and windows: docs/admission-and-scaling.md); with "
+        "--pool each pool scales on its own models, between MIN and MAX; MIN 0 needs "
+        "--placement (a request wakes a pool at zero). Default: off, the servers started "
+        "are the servers there are",
+    )
+
+
+def _autoscale(text: str) -> ScalingPolicy:
+    """`--autoscale MIN:MAX` as the operator's scaling policy (its other fields default),
+    checked by the policy's own rule."""
+    low, sep, high = text.partition(":")
+    if not sep or not low.isdigit() or not high.isdigit():
+        raise argparse.ArgumentTypeError(f"expected MIN:MAX servers, e.g. 1:4, got {text!r}")
+    try:
+        return ScalingPolicy(min_servers=int(low), max_servers=int(high))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def placement_settings(args: argparse.Namespace) -> PlacementSettings | None:
     """`up --placement`: the operator's placement settings; None without it."""
     if not getattr(args, "placement", False):
@@ -112,6 +142,7 @@ def add_tracing_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tracing-export",
+        type=_tracing_value("export", str),
         default=None,
         metavar="URL",
         help="with --tracing: the OTLP/HTTP base URL the collector sends spans on to "
@@ -119,7 +150,7 @@ def add_tracing_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tracing-envoy-sampling",
-        type=float,
+        type=_tracing_value("envoy_sampling", float),
         default=None,
         metavar="PERCENT",
         help="with --tracing: percent of requests without a traceparent that Envoy traces "
@@ -127,7 +158,7 @@ def add_tracing_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tracing-gateway-sampling",
-        type=float,
+        type=_tracing_value("gateway_sampling", float),
         default=None,
         metavar="RATIO",
         help="with --tracing: ratio of requests without a traceparent the gateway traces "
@@ -140,6 +171,27 @@ def add_tracing_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --tracing: Triton traces one in N requests without a trace context (default 1)",
     )
+
+
+def _tracing_value(field: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type for one of TracingConfig's fields: the value converted, then checked
+    by TracingConfig's own rule (sonicsite/local/tracing.py), so that a bad one is a usage
+    error naming the option."""
+
+    def parse(text: str) -> Any:
+        from .local.tracing import TracingConfig
+
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        try:
+            TracingConfig(**{field: value})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return parse
 
 
 def tracing_config(args: argparse.Namespace):
@@ -170,4 +222,10 @@ def site_option_orphans(args: argparse.Namespace) -> str:
                     f"argument {option}: needs --{parent} (without it the site has no "
                     f"{parent} for it to set)"
                 )
+    scaling = getattr(args, "autoscale", None)
+    if scaling is not None and scaling.min_servers == 0 and not getattr(args, "placement", False):
+        return (
+            "argument --autoscale: MIN 0 needs --placement (a request for a site at zero "
+            "servers is held until a server has started and loaded its model)"
+        )
     return ""

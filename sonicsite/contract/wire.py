@@ -341,8 +341,9 @@ def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     """A local site's state file as JSON, and its path (`site` is the site directory or the
     file). FileNotFoundError says how to start a site; a half-written file cannot be seen,
     the launcher replaces it atomically. ValueError, naming the file and what is wrong, for
-    one that is not a site's state (not JSON, not an object, servers or processes without
-    their fields): every command says it, none shows a traceback."""
+    one that is not a site's state (not JSON, not an object, no `site_dir`, `servers` or
+    `models`, servers or processes without their fields): one rule, the commands' and the
+    client's (SiteState.load, discovery), each saying it, none with a traceback."""
     path = Path(site)
     if path.is_dir() or path.suffix != ".json":  # `--dir site.v2` is a directory, even unmade
         path = path / STATE_FILE
@@ -358,6 +359,8 @@ def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if lacking := [k for k in ("site_dir", "servers", "models") if k not in data]:
+            raise ValueError(", ".join(f"no {k!r}" for k in lacking))  # `up` writes them all
         for key, fields_ in required.items():
             items = data.get(key, [])
             if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
@@ -368,7 +371,7 @@ def load_state_file(site: Path) -> tuple[dict[str, Any], Path]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(
             f"{path}: not a sonicsite state file ({exc}); `sonicsite up` writes it: remove it "
-            "(stop what its site may still run by hand) or use another --dir"
+            "(stop what its site may still run by hand) or name another (--dir, SONICSITE_SITE)"
         ) from None
     return data, path
 

@@ -5,6 +5,7 @@ in an `--inputs` file (check_inputs.py; a site's own models have no demo sample)
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from sonicsite.client import Client
@@ -13,16 +14,37 @@ from sonicsite.models.samples import GENERATORS, generate
 
 from .check_inputs import load, send
 
+EXIT_USAGE = 2  # a model that cannot be checked, as argparse's usage errors
+
+
+def unknown_models(models: list[str], requests: dict, inputs: Path | None) -> str:
+    """Why some of `models` cannot be checked (neither a demo model nor in the --inputs
+    file), naming them and what is known; '' when every one can."""
+    unknown = [m for m in models if m not in requests and m not in GENERATORS]
+    if not unknown:
+        return ""
+    demo = f"the models with a demo sample are {', '.join(sorted(GENERATORS))}"
+    if inputs is None:
+        return (
+            f"unknown model(s) {unknown}: {demo}; a site's own model needs a request for it "
+            "in --inputs FILE"
+        )
+    held = ", ".join(sorted(requests)) or "none"
+    return (
+        f"model(s) {unknown}: --inputs {inputs} has no request for them (it has: {held}), "
+        f"and {demo}"
+    )
+
 
 def check(grpc: str, models: list[str], events: int, inputs: Path | None = None) -> int:
     """Send `events` events of each model through `grpc` with the sonicsite client and check
     every answer (a model in `inputs`: its request from the file); prints a line per model,
-    returns 1 if any model failed."""
+    returns 1 if any model failed, EXIT_USAGE (saying why on stderr) for a model that has
+    neither a demo sample nor a request in `inputs`."""
     requests = load(inputs) if inputs is not None else {}
-    unknown = [m for m in models if m not in requests and m not in GENERATORS]
-    if unknown:
-        print(f"{', '.join(unknown)}: no demo sample; give a request for each in --inputs")
-        return 1
+    if why := unknown_models(models, requests, inputs):
+        print(f"sonicsite check: argument --models: {why}", file=sys.stderr)
+        return EXIT_USAGE
     failed = 0
     token = os.environ.get("SONICSITE_TOKEN", "")
     for model in (m for m in models if m in requests):

@@ -12,9 +12,18 @@ from typing import Any
 
 from sonicsite.client.aot import aot_package
 from sonicsite.client.backend_local import BACKENDS, LocalModels
-from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, SERVER, read_processes
+from sonicsite.contract.wire import (
+    DEAD,
+    RESTARTING,
+    RUNNING,
+    SERVER,
+    SUPERVISOR,
+    ProcessRecord,
+    read_processes,
+)
 from sonicsite.local.state import SiteState
 from sonicsite.local.status import unfinished
+from sonicsite.models.builders import TORCH_BUILT
 
 from .lifeline import HEARTBEAT_S
 
@@ -60,9 +69,31 @@ def check_local_models(spec: Any) -> None:
     if spec.backend == "site":
         return
     for model in sorted(set(spec.models)):
+        if model not in TORCH_BUILT:  # no `models build` could write its file
+            raise ValueError(
+                f"--backend {spec.backend}: model {model!r} has no PyTorch build (it is "
+                f"built as ONNX only) and cannot run in the workers; the models that can: "
+                f"{', '.join(TORCH_BUILT)}"
+            )
         LocalModels(Path(spec.models_dir).resolve()).artifact(model, spec.compile)
         if spec.compile == "aot":
             aot_package(Path(spec.models_dir).resolve() / model / "1")
+
+
+def _what_to_do(records: tuple[ProcessRecord, ...], site_dir: Path) -> str:
+    """Advice that works for a site whose servers are down: `up` refuses a site that still
+    runs a process, so it is `down` first; or, supervised, wait for the restarts."""
+    supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
+    restart = (
+        f"stop it with `sonicsite down --dir {site_dir}`, then start it again with "
+        f"`sonicsite up --dir {site_dir}`"
+    )
+    if supervisor is not None and supervisor.state == RUNNING:
+        return (
+            f"the supervisor (pid {supervisor.pid}) restarts what died: submit again once "
+            f"`sonicsite status --dir {site_dir}` says it is up, or {restart}"
+        )
+    return f"nothing restarts it (no supervisor running): {restart}"
 
 
 def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
@@ -84,12 +115,15 @@ def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
     running = [r for r in servers or records if r.state == RUNNING]
     where = f"site at {Path(spec.site_dir)}"
     if state.stopping:
-        why = f"{where} is being stopped (`sonicsite down`); start it again with `sonicsite up`"
+        why = (
+            f"{where} is being stopped (`sonicsite down`); once it has stopped, start it "
+            "again with `sonicsite up`"
+        )
     elif incomplete := unfinished(state):  # `up` under way or killed: parts never started
         why = f"{where}: {incomplete}"
     elif records and not running:
         shown = ", ".join(down) or "no server running"
-        why = f"{where} is not up: {shown}; see `sonicsite status`; start it with `sonicsite up`"
+        why = f"{where} is not up: {shown}; {_what_to_do(records, Path(spec.site_dir))}"
     else:
         if down:
             note(f"submit: {where}: {', '.join(down)} (see `sonicsite status`); going on")

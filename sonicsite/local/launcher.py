@@ -39,6 +39,7 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_settings import PlacementSettings, named_catalogue
+from sonicsite.operator.placement_start import start_models
 from sonicsite.operator.xds_jwt import JwtPolicy
 
 from . import processes
@@ -123,6 +124,7 @@ def up(
         held = placement(names, servers, holding or {})
         pools = _pools(names, servers, placing, server_pools)
         held = {s: [m for m in chosen if pools[s][1](m)] for s, chosen in held.items()}
+        held = _within_budget(names, held, placing, holding or {})
         install = TritonInstall.find()
         repository = site_dir / "repository"
         if repository.exists():
@@ -261,6 +263,24 @@ def placement(
                 f"are {ids} (--servers)"
             )
     return {s: [m for m in models if m not in holding or s in holding[m]] for s in ids}
+
+
+def _within_budget(
+    models: list[str], held: dict[str, list[str]], placing: PlacementSettings | None, holding: dict
+) -> dict[str, list[str]]:
+    """At most `placing`'s budget of models on each server at start (placement_start.py):
+    placement keeps to it only when it loads, and keeps warm what a server started with.
+    SiteError names a model `--hold` puts where the budget leaves it no room."""
+    budget = None if placing is None else placing.budget_models
+    start = start_models(models, held, budget)
+    for model, chosen in holding.items():
+        if budget is not None and not any(model in start[s] for s in chosen):
+            taken = {s: start[s] for s in chosen}
+            raise SiteError(
+                f"--hold {model}={','.join(chosen)}: no room for {model!r} at start under "
+                f"--budget-models {budget}: those servers hold {taken}"
+            )
+    return start
 
 
 def _pools(

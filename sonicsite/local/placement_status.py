@@ -2,7 +2,8 @@
 time and the requests held for it, and the placement's last decisions with their reasons,
 as the operator's read-only `/v1/placement` says (the operator is the one that knows: it
 reads every server's index). On a site without placement, where each model is: the servers
-the state file records with it."""
+the state file records with it, each probed for readiness as `sonicsite status` probes it (a
+server that is not ready serves none of its models now: said, and the exit status says it)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,21 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from sonicsite.contract.wire import RUNNING, read_processes
+
 from .state import SiteState
+from .status import EXIT_DOWN
+from .triton import is_ready
 
 EXIT_OK, EXIT_NO_SITE, EXIT_NO_PLACEMENT = 0, 1, 2
+MODELS_STATUS_EXIT = (
+    f"exit status: {EXIT_OK} shown; {EXIT_NO_SITE} no site in DIR (or not a site's state "
+    f"file), no operator in it, or the operator does not answer; {EXIT_NO_PLACEMENT} the "
+    f"operator answered /v1/placement with an error (said); {EXIT_DOWN} placement is off and "
+    "a server is not ready (dead, restarting or not answering /v2/health/ready): its models "
+    "are not served there now"
+)
+PREFIX = "sonicsite models status: "
 SHOWN_DECISIONS = 10
 
 
@@ -52,14 +65,29 @@ def render(view: dict) -> list[str]:
     return lines
 
 
-def static_view(state: SiteState) -> dict:
+def servers_ready(state: SiteState) -> dict[str, bool]:
+    """Each server's readiness now, as `sonicsite status` reads it: its process running (its
+    PID alive for the site) and its /v2/health/ready saying 200."""
+    states = {r.name: r.state for r in read_processes(Path(state.site_dir))}
+    return {s.id: states.get(s.id, RUNNING) == RUNNING and is_ready(s.http) for s in state.servers}
+
+
+def static_view(state: SiteState, ready: dict[str, bool]) -> dict:
     """A site without placement (`up` without --placement): each model on the servers that
-    started with it, as the state file records them; nothing is loaded or unloaded."""
+    started with it, as the state file records them (nothing is loaded or unloaded), and
+    which of them are ready now (`ready`, servers_ready)."""
     models: dict[str, list[str]] = {m: [] for m in state.models}
     for server in state.servers:
         for model in server.models:
             models.setdefault(model, []).append(server.id)
-    return {"placement": "off", "models": {m: {"servers": s} for m, s in sorted(models.items())}}
+    return {
+        "placement": "off",
+        "models": {
+            m: {"servers": s, "ready_on": [x for x in s if ready.get(x)]}
+            for m, s in sorted(models.items())
+        },
+        "not_ready": sorted(s for s, ok in ready.items() if not ok),
+    }
 
 
 def render_static(view: dict) -> list[str]:
@@ -68,32 +96,41 @@ def render_static(view: dict) -> list[str]:
         "keeps the models it started with",
         f"{'MODEL':<24} LOADED ON",
     ]
+    down = set(view["not_ready"])
     for model, m in view["models"].items():
-        lines.append(f"{model:<24} {','.join(m['servers']) or '-'}")
+        where = ",".join(s + (" (NOT READY)" if s in down else "") for s in m["servers"])
+        lines.append(f"{model:<24} {where or '-'}")
+    for server in view["not_ready"]:
+        lines.append(
+            f"NOT READY: {server}: it serves none of its models now (dead, restarting or not "
+            "answering /v2/health/ready); see `sonicsite status`"
+        )
     return lines
 
 
 def print_placement(site_dir: Path, as_json: bool = False) -> int:
+    """Print the models' placement (or, with placement off, where each is and whether its
+    servers are ready); the exit status is one of MODELS_STATUS_EXIT's."""
     try:
         state = SiteState.load(site_dir)
     except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
-        print(exc, file=sys.stderr)
+        print(f"{PREFIX}{exc}", file=sys.stderr)
         return EXIT_NO_SITE
     if not state.operator:
-        print(f"no operator in the site at {site_dir}", file=sys.stderr)
+        print(f"{PREFIX}no operator in the site at {site_dir}", file=sys.stderr)
         return EXIT_NO_SITE
     try:
         view = fetch_placement(state.operator)
     except urllib.error.HTTPError as exc:
         said = exc.read().decode(errors="replace")
         if exc.code == 404 and "placement is off" in said:
-            view = static_view(state)
+            view = static_view(state, servers_ready(state))
             print(json.dumps(view, indent=1) if as_json else "\n".join(render_static(view)))
-            return EXIT_OK
-        print(f"operator {state.operator}: HTTP {exc.code}: {said}", file=sys.stderr)
+            return EXIT_DOWN if view["not_ready"] else EXIT_OK
+        print(f"{PREFIX}operator {state.operator}: HTTP {exc.code}: {said}", file=sys.stderr)
         return EXIT_NO_PLACEMENT
     except (urllib.error.URLError, OSError) as exc:
-        print(f"operator {state.operator} unreachable: {exc}", file=sys.stderr)
+        print(f"{PREFIX}operator {state.operator} unreachable: {exc}", file=sys.stderr)
         return EXIT_NO_SITE
     print(json.dumps(view, indent=1) if as_json else "\n".join(render(view)))
     return EXIT_OK

@@ -177,7 +177,8 @@ class SiteState:
     @classmethod
     def load(cls, site_dir: Path) -> SiteState:
         """The site's state; FileNotFoundError without one, ValueError naming the file for
-        one that is not a site's state."""
+        one that is not a site's state: the contract's rule, the client's too
+        (wire.load_state_file), then each record's field types here."""
         data, path = load_state_file(Path(site_dir))
         try:
             return cls._from(data)

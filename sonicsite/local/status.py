@@ -116,7 +116,7 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
         state = SiteState.load(site_dir)
         records = read_processes(site_dir)
     except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
-        print(exc, file=sys.stderr)
+        print(f"sonicsite status: {exc}", file=sys.stderr)
         return EXIT_NO_SITE
     states = {r.name: r.state for r in records}
     unanswered = silent(state, records)

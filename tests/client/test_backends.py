@@ -277,3 +277,13 @@ def test_auto_returns_to_the_site_when_it_answers_again(own_site, built_models):
         wait_until(returned, "a stream to go back to the site", timeout=120)
     print(f"\nauto: switches {stopped.switches + back}")
     assert "the site answered again" in next(s for s in back if s["to"] == "site")["reason"]
+
+
+def test_a_model_built_as_onnx_only_is_said_to_have_no_pytorch_build(built_models):
+    """`simple` has no TorchScript file and no build writes one: "`sonicsite models build`
+    writes it" could not help. The error says so, and which models of the folder can."""
+    with pytest.raises(ValueError) as caught:
+        LocalModels(built_models).artifact("simple", "jit")
+    said = str(caught.value)
+    assert f"model 'simple': no PyTorch build in {built_models} (only model.onnx)" in said
+    assert "'particlenet_ak4'" in said and "'identity'" not in said.split("here:")[1], said

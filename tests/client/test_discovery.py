@@ -15,7 +15,7 @@ from sonicsite.client import Client
 from sonicsite.client.balancer import LATENCY_HALF_LIFE_S, Balancer, Endpoint, power_of_two
 from sonicsite.client.discovery import DiscoveryError, discover, from_site_file
 
-from sonicsite.contract.wire import STATE_FILE, ServerRecord
+from sonicsite.contract.wire import STATE_FILE, ServerRecord, load_state_file
 
 
 def test_explicit_endpoints_come_first_then_the_state_file(tmp_path, monkeypatch):
@@ -29,11 +29,35 @@ def test_explicit_endpoints_come_first_then_the_state_file(tmp_path, monkeypatch
         ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, ("simple",)).to_dict(),
         ServerRecord("triton-1", "127.0.0.1", 4, 5, 6, ("simple",), draining=True).to_dict(),
     ]
-    (tmp_path / STATE_FILE).write_text(json.dumps({"grpc": "127.0.0.1:9", "servers": servers}))
+    state = {"site_dir": str(tmp_path), "models": ["simple"], "grpc": "127.0.0.1:9"}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state | {"servers": servers}))
     found = discover(site=tmp_path)
     assert found.grpc == "127.0.0.1:9" and found.source == str(tmp_path / STATE_FILE)
     assert [s.id for s in found.servers] == ["triton-0"]  # draining servers take no new work
     assert from_site_file(tmp_path) == found
+
+
+def test_a_state_file_that_is_not_a_sites_is_named_by_the_client(tmp_path, monkeypatch):
+    """The README's worker (`Client.connect()`, SONICSITE_SITE) given a folder whose
+    state.json is not a site's: the contract's one rule, the file named and why, where the
+    folder came from; not "no server of the site serves" a model at its first stream."""
+    monkeypatch.delenv("SONICSITE_URL", raising=False)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / STATE_FILE).write_text(json.dumps({"foo": 1}))
+    monkeypatch.setenv("SONICSITE_SITE", str(junk))
+    with pytest.raises(DiscoveryError) as caught:
+        Client.connect()
+    said = str(caught.value)
+    assert f"{junk / STATE_FILE}: not a sonicsite state file (no 'site_dir'" in said, said
+    assert said.startswith("site discovery from SONICSITE_SITE: "), said
+    with pytest.raises(ValueError) as commands:  # what every command says of it
+        load_state_file(junk)
+    assert said.endswith(str(commands.value)), (said, str(commands.value))
+    for lacking in ("servers", "models"):  # a site's file has them all (`up` writes them)
+        (junk / STATE_FILE).write_text(json.dumps({"site_dir": str(junk), lacking: []}))
+        with pytest.raises(DiscoveryError, match="not a sonicsite state file"):
+            Client.connect()
 
 
 def test_nothing_found_says_where_it_looked(tmp_path, monkeypatch):

@@ -95,6 +95,10 @@ def test_the_state_file_reader(tmp_path):
     with pytest.raises(FileNotFoundError, match="start one with `sonicsite up`"):
         read_state_file(tmp_path)
     state = {"site_dir": str(tmp_path), "grpc": "127.0.0.1:1", "servers": [SERVER.to_dict()]}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))  # `up` writes models too
+    with pytest.raises(ValueError, match=r"state.json: not a sonicsite state file \(no 'models'"):
+        read_state_file(tmp_path)
+    state["models"] = ["simple"]
     (tmp_path / STATE_FILE).write_text(json.dumps(state))
     for where in (tmp_path, tmp_path / STATE_FILE):
         site = read_state_file(where)
@@ -135,7 +139,8 @@ def test_the_process_reader_says_what_is_dead_now(tmp_path):
     me = os.getpid()  # alive, but not the site's
 
     def write(*records: ProcessRecord) -> dict[str, str]:
-        data = {"site_dir": str(tmp_path), "processes": [r.to_dict() for r in records]}
+        data = {"site_dir": str(tmp_path), "servers": [], "models": []}
+        data["processes"] = [r.to_dict() for r in records]
         (tmp_path / STATE_FILE).write_text(json.dumps(data))
         return {r.name: r.state for r in read_processes(tmp_path)}
 

@@ -134,3 +134,33 @@ def test_a_stream_spec_out_of_range_is_refused_naming_the_field(tmp_path, field,
     check_spec(replace(spec, job_stall_s=0))
     with pytest.raises(ValueError, match=re.escape(said)):
         check_spec(replace(spec, **{field: value}))
+
+
+def test_check_names_an_unknown_model_and_the_known_ones():
+    """A typo (`particlenet_ak5`) was told "no demo sample; give a request for each in
+    --inputs" on stdout, exit 1: it is a usage error naming the model and the known ones."""
+    out = _cli("check", "--grpc", "127.0.0.1:1", "--models", "simple,particlenet_ak5")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout == ""
+    said = "sonicsite check: argument --models: unknown model(s) ['particlenet_ak5']"
+    assert said in out.stderr, out.stderr
+    assert "particlenet_ak4" in out.stderr and "--inputs FILE" in out.stderr
+
+
+def test_check_says_the_inputs_file_lacks_a_model(tmp_path):
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps({"mine": {"inputs": [TENSOR]}}))
+    out = _cli("check", "--grpc", "127.0.0.1:1", "--models", "mine,theirs", "--inputs", str(inputs))
+    assert out.returncode == 2, out.stdout + out.stderr
+    said = f"model(s) ['theirs']: --inputs {inputs} has no request for them (it has: mine)"
+    assert said in out.stderr and out.stdout == "", out.stderr
+
+
+def test_submit_backend_local_names_a_model_with_no_pytorch_build(tmp_path, built_models):
+    """`simple` is built as ONNX only: "model.pt is missing; `sonicsite models build` writes
+    it" could not work. The model has no PyTorch build, and the ones that do are named."""
+    out = _submit(tmp_path / "no-site", "--backend", "local", "--models-dir", str(built_models))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "sonicsite submit: --backend local: model 'simple' has no PyTorch build" in out.stderr
+    assert "the models that can: particlenet_ak4, deepmet" in out.stderr, out.stderr
+    assert "models build` writes it" not in out.stderr

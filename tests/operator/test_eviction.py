@@ -1,9 +1,10 @@
 """Least recently used eviction on a real Triton server: one server whose budget holds two
-models, three models in the catalogue. With two loaded and the third asked for (its request
-held), the operator unloads the idle model used longest ago to make room, loads the third,
-and the held request is answered; the model used last stays. A stock client's requests for
-another model of that server are answered throughout an unload (Envoy checks each model's
-readiness, not the server's, which Triton drops while any model unloads)."""
+models, three models in the catalogue. With two loaded (the start keeps to the budget) and
+the third asked for (its request held), the operator unloads the idle model used longest ago
+to make room, loads the third, and the held request is answered; the model used last stays.
+A stock client's requests for another model of that server are answered throughout the
+unload (Envoy checks each model's readiness, not the server's, which Triton drops while any
+model unloads)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from sonicsite.local import launcher
 from sonicsite.local.state import SiteState
 
 MODELS = ["simple", "identity", "deepmet"]
-IDENTITY = {"INPUT0": np.ones((1, 8), np.float32)}
+SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16)}
+SIMPLE["INPUT1"] = np.ones((1, 16), np.int32)
 DEADLINE_S = 180.0  # generous: the machine is busy
 # idle unloads far off: only the budget makes room here
 SETTINGS = PlacementSettings(
@@ -58,21 +60,8 @@ def _run(client: Client, model: str):
 
 def test_a_full_budget_evicts_the_least_recently_used_idle_model(full_server):
     target = control_target(full_server, "triton-0")
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def stock_requests() -> None:
-        # a stock client's requests for identity while deepmet unloads on the same server:
-        # Triton's server readiness drops during an unload, its identity must not
-        while not stop.wait(0.1):
-            try:
-                stock_infer(full_server.grpc, "identity", IDENTITY, ["OUTPUT0"])
-            except InferenceServerException as exc:
-                errors.append(str(exc))
-
-    sender = threading.Thread(target=stock_requests, daemon=True)
-    sender.start()
-    model_control.unload(target, "deepmet")  # the start: simple and identity, the budget full
+    # the start: simple and identity (the first two of the catalogue), the budget full
+    assert model_control.ready_models(target) == set(MODELS[:2])
     wait_until(
         lambda: set(_placement(full_server)["loaded"].get("triton-0", [])) == set(MODELS[:2]),
         "the operator to see simple and identity on triton-0, deepmet nowhere",
@@ -85,14 +74,30 @@ def test_a_full_budget_evicts_the_least_recently_used_idle_model(full_server):
         DEADLINE_S,
         0.5,
     )
-    stop.set()
-    sender.join(DEADLINE_S)
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def stock_requests() -> None:
+        # a stock client's requests for simple while identity unloads on the same server:
+        # Triton's server readiness drops during an unload, simple's must not
+        while not stop.wait(0.1):
+            try:
+                stock_infer(full_server.grpc, "simple", SIMPLE, ["OUTPUT0"])
+            except InferenceServerException as exc:
+                errors.append(str(exc))
+
+    sender = threading.Thread(target=stock_requests, daemon=True)
+    sender.start()
+    try:
+        with Client(from_site_file(full_server.site_dir)) as client:
+            _run(client, "identity")  # used first
+            time.sleep(SETTINGS.evict_idle_s)  # identity idle past evict_idle_s, then simple
+            _run(client, "simple")
+            _run(client, "deepmet")  # held: no server has it, the budget is full
+    finally:
+        stop.set()
+        sender.join(DEADLINE_S)
     assert errors == [], errors[:3]
-    with Client(from_site_file(full_server.site_dir)) as client:
-        _run(client, "identity")  # used first
-        time.sleep(SETTINGS.evict_idle_s)  # identity idle past evict_idle_s, then simple used
-        _run(client, "simple")
-        _run(client, "deepmet")  # held: no server has it, the budget is full
     decisions = _placement(full_server)["decisions"]
     evicted = [d for d in decisions if d["kind"] == "unload" and d["rule"] == "make_room"]
     assert [d["model"] for d in evicted] == ["identity"], decisions

@@ -61,6 +61,19 @@ def test_a_fifo_where_a_plot_goes_is_refused_before_any_run(tmp_path, capsys):
     assert _is_fifo(plots / "light-fixed_pool.png") and not out.exists()
 
 
+def test_a_plot_folder_that_is_a_file_is_said_to_be_one(tmp_path, capsys):
+    """It said "cannot write: light-fixed_pool.png: File exists", of a file it never named."""
+    plots = tmp_path / "s.json"
+    plots.write_text("a file")
+    out = tmp_path / "out.json"
+    args = ["simulate", str(_light(tmp_path / "s.yaml")), "--json", str(out)]
+    code = main([*args, "--plot", str(plots)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"sonicsite simulate: --plot {plots}: is a file, not a folder" in err, err
+    assert plots.read_text() == "a file" and not out.exists()
+
+
 def test_a_symlink_is_written_through_and_kept(tmp_path, capsys):
     """The result lands at the link's target (a regular file replaced whole, its mode kept);
     the link stays a link (it was replaced by a plain file). The plots likewise."""

@@ -59,6 +59,26 @@ SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
             ["up", "--tokens", "/nonexistent/tokens"],
             "argument --tokens: /nonexistent/tokens: cannot",
         ),
+        (  # each was TracingConfig's own error after the parse: exit 1, no option named
+            ["up", "--tracing", "--tracing-envoy-sampling", "500"],
+            "argument --tracing-envoy-sampling: tracing envoy_sampling: expected 0 to 100",
+        ),
+        (
+            ["up", "--tracing", "--tracing-gateway-sampling", "2"],
+            "argument --tracing-gateway-sampling: tracing gateway_sampling: expected 0 to 1",
+        ),
+        (
+            ["up", "--tracing", "--tracing-export", "localhost:4318"],
+            "argument --tracing-export: tracing export: expected http(s)://host:port",
+        ),
+        (["up", "--autoscale", "3:1"], "argument --autoscale: '3:1': min_servers: expected"),
+        (["up", "--autoscale", "1:0"], "argument --autoscale: '1:0': min_servers: expected"),
+        (["up", "--autoscale", "3"], "argument --autoscale: expected MIN:MAX servers"),
+        (["up", "--autoscale", "0:2"], "argument --autoscale: MIN 0 needs --placement"),
+        (  # it exited 0 having written no config: --framework picks the configs' backend
+            ["models", "build", "--only", "simple", "--framework", "pytorch"],
+            "argument --framework: needs --configs",
+        ),
     ],
 )
 def test_an_option_without_its_parent_or_out_of_range_is_named(capsys, args, said):
@@ -67,7 +87,7 @@ def test_an_option_without_its_parent_or_out_of_range_is_named(capsys, args, sai
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert said in err, err
-    assert f"usage: sonicsite {args[0]}" in err  # the command's own usage
+    assert f"usage: sonicsite {' '.join(args[:2] if args[0] == 'models' else args[:1])}" in err
 
 
 def test_an_empty_tokens_file_is_refused(tmp_path, capsys):
@@ -85,6 +105,12 @@ def test_the_options_with_their_parent_are_taken():
     traced = parse_args(["up", "--tracing", "--tracing-triton-rate", "5"])
     config = cli_placement.tracing_config(traced)
     assert (config.triton_rate, config.envoy_sampling, config.export) == (5, 100.0, "")
+    scaled = parse_args(["up", "--autoscale", "1:3"]).autoscale
+    assert (scaled.min_servers, scaled.max_servers) == (1, 3)
+    assert parse_args(["up", "--placement", "--autoscale", "0:2"]).autoscale.min_servers == 0
+    assert parse_args(["up"]).autoscale is None  # off unless asked
+    built = parse_args(["models", "build", "--configs", "--framework", "pytorch"])
+    assert built.framework == "pytorch"
     local = parse_args(["submit", "--model", "simple", "--backend", "local", "--compile", "aot"])
     assert local.compile == "aot"
     assert parse_args(["submit", "--model", "simple", "--seed", "0"]).seed == 0
@@ -103,3 +129,63 @@ def test_up_names_a_hold_on_a_server_it_does_not_have_by_its_option(tmp_path):
     said = "sonicsite up: --hold simple=triton-5: 'simple' on ['triton-5']: the site's servers"
     assert said in out.stderr and "(--servers)" in out.stderr, out.stderr
     assert not (site_dir / "state.json").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["up"], ["status"], ["down"], ["models", "status"], ["submit", "--model", "simple"]],
+)
+def test_a_dir_that_is_a_file_is_named_as_one(tmp_path, capsys, command):
+    """`up --dir afile` said "[Errno 17] File exists", `status --dir afile` that
+    afile/state.json does not exist: a file given for the site's folder is said to be one."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(SystemExit) as exited:
+        parse_args([*command, "--dir", str(afile)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --dir: {afile}: is a file, not a folder" in err, err
+
+
+def _help(*command: str) -> str:
+    out = subprocess.run(
+        [*SONICSITE, *command, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return " ".join(out.stdout.split())  # argparse wraps lines
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["up"], ["(default .sonicsite)", "(default 2)", "(default build/models)", "(default 1)"]),
+        (["submit"], ["(default 4)", "(default 2)", "(default 100)", "default 3)"]),
+        (["demo"], ["(default 8)", "(default 4)", "(default 300)"]),
+        (["check"], ["events per model (default 4)"]),
+        (["models", "build"], ["the folder the models are written to", "(default build/models)"]),
+        (["models", "status"], ["with placement off, each model's servers"]),
+    ],
+)
+def test_help_shows_the_defaults(command, said):
+    shown = _help(*command)
+    assert not [s for s in said if s not in shown], shown
+
+
+@pytest.mark.parametrize(
+    ("command", "codes"),
+    [
+        (["up"], ["0 the site is up", "3 it is up but something is down", "2 a usage error"]),
+        (["submit"], ["0 every event was answered exactly once", "130 or 143"]),
+        (["demo"], ["or the site could not be started"]),
+        (["check"], ["1 a model failed", "2 a usage error"]),
+        (["models", "status"], ["2 the operator answered /v1/placement with an error", "3 "]),
+    ],
+)
+def test_help_says_the_exit_statuses(command, codes):
+    shown = _help(*command)
+    assert "exit status: 0 " in shown and not [c for c in codes if c not in shown], shown
+
+
+def test_mode_help_says_http_goes_through_the_gateway():
+    shown = _help("submit")
+    assert "Envoy for --transport grpc" in shown and "the gateway for http" in shown, shown

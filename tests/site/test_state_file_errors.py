@@ -66,3 +66,16 @@ def test_every_command_names_a_state_file_that_is_not_a_sites(tmp_path, command,
     assert f"{state}: not a sonicsite state file (" in out.stderr, out.stderr
     assert "remove it" in out.stderr and "Traceback" not in out.stderr
     assert state.read_text() == "not json at all"  # left as it was
+
+
+@pytest.mark.parametrize(
+    "command", [["status"], ["status", "--json"], ["models", "status"], ["down"], ["submit"]]
+)
+def test_every_command_names_itself_first(tmp_path, command):
+    """`down` and `submit` said "sonicsite down: ...", `status` and `models status` only the
+    error: each says which command speaks."""
+    extra = ["--model", "simple", "--out", str(tmp_path / "out")] if command == ["submit"] else []
+    out = _cli(*command, *extra, "--dir", str(tmp_path / "none"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    name = " ".join(c for c in command if not c.startswith("--"))
+    assert out.stderr.startswith(f"sonicsite {name}: no site at {tmp_path / 'none'}"), out.stderr

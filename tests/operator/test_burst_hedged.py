@@ -1,0 +1,99 @@
+"""A burst of slow but healthy requests for a model that several servers hold, through Envoy:
+every one is answered, as one Triton server would answer it, only later.
+
+Light traffic sets the model's per-try timeout at its floor (3 s); a burst then queues every
+server past it. Envoy used to abandon each such try and retry on another server, just as
+busy: after three tries a stock client got UNAVAILABLE "upstream request timeout" (35 of a
+burst of 36 batch-256 ParticleNet requests, 3 servers), while the servers ran the work. On a
+per-try timeout Envoy now sends a second copy elsewhere and keeps the first
+(`TryPolicy.hedge`): the first answer wins, a hung server's requests are still answered by
+another, and a busy server's are answered by whichever gets there first."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import urllib.request
+
+import tritonclient.grpc as grpcclient
+from polling import wait_until
+from sonicsite.models.samples import generate
+from sonicsite.operator.admission import AdmissionPolicy
+from sonicsite.operator.xds_resources import ALL_SERVERS
+from stock import stock_infer
+
+from sonicsite.local import envoy, launcher
+
+MODEL = "particlenet_ak4"
+SERVERS = 2
+BATCH = 256
+DEADLINE_S = 600.0
+
+
+def _model_state(site) -> dict:
+    with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=10) as reply:
+        return json.loads(reply.read())["models"][MODEL]
+
+
+def _tries_again(site) -> int:
+    """Tries Envoy sent again: a hedged copy on a per-try timeout counts as a retry (Envoy
+    counts `upstream_rq_per_try_timeout` only for a try it abandons)."""
+    return sum(
+        envoy.counter(site.envoy_admin, f"cluster.{c}.upstream_rq_retry")
+        for c in (f"model_{MODEL}", ALL_SERVERS)
+    )
+
+
+def test_a_burst_past_the_per_try_timeout_is_answered_not_failed(tmp_path, built_models):
+    # the burst is meant to queue: admission stays out of this test
+    never_shed = AdmissionPolicy(shed_above_ms=600_000, open_below_ms=200)
+    site = launcher.up(
+        tmp_path / "site",
+        servers=SERVERS,
+        models=[MODEL],
+        build_dir=built_models,
+        admission=never_shed,
+        supervise=False,
+    )
+    try:
+        one = generate(MODEL, 1, seed=1).reference_inputs(0, 1)
+        big = generate(MODEL, BATCH, seed=2).reference_inputs(0, BATCH)
+
+        def light() -> bool:  # small requests until the timeout follows them to its floor
+            stock_infer(site.grpc, MODEL, one, ["softmax"])
+            per_try = _model_state(site)["per_try_timeout_s"]
+            return per_try is not None and per_try <= 3.5
+
+        wait_until(light, "a per-try timeout from light traffic", DEADLINE_S, 0.2)
+        per_try = _model_state(site)["per_try_timeout_s"]
+        started = time.monotonic()
+        stock_infer(site.grpc, MODEL, big, ["softmax"])  # one request's time, alone
+        alone = max(time.monotonic() - started, 0.05)
+        # enough to queue each server well past the per-try timeout on this machine
+        n = min(64, max(4 * SERVERS, math.ceil(SERVERS * 2.5 * per_try / alone)))
+        before = _tries_again(site)
+        results: list = []
+
+        def send() -> None:
+            client = grpcclient.InferenceServerClient(site.grpc)
+            try:
+                results.append(stock_infer(site.grpc, MODEL, big, ["softmax"], client=client))
+            except Exception as exc:  # the failure itself is the finding: kept, then asserted
+                results.append(exc)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=send) for _ in range(n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DEADLINE_S)
+        failed = [str(r) for r in results if not isinstance(r, dict)]
+        assert len(results) == n and not failed, (n, failed[:3])
+        # the burst did pass the per-try timeout (nothing else failed a try here): what this
+        # test is about happened
+        assert _tries_again(site) > before, (n, alone, per_try)
+    finally:
+        launcher.down(tmp_path / "site")
