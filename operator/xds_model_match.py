@@ -199,3 +199,30 @@ def compressed_route() -> dict:
         "direct_response": {"status": 404, "body": {"inline_string": COMPRESSED}},
         "typed_per_filter_config": without_model_match(),
     }
+
+
+# the reason one Triton server gives for a path it does not serve, on its HTTP port; Envoy's
+# local-reply mapper puts it in the KServe error body, {"error": "Not Found"}, as Triton does
+NOT_FOUND = "Not Found"
+
+
+def not_found_route() -> dict:
+    """A request that is not gRPC and no route above took (a path outside /v2, `/V2`,
+    `//v2`): Triton's own 404, rather than the default route's gRPC cluster, which answered
+    a plain HTTP GET 200 with an empty gRPC body and a POST 503."""
+    return {
+        "name": "not-found",
+        "match": {
+            "prefix": "/",
+            "headers": [
+                {
+                    "name": "content-type",
+                    "string_match": {"prefix": "application/grpc"},
+                    "invert_match": True,
+                    "treat_missing_header_as_empty": True,
+                }
+            ],
+        },
+        "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND}},
+        "typed_per_filter_config": without_model_match(),
+    }

@@ -30,6 +30,7 @@ from .xds_model_match import (
     GRPC_SERVICE,
     compressed_route,
     named_methods_regex,
+    not_found_route,
     refused_routes,
     rest_model_regex,
     without_model_match,
@@ -267,6 +268,7 @@ def route_configuration(
 
     # first match wins: refusals, the site's view, stock streams (to the gateway), held
     # models, REST by path, gRPC by header, a compressed call refused, then the defaults
+    # (what is not gRPC there: Triton's 404)
     routes = refused_routes() + view_routes(*site_view) + stream_routes(site_view[0])
     for m, deadline in sorted(held.items()):
         routes += hold_routes(m, deadline, *site_view)
@@ -285,6 +287,7 @@ def route_configuration(
     routes.append(compressed_route())
     named = {"safe_regex": {"regex": named_methods_regex()}}
     routes.append(default_route("default-find-model", named, ALL_SERVERS, find_model=True))
+    routes.append(not_found_route())
     routes.append(default_route("default", {"prefix": "/"}, ALL_SERVERS))
     return {
         "@type": TYPE_URLS["routes"],
