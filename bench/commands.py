@@ -161,7 +161,12 @@ def _bench_parser(
     b.add_argument("--json", type=Path, required=True, help="where to write the result")
     if repeats:
         b.add_argument("--repeats", type=at_least(1), default=repeats, help="timed repeats")
-    b.add_argument("--build-dir", type=Path, default=Path("build/models"))
+    b.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path("build/models"),
+        help="the built model repository (`sonicsite models build`; default: %(default)s)",
+    )
     return b
 
 

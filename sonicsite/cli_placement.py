@@ -51,7 +51,7 @@ def add_placement_args(p: argparse.ArgumentParser) -> None:
         "--budget-models",
         type=at_least(1),
         default=None,
-        help="with --placement: models each server may hold (default: no limit)",
+        help="with --placement: models each server may hold, at start too (default: no limit)",
     )
     p.add_argument(
         "--hold-deadline-s",
