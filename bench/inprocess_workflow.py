@@ -7,9 +7,10 @@ in-process run goes is reported beside it, not counted: a workflow in process ne
 
 `repeats` runs per backend, taking turns (site then local, then local then site, ...), so
 that neither always runs first on a machine that warms up or gets busier; every run kept,
-each figure with its repeats, and the ratio per repeat beside the ratio of medians. Both
-run on the CPU (the site's server is onnxruntime on the CPU; the in-process model is put
-on the CPU too, so that the two compare)."""
+each figure with its repeats, and the ratio per repeat beside the ratio of medians. Like
+for like: both run the same TorchScript file with the same torch threads on the CPU (the
+site's server with `framework=pytorch`; onnxruntime there would have mixed the runtimes'
+speed into what the transport costs)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from sonicsite.client import Client
 from sonicsite.client.backend_local import LocalModels
 from sonicsite.client.discovery import from_site_file
+from sonicsite.models.frameworks import PYTORCH
 from sonicsite.models.samples import generate
 
 from sonicsite.jobs.worker import config_info
@@ -93,6 +95,8 @@ def workflow(
             build_dir=build_dir,
             admission=BENCH_ADMISSION,
             supervise=False,
+            ort_threads=threads,
+            framework=PYTORCH,  # the same TorchScript file and threads as in process
         )
         try:
             local = LocalModels(Path(build_dir).resolve(), config_info, threads, threads, "cpu")
