@@ -109,6 +109,7 @@ class GatewayApp(FastAPI):
     infer: ASGIApp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope = routes_kserve.raw_path(scope)  # model names as Triton reads them
         if routes_kserve.is_infer(scope):
             scope["app"] = self  # as Starlette sets it: the handlers read app.state
             await self.infer(scope, receive, send)

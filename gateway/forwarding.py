@@ -29,6 +29,7 @@ from .holding import Holder
 from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .splicing import SinkGone
+from .statistics import StatisticsMemory
 from .tracing import GatewayTracing
 from .transitions import ServerTrouble
 from .triton_errors import MODEL, unknown_model, unready_model
@@ -113,11 +114,17 @@ class StreamedReply(Response):
                 callback()
 
 
+# what a path segment may hold as it is (RFC 3986 `pchar`, '%' included): a name read from
+# the raw path (routes_kserve.py `raw_path`) goes on unchanged, as Triton reads it
+SEGMENT_SAFE = "%!$&'()*+,;=:@"
+
+
 def version_path(model: str, version: str | None) -> str:
-    """The server's path for a model (and version), names percent-encoded again: what
-    arrived decoded goes on as one path segment, whatever it holds."""
-    path = f"/v2/models/{quote(model, safe='')}"
-    return path + (f"/versions/{quote(version, safe='')}" if version else "")
+    """The server's path for a model (and version), each name one path segment as it
+    arrived (Triton decodes no percent-escape in a name: 'sim%2Fple' is a name); only what
+    a segment cannot hold ('/', a space) is percent-encoded."""
+    path = f"/v2/models/{quote(model, safe=SEGMENT_SAFE)}"
+    return path + (f"/versions/{quote(version, safe=SEGMENT_SAFE)}" if version else "")
 
 
 @dataclass
@@ -130,6 +137,8 @@ class Forwarder:
     tracing: GatewayTracing | None = None  # the gateway's tracer (tracing.py), if tracing
     holder: Holder | None = None  # holds requests for a model no server holds (holding.py)
     trouble: ServerTrouble = field(default_factory=ServerTrouble)  # servers failing, as logged
+    # each server's last statistics, standing in for one that does not answer (statistics.py)
+    statistics: StatisticsMemory = field(default_factory=StatisticsMemory)
 
     def __post_init__(self) -> None:
         self.upstreams = Upstreams(self.view)

@@ -2,9 +2,10 @@
 index, inference; the site answers as one Triton server (site_view_replies.py, Triton's own
 error texts in triton_errors.py).
 
-Every inference request is checked for a well-formed body (kserve.py; a compressed one, gzip
-or deflate, decompressed for the check and forwarded as it came, its Content-Encoding and
-the client's Accept-Encoding passed on), refused at once with 429 and Retry-After while the
+Every inference request's body goes on as it came, malformed or not (kserve.py: the server
+answers a malformed one in Triton's own words; a compressed one, gzip or deflate, only
+measured against the gateway's bound, its Content-Encoding and the client's
+Accept-Encoding passed on); it is refused at once with 429 and Retry-After while the
 operator's shed of its model is in force (siteview.py: not expired, state not stale) unless
 the model has answered its caller before (the request brings back the model's admission
 pass, which a server's answer carries: sonicsite/contract/admission_pass.py), then sent on
@@ -48,7 +49,7 @@ from .forwarding import (
     error,
     version_path,
 )
-from .kserve import BadRequest, check_infer, decoded_head, encoding_of, split_body, whole_body
+from .kserve import BadRequest, check_sizes, decoded_head, encoding_of, json_length, whole_body
 from .server import GONE_EXTENSION, SPLICE_EXTENSION, ClientBody
 from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
@@ -58,6 +59,17 @@ from .upstream import ClientGone
 router = APIRouter(tags=["kserve"])
 # the two infer routes' paths, as the router would match them (a segment is anything but /)
 INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer")
+
+
+def raw_path(scope: Scope) -> Scope:
+    """The request's scope with Triton's routes (`/v2/...`) matched on the path as it came,
+    percent-escapes kept: Triton reads a model's name and version from the raw path, so
+    'sim%2Fple' is a model of that name (unknown: Triton's 404 names it), not a path of more
+    segments, and 'sim%70le' is not 'simple'. Other paths as the server decoded them."""
+    raw = scope.get("raw_path")
+    if scope["type"] != "http" or not raw or b"%" not in raw or not raw.startswith(b"/v2/"):
+        return scope
+    return {**scope, "path": raw.decode("latin-1")}
 
 
 def is_infer(scope: Scope) -> bool:
@@ -279,7 +291,7 @@ async def _infer_reply(
     client, rest = None, None
     try:
         coding = encoding_of(fields.get("content-encoding"))
-        if coding:  # checked decompressed, forwarded as it came (kserve.py)
+        if coding:  # measured decompressed, forwarded as it came (kserve.py)
             prefix = await _compressed_body(request, coding, header_length, limit)
             total = len(prefix)
         else:
@@ -290,9 +302,8 @@ async def _infer_reply(
             client, prefix, rest = taken
             if client is None:
                 prefix, rest = await _head_of_body(request, header_length, total, limit)
-            parsed, binary = split_body(prefix, header_length, total)
-            check_infer(parsed, binary)
-    except BadRequest as exc:
+            check_sizes(prefix, header_length, len(prefix) if total is None else total)
+    except BadRequest as exc:  # past the gateway's own bounds (413)
         metrics.rejections.labels(label, "bad_request").inc()
         return error(exc.status, f"model {model!r}: {exc}")
     # the caller's trace context goes on (a traced gateway's own replaces it)
@@ -319,13 +330,14 @@ async def _infer_reply(
 async def _compressed_body(
     request: Request, coding: str, header_length: str | None, limit: int
 ) -> bytes:
-    """A compressed request's whole body, as it came, once its decompressed request is
-    checked as any other (BadRequest otherwise)."""
+    """A compressed request's whole body, as it came, once what it decompresses to is
+    within `limit` and declares no tensor past the gateway's bound (BadRequest, 413,
+    otherwise); one that does not decompress goes on as it came."""
     body = await whole_body(request.stream(), limit)
-    wanted = int(header_length) if header_length and header_length.isdigit() else None
+    wanted = json_length(header_length, limit)
     head, size = decoded_head(body, coding, wanted, limit)
-    parsed, binary = split_body(head, header_length, size)
-    check_infer(parsed, binary)
+    if size >= 0:
+        check_sizes(head, header_length, size)
     return body
 
 

@@ -11,8 +11,11 @@ that does not name its model in the `sonicsite-model` header here (the operator'
 reason while its model is shed (the stream stays open for its other models), otherwise sent
 on the stream this call keeps open to a server that holds its model (one per server, opened
 at its first message; the server Envoy's least request would take, `Holder.pick`). The
-servers' answers come back in the order they come. The bytes go on as they came: only a
-message's first field (the model's name) is read.
+answers, the servers' and the gateway's own, go back in the order of the requests, as one
+Triton server gives them (stream_order.py: an answer waits for every earlier one; at most
+MAX_IN_FLIGHT requests of a stream unanswered, then the client's messages wait). The bytes
+go on as they came: only a message's first field (the model's name) is read, and an
+answer's final flag.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import ADMITTED_HEADER
 
 from .holding import OWN_METADATA, SERVICE, Holder, ready_servers
+from .stream_order import MAX_IN_FLIGHT, AnswerOrder
 
 METHOD = f"/{SERVICE}/ModelStreamInfer"
 LOG = logging.getLogger(__name__)
@@ -66,6 +70,22 @@ class _Ended:
     error: grpc.aio.AioRpcError | None = None
 
 
+@dataclass(frozen=True)
+class _Sent:
+    """A request about to be written to `server`: its place in line, taken before any
+    answer of the server's to it can arrive."""
+
+    server: str
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """An answer: `server`'s, or the gateway's own (`server` "")."""
+
+    answer: bytes
+    server: str = ""
+
+
 @dataclass
 class StreamCall:
     """One client's stream: the streams it keeps open to servers, the answers on their way
@@ -80,12 +100,15 @@ class StreamCall:
     readers: list[asyncio.Task] = field(default_factory=list)
     placed: dict[str, str] = field(default_factory=dict)  # model -> server id
     failure: tuple[grpc.StatusCode, str] | None = None  # why feeding stopped short
+    # requests routed and not yet answered to the client (stream_order.py)
+    room: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
 
     async def feed(self, requests: AsyncIterator[bytes]) -> None:
         """Every message to its model's server (or answered here), then each server's
         stream closed for writing; None put among the answers once all is sent."""
         try:
             async for message in requests:
+                await self.room.acquire()  # released once its answer has gone out
                 await self._route(message)
             for call in self.upstreams.values():
                 await call.done_writing()
@@ -103,22 +126,24 @@ class StreamCall:
         model = model_of(message)
         refused = self._refused(model)
         if refused:
-            await self.answers.put(error_reply(message, refused))
+            await self.answers.put(_Answer(error_reply(message, refused)))
             return
         if self.holder.holds(model):
             held = await self.holder.wait(model, self.context.time_remaining())
             if held.error:
-                await self.answers.put(error_reply(message, held.error))
+                await self.answers.put(_Answer(error_reply(message, held.error)))
                 return
         servers = ready_servers(self.holder.view, model)
         if not servers:  # not in the site: Triton's own answer
             unknown = f"Request for unknown model: '{model}' is not found"
-            await self.answers.put(error_reply(message, unknown))
+            await self.answers.put(_Answer(error_reply(message, unknown)))
             return
         server = next((s for s in servers if s.id == self.placed.get(model)), None)
         server = server or self.holder.pick(servers)
         self.placed[model] = server.id
-        await self._upstream(server.id, server.grpc).write(message)
+        upstream = self._upstream(server.id, server.grpc)
+        await self.answers.put(_Sent(server.id))
+        await upstream.write(message)
 
     def _refused(self, model: str) -> str:
         """The shed's refusal of `model`, as the gateway's REST route words it; "" when open
@@ -147,7 +172,7 @@ class StreamCall:
     async def _read(self, server: str, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for answer in call:
-                await self.answers.put(answer)
+                await self.answers.put(_Answer(answer, server))
         except grpc.aio.AioRpcError as exc:
             await self.answers.put(_Ended(server, exc))
             return
@@ -160,6 +185,18 @@ class StreamCall:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+
+def _why_ended(ended: _Ended, order: AnswerOrder) -> tuple[grpc.StatusCode, str]:
+    """What a request of a server whose stream ended fails with: the server's status, or
+    (closed with requests unanswered) an internal error naming it."""
+    if ended.error is not None:
+        return ended.error.code(), f"{ended.server}: {ended.error.details()}"
+    left = order.unanswered(ended.server)
+    return (
+        grpc.StatusCode.INTERNAL,
+        f"{ended.server}: closed its stream, {left} request(s) unanswered",
+    )
 
 
 def handler(holder: Holder, passes: AdmissionPasses | None) -> grpc.RpcMethodHandler:
@@ -175,21 +212,30 @@ def handler(holder: Holder, passes: AdmissionPasses | None) -> grpc.RpcMethodHan
         )
         call = StreamCall(holder, passes, context, metadata)
         feeding = asyncio.create_task(call.feed(requests))
-        fed, ended = False, 0
+        order, fed, ended = AnswerOrder(), False, 0
         try:
-            while not (fed and ended == len(call.readers)):
-                answer = await call.answers.get()
-                if answer is None:  # every message sent (or answered here)
+            while not (fed and ended == len(call.readers) and not order.pending()):
+                event = await call.answers.get()
+                if event is None:  # every message sent (or answered here)
                     fed = True
-                    if call.failure is not None:
-                        await context.abort(*call.failure)
-                elif isinstance(answer, _Ended):
+                    if call.failure is not None:  # after the answers of what came before
+                        order.fail_here(call.failure)
+                elif isinstance(event, _Sent):
+                    order.expect(event.server)
+                elif isinstance(event, _Ended):
                     ended += 1
-                    if answer.error is not None:  # a server's stream broke: so does this one
-                        error = answer.error
-                        await context.abort(error.code(), f"{answer.server}: {error.details()}")
+                    order.failed(event.server, _why_ended(event, order))
+                elif event.server:
+                    order.arrived(event.server, event.answer)
                 else:
+                    order.answered(event.answer)
+                answers, answered, failure = order.ready()
+                for answer in answers:
                     yield answer
+                for _ in range(answered):
+                    call.room.release()
+                if failure is not None:  # a server's stream broke: so does this one
+                    await context.abort(*failure)
         finally:
             feeding.cancel()
             with contextlib.suppress(asyncio.CancelledError):

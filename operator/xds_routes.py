@@ -51,6 +51,7 @@ from .xds_resources import (
 from .xds_site_view import (
     HOLD_CLUSTER,
     HOLD_REST_CLUSTER,
+    rest_infer_routes,
     stream_route,
     stream_routes,
     view_routes,
@@ -272,6 +273,7 @@ def route_configuration(
     routes = refused_routes() + view_routes(*site_view) + stream_routes(site_view[0])
     for m, deadline in sorted(held.items()):
         routes += hold_routes(m, deadline, *site_view)
+    routes += rest_infer_routes(site_view[1])
     for m in models:
         infer = {"safe_regex": {"regex": rest_infer_regex(m)}}
         routes.append(model_route(f"rest-model-{m}", infer, rest_cluster(m), m, False, True))

@@ -13,7 +13,9 @@ carry). Without a view (e.g. the chart without its gateway), they take the defau
 one server's answers.
 
 The same addresses hold requests for a model no server holds (`hold_clusters`; the routes in
-xds_routes.py): the gateway's holder answers them once a server holds the model.
+xds_routes.py): the gateway's holder answers them once a server holds the model. And REST
+inference goes to the gateway's HTTP port (`rest_infer_routes`), which bounds what a body
+may declare before a server reads it.
 
 And stock clients' streams (`ModelStreamInfer` without the `sonicsite-model` header) go to
 the gateway's gRPC address too (`stream_routes`): Envoy would route a whole stream by its
@@ -39,6 +41,9 @@ VIEW_CLUSTER, VIEW_REST_CLUSTER = "site_view", "site_view_rest"
 HOLD_CLUSTER, HOLD_REST_CLUSTER = "holding", "holding_rest"
 # stock clients' streams, routed message by message by the gateway: a cluster of their own
 STREAM_CLUSTER = "streams"
+# REST inference through Envoy, passed on by the gateway's HTTP port: a cluster of its own
+REST_INFER_CLUSTER = "gateway_rest_infer"
+REST_INFER_PATHS = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
 STREAM_METHOD = "ModelStreamInfer"
 VIEW_METHODS = ("ServerMetadata", "ModelStatistics", "RepositoryIndex")
 # the REST twins: server metadata, statistics (one model, one version, every model), index
@@ -105,6 +110,30 @@ def view_routes(grpc: bool, rest: bool) -> list[dict]:
     return routes
 
 
+def rest_infer_routes(rest: bool) -> list[dict]:
+    """REST inference to the gateway's HTTP port, when it is given: Triton's HTTP frontend
+    sizes a tensor from the shape a JSON body declares before it reads any data, and a
+    declared shape of 2**40 elements ends the server (std::bad_alloc, abort; gRPC answers
+    INVALID_ARGUMENT). Envoy passes a body on as it came; the gateway bounds it
+    (gateway/kserve.py `check_sizes`) and applies the same admission and weights. Without
+    the gateway's HTTP port such a request still reaches a server."""
+    if not rest:
+        return []
+    return [
+        {
+            "name": "rest-infer-gateway",
+            "stat_prefix": "rest-infer-gateway",
+            "match": {"safe_regex": {"regex": REST_INFER_PATHS}},
+            "route": {
+                "cluster": REST_INFER_CLUSTER,
+                "timeout": "0s",  # the client's deadline, as for any inference
+                "retry_policy": {"retry_on": "connect-failure", "num_retries": 2},
+            },
+            "typed_per_filter_config": without_model_match(),
+        }
+    ]
+
+
 def stream_route(name: str, headers: list[dict]) -> dict:
     """Streams whose headers match `headers` to the gateway's stream router: no timeout (a
     stream lasts as long as its client wants), retried only when its connection failed."""
@@ -139,6 +168,7 @@ def view_clusters(grpc_address: str, http_address: str) -> list[dict]:
     )
     if http_address:
         clusters.append(view_cluster(http_address, VIEW_REST_CLUSTER, http2=False))
+        clusters.append(view_cluster(http_address, REST_INFER_CLUSTER, http2=False))
     return clusters
 
 

@@ -78,6 +78,16 @@ ERRORS = {  # (method, path, body) whose answer must be the one of a single Trit
     "missing input": ("POST", "/v2/models/simple/infer", _infer_body(GOOD[0])),
     "no inputs": ("POST", "/v2/models/simple/infer", _infer_body()),
     "input given twice": ("POST", "/v2/models/simple/infer", _infer_body(GOOD[0], *GOOD)),
+    # Triton reads names from the raw path: 'sim%2Fple' is a name (unknown), 'sim%70le' is
+    # not 'simple', '%31' is no version
+    "encoded slash in a name": ("GET", "/v2/models/sim%2Fple", None),
+    "encoded slash in a name, ready": ("GET", "/v2/models/sim%2Fple/ready", None),
+    "encoded slash in a name, config": ("GET", "/v2/models/sim%2Fple/config", None),
+    "encoded slash in a name, stats": ("GET", "/v2/models/sim%2Fple/versions/1/stats", None),
+    "encoded slash in a name, infer": ("POST", "/v2/models/sim%2Fple/infer", _infer_body(*GOOD)),
+    "escaped letter in a name": ("GET", "/v2/models/sim%70le", None),
+    "escaped letter in a name, infer": ("POST", "/v2/models/sim%70le/infer", _infer_body(*GOOD)),
+    "escaped digit in a version": ("GET", "/v2/models/simple/versions/%31", None),
     "unknown output": (
         "POST",
         "/v2/models/simple/infer",
@@ -103,6 +113,8 @@ def test_server_metadata_is_one_stable_name_with_what_the_gateway_supports(site,
     assert answers[0] == {"name": "sonicsite", "version": direct["version"], "extensions": expected}
     assert not {"system_shared_memory", "cuda_shared_memory"} & set(answers[0]["extensions"])
     assert {"binary_tensor_data", "statistics"} <= set(answers[0]["extensions"])
+    # no sequence affinity on the site: Triton offers the extension, the site does not
+    assert "sequence" in direct["extensions"] and "sequence" not in answers[0]["extensions"]
 
 
 @pytest.mark.parametrize("model", model_names())

@@ -55,15 +55,18 @@ def _ready(address: str) -> bool:
         return False
 
 
-def _binary_request(floats: int, extra: int = 0) -> tuple[bytes, bytes]:
+def _binary_request(
+    floats: int, extra: int = 0, declared: int | None = None
+) -> tuple[bytes, bytes]:
     """An identity request with its tensor as binary data: (head, body); `extra` bytes more
-    than the inputs declare (a malformed body)."""
+    than the inputs declare (a malformed body); `declared`: the shape's floats, if not
+    `floats`."""
     part = json.dumps(
         {
             "inputs": [
                 {
                     "name": "INPUT0",
-                    "shape": [1, floats],
+                    "shape": [1, floats if declared is None else declared],
                     "datatype": "FP32",
                     "parameters": {"binary_data_size": 4 * floats},
                 }
@@ -116,20 +119,29 @@ def _upstream_timeouts(gateway: str) -> float:
     )
 
 
-def test_a_large_body_refused_is_answered_not_reset(gateway):
-    """16 MiB whose binary part is 4 bytes longer than its inputs declare, sent whole before
-    the reply is read (as tritonclient does): the gateway refuses it after its JSON part,
-    with the rest of the body still on the socket. Closing on those unread bytes reset the
-    connection, and the client never saw why; now they are read and dropped, the 400 comes
-    and the connection serves the next request."""
-    head, body = _binary_request(4 << 20, extra=4)
+def test_a_large_body_refused_is_answered_not_reset(site, gateway):
+    """16 MiB whose JSON part declares a tensor that would end a server (2**40 floats), sent
+    whole before the reply is read (as tritonclient does): the gateway refuses it after its
+    JSON part, with the rest of the body still on the socket. Closing on those unread bytes
+    reset the connection, and the client never saw why; now they are read and dropped, the
+    413 comes and the connection serves the next request. A body whose binary part is 4
+    bytes longer than its inputs declare goes on to a server, whose answer is Triton's own
+    (as a server asked directly gives it), on the same connection."""
+    head, body = _binary_request(4 << 20, declared=2**40)
+    malformed = _binary_request(4 << 20, extra=4)
+    with _connect(site.servers[0].http) as sock:
+        sock.sendall(b"".join(malformed))
+        expected = _reply(sock)
+    assert expected[0] == 400, expected  # Triton's own refusal
     with _connect(gateway) as sock:
         sock.sendall(head + body)
         status, said = _reply(sock)
-        assert status == 400, said
-        assert b"the binary part is 16777220 bytes, the inputs declare 16777216" in said
+        assert status == 413, said
+        assert b"shape declares more than 2147483648 bytes" in said
+        sock.sendall(b"".join(malformed))  # the same connection, kept alive
+        assert _reply(sock) == expected
         head, body = _binary_request(1024)
-        sock.sendall(head + body)  # the same connection, kept alive
+        sock.sendall(head + body)
         status, said = _reply(sock)
         assert status == 200, said
 
