@@ -67,7 +67,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     """The `bench` command and its subcommands, under the command line's subparsers."""
     p = sub.add_parser("bench", help="benchmarks that write JSON with a summary of ratios")
     bsub = p.add_subparsers(dest="bench_command", required=True)
-    b = _bench_parser(bsub, "client", "the sonicsite client vs the stock tritonclient way", 7)
+    b = _bench_parser(bsub, "client", "the sonicsite client vs the stock tritonclient way", 15)
     b.add_argument(
         "--sizes",
         type=positive_list,

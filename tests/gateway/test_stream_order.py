@@ -14,21 +14,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from sonicsite.gateway.stream_order import AnswerOrder, is_final
+from sonicsite.models.samples import generate
 from stock import stock_inputs
 from tritonclient.grpc import service_pb2
 
 TIMEOUT_S = 240.0  # generous: the machine is busy
-SLOW = {  # particlenet_ak4 at batch 256: about a second of a server's time here
-    name: np.ones((256, *shape), np.float32)
-    for name, shape in {
-        "pf_points": (2, 50),
-        "pf_features": (20, 50),
-        "pf_mask": (1, 50),
-        "sv_points": (2, 5),
-        "sv_features": (11, 5),
-        "sv_mask": (1, 5),
-    }.items()
-}
+# particlenet_ak4 at batch 256: about a second of a server's time here
+SLOW = generate("particlenet_ak4", 256, seed=1).reference_inputs(0, 256)
 SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32)[None], "INPUT1": np.ones((1, 16), np.int32)}
 PLANS = {
     "slow then unknown model": [("particlenet_ak4", SLOW), ("nosuch", SIMPLE)],
