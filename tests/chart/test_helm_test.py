@@ -66,5 +66,6 @@ def test_a_wrong_answer_or_a_model_without_a_request_fails_the_test(site, tmp_pa
     values["tests"]["models"] = ["site_own_model"]
     command, files = _test_pod(values)
     done = _run(command, files, site.grpc, tmp_path)
-    assert done.returncode == 1
-    assert "site_own_model: no demo sample; give a request for each in --inputs" in done.stdout
+    assert done.returncode == 2  # a usage error: the test pod fails all the same
+    assert "model(s) ['site_own_model']: --inputs" in done.stderr, done.stderr
+    assert "has no request for them" in done.stderr, done.stderr

@@ -144,7 +144,8 @@ def test_submit_refuses_a_site_that_is_not_up_at_once_and_says_so(tmp_path, buil
     said = out.stderr
     assert f"sonicsite submit: site at {site_dir} is not up: " in said, said
     assert all(f"{name} dead" in said for name in killed), (killed, said)
-    assert "see `sonicsite status`; start it with `sonicsite up`" in said
+    # advice that works: `up` refuses a site that still runs a process, so `down` first
+    assert f"`sonicsite down --dir {site_dir}`, then start it again with" in said, said
     assert "Traceback" not in said
     assert not (tmp_path / "out").exists()  # refused before anything: no job was started
 

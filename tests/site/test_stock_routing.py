@@ -235,9 +235,13 @@ def _simple_inputs() -> list:
 
 
 def test_stock_rest_through_envoy_takes_its_models_route(site):
+    """Readiness and metadata take the model's own REST route; inference goes by the
+    gateway, which bounds what a body may declare (xds_site_view.py `rest_infer_routes`)
+    and applies the model's admission and weights."""
     admin = site.envoy_admin
     client = httpclient.InferenceServerClient(site.grpc)
-    before = {r: _routed(admin, r) for r in ("rest-model-simple", "default-rest")}
+    routes = ("rest-model-simple", "rest-infer-gateway", "default-rest")
+    before = {r: _routed(admin, r) for r in routes}
     before[VIEW_REST_CLUSTER] = _requests(admin, VIEW_REST_CLUSTER)
     assert client.is_model_ready("simple")
     assert client.get_model_metadata("simple")["name"] == "simple"
@@ -253,7 +257,8 @@ def test_stock_rest_through_envoy_takes_its_models_route(site):
             binary=binary,
         )
         np.testing.assert_array_equal(via_envoy["OUTPUT1"], SIMPLE["INPUT0"] - SIMPLE["INPUT1"])
-    assert _routed(admin, "rest-model-simple") == before["rest-model-simple"] + 5
+    assert _routed(admin, "rest-model-simple") == before["rest-model-simple"] + 3
+    assert _routed(admin, "rest-infer-gateway") == before["rest-infer-gateway"] + 2
     assert client.is_server_ready()
     assert _routed(admin, "default-rest") == before["default-rest"] + 1
     # server metadata and statistics are the pool's: the gateway's view answers them
