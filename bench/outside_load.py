@@ -39,11 +39,16 @@ def _descendants(pid: int) -> set[int]:
 def cpu_ticks(pid: int) -> int:
     """Clock ticks one process (its threads, ended ones too) spent on the cores (utime +
     stime of /proc/<pid>/stat); 0 once gone."""
+    return sum(_stat_times(pid)[:2])
+
+
+def _stat_times(pid: int) -> list[int]:
+    """utime, stime, cutime, cstime of /proc/<pid>/stat (clock ticks); zeros once gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
+        return [int(f) for f in fields[11:15]]
     except (OSError, ValueError, IndexError):
-        return 0
+        return [0, 0, 0, 0]
 
 
 def cpu_seconds(pids: set[int]) -> float:
@@ -76,14 +81,8 @@ def _tree_ticks(pid: int) -> int:
     """Clock ticks a process and everything it started spent on the cores, those ended
     too: its own utime + stime, the cutime + cstime of the children it reaped (and of
     theirs), and each live descendant's the same way."""
-    total = 0
-    for one in _descendants(pid):
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15])
-        except (OSError, ValueError, IndexError):
-            continue  # ended meanwhile: its parent's cutime counts it once it is reaped
-    return total
+    # one that ended meanwhile reads 0: its parent's cutime counts it once it is reaped
+    return sum(sum(_stat_times(one)) for one in _descendants(pid))
 
 
 @dataclass

@@ -201,6 +201,15 @@ def compressed_route() -> dict:
     }
 
 
+# a request that is not gRPC (its content-type; a REST call may carry none): for a route's
+# match and for a local-reply mapper's header filter alike
+NOT_GRPC = {
+    "name": "content-type",
+    "string_match": {"prefix": "application/grpc"},
+    "invert_match": True,
+    "treat_missing_header_as_empty": True,
+}
+
 # the reason one Triton server gives for a path it does not serve, on its HTTP port; Envoy's
 # local-reply mapper puts it in the KServe error body, {"error": "Not Found"}, as Triton does
 NOT_FOUND = "Not Found"
@@ -214,14 +223,7 @@ def not_found_route() -> dict:
         "name": "not-found",
         "match": {
             "prefix": "/",
-            "headers": [
-                {
-                    "name": "content-type",
-                    "string_match": {"prefix": "application/grpc"},
-                    "invert_match": True,
-                    "treat_missing_header_as_empty": True,
-                }
-            ],
+            "headers": [NOT_GRPC],
         },
         "direct_response": {"status": 404, "body": {"inline_string": NOT_FOUND}},
         "typed_per_filter_config": without_model_match(),

@@ -31,7 +31,7 @@ from sonicsite.contract.wire import (
 )
 
 from .admission import split_cap
-from .xds_model_match import model_match_filter
+from .xds_model_match import NOT_GRPC, model_match_filter
 from .xds_tracing import EnvoyTracing
 
 if TYPE_CHECKING:
@@ -276,16 +276,7 @@ def shed_reply(retry_after_s: int) -> dict:
         },
     ]
     shed = {"response_flag_filter": {"flags": ["FI"]}}
-    not_grpc = {
-        "header_filter": {
-            "header": {
-                "name": "content-type",
-                "string_match": {"prefix": "application/grpc"},
-                "invert_match": True,
-                "treat_missing_header_as_empty": True,  # a REST call may carry none
-            }
-        }
-    }
+    not_grpc = {"header_filter": {"header": NOT_GRPC}}
     rest = {"and_filter": {"filters": [shed, not_grpc]}}
     failed = {"status_code_filter": {"comparison": {"op": "GE", "value": _status(400)}}}
     return {

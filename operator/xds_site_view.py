@@ -87,15 +87,22 @@ def view_cluster(address: str, name: str = VIEW_CLUSTER, http2: bool = True) -> 
     return cluster
 
 
-def _route(name: str, regex: str, cluster: str) -> dict:
-    """Retried on a failed connection (a gateway being restarted): they only read."""
+def _route(
+    name: str,
+    regex: str,
+    cluster: str,
+    timeout: str = "30s",
+    retry_on: str = "connect-failure,reset",
+) -> dict:
+    """Retried on a failed connection (a gateway being restarted); a call that only reads,
+    on a reset too."""
     return {
         "name": name,
         "match": {"safe_regex": {"regex": regex}},
         "route": {
             "cluster": cluster,
-            "timeout": "30s",
-            "retry_policy": {"retry_on": "connect-failure,reset", "num_retries": 3},
+            "timeout": timeout,
+            "retry_policy": {"retry_on": retry_on, "num_retries": 3},
         },
         "typed_per_filter_config": without_model_match(),
     }
@@ -119,19 +126,12 @@ def rest_infer_routes(rest: bool) -> list[dict]:
     the gateway's HTTP port such a request still reaches a server."""
     if not rest:
         return []
-    return [
-        {
-            "name": "rest-infer-gateway",
-            "stat_prefix": "rest-infer-gateway",
-            "match": {"safe_regex": {"regex": REST_INFER_PATHS}},
-            "route": {
-                "cluster": REST_INFER_CLUSTER,
-                "timeout": "0s",  # the client's deadline, as for any inference
-                "retry_policy": {"retry_on": "connect-failure", "num_retries": 2},
-            },
-            "typed_per_filter_config": without_model_match(),
-        }
-    ]
+    # no timeout of its own: the client's deadline, as for any inference; an inference is
+    # sent again only when it never reached the gateway
+    route = _route(
+        "rest-infer-gateway", REST_INFER_PATHS, REST_INFER_CLUSTER, "0s", "connect-failure"
+    )
+    return [route | {"stat_prefix": "rest-infer-gateway"}]
 
 
 def stream_route(name: str, headers: list[dict]) -> dict:

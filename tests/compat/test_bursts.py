@@ -11,7 +11,6 @@ per-try timeout (operator/try_timeouts.py `cut_tries`)."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 
 import numpy as np
@@ -20,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from compat_paths import HELD, HOLDER, holder, inputs_of
 from polling import settled, wait_until
-from stock import stock_infer
+from stock import stock_burst, stock_infer
 
 N, BATCH = 8, 256
 DEADLINE_S = 240.0
@@ -71,23 +70,7 @@ def test_a_burst_on_the_lone_server_is_answered_and_run_once_each(compat_site, m
     wait_until(light, "a per-try timeout from light traffic", DEADLINE_S, 0.5)
     wait_until(lambda: _open(compat_site), f"{HELD} open", DEADLINE_S)
     before = settled(lambda: _success(compat_site), f"{HOLDER}'s count")
-    results: list = []
-
-    def one() -> None:
-        options = {"network_timeout": DEADLINE_S} if module is httpclient else {}
-        client = module.InferenceServerClient(compat_site.grpc, **options)
-        try:
-            results.append(stock_infer(compat_site.grpc, HELD, arrays, ["softmax"], module, client))
-        except Exception as exc:  # the failure itself is the finding: kept, then asserted
-            results.append(exc)
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=one) for _ in range(N)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(DEADLINE_S)
+    results = stock_burst(compat_site.grpc, HELD, arrays, ["softmax"], N, module, DEADLINE_S)
     failed = [str(r) for r in results if not isinstance(r, dict)]
     assert len(results) == N and not failed, failed
     wait_until(lambda: _success(compat_site) >= before + N, f"{HOLDER} to count every request")

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import urllib.request
 
-import tritonclient.grpc as grpcclient
 from polling import wait_until
 from sonicsite.models.samples import generate
 from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.xds_resources import ALL_SERVERS
-from stock import stock_infer
+from stock import stock_burst, stock_infer
 
 from sonicsite.local import envoy, launcher
 
@@ -74,22 +72,7 @@ def test_a_burst_past_the_per_try_timeout_is_answered_not_failed(tmp_path, built
         # enough to queue each server well past the per-try timeout on this machine
         n = min(64, max(4 * SERVERS, math.ceil(SERVERS * 2.5 * per_try / alone)))
         before = _tries_again(site)
-        results: list = []
-
-        def send() -> None:
-            client = grpcclient.InferenceServerClient(site.grpc)
-            try:
-                results.append(stock_infer(site.grpc, MODEL, big, ["softmax"], client=client))
-            except Exception as exc:  # the failure itself is the finding: kept, then asserted
-                results.append(exc)
-            finally:
-                client.close()
-
-        threads = [threading.Thread(target=send) for _ in range(n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(DEADLINE_S)
+        results = stock_burst(site.grpc, MODEL, big, ["softmax"], n, timeout_s=DEADLINE_S)
         failed = [str(r) for r in results if not isinstance(r, dict)]
         assert len(results) == n and not failed, (n, failed[:3])
         # the burst did pass the per-try timeout (nothing else failed a try here): what this

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -52,3 +53,35 @@ def kserve_json(arrays: dict[str, np.ndarray]) -> bytes:
         for name, array in arrays.items()
     ]
     return json.dumps({"inputs": inputs}).encode()
+
+
+def stock_burst(
+    address: str,
+    model: str,
+    arrays: dict[str, np.ndarray],
+    outputs: list[str],
+    n: int,
+    module=grpcclient,
+    timeout_s: float = 600.0,
+) -> list:
+    """`n` stock calls at once, each on a client of its own, as a burst of stock callers
+    sends them: each one's outputs, or the exception it got (the failure itself is what a
+    test asserts on, so it is kept, not raised)."""
+    results: list = []
+
+    def one() -> None:
+        options = {"network_timeout": timeout_s} if module is not grpcclient else {}
+        client = module.InferenceServerClient(address, **options)
+        try:
+            results.append(stock_infer(address, model, arrays, outputs, module, client))
+        except Exception as exc:  # kept, then asserted by the caller
+            results.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s)
+    return results
