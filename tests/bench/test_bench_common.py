@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sonicsite.bench import faults, inprocess, placement
+from sonicsite.bench import faults, inprocess, placement, triton_version
 from sonicsite.bench.common import Cleanups, Recorder, figure, in_turn, write_result
 from sonicsite.bench.dataplane import comparison
 from sonicsite.sim.output import OutputError
@@ -204,3 +204,16 @@ def test_a_bench_json_that_cannot_be_written_is_refused_before_the_bench(tmp_pat
     assert code == 2, err
     assert f"sonicsite bench faults: --json {fifo}: cannot write: it is a FIFO" in err, err
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_meta_gives_tritons_own_version_beside_the_wheels(tmp_path):
+    """The wheel's version is nvidia-pytriton's; Triton's own is asked of a server."""
+    versions = write_result(tmp_path / "r.json", "x", {}, {})["meta"]["versions"]
+    assert versions["nvidia-pytriton"] != versions["tritonserver"]
+    major, minor, patch = versions["tritonserver"].split(".")
+    assert major.isdigit() and minor.isdigit() and patch.isdigit(), versions
+
+
+def test_a_server_that_gives_no_version_in_time_is_said_unknown_with_why():
+    version = triton_version.server_version(deadline_s=0.0)
+    assert version.startswith("unknown: tritonserver (pid ") and "gave no answer" in version

@@ -1,0 +1,71 @@
+"""The version of the tritonserver binary the benches ran, for their `meta`.
+
+The binary has no `--version` and the wheel's own version is nvidia-pytriton's, not
+Triton's; the version is known only to a running server. So one short-lived server, with an
+empty repository and HTTP alone on a free loopback port, is asked its metadata (`GET /v2`)
+and stopped by its PID. A server that cannot be asked is said so, with why, in the figure's
+place: a result is never held back for its version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from sonicsite.local.errors import TritonError
+from sonicsite.local.ports import free_ports
+from sonicsite.local.processes import exit_reason, start_process, stop_group
+from sonicsite.local.triton import TritonInstall
+
+ASK_FOR_S = 120.0  # a busy machine starts Triton slowly; an empty one is up in about 1 s
+
+
+def server_version(deadline_s: float = ASK_FOR_S) -> str:
+    """`2.51.0` as the server says it, or `unknown: <why>`."""
+    try:
+        install = TritonInstall.find()
+    except TritonError as exc:
+        return f"unknown: {exc}"
+    with tempfile.TemporaryDirectory(prefix="sonicsite-triton-version-") as tmp:
+        repository = Path(tmp) / "models"
+        repository.mkdir()
+        port = free_ports(1)[0]
+        log = Path(tmp) / "tritonserver.log"
+        cmd = [
+            str(install.binary),
+            f"--model-repository={repository}",
+            "--http-address=127.0.0.1",
+            f"--http-port={port}",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+            "--model-control-mode=none",
+            "--exit-timeout-secs=1",
+        ]
+        proc = start_process(cmd, log, cwd=Path(tmp), env=install.environment())
+        try:
+            version = _ask(proc, f"127.0.0.1:{port}", deadline_s)
+            if version is None:
+                why = exit_reason(proc.pid, proc) if proc.poll() is not None else "gave no answer"
+                tail = log.read_text(errors="replace")[-300:]
+                where = f"tritonserver (pid {proc.pid})"
+                return f"unknown: {where} {why} in {deadline_s:.0f} s: {tail!r}"
+            return version
+        finally:
+            stop_group(proc.pid)
+            proc.wait()
+
+
+def _ask(proc: subprocess.Popen, address: str, deadline_s: float) -> str | None:
+    """The server's metadata version, asked until the deadline or its exit."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://{address}/v2", timeout=5) as reply:
+                return str(json.load(reply)["version"])
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
+            time.sleep(0.2)
+    return None
