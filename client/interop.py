@@ -7,12 +7,18 @@ the column and says what one explicit copy would fix it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .layout import LayoutError, Ragged, SoA
 
+if TYPE_CHECKING:  # optional: imported where a caller passes their objects
+    import awkward as ak
+    import pyarrow as pa
 
-def _arrow_column(name: str, column) -> np.ndarray:
+
+def _arrow_column(name: str, column: pa.ChunkedArray) -> np.ndarray:
     import pyarrow as pa
 
     if column.num_chunks != 1:
@@ -38,12 +44,12 @@ def _arrow_column(name: str, column) -> np.ndarray:
     )
 
 
-def soa_from_arrow(table) -> SoA:
+def soa_from_arrow(table: pa.Table | pa.RecordBatch) -> SoA:
     """An Arrow table (or record batch) as a SoA whose columns view Arrow's buffers."""
     return SoA.wrap({name: _arrow_column(name, table.column(name)) for name in table.column_names})
 
 
-def _numpy_fields(layout, where: str) -> dict[str, np.ndarray]:
+def _numpy_fields(layout: ak.contents.Content, where: str) -> dict[str, np.ndarray]:
     import awkward as ak
 
     if not isinstance(layout, ak.contents.RecordArray):
@@ -66,7 +72,7 @@ def _numpy_fields(layout, where: str) -> dict[str, np.ndarray]:
     return columns
 
 
-def soa_from_awkward(array) -> SoA | Ragged:
+def soa_from_awkward(array: ak.Array) -> SoA | Ragged:
     """An awkward array of records as a SoA (flat) or a Ragged collection (a list of records
     per entry, such as particles per jet), viewing awkward's buffers."""
     import awkward as ak

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import mmap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 ALIGN = 128
+# What a layout may be placed in: writable memory with the buffer protocol (a shared-memory
+# region's mmap, a bytearray, numpy's own memory)
+WritableBuffer = bytearray | memoryview | mmap.mmap | np.ndarray
 
 
 class LayoutError(ValueError):
@@ -146,7 +150,9 @@ class SoA(Columns):
 
     # construction -----------------------------------------------------------------------
     @classmethod
-    def allocate(cls, schema: Iterable[Column], rows: int, buffer=None) -> SoA:
+    def allocate(
+        cls, schema: Iterable[Column], rows: int, buffer: WritableBuffer | None = None
+    ) -> SoA:
         """An owned layout; in `buffer` (anything writable with the buffer protocol, such as
         a shared-memory region) if given, else in fresh memory aligned to 128 bytes."""
         schema = list(schema)
@@ -171,7 +177,9 @@ class SoA(Columns):
         return cls(columns, buffer=memory, offsets=offsets)
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], buffer=None) -> SoA:
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], buffer: WritableBuffer | None = None
+    ) -> SoA:
         """Copy arrays (one per column, rows first) into an owned layout."""
         arrays = {name: np.asarray(a) for name, a in arrays.items()}
         schema = [Column(name, a.dtype, a.shape[1:]) for name, a in arrays.items()]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .layout import Columns
-from .spec import ModelInfo, TensorSpec, check, triton_dtype
+from .spec import Block, ModelInfo, TensorSpec, check, triton_dtype
 
 
 class CopyRefused(ValueError):
@@ -120,7 +120,7 @@ class CopyPlan:
         return "\n".join(lines)
 
 
-def _plan_input(block, soa: Columns, contiguous_only: bool) -> InputPlan:
+def _plan_input(block: Block, soa: Columns, contiguous_only: bool) -> InputPlan:
     arrays = [soa[c] for c in block.columns]
     rows, inner = arrays[0].shape[0], arrays[0].shape[1:]
     shape = block.tensor_shape(rows, inner)

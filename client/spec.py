@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sonicsite.contract.wire import KEEPS_ANSWERS_PARAMETER
+
+if TYPE_CHECKING:
+    from .layout import Columns
 
 TRITON_DTYPES = {
     "BOOL": np.bool_,
@@ -160,7 +164,7 @@ def _dims_match(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
     return len(got) == len(want) and all(w == -1 or g == w for g, w in zip(got, want, strict=True))
 
 
-def check(spec: TensorSpec, model: ModelInfo, soa) -> None:
+def check(spec: TensorSpec, model: ModelInfo, soa: Columns) -> None:
     """Raise SpecError listing every mismatch between the spec, the layout and the model."""
     problems: list[str] = []
     batch_rows: dict[str, int] = {}
@@ -259,7 +263,7 @@ def _datatype_or_problem(
     return name
 
 
-def _check_output(block: Block, model: ModelInfo, soa, problems: list[str]) -> None:
+def _check_output(block: Block, model: ModelInfo, soa: Columns, problems: list[str]) -> None:
     """An output's columns against the model: present, writable, of its datatype and
     holding as many values per row as it gives, so that a reply is never cast, dropped or
     refused after the whole job ran."""
