@@ -43,7 +43,9 @@ class JwtPolicy:
             raise ValueError(f"jwt: expected jwks_cache_s >= 1, got {self.jwks_cache_s}")
 
     def http_filter(self) -> dict:
-        provider = {"issuer": self.issuer, "forward": False}
+        # the token goes on: REST through Envoy is the gateway's, which checks it again when
+        # its own auth is on (Triton ignores the header)
+        provider = {"issuer": self.issuer, "forward": True}
         if self.jwks_uri:
             provider["remote_jwks"] = {
                 "http_uri": {"uri": self.jwks_uri, "cluster": JWKS_CLUSTER, "timeout": "5s"},

@@ -8,9 +8,10 @@ server's (and restricted: only the operator holds the key). These three methods 
 view instead, which sums statistics over the servers that hold the model, answers the
 site's one name and the pool's index. Their KServe v2 REST twins (`GET /v2`, the statistics
 paths, `POST /v2/repository/index`) go to the gateway's HTTP port, which answers the same
-(`--site-view-http`; not with the gateway's bearer tokens on, which Envoy's clients do not
-carry). Without a view (e.g. the chart without its gateway), they take the default routes:
-one server's answers.
+(`--site-view-http`). With the gateway's bearer tokens on, REST through Envoy then needs one
+of them, as the gateway's own port does: left to the servers, it would pass unbounded (below).
+Without a view (e.g. the chart without its gateway), they take the default routes: one
+server's answers.
 
 The same addresses hold requests for a model no server holds (`hold_clusters`; the routes in
 xds_routes.py): the gateway's holder answers them once a server holds the model. And REST

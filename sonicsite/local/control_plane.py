@@ -68,10 +68,10 @@ def start_control_plane(
         state.envoy_admin = f"127.0.0.1:{admin}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--xds-port={xds_port}"]
     args += [f"--envoy-listen={state.grpc}"]
-    # the gateway's view, gRPC and REST, started below on these ports; not REST with tokens:
-    # Envoy's clients carry none for the gateway's HTTP port (operator/xds_site_view.py)
-    args += [f"--site-view=127.0.0.1:{view}"]
-    args += [] if tokens else [f"--site-view-http=127.0.0.1:{http}"]
+    # the gateway's view, gRPC and REST, started below on these ports: REST through Envoy is
+    # the gateway's, which bounds what a body declares (and, with tokens, asks a REST client
+    # through Envoy for one as it asks its own: operator/xds_site_view.py)
+    args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
     args += admission_key_args(site_dir)
     if placement is not None:
@@ -80,7 +80,7 @@ def start_control_plane(
         args += tracing_operator_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.operator}/healthz"
     operator = _start_python(site_dir, "operator", "sonicsite.local.operator_main", args, health)
-    gateway = start_gateway(site_dir, tokens, ports=(http, view))
+    gateway = start_gateway(site_dir, tokens, ports=(http, view), jwt=jwt)
     operator.wait(timeout)
     config = site_dir / "envoy.json"
     config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))
@@ -232,21 +232,33 @@ def start_gateway(
     site_dir: Path,
     tokens: Path | None = None,
     ports: tuple[int, int] | None = None,
+    jwt: JwtPolicy | None = None,
 ) -> Started:
     """The gateway (KServe v2 over HTTP, /v1/site, the status page, and the one-server view
     over gRPC that Envoy routes to), following the operator and reading the site's
     processes from the state file for its status page. `ports`: its HTTP and gRPC ports
-    (free ones when not given). Returns at once: `wait` on what it returns."""
+    (free ones when not given). `jwt`: the JWTs Envoy asks for, which the gateway's HTTP
+    port then asks for too (else a client left out by Envoy would be answered there).
+    Returns at once: `wait` on what it returns."""
     port, view = ports or free_ports(2, avoid=SiteState.load(site_dir).ports())
     with edit(site_dir) as state:
         state.http = f"127.0.0.1:{port}"
     args = [f"--operator=http://{state.operator}", f"--port={port}", f"--grpc-port={view}"]
     args += [f"--site-state={site_dir / STATE_FILE}", *admission_key_args(site_dir)]
     args += [f"--tokens={tokens}"] if tokens else []
+    args += gateway_jwt_args(jwt) if jwt else []
     if state.collector:  # a traced site: the gateway's own tracer
         args += gateway_args(TracingConfig.from_dict(state.tracing), state.collector)
     health = f"http://{state.http}/healthz"
     return _start_python(site_dir, "gateway", "sonicsite.gateway.main", args, health)
+
+
+def gateway_jwt_args(jwt: JwtPolicy) -> list[str]:
+    """The gateway's options for the JWTs Envoy checks: the same issuer, audiences and keys."""
+    args = [f"--jwt-issuer={jwt.issuer}", f"--jwt-audiences={','.join(jwt.audiences)}"]
+    if jwt.jwks_uri:
+        return [*args, f"--jwks-uri={jwt.jwks_uri}", f"--jwks-ca={jwt.jwks_ca_file}"]
+    return [*args, f"--jwks-file={jwt.jwks_file}"]
 
 
 @dataclass(frozen=True)

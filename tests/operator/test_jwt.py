@@ -1,5 +1,5 @@
 """JWT at Envoy: the operator's listener checks bearer tokens with a real Envoy; the client
-sends one."""
+sends one. The gateway checks the same JWTs on its HTTP port."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import hashlib
 import hmac
 import json
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -100,3 +102,30 @@ def test_envoy_refuses_requests_without_a_valid_token(jwt_site, bad):
     assert [r.error for r in result.stats.records] == ["invalid"]  # not retried
     with pytest.raises(grpcclient.InferenceServerException, match=r"(?i)jwt"):
         stock_infer(jwt_site.grpc, "simple", sample.reference_inputs(0, 1), ["OUTPUT0"])
+
+
+def _status(url: str, bearer: str | None, body: dict | None = None) -> int:
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60):
+            return 200
+    except urllib.error.HTTPError as refusal:
+        return refusal.code
+
+
+def test_rest_asks_for_the_same_token_through_envoy_and_at_the_gateway(jwt_site):
+    """REST through Envoy is the gateway's (which bounds what a body declares): Envoy passes
+    the token on, and the gateway checks the same JWTs, so a client Envoy refuses is not
+    answered at the gateway's own port either (it was: the gateway was open)."""
+    row = {"datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+    body = {"inputs": [{"name": "INPUT0", **row}, {"name": "INPUT1", **row}]}
+    good = token(_claims())
+    for site in (jwt_site.grpc, jwt_site.http):
+        infer = f"http://{site}/v2/models/simple/infer"
+        assert _status(infer, good, body) == 200, site
+        assert _status(infer, None, body) == 401, site
+        assert _status(infer, token(_claims(), key=b"not the site's key"), body) == 401, site
+    assert _status(f"http://{jwt_site.http}/v2/health/ready", None) == 200  # probes open

@@ -1,6 +1,9 @@
 """`sonicsite up --tokens FILE`: the site's gateway answers only requests that bear one of the
 file's tokens (health stays open), and the sonicsite client finds the site with
-SONICSITE_TOKEN."""
+SONICSITE_TOKEN. REST through Envoy is the gateway's too: it asks for a token there as well,
+and bounds what a body declares (with tokens on, Envoy once sent REST straight to the
+servers, and one request declaring 2**40 elements ended every server, Envoy's retries
+taking it from one to the next)."""
 
 from __future__ import annotations
 
@@ -14,20 +17,28 @@ import urllib.request
 import pytest
 
 from sonicsite.local import launcher
+from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 TOKEN = "s3cret-token-for-the-test"
+ROW = {"datatype": "INT32", "shape": [1, 16], "data": [1] * 16}
+SIMPLE = {"inputs": [{"name": "INPUT0", **ROW}, {"name": "INPUT1", **ROW}]}
+HUGE = {"inputs": [{**SIMPLE["inputs"][0], "shape": [1, 2**40], "data": [1]}, SIMPLE["inputs"][1]]}
 DISCOVER = (
     "from sonicsite.client.discovery import discover; "
     "print(len(discover().servers), 'server(s) found')"
 )
 
 
-def _get(url: str, token: str | None = None) -> int:
+def _get(url: str, token: str | None = None, body: dict | None = None) -> int:
+    """The status of a GET (a POST of `body` as JSON, when given)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30):
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60):
             return 200
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -73,6 +84,14 @@ def test_up_with_tokens_guards_the_gateway(tmp_path, built_models):
         assert found.returncode == 0 and "1 server(s) found" in found.stdout, found.stderr
         refused = _discover(gateway, None)
         assert refused.returncode != 0 and "401" in refused.stderr, refused.stderr
+        envoy = f"http://{state.grpc}"
+        infer = f"{envoy}/v2/models/simple/infer"
+        assert _get(infer, body=SIMPLE) == 401  # the gateway's answer, through Envoy
+        assert _get(infer, TOKEN, SIMPLE) == 200
+        assert _get(infer, TOKEN, HUGE) == 413
+        assert _get(f"{envoy}/v2", TOKEN) == 200  # the site's view, as the gateway's own
+        server = state.servers[0]
+        assert alive(server.pid) and _get(f"http://{server.http}/v2/health/ready") == 200
     finally:
         if (site_dir / "state.json").exists():
             launcher.down(site_dir)
