@@ -49,16 +49,23 @@ def host_port(text: str) -> str:
 
 
 def tokens_file(text: str) -> Path:
-    """`up --tokens FILE`: a readable file of bearer tokens, one per line, at least one."""
+    """`up --tokens FILE`: a readable file of bearer tokens, one per line, at least one, that
+    only its owner may read (as the site's keys: tokens others can read protect nothing)."""
     path = Path(text).resolve()  # the gateway runs in the site's folder
     try:
         tokens = [t for t in path.read_text().splitlines() if t.strip()]
+        mode = path.stat().st_mode
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise argparse.ArgumentTypeError(f"{text}: cannot read a file of tokens: {why}") from None
     if not tokens:
         raise argparse.ArgumentTypeError(
             f"{text}: no token in it (one per line); it would refuse every request"
+        )
+    if mode & 0o077:
+        raise argparse.ArgumentTypeError(
+            f"{text}: readable or writable by others (mode {mode & 0o777:o}); expected 600: "
+            f"`chmod 600 {text}`"
         )
     return path
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -50,6 +49,7 @@ from .errors import SiteError
 from .ports import free_ports
 from .processes import describe, marked_groups, site_group, stop_groups
 from .servers import remove_leftovers, start_server
+from .site_dir import clear_repository, make_private, mark_repository
 from .state import LocalProcess, LocalServer, SiteState, StartUnderWay, create, edit, exclusive
 from .supervision import SupervisionPolicy, start_supervisor
 from .tracing import TracingConfig
@@ -113,7 +113,7 @@ def up(
             "until a server has started and loaded its model"
         )
     site_dir = Path(site_dir).resolve()
-    site_dir.mkdir(parents=True, exist_ok=True)
+    make_private(site_dir)
     with exclusive(site_dir, "up"):  # one `up` or `down` at a time, from here to the end
         if live := running(site_dir):
             raise SiteError(
@@ -126,9 +126,7 @@ def up(
         held = {s: [m for m in chosen if pools[s][1](m)] for s, chosen in held.items()}
         held = _within_budget(names, held, placing, holding or {})
         install = TritonInstall.find()
-        repository = site_dir / "repository"
-        if repository.exists():
-            shutil.rmtree(repository)
+        repository = clear_repository(site_dir)
         write_local_repository(
             Path(build_dir).resolve(),
             repository,
@@ -137,6 +135,7 @@ def up(
             ort_threads,
             framework=framework,
         )
+        mark_repository(repository)
         install.prepare_backends(site_dir / "backends")
         (site_dir / "logs").mkdir(parents=True, exist_ok=True)
         create_key(site_dir)

@@ -98,6 +98,20 @@ def test_an_empty_tokens_file_is_refused(tmp_path, capsys):
     assert "no token in it (one per line); it would refuse every request" in capsys.readouterr().err
 
 
+def test_a_tokens_file_others_may_read_is_refused(tmp_path, capsys):
+    """As the site's keys: tokens that others can read protect nothing."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("a-token-of-the-site\n")
+    tokens.chmod(0o644)
+    with pytest.raises(SystemExit):
+        parse_args(["up", "--tokens", str(tokens)])
+    assert f"{tokens}: readable or writable by others (mode 644); expected 600" in (
+        capsys.readouterr().err
+    )
+    tokens.chmod(0o600)
+    assert parse_args(["up", "--tokens", str(tokens)]).tokens == tokens
+
+
 def test_the_options_with_their_parent_are_taken():
     up = parse_args(["up", "--placement", "--keep-warm", "--pool", "big=1", "--pool", "rest=1"])
     assert cli_placement.placement_settings(up).keep_warm

@@ -57,6 +57,7 @@ def _discover(url: str, token: str | None) -> subprocess.CompletedProcess:
 def test_up_with_tokens_guards_the_gateway(tmp_path, built_models):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN}\n")
+    tokens.chmod(0o600)
     site_dir = tmp_path / "site"
     up = [*SONICSITE, "up", "--dir", str(site_dir), "--servers", "1", "--models", "simple"]
     up += ["--build-dir", str(built_models), "--no-supervise", "--tokens", str(tokens)]
