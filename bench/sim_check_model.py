@@ -9,6 +9,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from sonicsite.operator.controller import STEP_INTERVAL_S
+
 from sonicsite.jobs.arrivals import open_loop_offsets
 
 from ..sim.run import figures as sim_figures
@@ -144,7 +146,7 @@ def _site(cal: Calibration, load: Workload) -> Scenario:
         kinds={"cpu": kind},
         pool=pool,
         workload=load,
-        step_s=1.0,  # the local operator's step
+        step_s=STEP_INTERVAL_S,  # the local operator's step
         limit_s=3600.0,
         sample_s=10.0,
     )

@@ -78,8 +78,10 @@ class ScalingPolicy:
 
 
 def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
-    """The scaling metric from the loads over the window: Σ queue / Σ requests over every
-    server and model (loadview.per_request); None when no request completed."""
+    """Queue time per request over `loads`, in ms: Σ queue / Σ requests over every server
+    and model given (loadview.per_request); None when no request completed. The scaling
+    metric over a pool's window, and placement's pressure over a model's last interval
+    (placement_demand.py `demands`)."""
     us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
     return None if us is None else us / 1e3
 

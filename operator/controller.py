@@ -33,6 +33,7 @@ from .discovery import Discovery
 from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
 from .metrics import OperatorMetrics
+from .model_servers import ModelServers, forget_departed, model_servers
 from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
@@ -93,10 +94,7 @@ class Operator:
         servers = self.discovery.servers()
         if self.placement is not None:  # what each server holds now, not what it started with
             servers = self.placement.observe(servers, time.time())
-        known = {s.id for s in servers}
-        for gone in set(self.loadview.health) - known:
-            self.loadview.forget(gone)
-            self.balancing.forget(gone)
+        forget_departed(servers, self.loadview, self.balancing)
         _tell(self.told.membership(servers))
         self.loadview.scrape_all({s.id: s.metrics_url for s in servers})
         _tell(self.told.scrapes(self.loadview, servers, time.time()))
@@ -106,10 +104,11 @@ class Operator:
         if self.placement is not None:
             self.placement.act(servers, self.loadview, time.time())
         models = sorted({m for s in servers for m in s.models})
-        weights = self._weigh(servers, models)
+        each = model_servers(servers, models, self.loadview)  # weighed, admitted on
+        weights = self._weigh(servers, each)
         _tell(self.told.weights(self.balancing, weights))
         now = time.time()
-        self._admit(servers, models, now)
+        self._admit(each, now)
         self.metrics.state_readers.set(len(self.readers.live(now)))
         for gone in set(self.admissions) - set(models):
             del self.admissions[gone]
@@ -194,25 +193,24 @@ class Operator:
             dict(self.placement.hold_reasons),
         )
 
-    def _weigh(self, servers: list[ServerRecord], models: list[str]) -> dict[str, dict[str, int]]:
-        """Endpoint weights per model, and for the default route each server's mean."""
+    def _weigh(
+        self, servers: list[ServerRecord], each: dict[str, ModelServers]
+    ) -> dict[str, dict[str, int]]:
+        """Endpoint weights per model on its weighed servers (model_servers.py), and for the
+        default route each server's mean."""
         weights: dict[str, dict[str, int]] = {}
-        self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
-        for m in models:
-            holding = [s.id for s in servers if m in s.models]
-            weights[m] = self.balancing.weights(m, holding)
+        self.balancing.observe([x for m in each for x in self.loadview.model_loads(m)])
+        for m, x in each.items():
+            weights[m] = self.balancing.weights(m, list(x.weighed))
         weights[ALL_SERVERS] = pool_weights(weights, {s.id: s.models for s in servers})
         return weights
 
-    def _admit(self, servers: list[ServerRecord], models: list[str], now: float) -> None:
-        """Each model's admission from the servers holding it that the load view can see;
-        the others are named in the reason, and neither hold back nor force the decision."""
-        for m in models:
-            holding = [s.id for s in servers if m in s.models and not s.draining]
-            seen = [s for s in holding if self.loadview.in_view(s)]
-            unseen = [s for s in holding if s not in seen]
-            loads = [x for x in self.loadview.model_loads(m) if x.server in seen]
+    def _admit(self, each: dict[str, ModelServers], now: float) -> None:
+        """Each model's admission from the servers taking its requests that the load view
+        can see; the others are named in the reason (model_servers.py)."""
+        for m, x in each.items():
             previous = self.admissions.get(m)
+            loads, seen, unseen = list(x.loads), list(x.seen), list(x.unseen)
             decision = decide(self.policy, previous, loads, seen, now, unseen, self.shed_ttl_s)
             if previous is None or previous.state != decision.state:
                 self.metrics.changes.labels(m, decision.state).inc()

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from .autoscaler import queue_ms_per_request
 from .declared_work import ModelWork
-from .loadview import LoadView, ModelLoad, per_request
+from .loadview import LoadView, ModelLoad
 from .placement_state import Demand
 
 
@@ -34,15 +35,14 @@ def demands(
     declared: Mapping[str, ModelWork],
 ) -> dict[str, Demand]:
     """Each model's demand from its loads over the last interval (every server's): requests
-    held, queue time per request over all its requests, and since when it has stayed over
+    held, queue time per request over all its requests (autoscaler.py
+    `queue_ms_per_request`, the one sum over loads), and since when it has stayed over
     `threshold_ms` (`over_since`: the last step's, per model); with the requests its
     clients declare they have left and the streams that send them (`declared`,
     declared_work.py `DeclaredWork.pending`)."""
     result = {}
     for model in models:
-        loads = loadview.model_loads(model)
-        queue_us = per_request(sum(x.queue_us for x in loads), sum(x.requests for x in loads))
-        queue_ms = None if queue_us is None else queue_us / 1e3
+        queue_ms = queue_ms_per_request(loadview.model_loads(model))
         over = pressure_since(over_since.get(model), queue_ms, threshold_ms, now)
         work = declared.get(model, ModelWork())
         result[model] = Demand(

@@ -71,10 +71,10 @@ def latency_s(loads: list[ModelLoad]) -> float | None:
     (pending / throughput) plus compute, whichever is longer; None when nothing completed."""
     worst = None
     for load in loads:
-        if not load.requests:
-            continue
-        compute = load.compute_us / load.requests / 1e6
-        queue = load.queue_us / load.requests / 1e6
+        compute_us, queue_us = load.compute_us_per_request, load.queue_us_per_request
+        if compute_us is None or queue_us is None:
+            continue  # nothing completed there
+        compute, queue = compute_us / 1e6, queue_us / 1e6
         if load.throughput_rps > 0:
             queue = max(queue, load.pending / load.throughput_rps)
         worst = max(worst or 0.0, queue + compute)

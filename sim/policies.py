@@ -1,11 +1,13 @@
 """The two policy sets a scenario runs under.
 
 `sonicsite`: the operator's step (operator/controller.py `Operator.step`) at simulated time,
-calling the project's own code: every server's counters into the load view
-(`LoadView.record_counters`), `Balancing.observe` / `Balancing.weights` per model into that
-model's Envoy cluster (which picks by `Balancing.selection` while the weights are equal),
-the all-servers cluster's weights and the models whose routes send there
-(`route_clusters.pool_weights`, `shared_models`),
+calling the project's own code: the servers that left forgotten, and each model's servers
+weighed and admitted on, by the operator's rule (operator/model_servers.py: a draining
+server weighed, not admitted on, and never picked by the modelled Envoy); every server's
+counters into the load view (`LoadView.record_counters`), `Balancing.observe` /
+`Balancing.weights` per model into that model's Envoy cluster (which picks by
+`Balancing.selection` while the weights are equal), the all-servers cluster's weights and
+the models whose routes send there (`route_clusters.pool_weights`, `shared_models`),
 `admission.decide` per model (a shed is answered at Envoy with its retry-after), where the
 scenario places models the operator's placement (`placement.decide`, carried out and the
 held requests released by sim/placing.py), and the local autoscaler (pool_scaling.py
@@ -26,6 +28,7 @@ from sonicsite.operator.autoscaler import Autoscaler
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.declared_work import DeclaredWork
 from sonicsite.operator.loadview import LoadView
+from sonicsite.operator.model_servers import forget_departed, model_servers
 from sonicsite.operator.pool_scaling import decide_pool, pool_views
 from sonicsite.operator.route_clusters import pool_weights, shared_models
 from sonicsite.operator.xds_resources import ALL_SERVERS
@@ -106,49 +109,57 @@ class Sonicsite:
             yield self.site.env.timeout(self.step_s)
 
     def step(self, now: float) -> None:
+        """The operator's step: discovery lists the servers ready or draining (Kubernetes
+        leaves a pod that is starting out), each listing the models its routes send it;
+        which of them are forgotten, weighed and admitted on is the operator's rule
+        (operator/model_servers.py)."""
         servers = [s for s in self.site.servers.values() if s.state in (READY, DRAINING)]
-        known = {s.id for s in servers}
-        for gone in sorted(set(self.loadview.health) - known):
-            self.loadview.forget(gone)
-            self.balancing.forget(gone)
+        forget_departed(self._records(servers), self.loadview, self.balancing)
         for s in servers:
             self.loadview.record_counters(s.id, now, s.scrape())
         models = self.site.scenario.models
         self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
         if self.placing is not None:
             self.placing.step(now, servers, self.loadview, self._routed, self.declared.pending(now))
-        ready_models = {s.id: s.ready_models() for s in servers if s.state == READY}
-        for m in models:
-            holding = [server for server, held in ready_models.items() if m in held]
-            self.weights[m] = self.balancing.weights(m, holding)
-            self.site.cluster(m).update(self.weights[m])
-            seen = [s for s in holding if self.loadview.in_view(s)]
-            loads = [x for x in self.loadview.model_loads(m) if x.server in seen]
-            unseen = [s for s in holding if s not in seen]
-            self.admissions[m] = decide(
-                self.admission, self.admissions.get(m), loads, seen, now, unseen
-            )
-        pool = pool_weights(self.weights, {s: tuple(held) for s, held in ready_models.items()})
-        self.site.cluster(ALL_SERVERS).update(pool)
+        records = self._records(servers)  # what each server holds ready after placement's step
+        each = model_servers(records, models, self.loadview)
+        for m, x in each.items():
+            self.weights[m] = self.balancing.weights(m, list(x.weighed))
+            self.site.cluster(m).update(_picked(self.weights[m], records))
+            previous = self.admissions.get(m)
+            loads, seen, unseen = list(x.loads), list(x.seen), list(x.unseen)
+            self.admissions[m] = decide(self.admission, previous, loads, seen, now, unseen)
+        pool = pool_weights(self.weights, {r.id: r.models for r in records})
+        self.site.cluster(ALL_SERVERS).update(_picked(pool, records))
         capped = {m for m, a in self.admissions.items() if a.fail_open}
         placing = self.placing is not None
         self.shared = shared_models(self.weights, pool, capped, placing=placing)
         if self.placing is not None:  # in a fixed order: each release draws picks
-            self.placing.release(sorted(m for m, w in self.weights.items() if w))
-        self._autoscale(now, [s for s in servers if s.state == READY])
+            self.placing.release(sorted(m for m in models if self.site.cluster(m).weights))
+        self._autoscale(now, records)
+
+    @staticmethod
+    def _records(servers: list[Server]) -> list[ServerRecord]:
+        """The servers as the operator's discovery lists them: the models each holds ready
+        (placement's routes), draining or not."""
+        return [
+            ServerRecord(
+                s.id, "sim", 0, 0, 0, tuple(s.ready_models()), draining=s.state == DRAINING
+            )
+            for s in servers
+        ]
 
     def _routed(self, server: str, model: str) -> bool:
         """Whether Envoy's route for `model` still sends to `server`."""
         return server in self.site.cluster(self.cluster_of(model)).weights
 
-    def _autoscale(self, now: float, ready: list[Server]) -> None:
+    def _autoscale(self, now: float, records: list[ServerRecord]) -> None:
         """The operator's decision for its one pool (pool_scaling.py `decide_pool`, its view
-        built by `pool_views` as the operator's step builds it) on the servers ready now:
+        built by `pool_views` as the operator's step builds it, on the servers not draining):
         the load view's window, the requests held, the work declared."""
         if self.scaler is None:
             return
         policy = self.scaler.policy
-        records = [ServerRecord(s.id, "sim", 0, 0, 0, tuple(s.ready_models())) for s in ready]
         held = self.placing.held() if self.placing is not None else {}
         (view,) = pool_views(
             [DEFAULT_POOL],
@@ -172,3 +183,11 @@ class Sonicsite:
         if desired > current:
             self.start_s = self.site.env.now - began
         self._busy = False
+
+
+def _picked(weights: dict[str, int], records: list[ServerRecord]) -> dict[str, int]:
+    """The hosts Envoy picks from among a cluster's endpoints: not the draining ones (the
+    operator publishes them DRAINING, which Envoy sends nothing new; the clusters have no
+    panic threshold)."""
+    draining = {r.id for r in records if r.draining}
+    return {s: w for s, w in weights.items() if s not in draining}

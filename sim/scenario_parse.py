@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sonicsite.operator.controller import STEP_INTERVAL_S
 from sonicsite.operator.placement_settings import PlacementSettings
 
 from .scenario import (
@@ -104,7 +105,8 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         kinds=kinds,
         pool=pool,
         workload=_workload(top.get("workload"), models),
-        step_s=num_of(_control(top), "step_s", "control", low=0.1, default=1.0),
+        # the operator's own step unless the scenario sets one
+        step_s=num_of(_control(top), "step_s", "control", low=0.1, default=STEP_INTERVAL_S),
         sample_s=num_of(_control(top), "sample_s", "control", low=1.0, default=60.0),
         limit_s=limit_s,
         faults=faults_of(top.get("faults", []), len(pool.slots), limit_s),
