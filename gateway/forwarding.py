@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -19,12 +18,16 @@ from urllib.parse import quote
 from fastapi import Response
 from fastapi.responses import JSONResponse
 from opentelemetry.trace import Span
-from sonicsite.client.balancer import Endpoint
 from starlette.types import Receive, Scope, Send
 
-from sonicsite.contract.wire import HELD_HEADER, INFERENCE_HEADER_LENGTH, SERVER_HEADER
+from sonicsite.contract.wire import (
+    HELD_HEADER,
+    INFERENCE_HEADER_LENGTH,
+    SERVER_HEADER,
+    ServerRecord,
+)
 
-from .balancer import Upstreams
+from .balancer import Balancer
 from .holding import Holder
 from .metrics import GatewayMetrics
 from .siteview import SiteView
@@ -132,7 +135,7 @@ class Forwarder:
     view: SiteView
     metrics: GatewayMetrics
     timeout_s: float = 60.0
-    upstreams: Upstreams = field(init=False)
+    balancer: Balancer = field(init=False)  # the holder's, so one count of what is under way
     upstream: Upstream = field(default_factory=Upstream)
     tracing: GatewayTracing | None = None  # the gateway's tracer (tracing.py), if tracing
     holder: Holder | None = None  # holds requests for a model no server holds (holding.py)
@@ -141,7 +144,7 @@ class Forwarder:
     statistics: StatisticsMemory = field(default_factory=StatisticsMemory)
 
     def __post_init__(self) -> None:
-        self.upstreams = Upstreams(self.view)
+        self.balancer = self.holder.balancer if self.holder is not None else Balancer(self.view)
 
     async def send(
         self,
@@ -171,59 +174,58 @@ class Forwarder:
         (`hold`)."""
         tried, last = "", ""
         for attempt in range(2):
-            endpoint = self.upstreams.pick(model, avoid=tried) if model else self._any(tried)
-            if endpoint is None:
+            server = self.balancer.pick(model, avoid=tried) if model else self._any(tried)
+            if server is None:
                 if attempt:
                     break
                 held = await self.hold(model, wait_s, gone) if model and kind == MODEL else None
                 if held is not None:
                     return held
-                endpoint = self.upstreams.pick(model) if model else None
-                if endpoint is None:
+                server = self.balancer.pick(model) if model else None
+                if server is None:
                     return self.unserved(model, kind, version)
-            started = time.perf_counter()
             try:
-                with self._traced(span, endpoint.id, headers or {}) as sent:
+                with self._traced(span, server.id, headers or {}) as sent:
                     reply = await self.upstream.request(
-                        endpoint.transport,
+                        server.http,
                         *(method, path, sent, body, self.timeout_s, rest, length, client),
                     )
             except ConnectFailed as exc:
-                self.upstreams.done(endpoint, None)
-                self.metrics.upstream_errors.labels(endpoint.id, "connect").inc()
+                self.balancer.done(server.id)
+                self.metrics.upstream_errors.labels(server.id, "connect").inc()
                 if not attempt:
                     self.metrics.retries.labels(self.metrics.model(self.view, model)).inc()
                 then = "requests retried once on another server that serves the model"
-                self.trouble.failed(endpoint.id, f"connection failed: {exc}", then)
-                tried, last = endpoint.id, f"{endpoint.id}: {exc}"
+                self.trouble.failed(server.id, f"connection failed: {exc}", then)
+                tried, last = server.id, f"{server.id}: {exc}"
                 continue
             except TimeoutError:
-                self.upstreams.done(endpoint, None)
-                self.metrics.upstream_errors.labels(endpoint.id, "timeout").inc()
+                self.balancer.done(server.id)
+                self.metrics.upstream_errors.labels(server.id, "timeout").inc()
                 said = f"no answer within {self.timeout_s} s"
-                self.trouble.failed(endpoint.id, said, "requests answered 504")
-                return error(504, f"{endpoint.id}: {said}")
+                self.trouble.failed(server.id, said, "requests answered 504")
+                return error(504, f"{server.id}: {said}")
             except BodyMismatch as exc:
-                self.upstreams.done(endpoint, None)
+                self.balancer.done(server.id)
                 return error(400, str(exc))
             except (ConnectionError, OSError, ValueError) as exc:  # failed mid-reply
-                self.upstreams.done(endpoint, None)
-                self.metrics.upstream_errors.labels(endpoint.id, "broken").inc()
+                self.balancer.done(server.id)
+                self.metrics.upstream_errors.labels(server.id, "broken").inc()
                 said = f"the reply broke off: {exc!r}"
-                self.trouble.failed(endpoint.id, said, "requests answered 502")
-                return error(502, f"{endpoint.id}: {said}")
+                self.trouble.failed(server.id, said, "requests answered 502")
+                return error(502, f"{server.id}: {said}")
             except ClientGone as exc:  # its body spliced: nothing more can reach it
-                self.upstreams.done(endpoint, None)
+                self.balancer.done(server.id)
                 return client_gone(model, exc)
             except BaseException:  # the client went away mid-body, or the task was cancelled
-                self.upstreams.done(endpoint, None)
+                self.balancer.done(server.id)
                 raise
             # the server's part ends with its reply's head: the rest is the gateway's
-            self.upstreams.done(endpoint, time.perf_counter() - started)
-            self.trouble.answered(endpoint.id)
+            self.balancer.done(server.id)
+            self.trouble.answered(server.id)
             if reply.status >= 500:
-                self.metrics.upstream_errors.labels(endpoint.id, "5xx").inc()
-            return await self._pass_on(reply, endpoint.id, stream, client)
+                self.metrics.upstream_errors.labels(server.id, "5xx").inc()
+            return await self._pass_on(reply, server.id, stream, client)
         return error(502, f"no server could be reached: {last}")
 
     def _traced(self, span: Span | None, server: str, headers: dict) -> AbstractContextManager:
@@ -296,13 +298,13 @@ class Forwarder:
 
         return broken
 
-    def _any(self, avoid: str) -> Endpoint | None:
+    def _any(self, avoid: str) -> ServerRecord | None:
         """A server for a request of no model: one serving any of the site's models, or
         one that names none (it takes any: a server discovered without its list)."""
         for model in [*self.view.site.models, ""]:
-            endpoint = self.upstreams.pick(model, avoid)
-            if endpoint is not None:
-                return endpoint
+            server = self.balancer.pick(model, avoid)
+            if server is not None:
+                return server
         return None
 
     def close(self) -> None:

@@ -33,14 +33,9 @@ import grpc
 import httpx
 from tritonclient.grpc import service_pb2
 
-from sonicsite.contract.wire import (
-    HELD_HEADER,
-    HoldingRecord,
-    ServerRecord,
-    not_loaded,
-    still_loading,
-)
+from sonicsite.contract.wire import HELD_HEADER, HoldingRecord, not_loaded, still_loading
 
+from .balancer import Balancer
 from .metrics import GatewayMetrics
 from .siteview import SiteView
 from .transitions import HoldEpisodes
@@ -51,12 +46,6 @@ HELD_METHODS = ("ModelInfer", "ModelMetadata", "ModelConfig")  # what Envoy's ho
 REPORT_EVERY_S = 1.0  # the counts go to the operator at least this often while any is held
 # metadata a gRPC stack sets itself: not passed on
 OWN_METADATA = ("user-agent", "te", "content-type", "host")
-
-
-def ready_servers(view: SiteView, model: str) -> list[ServerRecord]:
-    """The servers that name `model` among what they hold and take work now (a server that
-    names no model is not taken to hold this one: under placement it holds none)."""
-    return [s for s in view.site.servers if model in s.models and s.ready and not s.draining]
 
 
 def answer_margin(wait_s: float) -> float:
@@ -85,15 +74,19 @@ class Holder:
     counts: dict[str, int] = field(default_factory=dict)  # requests held now, per model
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
-    forwarding: dict[str, int] = field(default_factory=dict)  # calls passed on now, by server
     trouble: str = ""  # the kind of the last failure to send the counts, logged; "": none
     episodes: HoldEpisodes = field(default_factory=HoldEpisodes)  # what is held, as logged
+    # which servers take a model, and which of them a call goes to (the forwarder's too)
+    balancer: Balancer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.balancer = Balancer(self.view)
 
     def holds(self, model: str) -> bool:
         """True when a request for `model` is to be held: it is in the catalogue and no
         server holds it ready now."""
         record = self.view.holding
-        return record is not None and model in record.models and not ready_servers(self.view, model)
+        return record is not None and model in record.models and not self.balancer.serving(model)
 
     async def wait(
         self, model: str, wait_s: float | None = None, gone: Callable[[], bool] | None = None
@@ -112,7 +105,7 @@ class Holder:
         self._count(model, 1)
         self.episodes.begin(model, (self.view.holding or record).reasons.get(model, ""))
         try:
-            while not ready_servers(self.view, model):
+            while not self.balancer.serving(model):
                 now = time.monotonic()
                 reason = (self.view.holding or record).reasons.get(model, "")
                 if now >= until:
@@ -224,36 +217,25 @@ class Holder:
             if held.error:
                 left = ((HELD_HEADER, f"{held.left_s:.3f}"),)
                 await context.abort(grpc.StatusCode.UNAVAILABLE, held.error, left)
-        servers = ready_servers(self.view, model)
-        if not servers:  # not in the catalogue: Triton's own answer
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
-            )
-        server = self.pick(servers)
         metadata = tuple(
             (k, v)
             for k, v in context.invocation_metadata() or ()
             if not k.startswith((":", "grpc-")) and k not in OWN_METADATA
         )
-        call = self.channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
-        self.forwarding[server.id] = self.forwarding.get(server.id, 0) + 1
+        # a job wave's held calls are released together: each counted under way as it goes,
+        # so the next goes elsewhere rather than all queueing on one replica (balancer.py)
+        server = self.balancer.pick(model)
+        if server is None:  # not in the site: Triton's own answer
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
+            )
         try:
+            call = self.channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
             return await call(request, timeout=context.time_remaining(), metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             await context.abort(exc.code(), exc.details() or "")
         finally:
-            self.forwarding[server.id] -= 1
-
-    def pick(self, servers: list[ServerRecord]) -> ServerRecord:
-        """Where a released call goes: the server with the fewest of this gateway's calls
-        under way per unit of the operator's weight (ties: its id), as Envoy's least request
-        picks. A job wave's held requests are released together: all to the server of the
-        highest weight, they queued on that one while the other replicas ready at the same
-        moment had none."""
-        return min(
-            servers,
-            key=lambda s: ((self.forwarding.get(s.id, 0) + 1) / max(s.weight, 1), s.id),
-        )
+            self.balancer.done(server.id)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         """The gateway's one channel to a server's gRPC port (calls share it)."""

@@ -282,10 +282,10 @@ async def _infer_reply(
     if total is not None and total > limit:
         metrics.rejections.labels(label, "bad_request").inc()
         return error(413, f"body: over {limit} bytes")
-    if not forwarder.view.serving(model):  # as Triton: the model before the body
+    if not forwarder.balancer.serving(model):  # as Triton: the model before the body
         # a model no server holds yet: wait for one
         held = await forwarder.hold(model, client_wait(fields.get(WAIT_HEADER)), _gone(request))
-        if held is not None or not forwarder.view.serving(model):
+        if held is not None or not forwarder.balancer.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
     client, rest = None, None

@@ -33,7 +33,6 @@ from sonicsite.contract.wire import (
     STATE_READER_HEADER,
     AdmissionRecord,
     HoldingRecord,
-    ServerRecord,
     SiteRecord,
 )
 
@@ -115,14 +114,6 @@ class SiteView:
         """Every model whose last decided shed is not followed now, with why."""
         found = {m: self.shed(m, now)[1] for m in self.site.admission}
         return {m: why for m, why in sorted(found.items()) if why}
-
-    def serving(self, model: str) -> list[ServerRecord]:
-        """Servers that take new requests for `model` now. Under placement (the state has
-        a `holding` record) a server that names no model holds none, not "any"."""
-        servers = self.site.serving(model)
-        if self.holding is not None and model in self.holding.models:
-            servers = [s for s in servers if model in s.models]
-        return servers
 
     async def refresh(self) -> None:
         """Read the operator's state once; on failure keep the last and say why (`error`,

@@ -10,7 +10,8 @@ that does not name its model in the `sonicsite-model` header here (the operator'
 (holding.py, the held count is placement's demand), refused in the stream with the shed's
 reason while its model is shed (the stream stays open for its other models), otherwise sent
 on the stream this call keeps open to a server that holds its model (one per server, opened
-at its first message; the server Envoy's least request would take, `Holder.pick`). The
+at its first message; the servers and the pick the gateway's REST and gRPC calls get,
+balancer.py, a model's later messages kept on its server while it takes them). The
 answers, the servers' and the gateway's own, go back in the order of the requests, as one
 Triton server gives them (stream_order.py: an answer waits for every earlier one; at most
 MAX_IN_FLIGHT requests of a stream unanswered, then the client's messages wait). The bytes
@@ -34,7 +35,7 @@ from tritonclient.grpc import service_pb2
 from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import ADMITTED_HEADER
 
-from .holding import OWN_METADATA, SERVICE, Holder, ready_servers
+from .holding import OWN_METADATA, SERVICE, Holder
 from .stream_order import MAX_IN_FLIGHT, AnswerOrder
 
 METHOD = f"/{SERVICE}/ModelStreamInfer"
@@ -100,6 +101,7 @@ class StreamCall:
     readers: list[asyncio.Task] = field(default_factory=list)
     placed: dict[str, str] = field(default_factory=dict)  # model -> server id
     failure: tuple[grpc.StatusCode, str] | None = None  # why feeding stopped short
+    counted: dict[str, int] = field(default_factory=dict)  # under way in the balancer, by server
     # requests routed and not yet answered to the client (stream_order.py)
     room: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(MAX_IN_FLIGHT))
 
@@ -133,17 +135,29 @@ class StreamCall:
             if held.error:
                 await self.answers.put(_Answer(error_reply(message, held.error)))
                 return
-        servers = ready_servers(self.holder.view, model)
+        balancer = self.holder.balancer
+        servers = balancer.serving(model)
         if not servers:  # not in the site: Triton's own answer
             unknown = f"Request for unknown model: '{model}' is not found"
             await self.answers.put(_Answer(error_reply(message, unknown)))
             return
         server = next((s for s in servers if s.id == self.placed.get(model)), None)
-        server = server or self.holder.pick(servers)
+        server = server or balancer.choose(servers)
         self.placed[model] = server.id
         upstream = self._upstream(server.id, server.grpc)
         await self.answers.put(_Sent(server.id))
         await upstream.write(message)
+
+    def tally(self, order: AnswerOrder, server: str) -> None:
+        """Keep the balancer's count of `server`'s requests under way equal to this
+        stream's requests it has not answered yet (`order`)."""
+        unanswered = order.unanswered(server)
+        counted = self.counted.get(server, 0)
+        if unanswered > counted:
+            self.holder.balancer.started(server, unanswered - counted)
+        elif unanswered < counted:
+            self.holder.balancer.done(server, counted - unanswered)
+        self.counted[server] = unanswered
 
     def _refused(self, model: str) -> str:
         """The shed's refusal of `model`, as the gateway's REST route words it; "" when open
@@ -179,6 +193,9 @@ class StreamCall:
         await self.answers.put(_Ended(server))
 
     async def close(self) -> None:
+        for server, counted in self.counted.items():  # unanswered now for good
+            self.holder.balancer.done(server, counted)
+        self.counted.clear()
         for call in self.upstreams.values():
             call.cancel()
         for reader in self.readers:
@@ -229,6 +246,8 @@ def handler(holder: Holder, passes: AdmissionPasses | None) -> grpc.RpcMethodHan
                     order.arrived(event.server, event.answer)
                 else:
                     order.answered(event.answer)
+                if event is not None and event.server:
+                    call.tally(order, event.server)
                 answers, answered, failure = order.ready()
                 for answer in answers:
                     yield answer
