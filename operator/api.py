@@ -17,8 +17,12 @@ from sonicsite.contract.wire import STATE_READER_HEADER
 from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 from .controller import Operator
+from .declared_work import TooManySources, unknown
 
 HEALTHY_STEPS = 5  # /healthz answers 503 once no step completed for this many intervals
+# the most a PUT's body may be: each is a small JSON object (a work report of a few models);
+# read whole, a body of hundreds of MB took the operator past its pod's memory limit
+MAX_BODY_BYTES = 1 << 20
 
 
 def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer:
@@ -72,6 +76,11 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 why = f"PUT {self.path}: Content-Length {header!r} is not a count of bytes"
                 self._json(400, {"error": why})
                 return None
+            if length > MAX_BODY_BYTES:
+                self.close_connection = True  # not read: nothing more on this connection
+                why = f"PUT {self.path}: a body of {length} bytes, over {MAX_BODY_BYTES}"
+                self._json(413, {"error": why})
+                return None
             return self.rfile.read(length) if length else b"{}"
 
         def do_PUT(self) -> None:
@@ -122,7 +131,20 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
                 self._json(400, {"error": f"PUT {WORK_PATH}: {exc or type(exc).__name__}"})
                 return
-            if operator.declared.report(report, time.time()) and operator.placement is not None:
+            served = served_models(operator)
+            if served is None:
+                self._json(503, {"error": f"PUT {WORK_PATH}: no view of the site yet; again soon"})
+                return
+            if not_served := unknown(report, served):
+                why = f"PUT {WORK_PATH}: models {not_served} are not the site's ({sorted(served)})"
+                self._json(400, {"error": why})
+                return
+            try:
+                new = operator.declared.report(report, time.time())
+            except TooManySources as exc:
+                self._json(503, {"error": f"PUT {WORK_PATH}: {exc}"})
+                return
+            if new and operator.placement is not None:
                 operator.wakeup.set()
             self._json(200, {"source": report.source, "lease_s": report.lease_s})
 
@@ -130,3 +152,13 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             return
 
     return ThreadingHTTPServer((host, port), Handler)
+
+
+def served_models(operator: Operator) -> set[str] | None:
+    """The models a work report may name: with placement its catalogue (a model no server
+    holds yet is loaded for declared work), else those the servers held at the last step
+    (None before the first)."""
+    if operator.placement is not None:
+        return set(operator.placement.catalogue.models)
+    _, state, _ = operator.view()
+    return set(state["models"]) if state else None

@@ -7,6 +7,11 @@ requests it has left per model and how fast they have been answered (contract
 `WorkReport`, `PUT /v1/work` through the gateway). A report lapses at the end of its lease
 unless renewed, so a job that dies stops counting within seconds and nothing here outlives
 the job that said it. The time is passed in.
+
+What a report may name is bounded, for whoever can reach the gateway may send one: models the
+site serves only (`unknown`), and at most `MAX_SOURCES` clients' reports at once (each a
+label-free entry here, yet a flood of made-up sources would grow without end): a report from
+a new source past it is refused until some lapse.
 """
 
 from __future__ import annotations
@@ -17,6 +22,19 @@ from dataclasses import dataclass, field, replace
 from sonicsite.contract.work_report import WorkReport
 
 from .leases import lapse
+
+# a Tier-2 day's overlapping workflows run a few thousand jobs at once, each one client
+MAX_SOURCES = 20_000
+
+
+class TooManySources(RuntimeError):
+    """A report from a new source while MAX_SOURCES reports hold."""
+
+
+def unknown(report: WorkReport, served: set[str]) -> list[str]:
+    """The models a report names that the site does not serve (sorted)."""
+    named = set(report.left) | set(report.rps) | set(report.streams)
+    return sorted(named - served)
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,13 @@ class DeclaredWork:
         is still in the autoscaler's window: done work, not undeclared work of unknown
         length)."""
         with self._lock:
+            if report.source not in self.reports and len(self.reports) >= MAX_SOURCES:
+                lapse(self.reports, now, lambda report: report.lease_s)
+                if len(self.reports) >= MAX_SOURCES:
+                    raise TooManySources(
+                        f"reports of {len(self.reports)} clients hold, the most the operator "
+                        f"keeps ({MAX_SOURCES}); try again once some lapse"
+                    )
             if any(report.left.values()):
                 new = {m for m, n in report.left.items() if n and not self._declared(m, now)}
                 self.reports[report.source] = (report, now + report.lease_s)

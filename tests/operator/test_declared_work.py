@@ -17,7 +17,7 @@ from sonicsite.operator.autoscaler import (
     scale_up_cap,
     worth_starting,
 )
-from sonicsite.operator.declared_work import DeclaredWork, ModelWork
+from sonicsite.operator.declared_work import MAX_SOURCES, DeclaredWork, ModelWork, TooManySources
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 
@@ -38,6 +38,17 @@ def test_a_report_says_which_models_it_newly_declares_and_the_streams_add_up():
     assert work.report(WorkReport("job-2", {}), 3.0) == set()
     assert work.pending(3.0) == {"a": ModelWork(9, 0.0, 2, 0)}
     assert work.totals(3.0)["b"] == ModelWork(0, 0.0, 1, 0)
+
+
+def test_reports_of_new_sources_past_the_most_are_refused_until_some_lapse():
+    work = DeclaredWork()
+    for k in range(MAX_SOURCES):
+        work.report(WorkReport(f"job-{k}", {"a": 1}, lease_s=10), 0.0)
+    with pytest.raises(TooManySources, match=f"reports of {MAX_SOURCES} clients hold"):
+        work.report(WorkReport("one-more", {"a": 1}), 1.0)
+    work.report(WorkReport("job-0", {"a": 2}, lease_s=10), 1.0)  # a known source renews
+    work.report(WorkReport("one-more", {"a": 1}), 10.5)  # the others lapsed meanwhile
+    assert set(work.totals(10.5)) == {"a"} and len(work.reports) == 2
 
 
 def test_reports_add_up_per_model_and_lapse_with_their_lease():
@@ -210,6 +221,11 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
     )
     status, body = _put(url, {"source": "test-job", "left": {"simple": -3}})
     assert status == 400 and "left['simple']: expected a whole number from 0" in body["error"]
+    # a model the site does not serve: refused, no gauge made for it (any caller of the
+    # gateway could make up names: a new Prometheus series each)
+    status, body = _put(url, WorkReport("test-job", {"no_such_model": 10**9}).to_dict())
+    assert status == 400 and "models ['no_such_model'] are not the site's" in body["error"]
+    assert "no_such_model" not in _metrics(site)
     assert _put(url, report.to_dict())[0] == 200  # renewed while the job runs
     assert _put(url, WorkReport("test-job", {}).to_dict())[0] == 200  # the job is done
     wait_until(
