@@ -33,7 +33,7 @@ from .discovery import Discovery
 from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
 from .metrics import OperatorMetrics
-from .model_servers import ModelServers, forget_departed, model_servers
+from .model_servers import ModelServers, forget_departed, model_servers, taking
 from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
 from .route_clusters import pool_weights, shared_models
@@ -125,7 +125,7 @@ class Operator:
         routable = self.envoy.routable(now)
         held = None
         if holding is not None:
-            ready = set(models) & routable
+            ready = taking(servers) & routable
             held = {m: holding.deadline(m) for m in holding.models if m not in ready}
         snapshot = Snapshot.build(
             servers,

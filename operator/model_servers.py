@@ -60,6 +60,14 @@ def model_servers(
     return result
 
 
+def taking(servers: Sequence[ServerRecord]) -> set[str]:
+    """The models some server takes new requests for (it lists them and is not draining):
+    with placement, a catalogue model outside these is held by the gateway (controller.py),
+    as a request routed to a model only draining servers list would find no host Envoy
+    picks (503 "no healthy upstream") where it could wait for a replica."""
+    return {m for s in servers if not s.draining for m in s.models}
+
+
 def departed(known: Iterable[str], servers: Sequence[ServerRecord]) -> list[str]:
     """The servers of `known` (the load view's) that discovery no longer lists, in order."""
     return sorted(set(known) - {s.id for s in servers})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.loadview import LoadView
-from sonicsite.operator.model_servers import departed, forget_departed, model_servers
+from sonicsite.operator.model_servers import departed, forget_departed, model_servers, taking
 
 from sonicsite.contract.wire import ServerRecord
 
@@ -67,3 +67,17 @@ def test_servers_that_left_are_forgotten_by_the_load_view_and_the_balancing():
     assert set(view.health) == {"b"} and not view.in_view("a")
     assert set(balancing.measured("m")) == {"b"}
     assert forget_departed(still, view, balancing) == []
+
+
+def test_a_model_only_draining_servers_list_is_not_taken_and_so_is_held():
+    """With placement the operator holds, in the gateway, the catalogue's models outside
+    `taking` (controller.py): one that only a draining server lists went to Envoy's model
+    route, whose only host is DRAINING (503 "no healthy upstream"), where it could wait for
+    a replica."""
+    servers = [
+        _record("a", draining=True, models=("m", "n")),
+        _record("b", models=("n",)),
+        _record("c", models=()),
+    ]
+    assert taking(servers) == {"n"}
+    assert taking([_record("a", models=("m", "n"))]) == {"m", "n"}
