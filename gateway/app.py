@@ -58,7 +58,10 @@ class GatewayConfig:
     site_state: Path | None = None  # a local site's state file: its processes for /v1/status
     refresh_s: float = 0.5  # how often the operator's state is read
     timeout_s: float = 60.0  # per upstream request
-    max_body_bytes: int = 1 << 30
+    max_body_bytes: int = 1 << 30  # a request's body, streamed on past its JSON part
+    # what the gateway reads of a body into memory: a binary request's JSON part, a JSON or
+    # compressed body whole (kserve.py `check_read`): well under the pod's memory limit
+    max_json_bytes: int = 64 << 20
     grpc: str = ""  # host:port of the one-server view over gRPC (grpc_view.py); "" = none
     tracing: TracingSettings | None = None  # the gateway's own tracer (tracing.py); None: off
     # the admission passes its inference replies carry and a shed accepts (None: none given,

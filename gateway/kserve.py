@@ -121,6 +121,22 @@ def encoding_of(value: str | None) -> str:
     return coding if coding in ENCODINGS else ""
 
 
+def check_read(header_length: str | None, total: int | None, memory: int) -> None:
+    """BadRequest (413) when the part of a body the gateway reads into memory, a binary
+    request's JSON part or a whole JSON body, is declared past `memory` bytes (a body of
+    800 MB took the gateway past its pod's memory limit); a binary request's data after its
+    JSON part is streamed on, bounded by `max_body_bytes` alone."""
+    binary = bool(header_length and header_length.isdigit())
+    part = int(header_length) if binary else total
+    if part is not None and part > memory:
+        what = "JSON part" if binary else "body, all JSON,"
+        raise BadRequest(
+            f"its {what} is {part} bytes, over the {memory} the gateway reads into memory: "
+            "send tensors as binary data (tritonclient's binary_data=True)",
+            413,
+        )
+
+
 async def whole_body(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     """The request's whole body, refused past `limit` bytes (413)."""
     parts, size = [], 0

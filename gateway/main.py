@@ -75,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", type=float, default=0.5, help="seconds between state reads")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per upstream request")
     parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=GatewayConfig.max_body_bytes,
+        help="the most an inference body may be (binary data past its JSON part is streamed)",
+    )
+    parser.add_argument(
+        "--max-json-bytes",
+        type=int,
+        default=GatewayConfig.max_json_bytes,
+        help="the most the gateway reads of a body into memory: a binary request's JSON part, "
+        "a JSON or compressed body whole (keep it well under the gateway's memory limit)",
+    )
+    parser.add_argument(
         "--tracing-endpoint",
         default="",
         help="export OpenTelemetry spans to this OTLP/HTTP traces URL "
@@ -97,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         help="milliseconds spans are batched before they are exported",
     )
     args = parser.parse_args(argv)
+    sizes = {"--max-body-bytes": args.max_body_bytes, "--max-json-bytes": args.max_json_bytes}
+    for flag, value in sizes.items():
+        if value < 1:
+            parser.error(f"{flag}: expected a count of bytes of at least 1, got {value}")
     if args.tokens is not None and not args.tokens.is_file():
         parser.error(f"--tokens: expected a file of bearer tokens, {args.tokens} does not exist")
     if args.site_state is not None and not args.site_state.is_file():
@@ -145,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         site_state=args.site_state,
         refresh_s=args.refresh,
         timeout_s=args.timeout,
+        max_body_bytes=args.max_body_bytes,
+        max_json_bytes=args.max_json_bytes,
         tracing=tracing,
         passes=passes,
     )

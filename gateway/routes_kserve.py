@@ -49,7 +49,15 @@ from .forwarding import (
     error,
     version_path,
 )
-from .kserve import BadRequest, check_sizes, decoded_head, encoding_of, json_length, whole_body
+from .kserve import (
+    BadRequest,
+    check_read,
+    check_sizes,
+    decoded_head,
+    encoding_of,
+    json_length,
+    whole_body,
+)
 from .server import GONE_EXTENSION, SPLICE_EXTENSION, ClientBody
 from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
@@ -288,11 +296,14 @@ async def _infer_reply(
         if held is not None or not forwarder.balancer.serving(model):
             return held or forwarder.unserved(model, MODEL, version)
     header_length = fields.get(INFERENCE_HEADER_LENGTH)
+    # what is read into memory: the JSON part (binary data after it is streamed on)
+    memory = min(limit, request.app.state.config.max_json_bytes)
     client, rest = None, None
     try:
+        check_read(header_length, total, memory)
         coding = encoding_of(fields.get("content-encoding"))
         if coding:  # measured decompressed, forwarded as it came (kserve.py)
-            prefix = await _compressed_body(request, coding, header_length, limit)
+            prefix = await _compressed_body(request, coding, header_length, limit, memory)
             total = len(prefix)
         else:
             try:
@@ -301,7 +312,7 @@ async def _infer_reply(
                 return client_gone(model, ClientGone(f"the client closed its connection: {exc}"))
             client, prefix, rest = taken
             if client is None:
-                prefix, rest = await _head_of_body(request, header_length, total, limit)
+                prefix, rest = await _head_of_body(request, header_length, total, memory)
             check_sizes(prefix, header_length, len(prefix) if total is None else total)
     except BadRequest as exc:  # past the gateway's own bounds (413)
         metrics.rejections.labels(label, "bad_request").inc()
@@ -328,12 +339,13 @@ async def _infer_reply(
 
 
 async def _compressed_body(
-    request: Request, coding: str, header_length: str | None, limit: int
+    request: Request, coding: str, header_length: str | None, limit: int, memory: int
 ) -> bytes:
-    """A compressed request's whole body, as it came, once what it decompresses to is
-    within `limit` and declares no tensor past the gateway's bound (BadRequest, 413,
-    otherwise); one that does not decompress goes on as it came."""
-    body = await whole_body(request.stream(), limit)
+    """A compressed request's whole body (read into memory: at most `memory` bytes), as it
+    came, once what it decompresses to is within `limit` and declares no tensor past the
+    gateway's bound (BadRequest, 413, otherwise); one that does not decompress goes on as it
+    came."""
+    body = await whole_body(request.stream(), memory)
     wanted = json_length(header_length, limit)
     head, size = decoded_head(body, coding, wanted, limit)
     if size >= 0:
@@ -358,8 +370,9 @@ async def _head_of_body(
     request: Request, header_length: str | None, total: int | None, limit: int
 ) -> tuple[bytes, AsyncIterator[bytes] | None]:
     """A binary request's JSON part (and what came with it), and the rest of the body
-    still to arrive; any other request's whole body, refused past `limit` bytes (a chunked
-    body has no length to check before: it was read whole, whatever its size)."""
+    still to arrive; any other request's whole body, read into memory and so refused past
+    `limit` bytes (a chunked body has no length to check before: read whole, it is held to
+    the same bound)."""
     if header_length is None or total is None or not header_length.isdigit():
         return await whole_body(request.stream(), limit), None
     wanted = int(header_length)

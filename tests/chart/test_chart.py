@@ -378,6 +378,18 @@ def _pod(docs: list[dict], component: str) -> dict:
     return _one(docs, "Deployment", component)["spec"]["template"]["spec"]
 
 
+def test_the_gateway_reads_into_memory_well_under_its_memory_limit():
+    """An 800 MB JSON body took the gateway (1 GiB body bound) past its pod's 1 GiB memory
+    limit: what it reads into memory is bounded on its own, by default a sixteenth of it."""
+    gateway = _pod(_docs({}), "gateway")["containers"][0]
+    limit = gateway["resources"]["limits"]["memory"]
+    assert limit == "1Gi"
+    assert f"--max-json-bytes={64 << 20}" in gateway["args"]
+    assert f"--max-body-bytes={1 << 30}" in gateway["args"]
+    chosen = _pod(_docs({"gateway": {"maxJsonBytes": 1000}}), "gateway")["containers"][0]
+    assert "--max-json-bytes=1000" in chosen["args"]
+
+
 def test_triton_refuses_repository_trace_and_logging_without_the_operators_key():
     """As the local site runs Triton (the same flags, the key from a Secret that only the
     operator mounts besides the servers' own environment)."""

@@ -180,6 +180,41 @@ def test_a_chunked_body_past_the_limit_is_refused_as_a_declared_one(site):
     assert reply.status_code == 413 and "body: over 1000 bytes" in reply.json()["error"]
 
 
+def test_what_the_gateway_reads_into_memory_is_bounded_and_binary_data_is_not(site):
+    """A JSON body is read whole, a binary request's JSON part too: with the body's bound at
+    1 GiB, an 800 MB JSON body took the gateway past its pod's 1 GiB memory limit. They are
+    now bounded by max_json_bytes, while binary data past the JSON part, streamed on, is
+    not (identity answers a 4 kB tensor through a 1 kB bound)."""
+    config = GatewayConfig(operator=f"http://{site.operator}", max_json_bytes=1000)
+    row = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1024]}
+    with TestClient(create_app(config)) as client:
+        wait_until(
+            lambda: client.get("/v2/models/identity/ready").status_code == 200,
+            "the gateway to follow the site",
+        )
+        as_json = json.dumps({"inputs": [{**row, "data": [0.5] * 1024}]}).encode()
+        reply = client.post("/v2/models/identity/infer", content=as_json)
+        assert reply.status_code == 413, reply.text
+        said = f"its body, all JSON, is {len(as_json)} bytes, over the 1000 the gateway reads"
+        assert said in reply.json()["error"]
+        head = json.dumps({"inputs": [{**row, "parameters": {"binary_data_size": 4096}}]})
+        binary = head.encode() + bytes(4096)
+        length = {"Inference-Header-Content-Length": str(len(head))}
+        reply = client.post("/v2/models/identity/infer", content=binary, headers=length)
+        assert reply.status_code == 200, reply.text
+        big_head = json.dumps(
+            {
+                "inputs": [{**row, "parameters": {"binary_data_size": 4096}}],
+                "parameters": {"padding": "x" * 2000},
+            }
+        )
+        length = {"Inference-Header-Content-Length": str(len(big_head))}
+        reply = client.post(
+            "/v2/models/identity/infer", content=big_head.encode() + bytes(4096), headers=length
+        )
+        assert reply.status_code == 413 and "its JSON part is" in reply.json()["error"]
+
+
 def test_server_metadata_is_answered_where_the_servers_name_no_models(site):
     """A server record without models takes any (as discovery on Kubernetes may publish
     it): `GET /v2` found no server for "a model of the site" and answered 503 while the site
