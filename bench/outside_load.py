@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import stat_fields
+
 
 def _busy_ticks() -> int:
     """Clock ticks the machine's cores spent busy so far (/proc/stat: user, nice, system,
@@ -44,10 +46,10 @@ def cpu_ticks(pid: int) -> int:
 
 def _stat_times(pid: int) -> list[int]:
     """utime, stime, cutime, cstime of /proc/<pid>/stat (clock ticks); zeros once gone."""
+    times = stat_fields(pid)[11:15]
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return [int(f) for f in fields[11:15]]
-    except (OSError, ValueError, IndexError):
+        return [int(f) for f in times] if len(times) == 4 else [0, 0, 0, 0]
+    except ValueError:
         return [0, 0, 0, 0]
 
 

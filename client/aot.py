@@ -35,18 +35,27 @@ class AotPackage:
     seconds: float  # the compile's, 0 when found
 
 
-def cpu_tag() -> str:
-    """The CPU as the generated code depends on it: machine, model name and flags."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_tag(cpuinfo: Path = CPUINFO) -> str:
+    """The CPU as the generated code depends on it: machine, model name and flags (from
+    `cpuinfo`). ValueError naming the file and why when it cannot be read: a key of the
+    machine alone would hand a package compiled for another CPU's instructions to this one."""
     model, flags = "", ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not model:
-                model = value.strip()
-            if key.strip() in ("flags", "Features") and not flags:
-                flags = " ".join(sorted(value.split()))
-    except OSError:
-        pass
+        text = Path(cpuinfo).read_text()
+    except OSError as exc:
+        raise ValueError(
+            f"{cpuinfo} cannot be read ({exc.strerror or exc!r}): the CPU an AOTInductor "
+            "package is compiled for is not known here; run the model with --compile jit"
+        ) from None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        if key.strip() in ("flags", "Features") and not flags:
+            flags = " ".join(sorted(value.split()))
     text = f"{platform.machine()}|{model}|{flags}"
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -37,12 +37,16 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
 
+# Named, not __name__ (the stub loads this file as `model`); with no handler set in the stub,
+# a warning goes to its stderr, which is the server's log.
+LOG = logging.getLogger("sonicsite.models.runner")
 # A test knob: every execution on this server sleeps this long (the launcher sets it per
 # server; the stub inherits the server's environment).
 DELAY_ENV = "SONICSITE_MODEL_DELAY_MS"
@@ -152,12 +156,16 @@ class ModelWork:
 
 
 def _work_seconds(path: str, server: str) -> float:
-    """W × F ms of the knob's file, in seconds; 0 for a file that cannot be read."""
+    """W × F ms of the knob's file, in seconds; 0 for a file that cannot be read, said in
+    the server's log with why (once per version of the file: it is read once per change),
+    never a failed request: a bench that slows a server by a damaged file would otherwise
+    measure a fast one without a word."""
     try:
         knob = json.loads(Path(path).read_text())
         factor = float(knob.get("factors", {}).get(server, 1.0))
         return max(float(knob.get("work_ms", 0.0)) * factor, 0.0) / 1e3
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        LOG.warning("CPU-work knob %s unread, no work on %s: %r", path, server or "?", exc)
         return 0.0
 
 

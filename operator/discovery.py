@@ -4,7 +4,6 @@ endpoint's readiness and termination. Both answer the same `servers()` call."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ class LocalDiscovery:
     def servers(self) -> list[ServerRecord]:
         try:
             return list(read_state_file(self.site_dir).servers)
-        except (FileNotFoundError, json.JSONDecodeError):
+        except FileNotFoundError:
             return []  # before the launcher's first write: no change to act on
 
 

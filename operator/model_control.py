@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import parent_pid
 from sonicsite.contract.wire import ADMIN_KEY_HEADER
 
 from .catalogue import Footprint
@@ -150,20 +151,12 @@ def reported_memory(target: ControlTarget, model: str, timeout: float = 30.0) ->
     return sum(usage) if usage else None
 
 
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the name may hold spaces and parentheses
-
-
 def tree_rss(pid: int) -> int | None:
     """Resident bytes of a process and all its descendants (Linux /proc); None when the
     process is not there."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (parent := _parent(int(entry))) is not None:
+        if entry.isdigit() and (parent := parent_pid(int(entry))) is not None:
             children.setdefault(parent, []).append(int(entry))
     if not Path(f"/proc/{pid}").exists():
         return None

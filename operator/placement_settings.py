@@ -4,11 +4,11 @@ administrative key (model control is a restricted protocol)."""
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, STATE_FILE
+from sonicsite.contract.wire import ADMIN_KEY_FILE, HOLD_DEADLINE_S, load_state_file
 
 from .catalogue import (
     DEFAULT_POOL,
@@ -20,6 +20,8 @@ from .catalogue import (
     read_repository,
 )
 from .placement_state import PlacementPolicy
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,15 @@ class PlacementSettings:
 
 
 def local_pids(site_dir: Path) -> dict[str, int]:
-    """Server id -> PID from a local site's state file (for footprints by resident memory)."""
+    """Server id -> PID from a local site's state file (for footprints by resident memory),
+    read by the contract's one reader; {} when it cannot be, logged with why (footprints are
+    then Triton's reported memory alone, or none)."""
     try:
-        data = json.loads((Path(site_dir) / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        data, _ = load_state_file(Path(site_dir))
+    except (OSError, ValueError) as exc:  # names the file and what is wrong with it
+        LOG.warning("server PIDs unread, no footprints by resident memory: %s", exc)
         return {}
-    return {s["id"]: s["pid"] for s in data.get("servers", []) if s.get("pid")}
+    return {s["id"]: s["pid"] for s in data["servers"] if s.get("pid")}
 
 
 def local_catalogue(site_dir: Path, settings: PlacementSettings) -> Catalogue:

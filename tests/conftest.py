@@ -6,20 +6,19 @@ Under CI=true a skipped test fails the run: CI must exercise everything.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from sonicsite.models.builders import build
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher as site_launcher
 from sonicsite.local.ports import PORT_RANGE_VARIABLE
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "build" / "models"
-
-_skipped: list[str] = []
 
 # The modules that take longest, longest first (seconds each on one of these 2-core machines,
 # run alone, 2026-11-28). `make test` hands whole files to its workers in collection order
@@ -55,9 +54,29 @@ LONGEST_FIRST = (
 )
 
 
+@dataclass(eq=False)  # a plugin: pluggy keeps it in sets, by identity
+class SkipsRefused:
+    """Under CI=true a skipped test fails the run: the skips of this session, kept on its
+    config (a plugin of its own), reported and turned into a failing exit status at its end."""
+
+    skipped: list[str] = field(default_factory=list)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.skipped:
+            self.skipped.append(report.nodeid)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if os.environ.get("CI") == "true" and self.skipped:
+            n, which = len(self.skipped), self.skipped
+            print(f"\nCI=true: {n} test(s) skipped, which CI does not allow: {which}")
+            session.exitstatus = 1
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Each pytest-xdist worker chooses its sites' ports from a range of its own, below the
-    kernel's ephemeral ports (sonicsite/local/ports.py says why)."""
+    kernel's ephemeral ports (sonicsite/local/ports.py says why). The session's skips are
+    counted by a SkipsRefused of its own."""
+    config.pluginmanager.register(SkipsRefused(), "sonicsite-skips-refused")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and not os.environ.get(PORT_RANGE_VARIABLE):
         lo = 10000 + 2000 * int(worker[2:])
@@ -68,17 +87,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first (LONGEST_FIRST), each module's tests in their own order."""
     rank = {f"tests/{name}": k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped:
-        _skipped.append(report.nodeid)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if os.environ.get("CI") == "true" and _skipped:
-        print(f"\nCI=true: {len(_skipped)} test(s) skipped, which CI does not allow: {_skipped}")
-        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")
@@ -96,4 +104,4 @@ def site(tmp_path_factory: pytest.TempPathFactory, built_models: Path) -> SiteSt
     state = site_launcher.up(site_dir, servers=2, build_dir=built_models)
     yield state
     site_launcher.down(site_dir)
-    assert not [s.pid for s in state.servers if alive(s.pid)]
+    assert not [s.pid for s in state.servers if pid_alive(s.pid)]

@@ -46,18 +46,23 @@ from stock import stock_infer  # noqa: E402
 from sonicsite.local import launcher  # noqa: E402
 
 BUNDLE = ROOT / ".dev" / "provenance.json"  # the commit it was built from (bundle.py)
-result: dict = {
-    "benchmark": "cuda_check",  # the shape of a bench's result: `sonicsite bench report` reads it
-    "summary": {},
-    "meta": {
-        **(json.loads(BUNDLE.read_text()) if BUNDLE.is_file() else {}),
-        "python": sys.version,
-        "numpy": np.__version__,
-        "cores": os.cpu_count(),
-        "load_before_1m_5m_15m": list(os.getloadavg()),
-        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    },
-}
+
+
+def new_result() -> dict:
+    """The check's result as it starts (main fills it in): the shape of a bench's result,
+    which `sonicsite bench report` reads, with where and when it runs."""
+    return {
+        "benchmark": "cuda_check",
+        "summary": {},
+        "meta": {
+            **(json.loads(BUNDLE.read_text()) if BUNDLE.is_file() else {}),
+            "python": sys.version,
+            "numpy": np.__version__,
+            "cores": os.cpu_count(),
+            "load_before_1m_5m_15m": list(os.getloadavg()),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    }
 
 
 def models_over_cuda(site, server) -> dict:
@@ -148,6 +153,7 @@ def summary(found: dict) -> dict:
 
 
 def main() -> int:
+    result = new_result()
     OUT.mkdir(parents=True, exist_ok=True)
     if TRANSPORT == "cuda":
         runtime = CudaRuntime()

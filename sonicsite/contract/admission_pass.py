@@ -20,15 +20,16 @@ job gets the current pass with every answer.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PASS_EPOCH_S = 300.0  # a pass is valid in its epoch and the ones beside it
 PASS_CHARS = 32  # hex digits of the HMAC kept: 128 bits
 NO_PASS = "none"  # what a refusal says in the pass's place (never a pass: not hex)
+KEPT_EPOCHS = 2  # passes kept for the epochs this far from the last one computed (live ones)
+KEPT_MODELS = 4096  # at most this many models' passes kept per epoch (a site has far fewer)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,13 @@ class AdmissionPasses:
 
     key: bytes
     epoch_s: float = PASS_EPOCH_S
+    # the passes computed, by epoch and model: the gateway gives one with every answer and
+    # checks three on each shed request. This instance's own, kept to the live epochs (an
+    # epoch's first pass drops those more than KEPT_EPOCHS from it), not in a process-wide
+    # cache that would keep every instance alive
+    _kept: dict[int, dict[str, str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.key) < 16:
@@ -69,12 +77,21 @@ class AdmissionPasses:
     def _epoch(self, now: float) -> int:
         return math.floor(now / self.epoch_s)
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 (a site's few keys live as long as it)
     def _pass(self, model: str, epoch: int) -> str:
-        """Cached: the gateway gives a pass with every answer, and checks some on each shed
-        request."""
-        mac = hmac.new(self.key, f"{model}\n{epoch}".encode(), hashlib.sha256)
-        return mac.hexdigest()[:PASS_CHARS]
+        """`model`'s pass in `epoch`, computed once (`_kept`). Safe from several threads: a
+        pass computed twice at once is the same pass."""
+        kept = self._kept.get(epoch)
+        if kept is None:
+            for old in [e for e in list(self._kept) if abs(e - epoch) > KEPT_EPOCHS]:
+                self._kept.pop(old, None)
+            kept = self._kept.setdefault(epoch, {})
+        found = kept.get(model)
+        if found is None:
+            mac = hmac.new(self.key, f"{model}\n{epoch}".encode(), hashlib.sha256)
+            found = mac.hexdigest()[:PASS_CHARS]
+            if len(kept) < KEPT_MODELS:
+                kept[model] = found
+        return found
 
     def current(self, model: str, now: float) -> str:
         """The pass a reply of `model` carries now."""

@@ -1,6 +1,8 @@
-"""What a process's entries in /proc say about it, for the guards against PID reuse
-(wire.py `runs_for_site`, the job driver's `kill_left_behind`): whether an argument names a
-folder, whether it is the kernel's, when it started; and whether its health URL answers (a
+"""What a process's entries in /proc say about it, read here and nowhere else (the one
+parser of /proc/PID/stat, `stat_fields`): whether it lives (`pid_alive`), whether it is a
+site's (`runs_for_site`, the guard against PID reuse that wire.py `lives_for_site` applies to
+a record), whether an argument names a folder, whether it is the kernel's, when it started
+(the job driver's `kill_left_behind`), its parent; and whether its health URL answers (a
 live PID that does not is stopped or hung: the supervisor, `status`, the status page)."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import http.client
 import os
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 def names_folder(arg: bytes, folder: bytes) -> bool:
@@ -24,12 +27,28 @@ KERNEL_THREAD = 0x00200000  # PF_KTHREAD, in the flags of /proc/PID/stat
 
 def stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat's fields after the command's name (the first is the state, field 3 of
-    proc(5)); [] when it cannot be read (gone, not ours)."""
+    proc(5); the name may hold spaces and parentheses, so it is cut at the last `)`); []
+    when it cannot be read (gone, not ours)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return []
+
+
+def pid_alive(pid: int) -> bool:
+    """True while process `pid` exists on this machine and is not a zombie (the one
+    definition; whether it is still a site's process: `runs_for_site`)."""
+    fields = stat_fields(pid) if pid > 0 else []
+    return bool(fields) and fields[0] != "Z"
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process `pid`; None when it cannot be read (gone, not ours)."""
+    try:
+        return int(stat_fields(pid)[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def kernel_thread(pid: int) -> bool:
@@ -63,6 +82,26 @@ def started_at(pid: int) -> float:
     except (OSError, IndexError, ValueError, StopIteration):
         return float("-inf")
     return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
+    """Guard against PID reuse (a state file left by a crash or a reboot): live process `pid`
+    is the site's. With `server_id`: that server's tritonserver, its command naming the site;
+    else it runs in the site's directory, or its command line names it."""
+    names = {site_dir, os.path.realpath(site_dir)} - {""}
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = "" if server_id else os.readlink(f"/proc/{pid}/cwd")
+    except OSError:  # gone, or not ours to read
+        return False
+    if not cmdline:  # in exec: the kernel sets the new command line just after (or a zombie)
+        return pid_alive(pid) and not kernel_thread(pid)  # a kernel thread has none ever
+    argv = cmdline.split(b"\0")
+    named = any(names_folder(arg, n.encode()) for arg in argv for n in names)
+    if server_id:
+        named = named and argv[0].endswith(b"tritonserver")
+        named = named and f"--id={server_id}".encode() in argv
+    return pid_alive(pid) and (named or cwd in names)
 
 
 def answers(url: str, timeout: float) -> bool:

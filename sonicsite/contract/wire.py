@@ -10,13 +10,15 @@ know, so that a newer writer never breaks an older reader.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .processes_seen import kernel_thread, names_folder
+# what /proc says of a process lives in processes_seen.py; `pid_alive` and `runs_for_site`
+# are named here too for the readers that import them with the records
+from .processes_seen import pid_alive as pid_alive
+from .processes_seen import runs_for_site
 
 # -- headers ------------------------------------------------------------------------------
 
@@ -300,35 +302,6 @@ class ProcessRecord:
     def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
         known = _known(cls, data)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in known.items()})
-
-
-def pid_alive(pid: int) -> bool:
-    """True while process `pid` exists on this machine and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return pid > 0 and f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
-def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
-    """Guard against PID reuse (a state file left by a crash or a reboot): live process `pid`
-    is the site's. With `server_id`: that server's tritonserver, its command naming the site;
-    else it runs in the site's directory, or its command line names it."""
-    names = {site_dir, os.path.realpath(site_dir)} - {""}
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        cwd = "" if server_id else os.readlink(f"/proc/{pid}/cwd")
-    except OSError:  # gone, or not ours to read
-        return False
-    if not cmdline:  # in exec: the kernel sets the new command line just after (or a zombie)
-        return pid_alive(pid) and not kernel_thread(pid)  # a kernel thread has none ever
-    argv = cmdline.split(b"\0")
-    named = any(names_folder(arg, n.encode()) for arg in argv for n in names)
-    if server_id:
-        named = named and argv[0].endswith(b"tritonserver")
-        named = named and f"--id={server_id}".encode() in argv
-    return pid_alive(pid) and (named or cwd in names)
 
 
 def lives_for_site(record: ProcessRecord, site_dir: str) -> bool:

@@ -231,13 +231,23 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
     """SIGKILL the workers an earlier submit in this `out` started that still run, by the
     PIDs of its `workers.json`, each checked to be a worker of its stream: a worker learns
     that its driver died from its pipe, but one stopped (SIGSTOP) never reads it, and would
-    wake beside the rerun of its job. The PIDs killed."""
+    wake beside the rerun of its job. The PIDs killed; none without the file (no submit
+    here before). ValueError naming the file and why when it is not a workers record (the
+    driver writes it whole, by rename): its workers, unknown, could still run, so the
+    submit stops there and says so rather than start beside them."""
+    path = jobs_dir / WORKERS_FILE
     try:
-        record = json.loads((jobs_dir / WORKERS_FILE).read_text())
+        record = json.loads(path.read_text())
         stream = str(record["stream"])
         started = {int(w["pid"]): float(w["started"]) for w in record.get("workers", [])}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except FileNotFoundError:
         return []
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(
+            f"{path}: not a record of the workers an earlier submit started here ({exc!r}); "
+            "any of them may still run: stop those that do (their PIDs may be in it), then "
+            "remove it"
+        ) from None
     killed = []
     for pid, at in started.items():
         try:

@@ -14,8 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import start_ticks
-from sonicsite.contract.wire import pid_alive, runs_for_site
+from sonicsite.contract.processes_seen import pid_alive, runs_for_site, start_ticks
 
 from .processes import marked_groups, stop_groups
 from .state import SiteState

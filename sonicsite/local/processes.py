@@ -21,8 +21,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import stat_fields
-from sonicsite.contract.wire import pid_alive, runs_for_site
+from sonicsite.contract.processes_seen import pid_alive, runs_for_site, stat_fields
 
 LOG = logging.getLogger(__name__)
 GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
@@ -107,10 +106,9 @@ def log_tail(log: Path, chars: int = 2000) -> str:
     return tail.split("\n", 1)[1] if "\n" in tail else tail
 
 
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (the contract's one definition).
-    Whether a recorded PID is still the site's process: the contract's `lives_for_site`."""
-    return pid_alive(pid)
+# the contract's `pid_alive` (processes_seen.py), not a definition of its own: the name its
+# earlier callers import from here (whether a PID is still the site's: `lives_for_site`)
+alive = pid_alive
 
 
 def exit_reason(pid: int, proc: subprocess.Popen | None = None) -> str:
@@ -119,11 +117,7 @@ def exit_reason(pid: int, proc: subprocess.Popen | None = None) -> str:
     if proc is not None and proc.poll() is not None:
         code = proc.returncode
         return f"killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        fields = []
+    fields = stat_fields(pid)
     if len(fields) >= 50 and fields[0] == "Z":
         status = int(fields[49])  # exit_code, in waitpid's form
         if os.WIFSIGNALED(status):

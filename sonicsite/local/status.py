@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import answers
+from sonicsite.contract.processes_seen import answers, pid_alive
 from sonicsite.contract.wire import (
     DEAD,
     RESTARTING,
@@ -28,7 +28,6 @@ from sonicsite.contract.wire import (
     STOPPED,
     SUPERVISOR,
     ProcessRecord,
-    pid_alive,
     read_processes,
 )
 

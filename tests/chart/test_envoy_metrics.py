@@ -11,7 +11,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ from chartcheck import (
     render,
     selects,
 )
+from polling import wait_until
 
 from sonicsite.local.envoy import binary
 from sonicsite.local.ports import free_ports
@@ -88,11 +88,12 @@ def test_the_stats_port_serves_get_stats_prometheus_and_nothing_else_of_the_admi
             [str(binary()), *args, "--concurrency", "1"], stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 60
-        status, body = _get(stats, STATS)
-        while status is None and time.monotonic() < deadline and envoy.poll() is None:
-            time.sleep(0.2)
-            status, body = _get(stats, STATS)
+
+        def answered() -> tuple[int | None, bytes] | None:
+            got = _get(stats, STATS)
+            return got if got[0] is not None or envoy.poll() is not None else None
+
+        status, body = wait_until(answered, "Envoy's stats to answer, or Envoy to exit", 60, 0.2)
         assert status == 200, (body, (tmp_path / "envoy.log").read_text()[-2000:])
         text = body.decode()
         assert 'envoy_cluster_name="sonicsite_operator"' in text  # Envoy's own stats

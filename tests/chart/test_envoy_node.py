@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 import urllib.request
+from pathlib import Path
 
 from chartcheck import objects, one_object, render
+from polling import wait_until
 
 from sonicsite.local.envoy import binary
 from sonicsite.local.ports import free_ports
@@ -29,6 +30,16 @@ def _node_id(admin: int) -> str | None:
             return json.loads(r.read())["node"]["id"]
     except OSError:  # not listening yet
         return None
+
+
+def _said_node_id(envoy: subprocess.Popen, admin: int, log: Path) -> str:
+    """The node id `envoy` says on its admin port once it listens; it must not exit first."""
+
+    def said() -> str | None:
+        assert envoy.poll() is None, log.read_text()[-2000:]
+        return _node_id(admin)
+
+    return wait_until(said, "Envoy to say its node id", 60, 0.2)
 
 
 def test_each_envoy_pod_runs_under_its_own_name_as_its_node_id(tmp_path):
@@ -58,11 +69,7 @@ def test_each_envoy_pod_runs_under_its_own_name_as_its_node_id(tmp_path):
                 stderr=subprocess.STDOUT,
             )
         try:
-            deadline = time.monotonic() + 60
-            while (found := _node_id(admin)) is None and time.monotonic() < deadline:
-                assert envoy.poll() is None, (tmp_path / "envoy.log").read_text()[-2000:]
-                time.sleep(0.2)
-            ids[pod] = found
+            ids[pod] = _said_node_id(envoy, admin, tmp_path / "envoy.log")
         finally:
             envoy.terminate()
             envoy.wait(timeout=30)

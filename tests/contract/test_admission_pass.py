@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import math
+import weakref
+
 import pytest
 
 from sonicsite.contract.admission_pass import PASS_EPOCH_S, AdmissionPasses, ModelPasses
@@ -43,3 +47,23 @@ def test_a_key_too_short_or_unreadable_is_named(tmp_path):
         AdmissionPasses.from_file(str(missing))
     missing.write_text(KEY.decode() + "\n")
     assert AdmissionPasses.from_file(str(missing)) == AdmissionPasses(KEY)
+
+
+def test_the_passes_kept_are_the_instances_own_and_the_live_epochs_only():
+    """The passes were kept in a process-wide cache keyed by the instance (lru_cache on the
+    method): every AdmissionPasses ever made lived on in it. Now each keeps its own, for
+    the epochs about now, and goes when it is no longer used."""
+    passes, now = AdmissionPasses(KEY), 1_000_000.0
+    given = passes.current("m", now)
+    assert AdmissionPasses(KEY) == passes and hash(AdmissionPasses(KEY)) == hash(passes)
+    for step in range(1, 50):  # a day of epochs goes by
+        assert passes.admits(
+            "m", passes.current("m", now + step * PASS_EPOCH_S), now + step * PASS_EPOCH_S
+        )
+    assert not passes.admits("m", given, now + 49 * PASS_EPOCH_S)
+    epoch = math.floor((now + 49 * PASS_EPOCH_S) / PASS_EPOCH_S)
+    assert set(passes._kept) <= set(range(epoch - 2, epoch + 2))
+    gone = weakref.ref(passes)
+    del passes
+    gc.collect()
+    assert gone() is None

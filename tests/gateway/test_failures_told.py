@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import socket
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 
@@ -21,7 +20,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from loopback_http import answer, serve
-from polling import wait_until
+from polling import wait_until, wait_until_async
 from sonicsite.gateway.app import GatewayConfig, create_app
 from sonicsite.gateway.forwarding import Forwarder
 from sonicsite.gateway.holding import Holder
@@ -97,16 +96,18 @@ def test_the_operators_state_failing_is_told_once_and_followed_on(fakes, caplog)
 
     async def main() -> None:
         view = SiteView(f"http://{operator.address}")
+        for _ in range(5):  # nothing listens yet: five reads refused, counted here
+            await view.refresh()
+        assert "unreadable" in view.error, view.error
         follower = asyncio.create_task(view.follow(0.02))
 
         async def until(condition: Callable[[], bool], what: str) -> None:
-            deadline = time.monotonic() + 20
-            while not condition():
-                assert time.monotonic() < deadline, f"waited for {what}; error {view.error!r}"
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)  # several more reads in the same state
+            """`condition`, then five more reads of the operator in the same state."""
+            await wait_until_async(condition, f"{what}; error {view.error!r}", 20, 0.02)
+            more = len(operator.calls) + 5
+            await wait_until_async(lambda: len(operator.calls) >= more, "5 more reads", 20, 0.02)
+            assert condition(), f"no longer {what}; error {view.error!r}"
 
-        await until(lambda: "unreadable" in view.error, "the operator to be unreachable")
         operator.listen()
         await until(lambda: "not applied" in view.error, "a state that cannot be applied")
         assert not follower.done(), "the follower died on an unexpected state"
@@ -174,12 +175,14 @@ def test_the_operator_refusing_held_counts_is_logged_once_per_status(fakes, capl
         holder = Holder(view, GatewayMetrics())
         async with httpx.AsyncClient() as client:
             reporter = asyncio.create_task(holder.report(client, "gateway-under-test"))
-            deadline = time.monotonic() + 20
-            while len(operator.calls) < 6:  # each change is reported at once
-                assert time.monotonic() < deadline, f"reports sent: {operator.calls}"
-                holder.changed.set()
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.1)
+
+            def reported() -> bool:
+                holder.changed.set()  # each change is reported at once
+                return len(operator.calls) >= 6
+
+            await wait_until_async(reported, "6 reports sent", 20, 0.05)
+            taken = "takes the held counts again"  # the 6th report's answer, 200, read
+            await wait_until_async(lambda: _messages(caplog, logger, taken), taken, 20, 0.05)
             assert not reporter.done()
             reporter.cancel()
         view.close()

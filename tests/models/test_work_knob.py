@@ -4,6 +4,7 @@ they run, naming the work per request and which server does how many times as mu
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import sys
 import time
@@ -43,11 +44,21 @@ def test_the_knob_is_read_per_server_and_again_when_replaced(runner, tmp_path):
     assert knob.seconds() == pytest.approx(0.010) and other.seconds() == pytest.approx(0.004)
     servers.set_model_work(site, 4.0, {})  # recovered, while the server runs
     assert knob.seconds() == pytest.approx(0.004)
-    (site / servers.MODEL_WORK_FILE).write_text("{not json")
-    os.utime(site / servers.MODEL_WORK_FILE, ns=(1, 1))
-    assert knob.seconds() == 0.0  # unreadable: no work, never a failed request
     os.remove(site / servers.MODEL_WORK_FILE)
     assert knob.seconds() == 0.0 and runner.ModelWork(None, "x").seconds() == 0.0
+
+
+def test_a_knob_that_cannot_be_read_is_no_work_and_said(runner, tmp_path, caplog):
+    """A damaged knob made the balancing bench's slow server a fast one without a word: it
+    is still no work (never a failed request), and the server's log says which file, why."""
+    knob = runner.ModelWork(str(tmp_path / servers.MODEL_WORK_FILE), "triton-2")
+    (tmp_path / servers.MODEL_WORK_FILE).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="sonicsite.models.runner"):
+        assert knob.seconds() == 0.0
+        assert knob.seconds() == 0.0  # read once per version of the file: said once
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / servers.MODEL_WORK_FILE) in said and "triton-2" in said
+    assert "JSONDecodeError" in said
 
 
 def test_the_work_is_cpu_time_of_the_thread(runner):

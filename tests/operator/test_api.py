@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import queue
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -96,10 +95,8 @@ def test_envoys_stream_gets_each_subscription_and_a_rejection_is_logged(site):
         requests.put(types.request(**eds, **nack, error_detail=refusal))
         log = Path(site.site_dir) / "logs" / "operator.log"
         line = f"Envoy test-envoy rejected endpoints version {endpoints.version_info}: "
-        deadline = time.monotonic() + 60
-        while line + "test-envoy says no" not in log.read_text():
-            assert time.monotonic() < deadline, f"no {line!r} in {log}"
-            time.sleep(0.2)
+        said = line + "test-envoy says no"
+        wait_until(lambda: said in log.read_text(), f"{said!r} in {log}", 60, 0.2)
         metrics = _get(f"http://{site.operator}/metrics")[1].decode()
         assert 'sonicsite_operator_xds_rejected_total{kind="endpoints"} 1.0' in metrics
         assert "sonicsite_operator_xds_streams 2.0" in metrics  # the site's Envoy and this

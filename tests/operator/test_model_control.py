@@ -7,7 +7,6 @@ work done since, never as negative or made-up work."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from control_site import MODELS, control_target, two_servers
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
-from sonicsite.client.errors import UNAVAILABLE
+from sonicsite.client.errors import UNAVAILABLE, InferError
 from sonicsite.models.samples import generate
 from sonicsite.operator import model_control
 from sonicsite.operator.catalogue import catalogue_of, read_repository
@@ -148,11 +147,36 @@ def test_a_request_sent_where_the_model_is_unloaded_is_answered_by_another_serve
         model_control.load(target, "simple")
 
 
+class CountedRefusals:
+    """An endpoint's transport as it is, counting the tries refused before they ran (the
+    stream's own records come with its result, once it has returned)."""
+
+    def __init__(self, transport, refused: list[str]) -> None:
+        self.transport, self.refused = transport, refused
+
+    def __getattr__(self, name: str):
+        return getattr(self.transport, name)
+
+    def _counted(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except InferError as exc:
+            if exc.unprocessed:
+                self.refused.append(exc.kind)
+            raise
+
+    def model_info(self, *args, **kwargs):
+        return self._counted(self.transport.model_info, *args, **kwargs)
+
+    def infer(self, *args, **kwargs):
+        return self._counted(self.transport.infer, *args, **kwargs)
+
+
 def test_a_model_not_ready_on_any_server_is_waited_for_not_given_up(pair):
     """`simple` unloaded on both servers: each try is refused before it runs ('has no
     available versions'), and the client waits between such tries (the second in a row on).
-    Loaded again on one server a second after the stream asked for its first events, every
-    event is answered there, none failed."""
+    Loaded again on one server once the stream's tries were refused, every event is
+    answered there, none failed."""
     targets = [control_target(pair, server) for server in ("triton-0", "triton-1")]
     for target in targets:
         model_control.unload(target, "simple")
@@ -170,19 +194,23 @@ def test_a_model_not_ready_on_any_server_is_waited_for_not_given_up(pair):
 
         with Client(from_site_file(pair.site_dir), "grpc", "direct") as client:
             stream = client.stream("simple", sample.spec, batch=8, window=2, max_tries=40)
+            seen: list[str] = []  # the kinds of the tries refused, as they are
+            for endpoint in stream.balancer.endpoints:
+                endpoint.transport = CountedRefusals(endpoint.transport, seen)
             done: list = []
             running = threading.Thread(
                 target=lambda: done.append(stream.run(Watched(), sample.check))
             )
             running.start()
             wait_until(asked.is_set, "the stream to ask for its first events")
-            time.sleep(1.0)  # its first tries refused meanwhile (a chance, not a condition)
+            wait_until(lambda: len(seen) >= 2, "two of the stream's tries refused")
             model_control.load(targets[1], "simple")
             running.join(timeout=300)
         (result,) = done
         assert result.events_ok == 32 and result.failed == {}, result.failed
         refused = [r for r in result.stats.records if not r.ok]
-        assert {(r.error, r.unprocessed) for r in refused} <= {(UNAVAILABLE, True)}
+        assert len(refused) >= 2 and set(seen) == {UNAVAILABLE}
+        assert {(r.error, r.unprocessed) for r in refused} == {(UNAVAILABLE, True)}
         assert result.stats.summary()["rows_per_server"] == {"triton-1": 32}
     finally:
         for target in targets:

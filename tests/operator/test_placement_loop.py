@@ -206,16 +206,19 @@ def test_a_model_under_steady_requests_stays_and_gets_a_second_replica(placed):
     model_control.load(control_target(placed, "triton-0"), "identity")
     started = time.time()
     with Driver(placed) as driver:
-        while True:
+
+        def replicated_for_idle_times() -> bool:
+            """identity on triton-0 throughout; routed, then on triton-1 too, for 3 idle
+            times since it was routed."""
             assert "identity" in _ready(placed, "triton-0"), driver.failures
             if driver.routed_at is None and _routed(placed):
                 driver.routed_at = time.time()
             routed = driver.routed_at is not None
             both = "identity" in _ready(placed, "triton-1")
-            if routed and both and time.time() - driver.routed_at > 3 * IDLE_S:
-                break
-            assert time.time() - started < DEADLINE_S, (routed, both, _placement(placed))
-            time.sleep(0.5)
+            return routed and both and time.time() - driver.routed_at > 3 * IDLE_S
+
+        what = "identity routed, a replica on triton-1, then 3 idle times"
+        wait_until(replicated_for_idle_times, what, DEADLINE_S, 0.5)
         wait_until(
             lambda: len(envoy.hosts(placed.envoy_admin, model_cluster("identity"))) == 2,
             "Envoy to route identity to both replicas",

@@ -7,6 +7,7 @@ asserts that. The deadline only bounds how long a broken site can hang the suite
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,6 +28,21 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
         time.sleep(interval)
+
+
+async def wait_until_async(
+    condition: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.1
+) -> T:
+    """`wait_until` inside an event loop: between calls it awaits, so that the loop's other
+    tasks (the code under test) run meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
+        await asyncio.sleep(interval)
 
 
 def settled(read: Callable[[], T], what: str, reads: int = 3, interval: float = 0.5) -> T:
