@@ -15,9 +15,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import MODEL_HEADER, SHED
 from sonicsite.jobs.spawn import WORKERS_FILE
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 from .common import http_json
@@ -84,7 +84,7 @@ def strike_target(scenario, state: SiteState, out: Path, submit: subprocess.Pope
         pid = submit.pid
     elif scenario.target == "worker":
         workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
-        pid = next(w["pid"] for w in reversed(workers) if alive(w["pid"]))
+        pid = next(w["pid"] for w in reversed(workers) if pid_alive(w["pid"]))
     elif scenario.target.startswith("triton-"):
         pid = next(s.pid for s in state.servers if s.id == scenario.target)
     else:

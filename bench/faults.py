@@ -33,9 +33,10 @@ from pathlib import Path
 
 from sonicsite.operator.admission import AdmissionPolicy
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.spawn import WORKERS_FILE
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive, group_members
+from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
 from .common import Recorder, sheds, wait_for
@@ -315,9 +316,9 @@ def _site_pids(state: SiteState) -> set[int]:
 def _survivors(pids: list[int], within_s: float) -> int:
     """Processes of `pids` still alive after waiting up to `within_s` for them to go."""
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.2)
-    return sum(1 for p in pids if alive(p))
+    return sum(1 for p in pids if pid_alive(p))
 
 
 def _stop(proc: subprocess.Popen | None) -> None:

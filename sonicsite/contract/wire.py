@@ -15,9 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-# what /proc says of a process lives in processes_seen.py; `pid_alive` and `runs_for_site`
-# are named here too for the readers that import them with the records
-from .processes_seen import pid_alive as pid_alive
+# what /proc says of a process lives in processes_seen.py (a record's process: lives_for_site)
 from .processes_seen import runs_for_site
 
 # -- headers ------------------------------------------------------------------------------

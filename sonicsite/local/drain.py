@@ -17,10 +17,10 @@ import http.client
 import time
 import urllib.error
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.operator.triton_metrics import read_metrics
 
 from . import envoy
-from .processes import alive
 from .state import LocalServer
 
 DRAIN_S = 40.0  # at most, as the chart's drainSeconds + exitTimeoutSeconds
@@ -63,7 +63,7 @@ def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline:
         envoy_done = not envoy_admin or envoy_sending(envoy_admin, server) == 0
-        ended = server.pid > 0 and not alive(server.pid)
+        ended = server.pid > 0 and not pid_alive(server.pid)
         if envoy_done and (ended or queued(server) == 0):
             return True
         time.sleep(POLL_S)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
+from sonicsite.contract.processes_seen import runs_for_site
 from sonicsite.contract.wire import (
     ADMISSION_KEY_FILE,
     SERVER,
@@ -30,7 +31,6 @@ from sonicsite.contract.wire import (
     STOPPED,
     lives_for_site,
     load_state_file,
-    runs_for_site,
 )
 from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository

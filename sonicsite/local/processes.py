@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import pid_alive, runs_for_site, stat_fields
+from sonicsite.contract.processes_seen import runs_for_site, stat_fields
 
 LOG = logging.getLogger(__name__)
 GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
@@ -104,11 +104,6 @@ def log_tail(log: Path, chars: int = 2000) -> str:
         return text
     tail = text[-chars:]
     return tail.split("\n", 1)[1] if "\n" in tail else tail
-
-
-# the contract's `pid_alive` (processes_seen.py), not a definition of its own: the name its
-# earlier callers import from here (whether a PID is still the site's: `lives_for_site`)
-alive = pid_alive
 
 
 def exit_reason(pid: int, proc: subprocess.Popen | None = None) -> str:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive, group_members
+from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
 
@@ -63,7 +64,7 @@ def test_sigterm_mid_measurement_stops_the_bench_site_and_its_load(tmp_path):
     pids = [s.pid for s in state.servers] + [p.pid for p in state.processes if p.pid]
     assert bench.returncode == 128 + signal.SIGTERM.value, stderr.decode()[-2000:]
     assert "stopped by SIGTERM" in stderr.decode(), stderr.decode()[-2000:]
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if pid_alive(p)]
     assert not group_members(bench.pid)  # perf_analyzer included
     assert not out.exists()
 
@@ -112,10 +113,10 @@ def test_sigterm_mid_scenario_stops_the_stream_and_its_workers(tmp_path, built_m
         if site is not None and Path(site.site_dir).exists():  # what the bench left
             launcher.down(Path(site.site_dir))
     driver, pids = record["driver"], [w["pid"] for w in record["workers"]]
-    left = [p for p in [driver, *pids] if alive(p)] + group_members(driver)
+    left = [p for p in [driver, *pids] if pid_alive(p)] + group_members(driver)
     if left:  # the test's own cleanup: they are ours, by PID
         for pid in left:
             os.kill(pid, signal.SIGKILL)
     assert bench.returncode == 128 + signal.SIGTERM.value, stderr.decode()[-2000:]
     assert not left, f"left running at the bench's exit: {left}"
-    assert not [p for p in [s.pid for s in site.servers] if alive(p)]
+    assert not [p for p in [s.pid for s in site.servers] if pid_alive(p)]

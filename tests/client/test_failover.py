@@ -37,10 +37,11 @@ from sonicsite.operator.admission import AdmissionPolicy
 from sonicsite.operator.xds_resources import ALL_SERVERS
 from stock import kserve_json
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import SHED, ServerRecord, SiteRecord
 from sonicsite.jobs.executions import read_executions
 from sonicsite.local import envoy
-from sonicsite.local.processes import alive, stop_group
+from sonicsite.local.processes import stop_group
 from sonicsite.local.state import SiteState
 
 EVENTS, BATCH = 1600, 8
@@ -53,7 +54,7 @@ def _pid(site_dir: str, name: str) -> int:
 def _kill(site_dir: str, name: str) -> None:
     pid = _pid(site_dir, name)
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not alive(pid), f"the site's {name} (pid {pid}) to die")
+    wait_until(lambda: not pid_alive(pid), f"the site's {name} (pid {pid}) to die")
 
 
 def _stream(client: Client, events: int, seed: int, on_answer=None, window: int = 4, **options):

@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher as site_launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 HERE = str(Path(__file__).resolve().parent)
@@ -44,4 +44,4 @@ def compat_site(
         yield state
     finally:
         site_launcher.down(site_dir)
-    assert not [s.pid for s in state.servers if alive(s.pid)]
+    assert not [s.pid for s in state.servers if pid_alive(s.pid)]

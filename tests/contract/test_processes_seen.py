@@ -13,7 +13,7 @@ from pathlib import Path
 
 from polling import wait_until
 
-from sonicsite.contract import processes_seen, wire
+from sonicsite.contract import wire
 from sonicsite.contract.processes_seen import parent_pid, pid_alive, stat_fields
 from sonicsite.local import processes
 
@@ -37,12 +37,12 @@ def test_proc_stat_is_parsed_in_one_place():
     assert readers == ["sonicsite/contract/processes_seen.py"]
 
 
-def test_liveness_has_one_definition_under_every_name_it_is_imported_by():
-    """wire.py (the wire contract) and the local room's `alive` name the same function, not
-    copies that forward to it."""
-    assert wire.pid_alive is processes_seen.pid_alive
-    assert wire.runs_for_site is processes_seen.runs_for_site
-    assert processes.alive is processes_seen.pid_alive
+def test_liveness_has_one_name_and_one_home():
+    """wire.py (the wire contract) and the local room named it too (`alive`, a function that
+    forwarded to it): one thing, one name, imported from processes_seen.py alone."""
+    assert not hasattr(processes, "alive") and not hasattr(wire, "pid_alive")
+    other_name = re.compile(r"^\s*(from \S+ import .*\balive\b|alive = )", re.M)
+    assert [p for p in _sources() if other_name.search(p.read_text())] == []
 
 
 def test_a_zombie_is_not_alive_and_its_exit_is_read_from_its_stat():

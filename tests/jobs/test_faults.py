@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
-from sonicsite.local.processes import alive
 
 
 def _workers(out: Path) -> dict:
@@ -132,7 +132,7 @@ def test_a_frozen_worker_is_killed_and_its_job_rerun_and_the_report_says_so(site
     even its heartbeat; submit kills it after its silence limit and reruns the job."""
     spec = replace(_spec(site, tmp_path), worker_silence_s=10)
     report, notes, _, frozen = _strike_job_0_mid_job(spec, kill=False)
-    assert not alive(frozen)
+    assert not pid_alive(frozen)
     assert report["events_ok"] == report["events_total"] == 640
     assert set(_answers(spec.out).values()) == {1}
     hung = "hung (nothing heard from it, not even its heartbeat, for 10 s)"
@@ -167,7 +167,7 @@ def test_a_job_whose_events_stop_moving_is_killed_past_the_stall_limit_and_says_
     why = "stalled (alive, but no event of its answered for 10 s)"
     (incident,) = report["worker_incidents"]
     assert incident["why"] == f"worker {why}, killed by submit without a result on attempt 1 of 1"
-    assert not incident["rerun"] and not alive(incident["pid"])
+    assert not incident["rerun"] and not pid_alive(incident["pid"])
     said = f"job 0 (particlenet_ak4): worker PID {incident['pid']} on attempt 1 {why}; killing it"
     assert said in notes, notes
     assert report["events_failed"] == 4 and report["events_ok"] == 0
@@ -216,7 +216,9 @@ def test_submit_killed_by_sigkill_leaves_no_worker_alive(site, tmp_path):
         assert all(_is_our_worker(p, out) for p in pids)
         proc.kill()
         proc.communicate(timeout=60)
-        wait_until(lambda: not [p for p in pids if alive(p)], "the orphaned workers to exit", 60)
+        wait_until(
+            lambda: not [p for p in pids if pid_alive(p)], "the orphaned workers to exit", 60
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -241,7 +243,7 @@ def test_sigterm_or_sigint_to_submit_stops_its_workers_and_says_so(site, tmp_pat
     assert f"submit: got {sig.name}; stopped 2 running worker(s)" in stderr
     assert f"sonicsite submit: stopped by {sig.name} after " in stderr
     assert "every worker was stopped" in stderr
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if pid_alive(p)]
     report = json.loads((out / "report.json").read_text())
     assert report["stopped_by"] == sig.name
     assert 0 < report["events_ok"] < report["events_total"] == 9000

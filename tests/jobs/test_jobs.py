@@ -16,6 +16,7 @@ import pytest
 from polling import wait_until
 from sonicsite.operator.xds_routes import route_counter
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import Progress, StreamSpec, submit
 from sonicsite.jobs.executions import (
     EXECUTED,
@@ -25,7 +26,6 @@ from sonicsite.jobs.executions import (
     parse_request_id,
 )
 from sonicsite.local import envoy, launcher
-from sonicsite.local.processes import alive
 
 
 def _unread_bytes(port: int) -> int:
@@ -235,10 +235,10 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     )
     servers = re.findall(r"triton-\d+\s+pid (\d+)", out.stdout)
     pids = [int(m) for m in re.findall(r"\bpid (\d+)", out.stdout)]
-    assert len(servers) == 2 and not [p for p in pids if alive(p)]
+    assert len(servers) == 2 and not [p for p in pids if pid_alive(p)]
     # the workers too: every PID the driver recorded is gone
     workers = json.loads((tmp_path / "out" / "jobs" / "workers.json").read_text())["workers"]
-    assert len(workers) == 2 and not [w["pid"] for w in workers if alive(w["pid"])]
+    assert len(workers) == 2 and not [w["pid"] for w in workers if pid_alive(w["pid"])]
 
 
 def test_worker_exports_its_counters_as_prometheus_text(site, tmp_path):

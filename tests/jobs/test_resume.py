@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import Progress, StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -129,7 +129,7 @@ def test_submit_refuses_a_site_that_is_not_up_at_once_and_says_so(tmp_path, buil
     with _own_site(site_dir, built_models):
         killed = _kill_site(site_dir)
         wait_until(
-            lambda: not any(alive(p.pid) for p in SiteState.load(site_dir).processes),
+            lambda: not any(pid_alive(p.pid) for p in SiteState.load(site_dir).processes),
             "the site's processes to be gone",
             30,
         )

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
-from sonicsite.local.processes import alive
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 
@@ -135,20 +135,20 @@ def test_a_stopped_worker_a_killed_submit_left_is_killed_by_the_next_submit(site
         os.killpg(stopped, signal.SIGSTOP)
         proc.kill()
         proc.communicate(timeout=60)
-        wait_until(lambda: not alive(running), "the running worker to exit", 60)
-        assert alive(stopped)  # stopped: it never read its pipe's end
+        wait_until(lambda: not pid_alive(running), "the running worker to exit", 60)
+        assert pid_alive(stopped)  # stopped: it never read its pipe's end
         notes: list[str] = []
         spec = _spec(site, out, jobs=2, wave=2, events=400, batch=0)
         spec = replace(spec, cpu_ms_per_event=20.0, resume=True)
         report = submit(spec, note=notes.append)
         assert f"submit: killed 1 worker(s) an earlier submit left running: [{stopped}]" in notes
-        assert not alive(stopped)
+        assert not pid_alive(stopped)
         assert report["events_ok"] == report["events_total"] == 800, report["errors"]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        if stopped and alive(stopped):
+        if stopped and pid_alive(stopped):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(stopped, signal.SIGKILL)
 

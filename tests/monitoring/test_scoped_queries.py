@@ -29,9 +29,10 @@ from polling import wait_until
 from prometheus_series import loads, newest_scrapes
 from sonicsite.operator.autoscaler import ScalingPolicy, queue_ms_per_request
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher, prometheus
 from sonicsite.local.ports import free_ports
-from sonicsite.local.processes import alive, stop_group
+from sonicsite.local.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 ANNOTATION_JOB = ROOT / "monitoring" / "scrape" / "kubernetes-pods.yaml"
@@ -247,7 +248,7 @@ def shared(tmp_path_factory, built_models):
         for thread in downs:
             thread.join(timeout=120)
         assert not any(thread.is_alive() for thread in downs)
-        assert not [s.pid for state in states.values() for s in state.servers if alive(s.pid)]
+        assert not [s.pid for state in states.values() for s in state.servers if pid_alive(s.pid)]
 
 
 def test_each_releases_keda_query_reads_its_own_load_and_not_the_others(shared, capsys):

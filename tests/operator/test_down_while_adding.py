@@ -11,9 +11,10 @@ import threading
 
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher, processes
 from sonicsite.local.abandoned import STARTING_DIR, abandoned_adds, adder_note
-from sonicsite.local.processes import alive, marked_groups
+from sonicsite.local.processes import marked_groups
 from sonicsite.local.servers import add_server
 from sonicsite.local.state import SiteState
 
@@ -52,4 +53,4 @@ def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models, m
     thread.join(timeout=240)
     assert not thread.is_alive()
     assert pid in stopped
-    wait_until(lambda: not alive(pid), "the server being added to stop")
+    wait_until(lambda: not pid_alive(pid), "the server being added to stop")

@@ -14,8 +14,8 @@ import numpy as np
 import tritonclient.http as httpclient
 from stock import stock_infer
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
 
 HUGE = {
     "inputs": [
@@ -51,12 +51,12 @@ def test_a_declared_tensor_that_would_end_a_server_is_refused_through_envoy(tmp_
         status, body = _post(site.grpc, "/v2/models/simple/infer", HUGE)
         assert status == 413, (status, body)
         assert b"2147483648" in body, body  # the gateway's bound, named
-        assert alive(server.pid)
+        assert pid_alive(server.pid)
         # the server answers REST (by the gateway) and gRPC through Envoy, as before
         for module in (httpclient, None):
             options = {"module": module} if module else {}
             got = stock_infer(site.grpc, "simple", SIMPLE, ["OUTPUT0"], **options)
             np.testing.assert_array_equal(got["OUTPUT0"], SIMPLE["INPUT0"] + SIMPLE["INPUT1"])
-        assert alive(server.pid)
+        assert pid_alive(server.pid)
     finally:
         launcher.down(site_dir)

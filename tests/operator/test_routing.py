@@ -16,8 +16,8 @@ from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster
 from sonicsite.operator.xds_routes import route_counter
 from stock import stock_infer
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import envoy, launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.servers import add_server, remove_server
 from sonicsite.local.state import SiteState
 
@@ -94,7 +94,7 @@ def test_a_server_added_or_removed_reaches_envoy(tmp_path, built_models):
             lambda: address not in envoy.hosts(state.envoy_admin, "model_simple"),
             "Envoy to forget the removed server",
         )
-        assert not alive(added.pid)
+        assert not pid_alive(added.pid)
         assert [s.id for s in SiteState.load(site_dir).servers] == ["triton-0"]
 
         # the operator no longer reports it, neither up nor down (no alert fires forever)

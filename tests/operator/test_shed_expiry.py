@@ -30,6 +30,7 @@ from sonicsite.operator.xds_snapshot import Snapshot
 from stock import kserve_json
 
 from sonicsite.contract.admission_pass import ModelPasses
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import (
     ADMISSION_HEADER,
     ADMITTED_HEADER,
@@ -42,7 +43,6 @@ from sonicsite.contract.wire import (
     ServerRecord,
 )
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
 
 # Reopens only when a server is idle: under the sustained overload of these tests a shed
 # ends by its expiry alone, never by the operator's own decision.
@@ -344,9 +344,9 @@ def test_a_shed_lapses_when_the_operator_is_killed(tmp_path, built_models):
             _wait_for_shed(state, envoy, plan, body)
             _stop_while_shed(state, operator, envoy, plan, body)  # killed with the shed in force
             os.kill(operator, signal.SIGKILL)
-            wait_until(lambda: not alive(operator), "the operator to die")
+            wait_until(lambda: not pid_alive(operator), "the operator to die")
             _wait_until_reopened_without_operator(state, envoy, plan, body)
-            assert not alive(operator)  # nobody brought it back: Envoy did it alone
+            assert not pid_alive(operator)  # nobody brought it back: Envoy did it alone
             health = _get_json(f"http://{state.http}/healthz")
             assert health["error"].startswith("operator state unreadable")
     finally:

@@ -18,22 +18,17 @@ from polling import wait_until
 from pool_workers import pool_workers
 from sonicsite.sim import scenario
 
+from sonicsite.contract.processes_seen import pid_alive, stat_fields
+
 
 def _computing(pid: int) -> bool:
     """The process has used 20 ticks of CPU (0.2 s): its runs under way."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return int(fields[11]) + int(fields[12]) >= 20
+    fields = stat_fields(pid)
+    return bool(fields) and int(fields[11]) + int(fields[12]) >= 20
 
 
 def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"
+    return not pid_alive(pid)
 
 
 def _long(path: Path) -> Path:

@@ -20,10 +20,10 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
 from sonicsite.local.errors import SiteError
 from sonicsite.local.processes import (
-    alive,
     group_members,
     marked_groups,
     process_state,
@@ -180,7 +180,7 @@ def test_a_failed_start_leaves_nothing_running(tmp_path, built_models):
             tmp_path / "s", servers=1, models=["simple"], build_dir=broken, ready_timeout=60
         )
     pid = int(str(caught.value).split("pid ")[1].split(")")[0])
-    assert not alive(pid) and not group_members(pid)
+    assert not pid_alive(pid) and not group_members(pid)
 
 
 @pytest.mark.parametrize(
@@ -247,7 +247,7 @@ def test_an_unsupervised_site_reports_a_dead_process_and_leaves_it_dead(tmp_path
         assert state.supervisor == "" and state.process("supervisor") is None
         envoy = state.process("envoy")
         os.kill(envoy.pid, signal.SIGKILL)
-        wait_until(lambda: not alive(envoy.pid), "Envoy to be gone")
+        wait_until(lambda: not pid_alive(envoy.pid), "Envoy to be gone")
         out = _cli("status", "--dir", str(site_dir))
         assert out.returncode == 3
         assert f"DEAD: envoy (pid {envoy.pid}): " in out.stdout
@@ -257,7 +257,7 @@ def test_an_unsupervised_site_reports_a_dead_process_and_leaves_it_dead(tmp_path
     finally:
         down = _cli("down", "--dir", str(site_dir))
     assert down.returncode == 0, down.stderr
-    assert not any(alive(p.pid) for p in state.processes)
+    assert not any(pid_alive(p.pid) for p in state.processes)
     # every process it stopped, by name (it said "stopped 1 server(s)" with the PIDs only)
     stopped = [p for p in state.processes if p.name != "envoy"]
     assert f"stopped {len(stopped)} process(es) of the site: " in down.stdout, down.stdout

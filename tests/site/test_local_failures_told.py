@@ -29,7 +29,8 @@ from polling import wait_until
 from sonicsite.operator.autoscaler import ScalingPolicy
 from sonicsite.operator.pool_scaling import PoolScaling
 
-from sonicsite.contract.wire import RESTARTING, RUNNING, SUPERVISOR, pid_alive
+from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.contract.wire import RESTARTING, RUNNING, SUPERVISOR
 from sonicsite.local import drain, launcher
 from sonicsite.local.errors import SiteError
 from sonicsite.local.processes import (

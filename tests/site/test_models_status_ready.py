@@ -12,8 +12,8 @@ import sys
 
 from polling import wait_until
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.status import EXIT_DOWN
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -35,7 +35,7 @@ def test_a_dead_server_is_not_ready_and_the_exit_status_says_so(tmp_path, built_
         assert "simple                   triton-0,triton-1" in ready.stdout, ready.stdout
         dead = state.servers[0].pid
         os.killpg(dead, signal.SIGKILL)
-        wait_until(lambda: not alive(dead), "triton-0 to be gone")
+        wait_until(lambda: not pid_alive(dead), "triton-0 to be gone")
         out = _models_status(site_dir)
         assert out.returncode == EXIT_DOWN, out.stdout + out.stderr
         assert "simple                   triton-0 (NOT READY),triton-1" in out.stdout, out.stdout

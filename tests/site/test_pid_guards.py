@@ -14,8 +14,7 @@ from pathlib import Path
 from loopback_http import answering
 from polling import wait_until
 
-from sonicsite.contract.processes_seen import kernel_thread
-from sonicsite.contract.wire import runs_for_site
+from sonicsite.contract.processes_seen import kernel_thread, runs_for_site
 from sonicsite.local.processes import site_group, stop_group
 from sonicsite.local.supervisor import answers
 

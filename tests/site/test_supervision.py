@@ -15,7 +15,8 @@ from pathlib import Path
 
 from polling import wait_until
 
-from sonicsite.contract.wire import STATE_FILE, STOPPED, SUPERVISOR, pid_alive
+from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.contract.wire import STATE_FILE, STOPPED, SUPERVISOR
 from sonicsite.local import launcher
 from sonicsite.local.state import LocalProcess, SiteState, create, edit
 from sonicsite.local.supervision import SupervisionPolicy

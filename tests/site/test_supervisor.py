@@ -20,7 +20,8 @@ from polling import wait_until
 from sonicsite.models.samples import generate
 from stock import stock_infer
 
-from sonicsite.contract.wire import STATE_FILE, STOPPED, pid_alive
+from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.contract.wire import STATE_FILE, STOPPED
 from sonicsite.local import envoy, launcher, prometheus
 from sonicsite.local.processes import group_members
 from sonicsite.local.servers import add_server, remove_server

@@ -34,8 +34,8 @@ from sonicsite.operator.main import parser as operator_parser
 from sonicsite.operator.xds_resources import listener
 from sonicsite.operator.xds_tracing import TRACING_CLUSTER, EnvoyTracing
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import envoy, launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 from sonicsite.local.tracing import TracingConfig, traces_url
 
@@ -58,7 +58,7 @@ def traced(
     yield state, receiver
     launcher.down(site_dir)
     receiver.close()
-    assert not [p.pid for p in state.processes if alive(p.pid)]
+    assert not [p.pid for p in state.processes if pid_alive(p.pid)]
 
 
 def _events(rows: int = 1) -> tuple[SoA, TensorSpec]:
@@ -254,7 +254,7 @@ def test_every_server_of_a_traced_site_exports_and_its_parts_are_told_where(trac
     assert f"--trace-config=opentelemetry,url={url}" in _command_line(state.servers[0].pid)
     assert f"--tracing-endpoint={url}" in by_name["operator"].command
     assert f"--tracing-endpoint={url}" in by_name["gateway"].command
-    assert by_name["collector"].kind == "collector" and alive(by_name["collector"].pid)
+    assert by_name["collector"].kind == "collector" and pid_alive(by_name["collector"].pid)
 
 
 def _command_line(pid: int) -> list[str]:

@@ -11,7 +11,8 @@ import sys
 
 from polling import wait_until
 
-from sonicsite.local.processes import alive, stop_group
+from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.local.processes import stop_group
 from sonicsite.local.state import LocalProcess, LocalServer, SiteState
 
 SLOW_TO_STOP = (
@@ -71,6 +72,6 @@ def test_a_second_ctrl_c_while_up_stops_its_site_stops_it_all(tmp_path):
         assert not (site / "state.json").exists()
     finally:
         for proc in (driver, gateway, server):
-            if proc.poll() is None and alive(proc.pid):
+            if proc.poll() is None and pid_alive(proc.pid):
                 stop_group(proc.pid, grace=1)
                 proc.wait(timeout=60)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from polling import wait_until
 
-from sonicsite.contract.wire import STATE_FILE, pid_alive
+from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import control_plane, launcher
 from sonicsite.local.errors import EnvoyError
 from sonicsite.local.state import SiteState, locked

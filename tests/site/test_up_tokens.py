@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
-from sonicsite.local.processes import alive
 from sonicsite.local.state import SiteState
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -92,7 +92,7 @@ def test_up_with_tokens_guards_the_gateway(tmp_path, built_models):
         assert _get(infer, TOKEN, HUGE) == 413
         assert _get(f"{envoy}/v2", TOKEN) == 200  # the site's view, as the gateway's own
         server = state.servers[0]
-        assert alive(server.pid) and _get(f"http://{server.http}/v2/health/ready") == 200
+        assert pid_alive(server.pid) and _get(f"http://{server.http}/v2/health/ready") == 200
     finally:
         if (site_dir / "state.json").exists():
             launcher.down(site_dir)
