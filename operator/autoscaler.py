@@ -77,6 +77,29 @@ class ScalingPolicy:
             )
 
 
+def zero_needs(placement: str) -> str:
+    """Why a pool may go down to zero servers only where models are placed on demand, said
+    with the name `placement` has where it is refused (`--placement`, `placing`)."""
+    return (
+        f"MIN 0 needs {placement} (a request for a site at zero servers is held until a "
+        "server has started and loaded its model)"
+    )
+
+
+def server_bounds(text: str) -> tuple[int, int]:
+    """`MIN:MAX` servers, the one spelling of every option that bounds a pool (`up
+    --autoscale`, the operator's `--autoscale` and `--pool-autoscale POOL=MIN:MAX`), checked
+    by ScalingPolicy's rule; ValueError saying what was expected."""
+    low, sep, high = text.partition(":")
+    if not sep or not low.isdigit() or not high.isdigit():
+        raise ValueError(f"expected MIN:MAX servers, e.g. 1:4, got {text!r}")
+    try:
+        ScalingPolicy(min_servers=int(low), max_servers=int(high))  # its rule
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+    return int(low), int(high)
+
+
 def queue_ms_per_request(loads: list[ModelLoad]) -> float | None:
     """Queue time per request over `loads`, in ms: Σ queue / Σ requests over every server
     and model given (loadview.per_request); None when no request completed. The scaling

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from sonicsite.contract.wire import DEFAULT_POOL
 
-from .autoscaler import Autoscaler, ScalingPolicy
+from .autoscaler import Autoscaler, ScalingPolicy, server_bounds, zero_needs
 from .discovery import Discovery, KubernetesDiscovery, LocalDiscovery, kubernetes_api
 from .placement_settings import PlacementSettings
 from .xds_jwt import JwtPolicy
@@ -28,12 +28,12 @@ def checked(parser: argparse.ArgumentParser, make: Callable[[], T], prefix: str 
 
 
 def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Autoscaler | None:
-    """`--autoscale min,max` and the scaling policy's options (None without it)."""
+    """`--autoscale MIN:MAX` and the scaling policy's options (None without it)."""
     if not args.autoscale:
         return None
 
     def make() -> Autoscaler:
-        low, high = (int(v) for v in args.autoscale.split(","))
+        low, high = server_bounds(args.autoscale)
         return Autoscaler(
             ScalingPolicy(
                 low,
@@ -47,19 +47,16 @@ def autoscaler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Aut
             )
         )
 
-    scaler = checked(parser, make, "--autoscale: expected min,max servers: ")
+    scaler = checked(parser, make, "--autoscale: ")
     if scaler.policy.min_servers == 0 and not args.placement:
-        parser.error(
-            "--autoscale 0,N: min 0 needs --placement (a request for a site at zero servers "
-            "is held until a server has started and loaded its model)"
-        )
+        parser.error(f"--autoscale {args.autoscale}: {zero_needs('--placement')}")
     return scaler
 
 
 def pool_limits(
     args: argparse.Namespace, parser: argparse.ArgumentParser, policy: ScalingPolicy | None
 ) -> dict[str, tuple[int, int]]:
-    """`--pool-autoscale POOL=MIN,MAX` values: each pool's own min and max servers, checked
+    """`--pool-autoscale POOL=MIN:MAX` values: each pool's own min and max servers, checked
     as a scaling policy's (and min 0 only with --placement); POOL one of the site's pools
     (`--pool`'s, else the one pool, 'default')."""
     if not args.pool_autoscale:
@@ -70,20 +67,19 @@ def pool_limits(
     limits: dict[str, tuple[int, int]] = {}
     for value in args.pool_autoscale:
         pool, _, bounds = value.partition("=")
-        low, _, high = bounds.partition(",")
-        if pool not in names or pool in limits or not (low.isdigit() and high.isdigit()):
+        if pool not in names or pool in limits:
             parser.error(
-                f"--pool-autoscale {value!r}: expected POOL=MIN,MAX, POOL one of {names} "
+                f"--pool-autoscale {value!r}: expected POOL=MIN:MAX, POOL one of {names} "
                 "(once each)"
             )
-        least, most = int(low), int(high)
         prefix = f"--pool-autoscale {value!r}: "
         try:
+            least, most = server_bounds(bounds)
             replace(policy, min_servers=least, max_servers=most)
         except ValueError as exc:
             parser.error(f"{prefix}{exc}")
         if least == 0 and not args.placement:
-            parser.error(f"{prefix}min 0 needs --placement")
+            parser.error(f"{prefix}{zero_needs('--placement')}")
         limits[pool] = (least, most)
     return limits
 

@@ -230,7 +230,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--autoscale",
         default="",
-        help="min,max servers: scale the local site on queue time per request",
+        metavar="MIN:MAX",
+        help="scale the servers between MIN and MAX on queue time per request",
     )
     scaling = ScalingPolicy()
     parser.add_argument(
@@ -353,7 +354,7 @@ def parser() -> argparse.ArgumentParser:
         "--pool-autoscale",
         action="append",
         default=[],
-        metavar="POOL=MIN,MAX",
+        metavar="POOL=MIN:MAX",
         help="with --autoscale: pool POOL scales between MIN and MAX servers (the chart's "
         "pools' minReplicas and maxReplicas, as their ScaledObjects); repeatable; a pool "
         "not named: --autoscale's",

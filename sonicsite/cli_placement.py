@@ -12,7 +12,7 @@ from typing import Any
 
 from .contract.options import at_least, non_negative
 from .contract.wire import HOLD_DEADLINE_S
-from .operator.autoscaler import ScalingPolicy
+from .operator.autoscaler import ScalingPolicy, server_bounds, zero_needs
 from .operator.placement_settings import PlacementSettings
 
 IDLE_UNLOAD_S = 300.0  # `up --placement`'s default (the operator's own is its policy's)
@@ -87,15 +87,12 @@ def add_autoscale_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _autoscale(text: str) -> ScalingPolicy:
-    """`--autoscale MIN:MAX` as the operator's scaling policy (its other fields default),
-    checked by the policy's own rule."""
-    low, sep, high = text.partition(":")
-    if not sep or not low.isdigit() or not high.isdigit():
-        raise argparse.ArgumentTypeError(f"expected MIN:MAX servers, e.g. 1:4, got {text!r}")
+    """`--autoscale MIN:MAX` as the operator's scaling policy (its other fields default)."""
     try:
-        return ScalingPolicy(min_servers=int(low), max_servers=int(high))
+        low, high = server_bounds(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return ScalingPolicy(min_servers=low, max_servers=high)
 
 
 def placement_settings(args: argparse.Namespace) -> PlacementSettings | None:
@@ -224,8 +221,5 @@ def site_option_orphans(args: argparse.Namespace) -> str:
                 )
     scaling = getattr(args, "autoscale", None)
     if scaling is not None and scaling.min_servers == 0 and not getattr(args, "placement", False):
-        return (
-            "argument --autoscale: MIN 0 needs --placement (a request for a site at zero "
-            "servers is held until a server has started and loaded its model)"
-        )
+        return f"argument --autoscale: {zero_needs('--placement')}"
     return ""

@@ -197,7 +197,7 @@ def operator_args(
     ]
     if scaling is not None:
         args += [
-            f"--autoscale={scaling.min_servers},{scaling.max_servers}",
+            f"--autoscale={scaling.min_servers}:{scaling.max_servers}",
             f"--target-ms={scaling.target_ms}",
             f"--up-window={scaling.up_window_s}",
             f"--down-window={scaling.down_window_s}",

@@ -35,7 +35,7 @@ from sonicsite.contract.wire import (
 from sonicsite.models.frameworks import ONNX
 from sonicsite.models.repository import model_names, write_local_repository
 from sonicsite.operator.admission import AdmissionPolicy
-from sonicsite.operator.autoscaler import ScalingPolicy
+from sonicsite.operator.autoscaler import ScalingPolicy, zero_needs
 from sonicsite.operator.balancing import DEFAULT_POLICY
 from sonicsite.operator.placement_settings import PlacementSettings, named_catalogue
 from sonicsite.operator.placement_start import start_models
@@ -108,10 +108,7 @@ def up(
     if ort_threads < 1:
         raise SiteError(f"ort_threads must be at least 1, got {ort_threads}")
     if scaling is not None and scaling.min_servers == 0 and placing is None:
-        raise SiteError(
-            "scaling min 0 needs placing: a request for a site at zero servers is held "
-            "until a server has started and loaded its model"
-        )
+        raise SiteError(f"scaling: {zero_needs('placing')}")
     site_dir = Path(site_dir).resolve()
     make_private(site_dir)
     with exclusive(site_dir, "up"):  # one `up` or `down` at a time, from here to the end

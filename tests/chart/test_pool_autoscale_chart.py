@@ -42,5 +42,5 @@ def test_a_release_without_pools_gives_the_site_limits_alone():
     values = {"autoscaling": {"enabled": True}, "monitoring": {"prometheus": {"enabled": True}}}
     args, scaled = _operator_and_scaled(values)
     (spec,) = [s["spec"] for s in scaled.values()]
-    assert f"--autoscale={spec['minReplicaCount']},{spec['maxReplicaCount']}" in args
+    assert f"--autoscale={spec['minReplicaCount']}:{spec['maxReplicaCount']}" in args
     assert not [a for a in args if a.startswith("--pool-autoscale")]

@@ -217,28 +217,28 @@ def test_each_pool_scales_between_its_own_limits_and_exports_them():
 
 def test_the_operator_takes_each_pools_limits_and_names_a_bad_one(capsys):
     parser = operator_parser()
-    base = ["--port=1", "--envoy-listen=h:2", "--site=s", "--autoscale=1,4", "--placement"]
+    base = ["--port=1", "--envoy-listen=h:2", "--site=s", "--autoscale=1:4", "--placement"]
     pools = ["--pool=a100=m", "--pool=t4"]
     args = parser.parse_args(
-        [*base, *pools, "--pool-autoscale=a100=0,2", "--pool-autoscale=t4=1,8"]
+        [*base, *pools, "--pool-autoscale=a100=0:2", "--pool-autoscale=t4=1:8"]
     )
     policy = ScalingPolicy(1, 4)
     assert pool_limits(args, parser, policy) == {"a100": (0, 2), "t4": (1, 8)}
     for given, says in (
-        ([*pools, "--pool-autoscale=gpu=1,2"], "POOL one of ['a100', 't4']"),
-        ([*pools, "--pool-autoscale=t4=1"], "expected POOL=MIN,MAX"),
-        ([*pools, "--pool-autoscale=t4=3,2"], "min_servers: expected 0 ≤ min_servers"),
-        (["--pool-autoscale=default=2,6"] * 2, "(once each)"),
+        ([*pools, "--pool-autoscale=gpu=1:2"], "POOL one of ['a100', 't4']"),
+        ([*pools, "--pool-autoscale=t4=1"], "expected MIN:MAX servers, e.g. 1:4, got '1'"),
+        ([*pools, "--pool-autoscale=t4=3:2"], "min_servers: expected 0 ≤ min_servers"),
+        (["--pool-autoscale=default=2:6"] * 2, "(once each)"),
     ):
         with pytest.raises(SystemExit):
             pool_limits(parser.parse_args([*base, *given]), parser, policy)
         assert says in capsys.readouterr().err, given
-    no_placement = parser.parse_args([*base[:-1], "--pool-autoscale=default=0,2"])
+    no_placement = parser.parse_args([*base[:-1], "--pool-autoscale=default=0:2"])
     with pytest.raises(SystemExit):
         pool_limits(no_placement, parser, policy)
-    assert "min 0 needs --placement" in capsys.readouterr().err
+    assert "MIN 0 needs --placement (a request for a site at zero" in capsys.readouterr().err
     alone = parser.parse_args(["--port=1", "--envoy-listen=h:2", "--site=s"])
-    alone.pool_autoscale = ["default=1,2"]
+    alone.pool_autoscale = ["default=1:2"]
     with pytest.raises(SystemExit):
         pool_limits(alone, parser, None)
     assert "expected --autoscale too" in capsys.readouterr().err

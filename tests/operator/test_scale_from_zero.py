@@ -37,10 +37,10 @@ def test_a_stream_arriving_at_a_pool_at_zero_gets_every_event_answered(
 
 
 def test_min_zero_without_placement_is_refused_with_the_reason(tmp_path, capsys):
-    with pytest.raises(SiteError, match="scaling min 0 needs placing"):
+    with pytest.raises(SiteError, match="scaling: MIN 0 needs placing"):
         launcher.up(tmp_path / "site", servers=1, scaling=ScalingPolicy(0, 2))
     options = operator_main.parser()
-    args = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=s", "--autoscale=0,2"]
+    args = ["--port=1", "--envoy-listen=127.0.0.1:2", "--site=s", "--autoscale=0:2"]
     with pytest.raises(SystemExit):
         operator_main.build(options.parse_args(args), options)
-    assert "min 0 needs --placement" in capsys.readouterr().err
+    assert "--autoscale 0:2: MIN 0 needs --placement" in capsys.readouterr().err
