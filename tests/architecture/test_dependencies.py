@@ -32,7 +32,7 @@ ALLOWED = {
     "sonicsite.contract": set(),
     "sonicsite.client": {"sonicsite.contract"},
     "sonicsite.operator": {"sonicsite.contract"},
-    "sonicsite.gateway": {"sonicsite.contract", "sonicsite.client"},  # the one per-request pick
+    "sonicsite.gateway": {"sonicsite.contract", "sonicsite.client"},  # its tracing settings
     "sonicsite.models": {"sonicsite.contract", "sonicsite.client"},  # samples are SoA layouts
     "sonicsite.local": {"sonicsite.contract", "sonicsite.operator", "sonicsite.models"},
     "sonicsite.jobs": {
