@@ -91,7 +91,7 @@ def test_with_autoscaling_the_operator_computes_the_declared_works_cap():
     values = {"autoscaling": {"enabled": True, "maxReplicas": 8, "busyOverStart": 2.5}}
     values["monitoring"] = {"prometheus": {"enabled": True}}
     parsed = operator_parser().parse_args(_operator_args(values))
-    assert parsed.autoscale == "1,8" and parsed.busy_over_start == 2.5
+    assert parsed.autoscale == "1:8" and parsed.busy_over_start == 2.5
     assert (parsed.target_ms, parsed.up_window, parsed.down_window) == (100.0, 60.0, 600.0)
     assert parsed.server_start_s == ScalingPolicy().server_start_s
     assert not operator_parser().parse_args(_operator_args({})).autoscale  # KEDA off: nothing

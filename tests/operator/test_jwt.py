@@ -8,8 +8,6 @@ import hashlib
 import hmac
 import json
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
 from sonicsite.operator.xds_jwt import JwtPolicy
-from stock import stock_infer
+from stock import rest_status, stock_infer
 
 from sonicsite.local import launcher
 
@@ -104,18 +102,6 @@ def test_envoy_refuses_requests_without_a_valid_token(jwt_site, bad):
         stock_infer(jwt_site.grpc, "simple", sample.reference_inputs(0, 1), ["OUTPUT0"])
 
 
-def _status(url: str, bearer: str | None, body: dict | None = None) -> int:
-    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-    data = None if body is None else json.dumps(body).encode()
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60):
-            return 200
-    except urllib.error.HTTPError as refusal:
-        return refusal.code
-
-
 def test_rest_asks_for_the_same_token_through_envoy_and_at_the_gateway(jwt_site):
     """REST through Envoy is the gateway's (which bounds what a body declares): Envoy passes
     the token on, and the gateway checks the same JWTs, so a client Envoy refuses is not
@@ -125,7 +111,7 @@ def test_rest_asks_for_the_same_token_through_envoy_and_at_the_gateway(jwt_site)
     good = token(_claims())
     for site in (jwt_site.grpc, jwt_site.http):
         infer = f"http://{site}/v2/models/simple/infer"
-        assert _status(infer, good, body) == 200, site
-        assert _status(infer, None, body) == 401, site
-        assert _status(infer, token(_claims(), key=b"not the site's key"), body) == 401, site
-    assert _status(f"http://{jwt_site.http}/v2/health/ready", None) == 200  # probes open
+        assert rest_status(infer, good, body) == 200, site
+        assert rest_status(infer, None, body) == 401, site
+        assert rest_status(infer, token(_claims(), key=b"not the site's key"), body) == 401, site
+    assert rest_status(f"http://{jwt_site.http}/v2/health/ready", None) == 200  # probes open

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from stock import rest_status
 
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher
@@ -29,19 +30,6 @@ DISCOVER = (
     "from sonicsite.client.discovery import discover; "
     "print(len(discover().servers), 'server(s) found')"
 )
-
-
-def _get(url: str, token: str | None = None, body: dict | None = None) -> int:
-    """The status of a GET (a POST of `body` as JSON, when given)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    data = None if body is None else json.dumps(body).encode()
-    if data is not None:
-        headers["Content-Type"] = "application/json"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60):
-            return 200
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def _discover(url: str, token: str | None) -> subprocess.CompletedProcess:
@@ -67,11 +55,11 @@ def test_up_with_tokens_guards_the_gateway(tmp_path, built_models):
         state = SiteState.load(site_dir)
         gateway = f"http://{state.http}"
         assert any(f"--tokens={tokens}" in a for a in state.process("gateway").command)
-        assert _get(f"{gateway}/v2/health/ready") == 200  # probes stay open
+        assert rest_status(f"{gateway}/v2/health/ready") == 200  # probes stay open
         for path in ("/v1/site", "/v2/models/simple"):
-            assert _get(gateway + path) == 401, path
-            assert _get(gateway + path, "not-the-token") == 401, path
-            assert _get(gateway + path, TOKEN) == 200, path
+            assert rest_status(gateway + path) == 401, path
+            assert rest_status(gateway + path, "not-the-token") == 401, path
+            assert rest_status(gateway + path, TOKEN) == 200, path
         site = json.loads(
             urllib.request.urlopen(
                 urllib.request.Request(
@@ -87,12 +75,12 @@ def test_up_with_tokens_guards_the_gateway(tmp_path, built_models):
         assert refused.returncode != 0 and "401" in refused.stderr, refused.stderr
         envoy = f"http://{state.grpc}"
         infer = f"{envoy}/v2/models/simple/infer"
-        assert _get(infer, body=SIMPLE) == 401  # the gateway's answer, through Envoy
-        assert _get(infer, TOKEN, SIMPLE) == 200
-        assert _get(infer, TOKEN, HUGE) == 413
-        assert _get(f"{envoy}/v2", TOKEN) == 200  # the site's view, as the gateway's own
+        assert rest_status(infer, body=SIMPLE) == 401  # the gateway's answer, through Envoy
+        assert rest_status(infer, TOKEN, SIMPLE) == 200
+        assert rest_status(infer, TOKEN, HUGE) == 413
+        assert rest_status(f"{envoy}/v2", TOKEN) == 200  # the site's view, as the gateway's own
         server = state.servers[0]
-        assert pid_alive(server.pid) and _get(f"http://{server.http}/v2/health/ready") == 200
+        assert pid_alive(server.pid) and rest_status(f"http://{server.http}/v2/health/ready") == 200
     finally:
         if (site_dir / "state.json").exists():
             launcher.down(site_dir)

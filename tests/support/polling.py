@@ -21,13 +21,10 @@ def wait_until(
     """Call `condition` until it returns something truthy, and return that; fail the test,
     saying `what` was awaited and the last value seen, if `timeout` seconds pass first."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
+    while not (value := condition()):
+        _not_past(deadline, timeout, what, value)
         time.sleep(interval)
+    return value
 
 
 async def wait_until_async(
@@ -36,13 +33,16 @@ async def wait_until_async(
     """`wait_until` inside an event loop: between calls it awaits, so that the loop's other
     tasks (the code under test) run meanwhile."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
+    while not (value := condition()):
+        _not_past(deadline, timeout, what, value)
         await asyncio.sleep(interval)
+    return value
+
+
+def _not_past(deadline: float, timeout: float, what: str, value: object) -> None:
+    """Fail the test, saying what was awaited and the last value seen, past `deadline`."""
+    if time.monotonic() > deadline:
+        raise AssertionError(f"waited {timeout:.0f} s for {what}; last seen: {value!r}")
 
 
 def settled(read: Callable[[], T], what: str, reads: int = 3, interval: float = 0.5) -> T:

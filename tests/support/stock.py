@@ -1,9 +1,12 @@
-"""The stock tritonclient way of calling a model, the reference the tests compare against."""
+"""The stock tritonclient way of calling a model, the reference the tests compare against,
+and a bare REST call as curl would make it."""
 
 from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -85,3 +88,17 @@ def stock_burst(
     for thread in threads:
         thread.join(timeout_s)
     return results
+
+
+def rest_status(url: str, bearer: str | None = None, body: dict | None = None) -> int:
+    """The HTTP status of a GET of `url`, or of a POST of `body` as JSON, with `bearer` as
+    its bearer token when given."""
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60):
+            return 200
+    except urllib.error.HTTPError as refusal:
+        return refusal.code
