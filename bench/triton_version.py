@@ -9,16 +9,13 @@ place: a result is never held back for its version."""
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 from sonicsite.local.errors import TritonError
 from sonicsite.local.ports import free_ports
-from sonicsite.local.processes import exit_reason, start_process, stop_group
+from sonicsite.local.processes import start_process, stop_group, wait_for_http
 from sonicsite.local.triton import TritonInstall
 
 ASK_FOR_S = 120.0  # a busy machine starts Triton slowly; an empty one is up in about 1 s
@@ -46,26 +43,13 @@ def server_version(deadline_s: float = ASK_FOR_S) -> str:
             "--exit-timeout-secs=1",
         ]
         proc = start_process(cmd, log, cwd=Path(tmp), env=install.environment())
+        url = f"http://127.0.0.1:{port}/v2"
         try:
-            version = _ask(proc, f"127.0.0.1:{port}", deadline_s)
-            if version is None:
-                why = exit_reason(proc.pid, proc) if proc.poll() is not None else "gave no answer"
-                tail = log.read_text(errors="replace")[-300:]
-                where = f"tritonserver (pid {proc.pid})"
-                return f"unknown: {where} {why} in {deadline_s:.0f} s: {tail!r}"
-            return version
+            wait_for_http(url, proc, log, deadline_s, TritonError, "tritonserver")
+            with urllib.request.urlopen(url, timeout=30) as reply:
+                return str(json.load(reply)["version"])
+        except (TritonError, OSError, ValueError, KeyError) as exc:
+            return f"unknown: {exc}"
         finally:
             stop_group(proc.pid)
             proc.wait()
-
-
-def _ask(proc: subprocess.Popen, address: str, deadline_s: float) -> str | None:
-    """The server's metadata version, asked until the deadline or its exit."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://{address}/v2", timeout=5) as reply:
-                return str(json.load(reply)["version"])
-        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError):
-            time.sleep(0.2)
-    return None

@@ -52,7 +52,7 @@ def model_servers(
     result = {}
     for m in models:
         weighed = tuple(s.id for s in servers if m in s.models)
-        taking = [s.id for s in servers if m in s.models and not s.draining]
+        taking = [s.id for s in servers if _takes_new(s, m)]
         seen = tuple(s for s in taking if loadview.in_view(s))
         unseen = tuple(s for s in taking if s not in seen)
         loads = tuple(x for x in loadview.model_loads(m) if x.server in seen)
@@ -65,7 +65,12 @@ def taking(servers: Sequence[ServerRecord]) -> set[str]:
     with placement, a catalogue model outside these is held by the gateway (controller.py),
     as a request routed to a model only draining servers list would find no host Envoy
     picks (503 "no healthy upstream") where it could wait for a replica."""
-    return {m for s in servers if not s.draining for m in s.models}
+    return {m for s in servers for m in s.models if _takes_new(s, m)}
+
+
+def _takes_new(server: ServerRecord, model: str) -> bool:
+    """A server lists `model` and is not draining: new requests for it may go there."""
+    return model in server.models and not server.draining
 
 
 def departed(known: Iterable[str], servers: Sequence[ServerRecord]) -> list[str]:

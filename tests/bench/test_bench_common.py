@@ -216,4 +216,4 @@ def test_meta_gives_tritons_own_version_beside_the_wheels(tmp_path):
 
 def test_a_server_that_gives_no_version_in_time_is_said_unknown_with_why():
     version = triton_version.server_version(deadline_s=0.0)
-    assert version.startswith("unknown: tritonserver (pid ") and "gave no answer" in version
+    assert version.startswith("unknown: tritonserver (pid ") and "did not answer" in version
