@@ -17,11 +17,12 @@ a new source past it is refused until some lapse.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from sonicsite.contract.work_report import WorkReport
 
-from .leases import lapse
+from .leases import Leases
 
 # a Tier-2 day's overlapping workflows run a few thousand jobs at once, each one client
 MAX_SOURCES = 20_000
@@ -51,7 +52,8 @@ class ModelWork:
 class DeclaredWork:
     """The reports that hold; the API's threads write them while the loop reads them."""
 
-    reports: dict[str, tuple[WorkReport, float]] = field(default_factory=dict)  # until
+    leases: Leases[WorkReport] = field(default_factory=Leases)
+    _declaring: Counter[str] = field(default_factory=Counter)  # reports with requests left
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def report(self, report: WorkReport, now: float) -> set[str]:
@@ -60,36 +62,41 @@ class DeclaredWork:
         once). One with nothing left says the job is done: its models stay, with nothing
         left and their last rate, until its lease ends (the queue time of its last requests
         is still in the autoscaler's window: done work, not undeclared work of unknown
-        length)."""
+        length). Its cost does not grow with the reports held."""
         with self._lock:
-            if report.source not in self.reports and len(self.reports) >= MAX_SOURCES:
-                lapse(self.reports, now, lambda report: report.lease_s)
-                if len(self.reports) >= MAX_SOURCES:
-                    raise TooManySources(
-                        f"reports of {len(self.reports)} clients hold, the most the operator "
-                        f"keeps ({MAX_SOURCES}); try again once some lapse"
-                    )
+            self._lapse(now)
+            if report.source not in self.leases and len(self.leases) >= MAX_SOURCES:
+                raise TooManySources(
+                    f"reports of {len(self.leases)} clients hold, the most the operator "
+                    f"keeps ({MAX_SOURCES}); try again once some lapse"
+                )
             if any(report.left.values()):
-                new = {m for m, n in report.left.items() if n and not self._declared(m, now)}
-                self.reports[report.source] = (report, now + report.lease_s)
+                new = {m for m, n in report.left.items() if n and not self._declaring[m]}
+                self._replace(report.source, report, now, report.lease_s)
                 return new
-            last = self.reports.get(report.source)
+            last = self.leases.get(report.source)
             if last is not None:
-                done = replace(last[0], left=dict.fromkeys(last[0].left, 0), streams={})
-                self.reports[report.source] = (done, now + last[0].lease_s)
+                done = replace(last, left=dict.fromkeys(last.left, 0), streams={})
+                self._replace(report.source, done, now, last.lease_s)
             return set()
 
-    def _declared(self, model: str, now: float) -> bool:
-        """Under the lock: whether a report that holds has requests left for `model` (the
-        first found will do: a report comes from every client every few seconds)."""
-        lapse(self.reports, now, lambda report: report.lease_s)
-        return any(r.left.get(model) for r, _ in self.reports.values())
+    def _replace(self, source: str, report: WorkReport, now: float, lease_s: float) -> None:
+        """Under the lock: hold `report`, counting the models it has requests left for."""
+        last = self.leases.put(source, report, now, lease_s)
+        if last is not None:
+            self._declaring.subtract(m for m, n in last.left.items() if n)
+        self._declaring.update(m for m, n in report.left.items() if n)
+
+    def _lapse(self, now: float) -> None:
+        """Under the lock: drop the reports whose lease ended, and their counts."""
+        for report in self.leases.lapse(now):
+            self._declaring.subtract(m for m, n in report.left.items() if n)
 
     def totals(self, now: float) -> dict[str, ModelWork]:
         """Per model, the work of the reports whose lease holds (lapsed ones are dropped)."""
         with self._lock:
-            lapse(self.reports, now, lambda report: report.lease_s)
-            holding = [report for report, _ in self.reports.values()]
+            self._lapse(now)
+            holding = self.leases.reports()
         totals: dict[str, ModelWork] = {}
         for report in holding:
             for model, left in report.left.items():

@@ -16,7 +16,7 @@ from sonicsite.contract.wire import HELD_TTL_S
 from sonicsite.contract.work_report import COUNT_MAX
 
 from .catalogue import DEFAULT_POOL
-from .leases import lapse
+from .leases import Leases
 
 
 class Kind(enum.Enum):
@@ -133,7 +133,7 @@ class HeldCounts:
     outlives the holder that sent it. The time is passed in."""
 
     ttl_s: float = HELD_TTL_S
-    reports: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
+    reports: Leases[dict[str, int]] = field(default_factory=Leases)
 
     def report(self, source: str, counts: dict[str, int], now: float) -> None:
         for model, count in counts.items():
@@ -144,14 +144,14 @@ class HeldCounts:
                         :300
                     ]
                 )
-        self.reports[source] = ({m: n for m, n in counts.items() if n}, now + self.ttl_s)
+        self.reports.put(source, {m: n for m, n in counts.items() if n}, now, self.ttl_s)
 
     def held(self, now: float) -> dict[str, int]:
         """Requests held per model now, summed over the holders whose report holds (one
         that lapses more than `ttl_s` from now, the clock having stepped back, from now)."""
-        lapse(self.reports, now, lambda _: self.ttl_s)
+        self.reports.lapse(now)
         total: dict[str, int] = {}
-        for counts, _ in self.reports.values():
+        for counts in self.reports.reports():
             for model, count in counts.items():
                 total[model] = total.get(model, 0) + count
         return total

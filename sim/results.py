@@ -96,7 +96,9 @@ def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
     except BaseException:
         for worker in set(multiprocessing.active_children()) - before:
             worker.terminate()
-        pool.shutdown(wait=False)  # the pool broken: its runs not begun fail, none waits
+        # its workers ended, the pool's own thread ends at once: waited for, or Python's
+        # exit hook may write to the pipe that thread is closing (EBADF, a traceback)
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return done

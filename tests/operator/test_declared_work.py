@@ -48,7 +48,7 @@ def test_reports_of_new_sources_past_the_most_are_refused_until_some_lapse():
         work.report(WorkReport("one-more", {"a": 1}), 1.0)
     work.report(WorkReport("job-0", {"a": 2}, lease_s=10), 1.0)  # a known source renews
     work.report(WorkReport("one-more", {"a": 1}), 10.5)  # the others lapsed meanwhile
-    assert set(work.totals(10.5)) == {"a"} and len(work.reports) == 2
+    assert set(work.totals(10.5)) == {"a"} and len(work.leases) == 2
 
 
 def test_reports_add_up_per_model_and_lapse_with_their_lease():
@@ -64,7 +64,7 @@ def test_reports_add_up_per_model_and_lapse_with_their_lease():
     }  # job-2 lapsed
     work.report(WorkReport("job-1", {}), 7.0)  # done: nothing left, its rate until its lease ends
     assert work.totals(26.0) == {"a": ModelWork(0, 2.0, 1), "b": ModelWork(0, 0.0, 1)}
-    assert work.totals(27.0) == {} and work.reports == {}
+    assert work.totals(27.0) == {} and len(work.leases) == 0
     work.report(WorkReport("job-3", {}), 28.0)  # done before it said anything: nothing
     assert work.totals(28.0) == {}
 
