@@ -50,7 +50,8 @@ chart-check: install
 chart-docs: install
 	$(PY) charts/tools/values_doc.py charts/sonicsite
 
-# The Grafana dashboards' JSON (monitoring/dashboards), built in code by
+# The Grafana dashboards' JSON (monitoring/dashboards, a link to the chart's
+# charts/sonicsite/files/dashboards, where the one copy lives), built in code by
 # monitoring/tools/dashboards.py, run as a script (tests/monitoring fails when the committed
 # JSON is not a fresh build).
 dashboards: install

@@ -1,14 +1,16 @@
 """Grafana dashboards, built in code with grafana-foundation-sdk (Grafana 11.6).
 
-`make dashboards` (or `python monitoring/tools/dashboards.py [OUT]`, run as a script from the
-repository root) writes them to monitoring/dashboards/*.json, which the chart ships as
-ConfigMaps for Grafana's sidecar; tests/monitoring checks that the committed JSON is a fresh
-build. Servers are counted from the operator's view (`sonicsite_server_up`), never from GPUs,
-so CPU-only sites are right. A board shows one release (one site): every query, recorded
-series included, selects the `namespace` and `release` variables (single values: the labels
-the chart puts on its scrape targets, so that releases sharing a Prometheus are never summed
-together) and the model variable (any number, or all). On the local site, whose series carry
-no namespace or release, the regex `.*` (or an empty value) matches them.
+`make dashboards` (or `python monitoring/tools/dashboards.py [OUT]`, run as a script from
+the repository root) writes them to monitoring/dashboards/*.json: a link to the chart's
+charts/sonicsite/files/dashboards, where the one copy lives (the chart folder is the whole
+chart), shipped as ConfigMaps for Grafana's sidecar; tests/monitoring checks that the
+committed JSON is a fresh build. Servers are counted from the operator's view
+(`sonicsite_server_up`), never from GPUs, so CPU-only sites are right. A board shows one
+release (one site): every query, recorded series included, selects the `namespace` and
+`release` variables (single values: the labels the chart puts on its scrape targets, so that
+releases sharing a Prometheus are never summed together) and the model variable (any number,
+or all). On the local site, whose series carry no namespace or release, the regex `.*` (or
+an empty value) matches them.
 
 The panels and their queries are in dashboard_panels.py (the placement board's in
 placement_panels.py); this file lays them out on the

@@ -63,6 +63,9 @@ def test_a_wrong_answer_or_a_model_without_a_request_fails_the_test(site, tmp_pa
     assert done.returncode == 1
     assert "simple: the request from" in done.stdout and "OUTPUT0: off by up to 1" in done.stdout
 
+    # a site's own model (one of triton.models, the only ones tests.models may name) with no
+    # demo sample and no request in tests.inputs
+    values["triton"]["models"] = [*values["triton"]["models"], "site_own_model"]
     values["tests"]["models"] = ["site_own_model"]
     command, files = _test_pod(values)
     done = _run(command, files, site.grpc, tmp_path)

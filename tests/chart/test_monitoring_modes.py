@@ -186,6 +186,7 @@ def _external(auth: dict) -> dict:
     return {
         "autoscaling": {"enabled": True},
         "monitoring": {"prometheusAddress": EXTERNAL, "prometheusAuth": auth},
+        "networkPolicy": {"metricsFrom": [PEER]},  # the site's Prometheus scrapes the release
     }
 
 
@@ -281,9 +282,10 @@ def test_the_network_policy_lets_the_sites_prometheus_scrape_in_every_mode(mode)
     # with no selector, no rule admits any source to them: the operator's port is its whole
     # HTTP API (test_network_policy.py evaluates who reaches what); prometheus-operator's
     # monitors are refused without one (their scraper is never one of the release's pods)
-    if mode == "prometheus-operator":
+    if mode in ("prometheus-operator", "external with auth"):
+        without = {k: v for k, v in MODES[mode].items() if k != "networkPolicy"}
         assert "networkPolicy.metricsFrom: expected the site's Prometheus" in (
-            _render_error(MODES[mode])
+            _render_error(without)
         )
         return
     nobody = _policy(_docs(MODES[mode]), "internal")["ingress"]
@@ -368,3 +370,32 @@ def test_each_service_monitor_scrapes_its_pods_once():
         ]
         assert chosen == [monitor["metadata"]["name"]], chosen
     assert check_selectors(docs) == []
+
+
+@pytest.mark.parametrize("scraping", ["annotations", "static"])
+def test_keda_on_a_site_prometheus_that_the_policy_keeps_off_the_metrics_ports_is_refused(
+    scraping,
+):
+    """KEDA asks the site's Prometheus (monitoring.prometheusAddress) for Triton's queue time;
+    that Prometheus is no pod of the release, so with the NetworkPolicy on and metricsFrom
+    empty it scrapes nothing and KEDA's query stays empty (no server is ever added): refused,
+    as prometheus-operator's monitors are, saying what to set."""
+    values = {
+        "autoscaling": {"enabled": True},
+        "monitoring": {
+            "prometheusAddress": EXTERNAL,
+            "scrapeAnnotations": scraping == "annotations",
+        },
+    }
+    refused = _render_error(values)
+    assert "networkPolicy.metricsFrom: expected the site's Prometheus" in refused
+    assert "autoscaling.enabled" in refused and "monitoring.prometheusAddress" in refused
+    assert "set networkPolicy.metricsFrom to its pods" in refused
+    # what it says to set renders, and lets that Prometheus scrape Triton
+    docs = _docs({**values, "networkPolicy": {"metricsFrom": [PEER]}})
+    scrape = [r for r in _policy(docs, "internal")["ingress"] if r.get("from") == [PEER]]
+    assert [_ports(r) for r in scrape] == [{8002, 8080}]
+    # no policy, or KEDA on the chart's own Prometheus (one of the release's pods): no refusal
+    assert _docs({**values, "networkPolicy": {"enabled": False}})
+    own = {"autoscaling": {"enabled": True}, "monitoring": {"prometheus": {"enabled": True}}}
+    assert _kind(_docs(own), "ScaledObject")

@@ -300,3 +300,37 @@ def test_only_services_reachable_from_outside_take_a_traffic_policy():
     assert "at '/envoy/service/externalTrafficPolicy'" in _refusal(
         {"envoy": {"service": {"externalTrafficPolicy": "local"}}}
     )
+
+
+OUTSIDE_CLIENT = Source("198.51.100.7")  # a client outside the cluster, its address kept
+
+
+@pytest.mark.parametrize("kind", ["LoadBalancer", "NodePort"])
+@pytest.mark.parametrize("component", ["envoy", "gateway"])
+def test_an_outside_service_that_the_clients_rule_would_close_to_everyone_is_refused(
+    kind, component
+):
+    """A LoadBalancer or NodePort Service is for clients outside the cluster; with
+    networkPolicy.clients the policy admits only those peers and the release's pods, so with
+    no address of theirs admitted (a LoadBalancer's loadBalancerSourceRanges, an ipBlock
+    among the clients) every outside client would be refused: refused at render, naming what
+    to set."""
+    where = f"{component}.service"
+    service = {"type": kind, "externalTrafficPolicy": "Local"}
+    refused = _refusal({component: {"service": service}, "networkPolicy": CLIENTS})
+    assert f"{where}.type: {kind} with networkPolicy.clients" in refused
+    assert "every client from outside the cluster would be refused" in refused
+    if kind == "LoadBalancer":
+        assert f"set {where}.loadBalancerSourceRanges" in refused
+    assert "ipBlock" in refused and "or leave networkPolicy.clients empty" in refused
+    # the admin's way: the outside clients' addresses among the clients, kept by Local
+    outside = {"ipBlock": {"cidr": "198.51.100.0/24"}}
+    values = {component: {"service": service}, "networkPolicy": {"clients": [outside]}}
+    docs = _docs(values)
+    port = 8001 if component == "envoy" else 8080
+    assert reaches(docs, OUTSIDE_CLIENT, pods(docs)[component], port)
+    # with Cluster every outside connection arrives from a node's address: refused, naming it
+    cluster = {component: {"service": {"type": kind}}, "networkPolicy": {"clients": [outside]}}
+    assert f"{where}.externalTrafficPolicy: expected Local" in _refusal(cluster)
+    # a ClusterIP Service (behind an Ingress whose controller is a client) needs no address
+    assert _docs({"networkPolicy": CLIENTS})

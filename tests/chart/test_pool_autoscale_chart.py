@@ -44,3 +44,31 @@ def test_a_release_without_pools_gives_the_site_limits_alone():
     (spec,) = [s["spec"] for s in scaled.values()]
     assert f"--autoscale={spec['minReplicaCount']}:{spec['maxReplicaCount']}" in args
     assert not [a for a in args if a.startswith("--pool-autoscale")]
+
+
+def test_bounds_out_of_order_name_the_values_they_came_from():
+    """A pool takes autoscaling's bounds where it sets none: the refusal names the value the
+    admin set, not one the pool never had."""
+    import pytest
+
+    base = {**POOLS, "triton": {"models": ["particlenet_ak4", "deepmet"]}}
+    site = {**base["autoscaling"], "minReplicas": 2}
+    values = {**base, "autoscaling": site, "pools": [{"name": "a", "maxReplicas": 1}]}
+    with pytest.raises(Exception) as caught:
+        render(values)
+    refused = str(caught.value)
+    assert "autoscaling.minReplicas: expected at most pools[a].maxReplicas (1), got 2" in refused
+    assert "pools[a].minReplicas:" not in refused
+    own = {**base, "pools": [{"name": "a", "minReplicas": 3, "maxReplicas": 2}]}
+    with pytest.raises(
+        Exception,
+        match=r"pools\[a\]\.minReplicas: expected at most pools\[a\]\.maxReplicas \(2\), got 3",
+    ):
+        render(own)
+    up = {**base, "autoscaling": {**base["autoscaling"], "maxReplicas": 1}}
+    up["pools"] = [{"name": "a", "minReplicas": 2}]
+    with pytest.raises(
+        Exception,
+        match=r"pools\[a\]\.minReplicas: expected at most autoscaling\.maxReplicas \(1\), got 2",
+    ):
+        render(up)

@@ -235,3 +235,25 @@ def test_a_long_release_name_keeps_every_pools_objects_apart_and_within_63_chara
     config = yaml.safe_load(prometheus["data"]["prometheus.yml"])
     (gateway_job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gateway"]
     assert gateway_job["dns_sd_configs"][0]["names"] == [f"{headless[0]}.hep.svc"]
+
+
+def test_a_model_pinned_to_two_pools_is_refused_as_the_operator_refuses_it():
+    """The operator refuses its own --pool arguments when a model is in two pools, and would
+    never start: the chart refuses the values first, in the operator's words."""
+    from sonicsite.operator.catalogue import Catalogue, CatalogueError, ModelInfo, Pool
+
+    models = ["m1", "m2"]
+    pools = [{"name": "a", "models": ["m1"]}, {"name": "b", "models": ["m1"]}, {"name": "c"}]
+    with pytest.raises(CatalogueError) as operator:
+        Catalogue(
+            {m: ModelInfo(m) for m in models},
+            tuple(Pool(p["name"], tuple(p.get("models", ()))) for p in pools),
+        )
+    values = {"placement": {"enabled": True}, "pools": pools, "triton": {"models": models}}
+    with pytest.raises(Exception) as chart:
+        render(values)
+    assert "pools" in str(chart.value) and str(operator.value) in str(chart.value)
+    # a model named twice in one pool: the schema's, naming the value
+    twice = [{"name": "a", "models": ["m1", "m1"]}, {"name": "c"}]
+    with pytest.raises(Exception, match="at '/pools/0/models'"):
+        render({**values, "pools": twice})

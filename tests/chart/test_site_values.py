@@ -384,7 +384,8 @@ def test_helm_test_can_be_switched_off_and_given_requests_from_a_file():
     assert not [d for d in off if d["kind"] == "Pod"]
     assert "helm test" not in render({"tests": {"enabled": False}})["sonicsite/templates/NOTES.txt"]
     inputs = json.dumps({"simple": {"inputs": []}})
-    rendered = _docs({"tests": {"models": ["simple"], "inputs": inputs}})
+    triton = {"models": ["particlenet_ak4", "simple"]}  # tests.models are the site's
+    rendered = _docs({"triton": triton, "tests": {"models": ["simple"], "inputs": inputs}})
     pod = one_object(rendered, "Pod", "test")
     (configmap,) = [d for d in rendered if d["kind"] == "ConfigMap" and "inputs.json" in d["data"]]
     assert configmap["data"]["inputs.json"] == inputs
@@ -444,3 +445,44 @@ def test_triton_pods_take_a_runtime_class_and_supplemental_groups():
     assert "at '/triton/supplementalGroups/0'" in _render_error(
         {"triton": {"supplementalGroups": ["video"]}}
     )
+
+
+def test_helm_test_models_must_be_the_sites():
+    """The test pod asks Envoy for each of tests.models; the operator routes triton.models
+    alone, so another model could only fail once `helm test` runs: refused, naming it."""
+    refused = _render_error({"tests": {"models": ["deepmet", "nosuch"]}})
+    assert "tests.models: nosuch is not one of triton.models" in refused
+    docs = _docs({"tests": {"models": ["deepmet"]}})
+    (test,) = [d for d in docs if d["kind"] == "Pod"]
+    assert "--models=deepmet" in test["spec"]["containers"][0]["args"]
+    assert _docs({"tests": {"enabled": False, "models": ["nosuch"]}})  # no test pod: unread
+
+
+@pytest.mark.parametrize("placement", [False, True])
+def test_a_demo_repository_that_builds_fewer_models_than_triton_loads_is_refused(placement):
+    """The demo repository's init container builds its `models` alone; Triton is told to
+    load triton.models (or the operator loads them on demand), so where the demo repository
+    is Triton's only one, a model it does not build is in no repository: refused, naming it."""
+    values = {
+        "triton": {"modelRepositories": [{"source": "demo", "models": ["deepmet"]}]},
+        "placement": {"enabled": placement},
+    }
+    refused = _render_error(values)
+    assert "triton.modelRepositories[0].models: expected every model of triton.models" in refused
+    assert "particlenet_ak4" in refused
+    # every model built: renders, and the init container builds what Triton loads
+    both = {"source": "demo", "models": ["deepmet", "particlenet_ak4"]}
+    pod = _pod(_docs({**values, "triton": {"modelRepositories": [both]}}), "triton")
+    (init,) = pod["initContainers"]
+    assert set(init["command"][-1].split(",")) == {"deepmet", "particlenet_ak4"}
+    # with another repository beside it, the others may be there: the chart cannot tell
+    other = [{"source": "demo", "models": ["deepmet"]}, {"source": "pvc", "claimName": "models"}]
+    assert _docs({**values, "triton": {"modelRepositories": other}})
+
+
+def test_cvmfs_from_a_claim_and_a_nodes_autofs_at_once_is_refused():
+    repos = [{"source": "cvmfs", "repository": "cms.cern.ch"}]
+    cvmfs = {"existingClaim": "cvmfs", "hostPath": "/cvmfs"}
+    refused = _render_error({"triton": {"modelRepositories": repos, "cvmfs": cvmfs}})
+    assert "triton.cvmfs" in refused and "hostPath" in refused and "existingClaim" in refused
+    assert "not both" in refused

@@ -160,3 +160,12 @@ def test_the_operator_builds_envoys_tracer_from_the_charts_arguments():
 def test_traced_sites_pass_every_schema_and_tool(tracing):
     report = check_profile("tracing", {"tracing": tracing})
     assert report.errors == [], "\n".join(report.errors)
+
+
+def test_the_collector_without_tracing_is_refused_naming_both():
+    """The collector runs only with tracing on; alone it would be silently left out."""
+    with pytest.raises(Exception) as caught:
+        render({"tracing": {"enabled": False, "collector": {"enabled": True}}})
+    refused = str(caught.value)
+    assert "tracing.collector.enabled" in refused and "tracing.enabled" in refused
+    assert not [d for d in _docs({}) if "otel-collector" in d["metadata"]["name"]]

@@ -143,9 +143,9 @@ def test_the_only_checksum_is_envoys_bootstrap():
 
 
 def _bumped_chart(tmp_path: Path) -> Path:
-    """A copy of the chart (its linked files copied in) at the next version and appVersion."""
+    """A copy of the chart at the next version and appVersion."""
     chart = tmp_path / CHART.name
-    shutil.copytree(CHART, chart)  # follows the links to monitoring/
+    shutil.copytree(CHART, chart, symlinks=True)  # the chart folder is the whole chart
     meta = yaml.safe_load((chart / "Chart.yaml").read_text())
     assert meta["version"] != "9.9.9" and meta["appVersion"] != "9.9.9"
     meta.update(version="9.9.9", appVersion="9.9.9")
@@ -181,3 +181,41 @@ def test_a_new_chart_version_rolls_only_the_pods_of_a_new_image(tmp_path):
         labels = template["metadata"]["labels"]
         assert {"app.kubernetes.io/name", "app.kubernetes.io/instance"} <= set(labels)
         assert "app.kubernetes.io/component" in labels
+
+
+def test_no_checksum_carries_the_charts_version(tmp_path):
+    """A checksum of a whole rendered object hashes its labels too (helm.sh/chart carries the
+    chart's version): a new chart would roll the pod for nothing. Each checksum is of the
+    config's data alone: with every config-reading pod on (the chart's Prometheus, the
+    collector, Envoy), a new chart version changes none of them."""
+    bumped = _bumped_chart(tmp_path)
+    values = yaml.safe_load(PROFILE.read_text())
+    values["monitoring"] = {**values["monitoring"], "prometheus": {"enabled": True}}
+    values["tracing"] = {"enabled": True, "collector": {"enabled": True}}
+    values["image"] = {"tag": "0.1.0"}
+    old, new = _templates(values), _templates(values, bumped)
+
+    def checksums(templates: dict[str, dict]) -> dict[str, str]:
+        return {
+            f"{name}/{key}": value
+            for name, template in templates.items()
+            for key, value in template["metadata"].get("annotations", {}).items()
+            if key.startswith("checksum/")
+        }
+
+    before, after = checksums(old), checksums(new)
+    components = {k.rsplit("-", 1)[-1].split("/")[0] for k in before}
+    assert {"envoy", "prometheus", "collector"} <= components, before
+    assert before == after
+    # and each still follows its config: a change of the collector's rolls the collector
+    changed = {
+        **values,
+        "tracing": {
+            **values["tracing"],
+            "collector": {"enabled": True, "exportEndpoint": "https://tempo.example.org:4318"},
+        },
+    }
+    rolled = [n for n, t in _templates(changed).items() if t != old[n]]
+    assert [n for n in rolled if "otel-collector" in n] and all(
+        "otel-collector" in n for n in rolled
+    )

@@ -114,3 +114,73 @@ def test_a_pools_misspelt_toleration_is_refused():
     typo = {"key": "nvidia.com/gpu", "operator": "Exists", "effects": "NoSchedule"}
     values = {"placement": {"enabled": True}, "pools": [{"name": "a", "tolerations": [typo]}]}
     assert "at '/pools/0/tolerations/0'" in _refusal(values)
+
+
+QUANTITIES = ["2", "500m", "1.5", ".5", "4Gi", "128Mi", "1e3", "2E6", "1.5G", "100k", "1Pi"]
+NOT_QUANTITIES = ["...", "1..G", ".", "", "G", "1 Gi", "1gi", "-1", "1.2.3", "Gi1", "1e", "0x10"]
+
+
+@pytest.mark.parametrize("quantity", QUANTITIES)
+def test_a_kubernetes_quantity_passes(quantity):
+    values = {"triton": {"resources": {"requests": {"memory": quantity}}, "shmSize": quantity}}
+    docs = objects(render(values))
+    (triton,) = [d for d in docs if d["kind"] == "Deployment" and "triton" in d["metadata"]["name"]]
+    assert (
+        triton["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"]
+        == quantity
+    )
+
+
+@pytest.mark.parametrize("quantity", NOT_QUANTITIES)
+@pytest.mark.parametrize(
+    "where",
+    [
+        "triton.resources.requests.memory",
+        "triton.shmSize",
+        "envoy.resources.limits.memory",
+        "gateway.resources.requests.cpu",
+        "tests.resources.limits.memory",
+        "tracing.collector.resources.requests.cpu",
+    ],
+)
+def test_what_is_no_kubernetes_quantity_is_refused(quantity, where):
+    assert f"at '/{where.replace('.', '/')}'" in _refusal(_nested(where, quantity))
+
+
+@pytest.mark.parametrize("component", ["envoy", "gateway"])
+def test_load_balancer_source_ranges_are_cidrs(component):
+    where = f"{component}.service.loadBalancerSourceRanges"
+    good = ["192.0.2.0/24", "10.0.0.1/32", "2001:db8::/32", "0.0.0.0/0"]
+    service = {"type": "LoadBalancer", "loadBalancerSourceRanges": good}
+    assert objects(render({component: {"service": service}}))
+    for bad in ["192.0.2.0", "192.0.2.0/33", "300.0.0.0/8", "example.org/24", "10.0.0.0/8 "]:
+        assert f"at '/{where.replace('.', '/')}/0'" in _refusal(_nested(where, [bad])), bad
+
+
+@pytest.mark.parametrize("component", ["envoy", "gateway"])
+def test_an_ingress_host_is_a_dns_name(component):
+    where = f"/{component}/ingress/host"
+    for bad in [
+        "https://sonic.example.org",
+        "sonic.example.org:443",
+        "Sonic.Example.org",
+        "sonic_example.org",
+        "-sonic.example.org",
+        "sonic..example.org",
+        "*.example.org",
+    ]:
+        assert f"at '{where}'" in _refusal({component: {"ingress": {"host": bad}}}), bad
+    docs = objects(render({component: {"ingress": {"enabled": True, "host": "sonic.example.org"}}}))
+    (ingress,) = [d for d in docs if d["kind"] == "Ingress"]
+    assert ingress["spec"]["rules"][0]["host"] == "sonic.example.org"
+
+
+def test_a_gateway_token_with_a_newline_or_space_is_refused_at_its_path():
+    """One token per line in the Secret: a token with a newline would be two (or break the
+    Secret's YAML), one with a space is no bearer token."""
+    for bad in ["a-token-of-sixteen\ncharacters", "a token of sixteen characters"]:
+        refused = _refusal({"gateway": {"auth": {"enabled": True, "tokens": ["x" * 16, bad]}}})
+        assert "at '/gateway/auth/tokens/1'" in refused, refused
+    assert objects(
+        render({"gateway": {"auth": {"enabled": True, "tokens": ["a-token_0f.16~chars+/="]}}})
+    )

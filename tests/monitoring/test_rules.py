@@ -34,7 +34,7 @@ def test_rules_pass_promtool_check_and_unit_tests():
         "alerts.rules.yaml",
         "autoscaling.rules.yaml",
         "sonicsite.rules.yaml",
-    ]  # the chart's files/rules link to these names
+    ]  # monitoring/rules links to the chart's files/rules, these names
     out = subprocess.run(
         ["promtool", "check", "rules", *map(str, RULES)], capture_output=True, text=True
     )

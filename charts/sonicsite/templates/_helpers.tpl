@@ -1,9 +1,24 @@
-{{/* The release's name for every object, at most 63 characters. */}}
+{{/* The chart's name (values nameOverride, else the chart's): the app.kubernetes.io/name
+label, and the fullname's suffix. */}}
+{{- define "sonicsite.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's name for every object, at most 63 characters, as community charts make it:
+values fullnameOverride; else <release>-<name>, or the release's name alone where it already
+contains the name (so that releases named hep and hep-sonicsite would share every name: one
+of them sets fullnameOverride). Every object's name and every address of one is built from
+it (sonicsite.component), never spelt out. */}}
 {{- define "sonicsite.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "sonicsite.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -26,7 +41,7 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{- end -}}
 
 {{- define "sonicsite.selectorLabels" -}}
-app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/name: {{ include "sonicsite.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -177,7 +192,7 @@ pod. Static resources: the operator's xDS neither sees nor replaces them. */}}
 
 {{/* Every pod of the release, whatever its component (for NetworkPolicy peers). */}}
 {{- define "sonicsite.releasePods" -}}
-{{- toYaml (dict "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/name" .Chart.Name) -}}
+{{- toYaml (dict "app.kubernetes.io/instance" .Release.Name "app.kubernetes.io/name" (include "sonicsite.name" .)) -}}
 {{- end -}}
 
 {{/* A NetworkPolicy ingress rule admitting a LoadBalancer Service's allowed source ranges
@@ -199,6 +214,34 @@ of the load balancer would be refused; so the render fails, naming the value. Ta
     {{- end }}
   ports:
     - port: {{ .port }}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails the render where a Service for clients outside the cluster (LoadBalancer,
+NodePort) would admit none of them: with networkPolicy.clients the entry NetworkPolicy admits
+those peers and the release's pods alone, so an outside client gets in only by its address,
+a LoadBalancer's loadBalancerSourceRanges (sonicsite.loadBalancerRule) or an ipBlock among the
+clients, and only where the Service keeps that address (externalTrafficPolicy Local). No rule
+can admit "every outside client" without opening the port to every pod too (the chart does
+not know the cluster's pod addresses), so the chart refuses rather than guess. Takes (dict
+"service" SERVICE-VALUES "where" "envoy.service" "what" "Envoy" "clients" PEERS). */}}
+{{- define "sonicsite.outsideClientsChecked" -}}
+{{- $s := .service -}}
+{{- if and .clients (has $s.type (list "LoadBalancer" "NodePort")) -}}
+{{- $ranges := and (eq $s.type "LoadBalancer") $s.loadBalancerSourceRanges -}}
+{{- $blocks := false -}}
+{{- range .clients }}{{ if .ipBlock }}{{ $blocks = true }}{{ end }}{{ end -}}
+{{- $admitted := "networkPolicy.clients and the release's pods alone" -}}
+{{- if not (or $ranges $blocks) -}}
+{{- if eq $s.type "LoadBalancer" -}}
+{{- fail (printf "%s.type: LoadBalancer with networkPolicy.clients, and no address of the load balancer's clients admitted: the NetworkPolicy admits %s to %s, so every client from outside the cluster would be refused; set %s.loadBalancerSourceRanges to their address ranges (with %s.externalTrafficPolicy Local, which keeps their addresses), or list them in networkPolicy.clients as ipBlock peers, or leave networkPolicy.clients empty (any source)" .where $admitted .what .where .where) -}}
+{{- else -}}
+{{- fail (printf "%s.type: NodePort with networkPolicy.clients, and no address of its clients admitted: the NetworkPolicy admits %s to %s, so every client from outside the cluster would be refused; list their address ranges in networkPolicy.clients as ipBlock peers (with %s.externalTrafficPolicy Local, which keeps their addresses), or leave networkPolicy.clients empty (any source)" .where $admitted .what .where) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $blocks (not $ranges) (ne $s.externalTrafficPolicy "Local") -}}
+{{- fail (printf "%s.externalTrafficPolicy: expected Local with %s.type %s and ipBlock peers in networkPolicy.clients, got %s: the NetworkPolicy admits the outside clients by their addresses, and with Cluster a node forwards each connection with its own address as the source, so every one of them would be refused; set %s.externalTrafficPolicy to Local (or leave networkPolicy.clients empty, which admits any source)" .where .where $s.type ($s.externalTrafficPolicy | default "unset") .where) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -22,7 +22,7 @@ a pool's models (_triton.tpl sonicsite.poolMatcher), where given. */}}
 {{- regexReplaceAll `\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+)\b` .expr (printf "${1}%s" $matchers) -}}
 {{- end -}}
 
-{{/* One rule file of monitoring/rules (files/rules links to them), every rule's expression
+{{/* One rule file of files/rules (monitoring/rules links to them), every rule's expression
 scoped to this release, as YAML. Takes (dict "root" $ "path" PATH). */}}
 {{- define "sonicsite.ruleFile" -}}
 {{- $root := .root -}}
@@ -125,14 +125,25 @@ spec:
         {{- include "sonicsite.monitorRelabelings" .root | nindent 8 }}
 {{- end -}}
 
-{{/* Fails the render where prometheus-operator's monitors are on and the NetworkPolicy
-would block their scrapes: the monitors are for the site's Prometheus, outside the release,
-and the policy admits no pod outside it to the metrics ports but networkPolicy.metricsFrom
-(the chart's own Prometheus, a release pod, is always admitted, and needs no monitor). */}}
+{{/* Fails the render where the NetworkPolicy would block the scrapes of the site's
+Prometheus, outside the release, that the chart relies on: the policy admits no pod outside
+the release to the metrics ports but networkPolicy.metricsFrom (the chart's own Prometheus, a
+release pod, is always admitted). Relied on: prometheus-operator's monitors (for the site's
+Prometheus), and KEDA's query at monitoring.prometheusAddress (the site's Prometheus, whatever
+its scraping: by annotation, a static job), empty without Triton's series, so that no server
+is ever added; unless the chart's own Prometheus runs too (a site's Prometheus may read the
+release's series from it, e.g. by federation, which the policy does not block). */}}
 {{- define "sonicsite.metricsFromChecked" -}}
 {{- $np := .Values.networkPolicy -}}
-{{- if and .Values.monitoring.prometheusOperator.enabled $np.enabled (not $np.metricsFrom) -}}
-{{- fail "networkPolicy.metricsFrom: expected the site's Prometheus with monitoring.prometheusOperator.enabled, got none: the PodMonitor and ServiceMonitors are scraped by a Prometheus outside the release, which networkPolicy.enabled keeps off the metrics ports unless listed there; set networkPolicy.metricsFrom to its pods, e.g. [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}, podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}}] (or networkPolicy.enabled false)" -}}
+{{- $m := .Values.monitoring -}}
+{{- $example := "[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}, podSelector: {matchLabels: {app.kubernetes.io/name: prometheus}}}]" -}}
+{{- if and $np.enabled (not $np.metricsFrom) -}}
+{{- if $m.prometheusOperator.enabled -}}
+{{- fail (printf "networkPolicy.metricsFrom: expected the site's Prometheus with monitoring.prometheusOperator.enabled, got none: the PodMonitor and ServiceMonitors are scraped by a Prometheus outside the release, which networkPolicy.enabled keeps off the metrics ports unless listed there; set networkPolicy.metricsFrom to its pods, e.g. %s (or networkPolicy.enabled false)" $example) -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled $m.prometheusAddress (not $m.prometheus.enabled) -}}
+{{- fail (printf "networkPolicy.metricsFrom: expected the site's Prometheus with autoscaling.enabled and monitoring.prometheusAddress (%s), got none: KEDA asks that Prometheus for Triton's queue time, and networkPolicy.enabled keeps it off the metrics ports unless listed there (it scrapes from outside the release, by monitoring.scrapeAnnotations or a job of its own), so KEDA's query would stay empty and never add a server; set networkPolicy.metricsFrom to its pods, e.g. %s (or networkPolicy.enabled false)" $m.prometheusAddress $example) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

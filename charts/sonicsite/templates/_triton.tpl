@@ -35,7 +35,7 @@ repository gets a volume of its own at /models/<index>. */}}
 {{- fail (printf "%s: expected one demo repository at most" $where) -}}
 {{- end -}}
 {{- $_ := set $volume "emptyDir" dict -}}
-{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) "framework" ($r.framework | default "onnx") -}}
+{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) "framework" ($r.framework | default "onnx") "where" $where -}}
 {{- else if eq $r.source "pvc" -}}
 {{- $_ := set $volume "persistentVolumeClaim" (dict "claimName" $r.claimName "readOnly" true) -}}
 {{- else if eq $r.source "nfs" -}}
@@ -49,10 +49,22 @@ repository gets a volume of its own at /models/<index>. */}}
 {{- if and $sub (ne $r.source "s3") }}{{ $path = printf "%s/%s" $path $sub }}{{ end -}}
 {{- $args = append $args (printf "--model-repository=%s" $path) -}}
 {{- end -}}
+{{- /* the demo repository as Triton's only one: every model Triton loads (triton.models, at
+       start or by the operator on demand) must be among those its init container builds */ -}}
+{{- if and $demo (eq (len $t.modelRepositories) 1) -}}
+{{- $missing := list -}}
+{{- range $t.models }}{{ if not (has . $demo.models) }}{{ $missing = append $missing . }}{{ end }}{{ end -}}
+{{- if $missing -}}
+{{- fail (printf "%s.models: expected every model of triton.models, got %s: the demo repository is Triton's only one and its init container builds these alone, so %s would be in no repository and never load; add them, or leave models out (default: triton.models)" $demo.where (join ", " $demo.models) (join ", " $missing)) -}}
+{{- end -}}
+{{- end -}}
 {{- if gt (len $secrets) 1 -}}
 {{- fail (printf "triton.modelRepositories: expected one credentialsSecret for every s3 repository (Triton reads one set of AWS_* variables), got %s" (join ", " $secrets)) -}}
 {{- end -}}
 {{- $claim := "" -}}
+{{- if and $t.cvmfs.hostPath $t.cvmfs.existingClaim -}}
+{{- fail (printf "triton.cvmfs: expected hostPath or existingClaim, not both (got hostPath %q and existingClaim %q): CVMFS comes from one volume, a node's autofs or a claim; leave the other empty" $t.cvmfs.hostPath $t.cvmfs.existingClaim) -}}
+{{- end -}}
 {{- if $cvmfs -}}
 {{- $c := $t.cvmfs -}}
 {{- if $c.hostPath -}}
@@ -152,7 +164,8 @@ restricted protocols stay keyed by the operator's key. */}}
 single pool of a release without `pools`, so that its objects keep their names across
 upgrades), `models` (pinned; [] for the pool of every model no other pool names), `pinned`
 (every model some pool names), `labels` (what its pods and selector add), `preload` (the
-placement.preload models this pool holds), and its `replicas`, `minReplicas`, `maxReplicas`,
+placement.preload models this pool holds), and its `replicas`, `minReplicas`, `maxReplicas`
+(with `minReplicasFrom` and `maxReplicasFrom`, the value each came from, for messages),
 `gpu`, `nodeSelector`, `tolerations`, `resources`, `runtimeClassName`, `supplementalGroups`
 and `rollingUpdate` (each defaulting to triton's or autoscaling's; gpu and rollingUpdate key
 by key). */}}
@@ -169,17 +182,26 @@ by key). */}}
 {{- $pools := list -}}
 {{- $names := list -}}
 {{- $catchAll := list -}}
+{{- $owner := dict -}}
 {{- range $given -}}
-{{- if has .name $names -}}
-{{- fail (printf "pools: %s is named twice" .name) -}}
+{{- $entry := . -}}
+{{- $poolName := .name -}}
+{{- if has $poolName $names -}}
+{{- fail (printf "pools: %s is named twice" $poolName) -}}
 {{- end -}}
-{{- $names = append $names .name -}}
+{{- $names = append $names $poolName -}}
 {{- $models := .models | default list -}}
-{{- if not $models }}{{ $catchAll = append $catchAll .name }}{{ end -}}
+{{- if not $models }}{{ $catchAll = append $catchAll $poolName }}{{ end -}}
 {{- range $models -}}
 {{- if not (has . $t.models) -}}
 {{- fail (printf "pools: %s is not one of triton.models (the catalogue)" .) -}}
 {{- end -}}
+{{- /* a model in one pool only: the operator refuses its own --pool arguments otherwise
+       (operator/catalogue.py Catalogue), in these words, and never starts */ -}}
+{{- if hasKey $owner . -}}
+{{- fail (printf "pools: model '%s': in pools '%s' and '%s'; expected one (each pinned model belongs to one pool; the operator refuses to start otherwise)" . (get $owner .) $poolName) -}}
+{{- end -}}
+{{- $_ := set $owner . $poolName -}}
 {{- end -}}
 {{- $preload := list -}}
 {{- range $p.preload -}}
@@ -191,6 +213,10 @@ by key). */}}
 {{- $_ := set $pool "replicas" (hasKey . "replicas" | ternary .replicas $t.replicas) -}}
 {{- $_ := set $pool "minReplicas" (hasKey . "minReplicas" | ternary .minReplicas $a.minReplicas) -}}
 {{- $_ := set $pool "maxReplicas" (hasKey . "maxReplicas" | ternary .maxReplicas $a.maxReplicas) -}}
+{{- /* where each bound came from, for the messages: the pool's own value or autoscaling's */ -}}
+{{- range $bound := list "minReplicas" "maxReplicas" -}}
+{{- $_ := set $pool (printf "%sFrom" $bound) (hasKey $entry $bound | ternary (printf "pools[%s].%s" $poolName $bound) (printf "autoscaling.%s" $bound)) -}}
+{{- end -}}
 {{- /* a pool's gpu key by key over triton's (its count, never 0, defaults to triton's) */ -}}
 {{- $_ := set $pool "gpu" (merge (deepCopy (.gpu | default dict)) $t.gpu) -}}
 {{- $_ := set $pool "nodeSelector" (hasKey . "nodeSelector" | ternary .nodeSelector $t.nodeSelector) -}}
