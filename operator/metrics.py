@@ -117,6 +117,13 @@ class OperatorMetrics:
             ["kind"],
             registry=r,
         )
+        self.xds_refusing = Gauge(
+            "sonicsite_operator_xds_refusing",
+            "Envoys whose last answer to the operator's configuration of this kind was a "
+            "refusal (sent again after a back-off until taken)",
+            ["kind"],
+            registry=r,
+        )
         self.per_try = Gauge(
             "sonicsite_envoy_per_try_timeout_seconds",
             "Envoy's per-try timeout of the model's route",

@@ -8,9 +8,12 @@ polled: Envoy's node (77 KB with its extensions) comes once per stream.
 The protocol, per resource type: a response carries a version and a nonce; Envoy answers
 with that nonce, the version it applied and, when it rejected the response (a NACK), the
 reason, which the operator logs. One response per type is awaiting its answer at a time; a
-newer version goes out once it is answered. What Envoy acknowledges is what EnvoyAcks
-(envoy_acks.py) knows it applied; a stream that sits on an unanswered response for
-ENVOY_GONE_S no longer counts as an Envoy that is there (a hung Envoy holds no route back).
+newer version goes out once it is answered. A rejected response is sent again after a
+back-off (`resend_after`) until Envoy takes it: a refusal may pass (a listener's port held by
+another process while Envoy restarted), and Envoy does not ask again by itself. What Envoy
+acknowledges is what EnvoyAcks (envoy_acks.py) knows it applied; a stream that sits on an
+unanswered response for ENVOY_GONE_S no longer counts as an Envoy that is there (a hung Envoy
+holds no route back).
 """
 
 from __future__ import annotations
@@ -55,6 +58,17 @@ class Subscription:
     sent_names: tuple[str, ...] = ()
     nonce: str = ""  # of the response awaiting Envoy's answer ("": none)
     sent_at: float = 0.0
+    refusals: int = 0  # Envoy's answers in a row that rejected what was sent
+    refused_at: float = 0.0
+
+
+RESEND_S, RESEND_MAX_S = 2.0, 60.0
+
+
+def resend_after(refusals: int) -> float:
+    """Seconds from Envoy's latest refusal to sending the same again: doubling from
+    RESEND_S to RESEND_MAX_S (one log line a minute while a refusal lasts)."""
+    return min(RESEND_S * 2 ** max(refusals - 1, 0), RESEND_MAX_S)
 
 
 @dataclass
@@ -88,21 +102,34 @@ class AdsStream:
             return "", ""  # a subscription, or an answer to an older response
         sub.nonce = ""
         if request.HasField("error_detail"):
+            sub.refusals, sub.refused_at = sub.refusals + 1, now
             why = request.error_detail.message
-            return f"xDS: Envoy {self.node} rejected {kind} version {sub.sent_version}: {why}", kind
+            again = f"sent again in {resend_after(sub.refusals):g} s"
+            line = f"xDS: Envoy {self.node} rejected {kind} version {sub.sent_version}: {why}"
+            return f"{line} ({again}; refusal {sub.refusals} in a row)", kind
+        sub.refusals = 0
         self.acks.applied(self.key, kind, list(sub.sent_names), sub.sent_version or "", now)
         return "", ""
 
-    def due(self, snapshot: Snapshot) -> list[str]:
+    def due(self, snapshot: Snapshot, now: float) -> list[str]:
         """The types to send now, in make-before-break order: those with no response
-        awaiting an answer whose version or requested names changed since the last send."""
+        awaiting an answer whose version or requested names changed since the last send,
+        or whose last send Envoy rejected a back-off ago."""
         return [
             kind
             for kind in ORDER
             if (sub := self.subscriptions.get(kind)) is not None
             and not sub.nonce
-            and (sub.sent_version != snapshot.versions[kind] or sub.names != sub.sent_names)
+            and (
+                sub.sent_version != snapshot.versions[kind]
+                or sub.names != sub.sent_names
+                or (sub.refusals and now - sub.refused_at >= resend_after(sub.refusals))
+            )
         ]
+
+    def refused(self) -> set[str]:
+        """The kinds whose last answer from this Envoy was a refusal."""
+        return {kind for kind, sub in self.subscriptions.items() if sub.refusals}
 
     def sent(self, kind: str, version: str, now: float) -> str:
         """Record a response to `kind` and return its nonce."""
@@ -132,6 +159,7 @@ class AdsServer:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _serials: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     open_nodes: dict[str, int] = field(default_factory=dict)  # node id -> streams open
+    refusing: dict[str, set[str]] = field(default_factory=dict)  # stream -> kinds refused
 
     @classmethod
     def of(cls, operator: Operator) -> AdsServer:
@@ -186,6 +214,22 @@ class AdsServer:
                 left = self.open_nodes.pop(ads.node, 0) - 1
                 if left > 0:
                     self.open_nodes[ads.node] = left
+            self._refusing(ads.key, set())
+
+    def _refusing(self, stream: str, kinds: set[str]) -> None:
+        """The stream's kinds refused now, and per kind the Envoys refusing it (a gauge:
+        an alert holds while a refusal lasts, not only when one is new)."""
+        with self._lock:
+            if kinds:
+                self.refusing[stream] = kinds
+            else:
+                self.refusing.pop(stream, None)
+            counts = {kind: 0 for kind in KINDS.values()}
+            for refused in self.refusing.values():
+                for kind in refused:
+                    counts[kind] += 1
+        for kind, count in counts.items():
+            self.metrics.xds_refusing.labels(kind).set(count)
 
     def opened(self, ads: AdsStream) -> None:
         """The stream's Envoy named its node: counted, and said when another stream under
@@ -223,9 +267,10 @@ class AdsServer:
                     LOG.warning("%s", line)
                 if rejected:
                     self.metrics.xds_rejected.labels(rejected).inc()
+                self._refusing(ads.key, ads.refused())
             snapshot = self.snapshot()
             if snapshot is not None:
-                for kind in ads.due(snapshot):
+                for kind in ads.due(snapshot, now):
                     sub = ads.subscriptions[kind]
                     resources = self._resources(snapshot, kind, sub.names)
                     version = snapshot.versions[kind]

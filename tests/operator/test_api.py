@@ -69,7 +69,9 @@ def _decoded(response) -> list:
 def test_envoys_stream_gets_each_subscription_and_a_rejection_is_logged(site):
     """Envoy's side of ADS: clusters for the wildcard subscription, only the named
     endpoints for an EDS subscription, nothing again for an ACK (the next response is the
-    one for the next subscription), and a NACK in the operator's log with Envoy's reason."""
+    one for the next subscription), a NACK in the operator's log with Envoy's reason, and
+    the refused version sent again unasked (a refusal may pass: a port held for a while)
+    until Envoy takes it, refusing while it does not."""
     types = xds_types()
     requests: queue.Queue = queue.Queue()
     channel, responses = _ads(site, requests)
@@ -100,6 +102,17 @@ def test_envoys_stream_gets_each_subscription_and_a_rejection_is_logged(site):
         metrics = _get(f"http://{site.operator}/metrics")[1].decode()
         assert 'sonicsite_operator_xds_rejected_total{kind="endpoints"} 1.0' in metrics
         assert "sonicsite_operator_xds_streams 2.0" in metrics  # the site's Envoy and this
+        refusing = 'sonicsite_operator_xds_refusing{kind="endpoints"} '
+        wait_until(lambda: refusing + "1.0" in _get(f"http://{site.operator}/metrics")[1].decode(),
+                   "the refusal counted as lasting", 60, 0.2)  # fmt: skip
+        # Envoy asks nothing more: the operator sends the refused version again by itself
+        again = next(responses)
+        assert again.type_url == TYPE_URLS["endpoints"]
+        assert again.version_info == endpoints.version_info and again.nonce != endpoints.nonce
+        taken = {"version_info": again.version_info, "response_nonce": again.nonce}
+        requests.put(types.request(**eds, **taken))
+        wait_until(lambda: refusing + "0.0" in _get(f"http://{site.operator}/metrics")[1].decode(),
+                   "the refusal over once Envoy takes it", 60, 0.2)  # fmt: skip
     finally:
         requests.put(None)
         channel.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import urllib.request
 from pathlib import Path
@@ -23,6 +24,7 @@ from stock import stock_infer
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import STATE_FILE, STOPPED
 from sonicsite.local import envoy, launcher, prometheus
+from sonicsite.local.control_plane import listener_problem
 from sonicsite.local.processes import group_members
 from sonicsite.local.servers import add_server, remove_server
 from sonicsite.local.state import SiteState
@@ -179,6 +181,63 @@ def test_a_hung_process_is_killed_and_restarted(supervised, name):
     assert f"for {bound:g} s or more" in record.last_exit  # the configured bound
     assert not pid_alive(before.pid)
     wait_until(lambda: _serves(SiteState.load(site_dir)), "the site to serve again")
+
+
+def _hold(address: str) -> socket.socket | None:
+    """The port bound and listening (as another site's process would), or None if taken."""
+    host, port = address.rsplit(":", 1)
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the old one's TIME_WAITs
+    try:
+        held.bind((host, int(port)))
+        held.listen()
+    except OSError:
+        held.close()
+        return None
+    return held
+
+
+def _refusing_listeners(state: SiteState) -> float:
+    prefix = 'sonicsite_operator_xds_refusing{kind="listeners"} '
+    lines = _metrics(state.operator).splitlines()
+    return next((float(ln.split()[1]) for ln in lines if ln.startswith(prefix)), 0.0)
+
+
+def test_envoy_restarted_while_its_port_is_held_listens_once_the_port_is_free(supervised):
+    """Envoy killed, and its gRPC port taken by another process before it is started again:
+    it starts without the site's listener (Envoy refuses the operator's listener: cannot
+    bind). Once the port is free, Envoy listens again: the operator sends the refused
+    listener again after a back-off (it listened never again: Envoy does not ask twice)."""
+    site_dir = Path(supervised.site_dir)
+    held = None
+    for _ in range(5):  # the supervisor may start it again before the port is taken: again
+        before = SiteState.load(site_dir).process("envoy")
+        os.kill(before.pid, signal.SIGKILL)
+        wait_until(lambda pid=before.pid: not pid_alive(pid), "the killed Envoy gone", 60, 0.01)
+        held = _hold(supervised.grpc)
+        if held is not None:
+            break
+        wait_until(lambda: _serves(SiteState.load(site_dir)), "the site to serve again")
+    assert held is not None, f"{supervised.grpc} was never free between Envoy's runs"
+    try:
+        wait_until(
+            lambda: (
+                SiteState.load(site_dir).process("envoy").restarts > before.restarts
+                and SiteState.load(site_dir).process("envoy").state == "running"
+            ),
+            "Envoy started again",
+            timeout=240,
+        )
+        wait_until(
+            lambda: "bind" in (listener_problem(supervised.envoy_admin, supervised.grpc) or ""),
+            "Envoy to say it cannot bind the site's listener",
+            timeout=120,
+        )
+        wait_until(lambda: _refusing_listeners(supervised) == 1, "the refusal counted", 60)
+    finally:
+        held.close()
+    wait_until(lambda: _serves(SiteState.load(site_dir)), "Envoy to listen again", timeout=240)
+    wait_until(lambda: _refusing_listeners(supervised) == 0, "the refusal over", timeout=60)
 
 
 def test_a_removed_server_is_not_restarted(supervised):
