@@ -33,7 +33,13 @@ import grpc
 import httpx
 from tritonclient.grpc import service_pb2
 
-from sonicsite.contract.wire import HELD_HEADER, HoldingRecord, not_loaded, still_loading
+from sonicsite.contract.wire import (
+    HELD_HEADER,
+    SERVER_HEADER,
+    HoldingRecord,
+    not_loaded,
+    still_loading,
+)
 
 from .balancer import Balancer
 from .metrics import GatewayMetrics
@@ -231,7 +237,11 @@ class Holder:
             )
         try:
             call = self.channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
-            return await call(request, timeout=context.time_remaining(), metadata=metadata)
+            reply = await call(request, timeout=context.time_remaining(), metadata=metadata)
+            # which server answered, as Envoy says on a model's own route: the client
+            # credits its events to it (per_server), not to the holder's endpoint
+            await context.send_initial_metadata(((SERVER_HEADER, server.id),))
+            return reply
         except grpc.aio.AioRpcError as exc:
             await context.abort(exc.code(), exc.details() or "")
         finally:

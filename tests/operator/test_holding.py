@@ -324,6 +324,10 @@ def test_the_client_asks_again_while_the_model_loads_and_loses_no_event(
     assert result.loading >= 1, "no attempt was answered 'still loading'"
     errors = [r.error for r in result.stats.records if r.error]
     assert TIMEOUT not in errors, errors
+    # each answer is credited to the server that gave it, held or not (not to the holder)
+    servers = {s.id for s in SiteState.load(held_site.site_dir).servers}
+    answered_by = {r.server for r in result.stats.records if r.ok}
+    assert answered_by and answered_by <= servers, answered_by
     _report(capsys, f"{transport}: asked again {result.loading} times while simple loaded")
 
 
