@@ -3,7 +3,8 @@ parser of /proc/PID/stat, `stat_fields`): whether it lives (`pid_alive`), whethe
 site's (`runs_for_site`, the guard against PID reuse that wire.py `lives_for_site` applies to
 a record), whether an argument names a folder, whether it is the kernel's, when it started
 (the job driver's `kill_left_behind`), its parent; and whether its health URL answers (a
-live PID that does not is stopped or hung: the supervisor, `status`, the status page)."""
+live PID that does not is stopped or hung: the supervisor, `status`, the status page), and
+if not, why (`no_answer`: a refused connection is not a silence)."""
 
 from __future__ import annotations
 
@@ -106,11 +107,36 @@ def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:
 
 def answers(url: str, timeout: float) -> bool:
     """True when `url` gives any HTTP answer within `timeout`: a process that answers 503
-    is alive; one that is stopped or hung gives none."""
+    is alive; one that is stopped or hung gives none (why not: `no_answer`)."""
+    return not no_answer(url, timeout)
+
+
+REFUSED = "connection refused"  # nothing listens there: not open yet, or closed
+
+
+def no_answer(url: str, timeout: float) -> str:
+    """Why `url` gives no HTTP answer within `timeout`; "" when it gives one (any status).
+    REFUSED: nothing listens on its port (a process still starting, or one that closed
+    it); "no answer in T s": something listens and says nothing (stopped or hung); else
+    what went wrong (not HTTP: another program on its port)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout):
-            return True
+            return ""
     except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
-        return False  # refused, silent, or not HTTP (another program on its port)
+        return ""
+    except urllib.error.URLError as exc:
+        return _why(exc.reason, timeout)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return _why(exc, timeout)
+
+
+def _why(exc: object, timeout: float) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return REFUSED
+    if isinstance(exc, TimeoutError):
+        return f"no answer in {timeout:g} s"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset before an answer"
+    if isinstance(exc, http.client.HTTPException):
+        return f"not an HTTP answer ({type(exc).__name__}: {exc})"
+    return str(exc) or type(exc).__name__

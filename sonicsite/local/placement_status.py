@@ -1,9 +1,11 @@
 """`sonicsite models status`: per model, the servers holding it, its footprint, its idle
 time and the requests held for it, and the placement's last decisions with their reasons,
 as the operator's read-only `/v1/placement` says (the operator is the one that knows: it
-reads every server's index). On a site without placement, where each model is: the servers
-the state file records with it, each probed for readiness as `sonicsite status` probes it (a
-server that is not ready serves none of its models now: said, and the exit status says it)."""
+reads every server's index). On a site without placement (its operator's command line, on
+record in the state file, says so: no operator asked, it may be stopped or hung), where each
+model is: the servers the state file records with it, each probed for readiness as
+`sonicsite status` probes it (a server that is not ready serves none of its models now:
+said, and the exit status says it)."""
 
 from __future__ import annotations
 
@@ -22,13 +24,15 @@ from .triton import is_ready
 EXIT_OK, EXIT_NO_SITE, EXIT_NO_PLACEMENT = 0, 1, 2
 MODELS_STATUS_EXIT = (
     f"exit status: {EXIT_OK} shown; {EXIT_NO_SITE} no site in DIR (or not a site's state "
-    f"file), no operator in it, or the operator does not answer; {EXIT_NO_PLACEMENT} the "
+    f"file), or placement is on and there is no operator in it or the operator does not "
+    f"answer (`sonicsite status` says why); {EXIT_NO_PLACEMENT} the "
     f"operator answered /v1/placement with an error (said); {EXIT_DOWN} placement is off and "
     "a server is not ready (dead, restarting or not answering /v2/health/ready): its models "
     "are not served there now"
 )
 PREFIX = "sonicsite models status: "
 SHOWN_DECISIONS = 10
+PLACEMENT_FLAG = "--placement"  # on the operator's command line: `up --placement`
 
 
 def fetch_placement(operator: str, timeout: float = 10.0) -> dict:
@@ -108,14 +112,42 @@ def render_static(view: dict) -> list[str]:
     return lines
 
 
+def placement_on(state: SiteState) -> bool | None:
+    """Whether the site's operator runs placement, as its command line on record says
+    (the supervisor restarts it with the same); None when none is recorded: ask it."""
+    operator = state.process("operator")
+    if operator is None or not operator.command:
+        return None
+    return PLACEMENT_FLAG in operator.command
+
+
+def _print_static(state: SiteState, as_json: bool) -> int:
+    view = static_view(state, servers_ready(state))
+    print(json.dumps(view, indent=1) if as_json else "\n".join(render_static(view)))
+    return EXIT_DOWN if view["not_ready"] else EXIT_OK
+
+
+def _unreachable(state: SiteState, site_dir: Path, exc: Exception, on: bool | None) -> str:
+    why = "placement is on" if on else "placement may be on (no operator command on record)"
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return (
+        f"{PREFIX}operator {state.operator} unreachable: {reason}; {why} and only the operator "
+        "knows which server holds which model now: `sonicsite status --dir "
+        f"{site_dir}` says whether it runs, is stopped or hung"
+    )
+
+
 def print_placement(site_dir: Path, as_json: bool = False) -> int:
     """Print the models' placement (or, with placement off, where each is and whether its
-    servers are ready); the exit status is one of MODELS_STATUS_EXIT's."""
+    servers are ready: no operator asked); the exit status is one of MODELS_STATUS_EXIT's."""
     try:
         state = SiteState.load(site_dir)
     except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
         print(f"{PREFIX}{exc}", file=sys.stderr)
         return EXIT_NO_SITE
+    on = placement_on(state)
+    if on is False:
+        return _print_static(state, as_json)
     if not state.operator:
         print(f"{PREFIX}no operator in the site at {site_dir}", file=sys.stderr)
         return EXIT_NO_SITE
@@ -124,13 +156,11 @@ def print_placement(site_dir: Path, as_json: bool = False) -> int:
     except urllib.error.HTTPError as exc:
         said = exc.read().decode(errors="replace")
         if exc.code == 404 and "placement is off" in said:
-            view = static_view(state, servers_ready(state))
-            print(json.dumps(view, indent=1) if as_json else "\n".join(render_static(view)))
-            return EXIT_DOWN if view["not_ready"] else EXIT_OK
+            return _print_static(state, as_json)
         print(f"{PREFIX}operator {state.operator}: HTTP {exc.code}: {said}", file=sys.stderr)
         return EXIT_NO_PLACEMENT
     except (urllib.error.URLError, OSError) as exc:
-        print(f"{PREFIX}operator {state.operator} unreachable: {exc}", file=sys.stderr)
+        print(_unreachable(state, site_dir, exc, on), file=sys.stderr)
         return EXIT_NO_SITE
     print(json.dumps(view, indent=1) if as_json else "\n".join(render(view)))
     return EXIT_OK

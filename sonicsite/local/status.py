@@ -1,43 +1,42 @@
 """`sonicsite status`: what the local site runs, where it listens, and whether it answers.
 
 Every process of the site (its servers, the operator, Envoy, the gateway, Prometheus, the
-supervisor) with its PID, state, restarts and last exit, as the contract's reader sees it
-now (`read_processes`: the gateway's status page reads the same); a line that starts DEAD,
-RESTARTING, NOT ANSWERING (alive, but its health URL gives no answer: stopped or hung) or
-NOT READY for each process that does not serve, NOT LISTENING for an Envoy
-without the site's endpoint, STARTING, INCOMPLETE, STOPPING or NOT STOPPED for a site whose
+supervisor) with its PID, state, restarts and last exit, as it is now (status_view.py
+`look`: the contract's reader, `read_processes`, as the gateway's status page reads it, each
+health URL probed, each PID stopped on purpose checked again: one that lives is still
+running); a line that starts DEAD (with its cause only when the supervisor saw this exit),
+RESTARTING, NOT ANSWERING (alive, but its health URL refuses or gives no answer: stopped or
+hung), STARTING (not answering or not ready yet while `up` is under way) or NOT READY for
+each process that does not serve, NOT LISTENING for an Envoy without the site's endpoint,
+STARTING, INCOMPLETE, STOPPING or NOT STOPPED (naming what still runs) for a site whose
 `up` or `down` is under way or was cut short (`unfinished`), ABANDONED for a server whose
-adder died before recording it (abandoned.py); and an exit status that says
-whether anything is down (EXIT_* below, also in the command's help).
+adder died before recording it (abandoned.py); and an exit status that says whether
+anything is down (EXIT_* below, also in the command's help).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import answers, pid_alive
+from sonicsite.contract.processes_seen import REFUSED, runs_for_site
 from sonicsite.contract.wire import (
     DEAD,
     RESTARTING,
     RUNNING,
     SERVER,
     STATE_FILE,
-    STOPPED,
     SUPERVISOR,
     ProcessRecord,
-    read_processes,
+    lives_for_site,
 )
 
 from .abandoned import AbandonedAdd, abandoned_adds
 from .control_plane import listener_problem
 from .state import SiteState, holder
+from .status_view import PROBE_S, Unanswered, View, look, starter
 from .supervision import SupervisionPolicy
-from .triton import is_ready
-
-PROBE_S = 3.0  # how long `status` waits for a process's health URL
 
 EXIT_OK = 0  # every process runs and every server is ready (or was stopped on purpose)
 EXIT_NO_SITE = 1  # no site in the directory, or its state file is not one
@@ -55,107 +54,137 @@ EXIT_HELP = (
 )
 
 
-def silent(state: SiteState, records: tuple[ProcessRecord, ...]) -> dict[str, str]:
-    """Each process recorded running whose health URL gives no answer within PROBE_S,
-    name -> URL, all asked at once: its PID lives, but it is stopped (SIGSTOP) or hung."""
-    urls = {p.name: p.health for p in state.processes if p.health}
-    asked = [r.name for r in records if r.state == RUNNING and r.name in urls]
-    if not asked:
-        return {}
-    with ThreadPoolExecutor(len(asked), thread_name_prefix="status-probe") as pool:
-        said = list(pool.map(lambda name: answers(urls[name], PROBE_S), asked))
-    return {name: urls[name] for name, ok in zip(asked, said, strict=True) if not ok}
-
-
-def _silent_line(r: ProcessRecord, url: str, supervised: bool) -> str:
-    head = f"NOT ANSWERING: {r.name} (pid {r.pid}): {url} gave no answer in {PROBE_S:g} s"
+def _silent_line(r: ProcessRecord, said: Unanswered, view: View) -> str:
+    where = f"{said.url}: {said.why}"
+    if view.starter:
+        under_way = f"`up` pid {view.starter} under way"
+        return f"STARTING: {r.name} (pid {r.pid}): not answering yet: {where} ({under_way})"
+    head = f"NOT ANSWERING: {r.name} (pid {r.pid}): "
+    if said.silent:
+        head += f"{said.url} gave no answer in {PROBE_S:g} s (stopped or hung)"
+    elif said.why == REFUSED:
+        head += f"{where} (alive, but nothing listens there)"
+    else:
+        head += where
     if r.kind == SUPERVISOR:
-        return f"{head} (stopped or hung): nothing restarts the site's processes meanwhile"
+        return f"{head}: nothing restarts the site's processes meanwhile"
     hang_s = SupervisionPolicy().hang_after(r.kind)
-    if supervised and hang_s is not None:
-        return f"{head} (stopped or hung): the supervisor restarts it after {hang_s:g} s of this"
-    fate = "nothing restarts it" if not supervised else "the supervisor watches only its PID"
-    return f"{head} (stopped or hung): {fate}; `kill -CONT {r.pid}` if it was stopped"
+    if view.watcher.supervises and hang_s is not None:
+        return f"{head}: the supervisor restarts it after {hang_s:g} s of this"
+    watcher = view.watcher
+    fate = "the supervisor watches only its PID" if watcher.supervises else watcher.fate()
+    cont = f"; `kill -CONT {r.pid}` if it was stopped" if said.silent else ""
+    return f"{head}: {fate}{cont}"
 
 
-def problems(
-    records: tuple[ProcessRecord, ...],
-    ready: dict[str, bool],
-    supervised: bool,
-    unanswered: dict[str, str] | None = None,
-) -> list[str]:
-    """One line per process that does not serve now (`unanswered`: those whose health URL
-    gave no answer, `silent`)."""
+def _dead_line(r: ProcessRecord, view: View) -> str:
+    """A process dead now. The cause on record is its own only if the supervisor saw this
+    exit (it was RESTARTING it); one recorded running died unseen: its record's last exit
+    is an earlier run's, said as such."""
+    if view.recorded.get(r.name) == RESTARTING:
+        cause = (
+            "its restart was cut short (its supervisor is gone); last exit seen: "
+            f"{r.last_exit or '?'}"
+        )
+    else:
+        cause = (
+            "exited; the supervisor records why at its next check"
+            if view.watcher.supervises
+            else "exited; its cause is not recorded (no supervisor saw it)"
+        )
+        if r.last_exit:
+            before = f"before restart {r.restarts}" if r.restarts else "earlier"
+            cause += f"; the previous exit, {before}: {r.last_exit}"
+    return f"DEAD: {r.name} (pid {r.pid}): {cause}; {view.watcher.fate()}"
+
+
+def problems(view: View) -> list[str]:
+    """One line per process that does not serve now."""
     lines = []
-    unanswered = unanswered or {}
-    for r in records:
-        if r.state == RUNNING and r.name in unanswered:
-            lines.append(_silent_line(r, unanswered[r.name], supervised))
+    watcher = view.watcher
+    for r in view.records:
+        if r.state == RUNNING and r.name in view.unanswered:
+            lines.append(_silent_line(r, view.unanswered[r.name], view))
         elif r.state == DEAD and r.kind == SUPERVISOR:
             lines.append(
                 f"DEAD: supervisor (pid {r.pid}): nothing restarts the site's processes now; "
                 "`sonicsite down` still stops them all"
             )
         elif r.state == DEAD:
-            fate = "the supervisor restarts it" if supervised else "nothing restarts it"
-            lines.append(f"DEAD: {r.name} (pid {r.pid}): {r.last_exit or 'gone'}; {fate}")
+            lines.append(_dead_line(r, view))
         elif r.state == RESTARTING:
+            stalled = f"; {watcher.fate()}" if watcher.alive and not watcher.answers else ""
             lines.append(
                 f"RESTARTING: {r.name} (restart {r.restarts}): last exit {r.last_exit or '?'}"
+                + stalled
             )
-        elif r.kind == SERVER and r.state == RUNNING and not ready.get(r.name, False):
-            lines.append(f"NOT READY: {r.name} (pid {r.pid}): /v2/health/ready does not say 200")
+        elif r.kind == SERVER and r.state == RUNNING and not view.ready.get(r.name, False):
+            yet = f" yet (`up` pid {view.starter} under way)" if view.starter else ""
+            head = "STARTING" if view.starter else "NOT READY"
+            lines.append(f"{head}: {r.name} (pid {r.pid}): /v2/health/ready does not say 200{yet}")
     return lines
+
+
+def trouble(view: View) -> list[str]:
+    """Every line that says what is down, the `up` or `down` under way or cut short first."""
+    site_dir = Path(view.state.site_dir)
+    lines = [line] if (line := unfinished(view.state)) else []
+    lines += problems(view) + not_listening(view.state, view.records)
+    abandoned = [add for add in abandoned_adds(site_dir) if add.groups]
+    return lines + [add.said(_fate(add, view.watcher.supervises)) for add in abandoned]
 
 
 def print_status(site_dir: Path, as_json: bool = False) -> int:
     """Print the site's processes, servers and endpoints (or all of it as JSON, states and
     readiness checked live); the exit status is one of EXIT_*."""
     try:
-        state = SiteState.load(site_dir)
-        records = read_processes(site_dir)
+        view = look(site_dir)
     except (FileNotFoundError, ValueError) as exc:  # no site, or not a site's state file
         print(f"sonicsite status: {exc}", file=sys.stderr)
         return EXIT_NO_SITE
-    states = {r.name: r.state for r in records}
-    unanswered = silent(state, records)
-    ready = {
-        s.id: states.get(s.id, RUNNING) == RUNNING and s.id not in unanswered and is_ready(s.http)
-        for s in state.servers
-    }
-    supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
-    supervised = (
-        supervisor is not None and supervisor.state == RUNNING and SUPERVISOR not in unanswered
-    )
-    trouble = problems(records, ready, supervised, unanswered) + not_listening(state, records)
-    trouble += [line] if (line := unfinished(state)) else []
-    abandoned = [add for add in abandoned_adds(site_dir) if add.groups]
-    trouble += [add.said(_fate(add, supervised)) for add in abandoned]
-    code = EXIT_DOWN if trouble else EXIT_OK
+    down = trouble(view)
+    code = EXIT_DOWN if down else EXIT_OK
     if as_json:
-        data = json.loads(state.to_json())
+        data = json.loads(view.state.to_json())
         for server in data["servers"]:
-            server["ready"] = ready[server["id"]]
-        data["processes"] = [r.to_dict() for r in records]
-        data |= {"supervised": supervised, "down": trouble, "exit_status": code}
+            server["ready"] = view.ready[server["id"]]
+        data["processes"] = [r.to_dict() | {"seen": view.seen(r)} for r in view.records]
+        data |= {"supervised": view.watcher.supervises, "down": down, "exit_status": code}
         print(json.dumps(data, indent=2))
         return code
-    running = sum(r.state == RUNNING for r in records)
+    _print_text(view)
+    for line in down:
+        print(line)
+    return code
+
+
+def _header(view: View) -> str:
+    state, seen = view.state, [view.seen(r) for r in view.records]
+    running = sum(s in (RUNNING, "still running") for s in seen)
+    counts = "".join(f", {n} {s}" for s in ("not answering", "starting") if (n := seen.count(s)))
+    watcher = view.watcher
     watching = (
-        f"supervised by pid {supervisor.pid}"
-        if supervised
-        else f"NOT supervised: the supervisor (pid {supervisor.pid}) does not answer"
-        if supervisor is not None and SUPERVISOR in unanswered
+        f"supervised by pid {watcher.pid}"
+        if watcher.supervises
+        else f"not supervised yet: `sonicsite up` (pid {view.starter}) is still starting the site"
+        if view.starter
+        else f"NOT supervised: the supervisor (pid {watcher.pid}) does not answer"
+        if watcher.alive
         else "NOT supervised: a process that dies stays dead"
     )
-    print(
-        f"site {state.site_dir}: {sum(ready.values())}/{len(state.servers)} servers ready, "
-        f"{running}/{len(records)} processes running, {watching}"
+    return (
+        f"site {state.site_dir}: {sum(view.ready.values())}/{len(state.servers)} servers ready, "
+        f"{running}/{len(view.records)} processes running{counts}, {watching}"
     )
+
+
+def _print_text(view: View) -> None:
+    state = view.state
+    print(_header(view))
     for s in state.servers:
         print(
             f"  {s.id:<10} pid {s.pid:<7} grpc {s.grpc:<22} http {s.http:<22} "
-            f"metrics {s.metrics_url}  {'ready' if ready[s.id] else 'NOT READY'}"
+            f"metrics {s.metrics_url}  {'ready' if view.ready[s.id] else 'NOT READY'}"
             + (f"  pool {s.pool}" if s.pool else "")
         )
     print(f"  models: {', '.join(state.models)}")
@@ -176,16 +205,13 @@ def print_status(site_dir: Path, as_json: bool = False) -> int:
             f"  tracing collector (OTLP/HTTP): http://{state.collector}   "
             f"workers: OTEL_EXPORTER_OTLP_ENDPOINT=http://{state.collector}"
         )
-    print(f"  {'process':<12} {'kind':<11} {'pid':<8} {'state':<11} restarts  last exit")
-    for r in records:
-        shown = "stopped (on purpose)" if r.state == STOPPED else r.state
+    wide = max([11] + [len(view.seen(r)) for r in view.records])  # the state column's
+    print(f"  {'process':<12} {'kind':<11} {'pid':<8} {'state':<{wide}} restarts  last exit")
+    for r in view.records:
         print(
-            f"  {r.name:<12} {r.kind:<11} {r.pid:<8} {shown:<11} {r.restarts:<9} "
-            f"{r.last_exit or '-'}"
+            f"  {r.name:<12} {r.kind:<11} {r.pid:<8} {view.seen(r):<{wide}} {r.restarts:<9} "
+            f"{view.last_exit(r)}"
         )
-    for line in trouble:
-        print(line)
-    return code
 
 
 def not_listening(state: SiteState, records: tuple[ProcessRecord, ...]) -> list[str]:
@@ -216,20 +242,45 @@ def _fate(add: AbandonedAdd, supervised: bool) -> str:
     return f"nothing stops it: `kill -- {groups}` does (its process group)"
 
 
+def still_running(state: SiteState) -> list[str]:
+    """Each process of the site whose PID still lives for the site (a server no process
+    record names, too), as "name (pid N)": what a `down` cut short left."""
+    where = state.site_dir
+    named = {p.name for p in state.processes}
+    living = [f"{p.name} (pid {p.pid})" for p in state.processes if lives_for_site(p, where)]
+    return living + [
+        f"{s.id} (pid {s.pid})"
+        for s in state.servers
+        if s.id not in named and s.pid and runs_for_site(s.pid, where, s.id)
+    ]
+
+
+def _not_stopped(state: SiteState) -> str:
+    site_dir = Path(state.site_dir)
+    again = f"run `sonicsite down --dir {site_dir}` again"
+    left = still_running(state)
+    if not left:
+        return (
+            "NOT STOPPED: `sonicsite down` did not finish, though none of the site's processes "
+            f"runs any more: {again} to finish (it removes {site_dir / STATE_FILE})"
+        )
+    return (
+        f"NOT STOPPED: `sonicsite down` did not finish: still running: {', '.join(left)}; "
+        f"{again}: it stops them (what it cannot stop stays in {site_dir / STATE_FILE})"
+    )
+
+
 def unfinished(state: SiteState) -> str:
     """Nothing ("") when no `up` or `down` is under way in the site or was cut short; else
-    one line that says which, what it had not done, and what to do."""
+    one line that says which, what it had not done (for a `down`: what still runs, each
+    PID checked now), and what to do."""
     site_dir = Path(state.site_dir)
-    under_way = holder(site_dir)
     start = state.starting
     if state.stopping:
+        under_way = holder(site_dir)
         if under_way:
             return f"STOPPING: the site is being stopped (by pid {under_way})"
-        left = ", ".join(f"{p.name} (pid {p.pid})" for p in state.processes) or "none recorded"
-        return (
-            f"NOT STOPPED: `sonicsite down` did not finish: left {left}; run `sonicsite down "
-            f"--dir {site_dir}` again (what it cannot stop stays in {site_dir / STATE_FILE})"
-        )
+        return _not_stopped(state)
     if start is None:
         return ""
     recorded = {p.name for p in state.processes}
@@ -239,8 +290,7 @@ def unfinished(state: SiteState) -> str:
         if missing
         else "every process started, not all of them waited for"
     )
-    running = pid_alive(start.pid) if under_way is None else under_way == start.pid
-    if running:
+    if starter(state):
         return (
             f"STARTING: `sonicsite up` (pid {start.pid}) has not finished starting the site "
             f"({lacking}); wait until it returns"

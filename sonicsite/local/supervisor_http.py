@@ -4,12 +4,15 @@ once no sweep has ended for `stale_after_s`: a supervisor stuck in a sweep super
 nothing, though its process lives and this thread answers).
 
 Hand-written exposition: the local site's room carries no metrics library, and a few metric
-families do not need one.
+families do not need one. A client that leaves before its answer (a scrape or a probe that
+gave up while the supervisor was stopped) is one debug line, not a traceback in its log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +21,11 @@ from typing import Protocol
 from sonicsite.contract.wire import RUNNING, STOPPED, SUPERVISOR, ProcessRecord
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# a client that closed its connection before its answer (a scrape or a `status` probe that
+# gave up, e.g. while the supervisor was stopped): nothing wrong with the supervisor
+CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+log = logging.getLogger("sonicsite.supervisor")
 
 
 class Watched(Protocol):
@@ -100,6 +108,25 @@ def health(supervisor: Watched, now: float) -> tuple[int, dict]:
     return (200 if ok else 503), data
 
 
+def _gone(client: tuple, what: str, exc: BaseException) -> None:
+    """One short line, at debug level: a client gone is no fault of the supervisor's."""
+    log.debug("HTTP client %s:%s gone before its answer to %s: %s", *client[:2], what, exc)
+
+
+class _Server(ThreadingHTTPServer):
+    """A client that leaves while its request is read or answered is not an error with a
+    traceback on stderr (the supervisor's log): `_gone` says it."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: tuple) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, CLIENT_GONE):
+            _gone(client_address, "its request", exc)
+            return
+        super().handle_error(request, client_address)
+
+
 def serve(supervisor: Watched, host: str, port: int) -> ThreadingHTTPServer:
     """Serve /metrics and /healthz in a background thread; `.shutdown()` stops it."""
 
@@ -120,16 +147,19 @@ def serve(supervisor: Watched, host: str, port: int) -> ThreadingHTTPServer:
                 self._send(404, f"no route GET {self.path}".encode(), "text/plain")
 
         def _send(self, status: int, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except CLIENT_GONE as exc:
+                self.close_connection = True
+                _gone(self.client_address, f"GET {self.path}", exc)
 
         def log_message(self, *args: object) -> None:  # scrapes every 2 s: no access log
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = _Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

@@ -156,7 +156,8 @@ def test_a_stopped_supervisor_and_a_stopped_process_are_named_not_running(superv
     assert f"NOT ANSWERING: supervisor (pid {watcher.pid}): {watcher.health}" in said
     assert "nothing restarts the site's processes meanwhile" in said
     assert f"NOT ANSWERING: prometheus (pid {prom.pid}): {prom.health}" in said
-    assert f"nothing restarts it; `kill -CONT {prom.pid}`" in said
+    restarts = f"the supervisor (pid {watcher.pid}) does not answer (stopped or hung): it "
+    assert f"{restarts}restarts nothing until it runs again; `kill -CONT {prom.pid}`" in said
     wait_until(lambda: status_json(site_dir)[0] == 0, "every process to answer again")
 
 
