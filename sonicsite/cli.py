@@ -87,6 +87,7 @@ def _site(args: argparse.Namespace) -> int:
     """up, down, submit and demo: the commands that start or use a local site."""
     from .local.launcher import down, up
     from .local.status import print_status
+    from .local.supervision import supervise_again
     from .models.kept_settings import kept_settings
 
     def start(models: list[str] | None):
@@ -119,6 +120,10 @@ def _site(args: argparse.Namespace) -> int:
         stopped = down(args.dir)
         shown = ", ".join(f"{name} (pid {pid})" for pid, name in stopped.items())
         print(f"stopped {len(stopped)} process(es) of the site: {shown or 'none was running'}")
+        return 0
+    if args.command == "supervise":
+        record = supervise_again(args.dir)
+        print(f"supervisor started again as pid {record.pid}: it watches the site's processes")
         return 0
     if args.command == "submit":
         return _submit(args, args.model)

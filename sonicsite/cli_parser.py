@@ -253,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _site_args(p)
 
+    p = sub.add_parser(
+        "supervise",
+        help="start the site's supervisor again once it died (its processes run unwatched)",
+        epilog="exit status: 0 once the supervisor answers; 1 when it is alive, the site is "
+        "stopping, not started in full, or was started without one",
+    )
+    _site_args(p)
+
     from .local.placement_status import MODELS_STATUS_EXIT
     from .local.status import EXIT_HELP
 

@@ -108,7 +108,7 @@ def problems(view: View) -> list[str]:
         elif r.state == DEAD and r.kind == SUPERVISOR:
             lines.append(
                 f"DEAD: supervisor (pid {r.pid}): nothing restarts the site's processes now; "
-                "`sonicsite down` still stops them all"
+                "`sonicsite supervise` starts it again, `sonicsite down` still stops them all"
             )
         elif r.state == DEAD:
             lines.append(_dead_line(r, view))

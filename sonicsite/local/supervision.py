@@ -1,5 +1,5 @@
 """How the local site supervises its processes: the policy (back-off, hang bound) and how
-the supervisor is started.
+the supervisor is started (by `up`; again by `sonicsite supervise` once it died).
 
 The supervisor (supervisor.py) is one process of the site, started last by `up`. It watches
 every other process of the state file by PID and starts again one that died, after an
@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import SERVER, SUPERVISOR
+from sonicsite.contract.wire import SERVER, SUPERVISOR, lives_for_site
 
 from .errors import SiteError
 from .processes import start_process, wait_for_http
-from .state import LocalProcess, SiteState, edit
+from .state import LocalProcess, SiteState, edit, exclusive
 
 # probed for hangs; the rest by PID. Prometheus too: hung, it silences every alert
 HANG_KINDS = ("operator", "gateway", "envoy", "prometheus", SERVER)
@@ -86,11 +86,40 @@ def start_supervisor(
     if not state.supervisor:
         raise SiteError(f"{site_dir}: the state file names no supervisor address")
     host, _, port = state.supervisor.rpartition(":")
-    log = site_dir / "logs" / "supervisor.log"
     args = [f"--site={site_dir}", f"--host={host}", f"--port={port}"]
     args += (policy or SupervisionPolicy()).args()
     cmd = [sys.executable, "-P", "-m", "sonicsite.local.supervisor", *args]
-    health = f"http://{state.supervisor}/healthz"
+    return _start(site_dir, cmd, f"http://{state.supervisor}/healthz", timeout)
+
+
+def supervise_again(site_dir: Path, timeout: float = 60.0) -> LocalProcess:
+    """Start the supervisor of a running site again after it died, by the command `up`
+    recorded (its policy and address kept): its processes had run unwatched, and `up` is
+    refused beside them. Refused while an `up` or `down` is under way, for a site that
+    is stopping or was started without one, and while the recorded one lives."""
+    site_dir = Path(site_dir).resolve()
+    with exclusive(site_dir, "supervise"):
+        state = SiteState.load(site_dir)
+        record = state.process(SUPERVISOR)
+        if state.stopping or state.starting:
+            why = "being stopped" if state.stopping else "not started in full (`sonicsite status`)"
+            raise SiteError(f"{site_dir}: the site is {why}; no supervisor started")
+        if record is None or not record.command:
+            raise SiteError(
+                f"{site_dir}: the site was started without a supervisor (`up --no-supervise`); "
+                "`sonicsite down` and `up` start it with one"
+            )
+        if lives_for_site(record, str(site_dir)):
+            raise SiteError(
+                f"{site_dir}: its supervisor (pid {record.pid}) is alive; if `status` says it "
+                f"does not answer, it is stopped or hung: `kill -CONT {record.pid}`, or "
+                f"`kill {record.pid}` and then `sonicsite supervise` again"
+            )
+        return _start(site_dir, list(record.command), record.health, timeout)
+
+
+def _start(site_dir: Path, cmd: list[str], health: str, timeout: float) -> LocalProcess:
+    log = site_dir / "logs" / "supervisor.log"
     with edit(site_dir) as state:  # started and recorded under the lock: `down` sees it
         proc = start_process(cmd, log, cwd=site_dir, site_dir=site_dir)
         record = LocalProcess(

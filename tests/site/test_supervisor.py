@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -267,6 +269,43 @@ def test_a_removed_server_is_not_restarted(supervised):
     log = Path(state.process("supervisor").log).read_text()
     assert added.id not in log
     assert f'process="{added.id}"' not in _metrics(supervised.supervisor)
+
+
+def _supervise(site_dir: Path) -> subprocess.CompletedProcess:
+    sonicsite = Path(sys.executable).parent / "sonicsite"
+    command = [str(sonicsite), "supervise", "--dir", str(site_dir)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180)
+
+
+def test_a_dead_supervisor_is_started_again_and_restarts_what_dies_after(supervised, status_json):
+    """The supervisor killed: `status` says how to start it again, `sonicsite supervise`
+    does (by its recorded command: same address, same policy), refuses a second while it
+    lives, and the new one restarts a process that dies after (before, only `down` and
+    `up` could bring a supervisor back)."""
+    site_dir = Path(supervised.site_dir)
+    dead = SiteState.load(site_dir).process("supervisor")
+    os.kill(dead.pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(dead.pid), "the killed supervisor gone", 60)
+    said = "\n".join(status_json(site_dir)[1]["down"])
+    assert "`sonicsite supervise` starts it again" in said, said
+    again = _supervise(site_dir)
+    assert again.returncode == 0, again.stderr
+    new = SiteState.load(site_dir).process("supervisor")
+    assert f"supervisor started again as pid {new.pid}" in again.stdout
+    assert new.pid != dead.pid and new.command == dead.command and pid_alive(new.pid)
+    twice = _supervise(site_dir)
+    assert twice.returncode == 1 and f"its supervisor (pid {new.pid}) is alive" in twice.stderr
+    before = SiteState.load(site_dir).process("gateway")
+    os.kill(before.pid, signal.SIGKILL)
+    wait_until(
+        lambda: (
+            (r := SiteState.load(site_dir).process("gateway")).restarts > before.restarts
+            and r.state == "running"
+        ),
+        "the new supervisor to restart the killed gateway",
+        timeout=240,
+    )
+    wait_until(lambda: status_json(site_dir)[0] == 0, "the site whole and supervised again")
 
 
 def test_down_after_restarts_leaves_nothing_running(tmp_path, built_models):
