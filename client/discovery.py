@@ -1,7 +1,12 @@
 """Where the site's endpoints are.
 
-Sources, first found wins: endpoints given explicitly; `SONICSITE_URL` (the gateway's
-`/v1/site`); a site file (`state.json` of a local site, `SONICSITE_SITE` or `./.sonicsite`).
+Sources, first found wins; what the caller gives explicitly always wins over the environment:
+1. `endpoints` (servers' gRPC addresses, given by hand);
+2. the `url` argument (the gateway's `/v1/site`);
+3. the `site` argument (a local site's folder or its `state.json`);
+4. `SONICSITE_URL` (the gateway's `/v1/site`);
+5. `SONICSITE_SITE`, else `./.sonicsite` (a local site's folder).
+(`submit --dir X` gives its workers `site=X`: they stream to X whatever SONICSITE_URL says.)
 Each gives the site record of the wire contract (sonicsite.contract.wire.SiteRecord):
 the balanced gRPC and HTTP endpoints, and the servers with their models. Draining servers
 are left out: they take no new work.
@@ -84,28 +89,44 @@ def discover(
     site: Path | None = None,
     token: str | None = None,
 ) -> SiteRecord:
-    """The site record from the first source found (module docstring); `token`: the
-    site's bearer token, default SONICSITE_TOKEN."""
+    """The site record from the first source found, in the module docstring's order:
+    `endpoints`, `url`, `site`, then SONICSITE_URL, SONICSITE_SITE or ./.sonicsite (an
+    explicit argument wins over the environment). `token`: the site's bearer token,
+    default SONICSITE_TOKEN."""
     if endpoints:
         servers = tuple(_server(k, e) for k, e in enumerate(endpoints))
         return SiteRecord(servers=servers, source="explicit")
-    origin = "the url argument" if url else "SONICSITE_URL"
-    url = url or os.environ.get("SONICSITE_URL")
     if url:
-        token = os.environ.get("SONICSITE_TOKEN", "") if token is None else token
-        return from_url(url, token=token, origin=origin)
-    candidates = [site] if site else [Path(os.environ.get("SONICSITE_SITE", ".sonicsite"))]
-    origin = "the site argument" if site else "SONICSITE_SITE"
-    if not site and "SONICSITE_SITE" not in os.environ:
+        return from_url(url, token=_token(token), origin="the url argument")
+    if site:
+        return _from_folder(Path(site), "the site argument")
+    if os.environ.get("SONICSITE_URL"):
+        return from_url(os.environ["SONICSITE_URL"], token=_token(token), origin="SONICSITE_URL")
+    folder = Path(os.environ.get("SONICSITE_SITE", ".sonicsite"))
+    origin = "SONICSITE_SITE"
+    if "SONICSITE_SITE" not in os.environ:
         origin = "the default site folder, SONICSITE_SITE unset"
-    for candidate in candidates:
-        path = Path(candidate)
-        if (path / STATE_FILE).is_file() or path.is_file():
-            try:  # one rule for what a site's state file is: the contract's (load_state_file)
-                return from_site_file(path)
-            except ValueError as exc:  # says which file and why; here also where it came from
-                raise DiscoveryError(f"site discovery from {origin}: {exc}") from exc
+    return _from_folder(folder, origin, nothing_else=True)
+
+
+def _token(token: str | None) -> str:
+    return os.environ.get("SONICSITE_TOKEN", "") if token is None else token
+
+
+def _from_folder(path: Path, origin: str, nothing_else: bool = False) -> SiteRecord:
+    """The site file at `path` (a site folder or its state file), which came from
+    `origin`; DiscoveryError saying where it looked when there is none."""
+    if (path / STATE_FILE).is_file() or path.is_file():
+        try:  # one rule for what a site's state file is: the contract's (load_state_file)
+            return from_site_file(path)
+        except ValueError as exc:  # says which file and why; here also where it came from
+            raise DiscoveryError(f"site discovery from {origin}: {exc}") from exc
+    if nothing_else:
+        raise DiscoveryError(
+            f"no endpoints: none given, SONICSITE_URL unset, and no site file at {path} "
+            "(start a local site with `sonicsite up`, or set SONICSITE_URL)"
+        )
     raise DiscoveryError(
-        f"no endpoints: none given, SONICSITE_URL unset, and no site file at {candidates[0]} "
-        "(start a local site with `sonicsite up`, or set SONICSITE_URL)"
+        f"site discovery from {origin}: no site file at {path} (no {STATE_FILE} there: "
+        f"start a local site with `sonicsite up --dir {path}`)"
     )

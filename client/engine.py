@@ -31,10 +31,15 @@ reported failed with its last error: none is lost):
   than `overload_wait_s` since its first (`shed_is_a_try`), and the back-off grows with the
   sheds in a row; a site shedding one chunk longer than that fails it with the site's
   reason (as tries, a shed of 15 s failed chunks while the site added capacity).
-- Invalid: fails the chunk at once. Internal: back-off, then retried.
-- Silent: once a chunk has used up its tries on endpoints that were unreachable or timed
-  out and none has answered since that chunk began, the chunks left fail at once, the
-  endpoints named (stream_guard.py); a chunk's exception stops the stream likewise.
+- Invalid: fails the chunk at once. Internal: back-off, then retried. A model the site
+  has none of ("not found", and not in the servers' lists) stops the stream with
+  ModelNotServed (stream_checks.py), as does a bad spec: both checked before any chunk goes.
+- Silent: once a chunk has used up its tries on endpoints that were unreachable (a
+  connection failed: "site unreachable") or timed out (every try ran past its deadline:
+  "timed out", timeout_s named) and none has answered since that chunk began, the chunks
+  left fail at once, the endpoints named (stream_guard.py); a chunk's exception stops the
+  stream likewise, and so does the caller's Ctrl-C: the chunks not begun are cancelled,
+  those under way try no more, the KeyboardInterrupt is raised at once.
 - Loading: a model the site is loading holds the request (gateway/holding.py) until a server
   has it, or until the attempt's own wait is nearly over: then "still loading" with the time
   the site would hold it longer. That is no failed try and no sign of a sick endpoint: the
@@ -78,15 +83,15 @@ from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILAB
 from .failover import Failover
 from .kept_answers import look_up
 from .layout import Columns
-from .plan import CopyPlan, make_plan
-from .spec import ModelInfo, TensorSpec
+from .plan import CopyRefused, make_plan
+from .spec import ModelInfo, SpecError, TensorSpec
 from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
+from .stream_checks import ModelNotServed, check_first, not_served
 from .stream_guard import Reach, check_source, run_all
-from .stream_io import OnResult, Source, StreamResult
+from .stream_io import OnResult, Source, StreamResult, deliver
 from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
-from .transport_grpc import CONTROL_TIMEOUT_S, Reply
-from .wire import MalformedReply, OutputTensor
+from .transport_grpc import CONTROL_TIMEOUT_S
 
 
 class Stream:
@@ -101,6 +106,7 @@ class Stream:
         local: LocalRunner | None = None,
         auto: AutoSwitch | None = None,
         work: WorkReporter | None = None,
+        served: Sequence[str] = (),
     ):
         """`balancer`: the servers (direct mode) or the site's paths in order (site mode).
         `statistics`: server id -> a transport to read that server's Triton statistics from
@@ -108,7 +114,8 @@ class Stream:
         `latencies`: what deadlines are learnt from (shared by the streams of a client).
         `local` and `auto`: backend "auto"'s model in process and its switch.
         `work`: where the stream's requests left are counted and reported to the site
-        (declared_work.py; shared by the streams of a client)."""
+        (declared_work.py; shared by the streams of a client). `served`: the models the
+        site's servers list (discovery), named if the site has no model of this name."""
         self.balancer = balancer
         self.model = model
         self.spec = spec
@@ -121,7 +128,7 @@ class Stream:
             statistics = {e.id: e.transport for e in balancer.endpoints}
         self.statistics = statistics
         self.local, self.auto = local, auto  # backend "auto": both, or neither
-        self.work = work
+        self.work, self.served = work, tuple(served)
 
     def model_info(self, endpoint: Endpoint, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         """The model's metadata and config as `endpoint` serves them (fetched once)."""
@@ -152,17 +159,19 @@ class Stream:
         reach: Reach | None = None,
     ) -> None:
         """`maybe_run`: a server may have executed the chunk already (a rerun's sent chunk);
-        `reach`: whether the site answered this stream (stream_guard.py)."""
-        if reach is not None and reach.gave_up:  # failed at once, the job's work not done
+        `reach`: whether the site answered this stream, and whether it stopped
+        (stream_guard.py)."""
+        reach = reach or Reach(self.balancer.endpoints, False)
+        if reach.over:  # failed at once, the job's work not done
             with self._lock:
-                result.failed[(lo, hi)] = reach.gave_up
+                result.failed[(lo, hi)] = reach.gave_up or "the stream stopped"
             return
         # The columns once, before any try: the job's own work for these events (a source
         # may compute them) is done once, holds no server's slot, is in no latency (open
         # loop: sent at its arrival, or once ready if later) and runs while its model loads.
         columns = source.request(lo, hi)
         if arrival:  # open loop: the chunk arrives at its time (epoch s), not when a slot frees
-            time.sleep(max(0.0, arrival - time.time()))
+            reach.stop.wait(max(0.0, arrival - time.time()))
         began = time.monotonic()  # the site silent since then, through every try: give up
         tag = self.options.request_tag
         offset = self.options.request_offset
@@ -171,13 +180,14 @@ class Stream:
         maybe_run = maybe_run and bool(tag)
         tries, avoid, error, kind = 0, "", "", ""
         probes = 0  # failed probes of endpoints already down, not counted as tries
-        timeouts = 0  # of this chunk: each doubles its next deadline
+        timeouts, refused = 0, 0  # tries timed out (each doubles the next deadline), unreachable
+        cap = self.options.timeout_s
         unprocessed, unprocessed_from = 0, ""  # refused before running, in a row; by whom
         loading = LoadingWait()  # while the site holds the model
         sheds, first_shed = 0, 0.0  # overloaded answers of this chunk, and when the first came
         while tries < self.options.max_tries:
-            if reach is not None and reach.gave_up:  # the site never answered: not tried
-                error = reach.gave_up
+            if reach.over:  # the site never answered, or the stream stopped: not tried
+                error = reach.gave_up or error or "the stream stopped"
                 break
             tries += 1
             probe = False
@@ -213,11 +223,15 @@ class Stream:
                     answered = time.perf_counter()
             except InferError as exc:
                 error, kind = str(exc), exc.kind
+                if exc.kind == TIMEOUT:  # named as such, with the deadline it ran past
+                    error += f" (this try's deadline {deadline:g} s, timeout_s={cap:g})"
                 record.latency_s, record.error = time.perf_counter() - t0, exc.kind
                 record.unprocessed = exc.unprocessed
                 with self._lock:
                     result.stats.records.append(record)
                 self.balancer.done(endpoint, None)
+                if (refusal := not_served(self.model, self.served, endpoint, exc)) is not None:
+                    raise refusal from None  # no model of that name: the stream stops
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
                 if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
@@ -253,10 +267,11 @@ class Stream:
                     unprocessed += 1
                     unprocessed_from = avoid = endpoint.id
                     if unprocessed > 1:  # say, a model not ready on every server: wait
-                        time.sleep(self._backoff(unprocessed - 1))
+                        reach.stop.wait(self._backoff(unprocessed - 1))
                     continue
                 unprocessed, unprocessed_from = 0, ""
                 down = exc.kind in (UNAVAILABLE, TIMEOUT)
+                refused += exc.kind == UNAVAILABLE
                 if down and down_probe and probes < self.options.max_tries and self._up(endpoint):
                     probes += 1
                     tries -= 1  # the balancer's probe failed, not the chunk: on at once
@@ -264,13 +279,12 @@ class Stream:
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id
                     continue
-                if exc.kind == TIMEOUT:
-                    timeouts += 1
+                timeouts += exc.kind == TIMEOUT
                 if down:
                     maybe_run = bool(tag)  # it went out: a server may have run it
                     self.balancer.mark_down(endpoint)
                     avoid = endpoint.id
-                time.sleep(self._backoff(tries))
+                reach.stop.wait(self._backoff(tries))
                 continue
             except Exception:
                 self.balancer.done(endpoint, None)
@@ -289,14 +303,16 @@ class Stream:
             if self.auto is not None:
                 self.auto.answered(probe)
             record.latency_s, record.ok = answered - t0, True
-            self._deliver(lo, hi, plan, reply, record, on_result, result)
+            deliver(lo, hi, plan, reply, record, on_result, result, self._lock)
             return
         else:  # every try failed at the site (none refused as invalid): auto runs it here
             if self.auto is not None:
                 self.auto.exhausted(tries, error)
                 return self._run_here(lo, hi, columns, on_result, result)
-            if reach is not None:  # a server that refused it unprocessed did answer
-                reach.exhausted("" if unprocessed else kind, error, began)
+            # a server that refused it unprocessed did answer; a connection that failed among
+            # the timeouts: the site is unreachable, not slow
+            kind = "" if unprocessed else UNAVAILABLE if kind == TIMEOUT and refused else kind
+            reach.exhausted(kind, error, began, sorted(self._infos))
         with self._lock:
             result.failed[(lo, hi)] = error
 
@@ -312,38 +328,6 @@ class Stream:
     ) -> None:
         """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once."""
         self.local.deliver(self.spec, self.options.strict, lo, hi, columns, on_result, result)
-
-    def _deliver(
-        self,
-        lo: int,
-        hi: int,
-        plan: CopyPlan,
-        reply: Reply,
-        record: RequestRecord,
-        on_result: OnResult,
-        result: StreamResult,
-    ) -> None:
-        """An answered attempt: outputs into their columns, the record, then `on_result`."""
-        record.server = reply.server  # behind a balancer: the server that answered
-        record.serialize_s, record.network_s = reply.serialize_s, reply.round_trip_s
-        outputs = {}
-        copies = reply.copies
-        for out in plan.outputs:
-            value = reply.outputs.get(out.name)
-            if value is None:  # the transports refuse such a reply: never stale columns
-                raise MalformedReply(f"output {out.name!r}: the reply of {reply.server} lacks it")
-            if isinstance(value, OutputTensor):
-                continue  # written by the server into the output's columns
-            copies += out.deliver(value)
-            outputs[out.name] = value
-        record.copies = copies
-        with self._lock:
-            result.stats.records.append(record)
-            result.delivered.append((lo, hi))
-        try:
-            on_result(lo, hi, outputs)
-        finally:
-            reply.close()
 
     def run(
         self,
@@ -372,14 +356,19 @@ class Stream:
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
         # backend "auto" runs here what the site does not answer: it never gives up on it
-        reach = Reach(self.balancer.endpoints) if self.auto is None else None
+        reach = Reach(self.balancer.endpoints, self.auto is None, self.options.timeout_s)
         work = self.work.begin(self.model, len(chunks)) if self.work is not None else None
-        chunk_args = [
-            (work, lo, hi, source, on_result, result, at, (lo, hi) in resent, on_send, reach)
-            for (lo, hi), at in zip(chunks, times, strict=True)
-        ]
         try:
-            run_all(self.options.window, self._counted, chunk_args)  # stops at a raise
+            if chunks and self.auto is None:  # the spec and the model, in the caller's frame
+                try:
+                    source = check_first(self, source, chunks[0])
+                except (SpecError, CopyRefused, ModelNotServed) as exc:  # the caller's to mend
+                    raise exc.with_traceback(None) from None  # the message, not the checks' frames
+            chunk_args = [
+                (work, lo, hi, source, on_result, result, at, (lo, hi) in resent, on_send, reach)
+                for (lo, hi), at in zip(chunks, times, strict=True)
+            ]
+            run_all(self.options.window, self._counted, chunk_args, reach.stop)  # stops at a raise
         finally:
             if work is not None:
                 work.end()
@@ -391,4 +380,5 @@ class Stream:
             sid: server_time_deltas(before[sid], after[sid]) for sid in after if sid in before
         }
         result.delivered.sort()
+        result.failed = dict(sorted(result.failed.items()))  # by chunk, as delivered
         return result

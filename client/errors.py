@@ -100,3 +100,35 @@ def server_error(
     if kind == INVALID and any(text in message for text in NOT_READY_TEXTS):
         return InferError(UNAVAILABLE, message, server, status=status, unprocessed=True)
     return InferError(kind, message, server, retry_after, status)
+
+
+# How an endpoint says it has no such model at all: gRPC NOT_FOUND (a server's reply, or
+# tritonclient's StatusCode.NOT_FOUND), HTTP 404; refused as invalid (a model not ready on a
+# server, placement's, is UNAVAILABLE: server_error).
+NOT_FOUND_STATUSES = ("NOT_FOUND", "StatusCode.NOT_FOUND", "404")
+
+
+def not_found(exc: InferError) -> bool:
+    """Whether `exc` is an endpoint saying that it knows no model of that name."""
+    return exc.kind == INVALID and exc.status in NOT_FOUND_STATUSES
+
+
+# How an endpoint refuses a request's credentials (HTTP, a gRPC reply, tritonclient's).
+TOKEN_STATUSES = ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
+TOKEN_STATUSES += ("StatusCode.UNAUTHENTICATED", "StatusCode.PERMISSION_DENIED")
+
+
+def token_hint(exc: InferError, sent: bool) -> InferError:
+    """A refusal of the request's credentials, with how the client takes a token: none was
+    `sent` (the site wants one), or the one sent was refused. Other errors as they are."""
+    if exc.status not in TOKEN_STATUSES:
+        return exc
+    hint = (
+        "the site wants a bearer token and this client sent none: set SONICSITE_TOKEN, or give "
+        "Client.connect(token=...) (the token of `sonicsite up --tokens FILE`, or a JWT)"
+        if not sent
+        else "the site refused the bearer token this client sent (token=..., default "
+        "SONICSITE_TOKEN): is it one of the site's tokens, or a JWT it takes?"
+    )
+    message = f"{exc.message} ({hint})"
+    return InferError(exc.kind, message, exc.server, exc.retry_after, exc.status, exc.unprocessed)

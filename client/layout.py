@@ -63,8 +63,20 @@ def aligned(offset: int, align: int = ALIGN) -> int:
     return (offset + align - 1) // align * align
 
 
+def row_count(rows: object) -> int:
+    """`rows` as a layout's row count: an integer ≥ 0 (numpy's integers too), else a
+    LayoutError naming it (a negative count made an empty layout, silently)."""
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)):
+        raise LayoutError(f"rows: expected an integer ≥ 0, got {rows!r} ({type(rows).__name__})")
+    if rows < 0:
+        raise LayoutError(f"rows: expected an integer ≥ 0, got {rows}")
+    return int(rows)
+
+
 def plan_offsets(columns: Iterable[Column], rows: int) -> tuple[dict[str, int], int]:
-    """Byte offset of each column in one buffer, and the buffer's size."""
+    """Byte offset of each column in one buffer, and the buffer's size, for `rows` rows
+    (an integer ≥ 0: `row_count`)."""
+    rows = row_count(rows)
     offsets, end = {}, 0
     for column in columns:
         if column.name in offsets:
@@ -154,8 +166,10 @@ class SoA(Columns):
         cls, schema: Iterable[Column], rows: int, buffer: WritableBuffer | None = None
     ) -> SoA:
         """An owned layout; in `buffer` (anything writable with the buffer protocol, such as
-        a shared-memory region) if given, else in fresh memory aligned to 128 bytes."""
+        a shared-memory region) if given, else in fresh memory aligned to 128 bytes.
+        `rows`: an integer ≥ 0, else LayoutError (a ValueError) naming it."""
         schema = list(schema)
+        rows = row_count(rows)
         offsets, size = plan_offsets(schema, rows)
         if buffer is None:
             raw = np.empty(size + ALIGN, dtype=np.uint8)

@@ -7,6 +7,11 @@ spec = TensorSpec("particlenet_ak4").append_block("pf_points", "etarel", "phirel
 result = client.stream("particlenet_ak4", spec, batch=16).run(source, on_result)
 # in the worker's process, or the site with the process as fallback (local= LocalModels):
 result = client.stream("particlenet_ak4", spec, batch=16, backend="auto").run(...)
+# in process only, no site (the metadata from the model's config, ModelInfo.from_config):
+client = Client(local=LocalModels(folder, infos=lambda m: ModelInfo.from_config(path_of(m))))
+
+A stream checks its spec against the model, and that the site has the model at all, before
+any chunk goes (stream_checks.py); Ctrl-C stops it (stream_guard.py `run_all`).
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from .cuda import CudaRegionPool, CudaUnavailable
 from .declared_work import WorkReporter, work_url
 from .discovery import discover
 from .engine import Stream
-from .errors import InferError
+from .errors import InferError, not_found
 from .failover import PATHS, Failover
 from .layout import Column, SoA, plan_offsets
 from .shm import RegionPool, ShmTransport
 from .spec import ModelInfo, SpecError, TensorSpec
+from .stream_checks import ModelNotServed
 from .stream_options import StreamOptions
 from .timeouts import PathLatencies
 from .tracing import ClientTracing
@@ -44,7 +50,7 @@ MODES = ("site", "direct")
 class Client:
     def __init__(
         self,
-        site: SiteRecord,
+        site: SiteRecord | None = None,
         transport: str = "grpc",
         mode: str | None = None,
         slot_bytes: int = 1 << 22,
@@ -62,7 +68,10 @@ class Client:
         every call (tracing.py); default: from the OpenTelemetry variables, off when they
         name no endpoint (a tracing made here is closed with the client). `declare_work`:
         in site mode, tell the site the requests its streams have left (declared_work.py),
-        so that its autoscaler starts no server the work would not keep busy."""
+        so that its autoscaler starts no server the work would not keep busy. `site`: where
+        the site is (discovery.py; `connect` finds it); none: models run in process only
+        (`local=`, streams with backend "local")."""
+        site = site if site is not None else SiteRecord(source="none (in process only)")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport: expected one of {TRANSPORTS}, got {transport!r}")
         balanced = site.grpc if transport != "http" else site.http
@@ -154,7 +163,7 @@ class Client:
             if e.path != "direct" or not self._models.get(e.id) or model in self._models[e.id]
         ]
         if not serving:
-            raise ValueError(f"model: no server of the site serves {model!r}")
+            raise ModelNotServed(f"model {model!r}: {self._no_server()}")
         if self.mode == "direct":
             return Balancer(serving)
         if model not in self._failovers:
@@ -172,7 +181,10 @@ class Client:
         `backend="local"` runs every chunk in this process, `"auto"` the site while it
         answers and this process when it does not (backend_local.py, backend_auto.py).
         The spec must be `model`'s: its requests name the spec's model, the checks before
-        sending read the stream's."""
+        sending read the stream's. A model no server serves is refused here in direct mode,
+        and at `run`, before any chunk goes, when the site says it has none of that name
+        (ModelNotServed, naming the models the site serves: a site that places models on
+        demand serves more than its servers list now)."""
         if spec.model != model:
             raise SpecError(
                 [
@@ -201,23 +213,55 @@ class Client:
         auto = None
         if runner is not None:  # one per model: a job's streams share what they learnt
             auto = self._autos.setdefault(model, AutoSwitch(self.auto))
+        served = self.site.models  # what the servers list: named if the site lacks the model
         return Stream(
-            balancer, model, spec, stream_options, statistics, latencies, runner, auto, self.work
+            balancer,
+            model,
+            spec,
+            stream_options,
+            statistics,
+            latencies,
+            runner,
+            auto,
+            self.work,
+            served,
         )
 
     def model_info(self, model: str) -> ModelInfo:
         """`model`'s tensors and batching as the site's servers say (what `make_plan` checks a
-        spec against): from the first of its endpoints that answers, ValueError naming each
-        one's failure when none does."""
-        errors = []
+        spec against): from the first of its endpoints that answers; ModelNotServed when
+        every endpoint says it has no such model, else ValueError naming each one's failure
+        (each endpoint once: an InferError's text begins with its endpoint)."""
+        errors, missing = [], []
         for endpoint in self.balancer(model).endpoints:
             try:
                 return endpoint.transport.model_info(model, CONTROL_TIMEOUT_S)
-            except (InferError, OSError) as exc:
+            except InferError as exc:
+                errors.append(str(exc))
+                missing.append(not_found(exc))
+            except OSError as exc:
                 errors.append(f"{endpoint.id}: {exc}")
-        raise ValueError(
-            f"model {model!r}: no metadata: the site did not answer ({'; '.join(errors)})"
-        )
+                missing.append(False)
+        said = "; ".join(errors)
+        if missing and all(missing):
+            raise ModelNotServed(
+                f"model {model!r}: not found on the site ({said}); {self._serves()}"
+            )
+        raise ValueError(f"model {model!r}: no metadata: no endpoint of the site gave it ({said})")
+
+    def _serves(self) -> str:
+        """The models the site's servers list, as a message says them."""
+        models = self.site.models
+        return f"the site serves {models}" if models else "the site lists no models"
+
+    def _no_server(self) -> str:
+        """Why no endpoint of this client takes a model: no site, or no server lists it."""
+        if not self.site.servers and not self._endpoints:
+            return (
+                "this client has no site (Client(local=LocalModels(...)) runs models in "
+                "process only: stream with backend='local')"
+            )
+        return f"no server of the site ({self.site.source}) serves it; {self._serves()}"
 
     def _info_of(self, model: str):
         """How the in-process backend gets `model`'s metadata: from LocalModels.infos, else

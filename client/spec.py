@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -95,6 +96,38 @@ class ModelInfo:
             keeps.get("string_value", "").lower() == "true",
         )
 
+    @classmethod
+    def from_config(cls, path: Path | str) -> ModelInfo:
+        """A model's metadata from its Triton `config.pbtxt` (a model repository's
+        `<model>/config.pbtxt`), as its servers give it: what the in-process backend checks
+        a spec against with no site to ask (`LocalModels(infos=...)`); ValueError naming
+        the file when it is no model's config."""
+        from google.protobuf import text_format
+        from tritonclient.grpc import model_config_pb2 as mc
+
+        path = Path(path)
+        try:
+            config = text_format.Parse(path.read_text(), mc.ModelConfig())
+        except (OSError, text_format.ParseError) as exc:
+            raise ValueError(f"{path}: no model's config.pbtxt: {exc}") from None
+
+        def tensors(items) -> dict[str, TensorInfo]:
+            out = {}
+            for t in items:
+                datatype = mc.DataType.Name(t.data_type).removeprefix("TYPE_")
+                datatype = "BYTES" if datatype == "STRING" else datatype  # as servers say it
+                out[t.name] = TensorInfo(t.name, datatype, tuple(t.dims))
+            return out
+
+        keeps = config.parameters[KEEPS_ANSWERS_PARAMETER].string_value.lower() == "true"
+        return cls(
+            config.name or path.parent.name,
+            config.max_batch_size,
+            tensors(config.input),
+            tensors(config.output),
+            keeps,
+        )
+
 
 @dataclass(frozen=True)
 class Block:
@@ -120,13 +153,33 @@ class Block:
             return natural
         wanted = tuple(rows if d == -1 else d for d in self.shape)
         if math.prod(wanted) != math.prod(natural):
-            raise SpecError(
-                [
-                    f"{self.name}: shape {self.shape} holds {math.prod(wanted)} "
-                    f"elements, the columns hold {math.prod(natural)}"
-                ]
-            )
+            raise SpecError([self.reshape_problem(inner)])
         return wanted
+
+    @property
+    def named_columns(self) -> str:
+        """The block's columns as a message names them: "column 'x'", "columns ['x', 'y']"."""
+        if len(self.columns) == 1:
+            return f"column {self.columns[0]!r}"
+        return f"columns {list(self.columns)}"
+
+    def reshape_problem(self, inner: tuple[int, ...], expects: str = "") -> str:
+        """Why the columns' rows (each of shape `inner`) cannot be reshaped to `shape`, per
+        row (not per request: no number that depends on the batch); `expects`: what the
+        model says of the tensor, added when known."""
+        values = math.prod(inner)
+        have = "has" if len(self.columns) == 1 else "have"
+        said = f"input {self.name!r}: {self.named_columns} {have} rows of shape {inner}"
+        n = len(self.columns)
+        said += f" ({n} × {values} = {n * values} values a row)" if n > 1 else f" ({values} values)"
+        shape = tuple(self.shape or ())
+        if -1 in shape:  # -1 stands for the rows: what is left is one row's shape
+            row = tuple(d for d in shape if d != -1)
+            said += f", the spec's shape {shape} takes rows of shape {row}"
+            said += f" ({math.prod(row)} values)"
+        else:  # a fixed shape: the whole request's
+            said += f", the spec's shape {shape} holds {math.prod(shape)} values a request"
+        return said + (f"; {expects}" if expects else "")
 
 
 @dataclass
@@ -184,22 +237,20 @@ def check(spec: TensorSpec, model: ModelInfo, soa: Columns) -> None:
         dtypes = {a.dtype for a in arrays}
         inners = {a.shape[1:] for a in arrays}
         if len(dtypes) > 1 or len(inners) > 1:
-            problems.append(
-                f"input {block.name!r}: columns {list(block.columns)} differ in "
-                f"dtype or row shape ({sorted(map(str, dtypes))}, {sorted(inners)})"
-            )
+            problems.append(f"input {block.name!r}: {_differ(block, arrays)}")
             continue
         datatype = _datatype_or_problem(f"input {block.name!r}", block, dtypes.pop(), problems)
         if datatype is None:
             continue
         if datatype != info.datatype:
-            problems.append(f"input {block.name!r}: dtype {datatype}, expected {info.datatype}")
-        rows = arrays[0].shape[0]
+            problems.append(_dtype_problem(block, arrays[0].dtype, datatype, info.datatype))
+        rows, inner = arrays[0].shape[0], inners.pop()
         batch_rows[block.name] = rows
         try:
-            shape = block.tensor_shape(rows, inners.pop())
-        except SpecError as exc:
-            problems.extend(exc.problems)
+            shape = block.tensor_shape(rows, inner)
+        except SpecError:
+            whole = "rows of shape" if model.max_batch_size else "a tensor of shape"
+            problems.append(block.reshape_problem(inner, f"the model expects {whole} {info.dims}"))
             continue
         want = ((-1,) if model.max_batch_size else ()) + info.dims
         if not _dims_match(shape, want):
@@ -241,6 +292,34 @@ def check(spec: TensorSpec, model: ModelInfo, soa: Columns) -> None:
             )
     if problems:
         raise SpecError(problems)
+
+
+def _differ(block: Block, arrays: list[np.ndarray]) -> str:
+    """How the block's columns differ (they must share a dtype and a row shape), each
+    dtype or row shape with the columns that have it."""
+    said = []
+    for what, of in (("dtype", lambda a: str(a.dtype)), ("rows of shape", lambda a: a.shape[1:])):
+        groups: dict = {}
+        for name, array in zip(block.columns, arrays, strict=True):
+            groups.setdefault(of(array), []).append(name)
+        if len(groups) > 1:
+            said.append(", ".join(f"{what} {k} in {v}" for k, v in groups.items()))
+    return (
+        f"{block.named_columns} are stacked into one tensor, so they need one dtype and one "
+        f"row shape; they differ: {'; '.join(said)}"
+    )
+
+
+def _dtype_problem(block: Block, dtype: np.dtype, datatype: str, expected: str) -> str:
+    """The block's columns are of another datatype than the model's input: named, with
+    the conversion that makes them fit."""
+    are = "is" if len(block.columns) == 1 else "are"
+    said = f"input {block.name!r}: {block.named_columns} {are} {datatype} ({dtype}), the model "
+    said += f"expects {expected}"
+    if expected in TRITON_DTYPES:
+        them = "it" if len(block.columns) == 1 else "them"
+        said += f": convert {them} with .astype(np.{TRITON_DTYPES[expected].__name__})"
+    return said
 
 
 def _datatype_or_problem(

@@ -1,24 +1,32 @@
 """When a stream stops early, rather than spending every chunk's tries: on the first
 exception of any chunk (the chunks not yet begun are cancelled, not run one after another
-to the end), and when the site stopped answering (`Reach`).
+to the end; the exception raised with the worker's frames, not the library's), on the
+caller's Ctrl-C (KeyboardInterrupt raised at once, no chunk begun after it: the pool's exit
+had sent every chunk left first), and when the site stopped answering (`Reach`).
 
 Every chunk alone spends `max_tries` tries and their cool-downs on a site that refuses
 every connection: 8 chunks took 141 s, 10^5 events would have taken a day with nothing
 raised; a site that died mid-stream took 10 minutes to fail 688 events, one chunk's tries
 after another. Once one chunk has used up its tries on endpoints that were unreachable or
 timed out, and no endpoint has answered anything (for any chunk) since that chunk began,
-the chunks left fail at once with the endpoints named: `submit --resume` sends them again
-once the site is back. An outage shorter than one chunk's tries (a restart, a failover)
+the chunks left fail at once with the endpoints named ("site unreachable" when a connection
+failed, "timed out" with `timeout_s` when every try ran out of time on endpoints that
+answered the model's metadata: a deadline too short is no outage): `submit --resume` sends
+them again once the site is back. An outage shorter than one chunk's tries (a restart, a failover)
 gives up nothing: another chunk's answer in that time keeps the per-chunk rule (engine.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextvars
+import os
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
 
 from .balancer import Endpoint
 from .errors import TIMEOUT, UNAVAILABLE
@@ -27,13 +35,25 @@ from .layout import Ragged
 
 class Reach:
     """Whether the stream's endpoints have answered lately, and, once a chunk has given up on
-    them all, why the chunks left fail at once (`gave_up`)."""
+    them all, why the chunks left fail at once (`gave_up`); `stop`, set when the stream is
+    stopped (the caller's Ctrl-C, a chunk's exception): no chunk tries again after it.
+    `gives_up`: False for backend "auto" (it runs what the site does not answer in process);
+    `timeout_s`: the stream's cap of a try's deadline, named when tries timed out."""
 
-    def __init__(self, endpoints: Sequence[Endpoint]):
+    def __init__(
+        self, endpoints: Sequence[Endpoint], gives_up: bool = True, timeout_s: float = 0.0
+    ):
         self.endpoints = list(endpoints)
         self.began = time.monotonic()
         self.gave_up = ""
+        self.gives_up, self.timeout_s = gives_up, timeout_s
+        self.stop = threading.Event()
         self._lock = threading.Lock()
+
+    @property
+    def over(self) -> bool:
+        """Whether a chunk should try no more: the stream stopped, or gave up on the site."""
+        return self.stop.is_set() or bool(self.gave_up)
 
     def answered(self, since: float | None = None) -> bool:
         """Whether any endpoint answered a request since `since` (monotonic; default: since
@@ -41,23 +61,43 @@ class Reach:
         since = self.began if since is None else since
         return any(e.answered_at >= since for e in self.endpoints)
 
-    def exhausted(self, kind: str, error: str, since: float | None = None) -> None:
+    def exhausted(
+        self, kind: str, error: str, since: float | None = None, reachable: Sequence[str] = ()
+    ) -> None:
         """A chunk that began its tries at `since` (default: the stream's start) used them
-        up, the last of kind `kind` with `error`: when that was unreachable or a timeout and
-        nothing answered since, give up."""
+        up, the last of kind `kind` with `error`: when that was unreachable (UNAVAILABLE:
+        connections failed) or a timeout (TIMEOUT: every try ran out of time, none failed
+        to connect) and nothing answered since, give up. `reachable`: the endpoints known
+        to answer (the model's metadata came from them), named when tries timed out."""
         since = self.began if since is None else since
-        if kind not in (UNAVAILABLE, TIMEOUT) or self.answered(since):
+        if not self.gives_up or kind not in (UNAVAILABLE, TIMEOUT) or self.answered(since):
             return
         with self._lock:
-            if not self.gave_up:
-                names = ", ".join(e.id for e in self.endpoints)
-                silent = time.monotonic() - since
-                began = "the stream" if since <= self.began else "a chunk's tries"
+            if self.gave_up:
+                return
+            names = ", ".join(e.id for e in self.endpoints)
+            silent = time.monotonic() - since
+            began = "the stream" if since <= self.began else "a chunk's tries"
+            left = f"the chunks left are not tried (last error: {error})"
+            if kind == UNAVAILABLE:
                 self.gave_up = (
                     f"site unreachable: no endpoint ({names}) has answered for "
                     f"{silent:.1f} s, since {began} began, and a chunk used up its tries on "
-                    f"them; the chunks left are not tried (last error: {error})"
+                    f"them; {left}"
                 )
+                return
+            known = (
+                f"; the endpoints are reachable ({', '.join(reachable)} answered the model's "
+                "metadata): the model takes longer than the deadline"
+                if reachable
+                else ""
+            )
+            self.gave_up = (
+                f"timed out: no request was answered within its deadline (timeout_s="
+                f"{self.timeout_s:g} caps each try's) for {silent:.1f} s, since {began} "
+                f"began, on any endpoint ({names}), and a chunk used up its tries timing "
+                f"out{known}; raise timeout_s if the model needs longer; {left}"
+            )
 
 
 class SourceError(TypeError):
@@ -82,15 +122,53 @@ def check_source(source: object) -> None:
         )
 
 
-def run_all(window: int, call: Callable[..., None], arguments: Sequence[tuple]) -> None:
+def run_all(
+    window: int,
+    call: Callable[..., None],
+    arguments: Sequence[tuple],
+    stop: threading.Event | None = None,
+) -> None:
     """`call(*args)` for each of `arguments`, `window` at a time, each in the caller's
     context (a span the worker has open is the parent of every call's span: tracing.py).
-    The first exception of any is raised once the calls then running are over; the calls
-    not yet begun are cancelled."""
-    with ThreadPoolExecutor(window, thread_name_prefix="sonicsite") as pool:
+    The first exception of any is raised once the calls then running are over, with the
+    library's frames taken out of its traceback (`_raised`); the calls not yet begun are
+    cancelled. An exception in the caller itself (Ctrl-C: KeyboardInterrupt) cancels the
+    calls not yet begun and is raised at once: the calls under way end at their next try
+    (`stop` is set; the engine's chunks look at it) or are left to end by themselves."""
+    stop = stop or threading.Event()
+    pool = ThreadPoolExecutor(window, thread_name_prefix="sonicsite")
+    try:
         futures = [pool.submit(contextvars.copy_context().run, call, *a) for a in arguments]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((f for f in futures if f in done and f.exception() is not None), None)
-        if failed is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise failed.exception()
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    failed = next((f for f in futures if f in done and f.exception() is not None), None)
+    if failed is not None:
+        stop.set()
+    pool.shutdown(wait=True, cancel_futures=True)
+    if failed is not None:
+        raise _raised(failed.exception())
+
+
+# this library's folder and the thread pool's: the frames an error of a chunk is raised through
+LIBRARY = tuple(
+    str(folder) + os.sep
+    for folder in (Path(__file__).resolve().parent, Path(concurrent.futures.__file__).parent)
+)
+
+
+def _raised(exc: BaseException) -> BaseException:
+    """`exc` as its caller sees it: its traceback without this library's frames (the pool's,
+    the engine's, the plan's: twenty of them above a worker's own error), so that its
+    message and the worker's own frames (its callback, its source) come first."""
+    kept, tb = [], exc.__traceback__
+    while tb is not None:
+        if not str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(LIBRARY):
+            kept.append(tb)
+        tb = tb.tb_next
+    trimmed = None
+    for tb in reversed(kept):
+        trimmed = types.TracebackType(trimmed, tb.tb_frame, tb.tb_lasti, tb.tb_lineno)
+    return exc.with_traceback(trimmed)

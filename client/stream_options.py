@@ -35,7 +35,9 @@ class StreamOptions:
     # the stream back (backend "auto" switches to local after `unreachable_s`).
     statistics_timeout_s: float = STATISTICS_TIMEOUT_S
     backend: str = "site"  # "site", "local" (in process) or "auto" (engine.py: Backends)
-    compile: str = "jit"  # the in-process model: TorchScript ("jit"); "aot" not built yet
+    # the in-process model: its TorchScript file ("jit"), or its AOTInductor package ("aot",
+    # compiled from the exported program at the first event unless cached: aot.py)
+    compile: str = "jit"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -33,6 +33,7 @@ from .errors import (
     RetryAfter,
     held_kind,
     server_error,
+    token_hint,
 )
 from .http2 import GrpcReply, Http2Error
 from .http2_pool import ConnectionPool
@@ -162,7 +163,8 @@ class GrpcTransport:
             # client when it is collected, once the last call has let go of it
             self._control = None
         message = exc.message() or str(exc)
-        return server_error(kind, message, self.server, left, status=str(exc.status()))
+        error = server_error(kind, message, self.server, left, status=str(exc.status()))
+        return token_hint(error, sent=bool(self._auth))
 
     def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:
         control = self.control
@@ -265,7 +267,7 @@ class GrpcTransport:
             ) from exc
         t2 = time.perf_counter()
         if reply.status != 0:
-            raise reply_error(reply, self.server)
+            raise token_hint(reply_error(reply, self.server), sent=bool(self._auth))
         if reply.message is None:
             raise InferError(INTERNAL, "the reply had no message", self.server)
         try:

@@ -40,6 +40,7 @@ from .errors import (
     RetryAfter,
     held_kind,
     server_error,
+    token_hint,
 )
 from .plan import CopyPlan
 from .spec import ModelInfo
@@ -181,6 +182,10 @@ class HttpTransport:
             conn.request("GET", path, headers={**self._auth, WAIT_HEADER: f"{timeout:g}"})
             response = conn.getresponse()
             data = response.read()
+        except TimeoutError as exc:  # out of time: a timeout, not an unreachable endpoint
+            conn.close()
+            message = f"no answer within {timeout:g} s: {exc or 'timed out'}"
+            raise InferError(TIMEOUT, message, self.server, status="timeout") from None
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             raise InferError(UNAVAILABLE, repr(exc), self.server, status="connection") from None
@@ -313,7 +318,8 @@ class HttpTransport:
             kind, left = held_kind(held)
             return InferError(kind, message, self.server, left, status=str(status))
         kind = HTTP_KINDS.get(status, INTERNAL)
-        return server_error(kind, message, self.server, status=str(status))
+        error = server_error(kind, message, self.server, status=str(status))
+        return token_hint(error, sent=bool(self._auth))
 
     @staticmethod
     def _parse(data: bytes, header_length: int) -> dict[str, np.ndarray]:

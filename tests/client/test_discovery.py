@@ -37,6 +37,36 @@ def test_explicit_endpoints_come_first_then_the_state_file(tmp_path, monkeypatch
     assert from_site_file(tmp_path) == found
 
 
+def _refused_url() -> str:
+    with socket.socket() as s:  # a port nobody listens on once closed
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_an_explicit_site_or_url_wins_over_the_environment(tmp_path, monkeypatch):
+    """With SONICSITE_URL naming another site, `Client.connect(site=...)` (and so `submit
+    --dir X`, whose workers connect with site=X) went to SONICSITE_URL's site: the whole
+    stream ran there. What the caller names wins: the site argument over SONICSITE_URL,
+    the url argument over SONICSITE_SITE; the environment only when nothing is named."""
+    servers = [ServerRecord("triton-0", "127.0.0.1", 1, 2, 3, ("simple",)).to_dict()]
+    state = {"site_dir": str(tmp_path), "models": ["simple"], "grpc": "127.0.0.1:9"}
+    (tmp_path / STATE_FILE).write_text(json.dumps(state | {"servers": servers}))
+    monkeypatch.setenv("SONICSITE_URL", _refused_url())  # another site, down here
+    found = discover(site=tmp_path)
+    assert found.source == str(tmp_path / STATE_FILE) and found.grpc == "127.0.0.1:9"
+    with Client.connect(site=tmp_path, mode="direct", declare_work=False) as client:
+        assert client.site.source == str(tmp_path / STATE_FILE)
+    with pytest.raises(DiscoveryError, match=r"from the site argument: no site file at .*nowhere"):
+        discover(site=tmp_path / "nowhere")  # named, not SONICSITE_URL tried instead
+    with pytest.raises(DiscoveryError, match=r"\(from SONICSITE_URL\): unreachable"):
+        discover()  # nothing named: the environment
+    monkeypatch.delenv("SONICSITE_URL")
+    monkeypatch.setenv("SONICSITE_SITE", str(tmp_path))
+    with pytest.raises(DiscoveryError, match=r"\(from the url argument\): unreachable"):
+        discover(url=_refused_url())  # the url argument over SONICSITE_SITE
+    assert discover().source == str(tmp_path / STATE_FILE)
+
+
 def test_a_state_file_that_is_not_a_sites_is_named_by_the_client(tmp_path, monkeypatch):
     """The README's worker (`Client.connect()`, SONICSITE_SITE) given a folder whose
     state.json is not a site's: the contract's one rule, the file named and why, where the

@@ -58,3 +58,23 @@ def test_a_column_that_cannot_be_laid_out_is_named(dtype, shape, message):
     allocate; it is refused where it is declared, naming the column and why."""
     with pytest.raises(LayoutError, match=message):
         SoA.allocate([Column("x", dtype, shape)], rows=3)
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (-5, r"rows: expected an integer ≥ 0, got -5"),
+        (2.5, r"rows: expected an integer ≥ 0, got 2.5 \(float\)"),
+        ("8", r"rows: expected an integer ≥ 0, got '8' \(str\)"),
+        (True, r"rows: expected an integer ≥ 0, got True \(bool\)"),
+    ],
+)
+def test_a_row_count_that_is_not_a_count_is_refused(rows, message):
+    """`SoA.allocate(schema, -5)` returned an empty layout, silently (a float gave numpy's
+    raw error): refused by name, a ValueError; 0 rows and numpy's integers are counts."""
+    schema = [Column("pt", np.float32), Column("m", np.float32, (3,))]
+    with pytest.raises(LayoutError, match=message) as caught:
+        SoA.allocate(schema, rows)
+    assert isinstance(caught.value, ValueError)
+    assert SoA.allocate(schema, 0).rows == 0
+    assert SoA.allocate(schema, np.int64(4))["m"].shape == (4, 3)

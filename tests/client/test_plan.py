@@ -38,7 +38,10 @@ def test_spec_mismatches_are_named_with_the_expected_value(simple_info):
     with pytest.raises(SpecError) as caught:
         make_plan(spec, simple_info, soa)
     problems = caught.value.problems
-    assert "input 'INPUT0': dtype FP32, expected INT32" in problems
+    assert (
+        "input 'INPUT0': column 'f' is FP32 (float32), the model expects INT32: convert it "
+        "with .astype(np.int32)"
+    ) in problems
     assert any(
         "input 'INPUT9': the model has no such input; expected one of ['INPUT0', 'INPUT1']" in p
         for p in problems
@@ -52,6 +55,54 @@ def test_spec_mismatches_are_named_with_the_expected_value(simple_info):
         "input 'INPUT0': shape [9, 15], expected [-1, 16] (rows are the batch dimension)",
         "input 'INPUT1': 9 rows per request, expected at most max_batch_size 8",
     ]
+
+
+def test_a_block_that_does_not_fit_names_its_columns_and_their_row_shapes():
+    """ParticleNet's pf_mask column one particle short, (N, 49) for (-1, 1, 50), said
+    "pf_mask: shape (-1, 1, 50) holds 1600 elements, the columns hold 1568": no "input",
+    no column, numbers of the chunk's size; two float64 columns said "dtype FP64, expected
+    FP32" naming neither. Each names its input, its columns, their row shapes and the
+    model's, whatever the batch."""
+    info = ModelInfo(
+        "pn",
+        16,
+        {
+            "pf_mask": TensorInfo("pf_mask", "FP32", (1, 50)),
+            "pf_points": TensorInfo("pf_points", "FP32", (2, 50)),
+        },
+        {},
+    )
+    soa = SoA.from_arrays(
+        {
+            "pfcand_mask": np.zeros((32, 49), np.float32),
+            "etarel": np.zeros((32, 50)),
+            "phirel": np.zeros((32, 50)),
+        }
+    )
+    spec = (
+        TensorSpec("pn")
+        .append_block("pf_mask", "pfcand_mask", shape=(-1, 1, 50))
+        .append_block("pf_points", "etarel", "phirel")
+    )
+    said = set()
+    for rows in (16, 5):  # the same words whatever the chunk's size
+        with pytest.raises(SpecError) as caught:
+            make_plan(spec, info, soa.rows_slice(0, rows))
+        said.add(tuple(caught.value.problems))
+    assert said == {
+        (
+            "input 'pf_mask': column 'pfcand_mask' has rows of shape (49,) (49 values), the "
+            "spec's shape (-1, 1, 50) takes rows of shape (1, 50) (50 values); the model "
+            "expects rows of shape (1, 50)",
+            "input 'pf_points': columns ['etarel', 'phirel'] are FP64 (float64), the model "
+            "expects FP32: convert them with .astype(np.float32)",
+        )
+    }
+    mixed = SoA.from_arrays(
+        {"etarel": np.zeros((4, 50), np.float32), "phirel": np.zeros((4, 49), np.float64)}
+    )
+    with pytest.raises(SpecError, match=r"dtype float32 in \['etarel'\], dtype float64 in"):
+        make_plan(TensorSpec("pn").append_block("pf_points", "etarel", "phirel"), info, mixed)
 
 
 def test_copy_plan_reports_and_strict_refusals(site, simple_info):
@@ -242,12 +293,15 @@ def test_a_stream_of_one_model_with_another_models_spec_is_refused():
 
 
 def test_model_info_names_each_endpoint_that_did_not_answer():
+    """Each endpoint named once (its InferError's text begins with it: it was named twice)."""
     (port,) = free_ports(1)  # nothing listens there
     site = SiteRecord(servers=(ServerRecord.at("server-0", f"127.0.0.1:{port}"),), source="x")
     with (
         Client(site, "grpc", "direct", declare_work=False) as client,
         pytest.raises(
-            ValueError, match=r"model 'simple': no metadata: the site did not answer \(server-0: "
-        ),
+            ValueError,
+            match=r"model 'simple': no metadata: no endpoint of the site gave it \(server-0: ",
+        ) as caught,
     ):
         client.model_info("simple")
+    assert str(caught.value).count("server-0") == 1, caught.value

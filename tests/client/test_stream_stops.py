@@ -6,10 +6,16 @@ and what is not a source of events is named as such."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+import traceback
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +35,8 @@ from sonicsite.client.errors import INTERNAL, UNAVAILABLE
 from sonicsite.client.stream_guard import Reach, SourceError
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
+
+CLIENT = str(Path(sys.modules["sonicsite.client"].__file__).resolve().parent) + os.sep
 
 
 def test_the_first_exception_cancels_the_chunks_not_yet_begun(site):
@@ -173,3 +181,108 @@ def test_a_kept_answer_whose_callback_raises_is_delivered_once(site):
             again.run(sample, on_result, resent={(0, 8)})
         assert seen == [(0, 8)]
         assert [e.in_flight for e in again.balancer.endpoints] == [0, 0]
+
+
+# A worker whose user presses Ctrl-C on the first answer: SIGINT to its main thread, which is
+# in stream.run; the chunk under way waits in its callback until the worker has the
+# KeyboardInterrupt, so that no chunk can begin meanwhile but by the stream's own doing.
+CTRL_C_WORKER = """
+import json, signal, sys, threading, time
+from sonicsite.client import Client
+from sonicsite.client.discovery import from_site_file
+from sonicsite.models.samples import generate
+
+sample = generate("simple", 200, seed=7)
+begun, interrupted = [], threading.Event()
+
+class Events:
+    def __len__(self):
+        return len(sample)
+
+    def request(self, lo, hi):
+        begun.append(lo)
+        return sample.request(lo, hi)
+
+def on_result(lo, hi, outputs):
+    if lo == 0:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # Ctrl-C
+        interrupted.wait(30)  # under way until the worker has the interrupt
+
+with Client(from_site_file(sys.argv[1]), "grpc", "direct") as client:
+    stream = client.stream("simple", sample.spec, batch=2, window=1)
+    try:
+        stream.run(Events(), on_result)
+        raised = False
+    except KeyboardInterrupt:
+        raised = True
+    begun_when_raised = len(begun)
+    interrupted.set()
+    deadline = time.monotonic() + 120  # the chunk under way ends
+    while time.monotonic() < deadline and any(
+        t.name.startswith("sonicsite_") for t in threading.enumerate()
+    ):
+        time.sleep(0.05)
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("sonicsite_")]
+print(json.dumps({"raised": raised, "begun_when_raised": begun_when_raised,
+                  "begun": len(begun), "threads": threads}))
+"""
+
+
+def test_ctrl_c_stops_the_stream_and_begins_no_chunk_after_it(site, tmp_path):
+    """Ctrl-C in a worker did not stop its stream: the pool's exit waited for every chunk
+    left, all of them sent (32 s after Ctrl-C for 20,000 events), then raised. Now the
+    KeyboardInterrupt is raised at once: of 100 chunks, only the one under way (it was
+    answered) had begun, none after, and the stream's threads end."""
+    script = tmp_path / "worker.py"
+    script.write_text(CTRL_C_WORKER)
+    out = subprocess.run(
+        [sys.executable, "-P", str(script), str(site.site_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=os.environ.copy(),
+    )
+    assert out.returncode == 0, out.stderr
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    assert said["raised"], said
+    assert said["begun_when_raised"] == 1, said  # was 100: every chunk sent after Ctrl-C
+    assert said["begun"] == 1 and said["threads"] == [], said
+
+
+def _library_frames(exc: BaseException) -> list[str]:
+    """The frames of this library and of the thread pool in `exc`'s traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [
+        f"{Path(f.filename).name}:{f.name}"
+        for f in frames
+        if str(Path(f.filename).resolve()).startswith(CLIENT) or "concurrent" in f.filename
+    ]
+
+
+def test_a_workers_error_is_raised_without_a_wall_of_library_frames(site):
+    """A bad spec or a worker's callback that raised came out of a worker thread: about 20
+    frames of concurrent.futures, the engine, the plan and the spec above the message. A
+    bad spec is found before any thread starts and raised from `run` alone; a callback's
+    error keeps the worker's own frame and loses the library's but the caller's `run`."""
+    sample = generate("particlenet_ak4", 32, seed=3)
+    columns = {name: sample.soa[name] for name in sample.soa.names}
+    columns["pfcand_mask"] = columns["pfcand_mask"][:, :49].copy()  # one particle short
+    short = SoA.from_arrays(columns)
+    answered = []
+    with Client(from_site_file(site.site_dir), "grpc") as client:
+        stream = client.stream("particlenet_ak4", sample.spec, batch=16, window=2)
+        with pytest.raises(SpecError) as caught:
+            stream.run(short, lambda *a: answered.append(a))
+        assert _library_frames(caught.value) == ["engine.py:run"], caught.value
+        assert str(caught.value).startswith("input 'pf_mask': column 'pfcand_mask' has rows")
+        assert answered == []
+
+        def on_result(lo, hi, outputs) -> None:
+            raise ZeroDivisionError(f"the worker's own step failed on events {lo}..{hi}")
+
+        with pytest.raises(ZeroDivisionError) as caught:
+            stream.run(sample, on_result)
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert _library_frames(caught.value) == ["engine.py:run", "stream_guard.py:run_all"]
+    assert frames[-1].name == "on_result", frames  # where the worker's error was raised

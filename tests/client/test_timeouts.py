@@ -4,6 +4,7 @@ stopped with SIGSTOP mid-stream costing a learnt deadline, not the 60 s cap."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from sonicsite.client import Client, StreamOptions
 from sonicsite.client import engine as engine_module
 from sonicsite.client.balancer import DOWN_FIRST_S, DOWN_MAX_S
 from sonicsite.client.discovery import from_site_file
+from sonicsite.client.errors import TIMEOUT
 from sonicsite.client.timeouts import PathLatencies, TimeoutRule
 from sonicsite.models.samples import generate
 
@@ -134,3 +136,35 @@ def test_a_stopped_server_costs_a_learnt_deadline_and_loses_no_event(own_site):
     assert settled > stopped_at[0]
     answered_after = [r for r in records if r.ok and r.start > settled]
     assert answered_after and {r.server for r in answered_after} == set(pids) - set(hung)
+
+
+def test_a_timeout_too_short_is_said_to_be_a_timeout_not_an_unreachable_site(site):
+    """timeout_s far below the model's time: every try times out. That was reported as
+    "site unreachable: no endpoint (envoy, gateway, triton-0, triton-1) has answered for
+    9.8 s" while every endpoint answered the model's metadata. Now each chunk's error names
+    the deadline it ran past and timeout_s, and the chunks left fail as timed out, the
+    endpoints said to be reachable; "unreachable" is for connections that fail."""
+    sample = generate("deepmet", 64, seed=30)
+    with Client(from_site_file(site.site_dir), "grpc") as client:
+        stream = client.stream(
+            "deepmet",
+            sample.spec,
+            batch=8,
+            window=2,
+            timeout_s=0.001,
+            max_tries=2,
+            backoff_s=0.001,
+            backoff_max_s=0.002,
+        )
+        result = stream.run(sample, sample.check)
+    assert result.events_ok == 0 and len(result.failed) == 8, result.failed
+    assert {r.error for r in result.stats.records} == {TIMEOUT}, result.stats.records
+    said = list(result.failed.values())
+    assert not [s for s in said if "unreachable" in s], said
+    assert all("timeout_s=0.001" in s for s in said), said
+    tried = [s for s in said if not s.startswith("timed out: ")]
+    assert tried and all("this try's deadline 0.001 s" in s for s in tried), said
+    gave_up = [s for s in said if s.startswith("timed out: ")]
+    assert gave_up, said
+    assert "no request was answered within its deadline (timeout_s=0.001" in gave_up[0]
+    assert re.search(r"reachable \(([\w-]+, )*[\w-]+ answered the model's metadata\)", gave_up[0])
