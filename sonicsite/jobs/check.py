@@ -13,6 +13,7 @@ from sonicsite.contract.wire import SiteRecord
 from sonicsite.models.samples import GENERATORS, generate
 
 from .check_inputs import load, send
+from .error_kinds import plain_status
 
 EXIT_USAGE = 2  # a model that cannot be checked, as argparse's usage errors
 
@@ -38,9 +39,10 @@ def unknown_models(models: list[str], requests: dict, inputs: Path | None) -> st
 
 def check(grpc: str, models: list[str], events: int, inputs: Path | None = None) -> int:
     """Send `events` events of each model through `grpc` with the sonicsite client and check
-    every answer (a model in `inputs`: its request from the file); prints a line per model,
-    returns 1 if any model failed, EXIT_USAGE (saying why on stderr) for a model that has
-    neither a demo sample nor a request in `inputs`."""
+    every answer (a model in `inputs`: its request from the file); prints a line per model
+    and one per failed chunk (`failure_lines`), returns 1 if any model failed, EXIT_USAGE
+    (saying why on stderr) for a model that has neither a demo sample nor a request in
+    `inputs`."""
     requests = load(inputs) if inputs is not None else {}
     if why := unknown_models(models, requests, inputs):
         print(f"sonicsite check: argument --models: {why}", file=sys.stderr)
@@ -61,6 +63,14 @@ def check(grpc: str, models: list[str], events: int, inputs: Path | None = None)
             failed += not ok
             print(
                 f"{model}: {result.events_ok}/{events} events answered and checked"
-                + ("" if ok else f"; failed through --grpc {grpc} (as 'envoy'): {result.failed}")
+                + ("" if ok else f"; failed through --grpc {grpc} (as 'envoy'):")
             )
+            for line in failure_lines(result.failed):
+                print(f"  {line}")
     return 1 if failed else 0
+
+
+def failure_lines(failed: dict[tuple[int, int], str]) -> list[str]:
+    """A line per failed chunk, in event order: its events [lo, hi) and why, the gRPC status
+    as gRPC names it ("events 0-4: envoy: NOT_FOUND: ...")."""
+    return [f"events {lo}-{hi}: {plain_status(why)}" for (lo, hi), why in sorted(failed.items())]

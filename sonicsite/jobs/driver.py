@@ -48,10 +48,11 @@ from sonicsite.local.launcher import DEFAULT_BUILD_DIR
 
 from .executions import log_sizes, read_executions
 from .journal import read_journal
-from .preflight import check_local_models, check_site, check_spec
+from .preflight import check_local_models, check_site, check_spec, check_token
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
+from .site_end import page_runs, site_down
 from .spawn import Workers, kill_left_behind
 from .stall import stall_limit
 from .stream_files import (
@@ -114,9 +115,12 @@ def submit(
     check_out(spec.out, spec.resume)
     check_local_models(spec)
     state = check_site(spec, note)
+    check_token(spec, state)
+    # a site down from the start (backend auto goes on without it) was not stopped meanwhile
+    down_at_start = site_down(spec.site_dir) if spec.backend != "local" else "not used"
     lock = lock_out(spec.out)
     try:
-        return _run_stream(spec, state, progress, note)
+        return _run_stream(spec, state, progress, note, down_at_start)
     finally:
         lock.release()
 
@@ -152,7 +156,7 @@ def _open_record(
     return record, set()
 
 
-def _run_stream(spec: StreamSpec, state, progress, note) -> dict:
+def _run_stream(spec: StreamSpec, state, progress, note, down_at_start: str) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
     run = StreamRun(spec, spec.out / "jobs", note)
@@ -163,7 +167,10 @@ def _run_stream(spec: StreamSpec, state, progress, note) -> dict:
     restore = trap_signals(stop)
     try:
         _drive(run, record, complete, stop, progress)
-        return _report(run, record, state, stop)
+        report, results = _report(run, record, state, stop)
+        _site_at_end(report, state, down_at_start)
+        write_report(report, results, spec.out)
+        return report
     finally:
         restore()
 
@@ -204,9 +211,9 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
         run.show(workers, progress)
 
 
-def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
-    """The stream's report, from every job's result, written to `out`; the record says
-    whether the stream is complete."""
+def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[dict, list[dict]]:
+    """The stream's report, and the jobs' results it is made from; the record says whether
+    the stream is complete."""
     spec, note, stream, since = run.spec, run.note, record.stream, record.since
     finished = time.time()
     stopped_by = signal_name(stop.signum) if stop.signum is not None else None
@@ -258,11 +265,21 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> dict:
     report["worker_incidents"] = run.incidents
     report["worker_standing"] = run.standing
     report["journal_lines_malformed"] = malformed
-    if state.http:  # where to watch the site while the report is read
+    return report, results
+
+
+def _site_at_end(report: dict, state, down_at_start: str) -> None:
+    """What became of the site: down now (`site_down`, why), and stopped during the stream
+    when it was up at its start and events failed (`site_stopped`: the cause of their
+    failures, which the errors give in the servers' words); its links only while it runs."""
+    down = site_down(Path(state.site_dir))
+    if down:
+        report["site_down"] = down
+        if not down_at_start and report["events_failed"]:
+            report["site_stopped"] = {"state": down, "events_failed": report["events_failed"]}
+    elif state.http and page_runs(Path(state.site_dir)):  # where to watch the site meanwhile
         report["links"] = {
             "status_page": f"http://{state.http}/",
             "site": f"http://{state.http}/v1/site",
             "operator_state": f"http://{state.operator}/v1/state",
         }
-    write_report(report, results, spec.out)
-    return report

@@ -15,11 +15,18 @@ import re
 
 _ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-fA-F:.]+\](?::\d+)?")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_GRPC_STATUS = re.compile(r"\bStatusCode\.(?=[A-Z_]+\b)")  # grpc.StatusCode's str()
+
+
+def plain_status(message: str) -> str:
+    """`message` with each gRPC status named as gRPC names it ("NOT_FOUND"), not as Python's
+    enum prints it ("StatusCode.NOT_FOUND")."""
+    return _GRPC_STATUS.sub("", message)
 
 
 def error_kind(message: str) -> str:
     """`message` without what differs between occurrences of one failure."""
-    text = _drop_detail(message.strip())
+    text = _drop_detail(plain_status(message.strip()))
     text = _ADDRESS.sub("<address>", text)
     return _NUMBER.sub("N", text)
 

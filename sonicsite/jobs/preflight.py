@@ -1,11 +1,15 @@
 """What `submit` checks before any worker starts, so that a stream that cannot run is refused
 in a second with the reason, not after every job has spent its tries: the spec's numbers,
-the models the workers would run in process (backend local or auto), the site's models, and
-that the site is up (its processes as `sonicsite status` sees them)."""
+the models the workers would run in process (backend local or auto), the site's models,
+that the site is up (its processes as `sonicsite status` sees them), and, for HTTP through
+its gateway, that a site that asks for a bearer token gets one the workers' client sends."""
 
 from __future__ import annotations
 
 import math
+import os
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,3 +136,56 @@ def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
         note(f"submit: {why}; backend auto runs the models in the workers until it answers")
         return state
     raise ValueError(why)
+
+
+TOKEN_VARIABLE = "SONICSITE_TOKEN"  # the client's bearer token (client/session.py), inherited
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local site: no proxy
+
+
+def check_token(spec: Any, state: SiteState) -> None:
+    """`--transport http` through the site (its gateway; not `--mode direct`, whose servers
+    take no token): ValueError at once, naming SONICSITE_TOKEN, when the site asks for a
+    bearer token (its gateway answers /v1/site with 401 or 403; not answering, the state file
+    records its `--tokens`) and the token the workers' client would send, SONICSITE_TOKEN,
+    is unset or refused: every event would fail with 401."""
+    if spec.backend == "local" or spec.transport != "http" or spec.mode == "direct":
+        return
+    if not state.http:
+        return
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    why = _asks_for_token(state, token)
+    if not why:
+        return
+    files = [
+        a.removeprefix("--tokens=") for a in _gateway_command(state) if a.startswith("--tokens=")
+    ]
+    which = f" (a line of {files[0]}, the file given to `sonicsite up --tokens`)" if files else ""
+    said = "is not set" if not token else "is set, but the site refuses it"
+    raise ValueError(
+        f"--transport http: the site at {Path(spec.site_dir)} asks for a bearer token ({why}) "
+        f"and {TOKEN_VARIABLE} {said}: every event would be refused; set {TOKEN_VARIABLE} "
+        f"to one of the site's tokens{which}, which the workers' client sends"
+    )
+
+
+def _asks_for_token(state: SiteState, token: str) -> str:
+    """Why the site wants a token that `token` ('' for none) is not: its gateway's answer to
+    /v1/site, or, when the gateway does not answer, the `--tokens` its state file records it
+    started with (a token then cannot be checked: taken as good); '' when it does not."""
+    url = f"http://{state.http}/v1/site"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with _DIRECT.open(urllib.request.Request(url, headers=headers), timeout=10):
+            return ""
+    except urllib.error.HTTPError as exc:
+        return f"its gateway answers {url} with {exc.code}" if exc.code in (401, 403) else ""
+    except (OSError, ValueError):  # not answering now: what it was started with
+        pass
+    flags = [a for a in _gateway_command(state) if a.startswith("--tokens")]
+    return f"its gateway was started with {flags[0]}" if flags and not token else ""
+
+
+def _gateway_command(state: SiteState) -> tuple[str, ...]:
+    """The gateway's command line as the state file records it (none without a gateway)."""
+    gateway = state.process("gateway")
+    return gateway.command if gateway else ()

@@ -19,6 +19,10 @@ ERRORS_KEPT kinds of worker failures (type, message, jobs) and event errors, one
 failure whatever its figures and detail (error_kinds.py: `kind`, an example `error`,
 `variants`); `errors_total` counts every kind, `errors_left_out` and
 `errors_left_out_events` those beyond.
+Events of jobs that never started (submit stopped first) are `events_not_started`, apart
+from `events_failed`, and in no error kind (`jobs_not_started` names the jobs). Where no
+request was timed, `latency_unmeasured` says why (nothing answered, or the answers came to
+attempts that ended without writing a result: their timings went with them).
 `per_backend`: the events the site answered and those the workers' models ran in process
 (`submit --backend local|auto`); `switches`: every switch of backend "auto", with its job,
 time and reason. Events run in process are not looked for in the servers' execution logs.
@@ -35,7 +39,8 @@ import numpy as np
 from .error_kinds import error_kind
 from .executions import Executions, summarize
 from .report_plot import plot
-from .result import attempts_of
+from .result import NOT_STARTED, attempts_of
+from .summary import print_summary as print_summary  # the console's view of the report
 
 ERRORS_KEPT = 10  # error groups listed in report.json (the count says how many in all)
 
@@ -46,6 +51,32 @@ def _percentiles(latencies_ms: list[float]) -> dict[str, float | None]:
         return {"p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99])
     return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
+
+
+def _not_started(message: str) -> bool:
+    """An event's failure that says it never went out (stream_run.py's NOT_STARTED)."""
+    return message.startswith(f"{NOT_STARTED}: ")
+
+
+def _events_not_started(results: list[dict]) -> int:
+    """The events of these jobs that never went out: submit was stopped before their job
+    started (in this run; what an earlier run answered or failed keeps its outcome)."""
+    return sum(1 for r in results for m in r["failed"].values() if _not_started(m))
+
+
+def _unmeasured(timed: int, answered: int, untimed: int) -> str | None:
+    """Why there is no latency; None when `timed` requests were answered."""
+    if timed:
+        return None
+    if not answered:
+        return "no answers"
+    if not untimed:
+        return f"not measured: none of the {answered} events answered had its request timed"
+    return (
+        f"not measured: the {untimed} events answered were answered to attempts that ended "
+        "without writing their results (stopped or killed): their requests' timings went "
+        "with them"
+    )
 
 
 def _events(results: list[dict]) -> set[int]:
@@ -109,10 +140,13 @@ def _summary(
     in_process = {e for a in attempts for e in _local_events(a)}
     served = set(answered) - in_process
     checked = summarize(executions, served, _events(results) - in_process) if executions else None
+    unstarted = _events_not_started(results)
+    untimed = sum(_server_unknown(r) for r in results)
     return {
         "events_total": expected,
         "events_ok": ok,
-        "events_failed": expected - ok,
+        "events_failed": expected - ok - unstarted,
+        "events_not_started": unstarted,
         "events_duplicated": duplicated,
         "events_executed_twice": checked["events_executed_twice"]
         if checked and checked["checked"]
@@ -120,6 +154,7 @@ def _summary(
         "throughput_eps": round(ok / over, 2) if over > 0 else 0.0,
         "active_s": round(active, 3),
         "latency_ms": _percentiles([q[1] * 1e3 for q in good]),
+        "latency_unmeasured": _unmeasured(len(good), len(answered), untimed),
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
         "retries": sum(a["retries"] or 0 for a in attempts),
@@ -127,7 +162,7 @@ def _summary(
         "overloaded": sum(a.get("overloaded") or 0 for a in attempts),
         "reruns": sum(_reruns(r) for r in results),
         "per_server": dict(sorted(per_server.items())),
-        "events_server_unknown": sum(_server_unknown(r) for r in results),
+        "events_server_unknown": untimed,
         "per_path": dict(sorted(per_path.items())),
         "per_backend": dict(sorted(per_backend.items())),
         "switches": _switches(attempts),
@@ -206,7 +241,7 @@ def _errors(results: list[dict]) -> list[dict]:
         return group
 
     for r in results:
-        if r.get("error"):
+        if r.get("error") and r["error"]["type"] != NOT_STARTED:  # counted apart, no error
             e = r["error"]
             message = f"{e['type']}: {e['message']}"
             group = group_of(message, type=e["type"])
@@ -214,6 +249,8 @@ def _errors(results: list[dict]) -> list[dict]:
             group.setdefault("jobs", set()).add(r["job"])
             group.setdefault("models", set()).add(r["model"])
         for error, n in Counter(r["failed"].values()).items():
+            if _not_started(error):
+                continue
             group = group_of(error)
             group["said"][error] += n
             group["events"] += n
@@ -258,6 +295,9 @@ def build_report(
     }
     report["reruns_per_job"] = {str(r["job"]): _reruns(r) for r in results if _reruns(r)}
     report["jobs_without_result"] = [r["job"] for r in results if r.get("from_journal")]
+    report["jobs_not_started"] = sorted(
+        r["job"] for r in results if any(_not_started(m) for m in r["failed"].values())
+    )
     errors = _errors(results)
     report["errors"] = errors[:ERRORS_KEPT]
     report["errors_total"] = len(errors)
@@ -270,102 +310,3 @@ def write_report(report: dict, results: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(report, results, out / "report.png")
-
-
-def print_summary(report: dict, out: Path) -> None:
-    """The report as the console shows it, on one screen: the headline figures, a line per
-    model, the first errors, where the files are."""
-    latency = report["latency_ms"]
-    print(
-        f"events: {report['events_ok']}/{report['events_total']} ok, "
-        f"{report['events_failed']} failed, {report['events_duplicated']} delivered twice"
-        + (
-            ""
-            if report["events_executed_twice"] is None
-            else f", {report['events_executed_twice']} executed twice"
-        )
-    )
-    runs = report.get("runs") or []
-    over = f"{report['duration_s']} s" + (f" in {len(runs)} runs" if len(runs) > 1 else "")
-    shown = (
-        f"p50 {latency['p50']} ms, p90 {latency['p90']} ms, p99 {latency['p99']} ms"
-        if latency["p50"] is not None
-        else "no answers"
-    )
-    print(f"throughput {report['throughput_eps']} events/s over {over}; latency {shown}")
-    spread = ", ".join(f"{k} {v}" for k, v in report["per_server"].items())
-    paths = ", ".join(f"{k} {v}" for k, v in (report.get("per_path") or {}).items())
-    unknown = report.get("events_server_unknown", 0)
-    print(
-        f"events per server: {spread or '-'}; per path: {paths or '-'}"
-        + (
-            f"; {unknown} answered by attempts killed before their result (server unknown)"
-            if unknown
-            else ""
-        )
-    )
-    backends = report.get("per_backend") or {}
-    if backends.get("local"):
-        moves = ", ".join(f"{k} {v}" for k, v in report["switches"]["count"].items())
-        print(
-            f"events per backend: site {backends.get('site', 0)}, in process "
-            f"{backends['local']}; switches: {moves or 'none'}"
-        )
-        for switch in report["switches"]["first"][:3]:
-            print(f"  job {switch['job']} to {switch['to']}: {switch['reason'][:140]}")
-    failed = "; ".join(
-        f"{path}: " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())
-        for path, kinds in (report.get("failed_tries") or {}).items()
-    )
-    print(
-        f"retries {report['retries']}, shed {report['overloaded']}, reruns {report['reruns']}"
-        + (f"; tries failed on {failed}" if failed else "")
-    )
-    for model, s in report["per_model"].items():
-        twice = s["events_executed_twice"]
-        print(
-            f"  {model}: {s['events_ok']}/{s['events_total']} ok, {s['events_failed']} failed, "
-            f"{s['throughput_eps']} events/s over {s['active_s']} s active, "
-            + (
-                f"p99 {s['latency_ms']['p99']} ms, "
-                if s["latency_ms"]["p99"] is not None
-                else "no answers, "
-            )
-            + f"{s['retries']} retries, "
-            f"{s['overloaded']} shed, {s['reruns']} reruns"
-            + ("" if twice is None else f", {twice} executed twice")
-        )
-    checked = report.get("executions", {})
-    if checked.get("checked"):
-        print(
-            f"executions (servers' logs): {checked['events_executed_once']} events once, "
-            f"{checked['events_executed_twice']} twice or more, "
-            f"{checked['events_answered_not_logged']} answered but not logged"
-        )
-    elif checked:
-        print(f"executions not checked: {checked['reason']}")
-    for error in report["errors"][:5]:
-        text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
-        jobs = error["jobs"][:8]
-        more = error.get("jobs_total", len(jobs)) - len(jobs)
-        jobs_said = f"jobs {jobs}" + (f" and {more} more" if more > 0 else "")
-        variants = error.get("variants", 1)
-        also = f"; the most common of {variants} messages of this kind" if variants > 1 else ""
-        print(f"error: {text} ({error['events']} events; {jobs_said}{also})")
-    total = report.get("errors_total", len(report["errors"]))
-    if total > 5:
-        listed = len(report["errors"]) - 5
-        left_out = report.get("errors_left_out", 0)
-        print(
-            f"... {total - 5} more kind(s) of error: {listed} in report.json"
-            + (
-                f", {left_out} more not listed ({report['errors_left_out_events']} events)"
-                if left_out
-                else ""
-            )
-        )
-    if report.get("stopped_by"):
-        print(f"stopped by {report['stopped_by']}: the report holds what was done until then")
-    if "links" in report:
-        print(f"site status page: {report['links']['status_page']}")
-    print(f"report: {out / 'report.json'} and {out / 'report.png'}")

@@ -21,6 +21,9 @@ from .journal import JournalState
 
 log = logging.getLogger(__name__)
 
+# the failure of a job's events that never went out: submit was stopped before the job
+# started (its events are counted apart from those that failed: `events_not_started`)
+NOT_STARTED = "NotStarted"
 # what an earlier attempt's result is kept by (the answers are the journal's, in the last)
 ATTEMPT_FIGURES = ("job", "model", "attempt", "requests", "retries", "overloaded", "client")
 

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 from .error_kinds import error_kind
 from .journal import read_journal
 from .progress import Progress
-from .result import JobResult, keep_earlier, read_earlier, read_result, save_result
+from .result import (
+    NOT_STARTED,
+    JobResult,
+    keep_earlier,
+    read_earlier,
+    read_result,
+    save_result,
+)
 from .signals import signal_name
 from .spawn import WorkerRun, Workers, worker_command
 from .stall import stall_limit
@@ -221,7 +228,7 @@ class StreamRun:
         elif job in self.attempts:
             kind, why = "Stopped", f"submit got {stopped_by} (attempt {made.attempt})"
         else:
-            kind, why = "NotStarted", f"submit got {stopped_by} before the job started"
+            kind, why = NOT_STARTED, f"submit got {stopped_by} before the job started"
         state = read_journal(self.path(job, ".journal"))
         made.fill(state, f"{kind}: {why}")
         if state.missing(spec.events):  # the events left are this failure's, not the others

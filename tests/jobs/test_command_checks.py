@@ -82,6 +82,21 @@ def test_check_names_the_address_that_did_not_answer():
     assert "Traceback" not in out.stderr
 
 
+def test_check_says_each_failed_chunk_on_a_line_of_its_own():
+    """Not the client's dict (`{(0, 4): "envoy: StatusCode.UNAVAILABLE: ..."}`): a line per
+    failed chunk under its model's, its events and why, the gRPC status as gRPC names it."""
+    (port,) = free_ports(1)  # nothing listens there
+    out = _cli("check", "--grpc", f"127.0.0.1:{port}", "--models", "simple", "--events", "4")
+    assert out.returncode == 1, out.stdout + out.stderr
+    head, chunk = out.stdout.splitlines()
+    assert head == (
+        f"simple: 0/4 events answered and checked; failed through --grpc 127.0.0.1:{port} "
+        "(as 'envoy'):"
+    )
+    assert chunk.startswith("  events 0-4: envoy: UNAVAILABLE: "), out.stdout
+    assert "{(" not in out.stdout and "StatusCode." not in out.stdout, out.stdout
+
+
 def _submit(site_dir: str | Path, *extra: str) -> subprocess.CompletedProcess:
     return _cli("submit", "--dir", str(site_dir), "--model", "simple", "--events", "8", *extra)
 

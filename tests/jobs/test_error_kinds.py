@@ -83,3 +83,17 @@ def test_a_worker_failure_kind_keeps_its_type_and_one_message():
     assert error["type"] == "SpecError" and error["events"] == 8 and error["jobs"] == [0, 1]
     assert error["message"] in ("16 rows, at most 8", "32 rows, at most 8")
     assert error["error"] == f"SpecError: {error['message']}" and error["variants"] == 2
+
+
+def test_a_grpc_status_is_one_kind_whether_or_not_python_prefixed_it(capsys):
+    """tritonclient's control calls say "StatusCode.NOT_FOUND", the client's own gRPC
+    "NOT_FOUND": one failure of Triton's, one kind, shown as gRPC names it."""
+    unknown = "Request for unknown model: 'particlenet_ak4' has no available versions"
+    control = {str(i): f"triton-0: StatusCode.NOT_FOUND: {unknown}" for i in range(3)}
+    infer = {str(i): f"triton-1: NOT_FOUND: {unknown}" for i in range(3, 5)}
+    report = build_report([_failed_job(0, control | infer)], 0.0, 10.0, {})
+    (error,) = report["errors"]
+    assert error["events"] == 5 and error["variants"] == 2, report["errors"]
+    assert error["kind"] == f"triton-N: NOT_FOUND: {unknown.replace('ak4', 'akN')}"
+    # a word that only looks like it stays
+    assert error_kind("MyStatusCode.NOT_FOUND") == "MyStatusCode.NOT_FOUND"

@@ -248,7 +248,10 @@ def test_sigterm_or_sigint_to_submit_stops_its_workers_and_says_so(site, tmp_pat
     assert report["stopped_by"] == sig.name
     assert 0 < report["events_ok"] < report["events_total"] == 9000
     kinds = {e.get("type") for e in report["errors"]}
-    assert kinds == {"Stopped", "NotStarted"}, report["errors"]
+    assert kinds == {"Stopped"}, report["errors"]  # job 2, never started, is no error:
+    assert report["events_not_started"] == 3000 and report["jobs_not_started"] == [2]
+    assert report["events_failed"] == 6000 - report["events_ok"]
+    assert ", 3000 not started, " in stdout and "not started: 3000 events of job 2: " in stdout
     assert f"stopped by {sig.name}" in stdout
 
 

@@ -230,6 +230,7 @@ def test_demo_command_runs_and_stops_everything(tmp_path, built_models):
     assert f"site stopped ({running} processes)" in out.stdout  # every one, not the servers
     # where to look while it runs: the gateway's status page and Prometheus
     assert re.search(r"status page: http://127\.0\.0\.1:\d+/", out.stdout)
+    assert "site status page:" not in out.stdout  # not in the summary: its site stops after
     assert re.search(
         r"Prometheus \(site rules, every target\): http://127\.0\.0\.1:\d+/", out.stdout
     )
