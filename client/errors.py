@@ -102,10 +102,16 @@ def server_error(
     return InferError(kind, message, server, retry_after, status)
 
 
-# How an endpoint says it has no such model at all: gRPC NOT_FOUND (a server's reply, or
-# tritonclient's StatusCode.NOT_FOUND), HTTP 404; refused as invalid (a model not ready on a
-# server, placement's, is UNAVAILABLE: server_error).
-NOT_FOUND_STATUSES = ("NOT_FOUND", "StatusCode.NOT_FOUND", "404")
+def status_name(exc: Exception) -> str:
+    """tritonclient's status of a failed call as gRPC names it ("NOT_FOUND"), not as its
+    enum prints ("StatusCode.NOT_FOUND"): one spelling in every InferError's status."""
+    status = getattr(exc, "status", None)
+    return str(status() if callable(status) else "").removeprefix("StatusCode.")
+
+
+# How an endpoint says it has no such model at all: gRPC NOT_FOUND, HTTP 404; refused as
+# invalid (a model not ready on a server, placement's, is UNAVAILABLE: server_error).
+NOT_FOUND_STATUSES = ("NOT_FOUND", "404")
 
 
 def not_found(exc: InferError) -> bool:
@@ -115,7 +121,6 @@ def not_found(exc: InferError) -> bool:
 
 # How an endpoint refuses a request's credentials (HTTP, a gRPC reply, tritonclient's).
 TOKEN_STATUSES = ("401", "403", "UNAUTHENTICATED", "PERMISSION_DENIED")
-TOKEN_STATUSES += ("StatusCode.UNAUTHENTICATED", "StatusCode.PERMISSION_DENIED")
 
 
 def token_hint(exc: InferError, sent: bool) -> InferError:

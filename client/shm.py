@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import INTERNAL, INVALID, InferError
+from .errors import INTERNAL, INVALID, InferError, status_name
 from .layout import contiguous_bytes
 from .plan import CopyPlan, CopyRefused, InputPlan
 from .spec import TRITON_DTYPES
@@ -224,8 +224,8 @@ def _control_error(t: GrpcTransport, exc: Exception) -> InferError:
     the region INVALID (a server that is not co-located cannot map it: so would a retry)."""
     if not isinstance(exc, InferenceServerException):
         return InferError(INTERNAL, f"{type(exc).__name__}: {exc}", t.server)
-    status = str(exc.status())
-    if "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status:
+    status = status_name(exc)
+    if status in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return t.control_error(exc)  # which also drops the channel to an unreachable one
     return InferError(INVALID, exc.message() or str(exc), t.server, status=status)
 

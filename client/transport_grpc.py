@@ -33,6 +33,7 @@ from .errors import (
     RetryAfter,
     held_kind,
     server_error,
+    status_name,
     token_hint,
 )
 from .http2 import GrpcReply, Http2Error
@@ -151,19 +152,20 @@ class GrpcTransport:
         is dropped: gRPC's own reconnect back-off (up to minutes) must not outlast the
         server's return, so the next call starts a fresh channel."""
         refused = ("unknown model", "UNAUTHENTICATED", "PERMISSION_DENIED")
-        kind = INVALID if any(r in f"{exc} {exc.status()}" for r in refused) else UNAVAILABLE
-        kind = TIMEOUT if "DEADLINE_EXCEEDED" in str(exc.status()) else kind
+        status = status_name(exc)
+        kind = INVALID if any(r in f"{exc} {status}" for r in refused) else UNAVAILABLE
+        kind = TIMEOUT if status == "DEADLINE_EXCEEDED" else kind
         left = 0.0
         if STILL_LOADING in str(exc):  # a holder's answers (tritonclient hides trailers)
             kind, left = LOADING, loading_left(str(exc))
         elif NOT_LOADED_WITHIN in str(exc):
             kind = NOT_LOADED
-        if "UNAVAILABLE" in str(exc.status()):
+        if status == "UNAVAILABLE":
             # not closed here: another thread may be calling on it; tritonclient closes a
             # client when it is collected, once the last call has let go of it
             self._control = None
         message = exc.message() or str(exc)
-        error = server_error(kind, message, self.server, left, status=str(exc.status()))
+        error = server_error(kind, message, self.server, left, status=status)
         return token_hint(error, sent=bool(self._auth))
 
     def model_info(self, model: str, timeout: float = CONTROL_TIMEOUT_S) -> ModelInfo:

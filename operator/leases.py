@@ -65,12 +65,13 @@ class Leases(Generic[Report]):
     def _seen(self, now: float) -> None:
         """The wall clock stepped back: a lease that would end more than its length from
         now runs from now instead, so no report outlives its sender by more than one lease."""
-        if now < self._latest - STEP_BACK_S:
-            for source, (report, until, length_s) in self._held.items():
-                self._held[source] = (report, min(until, now + length_s), length_s)
-            self._rebuild()
-            self._latest = now
-        self._latest = max(self._latest, now)
+        if now >= self._latest - STEP_BACK_S:
+            self._latest = max(self._latest, now)
+            return
+        for source, (report, until, length_s) in self._held.items():
+            self._held[source] = (report, min(until, now + length_s), length_s)
+        self._rebuild()
+        self._latest = now
 
     def _rebuild(self) -> None:
         self._ends = [(until, source) for source, (_, until, _) in self._held.items()]

@@ -11,40 +11,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from loopback_http import answer, serve
+from site_cli import closed_port, silent_port, sonicsite_cli
 
 from sonicsite.local.processes import start_process
 from sonicsite.local.state import LocalProcess, LocalServer, SiteState, create
 
-SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-def _models_status(site_dir: Path) -> subprocess.CompletedProcess:
-    command = [*SONICSITE, "models", "status", "--dir", str(site_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _silent() -> Iterator[str]:
-    """host:port that accepts connections and never answers: a stopped or hung operator."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(16)
-        yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def _stop(*procs: subprocess.Popen) -> None:
@@ -69,7 +47,7 @@ def _site(tmp_path: Path, operator: str, placement: bool, http_port: int) -> lis
     command += ["--placement", "--idle-unload-s=60"] if placement else ["--balancing=weighted"]
     state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
     state.operator = operator
-    ports = {"grpc_port": _closed_port(), "metrics_port": _closed_port()}
+    ports = {"grpc_port": closed_port(), "metrics_port": closed_port()}
     state.put_server(
         LocalServer(
             id="triton-0",
@@ -87,10 +65,10 @@ def _site(tmp_path: Path, operator: str, placement: bool, http_port: int) -> lis
 
 
 def test_without_placement_a_hung_operator_is_not_needed(tmp_path):
-    with serve(lambda handler: answer(handler, 200, b"")) as ready, _silent() as operator:
+    with serve(lambda handler: answer(handler, 200, b"")) as ready, silent_port() as operator:
         procs = _site(tmp_path, operator, False, int(ready.rsplit(":", 1)[1]))
         try:
-            out = _models_status(tmp_path / "site")
+            out = sonicsite_cli("models", "status", "--dir", str(tmp_path / "site"))
         finally:
             _stop(*procs)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -102,10 +80,10 @@ def test_without_placement_a_hung_operator_is_not_needed(tmp_path):
 def test_with_placement_an_operator_that_does_not_answer_is_named_and_status_suggested(
     tmp_path,
 ):
-    operator = f"127.0.0.1:{_closed_port()}"
-    procs = _site(tmp_path, operator, True, _closed_port())
+    operator = f"127.0.0.1:{closed_port()}"
+    procs = _site(tmp_path, operator, True, closed_port())
     try:
-        out = _models_status(tmp_path / "site")
+        out = sonicsite_cli("models", "status", "--dir", str(tmp_path / "site"))
     finally:
         _stop(*procs)
     assert out.returncode == 1, out.stdout + out.stderr

@@ -19,6 +19,7 @@ import pytest
 from loopback_http import answer, serve
 from polling import wait_until
 from reaped import reaped_pid
+from site_cli import empty_site, sonicsite_cli
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher, processes
@@ -26,19 +27,8 @@ from sonicsite.local.errors import SiteError
 from sonicsite.local.processes import group_members, process_state, start_process, wait_for_http
 from sonicsite.local.state import LocalProcess, SiteState, StartUnderWay, create, edit
 
-SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 GENEROUS_S = 120.0  # a bounded wait returns well within this, however busy the machine
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, timeout=300)
-
-
-def _site(tmp_path: Path) -> Path:
-    site_dir = (tmp_path / "site").resolve()
-    (site_dir / "logs").mkdir(parents=True)
-    return site_dir
 
 
 def _record(name: str, proc: subprocess.Popen, site_dir: Path) -> LocalProcess:
@@ -56,7 +46,7 @@ def test_a_recorded_pid_that_another_process_has_now_is_not_the_sites(tmp_path, 
     """A state file left by a crash or a reboot, whose PID is now an unrelated process's:
     `up` does not call the site running, `status` calls the process DEAD (exit 3). A PID
     that is still the site's own process does count."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     foreign = start_process(SLEEP, tmp_path / "foreign.log", cwd=tmp_path)  # not the site's
     own = start_process(SLEEP, site_dir / "logs" / "gateway.log", cwd=site_dir)
     try:
@@ -85,7 +75,7 @@ def test_a_recorded_pid_that_another_process_has_now_is_not_the_sites(tmp_path, 
 def test_status_says_a_site_whose_up_was_killed_is_incomplete(tmp_path, status_json):
     """The state a `sonicsite up` killed by SIGKILL leaves: its mark, one process of five
     started and running. `status` exits 3 and names the `up` and what it never started."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     collector = start_process(SLEEP, site_dir / "logs" / "collector.log", cwd=site_dir)
     launcher_pid = reaped_pid()
     try:
@@ -103,7 +93,7 @@ def test_status_says_a_site_whose_up_was_killed_is_incomplete(tmp_path, status_j
             "operator, gateway, envoy, supervisor)" in said
         )
         assert f"run `sonicsite down --dir {site_dir}`" in said
-        plain = _cli("status", "--dir", str(site_dir))
+        plain = sonicsite_cli("status", "--dir", str(site_dir))
         assert plain.returncode == 3 and said in plain.stdout, plain.stdout + plain.stderr
     finally:
         _stop(collector)
@@ -115,7 +105,7 @@ def test_down_keeps_and_names_what_outlived_sigkill(tmp_path, monkeypatch, statu
     os.killpg, which leaves that process's group alone: a real process that no signal
     ends. `down` stops the others, raises naming it (PID, name, state), keeps it alone in
     the state file, and a later `down` stops it once it can."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     stuck = start_process(SLEEP, site_dir / "logs" / "stuck.log", cwd=site_dir)
     other = start_process(SLEEP, site_dir / "logs" / "other.log", cwd=site_dir)
     try:
@@ -159,7 +149,7 @@ def test_down_keeps_and_names_what_outlived_sigkill(tmp_path, monkeypatch, statu
 def test_a_dir_with_a_dot_in_its_name_is_the_site_it_names(tmp_path):
     missing = tmp_path / "site.v2"
     for command in ("status", "down"):
-        out = _cli(command, "--dir", str(missing))
+        out = sonicsite_cli(command, "--dir", str(missing))
         assert out.returncode == 1, out.stdout + out.stderr
         assert f"no site at {missing}: {missing / STATE_FILE} does not exist" in out.stderr
 
@@ -202,12 +192,12 @@ def test_down_stops_a_process_of_the_site_that_no_record_names(tmp_path, caplog)
     its record: the server runs, in no record. It carries the site's mark, so `up` will not
     start beside it and `down` stops it, saying so. A process in the site's folder without
     the mark (a user's shell there) and one marked as another site's are left alone."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     stray = start_process(
         SLEEP, site_dir / "logs" / "triton-0.log", cwd=site_dir, site_dir=site_dir
     )
     bystander = start_process(SLEEP, tmp_path / "bystander.log", cwd=site_dir)
-    neighbour = _site(tmp_path / "next")
+    neighbour = empty_site(tmp_path / "next")
     other_site = start_process(SLEEP, neighbour / "logs" / "triton-0.log", site_dir=neighbour)
     try:
         state = SiteState(str(site_dir), models=["simple"], started_at=time.time())

@@ -13,16 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from loopback_http import answer, serve
 from reaped import reaped_pid
+from site_cli import closed_port, empty_site, silent_port, sonicsite_cli
 
 from sonicsite.contract.processes_seen import no_answer
 from sonicsite.contract.wire import RESTARTING, STOPPED
@@ -37,19 +36,8 @@ from sonicsite.local.state import (
     server_process,
 )
 
-SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 CONTROL = ("operator", "gateway", "envoy", "prometheus", "supervisor")
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, timeout=300)
-
-
-def _site(tmp_path: Path) -> Path:
-    site_dir = (tmp_path / "site").resolve()
-    (site_dir / "logs").mkdir(parents=True)
-    return site_dir
 
 
 def _stand_in(tmp_path: Path, site_dir: Path, server_id: str) -> subprocess.Popen:
@@ -69,29 +57,12 @@ def _plain(site_dir: Path, name: str) -> subprocess.Popen:
     return start_process(SLEEP, log, cwd=site_dir, site_dir=site_dir)
 
 
-def _closed_port() -> int:
-    """A loopback port that nothing listens on (it was free a moment ago)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _silent() -> Iterator[str]:
-    """host:port of a socket that listens and never answers: what a stopped (SIGSTOP) or
-    hung process's port does (the kernel accepts the connection, nobody reads)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(16)
-        yield f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def _ready_reply(handler) -> None:
     answer(handler, 200, b"")
 
 
 def _server(server_id: str, pid: int, http_port: int) -> LocalServer:
-    ports = {"grpc_port": _closed_port(), "metrics_port": _closed_port()}
+    ports = {"grpc_port": closed_port(), "metrics_port": closed_port()}
     return LocalServer(
         id=server_id, host="127.0.0.1", http_port=http_port, pid=pid, models=("simple",), **ports
     )
@@ -113,7 +84,7 @@ def test_after_a_down_cut_short_status_names_only_what_still_runs(tmp_path, stat
     STOPPED, the servers alive (triton-0 ready), the other five gone. `status` named all
     seven as left running and said 0/2 ready: it names the two servers, says they are
     still running (one ready), and that `down` again stops them."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     t0, t1 = (_stand_in(tmp_path, site_dir, f"triton-{k}") for k in (0, 1))
     try:
         with serve(_ready_reply) as ready:
@@ -121,7 +92,7 @@ def test_after_a_down_cut_short_status_names_only_what_still_runs(tmp_path, stat
             state.stopping = True
             why = "stopped by `sonicsite down`"
             for proc, sid, port in ((t0, "triton-0", ready), (t1, "triton-1", None)):
-                http = int(port.rsplit(":", 1)[1]) if port else _closed_port()
+                http = int(port.rsplit(":", 1)[1]) if port else closed_port()
                 server = _server(sid, proc.pid, http)
                 state.put_server(server)
                 state.put_process(replace(server_process(server), state=STOPPED, last_exit=why))
@@ -129,7 +100,7 @@ def test_after_a_down_cut_short_status_names_only_what_still_runs(tmp_path, stat
                 state.put_process(_record(name, reaped_pid(), site_dir, state=STOPPED))
             create(state)
             code, data, _ = status_json(site_dir)
-            plain = _cli("status", "--dir", str(site_dir))
+            plain = sonicsite_cli("status", "--dir", str(site_dir))
     finally:
         _stop(t0, t1)
     assert code == 3, data["down"]
@@ -152,7 +123,7 @@ def test_a_death_no_supervisor_saw_is_not_given_the_previous_deaths_cause(tmp_pa
     """The supervisor had restarted a hung worker (its record keeps that cause), then was
     SIGKILLed; the worker then exited. Its cause is not recorded: `status` said the hang
     was. A restart the supervisor had under way when it died is said as cut short."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     hung = "hung: no answer from http://127.0.0.1:9/healthz for 30 s or more, SIGKILLed"
     state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
     state.put_process(_record("worker", reaped_pid(), site_dir, restarts=1, last_exit=hung))
@@ -180,10 +151,10 @@ def test_a_death_while_the_supervisor_is_stopped_says_it_restarts_nothing_now(
     """The supervisor lives but answers nothing (stopped by SIGSTOP, or hung): a process
     that died meanwhile is not said to be restarted, nor left for good: the supervisor
     restarts nothing until it runs again."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     watcher = _plain(site_dir, "supervisor")
     try:
-        with _silent() as address:
+        with silent_port() as address:
             health = f"http://{address}/healthz"
             state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
             state.supervisor = address
@@ -206,17 +177,17 @@ def test_while_up_starts_the_site_a_process_not_answering_yet_is_starting(tmp_pa
     """1 s into `up`: triton-0 runs and refuses connections (its HTTP port not open yet),
     the supervisor not started yet. It is starting (the `up` under way named), its refusal
     named as one, neither stopped nor hung; the site is being started, not unsupervised."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     server = _stand_in(tmp_path, site_dir, "triton-0")
     try:
         state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
         parts = ("triton-0", "triton-1", "operator", "gateway", "envoy", "supervisor")
         state.starting = StartUnderWay(os.getpid(), parts)
-        state.put_server(_server("triton-0", server.pid, _closed_port()))
+        state.put_server(_server("triton-0", server.pid, closed_port()))
         create(state)
         with exclusive(site_dir, "up"):  # this test is the `up` under way
             code, data, _ = status_json(site_dir)
-            plain = _cli("status", "--dir", str(site_dir))
+            plain = sonicsite_cli("status", "--dir", str(site_dir))
     finally:
         _stop(server)
     assert code == 3, data["down"]
@@ -236,10 +207,10 @@ def test_while_up_starts_the_site_a_process_not_answering_yet_is_starting(tmp_pa
 def test_a_process_that_does_not_answer_is_not_counted_as_running(tmp_path, status_json):
     """`7/7 processes running` beside a NOT ANSWERING line: the silent one is counted
     apart."""
-    site_dir = _site(tmp_path)
+    site_dir = empty_site(tmp_path)
     calm, stuck = _plain(site_dir, "gateway"), _plain(site_dir, "operator")
     try:
-        with serve(_ready_reply) as answering, _silent() as silent:
+        with serve(_ready_reply) as answering, silent_port() as silent:
             state = SiteState(str(site_dir), models=["simple"], started_at=time.time())
             health = f"http://{answering}/healthz"
             state.put_process(_record("gateway", calm.pid, site_dir, health=health))
@@ -247,7 +218,7 @@ def test_a_process_that_does_not_answer_is_not_counted_as_running(tmp_path, stat
             state.put_process(_record("operator", stuck.pid, site_dir, health=health))
             create(state)
             code, data, _ = status_json(site_dir)
-            plain = _cli("status", "--dir", str(site_dir))
+            plain = sonicsite_cli("status", "--dir", str(site_dir))
     finally:
         _stop(calm, stuck)
     assert code == 3, data["down"]
@@ -263,8 +234,8 @@ def test_a_process_that_does_not_answer_is_not_counted_as_running(tmp_path, stat
 def test_no_answer_names_a_refused_connection_apart_from_silence():
     """The probe behind NOT ANSWERING: a closed port refuses (nothing listens), a socket
     that never answers is silent; an HTTP error status is an answer."""
-    assert no_answer(f"http://127.0.0.1:{_closed_port()}/", 3.0) == "connection refused"
-    with _silent() as address:
+    assert no_answer(f"http://127.0.0.1:{closed_port()}/", 3.0) == "connection refused"
+    with silent_port() as address:
         assert no_answer(f"http://{address}/", 0.5) == "no answer in 0.5 s"
     with serve(lambda handler: answer(handler, 503, b"")) as address:
         assert no_answer(f"http://{address}/", 3.0) == ""

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from polling import wait_until
+from site_cli import sonicsite_cli
 from sonicsite.models.samples import generate
 from stock import stock_infer
 
@@ -271,12 +270,6 @@ def test_a_removed_server_is_not_restarted(supervised):
     assert f'process="{added.id}"' not in _metrics(supervised.supervisor)
 
 
-def _supervise(site_dir: Path) -> subprocess.CompletedProcess:
-    sonicsite = Path(sys.executable).parent / "sonicsite"
-    command = [str(sonicsite), "supervise", "--dir", str(site_dir)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=180)
-
-
 def test_a_dead_supervisor_is_started_again_and_restarts_what_dies_after(supervised, status_json):
     """The supervisor killed: `status` says how to start it again, `sonicsite supervise`
     does (by its recorded command: same address, same policy), refuses a second while it
@@ -288,12 +281,12 @@ def test_a_dead_supervisor_is_started_again_and_restarts_what_dies_after(supervi
     wait_until(lambda: not pid_alive(dead.pid), "the killed supervisor gone", 60)
     said = "\n".join(status_json(site_dir)[1]["down"])
     assert "`sonicsite supervise` starts it again" in said, said
-    again = _supervise(site_dir)
+    again = sonicsite_cli("supervise", "--dir", str(site_dir))
     assert again.returncode == 0, again.stderr
     new = SiteState.load(site_dir).process("supervisor")
     assert f"supervisor started again as pid {new.pid}" in again.stdout
     assert new.pid != dead.pid and new.command == dead.command and pid_alive(new.pid)
-    twice = _supervise(site_dir)
+    twice = sonicsite_cli("supervise", "--dir", str(site_dir))
     assert twice.returncode == 1 and f"its supervisor (pid {new.pid}) is alive" in twice.stderr
     before = SiteState.load(site_dir).process("gateway")
     os.kill(before.pid, signal.SIGKILL)

@@ -1,0 +1,42 @@
+"""What the tests of a site's files and commands share: the `sonicsite` command run as a
+user runs it, an empty site folder, and loopback ports that refuse or never answer."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
+
+
+def sonicsite_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`sonicsite ARGS`, its output captured (a generous bound: a busy machine)."""
+    return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def empty_site(tmp_path: Path) -> Path:
+    """A site folder with its logs folder and nothing else (the test writes its state)."""
+    site_dir = (tmp_path / "site").resolve()
+    (site_dir / "logs").mkdir(parents=True)
+    return site_dir
+
+
+def closed_port() -> int:
+    """A loopback port that nothing listens on (it was free a moment ago)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[str]:
+    """host:port of a socket that listens and never answers: what a stopped (SIGSTOP) or
+    hung process's port does (the kernel accepts the connection, nobody reads)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"127.0.0.1:{s.getsockname()[1]}"
