@@ -4,12 +4,11 @@ the operator's balancing policy until Envoy runs it."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from sonicsite.client import Client, Column, SoA, TensorSpec
@@ -18,7 +17,7 @@ from sonicsite.operator.xds_resources import model_cluster
 
 from sonicsite.contract.wire import SiteRecord
 from sonicsite.jobs.arrivals import open_loop_offsets
-from sonicsite.local import envoy
+from sonicsite.local import envoy, operator_control
 from sonicsite.local.state import SiteState
 
 from .common import http_json
@@ -75,14 +74,7 @@ def set_policy(state: SiteState, policy: str, timeout: float = 30.0) -> float:
 
 
 def _switch(state: SiteState, policy: str, started: float, timeout: float) -> float:
-    request = urllib.request.Request(
-        f"http://{state.operator}/v1/balancing",
-        data=json.dumps({"policy": policy}).encode(),
-        method="PUT",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5):
-        pass
+    operator_control.put(Path(state.site_dir), state.operator, "/v1/balancing", {"policy": policy})
     while True:
         site = http_json(state.operator, "/v1/state", 5)
         published = {s["grpc"]: site["models"][MODEL]["weights"][s["id"]] for s in site["servers"]}

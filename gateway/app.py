@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sonicsite.contract.admission_pass import AdmissionPasses
+from sonicsite.contract.wire import CONTROL_HEADER
 
 from . import grpc_view, routes_kserve, routes_refused, routes_site, routes_work
 from .auth import Authenticator, BearerAuth, Tokens
@@ -133,7 +134,11 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=4)
-        async with httpx.AsyncClient(limits=limits, timeout=config.timeout_s) as client:
+        # the operator takes held counts and work reports with the site's control token
+        control = {CONTROL_HEADER: config.passes.control_token()} if config.passes else {}
+        async with httpx.AsyncClient(
+            limits=limits, timeout=config.timeout_s, headers=control
+        ) as client:
             app.state.operator_client = client  # clients' work reports relayed (routes_work.py)
             await view.refresh()
             if auth.jwt is not None:

@@ -2,7 +2,8 @@
 `/healthz`, `PUT /v1/balancing`
 (`{"policy": "load-aware" | "least-request" | "round-robin"}`), `PUT /v1/held` (with
 --placement: a holder's requests held per model, `{"source": ..., "held": {model: n}}`), `PUT
-/v1/work` (a client's work left, contract `WorkReport`, passed on by the gateway).
+/v1/work` (a client's work left, contract `WorkReport`, passed on by the gateway); with an
+admission key, a PUT needs its control token (`CONTROL_HEADER`, admission_pass.py).
 Envoy's configuration is not here: it streams over gRPC ADS on its own port (xds_ads.py)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from sonicsite.contract.wire import STATE_READER_HEADER
+from sonicsite.contract.wire import CONTROL_HEADER, STATE_READER_HEADER
 from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 from .controller import Operator
@@ -63,6 +64,27 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                     404, {"error": f"no route {self.path}; try /v1/state, /metrics, /healthz"}
                 )
 
+        def _controlled(self) -> bool:
+            """Whether the PUT may change what the operator decides: always without an
+            admission key (the operator's port is then the site's alone to reach: the
+            chart's NetworkPolicy); with one, only from a part that holds the key's control
+            token (the gateway, the site's own commands). Else a 403 that says so, the body
+            left unread."""
+            if operator.passes is None or operator.passes.controls(
+                self.headers.get(CONTROL_HEADER)
+            ):
+                return True
+            self.close_connection = True  # the body is not read: nothing more on this link
+            said = "without" if self.headers.get(CONTROL_HEADER) is None else "with a wrong"
+            why = (
+                f"PUT {self.path}: refused {said} {CONTROL_HEADER} header: the operator takes "
+                "changes only from the site's own parts (the gateway; locally, the commands "
+                f"run as the site's user: `{CONTROL_HEADER}: $(python -m "
+                "sonicsite.local.operator_control SITE_DIR)`)"
+            )
+            self._json(403, {"error": why})
+            return False
+
         def _body(self) -> bytes | None:
             """The request's body ("{}" without one); None once a 400 has said why it
             cannot be read (a Content-Length that is not a count of bytes)."""
@@ -84,6 +106,8 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
             return self.rfile.read(length) if length else b"{}"
 
         def do_PUT(self) -> None:
+            if not self._controlled():
+                return
             body = self._body()
             if body is None:
                 return

@@ -30,6 +30,8 @@ PASS_CHARS = 32  # hex digits of the HMAC kept: 128 bits
 NO_PASS = "none"  # what a refusal says in the pass's place (never a pass: not hex)
 KEPT_EPOCHS = 2  # passes kept for the epochs this far from the last one computed (live ones)
 KEPT_MODELS = 4096  # at most this many models' passes kept per epoch (a site has far fewer)
+# what the control token is an HMAC of: no newline, so never a pass's own text (model\nepoch)
+CONTROL_LABEL = b"sonicsite operator control"
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,26 @@ class AdmissionPasses:
         """`model`'s passes now, as Envoy's routes carry them (operator/xds_routes.py)."""
         return ModelPasses(self.current(model, now), self.accepted(model, now))
 
+    def control_token(self) -> str:
+        """The token the operator takes changes with (`CONTROL_HEADER` on its PUTs: the
+        balancing policy, held counts, declared work). Derived from the key, so that the
+        parts that hold it (the operator, the gateway, the site's own commands reading its
+        0600 file) have it without one more secret, and it shows nothing of the key: a
+        listener on the gateway's link to the operator learns no pass from it."""
+        return hmac.new(self.key, CONTROL_LABEL, hashlib.sha256).hexdigest()
+
+    def controls(self, presented: str | None) -> bool:
+        """Whether `presented` (a PUT's control header, if any) is this site's token."""
+        return bool(presented) and _same(presented, self.control_token())
+
     def admits(self, model: str, presented: str | None, now: float) -> bool:
         """Whether `presented` (the request's pass, if any) is a valid pass of `model` now."""
         if not presented:
             return False
-        return any(hmac.compare_digest(presented, p) for p in self.accepted(model, now))
+        return any(_same(presented, p) for p in self.accepted(model, now))
+
+
+def _same(presented: str, expected: str) -> bool:
+    """A header's text against a pass or token, in constant time. As bytes: a header may
+    hold any latin-1 text, and compare_digest raises on a str that is not ASCII."""
+    return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected.encode())

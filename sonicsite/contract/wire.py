@@ -34,6 +34,10 @@ ADMIN_KEY_HEADER = "sonicsite-admin-key"
 ADMIN_KEY_FILE = "admin.key"  # in the site's folder, readable by the site's user only
 # the key of the admission passes (admission_pass.py): the operator and the gateway hold it
 ADMISSION_KEY_FILE = "admission.key"  # in the site's folder, readable by the site's user only
+# what the operator's PUTs (balancing policy, held counts, declared work) must carry when it
+# holds the admission key: the control token, derived from that key (admission_pass.py
+# `control_token`), which the site's own parts hold and no client does
+CONTROL_HEADER = "sonicsite-control"
 RESTRICTED_PROTOCOLS = ("model-repository", "trace", "logging")
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"

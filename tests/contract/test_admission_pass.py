@@ -24,7 +24,7 @@ def test_a_pass_is_the_sites_and_the_models_and_lapses_by_itself():
     assert not AdmissionPasses(b"another-site-key-entirely").admits("m", given, now)
     assert passes.current("n", now) != given
     # a caller's own word is no pass
-    for claimed in (None, "", "1", "true", given[:-1], given + "0"):
+    for claimed in (None, "", "1", "true", given[:-1], given + "0", "\u00e9" * 32):
         assert not passes.admits("m", claimed, now)
     # valid in its epoch and beside it (clocks differ), then void unless answered again
     assert passes.admits("m", given, now + PASS_EPOCH_S)
@@ -67,3 +67,15 @@ def test_the_passes_kept_are_the_instances_own_and_the_live_epochs_only():
     del passes
     gc.collect()
     assert gone() is None
+
+
+def test_the_control_token_is_the_keys_and_no_pass():
+    """The operator's PUTs need it (operator/api.py): the key's holders agree on it, another
+    key's token, a pass, a header's latin-1 text (compare_digest raised on it) are refused."""
+    passes, now = AdmissionPasses(KEY), 1_000_000.0
+    token = passes.control_token()
+    assert AdmissionPasses(KEY).controls(token)
+    assert not AdmissionPasses(b"another-site-key-entirely").controls(token)
+    for claimed in (None, "", token[:-1], token + "0", passes.current("m", now), "\u00e9" * 64):
+        assert not passes.controls(claimed)
+    assert token not in passes.accepted("m", now) and KEY.hex() not in token

@@ -6,6 +6,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sonicsite.bench.balancing_load import set_policy, stream
@@ -27,8 +28,10 @@ from sonicsite.operator.balancing import (
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.xds_resources import model_cluster
 
+from sonicsite.contract.wire import CONTROL_HEADER
 from sonicsite.contract.wire import FULL_WEIGHT as SCALE
 from sonicsite.local import envoy, launcher
+from sonicsite.local.operator_control import control_token
 
 
 def _load(server: str, queue_us: float | None, compute_us: float | None = 0.0) -> ModelLoad:
@@ -252,8 +255,10 @@ def test_other_policies_weigh_every_server_alike():
         check_policy(["round-robin"])
 
 
-def _put(url: str, body: bytes) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method="PUT")
+def _put(url: str, body: bytes, site_dir: Path) -> tuple[int, dict]:
+    """A PUT as the site's own commands send it, with its control token."""
+    token = {CONTROL_HEADER: control_token(site_dir)}
+    request = urllib.request.Request(url, data=body, method="PUT", headers=token)
     try:
         with urllib.request.urlopen(request, timeout=5) as reply:
             return reply.status, json.loads(reply.read())
@@ -275,13 +280,13 @@ def test_a_slowed_server_is_avoided_under_load_aware_weights(tmp_path, built_mod
     )
     try:
         url = f"http://{state.operator}/v1/balancing"
-        status, body = _put(url, b'{"policy": "fastest"}')
+        status, body = _put(url, b'{"policy": "fastest"}', site_dir)
         assert status == 400 and "expected one of" in body["error"] and "'fastest'" in body["error"]
-        status, body = _put(url, b"[1]")
+        status, body = _put(url, b"[1]", site_dir)
         assert status == 400 and '{"policy": ...}' in body["error"]
-        status, body = _put(url, b"{oops")
+        status, body = _put(url, b"{oops", site_dir)
         assert status == 400
-        status, _ = _put(f"http://{state.operator}/v1/elsewhere", b"{}")
+        status, _ = _put(f"http://{state.operator}/v1/elsewhere", b"{}", site_dir)
         assert status == 404
 
         site = from_site_file(site_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from polling import wait_until
@@ -21,7 +22,9 @@ from sonicsite.operator.declared_work import MAX_SOURCES, DeclaredWork, ModelWor
 from sonicsite.operator.loadview import ModelLoad
 from sonicsite.operator.pool_scaling import PoolScaling, PoolView
 
+from sonicsite.contract.wire import CONTROL_HEADER
 from sonicsite.contract.work_report import WORK_PATH, WorkReport
+from sonicsite.local.operator_control import control_token
 
 
 def test_a_report_says_which_models_it_newly_declares_and_the_streams_add_up():
@@ -180,9 +183,11 @@ def test_a_pool_measures_its_servers_start_and_names_the_cap_in_its_event():
     assert registry.get_sample_value(cap, {"pool": "default"}) is None
 
 
-def _put(url: str, body: object) -> tuple[int, dict]:
+def _put(url: str, body: object, site_dir: str) -> tuple[int, dict]:
+    """A PUT as the gateway sends it, with the site's control token."""
     request = urllib.request.Request(url, json.dumps(body).encode(), method="PUT")
     request.add_header("Content-Type", "application/json")
+    request.add_header(CONTROL_HEADER, control_token(Path(site_dir)))
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
             return reply.status, json.loads(reply.read())
@@ -208,7 +213,10 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
     state showed it (a fresh clone's CI run, the operator's step held up)."""
     url = f"http://{site.operator}{WORK_PATH}"
     report = WorkReport("test-job", {"simple": 120}, {"simple": 4.0}, lease_s=LEASE_S)
-    assert _put(url, report.to_dict()) == (200, {"source": "test-job", "lease_s": LEASE_S})
+    assert _put(url, report.to_dict(), site.site_dir) == (
+        200,
+        {"source": "test-job", "lease_s": LEASE_S},
+    )
     wait_until(
         lambda: _state(site)["declared_work"].get("simple", {}).get("left") == 120,
         "the operator's state to show the declared work",
@@ -219,15 +227,19 @@ def test_the_operator_takes_reports_shows_them_and_drops_them_when_withdrawn(sit
         "the declared work's gauge",
         timeout=60,
     )
-    status, body = _put(url, {"source": "test-job", "left": {"simple": -3}})
+    status, body = _put(url, {"source": "test-job", "left": {"simple": -3}}, site.site_dir)
     assert status == 400 and "left['simple']: expected a whole number from 0" in body["error"]
     # a model the site does not serve: refused, no gauge made for it (any caller of the
     # gateway could make up names: a new Prometheus series each)
-    status, body = _put(url, WorkReport("test-job", {"no_such_model": 10**9}).to_dict())
+    status, body = _put(
+        url, WorkReport("test-job", {"no_such_model": 10**9}).to_dict(), site.site_dir
+    )
     assert status == 400 and "models ['no_such_model'] are not the site's" in body["error"]
     assert "no_such_model" not in _metrics(site)
-    assert _put(url, report.to_dict())[0] == 200  # renewed while the job runs
-    assert _put(url, WorkReport("test-job", {}).to_dict())[0] == 200  # the job is done
+    assert _put(url, report.to_dict(), site.site_dir)[0] == 200  # renewed while the job runs
+    assert (
+        _put(url, WorkReport("test-job", {}).to_dict(), site.site_dir)[0] == 200
+    )  # the job is done
     wait_until(
         lambda: _state(site)["declared_work"].get("simple", {}).get("left") == 0,
         "the done job's work to be nothing left",
