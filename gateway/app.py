@@ -126,7 +126,7 @@ def create_app(config: GatewayConfig) -> GatewayApp:
     view = SiteView(config.operator.rstrip("/"), reader=f"{socket.gethostname()}:{os.getpid()}")
     metrics = GatewayMetrics()
     tracing = GatewayTracing.start(config.tracing) if config.tracing else None
-    holder = Holder(view, metrics)
+    holder = Holder(view, metrics, answer_s=config.timeout_s)
     forwarder = Forwarder(view, metrics, config.timeout_s, tracing=tracing, holder=holder)
     auth = Authenticator(Tokens(config.tokens), _jwt_verifier(config))
     background = Background()  # loops that must not end unseen: /healthz fails if one does

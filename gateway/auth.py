@@ -12,6 +12,7 @@ JWTs are accepted), any other against the file.
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .metrics import GatewayMetrics
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready", "/healthz", "/metrics")
 MISSING = "authorization: expected 'Bearer <token>', got no Authorization header"
 NOT_BEARER = "authorization: expected 'Bearer <token>'"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,17 +35,32 @@ class Tokens:
     path: Path | None = None  # None: authentication disabled
     _mtime: float = -1.0
     _tokens: tuple[bytes, ...] = field(default_factory=tuple)
+    unreadable: str = ""  # why the file cannot be read now, logged once; "": it can
 
     @property
     def enabled(self) -> bool:
         return self.path is not None
 
     def _load(self) -> tuple[bytes, ...]:
-        mtime = os.stat(self.path).st_mtime
-        if mtime != self._mtime:
-            lines = Path(self.path).read_text().splitlines()
-            self._tokens = tuple(t.strip().encode() for t in lines if t.strip())
-            self._mtime = mtime
+        """The tokens, read again when the file changed. A file that cannot be read (gone,
+        its mode changed, not UTF-8) keeps the tokens last read, said once in the log: every
+        request failed 500 naming nothing."""
+        try:
+            mtime = os.stat(self.path).st_mtime
+            if mtime != self._mtime:
+                lines = Path(self.path).read_text(encoding="utf-8").splitlines()
+                self._tokens = tuple(t.strip().encode() for t in lines if t.strip())
+                self._mtime = mtime
+        except (OSError, UnicodeDecodeError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self.unreadable:
+                kept = f"the {len(self._tokens)} tokens last read kept"
+                LOG.error("tokens file %s cannot be read (%s); %s", self.path, why, kept)
+                self.unreadable = why
+            return self._tokens
+        if self.unreadable:
+            LOG.warning("tokens file %s read again: %d tokens", self.path, len(self._tokens))
+            self.unreadable = ""
         return self._tokens
 
     def check(self, path: str, authorization: str | None) -> str:
@@ -56,8 +73,11 @@ class Tokens:
         if scheme.lower() != "bearer" or not token.strip():
             return NOT_BEARER
         given = token.strip().encode()
-        if any(hmac.compare_digest(given, t) for t in self._load()):
+        tokens = self._load()
+        if any(hmac.compare_digest(given, t) for t in tokens):
             return ""
+        if not tokens and self.unreadable:
+            return "authorization: the gateway cannot read its tokens file (its log says why)"
         return "authorization: the bearer token is not valid"
 
 

@@ -77,6 +77,10 @@ class Holder:
     view: SiteView
     metrics: GatewayMetrics
     poll_s: float = 0.05  # how often a held request looks at the view (one event loop)
+    # the longest wait for a server's answer to a call whose client set no deadline (the
+    # gateway's --timeout, as on REST): a server that never answers does not hold the call,
+    # and its count under way in the balancer, for good
+    answer_s: float = 60.0
     counts: dict[str, int] = field(default_factory=dict)  # requests held now, per model
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     channels: dict[str, grpc.aio.Channel] = field(default_factory=dict)  # by gRPC address
@@ -235,15 +239,23 @@ class Holder:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{model}' is not found"
             )
+        deadline = context.time_remaining()
         try:
             call = self.channel(server.grpc).unary_unary(f"/{SERVICE}/{method}")
-            reply = await call(request, timeout=context.time_remaining(), metadata=metadata)
+            timeout = self.answer_s if deadline is None else deadline
+            reply = await call(request, timeout=timeout, metadata=metadata)
             # which server answered, as Envoy says on a model's own route: the client
             # credits its events to it (per_server), not to the holder's endpoint
             await context.send_initial_metadata(((SERVER_HEADER, server.id),))
             return reply
         except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
+            said = exc.details() or ""
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is None:
+                said = (
+                    f"{method} for model {model!r}: server {server.id!r} gave no answer within "
+                    f"{self.answer_s:g} s (the gateway's --timeout)"
+                )
+            await context.abort(exc.code(), said)
         finally:
             self.balancer.done(server.id)
 

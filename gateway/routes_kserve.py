@@ -59,6 +59,7 @@ from .kserve import (
     whole_body,
 )
 from .server import GONE_EXTENSION, SPLICE_EXTENSION, ClientBody
+from .small_bodies import TooLarge, read_small
 from .splicing import SourceGone
 from .tracing import TRACE_HEADERS
 from .triton_errors import MODEL, READY
@@ -126,7 +127,11 @@ async def server_metadata(request: Request) -> Response:
 @router.post("/v2/repository/index")
 async def repository_index(request: Request) -> Response:
     """Every model of the site, READY where any server holds it ready."""
-    return await site_view_replies.repository_index(_forwarder(request), await request.body())
+    try:
+        body = await read_small(request)
+    except TooLarge as exc:
+        return error(413, f"POST /v2/repository/index: {exc}")
+    return await site_view_replies.repository_index(_forwarder(request), body)
 
 
 @router.get("/v2/models/stats")

@@ -16,10 +16,10 @@ from fastapi import APIRouter, Request, Response
 from sonicsite.contract.work_report import WORK_PATH, WorkReport
 
 from .forwarding import error
+from .small_bodies import TooLarge, read_small
 
 router = APIRouter(tags=["site"])
 RELAY_TIMEOUT_S = 2.0  # as the client's own: a report is advice, renewed every few seconds
-MAX_REPORT_BYTES = 1 << 20  # a report names a job's models: far less than this
 
 
 @router.put(WORK_PATH)
@@ -28,10 +28,10 @@ async def work(request: Request) -> Response:
     the operator cannot be reached."""
     outcomes = request.app.state.metrics.work_reports
     try:
-        report = WorkReport.from_dict(_json(await request.body()))
-    except ValueError as exc:
+        report = WorkReport.from_dict(_json(await read_small(request)))
+    except ValueError as exc:  # TooLarge among them: 413
         outcomes.labels("refused").inc()
-        return error(400, f"PUT {WORK_PATH}: {exc}")
+        return error(413 if isinstance(exc, TooLarge) else 400, f"PUT {WORK_PATH}: {exc}")
     url = f"{request.app.state.view.operator}{WORK_PATH}"
     client: httpx.AsyncClient = request.app.state.operator_client
     try:
@@ -47,8 +47,6 @@ async def work(request: Request) -> Response:
 
 def _json(body: bytes) -> object:
     """The body as JSON; ValueError saying what the body should have been."""
-    if len(body) > MAX_REPORT_BYTES:
-        raise ValueError(f"body: expected at most {MAX_REPORT_BYTES} bytes, got {len(body)}")
     try:
         return json.loads(body, parse_constant=_not_json, parse_float=_finite)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

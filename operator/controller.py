@@ -237,7 +237,7 @@ class Operator:
         else:
             catalogue = self.placement.catalogue
             pools = [p.name for p in catalogue.pools]
-            held = self.placement.held.held(now)
+            held = self.placement.held_now(now)
             views = pool_views(pools, catalogue.pool_of, servers, loads, held, work, windowed)
         self.scaling.step(views, now)
 

@@ -200,6 +200,12 @@ class PlacementLoop(PlacementActuator):
             self.wake()
         return held
 
+    def held_now(self, now: float) -> dict[str, int]:
+        """The site's held counts now, under the lock the API's reports take: reading them
+        lapses leases, so an unguarded read beside a report could fail the step."""
+        with self._lock:
+            return self.held.held(now)
+
     def _demand(self, loadview: LoadView, now: float) -> dict[str, Demand]:
         held = self.held.held(now)
         demand = demands(

@@ -240,3 +240,52 @@ def test_servers_that_did_not_answer_are_named_not_summed_away(fakes, caplog):
     assert told[1].startswith("repository_index: server triton-1 left out")
     assert all("ConnectFailed" in t and "cannot connect" in t for t in told)
     assert not _messages(caplog, logger, "triton-0")
+
+
+def test_a_tokens_file_that_cannot_be_read_keeps_the_last_tokens_and_is_logged(
+    fakes, caplog, tmp_path
+):
+    """The file is re-read when it changes (a rotated Secret); one gone, or not UTF-8,
+    failed every request 500 naming nothing. Now the tokens last read hold, said once."""
+    state = json.dumps({"servers": []}).encode()
+    operator = fakes(lambda method, path: (200, state)).listen()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("kept-token\n")
+    app = create_app(GatewayConfig(operator=f"http://{operator.address}", tokens=tokens))
+    logger = "sonicsite.gateway.auth"
+    kept = {"Authorization": "Bearer kept-token"}
+    with caplog.at_level(logging.WARNING, logger=logger), TestClient(app) as client:
+        assert client.get("/v1/site", headers=kept).status_code == 200
+        tokens.unlink()
+        for _ in range(3):
+            assert client.get("/v1/site", headers=kept).status_code == 200
+            refused = client.get("/v1/site", headers={"Authorization": "Bearer other"})
+            assert refused.status_code == 401
+            assert refused.json()["error"] == "authorization: the bearer token is not valid"
+        tokens.write_bytes(b"\xff\xfe not utf-8\n")
+        assert client.get("/v1/site", headers=kept).status_code == 200
+        tokens.write_text("new-token\n")
+        wait_until(
+            lambda: (
+                client.get("/v1/site", headers={"Authorization": "Bearer new-token"}).status_code
+                == 200
+            ),
+            "the rewritten tokens file read",
+        )
+    unreadable = _messages(caplog, logger, f"tokens file {tokens} cannot be read")
+    assert [
+        ("FileNotFoundError" in r.getMessage(), "UnicodeDecodeError" in r.getMessage())
+        for r in unreadable
+    ] == [(True, False), (False, True)]
+    assert "the 1 tokens last read kept" in unreadable[0].getMessage()
+    assert len(_messages(caplog, logger, f"tokens file {tokens} read again: 1 tokens")) == 1
+
+
+def test_a_tokens_file_never_read_is_named_in_the_refusal(tmp_path):
+    app = create_app(GatewayConfig(operator="http://127.0.0.1:9", tokens=tmp_path / "gone"))
+    with TestClient(app) as client:
+        refused = client.get("/v1/site", headers={"Authorization": "Bearer any"})
+    assert refused.status_code == 401
+    assert refused.json()["error"] == (
+        "authorization: the gateway cannot read its tokens file (its log says why)"
+    )

@@ -125,3 +125,38 @@ def test_an_operator_that_cannot_be_reached_is_named_in_a_503(dead_operator):
         assert _counted(client, "operator_unreachable") == 1
         bad = client.put(WORK_PATH, json={"source": "relay-test:4", "left": {"m": -1}})
         assert bad.status_code == 400  # checked before the operator is asked
+
+
+def _reply_to(address: str, head: str, body: bytes = b"") -> tuple[bytes, dict]:
+    """Send `head` and `body` (no more) to the site's gateway; the status line and JSON body
+    of its answer. The whole body declared is never sent: an answer means it was not read."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=120) as conn:
+        conn.sendall(head.encode() + body)
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    status, _, rest = reply.partition(b"\r\n")
+    return status, json.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+@pytest.mark.parametrize(("method", "path"), [("PUT", WORK_PATH), ("POST", "/v2/repository/index")])
+def test_a_body_over_the_bound_is_refused_before_it_is_read(site, method, path):
+    """A body read whole before its size was checked: gigabytes took the gateway, and every
+    request under way in it, past its memory. Refused at its declared length, or as it
+    streams past the bound (chunked, no length)."""
+    declared = 64 << 20
+    head = f"{method} {path} HTTP/1.1\r\nHost: site\r\nContent-Length: {declared}\r\n\r\n"
+    status, said = _reply_to(site.http, head)
+    assert status.startswith(b"HTTP/1.1 413"), (status, said)
+    assert (
+        said["error"] == f"{method} {path}: body: expected at most {1 << 20} bytes, got {declared}"
+    )
+    chunked = f"{method} {path} HTTP/1.1\r\nHost: site\r\nTransfer-Encoding: chunked\r\n\r\n"
+    piece = b"10000\r\n" + b" " * 0x10000 + b"\r\n"  # 64 KiB chunks: 2 MiB sent, no end
+    status, said = _reply_to(site.http, chunked, piece * 32)
+    assert status.startswith(b"HTTP/1.1 413"), (status, said)
+    assert said["error"].startswith(f"{method} {path}: body: expected at most {1 << 20} bytes")
