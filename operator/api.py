@@ -124,11 +124,15 @@ def make_server(operator: Operator, host: str, port: int) -> ThreadingHTTPServer
                 request = json.loads(body)
                 if not isinstance(request, dict) or "policy" not in request:
                     raise ValueError('body: expected a JSON object {"policy": ...}')
-                operator.set_balancing(request["policy"])
+                kept = operator.set_balancing(request["policy"])
             except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
                 self._json(400, {"error": str(exc) or type(exc).__name__})
                 return
-            self._json(200, {"policy": operator.balancing.policy})
+            except OSError as exc:  # the balancing file: not switched, as not kept
+                said = f"PUT /v1/balancing: the policy cannot be kept, so not switched: {exc}"
+                self._json(503, {"error": said})
+                return
+            self._json(200, {"policy": operator.balancing.policy, "kept": kept})
 
         def _held(self, body: bytes) -> None:
             """A holder's counts: the demand of models no server holds (placement.py)."""

@@ -26,6 +26,7 @@ from sonicsite.contract.wire import (
     SiteRecord,
 )
 
+from . import policy_file
 from .admission import AdmissionPolicy, decide
 from .balancing import Balancing, check_policy
 from .declared_work import DeclaredWork, ModelWork
@@ -58,6 +59,7 @@ class Operator:
     envoy_grpc: str = ""  # the site's balanced gRPC endpoint, published in the state
     policy: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     balancing: Balancing = field(default_factory=Balancing)
+    balancing_file: str = ""  # where a PUT's policy is kept across restarts; "": nowhere
     jwt: JwtPolicy | None = None  # Envoy checks a bearer JWT on every request
     # the admission passes Envoy gives and a shed accepts (None: none, a shed refuses all)
     passes: AdmissionPasses | None = None
@@ -288,12 +290,19 @@ class Operator:
             "declared_work": {m: asdict(w) for m, w in sorted(work.items())},
         }
 
-    def set_balancing(self, policy: str) -> None:
-        """Switch the balancing policy (ValueError names the choices); the next step
-        publishes it to Envoy."""
-        was, self.balancing.policy = self.balancing.policy, check_policy(policy)
+    def set_balancing(self, policy: str) -> str:
+        """Switch the balancing policy (ValueError names the choices), kept first in the
+        balancing file when there is one (OSError: not switched); the next step publishes
+        it to Envoy. Where the choice is kept, in words."""
+        check_policy(policy)
+        if self.balancing_file:
+            policy_file.keep(self.balancing_file, policy)
+        was, self.balancing.policy = self.balancing.policy, policy
         if was != policy:
             LOG.info("balancing policy: %s -> %s (PUT /v1/balancing)", was, policy)
+        if self.balancing_file:
+            return f"in {self.balancing_file}, across restarts"
+        return "until the operator restarts (it runs without --balancing-file)"
 
     def view(self) -> tuple[Snapshot | None, dict, float]:
         with self._lock:

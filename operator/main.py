@@ -6,6 +6,7 @@ which hands it the actuator that starts and stops servers). Its options: options
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 from sonicsite.contract.admission_pass import AdmissionPasses
 from sonicsite.contract.wire import SHED_TTL_S
 
-from . import logs, option_policies, xds_ads
+from . import logs, option_policies, policy_file, xds_ads
 from .admission import AdmissionPolicy
 from .api import make_server
 from .balancing import Balancing
@@ -26,6 +27,8 @@ from .placement_loop import PlacementLoop
 from .placement_settings import local_catalogue, local_pids, named_catalogue, read_admin_key
 from .pool_scaling import Actuate, PoolScaling
 from .try_timeouts import TryPolicy, TryTimeouts
+
+LOG = logging.getLogger("sonicsite.operator")
 
 # how often the API server looks for a shutdown (the standard library polls, 0.5 s by default)
 SHUTDOWN_POLL_S = 0.1
@@ -57,6 +60,26 @@ def placement_loop(
     if not key:
         parser.error(f"--placement: the admin key file {args.admin_key_file} is empty")
     return PlacementLoop(catalogue, settings, key, metrics)
+
+
+def _balancing(args: argparse.Namespace) -> str:
+    """The policy to start with: the one a PUT kept in the balancing file, else --balancing
+    (a file that cannot be read is said, and the site runs on: the policy is advice)."""
+    if not args.balancing_file:
+        return args.balancing
+    try:
+        kept = policy_file.read_kept(args.balancing_file)
+    except ValueError as exc:
+        LOG.error("%s; balancing by --balancing=%s", exc, args.balancing)
+        return args.balancing
+    if kept and kept != args.balancing:
+        LOG.info(
+            "balancing policy %s, as a PUT kept it in %s (over --balancing=%s)",
+            kept,
+            args.balancing_file,
+            args.balancing,
+        )
+    return kept or args.balancing
 
 
 def build(
@@ -111,7 +134,8 @@ def build(
         args.interval,
         envoy_grpc=args.public_grpc or args.envoy_listen,
         policy=policy,
-        balancing=Balancing(args.balancing),
+        balancing=Balancing(_balancing(args)),
+        balancing_file=args.balancing_file,
         jwt=jwt,
         passes=passes,
         scaling=PoolScaling(scaler.policy, actuate, metrics, limits) if scaler else None,

@@ -148,6 +148,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_POLICY,
         help="how Envoy spreads requests over a model's servers (operator/balancing.py)",
     )
+    parser.add_argument(
+        "--balancing-file",
+        default="",
+        help="where a PUT /v1/balancing's policy is kept; read back at start, over "
+        "--balancing (operator/policy_file.py). Empty: a PUT lasts until a restart",
+    )
     defaults = AdmissionPolicy()
     parser.add_argument(
         "--shed-above-ms",

@@ -1,4 +1,5 @@
-"""Servers whose adder died before it recorded them: a decision that outlived its decider.
+"""Servers whose adder died before it recorded them, or whose remover died mid-drain: a
+decision that outlived its decider.
 
 `add_server` (the operator's actuator, scaling a pool up) starts a server, waits until it
 is ready, and only then records it. Its note in `starting/` says who adds which server.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from sonicsite.contract.processes_seen import pid_alive, runs_for_site, start_ticks
 
+from .drain import DRAIN_S as DEFAULT_DRAIN_S
 from .processes import marked_groups, stop_groups
 from .state import SiteState
 
@@ -24,6 +26,12 @@ from .state import SiteState
 # adder died first is found (here). `down` finds it, recorded or not, by the site's
 # mark in its environment (processes.py `marked_groups`).
 STARTING_DIR = "starting"
+# A server being removed (drained, then stopped): its id is noted here, naming the remover
+# and its drain's length, until the server is out of the state file. Killed mid-drain (the
+# operator's SIGKILL, its SIGTERM while its scaling thread drains), the remover leaves a
+# server marked draining and stopped on purpose, which nothing would stop: the supervisor
+# finishes the remove (servers.py `finish_abandoned_removes`).
+REMOVING_DIR = "removing"
 log = logging.getLogger(__name__)
 
 
@@ -71,7 +79,7 @@ def adder_of(note: Path) -> tuple[int, int] | None:
         return 0, -1
 
 
-def _adding(adder: int, ticks: int) -> bool:
+def still_runs(adder: int, ticks: int) -> bool:
     """Whether the adder still runs: its PID alive and not given since to another process."""
     return adder > 0 and pid_alive(adder) and start_ticks(adder) == ticks
 
@@ -84,7 +92,7 @@ def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:
     if not notes:
         return []
     named = {note.stem: adder_of(note) for note in notes}
-    ended = {sid: a[0] for sid, a in named.items() if a is not None and not _adding(*a)}
+    ended = {sid: a[0] for sid, a in named.items() if a is not None and not still_runs(*a)}
     if not ended:
         return []
     state, where = SiteState.load(site_dir), str(site_dir)
@@ -111,4 +119,45 @@ def stop_abandoned(site_dir: Path | str) -> list[AbandonedAdd]:
             log.info("%s: its adder (pid %d) ended; none of it runs", add.server_id, add.adder)
         if not any(g in left for g in add.groups):
             (site_dir / STARTING_DIR / f"{add.server_id}.pid").unlink(missing_ok=True)
+    return found
+
+
+@dataclass(frozen=True)
+class AbandonedRemove:
+    """A server being removed whose remover has ended: its id, the remover's PID, when the
+    drain began (the note's time) and how long it was to last at most."""
+
+    server_id: str
+    remover: int
+    began: float
+    drain_s: float
+
+
+def write_remove_note(site_dir: Path, server_id: str, drain_s: float) -> Path:
+    """Note this process as the remover of `server_id`, whole or not at all."""
+    note = Path(site_dir) / REMOVING_DIR / f"{server_id}.pid"
+    note.parent.mkdir(mode=0o700, exist_ok=True)
+    scratch = note.with_suffix(".tmp")
+    scratch.write_text(f"{adder_note()} {drain_s:g}")
+    os.replace(scratch, note)
+    return note
+
+
+def abandoned_removes(site_dir: Path | str) -> list[AbandonedRemove]:
+    """The removes whose remover no longer runs (a note that cannot be read counts as one
+    whose remover is gone, with the site's longest drain)."""
+    found = []
+    for note in sorted((Path(site_dir) / REMOVING_DIR).glob("*.pid")):
+        began = 0.0  # unknown: its drain long over
+        try:
+            began = note.stat().st_mtime
+            pid, ticks, drain_s = note.read_text().split()
+            remover, drain = int(pid), float(drain_s)
+            if still_runs(remover, int(ticks)):
+                continue
+        except FileNotFoundError:
+            continue  # its remove ended meanwhile
+        except (OSError, ValueError):
+            remover, drain = 0, DEFAULT_DRAIN_S
+        found.append(AbandonedRemove(note.stem, remover, began, drain))
     return found

@@ -38,6 +38,8 @@ from .state import LocalProcess, SiteState, edit
 from .tracing import TracingConfig, gateway_args
 from .tracing import operator_args as tracing_operator_args
 
+BALANCING_FILE = "balancing.policy"  # in the site's folder: the operator's --balancing-file
+
 
 def start_control_plane(
     site_dir: Path,
@@ -73,6 +75,10 @@ def start_control_plane(
     # through Envoy for one as it asks its own: operator/xds_site_view.py)
     args += [f"--site-view=127.0.0.1:{view}", f"--site-view-http=127.0.0.1:{http}"]
     args += [f"--balancing={balancing}", *operator_args(policy, scaling, jwt, shed_ttl_s)]
+    # a PUT's policy kept across the operator's restarts (the supervisor's), not across `up`s
+    kept = site_dir / BALANCING_FILE
+    kept.unlink(missing_ok=True)
+    args += [f"--balancing-file={kept}"]
     args += admission_key_args(site_dir)
     if placement is not None:
         args += placement.args()

@@ -62,12 +62,17 @@ def wait_drained(server: LocalServer, envoy_admin: str, drain_s: float = DRAIN_S
     Triton's exit timeout still finishes what it executes)."""
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline:
-        envoy_done = not envoy_admin or envoy_sending(envoy_admin, server) == 0
-        ended = server.pid > 0 and not pid_alive(server.pid)
-        if envoy_done and (ended or queued(server) == 0):
+        if drained_now(server, envoy_admin):
             return True
         time.sleep(POLL_S)
     return False
+
+
+def drained_now(server: LocalServer, envoy_admin: str) -> bool:
+    """Whether the server counts as drained now: the rule, read once."""
+    envoy_done = not envoy_admin or envoy_sending(envoy_admin, server) == 0
+    ended = server.pid > 0 and not pid_alive(server.pid)
+    return envoy_done and (ended or queued(server) == 0)
 
 
 def still_routed(server: LocalServer, envoy_admin: str) -> str:

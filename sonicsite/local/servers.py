@@ -13,9 +13,15 @@ from pathlib import Path
 
 from sonicsite.contract.wire import DEFAULT_POOL, STOPPED
 
-from .abandoned import STARTING_DIR, write_note
+from .abandoned import (
+    REMOVING_DIR,
+    STARTING_DIR,
+    AbandonedRemove,
+    write_note,
+    write_remove_note,
+)
 from .admin_key import read_key
-from .drain import DRAIN_S, still_routed, wait_drained
+from .drain import DRAIN_S, drained_now, still_routed, wait_drained
 from .errors import SiteError
 from .ports import free_ports, port_free
 from .processes import kill_group, site_group, stop_group
@@ -197,9 +203,12 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> b
     the deadline came first (logged, with what was still routed to it). Stopped whatever
     the drain met: marked STOPPED, nothing else would ever stop it."""
     site_dir = Path(site_dir).resolve()
+    # noted first: if this process ends mid-drain, the supervisor finishes the remove
+    note = write_remove_note(site_dir, server_id, drain_s)
     with edit(site_dir) as state:  # stopped on purpose: the supervisor never restarts it
         server = state.server(server_id)
         if server is None:
+            note.unlink(missing_ok=True)
             have = [s.id for s in state.servers]
             raise SiteError(f"no server {server_id!r}; the site has {have}")
         state.put_server(replace(server, draining=True))
@@ -222,11 +231,49 @@ def remove_server(site_dir: Path, server_id: str, drain_s: float = DRAIN_S) -> b
                 still_routed(server, envoy_admin),
             )
     finally:
-        stop_server(server, site_dir)
-        with edit(site_dir) as state:
-            state.drop_server(server_id)
-        update_targets(state)
+        _stop_and_drop(server, site_dir)
+        note.unlink(missing_ok=True)
     return drained
+
+
+def _stop_and_drop(server: LocalServer, site_dir: Path) -> None:
+    stop_server(server, site_dir)
+    with edit(site_dir) as state:
+        state.drop_server(server.id)
+    update_targets(state)
+
+
+def finish_abandoned_removes(site_dir: Path, removes: list[AbandonedRemove]) -> list[str]:
+    """Finish the removes whose remover ended mid-drain (abandoned.py `abandoned_removes`):
+    each server stopped once drained, or at its drain's deadline counted from when the
+    remover began, and dropped from the state file; each logged. A note whose server is
+    not draining (the remover ended before it marked it) or is gone is dropped. The ids of
+    the servers stopped."""
+    stopped = []
+    for remove in removes:
+        note = site_dir / REMOVING_DIR / f"{remove.server_id}.pid"
+        state = SiteState.load(site_dir)
+        server = state.server(remove.server_id)
+        if server is None or not server.draining:
+            note.unlink(missing_ok=True)
+            continue
+        envoy_admin = state.envoy_admin if state.grpc else ""
+        overdue = time.time() - remove.began >= remove.drain_s
+        if not overdue and not drained_now(server, envoy_admin):
+            continue  # the drain goes on; the next sweep looks again
+        how = f"at its drain deadline ({remove.drain_s:g} s)" if overdue else "drained"
+        by = f"pid {remove.remover}" if remove.remover else "a process it did not note"
+        log.warning(
+            "ABANDONED REMOVE: %s (pid %d): its remover (%s) ended mid-drain; stopped now, %s",
+            server.id,
+            server.pid,
+            by,
+            how,
+        )
+        _stop_and_drop(server, site_dir)
+        note.unlink(missing_ok=True)
+        stopped.append(server.id)
+    return stopped
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,9 @@ from sonicsite.contract.wire import (
     lives_for_site,
 )
 
-from .abandoned import stop_abandoned
+from .abandoned import abandoned_removes, stop_abandoned
 from .processes import exit_reason, kill_group, site_group, start_process
-from .servers import restart_server, update_targets
+from .servers import finish_abandoned_removes, restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
 from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy
 from .supervisor_http import serve
@@ -126,6 +126,11 @@ class Supervisor:
                 self.sweep_errors += 1
                 log.exception("%s (pid %d): its check failed", record.name, record.pid)
         stop_abandoned(self.site_dir)  # servers whose adder (the operator) died first
+        try:  # servers whose remover (the operator) died mid-drain
+            finish_abandoned_removes(self.site_dir, abandoned_removes(self.site_dir))
+        except Exception:
+            self.sweep_errors += 1
+            log.exception("finishing the removes of a remover that ended failed")
         try:  # /metrics shows this sweep's changes too
             self.records = tuple(SiteState.load(self.site_dir).processes)
         except FileNotFoundError:

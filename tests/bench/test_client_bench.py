@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from polling import settled, wait_until
 from sonicsite.bench import client
 
 from sonicsite.contract.wire import SiteRecord
@@ -73,9 +77,15 @@ def _left_in_shm() -> list[str]:
     ]
 
 
-def test_a_failure_mid_measurement_is_the_one_raised_and_nothing_is_left(
-    tmp_path, built_models, monkeypatch
-):
+def _answered(server) -> int:
+    """The requests of the bench's model the server has answered (its own statistics)."""
+    with urllib.request.urlopen(
+        f"http://{server.http}/v2/models/{client.MODEL}/stats", timeout=60
+    ) as r:
+        return json.load(r)["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+def test_a_failure_mid_measurement_is_the_one_raised_and_nothing_is_left(tmp_path, built_models):
     """The server stops during the timed calls: the measurement's own error is what the
     caller sees (the releases that failed because the server is gone are notes on it), and
     no shared-memory region of the bench's is left in /dev/shm."""
@@ -83,19 +93,38 @@ def test_a_failure_mid_measurement_is_the_one_raised_and_nothing_is_left(
     state = launcher.up(
         site_dir, servers=1, models=[client.MODEL], build_dir=built_models, balancer=False
     )
+    stopper = None
     try:
-        site = SiteRecord(servers=(state.servers[0],), source="bench")
+        server = state.servers[0]
+        site = SiteRecord(servers=(server,), source="bench")
+        checks = len(client.PATHS) + 1  # before the timed calls: one per path, shm's again
+        warmup = 2 * len(client.PATHS)  # time_calls' two warm-up rounds
+        timed = settled(lambda: _answered(server), "the server's count") + checks + warmup + 1
+        failed: list[BaseException] = []
 
-        def server_gone(*_args, **_kwargs):  # the failure injected: the server stops
-            launcher.down(site_dir)
-            raise RuntimeError("x: the server stopped answering during the timed calls")
+        def stop_once_timing() -> None:  # the failure: the server dies, by its PID
+            try:
+                wait_until(lambda: _answered(server) >= timed, "the timed calls", 300)
+            except BaseException as exc:  # reported below; the server dies all the same
+                failed.append(exc)
+            finally:
+                os.kill(server.pid, signal.SIGKILL)
 
-        monkeypatch.setattr(client, "time_calls", server_gone)
-        with pytest.raises(RuntimeError, match="x: the server stopped") as raised:
-            client.bench_payload(site, 1, 1, np.random.default_rng(1))
+        stopper = threading.Thread(target=stop_once_timing)
+        stopper.start()
+        # repeats without end: the timed calls end only by failing
+        with pytest.raises(Exception) as raised:  # whatever the failed call raised
+            client.bench_payload(site, 1, 10**9, np.random.default_rng(1))
+        stopper.join()
+        assert failed == []
+        # the measurement's own error, raised in the timed calls, not a release's
+        assert any(e.name == "time_calls" for e in raised.traceback), raised.getrepr()
+        assert "releasing" not in str(raised.value), raised.value
         notes = getattr(raised.value, "__notes__", [])
         assert any("shared-memory region" in n for n in notes), notes  # unregister: no server
         assert _left_in_shm() == []
     finally:
+        if stopper is not None:
+            stopper.join()
         if (site_dir / "state.json").exists():
-            launcher.down(site_dir)
+            launcher.down(site_dir)  # what the server's death left: the rest, by PID

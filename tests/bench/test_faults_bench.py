@@ -5,7 +5,6 @@ and it does not report as measured a capacity it did not measure."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from sonicsite.bench import faults
@@ -25,20 +24,18 @@ def test_a_capacity_not_measured_is_not_reported_as_measured():
     assert summary([], 42.0, 21.0)["capacity_events_per_s"] == 42.0
 
 
-def test_a_scenario_whose_submit_fails_is_named_with_its_log(tmp_path, built_models, monkeypatch):
-    """submit exits 1 at once: the error names the scenario and ends with submit's own
-    words; its log is kept beside the JSON, and the JSON says the run is incomplete."""
-    said = "sonicsite submit: the stream cannot start (a test's own failure)"
-
-    def failing_submit(*_args, **_kwargs) -> list[str]:  # the failure injected
-        return [sys.executable, "-c", f"import sys; print({said!r}, file=sys.stderr); sys.exit(1)"]
-
-    monkeypatch.setattr(faults, "submit_command", failing_submit)
+def test_a_scenario_whose_submit_fails_is_named_with_its_log(tmp_path, built_models):
+    """submit refuses its arguments at once (exit 2): the error names the scenario and ends
+    with submit's own words; its log is kept beside the JSON, and the JSON says the run is
+    incomplete."""
+    # 10 events/s over 0.2 s: int(10 / 4 jobs * 0.2) = 0 events per job, which submit refuses
+    said = "sonicsite submit: error: argument --events: expected an integer ≥ 1, got 0"
     out = tmp_path / "faults.json"
     with pytest.raises(RuntimeError, match="scenario prometheus-kill failed") as raised:
-        faults.run(out, ("prometheus-kill",), 20.0, built_models, rate=10.0)
+        faults.run(out, ("prometheus-kill",), 0.2, built_models, rate=10.0)
     message = str(raised.value)
-    assert "submit exited with status 1" in message and said in message, message
+    assert "submit exited with status 2" in message, message
+    assert message.rstrip().endswith(said), message
     kept = tmp_path / "faults-logs" / "prometheus-kill" / "submit.log"
     assert said in kept.read_text()
     saved = json.loads(out.read_text())

@@ -424,7 +424,10 @@ def test_triton_refuses_repository_trace_and_logging_without_the_operators_key()
     none = _docs({"triton": {"restrictedProtocols": []}})
     args = _pod(none, "triton")["containers"][0]["args"]
     assert not [a for a in args if "restricted" in a]
-    assert [v["name"] for v in _pod(none, "operator")["volumes"]] == ["admission-key"]
+    assert [v["name"] for v in _pod(none, "operator")["volumes"]] == [
+        "operator-state",
+        "admission-key",
+    ]
     refused = _render_error({"triton": {"restrictedProtocols": ["nonsense"]}})
     assert "at '/triton/restrictedProtocols/0': value must be one of" in refused
 
@@ -528,3 +531,17 @@ def test_notes_give_the_ingress_scheme_and_port_that_its_tls_gives(tls):
     other = ("http", 80) if tls else ("https", 443)
     assert f"grpc.example.org:{other[1]}" not in notes
     assert f"{other[0]}://sonic.example.org" not in notes
+
+
+def test_the_operator_keeps_a_put_balancing_policy_where_its_restarts_read_it():
+    """A PUT /v1/balancing was lost when the operator's container restarted (liveness): the
+    policy is kept in a file on a writable emptyDir (the root is read-only), read back."""
+    pod = _pod(_docs({}), "operator")
+    container = pod["containers"][0]
+    (arg,) = [a for a in container["args"] if a.startswith("--balancing-file=")]
+    path = arg.partition("=")[2]
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True

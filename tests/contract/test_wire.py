@@ -125,26 +125,29 @@ def test_the_process_reader_says_what_is_dead_now(tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()
     sleep = "import time; time.sleep(600)"
-    supervisor = subprocess.Popen([sys.executable, "-c", sleep], cwd=tmp_path)
-    tritonserver = tmp_path / "tritonserver"  # its command: the site's tritonserver, triton-0
-    tritonserver.symlink_to(sys.executable)
-    triton = subprocess.Popen([str(tritonserver), "-c", sleep, "--id=triton-0"], cwd=tmp_path)
-    # Popen returns once exec has begun; the new command line is readable a moment later
-    # (the kernel sets it up after the close-on-exec pipe Popen waits on has closed)
-    wait_until(
-        lambda: b"--id=triton-0" in Path(f"/proc/{triton.pid}/cmdline").read_bytes(),
-        "the server's command line",
-        120,
-    )
-    me = os.getpid()  # alive, but not the site's
-
-    def write(*records: ProcessRecord) -> dict[str, str]:
-        data = {"site_dir": str(tmp_path), "servers": [], "models": []}
-        data["processes"] = [r.to_dict() for r in records]
-        (tmp_path / STATE_FILE).write_text(json.dumps(data))
-        return {r.name: r.state for r in read_processes(tmp_path)}
-
+    started: list[subprocess.Popen] = []  # each killed by its PID, whatever fails
     try:
+        supervisor = subprocess.Popen([sys.executable, "-c", sleep], cwd=tmp_path)
+        started.append(supervisor)
+        tritonserver = tmp_path / "tritonserver"  # its command: the site's tritonserver, triton-0
+        tritonserver.symlink_to(sys.executable)
+        triton = subprocess.Popen([str(tritonserver), "-c", sleep, "--id=triton-0"], cwd=tmp_path)
+        started.append(triton)
+        # Popen returns once exec has begun; the new command line is readable a moment later
+        # (the kernel sets it up after the close-on-exec pipe Popen waits on has closed)
+        wait_until(
+            lambda: b"--id=triton-0" in Path(f"/proc/{triton.pid}/cmdline").read_bytes(),
+            "the server's command line",
+            120,
+        )
+        me = os.getpid()  # alive, but not the site's
+
+        def write(*records: ProcessRecord) -> dict[str, str]:
+            data = {"site_dir": str(tmp_path), "servers": [], "models": []}
+            data["processes"] = [r.to_dict() for r in records]
+            (tmp_path / STATE_FILE).write_text(json.dumps(data))
+            return {r.name: r.state for r in read_processes(tmp_path)}
+
         live = ProcessRecord(SUPERVISOR, SUPERVISOR, supervisor.pid)
         dead = ProcessRecord(SUPERVISOR, SUPERVISOR, gone.pid)
         running_gone = ProcessRecord("envoy", "envoy", gone.pid)
@@ -176,6 +179,6 @@ def test_the_process_reader_says_what_is_dead_now(tmp_path):
             "operator": DEAD,
         }
     finally:
-        for proc in (supervisor, triton):
+        for proc in started:
             proc.kill()
             proc.wait()

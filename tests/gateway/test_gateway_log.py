@@ -126,8 +126,10 @@ def test_the_gateway_logs_each_change_once_with_a_timestamp(stand_ins, gateway):
 
     # a shed followed, past its expiry (the operator renews it no more), then ended
     shed = {"state": "shed", "since": time.time(), "reason": "queue time over 500 ms"}
-    state["admission"] = {"m": shed | {"retry_after_s": 1, "expires_at": time.time() + 2}}
+    shed |= {"retry_after_s": 1}
+    state["admission"] = {"m": shed | {"expires_at": time.time() + 600}}
     _told(log, "following the operator's shed of m: new callers refused: queue time over")
+    state["admission"] = {"m": shed | {"expires_at": time.time() - 1}}  # expired, not renewed
     _told(log, "not following the operator's shed of m: past its expiry")
     state["admission"] = {"m": {"state": "open", "since": time.time(), "reason": "idle"}}
     _told(log, "the shed of m is over")

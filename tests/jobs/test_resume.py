@@ -194,6 +194,17 @@ def _submit_cli(site, out: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+def _communicate(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """What `proc` wrote, once it has exited; if it has not within `timeout` s, it is killed
+    by its PID (its workers follow it: they exit with their driver) and the test fails."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+
+
 def test_one_driver_per_out_and_an_unfinished_stream_is_not_cleared(site, tmp_path):
     out = tmp_path / "out"
     first = _submit_cli(site, out, "--jobs", "2", "--events", "4000", "--rate", "40")  # 200 s
@@ -201,7 +212,7 @@ def test_one_driver_per_out_and_an_unfinished_stream_is_not_cleared(site, tmp_pa
         wait_until(lambda: len(_workers(out)) == 2, "the first submit's workers", 120)
         for extra in ((), ("--resume",), ("--fresh",)):
             second = _submit_cli(site, out, "--jobs", "2", "--events", "8", *extra)
-            _, said = second.communicate(timeout=120)
+            _, said = _communicate(second, 120)
             assert second.returncode == 1, said
             assert f"another submit runs the stream there (pid {first.pid} " in said, said
         assert all(w["job"] in (0, 1) and w["attempt"] == 1 for w in _workers(out))
@@ -215,11 +226,11 @@ def test_one_driver_per_out_and_an_unfinished_stream_is_not_cleared(site, tmp_pa
     journal = out / "jobs" / "job-00000.journal"
     kept = journal.read_text()
     again = _submit_cli(site, out, "--jobs", "2", "--events", "8")
-    _, said = again.communicate(timeout=120)
+    _, said = _communicate(again, 120)
     assert again.returncode == 1 and "unfinished" in said and "--resume" in said, said
     assert "--fresh" in said and journal.read_text() == kept  # nothing was cleared
     fresh = _submit_cli(site, out, "--jobs", "2", "--events", "8", "--fresh")
-    stdout, said = fresh.communicate(timeout=300)
+    stdout, said = _communicate(fresh, 300)
     assert fresh.returncode == 0, stdout + said
     report = json.loads((out / "report.json").read_text())
     assert report["events_ok"] == report["events_total"] == 16

@@ -19,6 +19,7 @@ from polling import wait_until
 from sonicsite.operator.api import MAX_BODY_BYTES
 
 from sonicsite.contract.wire import CONTROL_HEADER
+from sonicsite.local.control_plane import BALANCING_FILE
 from sonicsite.local.operator_control import control_token, put
 
 
@@ -79,9 +80,10 @@ def test_a_put_without_the_sites_control_token_is_refused_and_changes_nothing(si
     ).stdout.strip()
     assert printed == control_token(Path(site.site_dir))
     try:
-        assert put(Path(site.site_dir), site.operator, "/v1/balancing", {"policy": other}) == {
-            "policy": other
-        }
+        said = put(Path(site.site_dir), site.operator, "/v1/balancing", {"policy": other})
+        kept = Path(site.site_dir) / BALANCING_FILE
+        assert said == {"policy": other, "kept": f"in {kept}, across restarts"}
+        assert kept.read_text() == f"{other}\n"  # what the operator's restart reads back
         wait_until(lambda: _balancing(site) == other, f"the operator's state to say {other}")
     finally:
         put(Path(site.site_dir), site.operator, "/v1/balancing", {"policy": before})

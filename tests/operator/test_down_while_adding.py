@@ -14,6 +14,7 @@ from polling import wait_until
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.local import launcher, processes
 from sonicsite.local.abandoned import STARTING_DIR, abandoned_adds, adder_note
+from sonicsite.local.errors import TritonError
 from sonicsite.local.processes import marked_groups
 from sonicsite.local.servers import add_server
 from sonicsite.local.state import SiteState
@@ -27,7 +28,7 @@ def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models, m
     def adding() -> None:
         try:
             add_server(site_dir)
-        except BaseException as exc:  # the add fails once the site stops: expected
+        except BaseException as exc:  # the add fails once the site stops: asserted below
             errors.append(exc)
 
     thread = threading.Thread(target=adding)
@@ -53,4 +54,8 @@ def test_down_stops_a_server_that_is_still_being_added(tmp_path, built_models, m
     thread.join(timeout=240)
     assert not thread.is_alive()
     assert pid in stopped
+    [failed] = errors  # its server stopped before it was ready: the add says which, and where
+    assert isinstance(failed, TritonError), repr(failed)
+    assert f"tritonserver (pid {pid}) " in str(failed), failed
+    assert str(site_dir.resolve()) in str(failed), failed  # its log, in the stopped site
     wait_until(lambda: not pid_alive(pid), "the server being added to stop")

@@ -11,13 +11,14 @@ import logging
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
 import pytest
 from loopback_http import Reply, answer, serve
-from sonicsite.operator import model_control
+from sonicsite.operator import model_control, policy_file
 from sonicsite.operator.api import make_server
 from sonicsite.operator.catalogue import ModelInfo, catalogue_of
 from sonicsite.operator.controller import Operator
@@ -284,8 +285,44 @@ def test_a_put_with_a_bad_content_length_is_answered_400_with_why(tmp_path):
             f"http://127.0.0.1:{port}/v1/balancing", b'{"policy": "round-robin"}', method="PUT"
         )
         with urllib.request.urlopen(request, timeout=5) as ok:  # the server serves on
-            assert json.loads(ok.read()) == {"policy": "round-robin"}
+            assert json.loads(ok.read()) == {
+                "policy": "round-robin",
+                "kept": "until the operator restarts (it runs without --balancing-file)",
+            }
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def test_a_balancing_policy_that_cannot_be_kept_is_not_switched_and_says_why(tmp_path):
+    """With --balancing-file, a PUT's policy is kept for the operator's restart first: a
+    file that cannot be written answers 503 naming it, the policy as it was; a kept file
+    that cannot be read back is named (the operator then starts with --balancing)."""
+    unwritable = tmp_path / "no-such-folder" / "balancing.policy"
+    operator = Operator(LocalDiscovery(tmp_path), "127.0.0.1", 0, balancing_file=str(unwritable))
+    server = make_server(operator, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.server_address[1]}/v1/balancing",
+            b'{"policy": "round-robin"}',
+            method="PUT",
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 503
+        said = json.loads(refused.value.read())["error"]
+        assert said.startswith("PUT /v1/balancing: the policy cannot be kept, so not switched")
+        assert str(unwritable) in said
+        assert operator.balancing.policy == "load-aware"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert policy_file.read_kept(str(unwritable)) is None  # nothing kept yet
+    garbled = tmp_path / "garbled.policy"
+    garbled.write_text("fastest\n")
+    with pytest.raises(ValueError, match=f"balancing file {garbled}: balancing policy: expected"):
+        policy_file.read_kept(str(garbled))

@@ -102,10 +102,15 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
     state = launcher.up(
         tmp_path / "s", servers=1, models=["simple", "identity"], build_dir=built_models
     )
-    pid = state.servers[0].pid
-    members = group_members(pid)
-    assert pid in members and len(members) >= 3  # the server and one stub per model
-    stopped = launcher.down(tmp_path / "s")
+    stopped = None
+    try:
+        pid = state.servers[0].pid
+        members = group_members(pid)
+        assert pid in members and len(members) >= 3  # the server and one stub per model
+        stopped = launcher.down(tmp_path / "s")
+    finally:
+        if stopped is None:  # an assert failed (or `down` raised): the site still stops
+            launcher.down(tmp_path / "s")
     assert stopped == {p.pid: p.name for p in state.processes}  # every one, by name
     assert stopped[pid] == "triton-0"
     assert not group_members(pid)

@@ -26,7 +26,12 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     it has none for an instant, and the guard then takes a recorded PID for the site's
     (a site's process just started is in exec too)."""
     proc = subprocess.Popen(args, cwd=cwd, start_new_session=True)
-    wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), "its command line")
+    try:
+        wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes(), "its command line")
+    except BaseException:  # not left running when the wait fails
+        stop_group(proc.pid)
+        proc.wait(timeout=60)
+        raise
     return proc
 
 
@@ -50,12 +55,14 @@ def test_a_process_in_the_site_folder_is_the_sites_and_a_stranger_is_not(tmp_pat
     site, elsewhere = tmp_path / "site", tmp_path / "else"
     site.mkdir()
     elsewhere.mkdir()
-    ours, stranger = _start(SLEEP, site), _start(SLEEP, elsewhere)
+    started = [_start(SLEEP, site)]  # each stopped by its PID, whatever fails
     try:
+        started.append(_start(SLEEP, elsewhere))
+        ours, stranger = started
         assert site_group(ours.pid, str(site))
         assert not site_group(stranger.pid, str(site))  # a recorded PID given to it: spared
     finally:
-        for proc in (ours, stranger):
+        for proc in started:
             stop_group(proc.pid)
             proc.wait(timeout=60)
 

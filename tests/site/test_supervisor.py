@@ -1,11 +1,13 @@
 """A supervised local site with the real processes: each kind killed comes back (restarts
 shown in `status --json`, the state file, the supervisor's metrics and Prometheus) and the
-site serves again; a stopped process and a stopped supervisor are named by `status`; a
+site serves again (the operator with the balancing policy a PUT set before it died); a
+stopped process and a stopped supervisor are named by `status`; a
 hung operator, Envoy, Prometheus or server is killed and restarted; a removed server is not
 restarted; `down` leaves nothing running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,8 +26,8 @@ from stock import stock_infer
 
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import STATE_FILE, STOPPED
-from sonicsite.local import envoy, launcher, prometheus
-from sonicsite.local.control_plane import listener_problem
+from sonicsite.local import envoy, launcher, operator_control, prometheus
+from sonicsite.local.control_plane import BALANCING_FILE, listener_problem
 from sonicsite.local.processes import group_members
 from sonicsite.local.servers import add_server, remove_server
 from sonicsite.local.state import SiteState
@@ -92,6 +94,12 @@ def test_status_names_every_process_with_its_state_and_restarts(supervised, stat
 def test_a_killed_process_is_restarted_and_the_site_serves_again(supervised, status_json, name):
     site_dir = Path(supervised.site_dir)
     before = SiteState.load(site_dir).process(name)
+    kept = "round-robin" if name == "operator" else ""  # a PUT's policy outlives its restart
+    if kept:
+        said = operator_control.put(
+            site_dir, supervised.operator, "/v1/balancing", {"policy": kept}
+        )
+        assert said == {"policy": kept, "kept": f"in {site_dir / BALANCING_FILE}, across restarts"}
     os.kill(before.pid, signal.SIGKILL)  # the process itself: what it leaves is cleaned up
 
     def restarted():
@@ -116,6 +124,13 @@ def test_a_killed_process_is_restarted_and_the_site_serves_again(supervised, sta
         )
     log = Path(after.process("supervisor").log).read_text()
     assert f"{name} (pid {before.pid})" in log and f"{name} restarted as pid {record['pid']}" in log
+    if kept:
+        with urllib.request.urlopen(f"http://{after.operator}/v1/state", timeout=30) as reply:
+            assert json.loads(reply.read())["balancing"] == kept
+        operator_log = Path(after.process("operator").log).read_text()
+        assert f"balancing policy {kept}, as a PUT kept it in {site_dir / BALANCING_FILE}" in (
+            operator_log
+        )
 
 
 def test_restarts_are_in_the_supervisors_metrics_and_in_prometheus(supervised):

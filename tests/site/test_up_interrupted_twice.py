@@ -40,27 +40,31 @@ def test_a_second_ctrl_c_while_up_stops_its_site_stops_it_all(tmp_path):
     site = (tmp_path / "site").resolve()
     (site / "logs").mkdir(parents=True)
     asked, ready = site / "gateway-asked", site / "gateway-ready"
-    gateway = subprocess.Popen(
-        [sys.executable, "-c", SLOW_TO_STOP, str(asked), str(ready)],
-        cwd=site,
-        start_new_session=True,
-    )
-    (tmp_path / "tritonserver").symlink_to(sys.executable)
-    stand_in = [str(tmp_path / "tritonserver"), "-c", "import time; time.sleep(600)"]
-    server = subprocess.Popen(
-        [*stand_in, "--id=triton-0", f"--model-repository={site}/repository"],
-        cwd=site,
-        start_new_session=True,
-    )
-    state = SiteState(str(site), models=[])
-    state.put_server(LocalServer("triton-0", "127.0.0.1", 1, 2, 3, pid=server.pid))
-    state.put_process(LocalProcess("gateway", "gateway", gateway.pid, cwd=str(site)))
-    state.save()
-    wait_until(ready.exists, "the gateway's SIGTERM handler")  # else SIGTERM just ends it
-    driver = subprocess.Popen(
-        [sys.executable, "-P", "-c", DRIVER, str(site)], stderr=subprocess.PIPE, text=True
-    )
+    started: list[subprocess.Popen] = []  # each stopped by its PID, whatever fails
     try:
+        gateway = subprocess.Popen(
+            [sys.executable, "-c", SLOW_TO_STOP, str(asked), str(ready)],
+            cwd=site,
+            start_new_session=True,
+        )
+        started.append(gateway)
+        (tmp_path / "tritonserver").symlink_to(sys.executable)
+        stand_in = [str(tmp_path / "tritonserver"), "-c", "import time; time.sleep(600)"]
+        server = subprocess.Popen(
+            [*stand_in, "--id=triton-0", f"--model-repository={site}/repository"],
+            cwd=site,
+            start_new_session=True,
+        )
+        started.append(server)
+        state = SiteState(str(site), models=[])
+        state.put_server(LocalServer("triton-0", "127.0.0.1", 1, 2, 3, pid=server.pid))
+        state.put_process(LocalProcess("gateway", "gateway", gateway.pid, cwd=str(site)))
+        state.save()
+        wait_until(ready.exists, "the gateway's SIGTERM handler")  # else SIGTERM just ends it
+        driver = subprocess.Popen(
+            [sys.executable, "-P", "-c", DRIVER, str(site)], stderr=subprocess.PIPE, text=True
+        )
+        started.append(driver)
         wait_until(lambda: asked.exists() or driver.poll() is not None, "the unwind to begin")
         assert asked.exists(), driver.communicate(timeout=60)
         driver.send_signal(signal.SIGINT)  # the second Ctrl-C, during its grace
@@ -71,7 +75,8 @@ def test_a_second_ctrl_c_while_up_stops_its_site_stops_it_all(tmp_path):
             proc.wait(timeout=120)  # stopped (reaped here: ours)
         assert not (site / "state.json").exists()
     finally:
-        for proc in (driver, gateway, server):
+        for proc in reversed(started):  # the driver first, then what it was stopping
             if proc.poll() is None and pid_alive(proc.pid):
                 stop_group(proc.pid, grace=1)
+                proc.kill()  # by its PID too: the driver leads no group of its own
                 proc.wait(timeout=60)
