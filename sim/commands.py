@@ -49,7 +49,8 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(  # defaults None: check-local refuses the option given at all
         "--seeds",
         type=at_least(1),
-        help="runs with seeds SEED.. SEED+N-1: ratios as mean, lowest, highest (default 1)",
+        help="runs with seeds SEED.. SEED+N-1: ratios as median, mean, lowest, highest, each "
+        "seed's (default 1)",
     )
     p.add_argument(
         "--workers",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import simpy
-from sonicsite.operator.admission import AdmissionPolicy, decide
+from sonicsite.operator.admission import AdmissionPolicy, decide, split_cap
 from sonicsite.operator.autoscaler import Autoscaler
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.declared_work import DeclaredWork
@@ -98,8 +98,10 @@ class Sonicsite:
         if record.refuses(now, admitted):
             return float(record.retry_after_s)
         if record.fail_open:
+            # Envoy's circuit breaker on the model's gRPC cluster, where the sim's clients
+            # send: its share of the cap (admission.py `split_cap`), not the whole cap
             active = sum(self.site.cluster(model).active.values())
-            if active >= self.admission.inflight_cap:
+            if active >= split_cap(self.admission.inflight_cap)[0]:
                 return float(self.admission.retry_after_s)
         return None
 
@@ -117,15 +119,19 @@ class Sonicsite:
         forget_departed(self._records(servers), self.loadview, self.balancing)
         for s in servers:
             self.loadview.record_counters(s.id, now, s.scrape())
-        models = self.site.scenario.models
-        self.balancing.observe([x for m in models for x in self.loadview.model_loads(m)])
+        catalogue = self.site.scenario.models
+        self.balancing.observe([x for m in catalogue for x in self.loadview.model_loads(m)])
         if self.placing is not None:
             self.placing.step(now, servers, self.loadview, self._routed, self.declared.pending(now))
         records = self._records(servers)  # what each server holds ready after placement's step
-        each = model_servers(records, models, self.loadview)
+        held = {m for r in records for m in r.models}  # the operator admits on these alone
+        each = model_servers(records, catalogue, self.loadview)
         for m, x in each.items():
             self.weights[m] = self.balancing.weights(m, list(x.weighed))
             self.site.cluster(m).update(_picked(self.weights[m], records))
+            if m not in held:  # no server holds it: no admission, as the operator forgets it
+                self.admissions.pop(m, None)
+                continue
             previous = self.admissions.get(m)
             loads, seen, unseen = list(x.loads), list(x.seen), list(x.unseen)
             self.admissions[m] = decide(self.admission, previous, loads, seen, now, unseen)
@@ -135,7 +141,7 @@ class Sonicsite:
         placing = self.placing is not None
         self.shared = shared_models(self.weights, pool, capped, placing=placing)
         if self.placing is not None:  # in a fixed order: each release draws picks
-            self.placing.release(sorted(m for m in models if self.site.cluster(m).weights))
+            self.placing.release(sorted(m for m in catalogue if self.site.cluster(m).weights))
         self._autoscale(now, records)
 
     @staticmethod

@@ -234,7 +234,7 @@ def wins(comparisons: dict, seeds: int = 1) -> list[str]:
     """Where sonicsite wins or loses, and by how much, in words: over all requests, and
     each model's p50, p99 and mean over its own requests. A comparison that is not
     comparable is said first, its ratios not counted. With `seeds` > 1 the comparisons are
-    `over_seeds`' spreads: each ratio their mean, over the seeds that had it."""
+    `over_seeds`' spreads: each ratio their median, over the seeds that had it."""
     first, said = [], []
     for case, c in comparisons.items():
         if not c.get("comparable", True):
@@ -244,23 +244,23 @@ def wins(comparisons: dict, seeds: int = 1) -> list[str]:
         for model, ratios in c.get("per_model", {}).items():
             named += [(f"{model}'s ", key, ratios.get(key)) for key in PER_MODEL]
         for whose, key, value in named:
-            mean, over = _mean(value)
-            if mean is None:
+            middle, over = _median(value)
+            if middle is None:
                 continue
             what = whose + key.removesuffix("_ratio_vs_reference")
-            seen = "" if seeds == 1 else f" (mean over {over} of {seeds} seeds)"
+            seen = "" if seeds == 1 else f" (median over {over} of {seeds} seeds)"
             seen = seen.replace(f" {seeds} of {seeds} ", f" {seeds} ")
-            if mean < 0.99:
-                said.append(f"{case}: {what} {(1 - mean) * 100:.0f}% lower than reference{seen}")
-            elif mean > 1.01:
-                said.append(f"{case}: {what} {(mean - 1) * 100:.0f}% HIGHER than reference{seen}")
+            if middle < 0.99:
+                said.append(f"{case}: {what} {(1 - middle) * 100:.0f}% lower than reference{seen}")
+            elif middle > 1.01:
+                said.append(f"{case}: {what} {(middle - 1) * 100:.0f}% HIGHER than reference{seen}")
     return first + said
 
 
-def _mean(value: float | dict | None) -> tuple[float | None, int]:
+def _median(value: float | dict | None) -> tuple[float | None, int]:
     """A ratio (one seed's) or a spread (`_spread`) as its value and the seeds it covers."""
     if isinstance(value, dict):
-        return value["mean"], value["seeds"]
+        return value["median"], value["seeds"]
     return value, 0 if value is None else 1
 
 
@@ -271,7 +271,8 @@ def meta(seed: int, start: provenance.RunStart, source: dict | None = None) -> d
 
 
 def over_seeds(summaries: list[dict]) -> dict:
-    """Per comparison and ratio: the mean over the seeds' runs that have it, the lowest, the
+    """Per comparison and ratio: the median and the mean over the seeds' runs that have it,
+    each seed's value, the lowest, the
     highest, how many seeds and which were left out (a set answered no request there, or the
     reference's figure was 0); whether every seed's comparison was comparable, and why not."""
     spread = {}
@@ -299,6 +300,7 @@ def over_seeds(summaries: list[dict]) -> dict:
 def _spread(by_seed: list[tuple[int, float | None]]) -> dict:
     values = [v for _, v in by_seed if v is not None]
     out = {
+        "median": round(statistics.median(values), 4) if values else None,
         "mean": round(statistics.fmean(values), 4) if values else None,
         "min": min(values, default=None),
         "max": max(values, default=None),
@@ -375,8 +377,8 @@ def _summary(
     if seeds > 1:
         spread = over_seeds([x for x, _ in per_seed])
         headline = spread[summary["headline"]]
-        for key in RATIOS:  # no mean of ratios where a seed's runs cannot be compared
-            summary[key] = headline[key]["mean"] if headline["comparable"] else None
+        for key in RATIOS:  # no median of ratios where a seed's runs cannot be compared
+            summary[key] = headline[key]["median"] if headline["comparable"] else None
         summary["comparable"] = headline["comparable"]
         summary.pop("incomparable", None)
         if not headline["comparable"]:

@@ -69,7 +69,9 @@ def build(
     elif policy_set == "reference":
         site = Site(env, scenario, random.Random(seed))  # Envoy's default least request
         scaler = reference_scaler(pool.min_servers, pool.max_servers)
-        policies = Reference(site, scaler if pool.autoscaling else None)
+        policies = Reference(
+            site, scaler if pool.autoscaling else None, admission_filter=scenario.reference_filter
+        )
     else:
         raise ValueError(f"policy set: expected one of {POLICY_SETS}, got {policy_set!r}")
     return Run(site, policies, Workload(env, scenario, site, policies, seed, RESUBMIT_S))

@@ -173,6 +173,8 @@ class Scenario:
     sample_s: float = 60.0  # the timeline's resolution (plots)
     faults: tuple[Fault, ...] = ()
     placement: Placement | None = None  # None: every server holds every model (both sets)
+    # the reference's Prometheus-based admission filter (sim/reference.py): off, as shipped
+    reference_filter: bool = False
 
     def with_pool(self, **changes) -> Scenario:
         """The same scenario with pool fields changed (a fixed pool, a GPU count)."""

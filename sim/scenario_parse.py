@@ -51,6 +51,7 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
             "sources",
             "faults",
             "placement",
+            "reference",
             "limit_s",
         },
     )
@@ -111,6 +112,13 @@ def parse(data: object, default_name: str = "scenario") -> Scenario:
         limit_s=limit_s,
         faults=faults_of(top.get("faults", []), len(pool.slots), limit_s),
         placement=None if "placement" not in top else _placement(top["placement"], models),
+        # the reference chart as shipped, unless the scenario turns its filter on (a variant)
+        reference_filter=bool_of(
+            fields(top.get("reference", {}), "reference", {"admission_filter"}),
+            "admission_filter",
+            "reference",
+            default=False,
+        ),
     )
 
 

@@ -1,5 +1,5 @@
 """The README's table of simulated results says what the shipped results say: each row's
-ratios are the means over the seeds in `docs/sim/<scenario>.json`, and its last cell is that
+ratios are the medians over the seeds in `docs/sim/<scenario>.json`, and its last cell is that
 comparison's worst figure of any one model. Re-simulating a scenario without updating the
 table fails here."""
 
@@ -32,10 +32,10 @@ def test_the_readme_table_of_simulated_results_matches_the_shipped_results():
         over = result["summary"]["over_seeds"][CASES[case]]
         where = f"{scenario} {case}"
         for column, cell in zip(COLUMNS, cells[:4], strict=True):
-            mean = over[f"{column}_ratio_vs_reference"]["mean"]
-            assert cell == f"{mean:.2f}", f"{where}: {column} {cell}, the result's {mean}"
+            median = over[f"{column}_ratio_vs_reference"]["median"]
+            assert cell == f"{median:.2f}", f"{where}: {column} {cell}, the result's {median}"
         worst = max(
-            (x["mean"], model, name)
+            (x["median"], model, name)
             for model, figures in over["per_model"].items()
             for name, key in FIGURE.items()
             if (x := figures.get(key))

@@ -116,6 +116,8 @@ _T4 = {"particlenet": {"fixed": 3.0, "per_item": 0.08}, "deepmet": {"fixed": 1.5
         ("description", ["x"], "description: expected text"),
         ("pool/sweep", [2, 2], "pool.sweep[1]: 2 already given at pool.sweep[0]"),
         ("pool/min_servers", 0, "pool.min_servers: 0 needs `placement`"),
+        ("reference", {"admission_filter": "on"}, "reference.admission_filter: expected true"),
+        ("reference", {"filter": True}, "reference.filter: unknown field"),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(path, value, message):
