@@ -1,7 +1,7 @@
 """Figures the documents state that the code or a shipped result decides: how long an
 admission pass lasts (the code's epoch), the `small` and `faults` figures of the simulated
-results page (docs/sim/*.json, the mean over the seeds), and the README's list of seeds that
-lose where a mean wins. A change to the code or a rerun that leaves the words behind fails
+results page (docs/sim/*.json, the median over the seeds), and the README's list of seeds
+that lose where a median wins. A change to the code or a rerun that leaves the words behind fails
 here, naming the sentence."""
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def _over(scenario: str, case: str) -> dict:
     return result["summary"]["over_seeds"][case]
 
 
-def _mean(over: dict, figure: str, model: str | None = None) -> str:
+def _median(over: dict, figure: str, model: str | None = None) -> str:
     figures = over["per_model"][model] if model else over
-    return f"{figures[f'{FIGURES[figure]}_ratio_vs_reference']['mean']:.2f}"
+    return f"{figures[f'{FIGURES[figure]}_ratio_vs_reference']['median']:.2f}"
 
 
 def _other_scenarios() -> str:
@@ -74,13 +74,13 @@ def test_small_figures_are_the_results():
     a, b, c = a.lower(), b.lower(), c.lower()
     stated = (p99, p50, p99_a, p99_b, mean_a, mean_b, p50_c)
     results = (
-        _mean(over, "p99"),
-        _mean(over, "p50"),
-        _mean(over, "p99", a),
-        _mean(over, "p99", b),
-        _mean(over, "mean", a),
-        _mean(over, "mean", b),
-        _mean(over, "p50", c),
+        _median(over, "p99"),
+        _median(over, "p50"),
+        _median(over, "p99", a),
+        _median(over, "p99", b),
+        _median(over, "mean", a),
+        _median(over, "mean", b),
+        _median(over, "p50", c),
     )
     assert stated == results, f"docs/sim/RESULTS.md `small`: says {stated}, small.json {results}"
 
@@ -95,14 +95,14 @@ def test_faults_figures_are_the_results():
     makespan, p99, gpu_hours, p99_x, p99_y, model, p50, mean = said.groups()
     over, model = _over("faults", "autoscaled"), model.lower()
     assert (makespan, p99, gpu_hours) == tuple(
-        _mean(over, f) for f in ("makespan", "p99", "GPU-hours")
+        _median(over, f) for f in ("makespan", "p99", "GPU-hours")
     )
-    assert sorted((p99_x, p99_y)) == sorted(_mean(over, "p99", m) for m in over["per_model"])
-    assert (p50, mean) == (_mean(over, "p50", model), _mean(over, "mean", model))
+    assert sorted((p99_x, p99_y)) == sorted(_median(over, "p99", m) for m in over["per_model"])
+    assert (p50, mean) == (_median(over, "p50", model), _median(over, "mean", model))
 
 
 def losing_seeds() -> set[tuple[str, str, str, str, int]]:
-    """(scenario, case, model or "", figure, seed) wherever a figure's mean over the seeds
+    """(scenario, case, model or "", figure, seed) wherever a figure's median over the seeds
     wins (under 1) and that seed's is over 1."""
     found = set()
     for path in sorted(SIM.glob("*.json")):
@@ -112,7 +112,7 @@ def losing_seeds() -> set[tuple[str, str, str, str, int]]:
             for model, figures in tables:
                 for figure, key in FIGURES.items():
                     values = figures.get(f"{key}_ratio_vs_reference")
-                    if not values or values["mean"] >= 1:
+                    if not values or values["median"] >= 1:
                         continue
                     for seed, value in zip(summary["seeds"], values["values"], strict=True):
                         if value > 1:
@@ -136,9 +136,9 @@ def said_losing_seeds(note: str) -> set[tuple[str, str, str, str, int]]:
     return said
 
 
-def test_the_readme_names_every_seed_that_loses_where_the_mean_wins():
+def test_the_readme_names_every_seed_that_loses_where_the_median_wins():
     text = (ROOT / "README.md").read_text()
-    lead = "A mean under 1 can hide a seed that loses"
+    lead = "A median under 1 can hide a seed that loses"
     assert lead in text, "README: the list of losing seeds is gone"
     paragraph = " ".join(text.split(lead, 1)[1].split("\n\n", 1)[0].split())
     note = paragraph.split("show): ", 1)[1]
