@@ -30,12 +30,13 @@ run:
 	  { tail -n 15 $(SETUP_LOG); echo "sonicsite: setup failed; the whole log: $(SETUP_LOG)"; exit 1; }
 	@$(BIN)/sonicsite demo
 
-# Three workers (pytest-xdist) on two cores, each taking whole test files so that a module's
+# Four workers (pytest-xdist) on two cores, each taking whole test files so that a module's
 # shared site stays one site, the longest files first (tests/conftest.py, LONGEST_FIRST).
-# Part of the suite waits on servers (scrape intervals, windows, drains): with two workers
-# both cores stood idle a fifth of the run, and a third fills those waits (2026-11-28, quiet:
-# 842 s with two, 757 s with three; with two CPU hogs beside it, 936 s with three).
-TEST_WORKERS ?= 3
+# Much of the suite waits on servers (scrape intervals, windows, drains, compiles in
+# subprocesses): with three workers both cores stood idle over a quarter of the run, and a
+# fourth fills those waits (2026-12-02, quiet: 1071 to 1199 s with three, the CPUs 73%
+# busy; 903 s with four, 86% busy).
+TEST_WORKERS ?= 4
 test: install models $(XDS_WHEEL)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 

@@ -135,7 +135,9 @@ class Transitions:
 
     def scrapes(self, view: LoadView, servers: list[ServerRecord], now: float) -> list[str]:
         """Servers whose metrics became unreadable, left the load view, or were read again,
-        after this step's scrape."""
+        after this step's scrape. A draining server's failed scrapes are not told: it is
+        being stopped (its stop, and a drain cut short, are the remover's lines), and its
+        metrics port closes before it leaves the servers discovered."""
         lines = []
         for s in servers:
             health = view.health.get(s.id)
@@ -143,6 +145,8 @@ class Transitions:
                 continue
             last = self.seen.get(s.id, Seen(READABLE, now))
             state = condition(health, view.grace)
+            if s.draining and state != READABLE:
+                continue
             if state == last.condition:
                 self.seen[s.id] = Seen(state, last.since, health.failures)
                 continue

@@ -2,9 +2,10 @@
 parser of /proc/PID/stat, `stat_fields`): whether it lives (`pid_alive`), whether it is a
 site's (`runs_for_site`, the guard against PID reuse that wire.py `lives_for_site` applies to
 a record), whether an argument names a folder, whether it is the kernel's, when it started
-(the job driver's `kill_left_behind`), its parent; and whether its health URL answers (a
-live PID that does not is stopped or hung: the supervisor, `status`, the status page), and
-if not, why (`no_answer`: a refused connection is not a silence)."""
+(`start_ticks`: the job driver's `kill_left_behind`, abandoned adds), its parent; and
+whether its health URL answers (a live PID that does not is stopped or hung: the
+supervisor, `status`, the status page), and if not, why (`no_answer`: a refused connection
+is not a silence)."""
 
 from __future__ import annotations
 
@@ -69,20 +70,6 @@ def start_ticks(pid: int) -> int:
         return -1 if fields[0] == "Z" else int(fields[19])
     except (IndexError, ValueError):
         return -1
-
-
-def started_at(pid: int) -> float:
-    """When live process `pid` started (epoch s); -inf for a zombie (exited, not reaped: no
-    command line either) or when it cannot be read."""
-    ticks = start_ticks(pid)
-    try:
-        if ticks < 0:
-            return float("-inf")
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-    except (OSError, IndexError, ValueError, StopIteration):
-        return float("-inf")
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:

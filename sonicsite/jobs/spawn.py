@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import started_at
+from sonicsite.contract.processes_seen import start_ticks
 
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
@@ -117,8 +117,16 @@ class Workers:
         run = WorkerRun(job, model, attempt, proc)
         threading.Thread(target=run.read_progress, daemon=True).start()
         self.running.append(run)
+        # its PID with its start in clock ticks names it for good (kill_left_behind)
+        ticks = start_ticks(proc.pid)
         self.started.append(
-            {"job": job, "attempt": attempt, "pid": proc.pid, "started": time.time()}
+            {
+                "job": job,
+                "attempt": attempt,
+                "pid": proc.pid,
+                "ticks": ticks,
+                "started": time.time(),
+            }
         )
         self._save()
         return run
@@ -229,7 +237,8 @@ def _above_stdio(fd: int) -> int:
 
 def kill_left_behind(jobs_dir: Path) -> list[int]:
     """SIGKILL the workers an earlier submit in this `out` started that still run, by the
-    PIDs of its `workers.json`, each checked to be a worker of its stream: a worker learns
+    PIDs of its `workers.json`, each checked to be that worker (its start in clock ticks, as
+    recorded) or a worker of its stream (its command line): a worker learns
     that its driver died from its pipe, but one stopped (SIGSTOP) never reads it, and would
     wake beside the rerun of its job. The PIDs killed; none without the file (no submit
     here before). ValueError naming the file and why when it is not a workers record (the
@@ -239,7 +248,7 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
     try:
         record = json.loads(path.read_text())
         stream = str(record["stream"])
-        started = {int(w["pid"]): float(w["started"]) for w in record.get("workers", [])}
+        started = {int(w["pid"]): int(w.get("ticks", -1)) for w in record.get("workers", [])}
     except FileNotFoundError:
         return []
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -249,7 +258,7 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
             "remove it"
         ) from None
     killed = []
-    for pid, at in started.items():
+    for pid, ticks in started.items():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().decode(errors="replace").split("\0")
@@ -257,8 +266,9 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
             continue  # gone
         ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
         ours = ours and argv[argv.index("--stream") + 1 :][:1] == [stream]
-        # a stopped process's command line may read empty: then its start time says
-        if ours or (argv == [""] and abs(started_at(pid) - at) < 2.0):
+        # the recorded start says it is that very process, whatever its command line reads
+        # (a stopped one's was seen empty); a zombie's reads -1
+        if ours or (ticks >= 0 and start_ticks(pid) == ticks):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)  # its own group: a stopped one dies of it too
                 killed.append(pid)

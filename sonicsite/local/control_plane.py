@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import (
     ADMISSION_KEY_FILE,
     SHED_TTL_S,
@@ -32,7 +33,7 @@ from sonicsite.operator.xds_resources import ALL_SERVERS, LISTENER, model_cluste
 from . import envoy, prometheus
 from .errors import EnvoyError, SiteError
 from .ports import free_ports
-from .processes import start_process, wait_for_http
+from .processes import exit_reason, log_tail, start_process, wait_for_http
 from .servers import update_targets
 from .state import LocalProcess, SiteState, edit
 from .tracing import TracingConfig, gateway_args
@@ -94,9 +95,8 @@ def start_control_plane(
     proxy = envoy.start(config, envoy_log, site_dir)
     record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
     envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
-    _wait_routed(
-        state.envoy_admin, partial(routes_now, site_dir, state.operator), timeout, envoy_log
-    )
+    wanted = partial(routes_now, site_dir, state.operator)
+    _wait_routed(site_dir, state.envoy_admin, wanted, timeout, envoy_log)
     wait_listening(state.envoy_admin, state.grpc, envoy_log, timeout)
     gateway.wait(timeout)
     start_prometheus(site_dir, timeout)
@@ -136,7 +136,11 @@ def routed_hosts(servers: Iterable[ServerRecord]) -> dict[str, list[str]]:
 
 
 def _wait_routed(
-    admin: str, wanted: Callable[[], dict[str, list[str]]], timeout: float, log: Path
+    site_dir: Path,
+    admin: str,
+    wanted: Callable[[], dict[str, list[str]]],
+    timeout: float,
+    log: Path,
 ) -> None:
     """Wait until Envoy sends each cluster's requests to its hosts (each model's cluster
     checks that model's readiness on its own: a site is up once every one has passed).
@@ -153,8 +157,20 @@ def _wait_routed(
             raise EnvoyError(
                 f"envoy does not send to every server healthy after {timeout:.0f} s ({shown}; "
                 f"log {log}, the operator's {log.with_name('operator.log')})"
+                + servers_gone(site_dir)
             )
         time.sleep(0.1)
+
+
+def servers_gone(site_dir: Path) -> str:
+    """The site's servers that no longer run, each with why and its log's last lines (a
+    server that exits once ready, its HTTP port taken meanwhile, leaves Envoy waiting)."""
+    gone = [s for s in SiteState.load(site_dir).servers if s.pid and not pid_alive(s.pid)]
+    return "".join(
+        f"\nserver {s.id} (pid {s.pid}) no longer runs: {exit_reason(s.pid)} (log {s.log}):\n"
+        + log_tail(Path(s.log), 600)
+        for s in gone
+    )
 
 
 def wait_listening(admin: str, address: str, log: Path, timeout: float) -> None:

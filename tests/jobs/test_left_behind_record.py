@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from sonicsite.contract.processes_seen import pid_alive, start_ticks
 from sonicsite.jobs.spawn import WORKERS_FILE, kill_left_behind
 
 
@@ -45,3 +46,22 @@ def test_a_recorded_pid_that_is_no_worker_of_the_stream_is_spared(tmp_path):
     finally:
         stranger.kill()
         stranger.wait(timeout=60)
+
+
+@pytest.mark.parametrize("off", [0, 1])
+def test_a_recorded_pid_is_killed_only_when_its_start_is_the_recorded_one(tmp_path, off):
+    """Its PID and its start in clock ticks name a worker whatever its command line reads (a
+    stopped worker's was seen empty, and the stream's next submit left it running); the
+    same PID started at another time is another process (the PID reused) and is spared."""
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        ticks = start_ticks(other.pid) + off
+        record = {"stream": "ab12", "workers": [{"pid": other.pid, "ticks": ticks, "started": 0}]}
+        (tmp_path / WORKERS_FILE).write_text(json.dumps(record))
+        assert kill_left_behind(tmp_path) == ([] if off else [other.pid])
+        if not off:
+            other.wait(timeout=60)
+        assert other.poll() is None if off else not pid_alive(other.pid)
+    finally:
+        other.kill()
+        other.wait(timeout=60)

@@ -74,6 +74,21 @@ def test_a_servers_metrics_are_told_when_they_fail_leave_the_view_and_return():
     assert told.scrapes(view, [a], 8.0) == []
 
 
+def test_a_draining_servers_failed_scrapes_are_not_told():
+    """Stopped by its remover, a draining server's metrics port closes before it leaves the
+    servers discovered: not an incident to tell (its stop is the remover's line)."""
+    told, view = Transitions(), LoadView(grace=3)
+    serving, draining = _server("a", 1000), _server("a", 1000, draining=True)
+    view.record("a", 0.0, TEXT)
+    assert told.scrapes(view, [serving], 0.0) == []
+    for t in range(1, 5):
+        view.record("a", float(t), ConnectionRefusedError("connection refused"))
+        assert told.scrapes(view, [draining], float(t)) == []
+    view.record("a", 5.0, ConnectionRefusedError("connection refused"))
+    (line,) = told.scrapes(view, [serving], 5.0)  # no longer draining: told
+    assert line.startswith("server a out of the operator's view"), line
+
+
 def _loads(**compute_ms: float) -> list[ModelLoad]:
     return [
         ModelLoad("m", s, 10, 0.0, ms * 1e4, 0.0, 10.0, 0.0, 1.0) for s, ms in compute_ms.items()
