@@ -1,5 +1,8 @@
 """The inprocess bench's conversion: ours against the best a writer does by hand (one view of
-the block, the layout known) as well as against np.stack, every repeat kept."""
+the block, the layout known) as well as against np.stack, every repeat kept. Which is faster
+is the bench's figure, not this test's: compared here, one preemption of a view's
+microseconds on a busy machine failed the suite. That the hand-written view is the block
+itself (no copy) the bench checks before it times it (inprocess.py `_by_hand`)."""
 
 from __future__ import annotations
 
@@ -18,5 +21,4 @@ def test_conversion_is_measured_against_a_hand_written_view_and_keeps_every_repe
     }
     for name, found in times.items():
         assert len(found["repeats"]) == 2 and found["median"] > 0, name
-    # a view is no copy: 6.4 MB stacked costs far more than one view, on any machine
-    assert times["hand_view_100000"]["max"] < times["stock_100000"]["min"]
+        assert found["min"] == min(found["repeats"]) and found["max"] == max(found["repeats"])
