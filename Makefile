@@ -35,7 +35,7 @@ run:
 # Much of the suite waits on servers (scrape intervals, windows, drains, compiles in
 # subprocesses): with three workers both cores stood idle over a quarter of the run, and a
 # fourth fills those waits (2026-12-02, quiet: 1071 to 1199 s with three, the CPUs 73%
-# busy; 903 s with four, 86% busy).
+# busy; 901 s with four, 86% busy).
 TEST_WORKERS ?= 4
 test: install models $(XDS_WHEEL)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
