@@ -2,10 +2,10 @@
 parser of /proc/PID/stat, `stat_fields`): whether it lives (`pid_alive`), whether it is a
 site's (`runs_for_site`, the guard against PID reuse that wire.py `lives_for_site` applies to
 a record), whether an argument names a folder, whether it is the kernel's, when it started
-(`start_ticks`: the job driver's `kill_left_behind`, abandoned adds), its parent; and
-whether its health URL answers (a live PID that does not is stopped or hung: the
-supervisor, `status`, the status page), and if not, why (`no_answer`: a refused connection
-is not a silence)."""
+and whether it is still the process that started then (`start_ticks`, `same_process`: the
+job driver's `kill_left_behind`, abandoned adds), its parent; and whether its health URL
+answers (a live PID that does not is stopped or hung: the supervisor, `status`, the status
+page), and if not, why (`no_answer`: a refused connection is not a silence)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,12 @@ def start_ticks(pid: int) -> int:
         return -1 if fields[0] == "Z" else int(fields[19])
     except (IndexError, ValueError):
         return -1
+
+
+def same_process(pid: int, ticks: int) -> bool:
+    """Whether `pid` is still the process that started at `ticks` (`start_ticks`, recorded
+    when it started): a PID and its start no later process can have; False for a zombie."""
+    return pid > 0 and ticks >= 0 and start_ticks(pid) == ticks
 
 
 def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:

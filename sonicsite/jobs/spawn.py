@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import start_ticks
+from sonicsite.contract.processes_seen import same_process, start_ticks
 
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
@@ -117,16 +117,9 @@ class Workers:
         run = WorkerRun(job, model, attempt, proc)
         threading.Thread(target=run.read_progress, daemon=True).start()
         self.running.append(run)
-        # its PID with its start in clock ticks names it for good (kill_left_behind)
-        ticks = start_ticks(proc.pid)
+        ticks = start_ticks(proc.pid)  # with its PID, names it for good (kill_left_behind)
         self.started.append(
-            {
-                "job": job,
-                "attempt": attempt,
-                "pid": proc.pid,
-                "ticks": ticks,
-                "started": time.time(),
-            }
+            dict(job=job, attempt=attempt, pid=proc.pid, ticks=ticks, started=time.time())
         )
         self._save()
         return run
@@ -267,8 +260,8 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
         ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
         ours = ours and argv[argv.index("--stream") + 1 :][:1] == [stream]
         # the recorded start says it is that very process, whatever its command line reads
-        # (a stopped one's was seen empty); a zombie's reads -1
-        if ours or (ticks >= 0 and start_ticks(pid) == ticks):
+        # (a stopped one's was seen empty)
+        if ours or same_process(pid, ticks):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)  # its own group: a stopped one dies of it too
                 killed.append(pid)

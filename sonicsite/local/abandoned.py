@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import pid_alive, runs_for_site, start_ticks
+from sonicsite.contract.processes_seen import runs_for_site, same_process, start_ticks
 
 from .drain import DRAIN_S as DEFAULT_DRAIN_S
 from .processes import marked_groups, stop_groups
@@ -81,7 +81,7 @@ def adder_of(note: Path) -> tuple[int, int] | None:
 
 def still_runs(adder: int, ticks: int) -> bool:
     """Whether the adder still runs: its PID alive and not given since to another process."""
-    return adder > 0 and pid_alive(adder) and start_ticks(adder) == ticks
+    return same_process(adder, ticks)
 
 
 def abandoned_adds(site_dir: Path | str) -> list[AbandonedAdd]:

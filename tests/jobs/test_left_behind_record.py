@@ -7,11 +7,12 @@ as "nothing left behind"."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 
 import pytest
 
-from sonicsite.contract.processes_seen import pid_alive, start_ticks
+from sonicsite.contract.processes_seen import start_ticks
 from sonicsite.jobs.spawn import WORKERS_FILE, kill_left_behind
 
 
@@ -48,20 +49,31 @@ def test_a_recorded_pid_that_is_no_worker_of_the_stream_is_spared(tmp_path):
         stranger.wait(timeout=60)
 
 
-@pytest.mark.parametrize("off", [0, 1])
-def test_a_recorded_pid_is_killed_only_when_its_start_is_the_recorded_one(tmp_path, off):
+def _recorded(tmp_path, proc: subprocess.Popen, ticks: int) -> None:
+    record = {"stream": "ab12", "workers": [{"pid": proc.pid, "ticks": ticks, "started": 0}]}
+    (tmp_path / WORKERS_FILE).write_text(json.dumps(record))
+
+
+def test_a_recorded_pid_started_when_recorded_is_killed_whatever_its_command_line(tmp_path):
     """Its PID and its start in clock ticks name a worker whatever its command line reads (a
-    stopped worker's was seen empty, and the stream's next submit left it running); the
-    same PID started at another time is another process (the PID reused) and is spared."""
+    stopped worker's was seen empty, and the stream's next submit left it running)."""
     other = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        ticks = start_ticks(other.pid) + off
-        record = {"stream": "ab12", "workers": [{"pid": other.pid, "ticks": ticks, "started": 0}]}
-        (tmp_path / WORKERS_FILE).write_text(json.dumps(record))
-        assert kill_left_behind(tmp_path) == ([] if off else [other.pid])
-        if not off:
-            other.wait(timeout=60)
-        assert other.poll() is None if off else not pid_alive(other.pid)
+        _recorded(tmp_path, other, start_ticks(other.pid))
+        assert kill_left_behind(tmp_path) == [other.pid]
+        assert other.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        other.kill()
+        other.wait(timeout=60)
+
+
+def test_a_recorded_pid_started_at_another_time_is_spared(tmp_path):
+    """The same PID started at another time is another process (the PID reused)."""
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        _recorded(tmp_path, other, start_ticks(other.pid) + 1)
+        assert kill_left_behind(tmp_path) == []
+        assert other.poll() is None
     finally:
         other.kill()
         other.wait(timeout=60)

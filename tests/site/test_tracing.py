@@ -70,10 +70,11 @@ def _events(rows: int = 1) -> tuple[SoA, TensorSpec]:
 
 # One hop of a chain, leaf to root: (service, span name or None for any, kind or 0 for any).
 Hop = tuple[str, str | None, int]
+TRITON = "sonicsite-triton"
 TRITON_CHAIN: list[Hop] = [
-    ("sonicsite-triton", "compute", 0),
-    ("sonicsite-triton", MODEL, 0),  # the model's span: queued, then scheduled
-    ("sonicsite-triton", "InferRequest", SERVER),
+    (TRITON, "compute", 0),
+    (TRITON, MODEL, 0),  # the model's span: queued, then scheduled
+    (TRITON, "InferRequest", SERVER),
 ]
 
 
@@ -86,10 +87,14 @@ def _chain(spans: list[ReceivedSpan], leaf: ReceivedSpan) -> list[ReceivedSpan]:
     return chain
 
 
+def _is(span: ReceivedSpan, hop: Hop) -> bool:
+    service, name, kind = hop
+    return span.service == service and name in (None, span.name) and kind in (0, span.kind)
+
+
 def _matches(chain: list[ReceivedSpan], hops: list[Hop]) -> bool:
     return len(chain) == len(hops) and all(
-        span.service == service and name in (None, span.name) and kind in (0, span.kind)
-        for span, (service, name, kind) in zip(chain, hops, strict=True)
+        _is(span, hop) for span, hop in zip(chain, hops, strict=True)
     )
 
 
@@ -100,7 +105,7 @@ def _complete_chain(
     as `hops` says (a retry would add chains of its own: one complete chain is enough)."""
     spans = receiver.trace(trace_id)
     for leaf in spans:
-        if leaf.service == "sonicsite-triton" and leaf.name == "compute":
+        if _is(leaf, TRITON_CHAIN[0]):
             chain = _chain(spans, leaf)
             if _matches(chain, hops) and not chain[-1].parent_id:
                 return chain
@@ -109,14 +114,7 @@ def _complete_chain(
 
 def _triton_traces(receiver: OtlpReceiver) -> set[str]:
     """The traces Triton's compute spans have come in so far."""
-    return {s.trace_id for s in receiver.received() if (s.service, s.name) == TRITON_CHAIN[0][:2]}
-
-
-def _has(spans: list[ReceivedSpan], hop: Hop) -> bool:
-    service, name, kind = hop
-    return any(
-        s.service == service and name in (None, s.name) and kind in (0, s.kind) for s in spans
-    )
+    return {s.trace_id for s in receiver.received() if _is(s, TRITON_CHAIN[0])}
 
 
 def _wait_chain(
@@ -137,7 +135,7 @@ def _wait_chain(
     spans that came, the traces Triton's spans did arrive in and the collector's and
     Triton's logs' ends are shown."""
     chains: dict[str, list[ReceivedSpan]] = {}
-    callers = [hop for hop in hops if hop[0] != TRITON_CHAIN[0][0]]
+    callers = [hop for hop in hops if hop[0] != TRITON]
 
     def every_chain_complete_or_every_span_come() -> bool:
         for trace_id in trace_ids:
@@ -146,7 +144,8 @@ def _wait_chain(
         if len(chains) == len(trace_ids):
             return True
         computed = len(_triton_traces(receiver) - tritons_before) >= len(trace_ids)
-        return computed and all(_has(receiver.trace(t), h) for t in trace_ids for h in callers)
+        came = [receiver.trace(t) for t in trace_ids]
+        return computed and all(any(_is(s, h) for s in spans) for spans in came for h in callers)
 
     with contextlib.suppress(AssertionError):  # what did not come is said below
         wait_until(every_chain_complete_or_every_span_come, what, 120)
