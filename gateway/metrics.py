@@ -80,6 +80,12 @@ class GatewayMetrics:
             registry=r,
         )
         self.spliced_each_way = {d: self.spliced.labels(d) for d in ("request", "reply")}
+        self.awaiting_json_part = Gauge(
+            "sonicsite_gateway_requests_awaiting_json_part",
+            "Large binary requests whose head came and whose JSON part the gateway is still "
+            "reading from the client (a client slow to send it holds a connection meanwhile)",
+            registry=r,
+        )
         self.state_age = Gauge(
             "sonicsite_gateway_operator_state_age_seconds",
             "Seconds since the gateway last read the operator's state",

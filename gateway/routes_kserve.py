@@ -367,7 +367,8 @@ async def _taken_body(
     client = request.scope.get("extensions", {}).get(SPLICE_EXTENSION)
     if client is None or header_length is None or not header_length.isdigit():
         return None, b"", None
-    first = await client.take(int(header_length), timeout)
+    awaiting = request.app.state.metrics.awaiting_json_part.track_inprogress()
+    first = await client.take(int(header_length), timeout, while_short=awaiting)
     return (client, first, None) if first is not None else (None, b"", None)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import select
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import httptools
@@ -272,11 +273,14 @@ class ClientBody:
         self.spliced = {"request": 0, "reply": 0}  # bytes moved by splice, each way
         self.keep_alive = cycle.keep_alive
 
-    async def take(self, at_least: int, timeout: float) -> bytes | None:
+    async def take(
+        self, at_least: int, timeout: float, while_short: AbstractContextManager | None = None
+    ) -> bytes | None:
         """The body's first bytes, at least `at_least` of them (a binary request's JSON
         part): those that came with the head, and more read from the socket if they fall
-        short; the rest is left there for `send_rest`. None where that cannot be (the app
-        read on already, the body is shorter, the connection is going): read it as usual."""
+        short (inside `while_short`: the app counts the requests awaiting their client); the
+        rest is left there for `send_rest`. None where that cannot be (the app read on
+        already, the body is shorter, the connection is going): read it as usual."""
         protocol, cycle = self.protocol, self.cycle
         usable = (
             self.open
@@ -295,15 +299,17 @@ class ClientBody:
         cycle.body = bytearray()
         cycle.message_event.clear()
         have, self.left = len(parts[0]), self.length - protocol.seen
-        while have < at_least:
-            with protocol.end.use() as fd:  # type: ignore[union-attr]
-                more = await read_some(fd, min(self.left, HEAD_READ), timeout)
-            if not more:
-                protocol.transport.close()
-                raise SourceGone(f"closed {self.left} bytes short")
-            parts.append(more)
-            have += len(more)
-            self.left -= len(more)
+        if have < at_least:
+            with while_short or nullcontext():
+                while have < at_least:
+                    with protocol.end.use() as fd:  # type: ignore[union-attr]
+                        more = await read_some(fd, min(self.left, HEAD_READ), timeout)
+                    if not more:
+                        protocol.transport.close()
+                        raise SourceGone(f"closed {self.left} bytes short")
+                    parts.append(more)
+                    have += len(more)
+                    self.left -= len(more)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def send_rest(

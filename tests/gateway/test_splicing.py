@@ -155,6 +155,12 @@ def _spliced(gateway: str) -> dict[str, float]:
     return {direction: float(value) for direction, value in found}
 
 
+def _awaiting_json_part(gateway: str) -> float:
+    text = urllib.request.urlopen(f"http://{gateway}/metrics", timeout=30).read().decode()
+    (value,) = re.findall(r"^sonicsite_gateway_requests_awaiting_json_part (\S+)$", text, re.M)
+    return float(value)
+
+
 def test_bodies_on_one_kept_alive_connection_are_exact_and_spliced(site):
     rng = np.random.default_rng(11)
     before = _spliced(site.http)
@@ -166,7 +172,10 @@ def test_bodies_on_one_kept_alive_connection_are_exact_and_spliced(site):
             head, body = _infer_request("identity", x, json_after_head=k == 0)
             if k == 0:  # the head alone first: the JSON part comes in a later read
                 sock.sendall(head)
-                time.sleep(0.2)
+                wait_until(
+                    lambda: _awaiting_json_part(site.http) == 1,
+                    "the gateway awaiting the JSON part after the head alone",
+                )
                 sock.sendall(body)
             else:
                 sock.sendall(head + body)
@@ -177,6 +186,7 @@ def test_bodies_on_one_kept_alive_connection_are_exact_and_spliced(site):
             if x.nbytes >= 65536:
                 sent_large += x.nbytes
     after = _spliced(site.http)
+    assert _awaiting_json_part(site.http) == 0  # the gauge let go of the first one
     # each large body went by splice but for its first read (16 kB at most), both ways
     for direction in ("request", "reply"):
         moved = after.get(direction, 0) - before.get(direction, 0)
