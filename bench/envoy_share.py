@@ -3,14 +3,13 @@ and after a run (the stock-tools bench's record of the servers each Envoy run us
 
 from __future__ import annotations
 
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.state import SiteState
-
-from .common import http_get
 
 
 def requests_per_host(admin: str) -> dict[str, dict[str, int]]:
     """Envoy's completed requests per cluster and host (`rq_total` of admin /clusters)."""
-    lines = http_get(admin, "/clusters", timeout=5).decode().splitlines()
+    lines = admin_get(admin, "/clusters", timeout=5).decode().splitlines()
     found: dict[str, dict[str, int]] = {}
     for parts in (line.split("::") for line in lines):
         if len(parts) >= 4 and parts[2] == "rq_total":

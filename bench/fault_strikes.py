@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import MODEL_HEADER, SHED
 from sonicsite.jobs.spawn import WORKERS_FILE
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.state import SiteState
 
 from .common import http_json
@@ -59,7 +60,7 @@ def envoy_in_flight(state: SiteState) -> int | None:
     """Requests Envoy has in flight to the servers now (every cluster), or None."""
     query = "/stats?filter=upstream_rq_active$&format=json"
     try:
-        stats = http_json(state.envoy_admin, query, 2).get("stats", [])
+        stats = json.loads(admin_get(state.envoy_admin, query, 2)).get("stats", [])
     except (OSError, ValueError):
         return None
     # a model's route sends to its own cluster or the all-servers one (route_clusters.py)

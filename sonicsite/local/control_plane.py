@@ -30,7 +30,7 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from sonicsite.operator.xds_jwt import JwtPolicy
 from sonicsite.operator.xds_resources import ALL_SERVERS, LISTENER, model_cluster, rest_cluster
 
-from . import envoy, prometheus
+from . import envoy, envoy_admin, prometheus
 from .errors import EnvoyError, SiteError
 from .ports import free_ports
 from .processes import exit_reason, log_tail, start_process, wait_for_http
@@ -63,12 +63,13 @@ def start_control_plane(
     and it answers its health check only once it has read the operator's state (it reads
     again every `refresh_s` until it can)."""
     ports = free_ports(6, avoid=SiteState.load(site_dir).ports())
-    op_port, xds_port, listen, admin, http, view = ports
+    op_port, xds_port, listen, stats, http, view = ports
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
         state.xds = f"127.0.0.1:{xds_port}"
         state.grpc = f"127.0.0.1:{listen}"
-        state.envoy_admin = f"127.0.0.1:{admin}"
+        state.envoy_admin = str(envoy_admin.admin_socket(site_dir))
+        state.envoy_stats = f"127.0.0.1:{stats}"
     args = [f"--site={site_dir}", f"--port={op_port}", f"--xds-port={xds_port}"]
     args += [f"--envoy-listen={state.grpc}"]
     # the gateway's view, gRPC and REST, started below on these ports: REST through Envoy is
@@ -90,11 +91,12 @@ def start_control_plane(
     gateway = start_gateway(site_dir, tokens, ports=(http, view), jwt=jwt)
     operator.wait(timeout)
     config = site_dir / "envoy.json"
-    config.write_text(json.dumps(envoy.bootstrap(admin, "127.0.0.1", xds_port), indent=1))
+    boot = envoy_admin.site_bootstrap(Path(state.envoy_admin), stats, "127.0.0.1", xds_port)
+    config.write_text(json.dumps(boot, indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
     proxy = envoy.start(config, envoy_log, site_dir)
-    record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_admin}/ready")
-    envoy.wait_ready(proxy, state.envoy_admin, envoy_log, timeout)
+    record_process(site_dir, "envoy", proxy, envoy_log, f"http://{state.envoy_stats}/ready")
+    envoy.wait_ready(proxy, state.envoy_stats, envoy_log, timeout)
     wanted = partial(routes_now, site_dir, state.operator)
     _wait_routed(site_dir, state.envoy_admin, wanted, timeout, envoy_log)
     wait_listening(state.envoy_admin, state.grpc, envoy_log, timeout)
@@ -341,7 +343,7 @@ def start_prometheus(site_dir: Path, timeout: float) -> None:
     jobs = {
         "operator": (state.operator, "/metrics"),
         "gateway": (state.http, "/metrics"),
-        "envoy": (state.envoy_admin, "/stats/prometheus"),
+        "envoy": (state.envoy_stats, "/stats/prometheus"),
     }
     if state.supervisor:
         jobs["supervisor"] = (state.supervisor, "/metrics")

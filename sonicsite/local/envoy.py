@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Collection
 from pathlib import Path
 
+from .envoy_admin import admin_get
 from .errors import EnvoyError
 from .processes import start_process, wait_for_http
 
@@ -55,8 +54,10 @@ def start(config: Path, log: Path, site_dir: Path | None = None) -> subprocess.P
     return start_process(cmd, log, site_dir=site_dir)
 
 
-def wait_ready(proc: subprocess.Popen, admin: str, log: Path, timeout: float = 30.0) -> None:
-    wait_for_http(f"http://{admin}/ready", proc, log, timeout, EnvoyError, name="envoy")
+def wait_ready(proc: subprocess.Popen, address: str, log: Path, timeout: float = 30.0) -> None:
+    """Until Envoy answers GET /ready at `address` (host:port): a bare Envoy's admin, or a
+    site's stats listener (envoy_admin.py), which answers only once Envoy is ready."""
+    wait_for_http(f"http://{address}/ready", proc, log, timeout, EnvoyError, name="envoy")
 
 
 def listener_problem(admin: str, name: str, address: str) -> str | None:
@@ -64,9 +65,8 @@ def listener_problem(admin: str, name: str, address: str) -> str | None:
     over LDS: "" when it does; Envoy's reason when it refused it (a port taken: "cannot bind
     '127.0.0.1:P': Address already in use"), for Envoy stays up and ready without it; None
     while it has neither (not pushed yet, or warming). OSError when the admin does not answer."""
-    url = f"http://{admin}/config_dump?resource=dynamic_listeners"
-    with urllib.request.urlopen(url, timeout=2) as reply:
-        configs = json.loads(reply.read()).get("configs", [])
+    dump = admin_get(admin, "/config_dump?resource=dynamic_listeners")
+    configs = json.loads(dump).get("configs", [])
     for config in (c for c in configs if c.get("name") == name):
         active = config.get("active_state", {}).get("listener", {})
         where = active.get("address", {}).get("socket_address", {})
@@ -132,8 +132,7 @@ def bootstrap(
 
 def _host_lines(admin: str) -> list[list[str]]:
     """Admin /clusters, one `[cluster, host, key, value]` per host field."""
-    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=2) as reply:
-        lines = reply.read().decode().splitlines()
+    lines = admin_get(admin, "/clusters").decode().splitlines()
     return [parts for parts in (line.split("::") for line in lines) if len(parts) >= 4]
 
 
@@ -165,25 +164,22 @@ def healthy_hosts(admin: str, cluster: str) -> list[str]:
 def counter(admin: str, name: str) -> int:
     """One of Envoy's counters or gauges by its full name (0 when Envoy has none yet)."""
     query = urllib.parse.urlencode({"filter": f"^{re.escape(name)}$", "format": "json"})
-    with urllib.request.urlopen(f"http://{admin}/stats?{query}", timeout=2) as reply:
-        stats = json.loads(reply.read()).get("stats", [])
+    stats = json.loads(admin_get(admin, f"/stats?{query}")).get("stats", [])
     return sum(int(s.get("value", 0)) for s in stats if s.get("name") == name)
 
 
 def lb_policies(admin: str) -> dict[str, tuple[str, str]]:
     """Each dynamic cluster's load-balancing policy as Envoy runs it now (config_dump): its
     `lb_policy` and, for least request, how it picks while the weights are equal."""
-    url = f"http://{admin}/config_dump?resource=dynamic_active_clusters"
-    with urllib.request.urlopen(url, timeout=2) as reply:
-        configs = json.loads(reply.read()).get("configs", [])
+    dump = admin_get(admin, "/config_dump?resource=dynamic_active_clusters")
+    configs = json.loads(dump).get("configs", [])
     return {c["cluster"]["name"]: _lb_policy(c["cluster"]) for c in configs if "cluster" in c}
 
 
 def route_clusters(admin: str) -> dict[str, str]:
     """The cluster each named route sends to, as Envoy runs its routes now (config_dump)."""
-    url = f"http://{admin}/config_dump?resource=dynamic_route_configs"
-    with urllib.request.urlopen(url, timeout=2) as reply:
-        configs = json.loads(reply.read()).get("configs", [])
+    dump = admin_get(admin, "/config_dump?resource=dynamic_route_configs")
+    configs = json.loads(dump).get("configs", [])
     return {
         route["name"]: route["route"]["cluster"]
         for c in configs

@@ -108,7 +108,8 @@ class SiteState:
     http: str = ""  # the site's HTTP endpoint (the gateway: KServe v2, /v1/site, status page)
     operator: str = ""  # the operator's HTTP API (/v1/state, /metrics, /healthz)
     xds: str = ""  # the operator's gRPC ADS stream, Envoy's configuration (xds_ads.py)
-    envoy_admin: str = ""
+    envoy_admin: str = ""  # the path of Envoy's admin socket (envoy_admin.py)
+    envoy_stats: str = ""  # Envoy's stats listener: GET /stats/prometheus and /ready only
     prometheus: str = ""  # the site's Prometheus (when installed): rules, every target
     supervisor: str = ""  # the supervisor's HTTP address (/metrics, /healthz); "": unsupervised
     stopping: bool = False  # set first by `down`: nothing is started or restarted any more
@@ -208,6 +209,7 @@ class SiteState:
             operator=data.get("operator", ""),
             xds=data.get("xds", ""),
             envoy_admin=data.get("envoy_admin", ""),
+            envoy_stats=data.get("envoy_stats", ""),
             prometheus=data.get("prometheus", ""),
             supervisor=data.get("supervisor", ""),
             stopping=data.get("stopping", False),

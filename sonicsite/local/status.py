@@ -189,7 +189,8 @@ def _print_text(view: View) -> None:
         )
     print(f"  models: {', '.join(state.models)}")
     if state.grpc:
-        print(f"  gRPC endpoint (Envoy): {state.grpc}   Envoy admin: http://{state.envoy_admin}")
+        print(f"  gRPC endpoint (Envoy): {state.grpc}   Envoy stats: http://{state.envoy_stats}")
+        print(f"  Envoy admin (this user only): curl --unix-socket {state.envoy_admin} http://_/")
         print(f"  operator: http://{state.operator}/v1/state  http://{state.operator}/metrics")
     if state.http:
         print(

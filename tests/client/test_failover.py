@@ -200,7 +200,7 @@ def test_failover_goes_envoy_gateway_servers_and_returns_to_envoy(own_site):
         log = site_dir / "logs" / "envoy-again.log"
         revived = envoy.start(site_dir / "envoy.json", log)  # not recorded: stopped here
         try:
-            envoy.wait_ready(revived, state.envoy_admin, log)
+            envoy.wait_ready(revived, state.envoy_stats, log)
             servers = sorted(s.grpc for s in state.servers)
             wait_until(
                 lambda: envoy.healthy_hosts(state.envoy_admin, ALL_SERVERS) == servers,

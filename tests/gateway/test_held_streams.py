@@ -26,6 +26,7 @@ from sonicsite.operator.placement_settings import PlacementSettings
 from stock import stock_inputs
 
 from sonicsite.contract.wire import MODEL_HEADER
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.state import SiteState
 
 DEADLINE_S = 240.0  # generous: the machine is busy
@@ -52,7 +53,7 @@ def _ready_on(state: SiteState, model: str) -> list[str]:
 def _unloaded_everywhere(state: SiteState, model: str) -> None:
     """No server holds `model`; Envoy and the gateway hold its requests."""
     wait_until(lambda: not _ready_on(state, model), f"{model} unloaded", DEADLINE_S, 0.5)
-    dump = lambda: f'"hold-{model}"' in _get(state.envoy_admin, "/config_dump").decode()  # noqa: E731
+    dump = lambda: f'"hold-{model}"' in admin_get(state.envoy_admin, "/config_dump", 10).decode()  # noqa: E731
     wait_until(dump, f"Envoy's hold route for {model}", DEADLINE_S, 0.5)
 
     def unnamed() -> bool:

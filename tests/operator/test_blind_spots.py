@@ -21,6 +21,7 @@ from sonicsite.operator.loadview import LoadView, ModelLoad
 
 from sonicsite.contract.wire import OPEN, SHED
 from sonicsite.local import launcher
+from sonicsite.local.envoy_admin import admin_get
 
 POLICY = AdmissionPolicy(
     shed_above_ms=100,
@@ -135,9 +136,8 @@ def _metrics(site) -> str:
 
 
 def _cluster_cap(site, cluster: str) -> int:
-    url = f"http://{site.envoy_admin}/config_dump?resource=dynamic_active_clusters"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        configs = json.loads(reply.read())["configs"]
+    dump = admin_get(site.envoy_admin, "/config_dump?resource=dynamic_active_clusters", 10)
+    configs = json.loads(dump)["configs"]
     (found,) = [c["cluster"] for c in configs if c["cluster"]["name"] == cluster]
     return int(found["circuit_breakers"]["thresholds"][0]["max_requests"])
 

@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 from control_site import control_target
-from control_site import fetch as _get
 from control_site import placement_view as _placement
 from polling import wait_until
 from sonicsite.client import Client
@@ -26,6 +25,7 @@ from stock import stock_infer
 from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import launcher
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.state import SiteState
 
 MODELS = ["simple", "identity", "deepmet"]
@@ -69,7 +69,7 @@ def test_a_full_budget_evicts_the_least_recently_used_idle_model(full_server):
         0.5,
     )
     wait_until(
-        lambda: b'"hold-deepmet"' in _get(full_server.envoy_admin, "/config_dump"),
+        lambda: b'"hold-deepmet"' in admin_get(full_server.envoy_admin, "/config_dump", 10),
         "Envoy's hold route for deepmet",
         DEADLINE_S,
         0.5,

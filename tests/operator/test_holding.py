@@ -43,6 +43,7 @@ from stock import kserve_json, stock_infer, stock_inputs
 from tritonclient.utils import InferenceServerException
 
 from sonicsite.local import envoy, launcher
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.state import SiteState
 
 IDLE_S = 3.0
@@ -92,7 +93,7 @@ def _ready_on(state: SiteState, model: str) -> list[str]:
 
 def _envoy_holds(state: SiteState, model: str) -> bool:
     """Whether Envoy sends `model`'s requests to the holder (its hold route)."""
-    return f'"hold-{model}"' in _get(state.envoy_admin, "/config_dump").decode()
+    return f'"hold-{model}"' in admin_get(state.envoy_admin, "/config_dump", 10).decode()
 
 
 def _gateway_names(state: SiteState, model: str) -> bool:

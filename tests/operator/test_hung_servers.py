@@ -33,6 +33,7 @@ from sonicsite.operator.xds_snapshot import Snapshot
 
 from sonicsite.contract.wire import ServerRecord
 from sonicsite.local import envoy, launcher
+from sonicsite.local.envoy_admin import admin_get
 
 MODEL = "particlenet_ak4"
 
@@ -210,8 +211,7 @@ CLUSTERS = (f"model_{MODEL}", ALL_SERVERS)
 
 
 def _host_active(site, server) -> int:
-    with urllib.request.urlopen(f"http://{site.envoy_admin}/clusters", timeout=10) as reply:
-        lines = reply.read().decode().splitlines()
+    lines = admin_get(site.envoy_admin, "/clusters", timeout=10).decode().splitlines()
     wanted = tuple(f"{c}::{server.grpc}::rq_active::" for c in CLUSTERS)
     return sum(int(line.rsplit("::", 1)[1]) for line in lines if line.startswith(wanted))
 

@@ -41,6 +41,7 @@ from tritonclient.utils import InferenceServerException
 from sonicsite import cli, cli_placement
 from sonicsite.contract.wire import read_state_file
 from sonicsite.local import envoy
+from sonicsite.local.envoy_admin import admin_get
 from sonicsite.local.servers import MODEL_WORK_FILE, set_model_work
 from sonicsite.local.state import SiteState
 
@@ -134,7 +135,7 @@ def test_idle_models_are_unloaded_and_routes_stop(placed):
     )
     # simple's inference now goes to the gateway's holder (tests/operator/test_holding.py)
     wait_until(
-        lambda: '"hold-simple"' in _get(placed.envoy_admin, "/config_dump").decode(),
+        lambda: '"hold-simple"' in admin_get(placed.envoy_admin, "/config_dump", 10).decode(),
         "Envoy's hold route for simple",
         DEADLINE_S,
         0.5,

@@ -1,0 +1,170 @@
+"""Where a local site's Envoy serves its admin interface, and how the site's own tools reach it.
+
+Envoy's admin has no authentication: whoever reaches it can stop Envoy (/quitquitquit), drain
+its listeners, change its log levels and runtime, and read its whole configuration. In a pod
+its loopback is the pod's own (the chart keeps it there); on a machine, a loopback port is
+open to every user of it. So a local site's Envoy serves its admin on a Unix socket that only
+the site's user may open (mode 0600), and on a loopback port of its own only what others may
+read: GET /stats/prometheus for Prometheus and GET /ready for the supervisor's health check,
+the chart's stats listener with /ready added (`stats_listener`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import socket
+import stat
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from .errors import EnvoyError
+
+ADMIN_SOCKET = "envoy-admin.sock"
+SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path holds 108 bytes with the closing NUL
+ADMIN_CLUSTER = "sonicsite_envoy_admin"
+STATS_LISTENER = "sonicsite_stats"
+STATS_PATHS = ("/stats/prometheus", "/ready")  # what the stats port serves, GET only
+
+
+def admin_socket(site_dir: Path) -> Path:
+    """The site's admin socket: in its folder, or, where that path is too long for a Unix
+    socket, in a folder of the user's own (mode 0700) under the temporary directory, named
+    by the site's path. EnvoyError when that folder is not the user's alone, or its path
+    too is too long."""
+    path = site_dir.resolve() / ADMIN_SOCKET
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
+        return path
+    private = Path(tempfile.gettempdir()) / f"sonicsite-{os.getuid()}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    held = private.lstat()
+    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
+        raise EnvoyError(
+            f"{private}: Envoy's admin socket for {site_dir} (whose own path is too long for a "
+            f"socket) would go here, but this is not a folder of this user's alone (owner "
+            f"{held.st_uid}, mode {stat.filemode(held.st_mode)}): remove it, or use a site "
+            "folder with a shorter path"
+        )
+    digest = hashlib.sha256(os.fsencode(site_dir.resolve())).hexdigest()[:16]
+    fallback = private / f"{digest}-{ADMIN_SOCKET}"
+    if len(os.fsencode(fallback)) > SOCKET_PATH_MAX:
+        raise EnvoyError(
+            f"{path}: too long a path for Envoy's admin socket ({SOCKET_PATH_MAX} bytes at "
+            f"most), and so is {fallback}: use a site folder with a shorter path, or set "
+            "TMPDIR to a short one"
+        )
+    return fallback
+
+
+def site_bootstrap(admin: Path, stats_port: int, operator_host: str, xds_port: int) -> dict:
+    """A local site's Envoy bootstrap: the chart's (envoy.bootstrap), its admin on the Unix
+    socket `admin`, and the stats listener on the loopback port `stats_port`."""
+    from .envoy import bootstrap
+
+    config = bootstrap(0, operator_host, xds_port)
+    config["admin"] = {"address": {"pipe": {"path": str(admin), "mode": 0o600}}}
+    static = config["static_resources"]
+    static["listeners"] = [stats_listener(stats_port)]
+    static["clusters"].append(
+        {
+            "name": ADMIN_CLUSTER,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "load_assignment": {
+                "cluster_name": ADMIN_CLUSTER,
+                "endpoints": [
+                    {"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": str(admin)}}}}]}
+                ],
+            },
+        }
+    )
+    return config
+
+
+def stats_listener(port: int) -> dict:
+    """A loopback listener whose routes send GET of STATS_PATHS to the admin interface; any
+    other path or method is a 404 from the listener itself (no other admin endpoint)."""
+    get = {"name": ":method", "string_match": {"exact": "GET"}}
+    routes: list[dict] = [
+        {"match": {"path": path, "headers": [get]}, "route": {"cluster": ADMIN_CLUSTER}}
+        for path in STATS_PATHS
+    ]
+    only = f"Envoy's stats port serves GET {' and '.join(STATS_PATHS)} only\n"
+    routes.append(
+        {
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 404, "body": {"inline_string": only}},
+        }
+    )
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
+        ".v3.HttpConnectionManager",
+        "stat_prefix": STATS_LISTENER,
+        "route_config": {
+            "name": STATS_LISTENER,
+            "virtual_hosts": [{"name": "stats", "domains": ["*"], "routes": routes}],
+        },
+        "http_filters": [
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            }
+        ],
+    }
+    return {
+        "name": STATS_LISTENER,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": manager,
+                    }
+                ]
+            }
+        ],
+    }
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket (the standard library's client, its connect replaced)."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def admin_get(admin: str, path: str, timeout: float = 2.0) -> bytes:
+    """GET `path` of Envoy's admin at `admin`: a Unix socket's path (a local site's) or
+    host:port (a bare Envoy's, as a test or a baseline bench runs it). OSError when it does
+    not answer, or answers an error."""
+    if not admin.startswith("/"):
+        with urllib.request.urlopen(f"http://{admin}{path}", timeout=timeout) as reply:
+            return reply.read()
+    connection = _UnixConnection(admin, timeout)
+    try:
+        connection.request("GET", path)
+        reply = connection.getresponse()
+        body = reply.read()
+    except http.client.HTTPException as exc:
+        raise OSError(f"Envoy's admin at {admin}: GET {path}: {exc!r}") from exc
+    finally:
+        connection.close()
+    if reply.status >= 400:
+        raise OSError(f"Envoy's admin at {admin} answered {reply.status} to GET {path}")
+    return body
