@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 from ..contract.options import at_least
@@ -92,7 +93,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     written = False
     try:
         seeds, workers = args.seeds or 1, args.workers or len(os.sched_getaffinity(0))
-        result = results.write(args.json, chosen, args.seed, seeds, workers, source)
+        told = partial(print, file=sys.stderr, flush=True)  # a run ends every few minutes
+        result = results.write(args.json, chosen, args.seed, seeds, workers, source, told)
         written = True
         hidden = ("fixed_pool", "autoscaled", "over_seeds", "sweep")
         print(json.dumps({k: v for k, v in result["summary"].items() if k not in hidden}, indent=2))

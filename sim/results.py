@@ -12,25 +12,22 @@ either set did not finish there), each set's figures kept beside them; `wins` sa
 A sweep (`pool.sweep`) runs fixed pools of several GPU counts under both sets: the cost in
 GPU-hours against the jobs' makespan (how many GPUs a site's CPUs need).
 
-The runs are independent: they go to worker processes, one per core by default.
+The runs are independent: they go to worker processes, one per core by default
+(`run_pool.py`), each told as it ends where the command asks (`progress`).
 `meta` is the bench's (`sonicsite.contract.provenance`), with the seed and the workers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
-import multiprocessing
-import os
-import signal
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..contract import provenance
 from .output import write_whole
-from .run import POLICY_SETS, figures, run
+from .run import POLICY_SETS
+from .run_pool import Progress, run_all
 from .scenario import Scenario
 
 RATIOS = {  # summary name: figure
@@ -46,62 +43,6 @@ PER_MODEL = {  # per model (comparison's `per_model`): name: figure of sim/run.p
     "p99_ratio_vs_reference": "p99_latency_s",
     "mean_ratio_vs_reference": "mean_latency_s",
 }
-
-
-def one_run(scenario: Scenario, policy_set: str, seed: int) -> dict:
-    """One run (in a worker process): its figures, timeline, scale events and wall time."""
-    t0 = time.perf_counter()
-    r = run(scenario, policy_set, seed)
-    return {
-        "figures": figures(r),
-        "timeline": r.timeline,
-        "scale_events": r.site.scale_events,
-        "wall_s": round(time.perf_counter() - t0, 2),
-    }
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def die_with(parent: int) -> None:
-    """A worker ends when the command that started it dies (killed, even by SIGKILL): no
-    orphan goes on computing a run nobody will read (Linux's parent-death signal). Ctrl-C,
-    sent to the terminal's whole process group, is the command's to take (it stops the
-    workers): a worker ignores it, and ends quietly on SIGTERM (the parent's handler, which
-    unwinds the command, is not a worker's)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:  # it died before the call
-        os._exit(1)
-
-
-def run_all(tasks: list[tuple[Scenario, str, int]], workers: int) -> list[dict]:
-    """Every (scenario, policy set, seed) run, `workers` at a time in processes of their
-    own (each run is one process's CPU work: SimPy is single-threaded), which end with this
-    one: stopped at once when it is (Ctrl-C) or a run fails, not waited for."""
-    if workers <= 1 or len(tasks) <= 1:
-        return [one_run(*task) for task in tasks]
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)), initializer=die_with, initargs=(os.getpid(),)
-    )
-    try:
-        # submitted one by one, not `map`, whose clean-up cancels the runs not begun: the
-        # pool's own thread, finding its workers gone, then fails on them (Python 3.11)
-        futures = [pool.submit(one_run, *task) for task in tasks]
-        done = [future.result() for future in futures]
-    except BaseException:
-        for worker in set(multiprocessing.active_children()) - before:
-            worker.terminate()
-        # its workers ended, the pool's own thread ends at once: waited for, or Python's
-        # exit hook may write to the pipe that thread is closing (EBADF, a traceback)
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return done
 
 
 class SummaryError(RuntimeError):
@@ -319,6 +260,7 @@ def write(
     seeds: int = 1,
     workers: int = 1,
     source: dict | None = None,
+    progress: Progress | None = None,
 ) -> dict:
     """Simulate with `seeds` seeds from `seed` on, `workers` runs at a time, and write
     {summary, meta, details} to `path`. With more than one seed the headline ratios and the
@@ -326,7 +268,8 @@ def write(
     comparisons and details are the first seed's. The sweep (`pool.sweep`) runs the first
     seed. Should the summary fail, each run's figures are written to `path` all the same
     (SummaryError says so): minutes of runs are never lost to it. `source`: where the
-    scenario came from (`scenario.read`), in `meta`. The file is written whole or not at all
+    scenario came from (`scenario.read`), in `meta`. `progress` takes a line as each run
+    ends. The file is written whole or not at all
     (`output.write_whole`: at a symlink's target, never over what is not a regular file)."""
     start = provenance.run_start()
     t0 = time.perf_counter()
@@ -336,7 +279,9 @@ def write(
     tasks = [(compared[case], name, s) for s, case, name in keys]
     sweeps = [(n, name) for n in pools for name in POLICY_SETS]
     tasks += [(pools[n], name, seed) for n, name in sweeps]
-    done = run_all(tasks, workers)
+    told = [f"{name}, {case}, seed {s}" for s, case, name in keys]
+    told += [f"{name}, a fixed pool of {n}, seed {seed}" for n, name in sweeps]
+    done = run_all(tasks, workers, told, progress)
     run_meta = meta(seed, start, source) | {"workers": workers}
     try:
         summary, details = _summary(scenario, seed, seeds, keys, sweeps, done)

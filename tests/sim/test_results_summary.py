@@ -7,10 +7,12 @@ saying how many; a ratio no seed has is null and the JSON is still written; an u
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
 from sonicsite.sim import results, scenario
+from sonicsite.sim.run import POLICY_SETS
 from sonicsite.sim.scenario_parse import parse
 
 from sonicsite.cli import main
@@ -143,3 +145,24 @@ def test_runs_that_cannot_be_compared_give_no_ratio_and_exit_3(tmp_path, capsys)
         main(["simulate", "--help"])
     helped = " ".join(capsys.readouterr().out.split())
     assert "3 the runs ended but a comparison cannot be compared" in helped, helped
+
+
+def test_each_run_is_told_as_it_ends(tmp_path, capsys):
+    """A day of a large site takes an hour for five seeds: each run's end is a line on
+    stderr (which run, its time, the time so far), from the worker processes as from one."""
+    data = yaml.safe_load((scenario.SHIPPED / "small.yaml").read_text())
+    data["workload"]["workflows"] = [{"start_s": 0, "jobs": 8, "wave_size": 8, "wave_every_s": 0}]
+    data["workload"]["events_per_job"] = 200
+    source = tmp_path / "brief.yaml"
+    source.write_text(yaml.safe_dump(data))
+    for workers in ("1", "2"):
+        out = tmp_path / f"x{workers}.json"
+        args = ["simulate", str(source), "--json", str(out), "--seeds", "2", "--workers", workers]
+        assert main(args) == 0
+        told = [line for line in capsys.readouterr().err.splitlines() if line.startswith("run ")]
+        runs = [f"{name}, fixed_pool, seed {seed}" for seed in (1, 2) for name in POLICY_SETS]
+        assert len(told) == len(runs), told
+        counted = [line.split(" ended: ")[0] for line in told]
+        assert counted == [f"run {k} of 4" for k in (1, 2, 3, 4)], told
+        assert sorted(line.split(" ended: ")[1].split(" (")[0] for line in told) == sorted(runs)
+        assert all(re.search(r"\(\d+ s; \d+ s so far\)$", line) for line in told), told

@@ -1,5 +1,5 @@
 """A simulation's worker processes end with the command that started them
-(sim/results.py `die_with`): killed, even by SIGKILL, `sonicsite simulate` left its workers
+(sim/run_pool.py `die_with`): killed, even by SIGKILL, `sonicsite simulate` left its workers
 computing tier2-day runs for minutes, orphans nobody would read.
 
 The workers are stopped (SIGSTOP) before their parent is killed, so that nothing but the
