@@ -15,6 +15,8 @@ metadata and config) for a model that no server holds, which Envoy's hold routes
 here: the holder (holding.py) answers them once a server holds the model; and stock
 clients' streams, each message routed by its own model (streams.py). Every other RPC
 goes to the servers; this service never sees them (gRPC's UNIMPLEMENTED if one came).
+With the site's admission key, a call without the view token that Envoy's routes carry is
+refused (`EnvoyOnly`): the port is Envoy's, which asks clients for the site's tokens and JWTs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from sonicsite.contract.admission_pass import AdmissionPasses
+from sonicsite.contract.wire import VIEW_HEADER
 
 from . import site_view_replies, streams
 from .forwarding import Forwarder
@@ -82,6 +85,44 @@ class OneServerView(service_pb2_grpc.GRPCInferenceServiceServicer):
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
+REFUSED = (
+    "the site's gRPC view answers the site's Envoy only (its routes carry the view token, "
+    f"header {VIEW_HEADER}): call the site's gRPC endpoint, Envoy's listener"
+)
+
+
+class EnvoyOnly(grpc.aio.ServerInterceptor):
+    """Refuses a call without the site's view token (PERMISSION_DENIED, saying why): the
+    view's port answers Envoy, which applies the site's tokens and JWTs and adds the token
+    (operator/xds_site_view.py `guard`), not whoever reaches the port past them."""
+
+    def __init__(self, passes: AdmissionPasses) -> None:
+        self.passes = passes
+
+    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
+        handler = await continuation(details)
+        presented = dict(details.invocation_metadata or ()).get(VIEW_HEADER)
+        if handler is None or self.passes.views(presented):
+            return handler
+        return _refusing(handler)
+
+
+def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as `handler` (unary or streaming) that refuses the call
+    before reading any of it."""
+
+    async def refuse(request, context: grpc.aio.ServicerContext):
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, REFUSED)
+
+    kind = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    return kind(refuse, handler.request_deserializer, handler.response_serializer)
+
+
 async def serve(
     forwarder: Forwarder,
     name: str,
@@ -91,7 +132,8 @@ async def serve(
 ) -> grpc.aio.Server:
     """Start the view on `address` (host:port) in the running event loop, with the
     holder's methods and stock clients' streams when given a holder (streams.py; `passes`:
-    the admission passes a shed accepts) (the other methods: UNIMPLEMENTED)."""
+    the admission passes a shed accepts) (the other methods: UNIMPLEMENTED). With `passes`,
+    every call needs the site's view token (`EnvoyOnly`)."""
     view = OneServerView(forwarder, name)
     methods = {
         rpc: grpc.unary_unary_rpc_method_handler(
@@ -104,7 +146,8 @@ async def serve(
     if holder is not None:  # bytes in and out: the request goes on as it came
         methods |= holder.handlers()
         methods["ModelStreamInfer"] = streams.handler(holder, passes)
-    server = grpc.aio.server(options=UNLIMITED)
+    guards = [EnvoyOnly(passes)] if passes is not None else []
+    server = grpc.aio.server(options=UNLIMITED, interceptors=guards)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("inference.GRPCInferenceService", methods),)
     )

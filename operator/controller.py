@@ -148,6 +148,7 @@ class Operator:
             self.balancing.selection,
             shared,
             self._passes(models, now),
+            self.passes.view_token() if self.passes else "",
         )
         routed = [m for m in models if held is None or m not in held]
         if held is not None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from sonicsite.contract.wire import MODEL_HEADER
+from sonicsite.contract.wire import MODEL_HEADER, VIEW_HEADER
 
 from .xds_model_match import GRPC_SERVICE, without_model_match
 from .xds_resources import GOOGLE, TYPE_URLS
@@ -107,6 +107,25 @@ def _route(
         },
         "typed_per_filter_config": without_model_match(),
     }
+
+
+GUARDED_CLUSTERS = (VIEW_CLUSTER, STREAM_CLUSTER, HOLD_CLUSTER)  # the gateway's gRPC port
+
+
+def guard(route_config: dict, token: str) -> None:
+    """Every route to the gateway's gRPC port carries the view token (VIEW_HEADER), which the
+    port asks for (gateway/grpc_view.py): set by Envoy over whatever a client sent. No token
+    (a site without an admission key): nothing is added, and the port asks for none."""
+    if not token:
+        return
+    carried = {
+        "header": {"key": VIEW_HEADER, "value": token},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+    for host in route_config["virtual_hosts"]:
+        for route in host["routes"]:
+            if route.get("route", {}).get("cluster") in GUARDED_CLUSTERS:
+                route.setdefault("request_headers_to_add", []).append(carried)
 
 
 def view_routes(grpc: bool, rest: bool) -> list[dict]:

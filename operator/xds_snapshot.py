@@ -22,7 +22,7 @@ from .xds_resources import (
     rest_cluster,
 )
 from .xds_routes import route_configuration
-from .xds_site_view import hold_clusters, view_clusters
+from .xds_site_view import guard, hold_clusters, view_clusters
 from .xds_tracing import EnvoyTracing
 
 
@@ -54,6 +54,7 @@ class Snapshot:
         selection: str = "",
         shared: set[str] | None = None,
         passes: dict[str, ModelPasses] | None = None,
+        view_token: str = "",
     ) -> Snapshot:
         """`shed`: shed models with their sheds' expiries (epoch s); `per_try`: each
         model's per-try timeout in seconds (the cap of `tries` when missing); the default
@@ -66,7 +67,9 @@ class Snapshot:
         whose requests the gateway holds, with their deadlines (None: nothing is held);
         `lb_policy` and `selection`: Envoy's choice among a cluster's servers; `shared`: the
         models whose routes send to the all-servers clusters (route_clusters.py); `passes`:
-        each model's admission pass now and those a shed accepts (xds_routes.py)."""
+        each model's admission pass now and those a shed accepts (xds_routes.py);
+        `view_token`: what the routes to the gateway's gRPC view carry (xds_site_view.py
+        `guard`)."""
         models = sorted({m for s in servers for m in s.models})
         tries = tries or TryPolicy()
         working = [s for s in servers if s.ready and not s.draining]
@@ -110,6 +113,7 @@ class Snapshot:
             ],
             "endpoints": assignments,
         }
+        guard(resources["routes"][0], view_token)
         versions = {
             kind: hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()[:16]
             for kind, items in resources.items()

@@ -32,6 +32,7 @@ KEPT_EPOCHS = 2  # passes kept for the epochs this far from the last one compute
 KEPT_MODELS = 4096  # at most this many models' passes kept per epoch (a site has far fewer)
 # what the control token is an HMAC of: no newline, so never a pass's own text (model\nepoch)
 CONTROL_LABEL = b"sonicsite operator control"
+VIEW_LABEL = b"sonicsite site view"  # the view token's (Envoy's calls to the gateway's view)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,16 @@ class AdmissionPasses:
         0600 file) have it without one more secret, and it shows nothing of the key: a
         listener on the gateway's link to the operator learns no pass from it."""
         return hmac.new(self.key, CONTROL_LABEL, hashlib.sha256).hexdigest()
+
+    def view_token(self) -> str:
+        """The token Envoy's routes to the gateway's gRPC view carry (`VIEW_HEADER`, put
+        there by the operator's xDS), so that the view answers Envoy and no one calling its
+        port past Envoy's tokens and JWTs. Derived from the key, as the control token."""
+        return hmac.new(self.key, VIEW_LABEL, hashlib.sha256).hexdigest()
+
+    def views(self, presented: str | None) -> bool:
+        """Whether `presented` (a call's view header, if any) is this site's view token."""
+        return bool(presented) and _same(presented, self.view_token())
 
     def controls(self, presented: str | None) -> bool:
         """Whether `presented` (a PUT's control header, if any) is this site's token."""

@@ -38,6 +38,10 @@ ADMISSION_KEY_FILE = "admission.key"  # in the site's folder, readable by the si
 # holds the admission key: the control token, derived from that key (admission_pass.py
 # `control_token`), which the site's own parts hold and no client does
 CONTROL_HEADER = "sonicsite-control"
+# what Envoy's routes to the gateway's gRPC view carry when the site has an admission key:
+# the view token, derived from it (admission_pass.py `view_token`). Without it the view
+# refuses a call: its port is for Envoy, which applies the site's tokens and JWTs first
+VIEW_HEADER = "sonicsite-view"
 RESTRICTED_PROTOCOLS = ("model-repository", "trace", "logging")
 # KServe v2 binary tensors (Triton's extension): the length of the body's JSON part
 INFERENCE_HEADER_LENGTH = "inference-header-content-length"

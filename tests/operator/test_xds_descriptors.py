@@ -34,7 +34,7 @@ def test_the_committed_descriptors_are_a_fresh_build_of_the_wheel():
 
 
 def test_every_resource_of_a_site_with_everything_on_encodes_and_reads_back():
-    """JWT, tracing, sheds, caps, hedging, the one-server view and holding: every typed
+    """JWT, tracing, sheds, caps, hedging, the one-server view (its token) and holding: every typed
     config they put in a resource has its type in the pool, and each resource survives
     the trip to binary and back (what Envoy parses is what the operator built)."""
     servers = [
@@ -54,6 +54,7 @@ def test_every_resource_of_a_site_with_everything_on_encodes_and_reads_back():
         site_view_http="127.0.0.1:12",
         tracing=EnvoyTracing("https://otel.example.org:4318/v1/traces", sampling=5.0),
         held={"deepmet": 30.0},
+        view_token="0123456789abcdef" * 4,
     )
     types = xds_types()
     found = set()
