@@ -26,7 +26,13 @@ from sonicsite.gateway.metrics import GatewayMetrics
 from sonicsite.gateway.siteview import SiteView
 
 from sonicsite.contract.admission_pass import AdmissionPasses
-from sonicsite.contract.wire import ADMITTED_HEADER, SHED, AdmissionRecord, SiteRecord
+from sonicsite.contract.wire import (
+    ADMITTED_HEADER,
+    SHED,
+    VIEW_HEADER,
+    AdmissionRecord,
+    SiteRecord,
+)
 from sonicsite.local.ports import free_ports
 
 SIMPLE = {"INPUT0": np.arange(16, dtype=np.int32)[None], "INPUT1": np.ones((1, 16), np.int32)}
@@ -81,10 +87,12 @@ def _inputs(arrays: dict[str, np.ndarray]) -> list:
     return inputs
 
 
-def _stream(address: str, headers: dict | None = None) -> dict[str, tuple]:
-    """simple, identity, simple in one stream: each answer (result, error) by request id."""
-    client = grpcclient.InferenceServerClient(address)
+def _stream(router: Router, headers: dict | None = None) -> dict[str, tuple]:
+    """simple, identity, simple in one stream, as Envoy sends it (with the view token): each
+    answer (result, error) by request id."""
+    client = grpcclient.InferenceServerClient(router.address)
     answers: queue.Queue = queue.Queue()
+    headers = {VIEW_HEADER: router.passes.view_token(), **(headers or {})}
     client.start_stream(
         callback=lambda result, error: answers.put((result, error)), headers=headers
     )
@@ -122,7 +130,7 @@ def test_each_message_goes_to_a_server_that_holds_its_model(site, router):
         lambda: {(a, m): _success(a, m) for a in (first, second) for m in ("simple", "identity")},
         "the servers' counts",
     )
-    found = _stream(router.address)
+    found = _stream(router)
     assert sorted(found) == ["a", "b", "c"], found
     np.testing.assert_array_equal(found["a"][0].as_numpy("OUTPUT0"), SIMPLE["INPUT0"] + 1)
     np.testing.assert_array_equal(found["b"][0].as_numpy("OUTPUT0"), IDENTITY["INPUT0"])
@@ -137,9 +145,9 @@ def test_a_message_for_a_shed_model_is_refused_in_the_stream_the_others_answered
     shed = AdmissionRecord(SHED, now, REASON, 2, expires_at=now + 3600)
     router.view.site = replace(router.view.site, admission={"identity": shed})
     router.view.updated_at = now
-    found = _stream(router.address)
+    found = _stream(router)
     said = f"error: model 'identity' is shed: {REASON}; retry after 2 s"
     assert sorted(found) == ["a", "c", said], found
     # a caller the model has answered before brings its pass back: let through
     admitted = {ADMITTED_HEADER: router.passes.current("identity", time.time())}
-    assert sorted(_stream(router.address, admitted)) == ["a", "b", "c"]
+    assert sorted(_stream(router, admitted)) == ["a", "b", "c"]
