@@ -58,6 +58,13 @@ def admin_socket(site_dir: Path) -> Path:
     return fallback
 
 
+def forget_admin_socket(admin: str) -> None:
+    """Remove a stopped Envoy's admin socket file (a path: a site's; host:port: nothing)."""
+    path = Path(admin)
+    if admin.startswith("/") and path.is_socket():
+        path.unlink(missing_ok=True)
+
+
 def site_bootstrap(admin: Path, stats_port: int, operator_host: str, xds_port: int) -> dict:
     """A local site's Envoy bootstrap: the chart's (envoy.bootstrap), its admin on the Unix
     socket `admin`, and the stats listener on the loopback port `stats_port`."""

@@ -45,6 +45,7 @@ from . import processes
 from .admin_key import create_key
 from .collector import start_collector
 from .control_plane import control_plane_parts, start_control_plane
+from .envoy_admin import forget_admin_socket
 from .errors import SiteError
 from .ports import free_ports
 from .processes import describe, marked_groups, site_group, stop_groups
@@ -365,6 +366,7 @@ def _stop(site_dir: Path) -> dict[int, str]:
     if left:
         raise SiteError(_keep_left(site_dir, left, others | servers))
     (site_dir / STATE_FILE).unlink(missing_ok=True)
+    forget_admin_socket(state.envoy_admin)  # Envoy is gone: its socket file, wherever it is
     return servers | others
 
 

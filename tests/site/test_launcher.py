@@ -107,6 +107,7 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
         pid = state.servers[0].pid
         members = group_members(pid)
         assert pid in members and len(members) >= 3  # the server and one stub per model
+        assert Path(state.envoy_admin).is_socket()
         stopped = launcher.down(tmp_path / "s")
     finally:
         if stopped is None:  # an assert failed (or `down` raised): the site still stops
@@ -115,6 +116,7 @@ def test_up_down_stops_every_process_including_backend_stubs(tmp_path, built_mod
     assert stopped[pid] == "triton-0"
     assert not group_members(pid)
     assert not (tmp_path / "s" / "state.json").exists()
+    assert not Path(state.envoy_admin).exists()  # nor Envoy's admin socket
 
 
 def _stub_running(server_pid: int) -> bool:
