@@ -91,7 +91,7 @@ def start_control_plane(
     gateway = start_gateway(site_dir, tokens, ports=(http, view), jwt=jwt)
     operator.wait(timeout)
     config = site_dir / "envoy.json"
-    boot = envoy_admin.site_bootstrap(Path(state.envoy_admin), stats, "127.0.0.1", xds_port)
+    boot = envoy.site_bootstrap(Path(state.envoy_admin), stats, "127.0.0.1", xds_port)
     config.write_text(json.dumps(boot, indent=1))
     envoy_log = site_dir / "logs" / "envoy.log"
     proxy = envoy.start(config, envoy_log, site_dir)

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Collection
 from pathlib import Path
 
-from .envoy_admin import admin_get
+from .envoy_admin import ADMIN_CLUSTER, admin_get, stats_listener
 from .errors import EnvoyError
 from .processes import start_process, wait_for_http
 
@@ -128,6 +128,30 @@ def bootstrap(
             ]
         },
     }
+
+
+def site_bootstrap(admin: Path, stats_port: int, operator_host: str, xds_port: int) -> dict:
+    """A local site's Envoy bootstrap: the chart's (`bootstrap`), its admin on the Unix
+    socket `admin` (mode 0600), and the stats listener on the loopback port `stats_port`
+    (envoy_admin.py says why)."""
+    config = bootstrap(0, operator_host, xds_port)
+    config["admin"] = {"address": {"pipe": {"path": str(admin), "mode": 0o600}}}
+    static = config["static_resources"]
+    static["listeners"] = [stats_listener(stats_port)]
+    static["clusters"].append(
+        {
+            "name": ADMIN_CLUSTER,
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "load_assignment": {
+                "cluster_name": ADMIN_CLUSTER,
+                "endpoints": [
+                    {"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": str(admin)}}}}]}
+                ],
+            },
+        }
+    )
+    return config
 
 
 def _host_lines(admin: str) -> list[list[str]]:

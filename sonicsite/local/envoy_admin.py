@@ -65,31 +65,6 @@ def forget_admin_socket(admin: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def site_bootstrap(admin: Path, stats_port: int, operator_host: str, xds_port: int) -> dict:
-    """A local site's Envoy bootstrap: the chart's (envoy.bootstrap), its admin on the Unix
-    socket `admin`, and the stats listener on the loopback port `stats_port`."""
-    from .envoy import bootstrap
-
-    config = bootstrap(0, operator_host, xds_port)
-    config["admin"] = {"address": {"pipe": {"path": str(admin), "mode": 0o600}}}
-    static = config["static_resources"]
-    static["listeners"] = [stats_listener(stats_port)]
-    static["clusters"].append(
-        {
-            "name": ADMIN_CLUSTER,
-            "type": "STATIC",
-            "connect_timeout": "1s",
-            "load_assignment": {
-                "cluster_name": ADMIN_CLUSTER,
-                "endpoints": [
-                    {"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": str(admin)}}}}]}
-                ],
-            },
-        }
-    )
-    return config
-
-
 def stats_listener(port: int) -> dict:
     """A loopback listener whose routes send GET of STATS_PATHS to the admin interface; any
     other path or method is a 404 from the listener itself (no other admin endpoint)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sonicsite.local import envoy
-from sonicsite.local.envoy_admin import SOCKET_PATH_MAX, admin_get, admin_socket, site_bootstrap
+from sonicsite.local.envoy_admin import SOCKET_PATH_MAX, admin_get, admin_socket
 from sonicsite.local.errors import EnvoyError
 
 
@@ -33,7 +33,7 @@ def test_envoy_bootstrap_is_a_few_lines_and_valid(tmp_path):
 def test_a_sites_bootstrap_is_the_charts_with_its_admin_on_a_socket_and_valid(tmp_path):
     config = tmp_path / "envoy.json"
     socket = tmp_path / "envoy-admin.sock"
-    config.write_text(json.dumps(site_bootstrap(socket, 9902, "127.0.0.1", 8080)))
+    config.write_text(json.dumps(envoy.site_bootstrap(socket, 9902, "127.0.0.1", 8080)))
     envoy.validate(config)
     boot = json.loads(config.read_text())
     assert boot["admin"] == {"address": {"pipe": {"path": str(socket), "mode": 0o600}}}
