@@ -31,31 +31,34 @@ STATS_PATHS = ("/stats/prometheus", "/ready")  # what the stats port serves, GET
 
 def admin_socket(site_dir: Path) -> Path:
     """The site's admin socket: in its folder, or, where that path is too long for a Unix
-    socket, in a folder of the user's own (mode 0700) under the temporary directory, named
-    by the site's path. EnvoyError when that folder is not the user's alone, or its path
-    too is too long."""
+    socket, in a folder of the user's own (mode 0700), named by the site's path: the
+    session's runtime folder ($XDG_RUNTIME_DIR), else a `sonicsite-UID` folder under the
+    temporary directory ($TMPDIR), the first whose path fits, else one under /tmp (which
+    always fits). EnvoyError when the folder is not the user's alone."""
     path = site_dir.resolve() / ADMIN_SOCKET
     if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
         return path
-    private = Path(tempfile.gettempdir()) / f"sonicsite-{os.getuid()}"
-    private.mkdir(mode=0o700, exist_ok=True)
-    held = private.lstat()
+    name = f"{hashlib.sha256(os.fsencode(path)).hexdigest()[:16]}-{ADMIN_SOCKET}"
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    mine = f"sonicsite-{os.getuid()}"
+    folders = [Path(runtime)] if runtime.startswith("/") and Path(runtime).is_dir() else []
+    folders.append(Path(tempfile.gettempdir()) / mine)
+    fits = [f for f in folders if len(os.fsencode(f / name)) <= SOCKET_PATH_MAX]
+    return _private((fits or [Path("/tmp") / mine])[0], site_dir) / name
+
+
+def _private(folder: Path, site_dir: Path) -> Path:
+    """`folder`, made if need be (mode 0700); EnvoyError unless it is the user's alone."""
+    folder.mkdir(mode=0o700, exist_ok=True)
+    held = folder.lstat()
     if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
         raise EnvoyError(
-            f"{private}: Envoy's admin socket for {site_dir} (whose own path is too long for a "
+            f"{folder}: Envoy's admin socket for {site_dir} (whose own path is too long for a "
             f"socket) would go here, but this is not a folder of this user's alone (owner "
             f"{held.st_uid}, mode {stat.filemode(held.st_mode)}): remove it, or use a site "
             "folder with a shorter path"
         )
-    digest = hashlib.sha256(os.fsencode(site_dir.resolve())).hexdigest()[:16]
-    fallback = private / f"{digest}-{ADMIN_SOCKET}"
-    if len(os.fsencode(fallback)) > SOCKET_PATH_MAX:
-        raise EnvoyError(
-            f"{path}: too long a path for Envoy's admin socket ({SOCKET_PATH_MAX} bytes at "
-            f"most), and so is {fallback}: use a site folder with a shorter path, or set "
-            "TMPDIR to a short one"
-        )
-    return fallback
+    return folder
 
 
 def forget_admin_socket(admin: str) -> None:
