@@ -47,7 +47,7 @@ WHEELS = (
     "watchfiles==1.3.0",
     "click==8.5.1",
     "h11==0.16.0",
-    "httpx==0.28.1",
+    "httpx==0.29.0",
     "httpcore==1.0.9",
     "anyio==4.16.0",
     "idna==3.20",
