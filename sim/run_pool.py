@@ -59,14 +59,13 @@ def ended(done: int, total: int, label: str, result: dict, started: float) -> st
 def run_all(
     tasks: list[tuple[Scenario, str, int]],
     workers: int,
-    labels: list[str] | None = None,
+    labels: list[str],
     progress: Progress | None = None,
 ) -> list[dict]:
     """Every (scenario, policy set, seed) run, in the order given, `workers` at a time in
     processes of their own, which end with this one: stopped at once when it is (Ctrl-C)
     or a run fails, not waited for. `progress` takes a line as each run ends, naming it by
     its `labels` entry."""
-    labels = labels or [f"{task[1]}, seed {task[2]}" for task in tasks]
     started = time.perf_counter()
     if workers <= 1 or len(tasks) <= 1:
         done = []
