@@ -56,6 +56,9 @@ class AdmissionPasses:
     _kept: dict[int, dict[str, str]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # the tokens derived from the key, by label: computed once, as every gRPC call to the
+    # view and every operator step asks for one
+    _tokens: dict[bytes, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.key) < 16:
@@ -115,27 +118,41 @@ class AdmissionPasses:
         parts that hold it (the operator, the gateway, the site's own commands reading its
         0600 file) have it without one more secret, and it shows nothing of the key: a
         listener on the gateway's link to the operator learns no pass from it."""
-        return hmac.new(self.key, CONTROL_LABEL, hashlib.sha256).hexdigest()
+        return self._token(CONTROL_LABEL)
 
     def view_token(self) -> str:
         """The token Envoy's routes to the gateway's gRPC view carry (`VIEW_HEADER`, put
         there by the operator's xDS), so that the view answers Envoy and no one calling its
         port past Envoy's tokens and JWTs. Derived from the key, as the control token."""
-        return hmac.new(self.key, VIEW_LABEL, hashlib.sha256).hexdigest()
+        return self._token(VIEW_LABEL)
+
+    def _token(self, label: bytes) -> str:
+        """The HMAC of `label` under the key, computed once (`_tokens`)."""
+        found = self._tokens.get(label)
+        if found is None:
+            found = self._tokens.setdefault(
+                label, hmac.new(self.key, label, hashlib.sha256).hexdigest()
+            )
+        return found
 
     def views(self, presented: str | None) -> bool:
         """Whether `presented` (a call's view header, if any) is this site's view token."""
-        return bool(presented) and _same(presented, self.view_token())
+        return _presents(presented, self.view_token())
 
     def controls(self, presented: str | None) -> bool:
         """Whether `presented` (a PUT's control header, if any) is this site's token."""
-        return bool(presented) and _same(presented, self.control_token())
+        return _presents(presented, self.control_token())
 
     def admits(self, model: str, presented: str | None, now: float) -> bool:
         """Whether `presented` (the request's pass, if any) is a valid pass of `model` now."""
         if not presented:
             return False
         return any(_same(presented, p) for p in self.accepted(model, now))
+
+
+def _presents(presented: str | None, token: str) -> bool:
+    """Whether a header, if any, holds `token`."""
+    return bool(presented) and _same(presented, token)
 
 
 def _same(presented: str, expected: str) -> bool:

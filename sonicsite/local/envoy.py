@@ -85,19 +85,22 @@ RECONNECT = {"retry_policy": {"retry_back_off": {"base_interval": "0.25s", "max_
 
 
 def bootstrap(
-    admin_port: int, operator_host: str, xds_port: int, node_id: str = "sonicsite-envoy"
+    admin: int | Path, operator_host: str, xds_port: int, node_id: str = "sonicsite-envoy"
 ) -> dict:
-    """Envoy's whole bootstrap: its admin port and where the operator's ADS stream is
-    (gRPC, HTTP/2). Listeners, routes, clusters and endpoints all come over that stream
-    (operator/xds_ads.py); Envoy sends its node once per stream."""
+    """Envoy's whole bootstrap: its admin (a loopback port, or a Unix socket of mode 0600)
+    and where the operator's ADS stream is (gRPC, HTTP/2). Listeners, routes, clusters and
+    endpoints all come over that stream (operator/xds_ads.py); Envoy sends its node once
+    per stream."""
     from sonicsite.operator.xds_resources import GOOGLE, OPERATOR_CLUSTER, ads_source
 
     operator = {"socket_address": {"address": operator_host, "port_value": xds_port}}
+    if isinstance(admin, Path):
+        admin_address = {"pipe": {"path": str(admin), "mode": 0o600}}
+    else:
+        admin_address = {"socket_address": {"address": "127.0.0.1", "port_value": admin}}
     return {
         "node": {"id": node_id, "cluster": "sonicsite"},
-        "admin": {
-            "address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}
-        },
+        "admin": {"address": admin_address},
         "dynamic_resources": {
             "ads_config": {
                 "api_type": "GRPC",
@@ -134,8 +137,7 @@ def site_bootstrap(admin: Path, stats_port: int, operator_host: str, xds_port: i
     """A local site's Envoy bootstrap: the chart's (`bootstrap`), its admin on the Unix
     socket `admin` (mode 0600), and the stats listener on the loopback port `stats_port`
     (envoy_admin.py says why)."""
-    config = bootstrap(0, operator_host, xds_port)
-    config["admin"] = {"address": {"pipe": {"path": str(admin), "mode": 0o600}}}
+    config = bootstrap(admin, operator_host, xds_port)
     static = config["static_resources"]
     static["listeners"] = [stats_listener(stats_port)]
     static["clusters"].append(

@@ -69,13 +69,26 @@ def test_the_passes_kept_are_the_instances_own_and_the_live_epochs_only():
     assert gone() is None
 
 
-def test_the_control_token_is_the_keys_and_no_pass():
-    """The operator's PUTs need it (operator/api.py): the key's holders agree on it, another
-    key's token, a pass, a header's latin-1 text (compare_digest raised on it) are refused."""
+@pytest.mark.parametrize(
+    "token_of, accepts",
+    [
+        (AdmissionPasses.control_token, AdmissionPasses.controls),
+        (AdmissionPasses.view_token, AdmissionPasses.views),
+    ],
+    ids=["control", "view"],
+)
+def test_each_token_is_the_keys_and_no_pass_nor_the_other_token(token_of, accepts):
+    """The operator's PUTs need the control token (operator/api.py), the gateway's gRPC view
+    the view token (grpc_view.py): the key's holders agree on each, another key's token, a
+    pass, the other token, a header's latin-1 text (compare_digest raised on it) are
+    refused. Each is computed once per instance: every call to the view asks for it."""
     passes, now = AdmissionPasses(KEY), 1_000_000.0
-    token = passes.control_token()
-    assert AdmissionPasses(KEY).controls(token)
-    assert not AdmissionPasses(b"another-site-key-entirely").controls(token)
-    for claimed in (None, "", token[:-1], token + "0", passes.current("m", now), "\u00e9" * 64):
-        assert not passes.controls(claimed)
+    token = token_of(passes)
+    assert token_of(passes) is token
+    assert accepts(AdmissionPasses(KEY), token)
+    assert not accepts(AdmissionPasses(b"another-site-key-entirely"), token)
+    other = passes.view_token() if token == passes.control_token() else passes.control_token()
+    for claimed in (None, "", token[:-1], token + "0", passes.current("m", now), other):
+        assert not accepts(passes, claimed)
+    assert not accepts(passes, "\u00e9" * 64)
     assert token not in passes.accepted("m", now) and KEY.hex() not in token
