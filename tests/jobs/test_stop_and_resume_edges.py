@@ -16,7 +16,7 @@ from pathlib import Path
 
 from polling import wait_until
 
-from sonicsite.contract.processes_seen import pid_alive
+from sonicsite.contract.processes_seen import pid_alive, stat_fields
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
 
@@ -60,6 +60,18 @@ def _answering_first(out: Path) -> list[dict]:
     workers = _workers(out)
     answered = len(read_journal(_job(out, 0, ".journal")).answered)
     return workers if len(workers) == 2 and 0 < answered < 400 else []
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (state T): a SIGSTOP takes effect only when
+    one of its threads takes it, and until then its pipe-watching thread may still read the
+    driver's end and exit the process."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    states = [stat_fields(int(t))[:1] for t in threads]
+    return bool(states) and all(state == ["T"] for state in states)
 
 
 def _unfinish(out: Path, job: int) -> None:
@@ -133,6 +145,7 @@ def test_a_stopped_worker_a_killed_submit_left_is_killed_by_the_next_submit(site
         workers = wait_until(lambda: _answering_first(out), "job 0 answering, job 1 started", 180)
         stopped, running = (next(w["pid"] for w in workers if w["job"] == j) for j in (0, 1))
         os.killpg(stopped, signal.SIGSTOP)
+        wait_until(lambda: _all_threads_stopped(stopped), "job 0's worker stopped", 60)
         proc.kill()
         proc.communicate(timeout=60)
         wait_until(lambda: not pid_alive(running), "the running worker to exit", 60)
