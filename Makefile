@@ -18,7 +18,7 @@ XDS_WHEEL := build/wheels/xds_protos-1.85.0-py3-none-any.whl
 APT_PACKAGES := libpython3.11 prometheus libb64-0d chromium wabt
 
 .PHONY: run test lint format models install system clean chart-check chart-docs dashboards wasm \
-	xds-descriptors cuda-check-bundle site-bench-bundle
+	xds-descriptors cuda-check-bundle site-bench-bundle constraints
 
 # The setup's output (apt, pip, the model builds) goes to build/setup.log; the demo's own
 # output (the site, the progress bar, the report) is what fits on a screen.
@@ -99,14 +99,23 @@ $(MODELS)/manifest.json: $(VENV)/.installed models/*.py models/*/config.pbtxt
 install: system $(VENV)/.installed
 
 # torch first, pinned to the local CPU wheel, so that nothing pulls a CUDA build; weaver-core
-# without its dependencies: its model definitions need only torch.
-$(VENV)/.deps: pyproject.toml
+# without its dependencies: its model definitions need only torch. Every other package at
+# the version of constraints.txt: a fresh machine gets the set the suite and the device
+# bundles (devices/*/bundle.py) were checked with, not whatever was released since.
+$(VENV)/.deps: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[site,models,dev]" $(STRICT)
-	$(PY) -m pip install -q --no-deps "weaver-core==0.5.3"
+	$(PY) -m pip install -q -c constraints.txt "torch==2.13.0"
+	$(PY) -m pip install -q -c constraints.txt -e ".[site,models,dev]" $(STRICT)
+	$(PY) -m pip install -q -c constraints.txt --no-deps "weaver-core==0.5.3"
 	touch $@
+
+# constraints.txt from the .venv, after a deliberate upgrade there (then `make test`).
+constraints:
+	@{ echo "# The versions make install takes (Makefile: constraints): \`make constraints\` after an"; \
+	  echo "# upgrade in .venv. torch is the Makefile's own pin (the local CPU wheel)."; \
+	  $(PY) -m pip freeze --all --exclude-editable | grep -v -e '^pip==' -e '^torch=='; \
+	} > constraints.txt
 
 # Relink the editable tree when sources change (new files need a link; takes seconds).
 $(VENV)/.installed: $(VENV)/.deps $(SOURCES)

@@ -25,10 +25,29 @@ ROOT = HERE.parents[1]
 PYTHON = "3.12"  # the GPU machines' python3 (/opt/torch/.venv)
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_24_x86_64")
 PLATFORMS += ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-TRITON = "nvidia-pytriton==0.7.0"
-TRITONCLIENT = "tritonclient==2.51.0"
-WHEELS = ("numpy==1.26.4", "python-rapidjson==1.25", "hpack==4.2.0")
-WHEELS += ("opentelemetry-api==1.45.2", "protobuf==4.25.9")
+CONSTRAINTS = ROOT / "constraints.txt"  # the versions make install takes
+
+
+def pinned(*names: str) -> tuple[str, ...]:
+    """`name==version` for each of `names` at constraints.txt's version, so that the bundle
+    carries what the suite runs with here; KeyError naming a package it does not pin."""
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            pins[_normal(name)] = version.strip()
+    missing = [n for n in names if _normal(n) not in pins]
+    if missing:
+        raise KeyError(f"{CONSTRAINTS} pins no version of {missing}")
+    return tuple(f"{n}=={pins[_normal(n)]}" for n in names)
+
+
+def _normal(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+(TRITON, TRITONCLIENT) = pinned("nvidia-pytriton", "tritonclient")
+WHEELS = pinned("numpy", "python-rapidjson", "hpack", "opentelemetry-api", "protobuf")
 # from the pytriton wheel: the server, the Python backend, one stub, what they link
 TRITON_KEEP = (
     "pytriton/__init__.py",

@@ -30,37 +30,40 @@ cuda = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda)  # type: ignore[union-attr]
 
 # The site's imports (operator, gateway, supervisor, launcher, client, bench) that the
-# machine's Python lacks or holds at another version: pinned as in the project's .venv.
+# machine's Python lacks or holds at another version: at constraints.txt's versions, those
+# the project's .venv was installed with (cuda.pinned).
 # grpcio and uvloop are the machine's own (2026-11: in its image; 12 MiB that do not fit).
 WHEELS = (
     *cuda.WHEELS,  # the client's: NumPy 1.x (the stub's), protobuf < 5 (tritonclient's), ...
-    "fastapi==0.165.0",
-    "starlette==1.10.0",
-    "pydantic==2.14.4",
-    "pydantic-core==2.50.5",
-    "annotated-types==0.8.0",
-    "annotated-doc==0.0.7",
-    "typing-inspection==0.4.5",
-    "typing-extensions==4.16.0",
-    "uvicorn==0.54.0",
-    "httptools==0.9.0",
-    "watchfiles==1.3.0",
-    "click==8.5.1",
-    "h11==0.16.0",
-    "httpx==0.29.0",
-    "httpcore==1.0.9",
-    "anyio==4.16.0",
-    "idna==3.20",
-    "pyjwt==2.15.1",
-    "prometheus-client==0.26.0",
-    "opentelemetry-sdk==1.45.2",
-    "opentelemetry-semantic-conventions==0.66b2",
-    "opentelemetry-exporter-otlp-json-http==0.66b1",
-    "opentelemetry-exporter-otlp-json-common==0.66b1",
-    "opentelemetry-exporter-otlp-common==0.66b1",
-    "opentelemetry-exporter-http-transport==0.66b1",
-    "opentelemetry-proto-json==0.66b1",
-    "opentelemetry-proto==1.26.0",
+    *cuda.pinned(
+        "fastapi",
+        "starlette",
+        "pydantic",
+        "pydantic-core",
+        "annotated-types",
+        "annotated-doc",
+        "typing-inspection",
+        "typing-extensions",
+        "uvicorn",
+        "httptools",
+        "watchfiles",
+        "click",
+        "h11",
+        "httpx",
+        "httpcore",
+        "anyio",
+        "idna",
+        "pyjwt",
+        "prometheus-client",
+        "opentelemetry-sdk",
+        "opentelemetry-semantic-conventions",
+        "opentelemetry-exporter-otlp-json-http",
+        "opentelemetry-exporter-otlp-json-common",
+        "opentelemetry-exporter-otlp-common",
+        "opentelemetry-exporter-http-transport",
+        "opentelemetry-proto-json",
+        "opentelemetry-proto",
+    ),
 )
 # the placement bench's six models (bench/placement.py LAYOUT): the small ones in part A
 # (run_a.sh serves them), the two large ones in part B, so that each part fits

@@ -199,3 +199,23 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
         "sonicsite.jobs",
     }
     assert not {"sonicsite.local", "sonicsite.jobs"} & ALLOWED["sonicsite.operator"]
+
+
+def test_the_environment_holds_constraints_versions():
+    """make install takes constraints.txt's versions (Makefile): a fresh machine gets the set
+    the suite and the device bundles were checked with. An upgrade made in .venv alone shows
+    here, until `make constraints` records it."""
+    import importlib.metadata
+
+    differ = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.startswith("#") or "==" not in line:
+            continue
+        name, version = line.split("==", 1)
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed != version:
+            differ[name] = (version, installed)
+    assert not differ, f"constraints.txt vs the environment (pinned, installed): {differ}"
