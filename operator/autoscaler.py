@@ -22,7 +22,11 @@ the queue time's own answer, 4 → 8 → 16 servers, finished 25 % sooner than t
 chart's one server a minute but took 1.33 of its GPU-hours (docs/sim/RESULTS.md). Where the
 declared jobs send less than `declared_coverage` (half) of the requests the servers answer,
 the rest is work of unknown length and the check does not apply; above it, the others' work
-is taken to be like the declared jobs'.
+is taken to be like the declared jobs'. A step whose declared work covers too little is not
+yet a whole window of such work: until the last cap is `up_window_s` old, a scale-up goes no
+higher than the highest cap of that window (`Autoscaler.desired`). As a burst ends, its
+clients' rates fall while the window still holds their requests: one such step let the
+queue time's own answer through, 6 → 16 servers in the burst's last second.
 """
 
 from __future__ import annotations
@@ -188,6 +192,7 @@ def recommend(policy: ScalingPolicy, current: int, metric_ms: float | None, floo
 class Autoscaler:
     policy: ScalingPolicy
     history: deque = field(default_factory=deque)  # (time, recommendation)
+    caps: deque = field(default_factory=deque)  # (time, cap) of the steps that had one
     # when it began deciding: its first step, or where the clock stepped back to
     since: float | None = None
 
@@ -201,7 +206,8 @@ class Autoscaler:
     ) -> int:
         """The number of servers to run now, after the stabilisation windows (`floor`: this
         step's recommendation is at least that, see `recommend`; `cap`: a scale-up goes no
-        higher, see `worth_starting`; the windows keep the recommendations without it). The
+        higher, see `worth_starting`, and on a step without one the highest of the up window's,
+see `_cap`; the windows keep the recommendations without it). The
         cap never holds a pool below `min_servers` or `floor`: a pool that lost a server (its
         node gone) is brought back to its minimum whatever work is left. Capped there, the
         simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on.
@@ -215,6 +221,7 @@ class Autoscaler:
         where the work would have set one). A clock stepped back drops the recommendations
         "from the future" and begins the windows again."""
         self._record(now, recommend(self.policy, current, metric_ms, floor))
+        cap = self._cap(now, cap)
         up = [r for t, r in self.history if t >= now - self.policy.up_window_s]
         down = [r for t, r in self.history if t >= now - self.policy.down_window_s]
         if min(up) > current:
@@ -227,6 +234,23 @@ class Autoscaler:
                 return min(current, self.policy.max_servers)
             return max(down)
         return current
+
+    def _cap(self, now: float, cap: int | None) -> int | None:
+        """The cap a scale-up goes by now: this step's (kept), else `held_cap`."""
+        while self.caps and self.caps[-1][0] > now:  # the clock stepped back
+            self.caps.pop()
+        if cap is not None:
+            self.caps.append((now, cap))
+            return cap
+        return self.held_cap(now)
+
+    def held_cap(self, now: float) -> int | None:
+        """The highest cap of the steps within `up_window_s` (None once there is none: a
+        whole window of work the declared jobs do not cover, which queue time alone
+        decides)."""
+        while self.caps and self.caps[0][0] < now - self.policy.up_window_s:
+            self.caps.popleft()
+        return max((c for _, c in self.caps), default=None)
 
     def unmeasured(self, now: float, current: int) -> None:
         """A step at which the pool's load was not measured over a whole window (its servers

@@ -114,6 +114,8 @@ def decide_pool(
         desired = scaler.desired(now, view.current, metric, floor=int(serving), cap=cap)
     else:
         scaler.unmeasured(now, view.current)
+    if cap is None:  # the declared work covers too little now: the cap still held, if any
+        cap = scaler.held_cap(now)
     if view.held > 0 and desired < 1:
         return PoolDecision(1, metric, cap, f"{view.held} request(s) held")
     reason = f"queue time {metric or 0.0:.1f} ms per request"

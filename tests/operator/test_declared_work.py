@@ -145,6 +145,22 @@ def test_a_scale_up_goes_no_higher_than_the_declared_work():
     assert capped.desired(62.0, 4, 1000.0, cap=3) == 4  # and never down for it
 
 
+def test_a_step_the_declared_work_does_not_cover_keeps_the_cap_of_the_up_window():
+    """As a burst ends its clients' rates fall while the window still holds their requests,
+    so a step's declared work covers too little (no cap): the simulated burst went from 6 to
+    16 servers in its last second on one such step. The window's cap holds it; only a whole
+    up window without one leaves the decision to queue time alone."""
+    policy = ScalingPolicy(min_servers=1, max_servers=16, up_window_s=60, server_start_s=60)
+    scaler = Autoscaler(policy)
+    for t in range(0, 70, 10):  # 6 servers, a queue 10× the target, the work's cap 6
+        assert scaler.desired(float(t), 6, 1000.0, cap=6) == 6
+    assert scaler.held_cap(70.0) == 6
+    assert scaler.desired(70.0, 6, 1000.0, cap=None) == 6  # not 16
+    assert scaler.desired(100.0, 6, 1000.0, cap=None) == 6
+    assert scaler.held_cap(131.0) is None  # the last cap (60 s) is a window old
+    assert scaler.desired(131.0, 6, 1000.0, cap=None) == 16
+
+
 def test_a_pool_that_lost_a_server_is_brought_back_to_its_minimum_whatever_the_work():
     policy = ScalingPolicy(min_servers=4, max_servers=6, up_window_s=60, server_start_s=60)
     scaler = Autoscaler(policy)
