@@ -205,21 +205,21 @@ class Autoscaler:
         cap: int | None = None,
     ) -> int:
         """The number of servers to run now, after the stabilisation windows (`floor`: this
-                step's recommendation is at least that, see `recommend`; `cap`: a scale-up goes no
-                higher, see `worth_starting`, and on a step without one the highest of the up window's,
-        see `_cap`; the windows keep the recommendations without it). The
-                cap never holds a pool below `min_servers` or `floor`: a pool that lost a server (its
-                node gone) is brought back to its minimum whatever work is left. Capped there, the
-                simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on.
+        step's recommendation is at least that, see `recommend`; `cap`: a scale-up goes no
+        higher, see `worth_starting`, and on a step without one no higher than the up
+        window's highest, see `_cap`; the windows keep the recommendations without it). The
+        cap never holds a pool below `min_servers` or `floor`: a pool that lost a server (its
+        node gone) is brought back to its minimum whatever work is left. Capped there, the
+        simulated `faults` pool ran on 3 servers of its minimum 4 from the node's loss on.
 
-                No scale-up (but to `min_servers` or `floor`) before it has decided for
-                `up_window_s`, nor a scale-down (but to `max_servers`) before `down_window_s`: each
-                follows the lowest or highest recommendation of its window, and one that began (an
-                operator started or restarted) has seen only part of it; its first steps' metric
-                may not even be measured yet, nor the clients' declared work reported again (a
-                fresh autoscaler scaled a pool up at its first step over the target, with no cap
-                where the work would have set one). A clock stepped back drops the recommendations
-                "from the future" and begins the windows again."""
+        No scale-up (but to `min_servers` or `floor`) before it has decided for
+        `up_window_s`, nor a scale-down (but to `max_servers`) before `down_window_s`: each
+        follows the lowest or highest recommendation of its window, and one that began (an
+        operator started or restarted) has seen only part of it; its first steps' metric
+        may not even be measured yet, nor the clients' declared work reported again (a
+        fresh autoscaler scaled a pool up at its first step over the target, with no cap
+        where the work would have set one). A clock stepped back drops the recommendations
+        "from the future" and begins the windows again."""
         self._record(now, recommend(self.policy, current, metric_ms, floor))
         cap = self._cap(now, cap)
         up = [r for t, r in self.history if t >= now - self.policy.up_window_s]
