@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -133,10 +133,10 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=4)
+        limits = httpx2.Limits(max_connections=16, max_keepalive_connections=4)
         # the operator takes held counts and work reports with the site's control token
         control = {CONTROL_HEADER: config.passes.control_token()} if config.passes else {}
-        async with httpx.AsyncClient(
+        async with httpx2.AsyncClient(
             limits=limits, timeout=config.timeout_s, headers=control
         ) as client:
             app.state.operator_client = client  # clients' work reports relayed (routes_work.py)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-import httpx
+import httpx2
 from tritonclient.grpc import service_pb2
 
 from sonicsite.contract.wire import (
@@ -155,7 +155,7 @@ class Holder:
             return False
         return bool(counts) or sent != {}
 
-    async def report(self, client: httpx.AsyncClient, source: str) -> None:
+    async def report(self, client: httpx2.AsyncClient, source: str) -> None:
         """Tell the operator the counts when they change, and every second while any is
         held (one more time once none is); a failed send is tried again on the next. A
         failure is logged once per kind (not every second), and once more when the
@@ -176,13 +176,13 @@ class Holder:
                 sent = None
 
     async def _send(
-        self, client: httpx.AsyncClient, source: str, counts: dict[str, int]
+        self, client: httpx2.AsyncClient, source: str, counts: dict[str, int]
     ) -> dict[str, int] | None:
         """`counts` to the operator: what it took, None when it did not."""
         url = f"{self.view.operator}/v1/held"
         try:
             reply = await client.put(url, json={"source": source, "held": counts}, timeout=2.0)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             self._trouble(type(exc).__name__, f"PUT {url}: held counts not sent: {exc!r}")
             return None
         if reply.status_code != 200:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 import jwt
 
 log = logging.getLogger("sonicsite.gateway.jwks")
@@ -97,7 +97,7 @@ class JwksCache:
     _loaded: bool = False
     _mtime: float = -1.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _client: httpx.AsyncClient | None = None
+    _client: httpx2.AsyncClient | None = None
 
     async def key(self, kid: str | None) -> SigningKey | None:
         """The key for a token's `kid` (None when the set has no such key, even after the
@@ -119,7 +119,7 @@ class JwksCache:
                 document = await (self._fetch() if self.settings.uri else self._read_file())
                 if document is not None:
                     self._keys, self._loaded = parse(document), True
-            except (httpx.HTTPError, OSError, ValueError, JwksError) as exc:
+            except (httpx2.HTTPError, OSError, ValueError, JwksError) as exc:
                 log.warning("jwks: reading %s failed: %s", self._where(), exc)
             finally:
                 self._read_at = time.monotonic()
@@ -170,7 +170,7 @@ class JwksCache:
             verify: ssl.SSLContext | bool = True
             if self.settings.ca_file is not None:
                 verify = ssl.create_default_context(cafile=str(self.settings.ca_file))
-            self._client = httpx.AsyncClient(verify=verify, timeout=self.settings.timeout_s)
+            self._client = httpx2.AsyncClient(verify=verify, timeout=self.settings.timeout_s)
         self.fetches += 1
         reply = await self._client.get(self.settings.uri, headers={"accept": "application/json"})
         reply.raise_for_status()

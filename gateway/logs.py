@@ -4,7 +4,7 @@ following which operator, so that a restart is seen as one in the log.
 
 The gateway says what it decides and sees change, once per change (siteview.py, holding.py,
 forwarding.py through transitions.py), at INFO or WARNING; other libraries' lines from
-WARNING (httpx's INFO is a line per request)."""
+WARNING (httpx2's INFO is a line per request)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-import httpx
+import httpx2
 from fastapi import APIRouter, Request, Response
 
 from sonicsite.contract.work_report import WORK_PATH, WorkReport
@@ -33,10 +33,10 @@ async def work(request: Request) -> Response:
         outcomes.labels("refused").inc()
         return error(413 if isinstance(exc, TooLarge) else 400, f"PUT {WORK_PATH}: {exc}")
     url = f"{request.app.state.view.operator}{WORK_PATH}"
-    client: httpx.AsyncClient = request.app.state.operator_client
+    client: httpx2.AsyncClient = request.app.state.operator_client
     try:
         reply = await client.put(url, json=report.to_dict(), timeout=RELAY_TIMEOUT_S)
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         outcomes.labels("operator_unreachable").inc()
         reason = str(exc) or type(exc).__name__
         return error(503, f"PUT {WORK_PATH}: the operator at {url} cannot be reached: {reason}")

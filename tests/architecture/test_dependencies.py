@@ -70,7 +70,7 @@ THIRD_PARTY = {
         "starlette",
         "uvicorn",
         "httptools",  # uvicorn's parser: server.py gives a fresh one after a spliced body
-        "httpx",
+        "httpx2",
         "prometheus_client",
         "jwt",  # bearer JWTs (gateway/jwt_auth.py, gateway/jwks.py)
         "grpc",

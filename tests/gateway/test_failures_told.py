@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from loopback_http import answer, serve
@@ -173,7 +173,7 @@ def test_the_operator_refusing_held_counts_is_logged_once_per_status(fakes, capl
         view = SiteView(f"http://{operator.address}")
         view.apply({"servers": [], "holding": {"models": ["simple"]}})
         holder = Holder(view, GatewayMetrics())
-        async with httpx.AsyncClient() as client:
+        async with httpx2.AsyncClient() as client:
             reporter = asyncio.create_task(holder.report(client, "gateway-under-test"))
 
             def reported() -> bool:

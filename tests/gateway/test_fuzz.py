@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import urllib.parse
 
-import httpx
+import httpx2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sonicsite.gateway import routes_kserve, routes_refused, routes_site, routes_work
@@ -83,7 +83,7 @@ def test_fuzzed_requests_get_what_a_server_answers(
     if reply.status_code == 413:  # a shape that would end a server: never sent to one
         assert "declares more than" in reply.json()["error"], reply.text
         return
-    direct = httpx.post(
+    direct = httpx2.post(
         f"http://{site.servers[0].http}/v2/models/{model}/infer",
         content=body,
         headers=headers,

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from loopback_http import answer, serve
 from polling import wait_until
@@ -85,13 +85,13 @@ def gateway(stand_ins, tmp_path) -> Iterator[tuple[subprocess.Popen, str, Path]]
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=5).status_code == 200
-    except httpx.HTTPError:
+        return httpx2.get(url, timeout=5).status_code == 200
+    except httpx2.HTTPError:
         return False
 
 
 def _infer(address: str, model: str) -> int:
-    return httpx.post(f"{address}/v2/models/{model}/infer", json=BODY, timeout=30).status_code
+    return httpx2.post(f"{address}/v2/models/{model}/infer", json=BODY, timeout=30).status_code
 
 
 def _lines(log: Path, text: str) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-import httpx
+import httpx2
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -24,9 +24,9 @@ AUTH = {"Authorization": "Bearer first-token"}
 N = 6  # inferences of `simple` sent through the gateway in the statistics test
 
 
-def _direct(site, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+def _direct(site, method: str, path: str, body: bytes | None = None) -> httpx2.Response:
     """A direct server's answer: the reference for what one Triton server says."""
-    return httpx.request(method, f"http://{site.servers[0].http}{path}", content=body, timeout=30)
+    return httpx2.request(method, f"http://{site.servers[0].http}{path}", content=body, timeout=30)
 
 
 def _tensor(name: str, datatype: str, shape: list[int]) -> dict:
@@ -153,7 +153,7 @@ def test_statistics_are_one_entry_per_model_and_version_summed_over_servers(site
     assert after[0]["last_inference"] >= before[0]["last_inference"]
     # the sum of the servers' own counts, field by field (the servers hold every model)
     servers = [
-        httpx.get(f"http://{s.http}/v2/models/simple/stats", timeout=30).json()["model_stats"][0]
+        httpx2.get(f"http://{s.http}/v2/models/simple/stats", timeout=30).json()["model_stats"][0]
         for s in site.servers
     ]
     stats = after[0]["inference_stats"]
@@ -205,7 +205,7 @@ def test_a_model_no_server_takes_now_gets_tritons_texts(site):
     """Every server of the site out of the rotation: readiness and statistics say what
     Triton says of a model it does not hold ready (the same text as for an unknown model,
     generated live); metadata and inference use Triton's text with 503, for clients retry."""
-    state = httpx.get(f"http://{site.operator}/v1/state", timeout=10).json()
+    state = httpx2.get(f"http://{site.operator}/v1/state", timeout=10).json()
     for server in state["servers"]:
         server["ready"] = False
     config = GatewayConfig(operator="http://127.0.0.1:9")  # nothing listens: the state stays
@@ -269,7 +269,7 @@ def test_a_stock_tritonclient_sees_one_server_through_the_site_gateway(site):
 def test_a_model_held_by_some_servers_is_summed_over_those_that_hold_it(site):
     """The sum over the servers' own replies (live), where one server lacks `identity`."""
     replies = [
-        httpx.get(f"http://{s.http}/v2/models/stats", timeout=30).json() for s in site.servers
+        httpx2.get(f"http://{s.http}/v2/models/stats", timeout=30).json() for s in site.servers
     ]
     first, second = replies[0], json.loads(json.dumps(replies[1]))
     second["model_stats"] = [m for m in second["model_stats"] if m["name"] != "identity"]
