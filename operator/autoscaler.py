@@ -236,13 +236,14 @@ class Autoscaler:
         return current
 
     def _cap(self, now: float, cap: int | None) -> int | None:
-        """The cap a scale-up goes by now: this step's (kept), else `held_cap`."""
+        """The cap a scale-up goes by now: this step's (kept, for a window), else `held_cap`."""
         while self.caps and self.caps[-1][0] > now:  # the clock stepped back
             self.caps.pop()
+        held = self.held_cap(now)  # drops the caps older than the window
         if cap is not None:
             self.caps.append((now, cap))
             return cap
-        return self.held_cap(now)
+        return held
 
     def held_cap(self, now: float) -> int | None:
         """The highest cap of the steps within `up_window_s` (None once there is none: a

@@ -159,6 +159,10 @@ def test_a_step_the_declared_work_does_not_cover_keeps_the_cap_of_the_up_window(
     assert scaler.desired(100.0, 6, 1000.0, cap=None) == 6
     assert scaler.held_cap(131.0) is None  # the last cap (60 s) is a window old
     assert scaler.desired(131.0, 6, 1000.0, cap=None) == 16
+    # a step's cap is kept for a window, not for ever (a step a second, every one capped)
+    for t in range(200, 2000):
+        scaler.desired(float(t), 16, 100.0, cap=16)
+    assert len(scaler.caps) <= policy.up_window_s + 1
 
 
 def test_a_pool_that_lost_a_server_is_brought_back_to_its_minimum_whatever_the_work():
