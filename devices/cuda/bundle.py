@@ -10,6 +10,7 @@ Run as a script: `python devices/cuda/bundle.py OUT_DIR` (`make cuda-check-bundl
 from __future__ import annotations
 
 import fnmatch
+import functools
 import io
 import json
 import shutil
@@ -31,15 +32,22 @@ CONSTRAINTS = ROOT / "constraints.txt"  # the versions make install takes
 def pinned(*names: str) -> tuple[str, ...]:
     """`name==version` for each of `names` at constraints.txt's version, so that the bundle
     carries what the suite runs with here; KeyError naming a package it does not pin."""
+    pins = _pins()
+    missing = [n for n in names if _normal(n) not in pins]
+    if missing:
+        raise KeyError(f"{CONSTRAINTS} pins no version of {missing}")
+    return tuple(f"{n}=={pins[_normal(n)]}" for n in names)
+
+
+@functools.cache
+def _pins() -> dict[str, str]:
+    """constraints.txt's versions by normalised name, read once (both bundles ask)."""
     pins = {}
     for line in CONSTRAINTS.read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             name, version = line.split("==", 1)
             pins[_normal(name)] = version.strip()
-    missing = [n for n in names if _normal(n) not in pins]
-    if missing:
-        raise KeyError(f"{CONSTRAINTS} pins no version of {missing}")
-    return tuple(f"{n}=={pins[_normal(n)]}" for n in names)
+    return pins
 
 
 def _normal(name: str) -> str:

@@ -128,12 +128,9 @@ class AdmissionPasses:
 
     def _token(self, label: bytes) -> str:
         """The HMAC of `label` under the key, computed once (`_tokens`)."""
-        found = self._tokens.get(label)
-        if found is None:
-            found = self._tokens.setdefault(
-                label, hmac.new(self.key, label, hashlib.sha256).hexdigest()
-            )
-        return found
+        if label not in self._tokens:
+            self._tokens[label] = hmac.new(self.key, label, hashlib.sha256).hexdigest()
+        return self._tokens[label]
 
     def views(self, presented: str | None) -> bool:
         """Whether `presented` (a call's view header, if any) is this site's view token."""
