@@ -93,6 +93,7 @@ class Operator:
             self.placement.declared = self.declared.pending
 
     def step(self) -> None:
+        acting = self.scaling.acting() if self.scaling is not None else frozenset()
         servers = self.discovery.servers()
         if self.placement is not None:  # what each server holds now, not what it started with
             servers = self.placement.observe(servers, time.time())
@@ -156,7 +157,7 @@ class Operator:
         pairs = [(m, s.id) for s in servers for m in s.models]
         self.envoy.publish(snapshot.versions, models, routed, pairs)
         work = self.declared.totals(now)  # the clients' work left: scaling and the state
-        self._autoscale(servers, work, now)
+        self._autoscale(servers, work, now, acting)
         cut = applied(per_try, servers, shared)  # the timeouts Envoy got: what is shown
         _tell(self.told.tries(cut, models))
         state = self._state(servers, models, weights, (per_try, cut), shared, work)
@@ -225,10 +226,15 @@ class Operator:
             self.admissions[m] = decision
 
     def _autoscale(
-        self, servers: list[ServerRecord], work: dict[str, ModelWork], now: float
+        self,
+        servers: list[ServerRecord],
+        work: dict[str, ModelWork],
+        now: float,
+        acting: frozenset[str],
     ) -> None:
         """Each pool's servers from its models' queue time, woken by their held requests
-        (pool_scaling.py); one pool, `default`, without placement's pools."""
+        (pool_scaling.py); one pool, `default`, without placement's pools. `acting`: the
+        pools with an action running when `servers` were read."""
         if self.scaling is None:
             return
         window_s = self.scaling.policy.window_s
@@ -242,7 +248,7 @@ class Operator:
             pools = [p.name for p in catalogue.pools]
             held = self.placement.held_now(now)
             views = pool_views(pools, catalogue.pool_of, servers, loads, held, work, windowed)
-        self.scaling.step(views, now)
+        self.scaling.step(views, now, acting)
 
     def _state(
         self,

@@ -8,12 +8,14 @@ while it serves). A site without pools is one pool, `default`, of every server a
 the one autoscaler it had. The decision is one function, `decide_pool`, that the operator's
 step and the simulator (sim/policies.py) both call.
 
-The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool;
-a pool whose last action is still running decides nothing new. Every action is a scale event
-(pool, from, to, reason, then its seconds and outcome) in `/v1/state`. A scale-up goes no
-higher than the pool's declared work keeps busy (autoscaler.py `scale_up_cap`), with a
-server's start as the pool's last scale-up took (its seconds: the actuator returns once the
-servers it started are ready).
+The site's actuator brings one pool to N servers (blocking), in a thread of its own per pool; a
+pool whose last action is still running decides nothing new, nor does one whose action was
+running when the step read its servers (`acting`): an action that ended during the step is not
+in that view, and a pool woken from zero was woken a second time on it. Every action is a scale
+event (pool, from, to, reason, then its seconds and outcome) in `/v1/state`. A scale-up goes no
+higher than the pool's declared work keeps busy (autoscaler.py `scale_up_cap`), with a server's
+start as the pool's last scale-up took (its seconds: the actuator returns once the servers it
+started are ready).
 
 A pool none of whose servers the load view has measured over a whole window yet (an operator's
 first `window_s` after a start or restart) decides nothing: its empty window is "not
@@ -144,10 +146,18 @@ class PoolScaling:
         low, high = self.limits[pool]
         return replace(self.policy, min_servers=low, max_servers=high)
 
-    def step(self, views: dict[str, PoolView], now: float) -> None:
+    def acting(self) -> frozenset[str]:
+        """The pools with an action running now: taken before a step reads the servers, so
+        that the step knows which pools' views may predate their action's end."""
+        return frozenset(pool for pool, thread in self._running.items() if thread.is_alive())
+
+    def step(
+        self, views: dict[str, PoolView], now: float, acting: frozenset[str] = frozenset()
+    ) -> None:
         """Decide each pool's servers (`decide_pool`); start an action for each pool that
-        must change. The gauges are per pool (servers wanted, taking work, the most
-        allowed); the metric the site's highest."""
+        must change and has none running, now or when its view was read (`acting`). The
+        gauges are per pool (servers wanted, taking work, the most allowed); the metric the
+        site's highest."""
         metrics, servers = [], {}
         for pool, view in views.items():
             policy = self.policy_of(pool)
@@ -158,7 +168,7 @@ class PoolScaling:
             servers[pool] = (desired, view.current, policy.max_servers)
             metrics.append(metric or 0.0)
             running = self._running.get(pool)
-            if desired == view.current or self.actuate is None:
+            if desired == view.current or self.actuate is None or pool in acting:
                 continue
             if running is not None and running.is_alive():
                 continue
