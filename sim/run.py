@@ -1,5 +1,8 @@
 """One scenario under one policy set: the site, its policies and the jobs on one SimPy clock,
-run until every job is done (or the scenario's limit), and the figures of that run."""
+run until every job is done and the pool is back at its minimum (or the scenario's limit),
+and the figures of that run. The GPU-hours a site pays for include the servers its scaling
+keeps after the last job, until its down window lets them go: a run stopped at the last job
+left them out, and with them the cost of a slow scale-down."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ class Run:
     policies: Sonicsite | Reference
     workload: Workload
     ended_at: float = 0.0
+    jobs_ended_at: float = 0.0  # when the last job was done (or the limit came)
     timeline: list[dict] = field(default_factory=list)
 
 
@@ -95,8 +99,23 @@ def run(
     env.process(_sample(r))
     limit = env.timeout(WARMUP_S + scenario.limit_s)
     env.run(until=simpy.AnyOf(env, [r.workload.finished, limit]))
+    r.jobs_ended_at = env.now
+    if r.workload.finished.triggered:
+        env.run(until=simpy.AnyOf(env, [env.process(_rested(r)), limit]))
     r.ended_at = env.now
     return r
+
+
+def _rested(r: Run):
+    """Until the pool holds no more servers than its minimum (a fixed pool: at once), or
+    than the slots a lost node left: the servers kept after the last job are paid for."""
+    site = r.site
+    pool = site.scenario.pool
+    if not pool.autoscaling:
+        return
+    floor = min(pool.min_servers, len(pool.slots) - len(site.lost_slots))
+    while site.held() > floor:
+        yield site.env.timeout(site.scenario.step_s)
 
 
 def _after(env: simpy.Environment, delay: float, action):
@@ -125,7 +144,7 @@ def _sample(r: Run):
     while True:
         yield env.timeout(every)
         busy = site.busy_seconds()
-        allocated = len([s for s in site.servers.values() if s.stopped_at is None])
+        allocated = site.held()
         answered = r.workload.outcome.answered[seen:]
         seen += len(answered)
         latencies = sorted(x for _, x in answered)
@@ -180,7 +199,7 @@ def figures(r: Run) -> dict:
         "finished": r.workload.finished.triggered,
         "jobs": r.workload.total,
         "jobs_done": done,
-        "makespan_s": round((max(out.jobs_done) if out.jobs_done else r.ended_at) - start, 3),
+        "makespan_s": round((max(out.jobs_done) if out.jobs_done else r.jobs_ended_at) - start, 3),
         "p50_latency_s": _round(quantile(latencies, 0.5)),
         "p99_latency_s": _round(quantile(latencies, 0.99)),
         "requests_answered": len(latencies),
@@ -190,6 +209,8 @@ def figures(r: Run) -> dict:
         "unavailable": out.unavailable,
         "refused_connects": out.refused_connects,
         "gpu_hours": round(gpu_s / 3600, 4),
+        # from the last job to the pool at its minimum: GPU-hours count these seconds too
+        "rest_s": round(r.ended_at - r.jobs_ended_at, 3),
         "gpu_utilisation": round(site.busy_seconds() / gpu_s, 4) if gpu_s else 0.0,
         "servers_max": max((p["servers"] for p in r.timeline), default=len(site.servers)),
         "scale_events": len(site.scale_events),

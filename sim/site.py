@@ -162,6 +162,10 @@ class Site:
             self.lost_slots.add(server.slot)
         return [s.id for s in lost]
 
+    def held(self) -> int:
+        """The servers holding a GPU now: starting, ready or draining."""
+        return len([s for s in self.servers.values() if s.stopped_at is None])
+
     def gpu_seconds(self, until: float) -> float:
         return sum((s.stopped_at or until) - s.started_at for s in self.servers.values())
 

@@ -25,10 +25,21 @@ def test_a_burst_grows_the_pool_only_as_far_as_its_declared_work_keeps_servers_b
     assert figures(undeclared)["servers_max"] == pool.max_servers
     assert pool.min_servers < figures(declared)["servers_max"] < pool.max_servers
     assert figures(declared)["gpu_hours"] < figures(undeclared)["gpu_hours"]
-    # the jobs' reports reached the operator's table, and said nothing was left as they ended
-    totals = declared.policies.declared.totals(declared.ended_at)
-    assert totals and all(w.left == 0 for w in totals.values()), totals
-    # one step, to what the work keeps busy, and no other: as the burst ended, its clients'
+    # the jobs' reports capped the pool (above), and lapsed with their jobs: by the time the
+    # pool is back at its minimum no declared work outlives the jobs that declared it
+    assert declared.policies.declared.totals(declared.ended_at) == {}
+    # one step up, to what the work keeps busy, and no other: as the burst ended, its clients'
     # falling rates once let queue time alone take the pool to 16 in its last second
-    (only,) = declared.site.scale_events
-    assert only["to"] == figures(declared)["servers_max"], declared.site.scale_events
+    events = declared.site.scale_events
+    ups = [e for e in events if e["to"] > e["from"]]
+    assert [e["to"] for e in ups] == [figures(declared)["servers_max"]], events
+    # after the last job the pool goes back to its minimum, and the run with it: the
+    # servers kept meanwhile are GPU-hours paid for
+    assert events[-1]["to"] == pool.min_servers and events[-1]["at"] > declared.jobs_ended_at
+    assert declared.site.held() == pool.min_servers
+    rest_s = figures(declared)["rest_s"]
+    assert rest_s == declared.ended_at - declared.jobs_ended_at > 0
+    last_job = declared.jobs_ended_at
+    servers = declared.site.servers.values()
+    until_last_job = sum(min(s.stopped_at or last_job, last_job) - s.started_at for s in servers)
+    assert figures(declared)["gpu_hours"] * 3600 > until_last_job + pool.min_servers * rest_s
