@@ -264,13 +264,17 @@ def _build_in_fresh_processes(jobs: list[tuple[str, Path]]) -> None:
 
 
 def build(out: Path, names: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """Build the named models (all by default) into `out` and update `out/manifest.json`."""
+    """Build the named models (all by default) into `out` and update `out/manifest.json`,
+    written last: its presence says the build finished."""
     names = names or model_names()
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:
         raise ValueError(f"no builder for {unknown}; models with builders: {sorted(BUILDERS)}")
     manifest_path = out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    # gone until the build is whole: make rebuilds from its absence, and a build killed
+    # half-way left the old one saying a model was there whose files were already removed
+    manifest_path.unlink(missing_ok=True)
     folders = {name: out / name / "1" for name in names}
     for version_dir in folders.values():
         version_dir.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,20 @@ def test_builds_are_deterministic(tmp_path, built_models):
         assert manifest[name] == reference[name], name
 
 
+def test_a_build_that_fails_half_way_leaves_no_manifest_saying_it_finished(tmp_path):
+    """make rebuilds the models when the manifest is missing: a build stopped after it had
+    removed a model's files (a make test interrupted, a failed builder) must not leave the
+    old manifest, which told make the repository was whole."""
+    out = tmp_path / "models"
+    build(out, ["simple"])
+    assert json.loads((out / "manifest.json").read_text())["simple"]
+    (out / "identity").write_text("a file where the model's folder goes")
+    with pytest.raises(NotADirectoryError):
+        build(out, ["simple", "identity"])
+    assert not (out / "manifest.json").exists()
+    assert build(out, ["simple"])["simple"] and (out / "manifest.json").exists()
+
+
 def test_repository_root_does_not_shadow_the_standard_library():
     """`operator/` maps to sonicsite.operator; Python started in the repository root must
     still get the standard library's `operator`, even in a bare interpreter (`-S`: no
