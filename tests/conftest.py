@@ -6,6 +6,7 @@ Under CI=true a skipped test fails the run: CI must exercise everything.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,8 +105,13 @@ class SkipsRefused:
 def pytest_configure(config: pytest.Config) -> None:
     """Each pytest-xdist worker chooses its sites' ports from a range of its own, below the
     kernel's ephemeral ports (sonicsite/local/ports.py says why). The session's skips are
-    counted by a SkipsRefused of its own."""
+    counted by a SkipsRefused of its own. Ctrl-C is Python's KeyboardInterrupt here and in
+    what the tests start, as at a terminal, even where the suite itself was started with
+    SIGINT ignored (a shell's background job, nohup): the tests of Ctrl-C stand for a user
+    at a terminal, and an ignored SIGINT is inherited through exec."""
     config.pluginmanager.register(SkipsRefused(), "sonicsite-skips-refused")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and not os.environ.get(PORT_RANGE_VARIABLE):
         lo = 10000 + 2000 * int(worker[2:])
