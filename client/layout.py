@@ -9,7 +9,6 @@ per graph) are a layout of their flat content plus offsets.
 
 from __future__ import annotations
 
-import itertools
 import math
 import mmap
 from collections.abc import Iterable, Mapping
@@ -96,16 +95,22 @@ class Columns:
         if not columns:
             raise LayoutError("a layout needs at least one column")
         self._columns = dict(columns)
+        # merged layouts: each column's own layout, which may know its bytes' place cheaply
+        self._sources: dict[str, Columns] = {}
 
     @classmethod
     def merge(cls, *layouts: Columns) -> Columns:
         merged: dict[str, np.ndarray] = {}
+        sources: dict[str, Columns] = {}
         for layout in layouts:
             for name in layout.names:
                 if name in merged:
                     raise LayoutError(f"column {name!r} is in more than one layout")
                 merged[name] = layout[name]
-        return cls(merged)
+                sources[name] = layout._sources.get(name, layout)
+        out = cls(merged)
+        out._sources = sources
+        return out
 
     def __getitem__(self, name: str) -> np.ndarray:
         try:
@@ -127,8 +132,14 @@ class Columns:
 
     def contiguous_block(self, names: list[str]) -> np.ndarray | None:
         """The bytes of columns `names`, in that order, if they follow each other in memory
-        with no gap (then they form a feature-major block); else None."""
-        return contiguous_bytes([self[n] for n in names])
+        with no gap (then they form a feature-major block); else None. Columns merged from
+        one layout are asked of it: an owned layout answers from its offsets, where reading
+        each column's address costs microseconds per column per request."""
+        arrays = [self[n] for n in names]  # names every unknown column
+        sources = {id(self._sources.get(n, self)) for n in names}
+        if len(sources) == 1 and (source := self._sources.get(names[0])) is not None:
+            return source.contiguous_block(names)
+        return contiguous_bytes(arrays)
 
 
 class SoA(Columns):
@@ -232,14 +243,15 @@ def contiguous_bytes(arrays: list[np.ndarray]) -> np.ndarray | None:
     """One uint8 view over arrays that lie back to back in one buffer, else None."""
     if not arrays or not all(a.flags.c_contiguous for a in arrays):
         return None
-    for before, after in itertools.pairwise(arrays):
-        if address(before) + before.nbytes != address(after):
+    starts = [address(a) for a in arrays]  # each read once: this runs per block per request
+    for k in range(1, len(arrays)):
+        if starts[k - 1] + arrays[k - 1].nbytes != starts[k]:
             return None
     total = sum(a.nbytes for a in arrays)
     if len(arrays) == 1 or total == 0:
         return arrays[0].reshape(-1).view(np.uint8)
     base = np.frombuffer(_base_buffer(arrays[0]), dtype=np.uint8)
-    start = address(arrays[0]) - address(base)
+    start = starts[0] - address(base)
     return base[start : start + total]
 
 

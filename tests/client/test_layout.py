@@ -44,6 +44,26 @@ def test_columns_from_several_layouts_feed_one_request():
         Columns.merge(nodes, nodes)
 
 
+def test_a_merged_layout_finds_the_blocks_of_its_parts():
+    """A block of one part is that part's bytes (an owned layout answers from its offsets),
+    also after merging twice; columns of two parts form a block only where their memory
+    follows on, and an unknown column is named."""
+    inputs = SoA.allocate([Column("a", np.float32), Column("b", np.float32)], 1024)
+    outputs = SoA.allocate([Column("y", np.float32, (2048,))], 1)
+    merged = Columns.merge(Columns.merge(inputs, outputs), SoA.from_arrays({"z": np.ones(3)}))
+    block = merged.contiguous_block(["a", "b"])
+    assert block is not None and block.nbytes == 8192
+    assert block.ctypes.data == inputs["a"].ctypes.data
+    assert merged.contiguous_block(["b", "a"]) is None
+    assert merged.contiguous_block(["b", "y"]) is None  # two buffers
+    buffer = np.arange(8, dtype=np.float32)
+    halves = Columns.merge(Columns({"lo": buffer[:4]}), Columns({"hi": buffer[4:]}))
+    joined = halves.contiguous_block(["lo", "hi"])
+    assert joined is not None and np.array_equal(joined.view(np.float32), buffer)
+    with pytest.raises(LayoutError, match="no column 'c'"):
+        merged.contiguous_block(["a", "c"])
+
+
 @pytest.mark.parametrize(
     ("dtype", "shape", "message"),
     [
