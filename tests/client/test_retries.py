@@ -114,11 +114,16 @@ def test_sheds_are_waited_out_not_counted_as_tries(limited_envoy):
     """A shed is the site's flow control: chunks shed more often than `max_tries` in a row
     are still delivered, while they have waited out the sheds for less than
     `overload_wait_s`."""
-    result = _shed_stream(limited_envoy, backoff_s=0.01, backoff_max_s=0.2)
-    assert result.failed == {} and result.events_ok == 8
-    records = [r for r in result.stats.records if r.error == "overloaded"]
-    # more than one shed per chunk: some chunk was shed max_tries (2) times or more
-    assert result.overloaded == len(records) > 8
+    sheds = []
+    # More sheds than chunks: some chunk was shed max_tries (2) times or more. On a busy
+    # machine the eight chunks may go out spread over seconds and be shed less: sent again.
+    while len(sheds) < 5 and (not sheds or sheds[-1] <= 8):
+        result = _shed_stream(limited_envoy, backoff_s=0.01, backoff_max_s=0.2)
+        assert result.failed == {} and result.events_ok == 8
+        records = [r for r in result.stats.records if r.error == "overloaded"]
+        assert result.overloaded == len(records)
+        sheds.append(len(records))
+    assert sheds[-1] > 8, f"sheds per stream: {sheds}"
 
 
 def test_sheds_count_as_tries_once_the_overload_wait_is_over(limited_envoy):
