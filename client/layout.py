@@ -135,11 +135,10 @@ class Columns:
         with no gap (then they form a feature-major block); else None. Columns merged from
         one layout are asked of it: an owned layout answers from its offsets, where reading
         each column's address costs microseconds per column per request."""
-        arrays = [self[n] for n in names]  # names every unknown column
-        sources = {id(self._sources.get(n, self)) for n in names}
-        if len(sources) == 1 and (source := self._sources.get(names[0])) is not None:
-            return source.contiguous_block(names)
-        return contiguous_bytes(arrays)
+        parts = {self._sources.get(n) for n in names}  # None: not merged, or unknown
+        if len(parts) == 1 and None not in parts:
+            return parts.pop().contiguous_block(names)
+        return contiguous_bytes([self[n] for n in names])  # names every unknown column
 
 
 class SoA(Columns):
