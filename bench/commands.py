@@ -176,7 +176,8 @@ def run_bench(args: argparse.Namespace) -> int:
     bench result or is damaged, or --out cannot take the page). A --json that cannot be
     written (a folder, a device, a FIFO: sim/output.py) and option values a bench refuses
     are a usage error (2), said before anything starts; a bench that fails part-way has
-    written what it measured (common.Recorder) and goes on up."""
+    written what it measured (common.Recorder), and its error is said in words (1; the
+    traceback is in the JSON's details)."""
     if args.bench_command == "report":
         from . import report
 
@@ -197,7 +198,15 @@ def run_bench(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the bench's Options refused a value
         print(f"sonicsite bench {args.bench_command}: {exc}", file=sys.stderr)
         return 2
-    result = bench()
+    try:
+        result = bench()
+    except Exception as exc:  # in words, with where the result went (Recorder's note)
+        said = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))
+        print(
+            f"sonicsite bench {args.bench_command}: failed: {type(exc).__name__}: {exc}{said}",
+            file=sys.stderr,
+        )
+        return 1
     print(json.dumps(result["summary"], indent=2))
     print(f"written: {args.json}")
     return 0

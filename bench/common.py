@@ -9,8 +9,8 @@ import json
 import platform
 import re
 import statistics
-import sys
 import time
+import traceback
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -245,6 +245,10 @@ def write_result(
     return result
 
 
+def _said(details: dict) -> str:
+    return json.dumps(details, sort_keys=True, default=str)
+
+
 @dataclass
 class Recorder:
     """One bench run's result as it is measured: `details` and `site` (its `meta` part)
@@ -261,25 +265,30 @@ class Recorder:
 
     @contextmanager
     def measuring(self) -> Iterator[Recorder]:
+        planned = _said(self.details)  # what a bench sets before it measures (its plan)
         try:
             yield self
         except Exception as exc:
-            self._write_incomplete(exc)
+            self._write_incomplete(exc, measured=_said(self.details) != planned)
             raise
 
-    def _write_incomplete(self, exc: Exception) -> None:
+    def _write_incomplete(self, exc: Exception, measured: bool) -> None:
+        """The result with the error as its summary (its traceback in `details`, for whoever
+        debugs it: the console gets the error in words), and a note on `exc` saying where
+        it went, which the command prints beside the error."""
         error = f"{type(exc).__name__}: {exc}"
+        details = {**self.details, "failure_traceback": traceback.format_exception(exc)}
         try:
-            write_result(self.json_path, self.name, {"incomplete": error}, *self._rest())
+            rest = self._rest()[1:]
+            write_result(self.json_path, self.name, {"incomplete": error}, details, *rest)
         except Exception as failed:  # the run's own error goes on up
             exc.add_note(f"writing what was measured to {self.json_path} failed: {failed}")
             return
-        print(
-            f"sonicsite bench {self.name}: incomplete: {error}\n"
-            f"  what was measured before it is in {self.json_path}",
-            file=sys.stderr,
+        exc.add_note(
+            f"what was measured before it is in {self.json_path} (incomplete)"
+            if measured
+            else f"nothing was measured before it; the error is in {self.json_path}"
         )
-        exc.add_note(f"what was measured before it is in {self.json_path} (incomplete)")
 
     def write(self, summary: dict) -> dict:
         """The whole run's result."""

@@ -18,6 +18,7 @@ import platform
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def package_key(exported: Path) -> str:
     return f"{digest}-torch{version}-cpu{cpu_tag()}"
 
 
+# What torch (2.13) warns of, about its own code, when it compiles an exported program
+TORCH_OWN_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 def aot_package(model_dir: Path) -> AotPackage:
     """The AOTInductor package of `model_dir` (`<repository>/<model>/1`), compiled from its
     exported program unless the cache has it; ValueError says why there is none."""
@@ -89,8 +94,11 @@ def aot_package(model_dir: Path) -> AotPackage:
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=folder.parent))
     try:
-        program = torch.export.load(str(exported))
-        torch._inductor.aoti_compile_and_package(program, package_path=str(scratch / PACKAGE_FILE))
+        with warnings.catch_warnings():  # torch copying its own tree specs: nothing to act on
+            warnings.filterwarnings("ignore", TORCH_OWN_WARNING, FutureWarning)
+            program = torch.export.load(str(exported))
+            package_path = str(scratch / PACKAGE_FILE)
+            torch._inductor.aoti_compile_and_package(program, package_path=package_path)
         try:
             os.rename(scratch, folder)
         except OSError:  # another process put its package there first: use that one

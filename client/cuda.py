@@ -44,6 +44,36 @@ def _candidates() -> list[str]:
     ]
 
 
+def _runtime_library() -> ctypes.CDLL:
+    tried = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            tried.append(f"{path}: {exc}")
+            continue
+        lib.cudaGetErrorString.restype = ctypes.c_char_p
+        return lib
+    raise CudaUnavailable("CUDA shared memory: no libcudart found; tried " + "; ".join(tried))
+
+
+def check_device(lib: ctypes.CDLL | None = None, device: int = 0) -> None:
+    """CudaUnavailable unless `device` is there: asked once before a stream's workers start
+    (`submit --transport cuda`), without making a context on it."""
+    lib = lib or _runtime_library()
+    count = ctypes.c_int(0)
+    status = lib.cudaGetDeviceCount(ctypes.byref(count))
+    if status != 0:  # 35 (no driver) or 100 (no device) on a machine without a GPU
+        reason = lib.cudaGetErrorString(status).decode()
+        raise CudaUnavailable(
+            f"CUDA shared memory: no usable GPU here (cudaGetDeviceCount: {reason}, {status})"
+        )
+    if device >= count.value:
+        raise CudaUnavailable(
+            f"CUDA shared memory: device {device} requested, {count.value} present"
+        )
+
+
 @dataclass
 class CudaRuntime:
     """The few CUDA runtime calls the transport needs, on one device."""
@@ -51,29 +81,8 @@ class CudaRuntime:
     device: int = 0
 
     def __post_init__(self) -> None:
-        tried = []
-        for path in _candidates():
-            try:
-                self._lib = ctypes.CDLL(path)
-                break
-            except OSError as exc:
-                tried.append(f"{path}: {exc}")
-        else:
-            raise CudaUnavailable(
-                "CUDA shared memory: no libcudart found; tried " + "; ".join(tried)
-            )
-        self._lib.cudaGetErrorString.restype = ctypes.c_char_p
-        count = ctypes.c_int(0)
-        status = self._lib.cudaGetDeviceCount(ctypes.byref(count))
-        if status != 0:  # 35 (no driver) or 100 (no device) on a machine without a GPU
-            reason = self._lib.cudaGetErrorString(status).decode()
-            raise CudaUnavailable(
-                f"CUDA shared memory: no usable GPU here (cudaGetDeviceCount: {reason}, {status})"
-            )
-        if self.device >= count.value:
-            raise CudaUnavailable(
-                f"CUDA shared memory: device {self.device} requested, {count.value} present"
-            )
+        self._lib = _runtime_library()
+        check_device(self._lib, self.device)
         self._check(self._lib.cudaSetDevice(self.device), "cudaSetDevice")
 
     def _check(self, status: int, call: str) -> None:

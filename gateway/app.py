@@ -185,10 +185,12 @@ def create_app(config: GatewayConfig) -> GatewayApp:
 
     @app.exception_handler(HTTPException)
     async def kserve_error(request: Request, exc: HTTPException) -> Response:
-        """Errors in KServe v2's shape, {"error": ...}, which stock clients read."""
+        """Errors in KServe v2's shape, {"error": ...}, which stock clients read; a path
+        with no route gets Triton's own 404 body (`{"error":"Not Found"}`), asked of a
+        server in tests/compat, so that code matching on it reads the site as a server."""
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         if exc.status_code == 404:
-            detail = f"no route {request.method} {request.url.path}"
+            detail = "Not Found"
         return error(exc.status_code, detail, getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)

@@ -179,7 +179,7 @@ def refused_routes() -> list[dict]:
                 "name": f"refused-rest-{kind}",
                 "match": {"safe_regex": {"regex": rest_regex}},
                 # the reason alone: the listener's local-reply mapper makes it a KServe
-                # error body, {"error": ...} (xds_resources.py `shed_reply`)
+                # error body, {"error": ...} (xds_local_replies.py `shed_reply`)
                 "direct_response": {"status": 403, "body": {"inline_string": reason}},
                 "typed_per_filter_config": without_model_match(),
             }

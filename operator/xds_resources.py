@@ -11,27 +11,21 @@ ejected for a while (outlier detection, at most half of a cluster's servers at o
 draining servers receive nothing new. The listener answers `HEALTH_PATH` itself (Envoy's
 liveness) and runs the filters that find a stock gRPC client's model (xds_model_match.py)
 and that enforce admission: the Lua script that says whether a
-shed is still in force, the fault filter that refuses, the local-reply mapper that adds the
-retry-after. The bearer-JWT check the listener may run: xds_jwt.py.
+shed is still in force, the fault filter that refuses, and Envoy's own replies
+(xds_local_replies.py: a shed's retry-after, a model no server has ready). The bearer-JWT
+check the listener may run: xds_jwt.py.
 """
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from sonicsite.contract.admission_pass import NO_PASS
-from sonicsite.contract.wire import (
-    ADMISSION_HEADER,
-    ADMITTED_HEADER,
-    FULL_WEIGHT,
-    RETRY_AFTER_HEADER,
-    ServerRecord,
-)
+from sonicsite.contract.wire import FULL_WEIGHT, ServerRecord
 
 from .admission import split_cap
-from .xds_model_match import NOT_GRPC, model_match_filter
+from .xds_local_replies import shed_reply
+from .xds_model_match import model_match_filter
 from .xds_tracing import EnvoyTracing
 
 if TYPE_CHECKING:
@@ -245,65 +239,6 @@ def load_assignment(
     }
 
 
-def shed_reply(retry_after_s: int) -> dict:
-    """Envoy's own replies (the listener's local-reply mappers). Those to requests the
-    fault filter refused (response flag FI) carry the retry-after and no admission pass:
-    gRPC clients get RESOURCE_EXHAUSTED with the reason, REST clients 429 with it in a
-    KServe error body (as the gateway answers).
-    Every other error Envoy answers a REST client itself (a per-try timeout, no healthy
-    server, a failed connection, a refused route) is a KServe error body too,
-    {"error": <Envoy's reason>}: tritonclient reads that, where Envoy's plain text made it
-    say "Parse error at offset 0" and hide the reason. gRPC clients get the reason in
-    grpc-message already."""
-    reason = (
-        "model shed by sonicsite admission: its queue time per request is over the "
-        f"threshold; retry after {retry_after_s} s"
-    )
-    headers = [
-        {
-            "header": {"key": RETRY_AFTER_HEADER, "value": str(retry_after_s)},
-            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-        },
-        {
-            "header": {"key": ADMISSION_HEADER, "value": "shed"},
-            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-        },
-        # Envoy puts the route's response headers (the model's admission pass) on its own
-        # replies too: a refused caller must not get a pass from its refusal
-        {
-            "header": {"key": ADMITTED_HEADER, "value": NO_PASS},
-            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-        },
-    ]
-    shed = {"response_flag_filter": {"flags": ["FI"]}}
-    not_grpc = {"header_filter": {"header": NOT_GRPC}}
-    rest = {"and_filter": {"filters": [shed, not_grpc]}}
-    failed = {"status_code_filter": {"comparison": {"op": "GE", "value": _status(400)}}}
-    return {
-        "mappers": [
-            {
-                "filter": rest,
-                "headers_to_add": headers,
-                "body": {"inline_string": json.dumps({"error": reason})},
-                "body_format_override": {
-                    "text_format_source": {"inline_string": "%LOCAL_REPLY_BODY%"},
-                    "content_type": "application/json",
-                },
-            },
-            {"filter": shed, "headers_to_add": headers, "body": {"inline_string": reason}},
-            {
-                "filter": {"and_filter": {"filters": [failed, not_grpc]}},
-                "body_format_override": {"json_format": {"error": "%LOCAL_REPLY_BODY%"}},
-            },
-        ]
-    }
-
-
-def _status(code: int) -> dict:
-    """A status code in a local-reply filter's comparison (a RuntimeUInt32)."""
-    return {"default_value": code, "runtime_key": f"sonicsite.local_reply.status_{code}"}
-
-
 def health_filter() -> dict:
     """Envoy answers `HEALTH_PATH` itself (200, nothing forwarded): a probe of Envoy's own
     liveness, which a hung (SIGSTOPped) Envoy cannot answer, unlike a TCP connect."""
@@ -353,6 +288,11 @@ def listener(
                             "http_connection_manager.v3.HttpConnectionManager",
                             "stat_prefix": "sonicsite",
                             "codec_type": "AUTO",
+                            # as Triton and the gateway: HTTP/1.0 clients (ab, probes) too
+                            "http_protocol_options": {
+                                "accept_http_10": True,
+                                "default_host_for_http_10": "sonicsite",
+                            },
                             "http2_protocol_options": {
                                 "max_concurrent_streams": 10_000,
                                 "initial_stream_window_size": 16 << 20,

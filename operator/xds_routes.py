@@ -15,7 +15,7 @@ carry the model's admission pass (sonicsite/contract/admission_pass.py) and a sh
 request that brings a valid one back. Only inference gives a pass, so that a caller cannot
 get one from a metadata call a shed lets through. Envoy adds a route's response headers to
 its own replies on the route too: the shed's refusals say `NO_PASS` in the pass's place
-(xds_resources.py `shed_reply`), so that a refused caller is not given one.
+(xds_local_replies.py `shed_reply`), so that a refused caller is not given one.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--list", action="store_true", help="the shipped scenarios")
     p.add_argument("--json", type=Path, help="where to write the result")
-    p.add_argument("--seed", type=int, default=1, help="the random seed (default 1)")
+    p.add_argument("--seed", type=at_least(0), default=1, help="the random seed (default 1)")
     p.add_argument(  # defaults None: check-local refuses the option given at all
         "--seeds",
         type=at_least(1),
@@ -65,6 +65,14 @@ def run_simulate(args: argparse.Namespace) -> int:
     """The command's exit status (EXIT_STATUSES)."""
     from . import results, scenario
 
+    if args.list and (given := [o for o in ("scenario", "json", "plot") if getattr(args, o)]):
+        named = ", ".join("SCENARIO" if o == "scenario" else f"--{o}" for o in given)
+        print(
+            f"sonicsite simulate: --list only lists the shipped scenarios; it runs nothing, so "
+            f"{named} would be ignored: give one or the other",
+            file=sys.stderr,
+        )
+        return 2
     if args.list:
         for name in scenario.shipped():
             print(f"{name}: {scenario.load(name).description}")

@@ -60,6 +60,14 @@ def refusal(path: Path) -> str:
     return f"it is {kind}{via}, not a regular file: refused rather than replaced"
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The nearest existing folder-to-be of `path` (itself or a parent) when it is not a
+    folder: nothing can be made below it (mkdir says "File exists" or "Not a directory",
+    naming neither the file nor why)."""
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    return existing if existing is not None and not existing.is_dir() else None
+
+
 def unwritable(path: Path) -> str:
     """Why a file cannot be written at `path` (empty: it can): something there that is not a
     regular file, a parent that cannot be made, a folder where no file can be created. The
@@ -68,6 +76,8 @@ def unwritable(path: Path) -> str:
     if why := refusal(path):
         return why
     lands = target(path)
+    if (in_the_way := file_in_the_way(lands.parent)) is not None:
+        return f"{in_the_way} is a file, not a folder"
     try:
         lands.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(

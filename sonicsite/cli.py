@@ -190,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     args = parse_args(argv)
     if args.command == "models":
-        return _models(args)
+        try:
+            return _models(args)
+        except OSError as exc:  # --out cannot be written: the path and why, no traceback
+            print(f"sonicsite models {args.models_command}: {said(exc)}", file=sys.stderr)
+            return 1
     if args.command == "status":
         from .local.status import print_status
 
@@ -215,8 +219,17 @@ def _run(argv: list[str] | None) -> int:
             return _unwinding(args.command, lambda: _site(args))
         return _site(args)
     except (SiteError, ValueError, OSError) as exc:  # FileNotFoundError: no site, say so
-        print(f"sonicsite {args.command}: {exc}", file=sys.stderr)
+        print(f"sonicsite {args.command}: {said(exc)}", file=sys.stderr)
         return 1
+
+
+def said(exc: Exception) -> str:
+    """An error in words: an OSError as `path: why` (not "[Errno 1] Operation not
+    permitted: 'path'"), with the second path where there is one (a rename)."""
+    if not isinstance(exc, OSError) or not exc.strerror or exc.filename is None:
+        return str(exc)
+    second = f" -> {exc.filename2}" if exc.filename2 is not None else ""
+    return f"{exc.filename}{second}: {exc.strerror}"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from .cli_usage import (
     DEMO_EXIT,
     SUBMIT_EXIT,
     UP_EXIT,
+    build_folder,
     host_port,
     option_conflicts,
     site_folder,
@@ -43,7 +44,13 @@ def _model_list(text: str) -> list[str]:
             f"unknown model(s) {unknown or [text]}; "
             f"expected a comma-separated list of: {', '.join(known)}"
         )
+    if twice := _named_twice(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
     return names
+
+
+def _named_twice(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def _any_models(text: str) -> list[str]:
@@ -72,6 +79,8 @@ def _held(text: str) -> tuple[str, list[str]]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
         )
+    if twice := _named_twice(chosen):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
     return _model_list(model)[0], chosen
 
 
@@ -336,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = msub.add_parser("build", help="build the ONNX files deterministically")
     b.add_argument(
         "--out",
-        type=Path,
+        type=build_folder,
         default=Path("build/models"),
         help="the folder the models are written to, OUT/<model>/1/ (default build/models)",
     )

@@ -126,6 +126,8 @@ def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"
         )
+    if twice := sorted({m for m in pinned if pinned.count(m) > 1}):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
     return name, int(count), pinned
 
 

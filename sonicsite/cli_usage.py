@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from .cli_placement import site_option_orphans
+from .sim.output import file_in_the_way
 
 # submit's options for the models run in the workers (not with --backend site)
 LOCAL_BACKEND_OPTIONS = ("compile", "models_dir")
@@ -43,6 +44,11 @@ def host_port(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"expected HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:8001, got {text!r}"
         )
+    if "/" in host:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT, with no scheme or path (gRPC takes none), e.g. "
+            f"127.0.0.1:8001, got {text!r}"
+        )
     if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}: bad host {host!r}")
     return text
@@ -73,12 +79,36 @@ def tokens_file(text: str) -> Path:
 def site_folder(text: str) -> Path:
     """`--dir`: a site's folder; a path that exists as anything but a folder is refused (an
     argparse type), before a command tries to make it or read a state file in it."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty name would make the current folder the site's (its state.json, keys, "
+            "logs and repository); name a folder (default .sonicsite, or . for this one)"
+        )
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(
             f"{text}: is a file, not a folder (a site's folder holds its state.json, logs "
             "and repository); name a folder, or one that does not exist yet"
         )
+    if (in_the_way := file_in_the_way(path)) is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text}: {in_the_way} is a file, not a folder, so no folder can be made there"
+        )
+    return path
+
+
+def build_folder(text: str) -> Path:
+    """`models build --out`: a folder for the built models; an empty name (the current
+    folder) and a path below a file are refused before anything is built."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty name would write the models and manifest.json into the current "
+            "folder; name a folder (default build/models, or . for this one)"
+        )
+    path = Path(text)
+    if (in_the_way := file_in_the_way(path)) is not None:
+        which = "" if in_the_way == path else f" {in_the_way}"
+        raise argparse.ArgumentTypeError(f"{text}:{which} is a file, not a folder")
     return path
 
 
@@ -86,10 +116,23 @@ def _option(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
+def _held_twice(held: list[tuple[str, list[str]]]) -> str:
+    """`up --hold` naming one model twice (the last would win, silently)."""
+    for model in dict.fromkeys(m for m, _ in held):
+        given = [",".join(servers) for m, servers in held if m == model]
+        if len(given) > 1:
+            every = ",".join(dict.fromkeys(",".join(given).split(",")))
+            return (
+                f"argument --hold: {model} is given {len(given)} times ({'; '.join(given)}); "
+                f"name all its servers in one: --hold {model}={every}"
+            )
+    return ""
+
+
 def option_conflicts(args: argparse.Namespace) -> str:
     """An option given without the one it belongs to (it would be ignored), or with one it
     cannot go with, in words; '' when there is none."""
-    if args.command == "up" and (why := site_option_orphans(args)):
+    if args.command == "up" and (why := site_option_orphans(args) or _held_twice(args.hold)):
         return why
     build = args.command == "models" and args.models_command == "build"
     if build and args.framework is not None and not args.configs:

@@ -48,7 +48,7 @@ from sonicsite.local.launcher import DEFAULT_BUILD_DIR
 
 from .executions import log_sizes, read_executions
 from .journal import read_journal
-from .preflight import check_local_models, check_site, check_spec, check_token
+from .preflight import check_local_models, check_site, check_spec, check_token, check_transport
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
@@ -113,6 +113,7 @@ def submit(
     why, for a stream that cannot run (nothing is started then)."""
     check_spec(spec)
     check_out(spec.out, spec.resume)
+    check_transport(spec)
     check_local_models(spec)
     state = check_site(spec, note)
     check_token(spec, state)

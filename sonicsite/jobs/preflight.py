@@ -1,8 +1,9 @@
 """What `submit` checks before any worker starts, so that a stream that cannot run is refused
 in a second with the reason, not after every job has spent its tries: the spec's numbers,
-the models the workers would run in process (backend local or auto), the site's models,
-that the site is up (its processes as `sonicsite status` sees them), and, for HTTP through
-its gateway, that a site that asks for a bearer token gets one the workers' client sends."""
+the GPU that `--transport cuda` needs, the models the workers would run in process
+(backend local or auto), the site's models, that the site is up (its processes as
+`sonicsite status` sees them), and, for HTTP through its gateway, that a site that asks
+for a bearer token gets one the workers' client sends."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from sonicsite.client.aot import aot_package
 from sonicsite.client.backend_local import BACKENDS, LocalModels
+from sonicsite.client.cuda import CudaUnavailable, check_device
 from sonicsite.contract.wire import (
     DEAD,
     RESTARTING,
@@ -65,6 +67,18 @@ def check_spec(spec: Any) -> None:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
     if spec.resume and spec.fresh:
         raise ValueError("--resume and --fresh: choose one (go on with the stream, or clear it)")
+
+
+def check_transport(spec: Any) -> None:
+    """`--transport cuda` on a machine with no usable GPU: refused now, not once per job."""
+    if spec.transport != "cuda":
+        return
+    try:
+        check_device()
+    except CudaUnavailable as exc:
+        raise ValueError(
+            f"--transport cuda: {exc}; --transport shm shares host memory on any machine"
+        ) from None
 
 
 def check_local_models(spec: Any) -> None:

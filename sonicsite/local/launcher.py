@@ -47,7 +47,7 @@ from .collector import start_collector
 from .control_plane import control_plane_parts, start_control_plane
 from .envoy_admin import forget_admin_socket
 from .errors import SiteError
-from .ports import free_ports
+from .ports import PORT_RANGE_VARIABLE, free_ports, port_range
 from .processes import describe, marked_groups, site_group, stop_groups
 from .servers import remove_leftovers, start_server
 from .site_dir import clear_repository, make_private, mark_repository
@@ -106,6 +106,9 @@ def up(
     killed on the way leaves a site that `status` and `submit` call incomplete."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
+    if (ports := port_range()) and 3 * servers > (size := ports[1] - ports[0] + 1):
+        why = f"need {3 * servers} ports (3 each), over the {size} of {PORT_RANGE_VARIABLE}"
+        raise SiteError(f"servers: {servers} servers {why}={ports[0]}-{ports[1]}")
     if ort_threads < 1:
         raise SiteError(f"ort_threads must be at least 1, got {ort_threads}")
     if scaling is not None and scaling.min_servers == 0 and placing is None:

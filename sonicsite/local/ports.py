@@ -26,7 +26,9 @@ def port_range() -> tuple[int, int] | None:
     except ValueError:
         lo, hi = 0, -1
     if not 1024 <= lo < hi <= 65535:
-        raise ValueError(f"{PORT_RANGE_VARIABLE}: expected LO-HI within 1024-65535, got {text!r}")
+        raise ValueError(
+            f"{PORT_RANGE_VARIABLE}: expected LO-HI with 1024 <= LO < HI <= 65535, got {text!r}"
+        )
     return lo, hi
 
 
@@ -43,7 +45,11 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: Collection[int] = ())
     try:
         while len(sockets) < count:
             if bounds and not candidates:
-                raise OSError(f"{PORT_RANGE_VARIABLE}: no {count} free ports left")
+                size = bounds[1] - bounds[0] + 1
+                raise OSError(
+                    f"{PORT_RANGE_VARIABLE}={bounds[0]}-{bounds[1]}: no {count} free ports "
+                    f"left in its {size}"
+                )
             port = candidates.pop() if bounds else 0
             if port and port in avoid:
                 continue

@@ -26,7 +26,11 @@ STATE = "state.json"
 
 def make_private(site_dir: Path) -> None:
     """Make `site_dir` (0700 where it is new) and check that only this user may change it."""
-    site_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        site_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise SiteError(f"{site_dir}: cannot make the site's folder there: {why}") from None
     check_private(site_dir)
 
 

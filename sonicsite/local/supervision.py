@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.wire import SERVER, SUPERVISOR, lives_for_site
+from sonicsite.contract.wire import SERVER, SUPERVISOR, lives_for_site, load_state_file
 
 from .errors import SiteError
 from .processes import start_process, wait_for_http
@@ -98,6 +98,7 @@ def supervise_again(site_dir: Path, timeout: float = 60.0) -> LocalProcess:
     refused beside them. Refused while an `up` or `down` is under way, for a site that
     is stopping or was started without one, and while the recorded one lives."""
     site_dir = Path(site_dir).resolve()
+    load_state_file(site_dir)  # no site: say how to start one, and make no lock file
     with exclusive(site_dir, "supervise"):
         state = SiteState.load(site_dir)
         record = state.process(SUPERVISOR)

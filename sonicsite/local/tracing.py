@@ -16,11 +16,22 @@ one in `triton_rate` of the others.
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import asdict, dataclass
 
 TRITON_LEVELS = ("TIMESTAMPS", "TENSORS")
 TRACES_PATH = "/v1/traces"
 SERVICE_PREFIX = "sonicsite"  # service.name of each part: sonicsite-envoy, -gateway, -triton
+
+
+def _http_url(text: str) -> bool:
+    """http(s)://host[:port][/path], a host and, if given, a port from 1 to 65535."""
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port = parts.port  # ValueError: not a number, or out of 0-65535
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port != 0
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,11 @@ class TracingConfig:
     export_delay_ms: int = 500
 
     def __post_init__(self) -> None:
-        if self.export and not self.export.startswith(("http://", "https://")):
-            raise ValueError(f"tracing export: expected http(s)://host:port, got {self.export!r}")
+        if self.export and not _http_url(self.export):
+            raise ValueError(
+                f"tracing export: expected http(s)://host[:port] with a port from 1 to 65535, "
+                f"got {self.export!r}"
+            )
         if not 0.0 <= self.envoy_sampling <= 100.0:
             raise ValueError(
                 f"tracing envoy_sampling: expected 0 to 100 (percent), got {self.envoy_sampling}"

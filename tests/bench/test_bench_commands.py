@@ -3,6 +3,8 @@ naming the option, before any site starts (not a traceback, nor a failure minute
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sonicsite.cli import main
@@ -47,3 +49,20 @@ def test_a_bad_bench_option_is_a_usage_error(tmp_path, capsys, bench, option, va
     assert said.startswith(f"sonicsite bench {bench}") and named in said, err
     assert not out.exists()
     assert not list(tmp_path.glob("sonicsite-*"))
+
+
+def test_a_bench_that_fails_says_why_in_words_and_where_the_result_went(tmp_path, capsys):
+    """A bench whose models were never built: one line naming the missing file and one
+    saying that nothing was measured and where the error is kept, exit status 1, no
+    traceback on the console (it is in the JSON, for whoever debugs it)."""
+    out, models = tmp_path / "client.json", tmp_path / "never-built"
+    argv = ["bench", "client", "--json", str(out), "--build-dir", str(models), "--sizes", "1"]
+    code, err = _usage([*argv, "--repeats", "1"], capsys)
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    first, note = err.strip().splitlines()
+    assert first.startswith("sonicsite bench client: failed: ") and str(models) in first, err
+    assert note == f"  nothing was measured before it; the error is in {out}", err
+    saved = json.loads(out.read_text())
+    assert saved["summary"]["incomplete"] in first
+    assert any("Traceback" in line for line in saved["details"]["failure_traceback"])

@@ -72,15 +72,25 @@ def test_a_run_that_fails_late_leaves_what_it_measured(tmp_path, capsys):
     out = tmp_path / "bench.json"
     record = Recorder(out, "example")
     record.site = {"admission": "off", "sheds": None}
-    with pytest.raises(ValueError, match="math domain error"), record.measuring():
+    with pytest.raises(ValueError, match="math domain error") as raised, record.measuring():
         record.details["first_part"] = {"throughput": 12.5}
         raise ValueError("math domain error")
     saved = json.loads(out.read_text())
     assert saved["summary"] == {"incomplete": "ValueError: math domain error"}
     assert saved["details"]["first_part"] == {"throughput": 12.5}
     assert saved["meta"]["admission"] == "off" and saved["meta"]["commit"]
-    err = capsys.readouterr().err
-    assert "incomplete: ValueError: math domain error" in err and str(out) in err
+    # the traceback is kept for whoever debugs it; the command says the note (commands.py)
+    assert "raise ValueError" in "".join(saved["details"]["failure_traceback"])
+    assert raised.value.__notes__ == [f"what was measured before it is in {out} (incomplete)"]
+
+
+def test_a_run_that_fails_before_measuring_says_nothing_was_measured(tmp_path):
+    out = tmp_path / "bench.json"
+    with pytest.raises(RuntimeError) as raised, Recorder(out, "example").measuring():
+        raise RuntimeError("no server came up")
+    assert raised.value.__notes__ == [f"nothing was measured before it; the error is in {out}"]
+    saved = json.loads(out.read_text())
+    assert saved["summary"] == {"incomplete": "RuntimeError: no server came up"}
 
 
 def test_meta_counts_the_cpu_of_what_the_run_started_as_its_own(tmp_path):

@@ -24,7 +24,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*SONICSITE, *args], capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("address", ["nonsense", "127.0.0.1:99999", ":8001", "host:port"])
+@pytest.mark.parametrize(
+    "address", ["nonsense", "127.0.0.1:99999", ":8001", "host:port", "http://127.0.0.1:8001"]
+)
 def test_check_refuses_a_grpc_address_that_is_not_host_port(address):
     out = _cli("check", "--grpc", address, "--models", "simple")
     assert out.returncode == 2, out.stderr
@@ -95,6 +97,18 @@ def test_check_says_each_failed_chunk_on_a_line_of_its_own():
     )
     assert chunk.startswith("  events 0-4: envoy: UNAVAILABLE: "), out.stdout
     assert "{(" not in out.stdout and "StatusCode." not in out.stdout, out.stdout
+
+
+def test_check_sends_more_events_than_a_models_max_batch_in_several_requests(site):
+    """`--events 20` of `simple` (max batch 8) and of the graph model: checked in requests
+    of a few events each, not refused as one request over the model's max batch."""
+    models = "simple,gnn_linking"
+    out = _cli("check", "--grpc", site.grpc, "--models", models, "--events", "20")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "simple: 20/20 events answered and checked",
+        "gnn_linking: 20/20 events answered and checked",
+    ]
 
 
 def _submit(site_dir: str | Path, *extra: str) -> subprocess.CompletedProcess:

@@ -295,21 +295,25 @@ def test_a_worker_with_bad_options_says_why_in_the_report_and_on_stderr(site, tm
     assert "error: SpecError: " in proc.stdout  # the console summary
 
 
-def test_a_worker_without_a_gpu_for_cuda_says_so(site, tmp_path, capsys):
+def test_a_stream_over_cuda_without_a_gpu_is_refused_before_any_worker_starts(site, tmp_path):
+    """Not a failure per job after its worker started (each job once said so): refused in
+    the preflight, naming the option, why, and the transport that works here."""
+    out = tmp_path / "out"
     spec = StreamSpec(
         site_dir=Path(site.site_dir),
         models=["simple"],
         jobs=1,
         wave=1,
         events=16,
-        out=tmp_path / "out",
+        out=out,
         transport="cuda",
     )
-    report = submit(spec)
-    (error,) = report["errors"]
-    assert error["type"] == "CudaUnavailable" and "no usable GPU" in error["message"]
-    assert report["events_failed"] == 16 and report["reruns"] == 0
-    assert "job 0 (simple) failed on attempt 1: CudaUnavailable: " in capsys.readouterr().err
+    with pytest.raises(ValueError) as refused:
+        submit(spec)
+    said = str(refused.value)
+    assert said.startswith("--transport cuda: CUDA shared memory: no usable GPU here"), said
+    assert said.endswith("--transport shm shares host memory on any machine"), said
+    assert not out.exists()
 
 
 def test_resume_reruns_only_the_jobs_left_across_waves(site, tmp_path):

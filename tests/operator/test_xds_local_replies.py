@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from polling import wait_until
+from sonicsite.operator.xds_local_replies import NONE_READY
 from sonicsite.operator.xds_model_match import COMPRESSED, REPOSITORY
 from sonicsite.operator.xds_snapshot import Snapshot
 from static_envoy import static_bootstrap
@@ -68,11 +70,30 @@ def test_envoys_own_rest_errors_are_kserve_error_bodies_naming_the_reason(site):
     status, kind, body = _post(site, "/v2/models/simple/infer")
     assert status == 503 and kind == "application/json", (status, kind, body)
     reason = json.loads(body)["error"]
-    assert "upstream" in reason, reason  # "no healthy upstream" or "upstream connect error"
+    # "no healthy upstream" (no server of the model is ready), said of the model; or, before
+    # the first health check, "upstream connect error"
+    assert reason in (f"/v2/models/simple/infer: {NONE_READY}",) or "upstream" in reason, reason
     with pytest.raises(InferenceServerException) as failed:
         stock_infer(site, "simple", SIMPLE, ["OUTPUT0"], module=httpclient)
     assert failed.value.status() == "503"
-    assert "upstream" in str(failed.value) and "Parse error" not in str(failed.value)
+    assert "Parse error" not in str(failed.value)
+    assert NONE_READY in str(failed.value) or "upstream" in str(failed.value), failed.value
+
+
+def test_a_model_no_server_has_ready_is_named_in_envoys_reply(site):
+    """Envoy's own "no healthy upstream" told a physicist nothing: the reply names the
+    model (gRPC: found in the request; REST: its path) and why, and stays retryable."""
+    said = f"model 'simple': {NONE_READY}"
+    wait_until(lambda: _unavailable(site) == said, f"Envoy to answer {said!r}", timeout=120)
+    status, _, body = _post(site, "/v2/models/simple/infer")
+    assert (status, json.loads(body)) == (503, {"error": f"/v2/models/simple/infer: {NONE_READY}"})
+
+
+def _unavailable(site: str) -> str:
+    with pytest.raises(InferenceServerException) as failed:
+        stock_infer(site, "simple", SIMPLE, ["OUTPUT0"])
+    assert failed.value.status() == "StatusCode.UNAVAILABLE", failed.value
+    return failed.value.message()
 
 
 def test_a_refused_rest_call_and_a_shed_keep_their_kserve_bodies(site):
@@ -87,7 +108,8 @@ def test_grpc_errors_keep_the_reason_in_grpc_message(site):
     with pytest.raises(InferenceServerException) as failed:
         stock_infer(site, "simple", SIMPLE, ["OUTPUT0"])
     assert failed.value.status() == "StatusCode.UNAVAILABLE"
-    assert "upstream" in failed.value.message() and "{" not in failed.value.message()
+    said = failed.value.message()
+    assert (NONE_READY in said or "upstream" in said) and "{" not in said, said
 
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])

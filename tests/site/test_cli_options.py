@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from sonicsite import cli_placement
+from sonicsite.cli import main
 from sonicsite.cli_parser import parse_args
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -69,8 +70,41 @@ SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
         ),
         (
             ["up", "--tracing", "--tracing-export", "localhost:4318"],
-            "argument --tracing-export: tracing export: expected http(s)://host:port",
+            "argument --tracing-export: tracing export: expected http(s)://host[:port]",
         ),
+        (  # an empty host and a port past 65535 were taken
+            ["up", "--tracing", "--tracing-export", "http://:99999"],
+            "argument --tracing-export: tracing export: expected http(s)://host[:port]",
+        ),
+        (  # the last --hold of a model won, silently
+            ["up", "--hold", "deepmet=triton-0", "--hold", "deepmet=triton-1"],
+            "argument --hold: deepmet is given 2 times (triton-0; triton-1); name all its "
+            "servers in one: --hold deepmet=triton-0,triton-1",
+        ),
+        (["up", "--hold", "deepmet=triton-0,triton-0"], "triton-0 named twice"),
+        (  # it started, and `models status` showed deepmet on "triton-0,triton-0"
+            ["up", "--models", "deepmet,deepmet"],
+            "argument --models: 'deepmet,deepmet': deepmet named twice",
+        ),
+        (["up", "--placement", "--pool", "big=1:deepmet,deepmet"], "deepmet named twice"),
+        (  # the current folder became the site's: state.json, keys and logs strewn in it
+            ["up", "--dir", ""],
+            "argument --dir: an empty name would make the current folder the site's",
+        ),
+        (  # it wrote the models and manifest.json into the current folder
+            ["models", "build", "--only", "simple", "--out", ""],
+            "argument --out: an empty name would write the models",
+        ),
+        (  # a traceback ending in NotADirectoryError
+            ["models", "build", "--only", "simple", "--out", "/dev/null/models"],
+            "argument --out: /dev/null/models: /dev/null is a file, not a folder",
+        ),
+        (  # "[Errno 20] Not a directory"
+            ["up", "--dir", "/dev/null/site"],
+            "argument --dir: /dev/null/site: /dev/null is a file, not a folder",
+        ),
+        (["check", "--grpc", "http://127.0.0.1:8001", "--models", "simple"], "no scheme or path"),
+        (["simulate", "small", "--seed", "-1"], "argument --seed: expected an integer ≥ 0"),
         (["up", "--autoscale", "3:1"], "argument --autoscale: '3:1': min_servers: expected"),
         (["up", "--autoscale", "1:0"], "argument --autoscale: '1:0': min_servers: expected"),
         (["up", "--autoscale", "3"], "argument --autoscale: expected MIN:MAX servers"),
@@ -203,3 +237,27 @@ def test_help_says_the_exit_statuses(command, codes):
 def test_mode_help_says_http_goes_through_the_gateway():
     shown = _help("submit")
     assert "Envoy for --transport grpc" in shown and "the gateway for http" in shown, shown
+
+
+def test_simulate_list_with_a_scenario_is_refused_not_ignored(capsys):
+    """`simulate nosuch --list` listed the scenarios and exited 0, the name unread."""
+    assert main(["simulate", "nosuch", "--list"]) == 2
+    said = capsys.readouterr().err
+    assert "--list only lists the shipped scenarios; it runs nothing, so SCENARIO" in said, said
+
+
+def test_supervise_without_a_site_says_there_is_none(tmp_path, capsys):
+    """It said "[Errno 2] No such file or directory: '.../up.lock'" (and made that file)."""
+    assert main(["supervise", "--dir", str(tmp_path / "nosite")]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(f"sonicsite supervise: no site at {tmp_path / 'nosite'}"), said
+    assert not (tmp_path / "nosite").exists()
+
+
+def test_up_in_a_folder_it_cannot_make_says_so(capsys):
+    """It said "[Errno 1] Operation not permitted: '/proc/...'"."""
+    site = "/proc/sonicsite-no-such-site"  # even root cannot make a folder there
+    assert main(["up", "--dir", site]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(f"sonicsite up: {site}: cannot make the site's folder there: "), said
+    assert "Errno" not in said

@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+from sonicsite.local import launcher
+from sonicsite.local.errors import SiteError
 from sonicsite.local.ports import PORT_RANGE_VARIABLE, free_ports
 from sonicsite.local.state import LocalProcess, LocalServer, SiteState
 
@@ -63,3 +65,32 @@ def test_a_site_state_names_every_port_it_has_chosen() -> None:
         )
     )
     assert set(range(20001, 20010)) <= state.ports()
+
+
+@pytest.mark.parametrize("given", ["42000-42000", "43000-42000", "80-90", "a-b", "42000"])
+def test_a_bad_range_says_what_a_range_must_be(monkeypatch: pytest.MonkeyPatch, given) -> None:
+    """"expected LO-HI within 1024-65535" did not say that LO must be below HI."""
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, given)
+    with pytest.raises(ValueError, match="expected LO-HI with 1024 <= LO < HI <= 65535"):
+        free_ports(1)
+
+
+def test_a_range_used_up_says_its_bounds_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, "42100-42101")
+    with pytest.raises(OSError, match=r"=42100-42101: no 3 free ports left in its 2$"):
+        free_ports(3)
+
+
+def test_up_with_more_servers_than_the_range_has_ports_names_both(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """It said "no 300000 free ports left", naming neither --servers nor the range, after
+    it had made the site's folder."""
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, "42000-42999")
+    with pytest.raises(SiteError) as refused:
+        launcher.up(tmp_path / "site", servers=400)
+    assert str(refused.value) == (
+        "servers: 400 servers need 1200 ports (3 each), over the 1000 of "
+        f"{PORT_RANGE_VARIABLE}=42000-42999"
+    )
+    assert not (tmp_path / "site").exists()
