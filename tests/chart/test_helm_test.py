@@ -66,6 +66,8 @@ def test_a_wrong_answer_or_a_model_without_a_request_fails_the_test(site, tmp_pa
     # a site's own model (one of triton.models, the only ones tests.models may name) with no
     # demo sample and no request in tests.inputs
     values["triton"]["models"] = [*values["triton"]["models"], "site_own_model"]
+    own = {"source": "pvc", "claimName": "site-models"}  # where the site's own model is
+    values["triton"]["modelRepositories"] = [{"source": "demo"}, own]
     values["tests"]["models"] = ["site_own_model"]
     command, files = _test_pod(values)
     done = _run(command, files, site.grpc, tmp_path)

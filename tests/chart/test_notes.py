@@ -68,3 +68,17 @@ def test_with_envoy_jwt_every_inference_needs_a_token_and_check_is_shown_with_on
     # Envoy's gRPC and the gateway's HTTP alike
     said = " ".join(notes.split())
     assert re.search(r"Envoy and the gateway[^.]*(token|JWT)", said), said
+
+
+def test_tokens_at_the_gateway_alone_warn_that_envoy_asks_for_none():
+    """gateway.auth without envoy.jwt: NOTES said only that the gateway needs a token, while
+    Envoy's gRPC took inference from anyone who reached it."""
+    auth = {"gateway": {"auth": {"enabled": True, "tokens": ["a-token-of-16-chars"]}}}
+    notes, _ = _rendered(auth)
+    said = " ".join(notes.split())
+    assert "WARNING: Envoy's endpoint (gRPC and REST) asks for no token" in said, notes
+    assert "Set envoy.jwt to ask for one there too, or networkPolicy.clients" in said, notes
+    fenced, _ = _rendered({**auth, "networkPolicy": {"clients": CLIENTS}})
+    assert "Set envoy.jwt to ask for one there too." in " ".join(fenced.split()), fenced
+    both, _ = _rendered({**auth, "envoy": {"jwt": JWT}})
+    assert "WARNING" not in both

@@ -257,3 +257,24 @@ def test_a_model_pinned_to_two_pools_is_refused_as_the_operator_refuses_it():
     twice = [{"name": "a", "models": ["m1", "m1"]}, {"name": "c"}]
     with pytest.raises(Exception, match="at '/pools/0/models'"):
         render({**values, "pools": twice})
+
+
+def test_a_pools_models_are_matched_as_names_not_patterns():
+    """`a.b` in a pool's PromQL matched `axb` too, and the pool of the others dropped it."""
+    values = {
+        **POOLS,
+        "triton": {
+            "models": ["a.b", "axb"],
+            "modelRepositories": [{"source": "pvc", "claimName": "m"}],
+        },
+        "pools": [{"name": "dotted", "models": ["a.b"]}, {"name": "rest"}],
+    }
+    queries = {
+        d["metadata"]["name"]: d["spec"]["triggers"][0]["metadata"]["query"]
+        for d in objects(render(values))
+        if d["kind"] == "ScaledObject"
+    }
+    dotted, rest = (
+        next(q for n, q in queries.items() if n.endswith(p)) for p in ("dotted", "rest")
+    )
+    assert 'model=~"a\\\\.b"' in dotted and 'model!~"a\\\\.b"' in rest, queries

@@ -163,6 +163,10 @@ def test_extra_arguments_env_volumes_and_mounts_reach_triton():
         ("--http-restricted-api=trace:k=v", "set triton.restrictedProtocols instead"),
         ("--grpc-restricted-protocol=logging:k=v", "set triton.restrictedProtocols instead"),
         ("--grpc-port=9001", "set triton.ports.grpc instead"),
+        # these rendered, and cut the site off from its server
+        ("--allow-grpc=false", "Envoy sends inference over gRPC"),
+        ("--allow-http=false", "Envoy's REST cluster, the gateway and the probes need HTTP"),
+        ("--metrics-address=127.0.0.1", "Prometheus and the operator reach the pod's address"),
     ],
 )
 def test_extra_arguments_cannot_undo_what_the_chart_sets(argument, value):
@@ -486,3 +490,25 @@ def test_cvmfs_from_a_claim_and_a_nodes_autofs_at_once_is_refused():
     refused = _render_error({"triton": {"modelRepositories": repos, "cvmfs": cvmfs}})
     assert "triton.cvmfs" in refused and "hostPath" in refused and "existingClaim" in refused
     assert "not both" in refused
+
+
+@pytest.mark.parametrize("where", ["triton", "repository"])
+def test_a_demo_model_the_build_does_not_make_is_refused_naming_those_it_makes(where):
+    """`triton.models: [foo]` with the demo source rendered, and the init container then
+    failed in the cluster ("unknown model(s)")."""
+    from sonicsite.models.repository import model_names
+
+    demo = {"source": "demo"} if where == "triton" else {"source": "demo", "models": ["foo"]}
+    values = {"triton": {"models": ["foo"], "modelRepositories": [demo]}}
+    refused = _render_error(values)
+    made = ", ".join(sorted(model_names()))
+    said = "triton.modelRepositories[0]: foo is not a demo model (its init container builds "
+    said += f"only {made})"
+    assert said in refused, refused
+    assert _docs({"triton": {"models": sorted(model_names())}})  # every one it makes renders
+    # beside a repository of the site's own, the demo builds those of triton.models it can
+    own = [{"source": "demo"}, {"source": "pvc", "claimName": "site-models"}]
+    pod = _pod(
+        _docs({"triton": {"models": ["foo", "deepmet"], "modelRepositories": own}}), "triton"
+    )
+    assert pod["initContainers"][0]["command"][-1] == "deepmet"

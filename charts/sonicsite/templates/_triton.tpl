@@ -35,7 +35,17 @@ repository gets a volume of its own at /models/<index>. */}}
 {{- fail (printf "%s: expected one demo repository at most" $where) -}}
 {{- end -}}
 {{- $_ := set $volume "emptyDir" dict -}}
-{{- $demo = dict "volume" $name "models" ($r.models | default $t.models) "framework" ($r.framework | default "onnx") "where" $where -}}
+{{- $known := include "sonicsite.demoModels" . | splitList " " -}}
+{{- /* by default triton.models; beside other repositories, those of them it can build */ -}}
+{{- $default := $t.models -}}
+{{- if gt (len $t.modelRepositories) 1 -}}
+{{- $default = list -}}
+{{- range $t.models }}{{ if has . $known }}{{ $default = append $default . }}{{ end }}{{ end -}}
+{{- end -}}
+{{- $demo = dict "volume" $name "models" ($r.models | default $default) "framework" ($r.framework | default "onnx") "where" $where -}}
+{{- range $demo.models }}{{ if not (has . $known) -}}
+{{- fail (printf "%s: %s is not a demo model (its init container builds only %s); a site's own models come from another source" $where . (join ", " $known)) -}}
+{{- end }}{{ end -}}
 {{- else if eq $r.source "pvc" -}}
 {{- $_ := set $volume "persistentVolumeClaim" (dict "claimName" $r.claimName "readOnly" true) -}}
 {{- else if eq $r.source "nfs" -}}
@@ -99,6 +109,12 @@ restricted protocols stay keyed by the operator's key. */}}
   "--http-restricted-api" "set triton.restrictedProtocols instead"
   "--exit-timeout-secs" "set triton.exitTimeoutSeconds instead"
   "--strict-readiness" "readiness stays strict, for the probes and the operator"
+  "--allow-http" "Envoy's REST cluster, the gateway and the probes need HTTP"
+  "--allow-grpc" "Envoy sends inference over gRPC"
+  "--allow-metrics" "the operator, the autoscaler and the dashboards read the metrics"
+  "--http-address" "the probes, Envoy and the gateway reach the pod's address"
+  "--grpc-address" "Envoy reaches the pod's address"
+  "--metrics-address" "Prometheus and the operator reach the pod's address"
 -}}
 {{- range $i, $arg := .Values.triton.extraArgs -}}
 {{- $flag := regexReplaceAll "=.*$" (toString $arg) "" -}}
@@ -262,11 +278,22 @@ by key). */}}
 
 {{/* A PromQL matcher for a pool's models (the `model` label of Triton's and the gateway's
 series): its pinned models, or for the pool that names none, every model not pinned to
-another; "" for the single pool of a release without `pools`. Takes a pool entry. */}}
+another; "" for the single pool of a release without `pools`. Each name is matched as
+itself (`a.b` is not a pattern that `axb` matches). Takes a pool entry. */}}
 {{- define "sonicsite.poolMatcher" -}}
-{{- if .models -}}
-{{- printf ",model=~%q" (join "|" .models) -}}
-{{- else if .pinned -}}
-{{- printf ",model!~%q" (join "|" .pinned) -}}
+{{- $quoted := list -}}
+{{- range (.models | default .pinned) -}}
+{{- $quoted = append $quoted (regexQuoteMeta .) -}}
 {{- end -}}
+{{- if .models -}}
+{{- printf ",model=~%q" (join "|" $quoted) -}}
+{{- else if .pinned -}}
+{{- printf ",model!~%q" (join "|" $quoted) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The models `sonicsite models build` makes, the demo source's (tests/chart holds this
+to sonicsite.models.repository.model_names). */}}
+{{- define "sonicsite.demoModels" -}}
+deepmet gnn_linking identity particle_transformer particlenet_ak4 simple
 {{- end -}}
