@@ -73,8 +73,15 @@ class PathLatencies:
             samples.append(latency_s)
 
     def deadline(self, path: str, cap: float, timeouts: int = 0) -> float:
+        """The rule's deadline on `path`; a path not measured yet (failed over to the
+        gateway or the servers directly: the first requests there) borrows the others'
+        answers, doubled, not the cap: with the cap, a chunk that failed over to a hung
+        server directly waited out the 60 s (seen: a stream still for half a minute)."""
         with self._lock:
             samples = list(self._samples.get(path, ()))
+            others = [x for p, d in self._samples.items() if p != path for x in d]
+        if len(samples) < self.rule.min_samples <= len(others):
+            return self.rule.deadline(others, cap, timeouts + 1)
         return self.rule.deadline(samples, cap, timeouts)
 
     def answered(self, path: str) -> int:
