@@ -8,8 +8,9 @@ reported failed with its last error: none is lost):
   endpoint's path (envoy, gateway or direct) for this client's model and batch, at least
   2 s and at most `timeout_s` (60 s by default: the cap a user sets); the cap until 5 have
   been answered on the path, unless 5 have on the stream's other paths: then twice theirs.
-  Each timeout a chunk has had doubles its next deadline (still at most the cap). A hung server costs a chunk one deadline, seconds, and loses nothing: the
-  chunk is retried elsewhere (timeouts.py `TimeoutRule`).
+  Each timeout a chunk has had doubles its next deadline (still at most the cap). A hung
+  server costs a chunk one deadline, seconds, and loses nothing: the chunk is retried
+  elsewhere (timeouts.py `TimeoutRule`).
 - Down: an attempt that timed out, or an endpoint that is unreachable (connection refused,
   reset, closed; UNAVAILABLE), marks the endpoint down for 0.25 s, doubling per failure in a
   row up to 5 s; then one request at a time probes it and its first answer brings it back

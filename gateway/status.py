@@ -5,19 +5,22 @@ request, throughput, pending) and admission, placement over time (the operator's
 decisions: which model it loaded or unloaded where, why, and how it ended; requests held),
 the recent scale events (per pool, with their reason), and the site's
 processes with their state and restarts (a local site's state file, read through the
-contract's `read_processes`; a supervisor whose /healthz does not answer is named, nothing
-restarts anything meanwhile; on Kubernetes the cluster restarts pods and the page says so);
+contract's `read_processes`; one whose health URL gives no answer is "not answering", as
+`sonicsite status` says it, and a supervisor so named restarts nothing meanwhile; on
+Kubernetes the cluster restarts pods and the page says so);
 readable at a glance, no assets to serve.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import answers
-from sonicsite.contract.wire import RUNNING, SUPERVISOR, load_state_file, read_processes
+from sonicsite.contract.processes_seen import no_answer
+from sonicsite.contract.wire import RUNNING, SUPERVISOR, ProcessRecord, read_processes
 
-SUPERVISOR_PROBE_S = 1.5  # how long the page waits for the supervisor's /healthz
+PROBE_S = 1.5  # how long the page waits for each process's health URL (all at once)
+NOT_ANSWERING = "not answering"  # a state of the page's own: alive, its health URL silent
 
 CLUSTER_NOTE = (
     "processes are the cluster's job: Kubernetes restarts a container that exits or fails "
@@ -41,8 +44,8 @@ def site_processes(state_file: Path | None) -> dict:
         }
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
-    health = _supervisor_health(state_file) if supervised else ""
-    silent = bool(health) and not answers(health, SUPERVISOR_PROBE_S)
+    unanswered = _unanswered(records)
+    silent = supervisor is not None and supervisor.name in unanswered
     supervised = supervised and not silent
     note = (
         f"supervised by pid {supervisor.pid}: a process that dies is restarted"
@@ -53,16 +56,21 @@ def site_processes(state_file: Path | None) -> dict:
         else "NOT supervised: a process that dies stays dead"
     )
     rows = [r.to_dict() for r in records]
+    for row in rows:  # alive, but silent: what `sonicsite status` says, not "running"
+        if why := unanswered.get(row["name"]):
+            row["state"], row["why"] = NOT_ANSWERING, f"{row['health']}: {why}"
     return {"local": True, "records": rows, "supervised": supervised, "note": note}
 
 
-def _supervisor_health(state_file: Path) -> str:
-    """The supervisor's /healthz, from the state file; "" when it names none."""
-    try:
-        address = load_state_file(state_file)[0].get("supervisor") or ""
-    except (OSError, ValueError):
-        return ""
-    return f"http://{address}/healthz" if address else ""
+def _unanswered(records: tuple[ProcessRecord, ...]) -> dict[str, str]:
+    """Each process recorded running whose health URL gives no answer in PROBE_S, with why
+    (stopped, hung, or its port closed), all asked at once."""
+    asked = [r for r in records if r.state == RUNNING and r.health]
+    if not asked:
+        return {}
+    with ThreadPoolExecutor(len(asked), thread_name_prefix="status-probe") as pool:
+        said = list(pool.map(lambda r: no_answer(r.health, PROBE_S), asked))
+    return {r.name: why for r, why in zip(asked, said, strict=True) if why}
 
 
 STATUS_PAGE = """<!doctype html>
@@ -110,7 +118,8 @@ function fill(id, rows, data) {
     Object.assign(tr.dataset, data ? data[k] : {}); body.append(tr);
   });
 }
-const STATE_CLASS = {running: "ok", restarting: "warn", dead: "bad", stopped: ""};
+const STATE_CLASS = {running: "ok", restarting: "warn", dead: "bad", stopped: "",
+                     "not answering": "bad"};
 function processes(p) {
   const note = document.getElementById("processes-note");
   note.textContent = p ? p.note : "processes unknown to this gateway";
@@ -119,7 +128,8 @@ function processes(p) {
   const now = Date.now() / 1000;
   fill("processes", records.map(r => [
     cell(r.name), cell(r.kind), cell(r.pid, "num"),
-    cell(r.state === "stopped" ? "stopped (on purpose)" : r.state, STATE_CLASS[r.state]),
+    cell(r.state === "stopped" ? "stopped (on purpose)"
+         : r.why ? r.state + " (" + r.why + ")" : r.state, STATE_CLASS[r.state]),
     cell(r.restarts, "num"), cell(r.last_exit || "–"),
     cell(r.since ? (now - r.since).toFixed(0) + " s" : "–", "num")]),
     records.map(r => ({process: r.name, state: r.state, restarts: r.restarts})));

@@ -299,6 +299,7 @@ class ProcessRecord:
     since: float = 0.0  # when it entered `state` (time.time)
     restart_delays_s: tuple[float, ...] = ()  # the back-off before each recent restart
     log: str = ""
+    health: str = ""  # a URL that answers (any HTTP status) while the process lives
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

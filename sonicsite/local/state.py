@@ -68,7 +68,6 @@ class LocalProcess(ProcessRecord):
 
     command: tuple[str, ...] = ()  # empty for a server: servers.restart_server starts those
     cwd: str = ""
-    health: str = ""  # a URL that answers (any HTTP status) while the process lives
 
 
 def server_process(server: LocalServer, state: str = RUNNING) -> LocalProcess:

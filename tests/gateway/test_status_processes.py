@@ -91,6 +91,26 @@ def test_a_supervisor_that_does_not_answer_is_not_supervision(local_site):
     wait_until(lambda: _status(local_site.http)["processes"]["supervised"], "supervised again")
 
 
+def test_a_hung_process_is_not_answering_on_the_page_as_status_says(local_site):
+    """A SIGSTOPped operator was "running" on the page while `sonicsite status` said it did
+    not answer: its health URL is asked, and its row says so, and why."""
+    operator = next(r for r in read_processes(Path(local_site.site_dir)) if r.name == "operator")
+    os.kill(operator.pid, signal.SIGSTOP)
+    try:
+        records = {r["name"]: r for r in _status(local_site.http)["processes"]["records"]}
+    finally:
+        os.kill(operator.pid, signal.SIGCONT)
+    assert records["operator"]["state"] == "not answering", records["operator"]
+    assert records["operator"]["why"].startswith(operator.health + ": no answer in ")
+    assert records["envoy"]["state"] == "running" and "why" not in records["envoy"]
+    wait_until(
+        lambda: all(
+            r["state"] == "running" for r in _status(local_site.http)["processes"]["records"]
+        ),
+        "every process to answer again",
+    )
+
+
 def test_the_page_lists_every_process_and_shows_a_restart_in_chromium(local_site):
     rows = _rows(_dom(f"http://{local_site.http}/"))
     assert set(rows) == EVERY

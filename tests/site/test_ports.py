@@ -69,7 +69,7 @@ def test_a_site_state_names_every_port_it_has_chosen() -> None:
 
 @pytest.mark.parametrize("given", ["42000-42000", "43000-42000", "80-90", "a-b", "42000"])
 def test_a_bad_range_says_what_a_range_must_be(monkeypatch: pytest.MonkeyPatch, given) -> None:
-    """"expected LO-HI within 1024-65535" did not say that LO must be below HI."""
+    """ "expected LO-HI within 1024-65535" did not say that LO must be below HI."""
     monkeypatch.setenv(PORT_RANGE_VARIABLE, given)
     with pytest.raises(ValueError, match="expected LO-HI with 1024 <= LO < HI <= 65535"):
         free_ports(1)
