@@ -52,7 +52,7 @@ from .preflight import check_local_models, check_site, check_spec, check_token, 
 from .progress import Progress
 from .report import build_report, write_report
 from .signals import Stop, signal_name, trap_signals
-from .site_end import page_runs, site_down
+from .site_end import page_runs, processes_now, site_down, site_incidents
 from .spawn import Workers, kill_left_behind
 from .stall import stall_limit
 from .stream_files import (
@@ -119,9 +119,10 @@ def submit(
     check_token(spec, state)
     # a site down from the start (backend auto goes on without it) was not stopped meanwhile
     down_at_start = site_down(spec.site_dir) if spec.backend != "local" else "not used"
+    at_start = processes_now(spec.site_dir) if spec.backend != "local" else {}
     lock = lock_out(spec.out)
     try:
-        return _run_stream(spec, state, progress, note, down_at_start)
+        return _run_stream(spec, state, progress, note, (down_at_start, at_start))
     finally:
         lock.release()
 
@@ -157,7 +158,7 @@ def _open_record(
     return record, set()
 
 
-def _run_stream(spec: StreamSpec, state, progress, note, down_at_start: str) -> dict:
+def _run_stream(spec: StreamSpec, state, progress, note, at_start: tuple[str, dict]) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
     run = StreamRun(spec, spec.out / "jobs", note)
@@ -169,7 +170,7 @@ def _run_stream(spec: StreamSpec, state, progress, note, down_at_start: str) -> 
     try:
         _drive(run, record, complete, stop, progress)
         report, results = _report(run, record, state, stop)
-        _site_at_end(report, state, down_at_start)
+        _site_at_end(report, state, *at_start)
         write_report(report, results, spec.out)
         return report
     finally:
@@ -269,10 +270,13 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
     return report, results
 
 
-def _site_at_end(report: dict, state, down_at_start: str) -> None:
-    """What became of the site: down now (`site_down`, why), and stopped during the stream
-    when it was up at its start and events failed (`site_stopped`: the cause of their
-    failures, which the errors give in the servers' words); its links only while it runs."""
+def _site_at_end(report: dict, state, down_at_start: str, processes: dict) -> None:
+    """What became of the site: its processes restarted or dead since the stream began
+    (`site_incidents`), down now (`site_down`, why), and stopped during the stream when it
+    was up at its start and events failed (`site_stopped`: the cause of their failures,
+    which the errors give in the servers' words); its links only while it runs."""
+    if processes and (befell := site_incidents(processes, processes_now(Path(state.site_dir)))):
+        report["site_incidents"] = befell
     down = site_down(Path(state.site_dir))
     if down:
         report["site_down"] = down

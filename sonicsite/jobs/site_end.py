@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sonicsite.contract.wire import RUNNING, SERVER, STATE_FILE, read_processes
+from sonicsite.contract.wire import (
+    DEAD,
+    RESTARTING,
+    RUNNING,
+    SERVER,
+    STATE_FILE,
+    ProcessRecord,
+    read_processes,
+)
 from sonicsite.local.state import SiteState
 from sonicsite.local.status import unfinished
 
@@ -46,3 +54,29 @@ def page_runs(site_dir: Path) -> bool:
         return False
     gateways = [r for r in records if r.name == "gateway"]
     return not gateways or any(r.state == RUNNING for r in gateways)
+
+
+def processes_now(site_dir: Path) -> dict[str, ProcessRecord]:
+    """The site's processes by name as its state file says now; {} when it cannot be read
+    (no site, or not known: nothing to compare)."""
+    try:
+        return {r.name: r for r in read_processes(site_dir)}
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def site_incidents(before: dict[str, ProcessRecord], after: dict[str, ProcessRecord]) -> list[str]:
+    """What befell the site's processes while the stream ran, a line each: restarted (how
+    often, and its last exit, which says a kill or a hang), or dead or restarting at the end.
+    The stream's retries and events executed twice had no cause on the console without it."""
+    lines = []
+    for name, now in after.items():
+        was = before.get(name)
+        exit_said = f" (last exit: {now.last_exit})" if now.last_exit else ""
+        restarts = now.restarts - was.restarts if was is not None else 0
+        if restarts > 0:
+            times = "once" if restarts == 1 else f"{restarts} times"
+            lines.append(f"{name}: restarted {times} during the stream{exit_said}")
+        if now.state in (DEAD, RESTARTING) and (was is None or was.state == RUNNING):
+            lines.append(f"{name}: {now.state.lower()} at the end of the stream{exit_said}")
+    return lines

@@ -55,6 +55,16 @@ def _stopped_line(report: dict) -> str:
     )
 
 
+def _incident_lines(report: dict) -> list[str]:
+    """The site's processes that were restarted, or died, while the stream ran: the cause
+    of its retries and of events executed twice, named (at most 3 lines, then a count)."""
+    befell = report.get("site_incidents") or []
+    shown = [f"site: {line}" for line in befell[:3]]
+    if len(befell) > 3:
+        shown.append(f"site: {len(befell) - 3} more in report.json (site_incidents)")
+    return shown
+
+
 def _page_line(report: dict) -> str:
     """The site's status page while it runs, else that it is down ('' for neither known)."""
     if "links" in report:
@@ -127,6 +137,8 @@ def print_summary(report: dict, out: Path) -> None:
         print(f"executions not checked: {checked['reason']}")
     if stopped := _stopped_line(report):
         print(stopped)
+    for line in _incident_lines(report):
+        print(line)
     for error in report["errors"][:5]:
         text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
         jobs = error["jobs"][:8]

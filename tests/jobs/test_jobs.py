@@ -154,6 +154,10 @@ def test_server_killed_mid_stream_costs_retries_not_events(tmp_path, built_model
             os.killpg(victim.pid, signal.SIGKILL)
         runner.join(timeout=300)
         assert not runner.is_alive()
+        # the report names what befell the site meanwhile, the cause of the retries
+        assert f"{victim.id}: dead at the end of the stream" in " ".join(
+            result["site_incidents"]
+        ), result.get("site_incidents")
         envoy_retries = envoy.counter(
             state.envoy_admin, route_counter("model-particlenet_ak4", "upstream_rq_retry")
         )
