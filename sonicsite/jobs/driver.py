@@ -225,6 +225,7 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
     record.complete = stopped_by is None and not any(
         j.missing(spec.events, resend_failed=True) for j in journals
     )
+    record.end_run(f"stopped by {stopped_by}" if stopped_by else "finished")
     record.save(spec.out)
     malformed = {str(job): j.malformed for job, j in enumerate(journals) if j.malformed}
     for job, n in malformed.items():
@@ -264,6 +265,7 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
         runs=record.runs,
     )
     report["stopped_by"] = stopped_by
+    report["runs_before_ended"] = record.runs_ended()  # a resume's: how each run before ended
     report["worker_incidents"] = run.incidents
     report["worker_standing"] = run.standing
     report["journal_lines_malformed"] = malformed

@@ -48,6 +48,12 @@ def stream_shape(spec: Any) -> dict:
     }
 
 
+NO_REPORT = (
+    "ended without its report: its submit was killed (SIGKILL, a crash, the machine going "
+    "down); its workers stopped with it"
+)
+
+
 @dataclass
 class StreamRecord:
     """`OUT/stream.json`: what a resumed submit needs to go on with the same stream (its
@@ -63,6 +69,7 @@ class StreamRecord:
     shape: dict = field(default_factory=dict)  # stream_shape: must match to resume
     runs: list[list[float]] = field(default_factory=list)  # [start, last seen] of each run
     complete: bool = False  # no event left that a resume would send
+    ended: list[str] = field(default_factory=list)  # how each run ended ("": no report)
 
     FILE = "stream.json"
 
@@ -107,6 +114,17 @@ class StreamRecord:
         if not self.runs:
             self.runs.append([self.started, max(self.started, journals_changed(jobs_dir))])
         self.runs.append([now, now])
+
+    def end_run(self, how: str) -> None:
+        """The run under way ends with its report: `how` ("finished", "stopped by SIGINT")."""
+        self.ended += [""] * (len(self.runs) - len(self.ended))
+        self.ended[-1] = how
+
+    def runs_ended(self) -> list[str]:
+        """How each run before this one ended: a run with no ending on record was cut off
+        before its report (its submit killed), which its resume's report says."""
+        said = self.ended + [""] * (len(self.runs) - len(self.ended))
+        return [how or NO_REPORT for how in said[:-1]]
 
     def seen(self, now: float) -> None:
         """The run is still going at `now` (what is kept of it if it is killed)."""

@@ -139,6 +139,9 @@ def print_summary(report: dict, out: Path) -> None:
         print(stopped)
     for line in _incident_lines(report):
         print(line)
+    for k, how in enumerate(report.get("runs_before_ended") or [], 1):
+        if how != "finished":
+            print(f"run {k} of this stream {how}; this run resumed it")
     for error in report["errors"][:5]:
         text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
         jobs = error["jobs"][:8]

@@ -1,13 +1,21 @@
-"""What befell the site's processes while a stream ran, as the report and the console say
-it: the cause of its retries and of events executed twice, which had none on the console."""
+"""What befell the site's processes while a stream ran, and how the runs before a resume
+ended, as the report and the console say them: the cause of its retries and of events
+executed twice, and a submit killed, which the console had no word for."""
 
 from __future__ import annotations
 
 from sonicsite.contract.wire import DEAD, RESTARTING, RUNNING, ProcessRecord
+from sonicsite.jobs.report import build_report, print_summary
 from sonicsite.jobs.site_end import site_incidents
+from sonicsite.jobs.stream_files import NO_REPORT, StreamRecord
 from sonicsite.jobs.summary import _incident_lines
 
 HUNG = "hung: no answer from http://127.0.0.1:1/v2/health/live for 30 s or more, SIGKILLed"
+
+
+def _report(**said) -> dict:
+    report = build_report([], 1.0, 2.0, {"models": ["simple"]})
+    return report | {"stopped_by": None} | said
 
 
 def _at(**states: tuple[str, int, str]) -> dict[str, ProcessRecord]:
@@ -46,3 +54,18 @@ def test_the_console_shows_three_and_counts_the_rest():
         "site: 2 more in report.json (site_incidents)",
     ]
     assert _incident_lines({}) == []
+
+
+def test_a_resume_says_how_each_run_before_it_ended(tmp_path, capsys):
+    """A resumed stream's report said nothing of its first run's submit killed (SIGKILL):
+    `runs` only showed two of them."""
+    record = StreamRecord("s", {}, 1.0, runs=[[1.0, 2.0]])
+    record.end_run("stopped by SIGINT")
+    record.runs.append([3.0, 4.0])  # a resume, killed: no ending on record
+    record.runs.append([5.0, 6.0])  # the resume of that
+    assert record.runs_ended() == ["stopped by SIGINT", NO_REPORT]
+    print_summary(_report(runs_before_ended=record.runs_ended()), tmp_path)
+    out = capsys.readouterr().out
+    assert "run 1 of this stream stopped by SIGINT; this run resumed it" in out
+    assert f"run 2 of this stream {NO_REPORT}; this run resumed it" in out
+    assert StreamRecord("s", {}, 1.0, runs=[[1.0, 2.0]]).runs_ended() == []  # the first run

@@ -19,6 +19,7 @@ from polling import wait_until
 from sonicsite.contract.processes_seen import pid_alive, stat_fields
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
+from sonicsite.jobs.stream_files import NO_REPORT
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 
@@ -94,8 +95,12 @@ def test_a_damaged_result_file_is_made_again_from_its_journal_and_a_resume_is_no
     assert submit(spec)["events_ok"] == 120
     _job(out, 0, ".json").write_text("")
     _unfinish(out, 1)
+    record = json.loads((out / "stream.json").read_text())
+    assert record["ended"] == ["finished"]
+    (out / "stream.json").write_text(json.dumps(record | {"ended": []}))  # killed, as it leaves it
     resumed = submit(replace(spec, resume=True))
     assert resumed["events_ok"] == resumed["events_total"] == 120, resumed["errors"]
+    assert resumed["runs_before_ended"] == [NO_REPORT]  # said: its submit was killed
     assert json.loads(_job(out, 0, ".json").read_text())["answered"]  # whole again
     assert json.loads(_job(out, 1, ".json").read_text())["attempt"] == 2
     assert resumed["reruns"] == 0 and resumed["reruns_per_job"] == {}
