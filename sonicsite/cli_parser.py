@@ -13,8 +13,11 @@ from .cli_usage import (
     DEMO_EXIT,
     SUBMIT_EXIT,
     UP_EXIT,
+    any_models,
     build_folder,
+    held_models,
     host_port,
+    model_list,
     option_conflicts,
     site_folder,
     tokens_file,
@@ -33,34 +36,6 @@ DESCRIPTION = (
 DEMO_MODELS = ["particlenet_ak4", "deepmet"]
 
 
-def _model_list(text: str) -> list[str]:
-    from .models.repository import model_names
-
-    names = [n for n in text.split(",") if n]
-    known = model_names()
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown model(s) {unknown or [text]}; "
-            f"expected a comma-separated list of: {', '.join(known)}"
-        )
-    if twice := _named_twice(names):
-        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
-    return names
-
-
-def _named_twice(names: list[str]) -> list[str]:
-    return sorted({n for n in names if names.count(n) > 1})
-
-
-def _any_models(text: str) -> list[str]:
-    """Model names as a site may have them (`check`: not only the demo models)."""
-    names = [n for n in text.split(",") if n]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
-    return names
-
-
 def _site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dir",
@@ -69,19 +44,6 @@ def _site_args(p: argparse.ArgumentParser) -> None:
         help="site folder holding state.json, logs and the local repository (default "
         f"{DEFAULT_SITE_DIR})",
     )
-
-
-def _held(text: str) -> tuple[str, list[str]]:
-    """MODEL=SERVER[,SERVER...]: a model that only the named servers hold."""
-    model, sep, servers = text.partition("=")
-    chosen = [s for s in servers.split(",") if s]
-    if not sep or not model or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
-        )
-    if twice := _named_twice(chosen):
-        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
-    return _model_list(model)[0], chosen
 
 
 def _up_args(p: argparse.ArgumentParser) -> None:
@@ -223,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     _up_args(p)
     p.add_argument(
         "--models",
-        type=_model_list,
+        type=model_list,
         default=None,
         help="comma-separated models to serve (default: all)",
     )
@@ -234,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--hold",
-        type=_held,
+        type=held_models,
         action="append",
         default=[],
         metavar="MODEL=SERVER[,SERVER]",
@@ -287,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     _site_args(p)
     p.add_argument(
         "--model",
-        type=_model_list,
+        type=model_list,
         required=True,
         help="model, or comma-separated models that jobs take in turn",
     )
@@ -349,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("build/models"),
         help="the folder the models are written to, OUT/<model>/1/ (default build/models)",
     )
-    b.add_argument("--only", type=_model_list, default=None, help="comma-separated models")
+    b.add_argument("--only", type=model_list, default=None, help="comma-separated models")
     b.add_argument(
         "--configs",
         action="store_true",
@@ -391,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--models",
-        type=_any_models,
+        type=any_models,
         required=True,
         help="comma-separated models (the site's own need a request in --inputs)",
     )

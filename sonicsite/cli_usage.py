@@ -1,5 +1,6 @@
 """What the `sonicsite` command line refuses (exit status 2, naming the option): the values of
-the site's own options (`--dir`, `--grpc`, `--tokens`), an option given without the one it
+the site's own options (`--dir`, `--grpc`, `--tokens`, model lists, `--hold`, `models build
+--out`), an option given without the one it
 belongs to or with one it cannot go with; and what each command's exit status says (the
 commands' help epilogs). Apart from the parser's option list (cli_parser.py), which uses
 them, so that each stays short."""
@@ -52,6 +53,47 @@ def host_port(text: str) -> str:
     if host.startswith("[") != host.endswith("]") or any(c.isspace() for c in host):
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}: bad host {host!r}")
     return text
+
+
+def model_list(text: str) -> list[str]:
+    from .models.repository import model_names
+
+    names = [n for n in text.split(",") if n]
+    known = model_names()
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {unknown or [text]}; "
+            f"expected a comma-separated list of: {', '.join(known)}"
+        )
+    if twice := named_twice(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
+    return names
+
+
+def named_twice(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
+
+
+def any_models(text: str) -> list[str]:
+    """Model names as a site may have them (`check`: not only the demo models)."""
+    names = [n for n in text.split(",") if n]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
+    return names
+
+
+def held_models(text: str) -> tuple[str, list[str]]:
+    """MODEL=SERVER[,SERVER...]: a model that only the named servers hold."""
+    model, sep, servers = text.partition("=")
+    chosen = [s for s in servers.split(",") if s]
+    if not sep or not model or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
+        )
+    if twice := named_twice(chosen):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
+    return model_list(model)[0], chosen
 
 
 def tokens_file(text: str) -> Path:
