@@ -245,7 +245,9 @@ def write_result(
     return result
 
 
-def _said(details: dict) -> str:
+def _snapshot(details: dict) -> str:
+    """`details` as text, to tell whether a run measured anything since (a bench fills
+    them in place)."""
     return json.dumps(details, sort_keys=True, default=str)
 
 
@@ -265,11 +267,11 @@ class Recorder:
 
     @contextmanager
     def measuring(self) -> Iterator[Recorder]:
-        planned = _said(self.details)  # what a bench sets before it measures (its plan)
+        planned = _snapshot(self.details)  # what a bench sets before it measures (its plan)
         try:
             yield self
         except Exception as exc:
-            self._write_incomplete(exc, measured=_said(self.details) != planned)
+            self._write_incomplete(exc, measured=_snapshot(self.details) != planned)
             raise
 
     def _write_incomplete(self, exc: Exception, measured: bool) -> None:
@@ -279,8 +281,7 @@ class Recorder:
         error = f"{type(exc).__name__}: {exc}"
         details = {**self.details, "failure_traceback": traceback.format_exception(exc)}
         try:
-            rest = self._rest()[1:]
-            write_result(self.json_path, self.name, {"incomplete": error}, details, *rest)
+            write_result(self.json_path, self.name, {"incomplete": error}, *self._rest(details))
         except Exception as failed:  # the run's own error goes on up
             exc.add_note(f"writing what was measured to {self.json_path} failed: {failed}")
             return
@@ -292,7 +293,7 @@ class Recorder:
 
     def write(self, summary: dict) -> dict:
         """The whole run's result."""
-        return write_result(self.json_path, self.name, summary, *self._rest())
+        return write_result(self.json_path, self.name, summary, *self._rest(self.details))
 
-    def _rest(self) -> tuple:
-        return self.details, self.started, {**self.site, "cpu_during_run": self.load.cores()}
+    def _rest(self, details: dict) -> tuple:
+        return details, self.started, {**self.site, "cpu_during_run": self.load.cores()}

@@ -79,8 +79,10 @@ class PathLatencies:
         server directly waited out the 60 s (seen: a stream still for half a minute)."""
         with self._lock:
             samples = list(self._samples.get(path, ()))
+            if len(samples) >= self.rule.min_samples:  # measured: its own (every request)
+                return self.rule.deadline(samples, cap, timeouts)
             others = [x for p, d in self._samples.items() if p != path for x in d]
-        if len(samples) < self.rule.min_samples <= len(others):
+        if len(others) >= self.rule.min_samples:
             return self.rule.deadline(others, cap, timeouts + 1)
         return self.rule.deadline(samples, cap, timeouts)
 

@@ -13,11 +13,10 @@ readable at a glance, no assets to serve.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import no_answer
-from sonicsite.contract.wire import RUNNING, SUPERVISOR, ProcessRecord, read_processes
+from sonicsite.contract.processes_seen import unanswered
+from sonicsite.contract.wire import RUNNING, SUPERVISOR, read_processes
 
 PROBE_S = 1.5  # how long the page waits for each process's health URL (all at once)
 NOT_ANSWERING = "not answering"  # a state of the page's own: alive, its health URL silent
@@ -44,8 +43,9 @@ def site_processes(state_file: Path | None) -> dict:
         }
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     supervised = supervisor is not None and supervisor.state == RUNNING
-    unanswered = _unanswered(records)
-    silent = supervisor is not None and supervisor.name in unanswered
+    health = {r.name: r.health for r in records if r.state == RUNNING and r.health}
+    silent_now = unanswered(health, PROBE_S)  # alive, but silent: stopped or hung
+    silent = supervisor is not None and supervisor.name in silent_now
     supervised = supervised and not silent
     note = (
         f"supervised by pid {supervisor.pid}: a process that dies is restarted"
@@ -57,20 +57,9 @@ def site_processes(state_file: Path | None) -> dict:
     )
     rows = [r.to_dict() for r in records]
     for row in rows:  # alive, but silent: what `sonicsite status` says, not "running"
-        if why := unanswered.get(row["name"]):
+        if why := silent_now.get(row["name"]):
             row["state"], row["why"] = NOT_ANSWERING, f"{row['health']}: {why}"
     return {"local": True, "records": rows, "supervised": supervised, "note": note}
-
-
-def _unanswered(records: tuple[ProcessRecord, ...]) -> dict[str, str]:
-    """Each process recorded running whose health URL gives no answer in PROBE_S, with why
-    (stopped, hung, or its port closed), all asked at once."""
-    asked = [r for r in records if r.state == RUNNING and r.health]
-    if not asked:
-        return {}
-    with ThreadPoolExecutor(len(asked), thread_name_prefix="status-probe") as pool:
-        said = list(pool.map(lambda r: no_answer(r.health, PROBE_S), asked))
-    return {r.name: why for r, why in zip(asked, said, strict=True) if why}
 
 
 STATUS_PAGE = """<!doctype html>

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from .contract.options import at_least, non_negative
+from .contract.options import at_least, named_twice, non_negative
 from .contract.wire import HOLD_DEADLINE_S
 from .operator.autoscaler import ScalingPolicy, server_bounds, zero_needs
 from .operator.placement_settings import PlacementSettings
@@ -126,7 +126,7 @@ def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"
         )
-    if twice := sorted({m for m in pinned if pinned.count(m) > 1}):
+    if twice := named_twice(pinned):
         raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
     return name, int(count), pinned
 

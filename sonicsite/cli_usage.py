@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from .cli_placement import site_option_orphans
+from .contract.options import named_folder, named_twice
 from .sim.output import file_in_the_way
 
 # submit's options for the models run in the workers (not with --backend site)
@@ -71,10 +72,6 @@ def model_list(text: str) -> list[str]:
     return names
 
 
-def named_twice(names: list[str]) -> list[str]:
-    return sorted({n for n in names if names.count(n) > 1})
-
-
 def any_models(text: str) -> list[str]:
     """Model names as a site may have them (`check`: not only the demo models)."""
     names = [n for n in text.split(",") if n]
@@ -121,18 +118,14 @@ def tokens_file(text: str) -> Path:
 def site_folder(text: str) -> Path:
     """`--dir`: a site's folder; a path that exists as anything but a folder is refused (an
     argparse type), before a command tries to make it or read a state file in it."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "an empty name would make the current folder the site's (its state.json, keys, "
-            "logs and repository); name a folder (default .sonicsite, or . for this one)"
-        )
-    path = Path(text)
-    if path.exists() and not path.is_dir():
+    would = "make the current folder the site's (its state.json, keys, logs and repository)"
+    path = named_folder(text, would, ".sonicsite")
+    if (in_the_way := file_in_the_way(path)) == path:
         raise argparse.ArgumentTypeError(
             f"{text}: is a file, not a folder (a site's folder holds its state.json, logs "
             "and repository); name a folder, or one that does not exist yet"
         )
-    if (in_the_way := file_in_the_way(path)) is not None:
+    if in_the_way is not None:
         raise argparse.ArgumentTypeError(
             f"{text}: {in_the_way} is a file, not a folder, so no folder can be made there"
         )
@@ -142,12 +135,8 @@ def site_folder(text: str) -> Path:
 def build_folder(text: str) -> Path:
     """`models build --out`: a folder for the built models; an empty name (the current
     folder) and a path below a file are refused before anything is built."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "an empty name would write the models and manifest.json into the current "
-            "folder; name a folder (default build/models, or . for this one)"
-        )
-    path = Path(text)
+    would = "write the models and manifest.json into the current folder"
+    path = named_folder(text, would, "build/models")
     if (in_the_way := file_in_the_way(path)) is not None:
         which = "" if in_the_way == path else f" {in_the_way}"
         raise argparse.ArgumentTypeError(f"{text}:{which} is a file, not a folder")

@@ -1,12 +1,13 @@
 """Value types for the command line's options (argparse types): an integer with a floor, a
-number ≥ 0, comma-separated positive integers. In the contract room because every room's
-commands take them (the site's, the bench's, the simulator's) and every room may import it."""
+number ≥ 0, comma-separated positive integers, a folder's name, a list's repeats. In the
+contract room because every room's commands take them (the site's, the bench's, the
+simulator's) and every room may import it."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -66,12 +67,23 @@ def positive_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def out_folder(text: str) -> Path:
-    """A stream's folder; an empty name (Path("") is the current folder) is refused, not
-    taken for the folder the user is in."""
+def named_folder(text: str, would: str, default: str) -> Path:
+    """A folder's name; an empty one (Path("") is the current folder) is refused, saying
+    what it `would` do there, not taken for the folder the user is in."""
     if not text.strip():
         raise argparse.ArgumentTypeError(
-            "an empty name would put the stream's journals and report in the current folder; "
-            "name a folder (default sonicsite-out, or . for this one)"
+            f"an empty name would {would}; name a folder (default {default}, or . for this one)"
         )
     return Path(text)
+
+
+def out_folder(text: str) -> Path:
+    """A stream's folder (`submit --out`)."""
+    would = "put the stream's journals and report in the current folder"
+    return named_folder(text, would, "sonicsite-out")
+
+
+def named_twice(names: Sequence[str]) -> list[str]:
+    """The names given more than once, sorted: a list option's repeats are refused by name
+    (`--models a,a`, `--hold m=t0,t0`, a pool's models), not taken twice or the last."""
+    return sorted({n for n in names if names.count(n) > 1})

@@ -13,6 +13,7 @@ import http.client
 import os
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -105,6 +106,17 @@ def answers(url: str, timeout: float) -> bool:
 
 
 REFUSED = "connection refused"  # nothing listens there: not open yet, or closed
+
+
+def unanswered(urls: dict[str, str], timeout: float) -> dict[str, str]:
+    """Of `urls` (a process's name -> its health URL), those with no answer in `timeout`,
+    with why (`no_answer`), all asked at once: `status` and the status page alike."""
+    if not urls:
+        return {}
+    with ThreadPoolExecutor(len(urls), thread_name_prefix="status-probe") as pool:
+        said = pool.map(lambda url: no_answer(url, timeout), urls.values())
+        found = dict(zip(urls, said, strict=True))
+    return {name: why for name, why in found.items() if why}
 
 
 def no_answer(url: str, timeout: float) -> str:

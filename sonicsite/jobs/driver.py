@@ -122,7 +122,7 @@ def submit(
     at_start = processes_now(spec.site_dir) if spec.backend != "local" else {}
     lock = lock_out(spec.out)
     try:
-        return _run_stream(spec, state, progress, note, (down_at_start, at_start))
+        return _run_stream(spec, state, progress, note, down_at_start, at_start)
     finally:
         lock.release()
 
@@ -158,7 +158,9 @@ def _open_record(
     return record, set()
 
 
-def _run_stream(spec: StreamSpec, state, progress, note, at_start: tuple[str, dict]) -> dict:
+def _run_stream(
+    spec: StreamSpec, state, progress, note, down_at_start: str, at_start: dict
+) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
     run = StreamRun(spec, spec.out / "jobs", note)
@@ -170,7 +172,7 @@ def _run_stream(spec: StreamSpec, state, progress, note, at_start: tuple[str, di
     try:
         _drive(run, record, complete, stop, progress)
         report, results = _report(run, record, state, stop)
-        _site_at_end(report, state, *at_start)
+        _site_at_end(report, state, down_at_start, at_start)
         write_report(report, results, spec.out)
         return report
     finally:

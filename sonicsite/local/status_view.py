@@ -6,11 +6,10 @@ the supervisor watches (`Watcher`), each server's readiness: `look`, read by sta
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import no_answer, pid_alive
+from sonicsite.contract.processes_seen import pid_alive, unanswered
 from sonicsite.contract.wire import (
     DEAD,
     RUNNING,
@@ -97,17 +96,12 @@ class View:
         return r.last_exit or "-"
 
 
-def silent(state: SiteState, records: tuple[ProcessRecord, ...]) -> dict[str, Unanswered]:
+def silent(records: tuple[ProcessRecord, ...]) -> dict[str, Unanswered]:
     """Each process recorded running whose health URL gives no answer within PROBE_S, with
     why, all asked at once: its PID lives, but it refuses (not listening: still starting,
     or its listener closed) or says nothing (stopped by SIGSTOP, or hung)."""
-    urls = {p.name: p.health for p in state.processes if p.health}
-    asked = [r.name for r in records if r.state == RUNNING and r.name in urls]
-    if not asked:
-        return {}
-    with ThreadPoolExecutor(len(asked), thread_name_prefix="status-probe") as pool:
-        said = list(pool.map(lambda name: no_answer(urls[name], PROBE_S), asked))
-    return {n: Unanswered(urls[n], why) for n, why in zip(asked, said, strict=True) if why}
+    urls = {r.name: r.health for r in records if r.state == RUNNING and r.health}
+    return {n: Unanswered(urls[n], why) for n, why in unanswered(urls, PROBE_S).items()}
 
 
 def look(site_dir: Path) -> View:
@@ -115,7 +109,7 @@ def look(site_dir: Path) -> View:
     ValueError for a state file that is not a site's."""
     state = SiteState.load(site_dir)
     records = read_processes(site_dir)
-    unanswered = silent(state, records)
+    unanswered = silent(records)
     left = [r.name for r in records if r.state == STOPPED and lives_for_site(r, state.site_dir)]
     supervisor = next((r for r in records if r.kind == SUPERVISOR), None)
     watcher = Watcher(

@@ -72,7 +72,7 @@ def test_envoys_own_rest_errors_are_kserve_error_bodies_naming_the_reason(site):
     reason = json.loads(body)["error"]
     # "no healthy upstream" (no server of the model is ready), said of the model; or, before
     # the first health check, "upstream connect error"
-    assert reason in (f"/v2/models/simple/infer: {NONE_READY}",) or "upstream" in reason, reason
+    assert reason == f"/v2/models/simple/infer: {NONE_READY}" or "upstream" in reason, reason
     with pytest.raises(InferenceServerException) as failed:
         stock_infer(site, "simple", SIMPLE, ["OUTPUT0"], module=httpclient)
     assert failed.value.status() == "503"
