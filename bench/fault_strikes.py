@@ -13,15 +13,19 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster
 from tritonclient.utils import InferenceServerException
 
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.contract.wire import MODEL_HEADER, SHED
 from sonicsite.jobs.spawn import WORKERS_FILE
 from sonicsite.local.envoy_admin import admin_get
+from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
 from .common import http_json
+
+RETRIES_QUERY = "/stats?filter=upstream_rq_retry$&format=json"
 
 
 def flood(site_dir: Path, out: Path, model: str) -> subprocess.Popen:
@@ -66,6 +70,18 @@ def envoy_in_flight(state: SiteState) -> int | None:
     # a model's route sends to its own cluster or the all-servers one (route_clusters.py)
     pattern = re.compile(r"^cluster\.(model_.*|triton)\.upstream_rq_active$")
     return sum(int(s.get("value", 0)) for s in stats if pattern.match(s.get("name", "")))
+
+
+def envoy_tries_again(state: SiteState, model: str) -> int | None:
+    """Tries of `model` Envoy sent again so far (its cluster and the all-servers one): a
+    retry, or a hedged copy on a per-try timeout, which may run beside the first try; None
+    where Envoy cannot say (it is down). A restarted Envoy counts from 0: fewer, never more."""
+    names = {f"cluster.{c}.upstream_rq_retry" for c in (model_cluster(model), ALL_SERVERS)}
+    try:
+        stats = json.loads(admin_get(state.envoy_admin, RETRIES_QUERY, 2)).get("stats", [])
+    except (OSError, ValueError):
+        return None
+    return sum(int(s.get("value", 0)) for s in stats if s.get("name") in names)
 
 
 def wait_in_flight(state: SiteState, wanted: int, timeout: float) -> int | None:
@@ -154,3 +170,16 @@ def wait_hung_restart(state: SiteState, name: str, since: float, timeout: float)
             return round(time.time() - since, 1)
         time.sleep(0.2)
     return None
+
+
+def site_pids(state: SiteState) -> set[int]:
+    pids = {p.pid for p in [*state.servers, *state.processes] if p.pid}
+    return pids | {m for p in list(pids) for m in group_members(p)}
+
+
+def survivors(pids: list[int], within_s: float) -> int:
+    """Processes of `pids` still alive after waiting up to `within_s` for them to go."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.2)
+    return sum(1 for p in pids if pid_alive(p))

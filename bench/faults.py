@@ -33,15 +33,14 @@ from pathlib import Path
 
 from sonicsite.operator.admission import AdmissionPolicy
 
-from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.spawn import WORKERS_FILE
 from sonicsite.local import launcher
-from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
 from .common import Recorder, sheds, wait_for
 from .fault_figures import (
     SERVER_FAULTS,
+    duplicates_allowed,
     in_flight_at,
     per_window,
     percentiles_ms,
@@ -51,10 +50,13 @@ from .fault_figures import (
 )
 from .fault_logs import keep_logs, read_log, tail
 from .fault_strikes import (
+    envoy_tries_again,
     flood,
     hung_restarts,
     shed_lapse_s,
+    site_pids,
     strike_target,
+    survivors,
     wait_envoy_sheds,
     wait_hung_restart,
     wait_in_flight,
@@ -198,7 +200,7 @@ def _scenario(
     site_dir, out = tmp / "site", tmp / "out"
     _up(site_dir, build_dir, scenario.supervise, SHEDDING)
     state = SiteState.load(site_dir)
-    pids = _site_pids(state)
+    pids = site_pids(state)
     flooding = submit = None
     pid = None
     figures: dict = {}
@@ -242,15 +244,16 @@ def _scenario(
             figures["restarted_as_hung"] = hung_restarts(state, scenario.target) > 0
         if scenario.target == "submit" and scenario.sig == signal.SIGKILL:
             first = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
-            figures["orphan_workers"] = _survivors([w["pid"] for w in first], 30)
+            figures["orphan_workers"] = survivors([w["pid"] for w in first], 30)
             logs.append(open(tmp / "resume.log", "w"))  # noqa: SIM115 - closed below
             submit = subprocess.Popen([*command, "--resume"], stdout=logs[-1], stderr=logs[-1])
         submit.wait(timeout=900)
         _check_submit(submit, out, "")
         workers = json.loads((out / "jobs" / WORKERS_FILE).read_text())["workers"]
-        figures["orphan_workers"] = figures.get("orphan_workers", 0) + _survivors(
+        figures["orphan_workers"] = figures.get("orphan_workers", 0) + survivors(
             [w["pid"] for w in workers], 30
         )
+        figures["envoy_tries_again"] = envoy_tries_again(state, MODEL)
         figures["sheds"] = _sheds(state)  # the flood's, on purpose: counted, not a target
     finally:
         if pid is not None and scenario.sig == signal.SIGSTOP:  # a failure while it was stopped
@@ -260,13 +263,14 @@ def _scenario(
         _stop(submit)  # stopped early (a failure, SIGTERM): it stops its workers
         for log in logs:
             log.close()
-        pids |= _site_pids(SiteState.load(site_dir))
+        pids |= site_pids(SiteState.load(site_dir))
         launcher.down(site_dir)
-    figures["orphan_site_processes"] = _survivors(sorted(pids), 30)
+    figures["orphan_site_processes"] = survivors(sorted(pids), 30)
     spec = {"events": events, "jobs": JOBS, "batch": BATCH, "seed": 1, "job_rate": rate / JOBS}
     stream = read_stream(out, spec)
     requests, in_flight_events = in_flight_at(out / "jobs", when)
-    allowance = in_flight_events if scenario.name in SERVER_FAULTS else 0
+    server_fault, again = scenario.name in SERVER_FAULTS, figures.pop("envoy_tries_again")
+    allowance = duplicates_allowed(stream, BATCH, in_flight_events, server_fault, again)
     return {
         "scenario": scenario.name,
         "target": scenario.target,
@@ -283,6 +287,9 @@ def _scenario(
         "events_in_flight_at_fault": in_flight_events,
         "events_answered_from_kept": stream.answered_from_kept,
         "executed_twice_beyond_in_flight": max(0, stream.executed_twice - allowance),
+        "tries_sent_again": {"clients": stream.retries, "envoy": again},
+        "repeated_events": stream.repeated_events,
+        "repeated_events_executed_on": stream.repeated_on,
         "processes_left_behind": figures["orphan_workers"] + figures["orphan_site_processes"],
         "latency_ms": percentiles_ms(stream.latencies_s),
         "events_per_path": stream.per_path,
@@ -306,19 +313,6 @@ def _check_submit(submit: subprocess.Popen, out: Path, when: str) -> None:
     rc = submit.poll()
     if rc not in (None, 0) and not (out / "report.json").exists():
         raise RuntimeError(f"submit exited with status {rc} {when}, without a report".strip())
-
-
-def _site_pids(state: SiteState) -> set[int]:
-    pids = {p.pid for p in [*state.servers, *state.processes] if p.pid}
-    return pids | {m for p in list(pids) for m in group_members(p)}
-
-
-def _survivors(pids: list[int], within_s: float) -> int:
-    """Processes of `pids` still alive after waiting up to `within_s` for them to go."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.2)
-    return sum(1 for p in pids if pid_alive(p))
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
