@@ -186,7 +186,11 @@ def test_every_component_takes_its_probes_resources_and_placement():
     values: dict = {}
     for n, component in enumerate(COMPONENTS):
         values[component] = {
-            "resources": {"requests": {"cpu": f"{n + 1}00m", "memory": "1Gi"}},
+            # at most the limit: the chart refuses a request above it (test_resources.py)
+            "resources": {
+                "requests": {"cpu": f"{n + 1}00m", "memory": "1Gi"},
+                "limits": {"memory": "1Gi"},
+            },
             "probes": {"liveness": {"periodSeconds": 20 + n, "failureThreshold": 4}},
             "nodeSelector": {"site/pool": component},
             "tolerations": [{"key": "site/pool", "operator": "Equal", "value": component}],

@@ -122,7 +122,9 @@ NOT_QUANTITIES = ["...", "1..G", ".", "", "G", "1 Gi", "1gi", "-1", "1.2.3", "Gi
 
 @pytest.mark.parametrize("quantity", QUANTITIES)
 def test_a_kubernetes_quantity_passes(quantity):
-    values = {"triton": {"resources": {"requests": {"memory": quantity}}, "shmSize": quantity}}
+    # the limit too: a request above the default limit (8Gi) is refused (test_resources.py)
+    resources = {"requests": {"memory": quantity}, "limits": {"memory": quantity}}
+    values = {"triton": {"resources": resources, "shmSize": quantity}}
     docs = objects(render(values))
     (triton,) = [d for d in docs if d["kind"] == "Deployment" and "triton" in d["metadata"]["name"]]
     assert (

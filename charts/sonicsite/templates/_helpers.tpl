@@ -292,3 +292,86 @@ prometheus.io/port: {{ .port | quote }}
 prometheus.io/path: {{ .path | default "/metrics" }}
 {{- end -}}
 {{- end -}}
+
+{{/* A Kubernetes quantity (values' `$defs/quantity`: a number, or a string such as "500m",
+"1.5", "4Gi", "1e3", "2G") as a float64 number of units, for comparing two quantities, never
+for rendering one. A decimal suffix (m k M G T P E) is written as an exponent and parsed, so
+that "1100m" and "1.1" are the same number, as they are to Kubernetes; a binary one (Ki Mi Gi
+Ti Pi Ei) multiplies by a power of 1024, which is exact. Two quantities that differ by less
+than a float64's precision (about 1 in 10^16) compare as equal. */}}
+{{- define "sonicsite.quantityValue" -}}
+{{- $q := .quantity -}}
+{{- if not (kindIs "string" $q) -}}
+{{- float64 $q -}}
+{{- else -}}
+{{- $decimal := dict "m" -3 "k" 3 "M" 6 "G" 9 "T" 12 "P" 15 "E" 18 -}}
+{{- $binary := dict "Ki" 1 "Mi" 2 "Gi" 3 "Ti" 4 "Pi" 5 "Ei" 6 -}}
+{{- $suffix := regexFind "(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)$" $q -}}
+{{- $number := trimSuffix $suffix $q -}}
+{{- if hasKey $binary $suffix -}}
+{{- $value := float64 $number -}}
+{{- range until (get $binary $suffix | int) }}{{ $value = mulf $value 1024 }}{{ end -}}
+{{- $value -}}
+{{- else if $suffix -}}
+{{- float64 (printf "%se%d" $number (get $decimal $suffix | int)) -}}
+{{- else -}}
+{{- float64 $q -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails the render where a container's request is above its limit for one resource
+(cpu, memory, any other), which Kubernetes refuses only when the pod is created (the
+Deployment is accepted and its ReplicaSet never makes a pod), naming the values path and
+both quantities. A request with no limit, or a limit with no request, passes (Kubernetes
+takes an unset request as the limit). Takes (dict "resources" RESOURCES "where"
+"envoy.resources"). */}}
+{{- define "sonicsite.resourcesChecked" -}}
+{{- $r := .resources | default dict -}}
+{{- $limits := $r.limits | default dict -}}
+{{- range $resource, $asked := ($r.requests | default dict) -}}
+{{- if hasKey $limits $resource -}}
+{{- $limit := get $limits $resource -}}
+{{- $a := include "sonicsite.quantityValue" (dict "quantity" $asked) | float64 -}}
+{{- $l := include "sonicsite.quantityValue" (dict "quantity" $limit) | float64 -}}
+{{- if gt $a $l -}}
+{{- fail (printf "%s.requests.%s: expected at most %s.limits.%s (%v), got %v: Kubernetes refuses a container whose request is above its limit, only when it creates the pod (the Deployment is accepted, and no pod ever starts); lower the request or raise the limit" $.where $resource $.where $resource $limit $asked) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The models the `helm test` pod asks Envoy for, as YAML {models: [...], skipped: [{model,
+pool}, ...]}: tests.models (default triton.models) less those of pools parked at 0 servers,
+which have no server to answer, on purpose: replicas 0 without autoscaling (nothing starts
+a server), minReplicas 0 with it (KEDA scales the pool to zero when idle; a request held for
+it waits for a server to start and load the model, which may take longer than the hold).
+A model that tests.models names in a pool KEDA scales from zero is asked all the same (the
+site's choice: its request wakes the pool); one of a pool parked without autoscaling never
+is (nothing would answer it). A pool's models are its pinned ones, or for the pool that
+names none, every model no other pool names; without `pools`, every model is in the one
+pool (default). */}}
+{{- define "sonicsite.testModels" -}}
+{{- $autoscaling := .Values.autoscaling.enabled -}}
+{{- $owner := dict -}}
+{{- range (include "sonicsite.tritonPools" . | fromYaml).pools -}}
+{{- $parked := eq (ternary .minReplicas .replicas $autoscaling | int) 0 -}}
+{{- $pool := . -}}
+{{- range $.Values.triton.models -}}
+{{- if or (has . $pool.models) (and (not $pool.models) (not (has . $pool.pinned))) -}}
+{{- $_ := set $owner . (dict "pool" $pool.name "parked" $parked) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $models := list -}}
+{{- $skipped := list -}}
+{{- range (.Values.tests.models | default .Values.triton.models) -}}
+{{- $in := get $owner . | default dict -}}
+{{- if and $in.parked (not (and $autoscaling (has . $.Values.tests.models))) -}}
+{{- $skipped = append $skipped (dict "model" . "pool" $in.pool) -}}
+{{- else -}}
+{{- $models = append $models . -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "models" $models "skipped" $skipped) -}}
+{{- end -}}

@@ -182,9 +182,9 @@ upgrades), `models` (pinned; [] for the pool of every model no other pool names)
 (every model some pool names), `labels` (what its pods and selector add), `preload` (the
 placement.preload models this pool holds), and its `replicas`, `minReplicas`, `maxReplicas`
 (with `minReplicasFrom` and `maxReplicasFrom`, the value each came from, for messages),
-`gpu`, `nodeSelector`, `tolerations`, `resources`, `runtimeClassName`, `supplementalGroups`
-and `rollingUpdate` (each defaulting to triton's or autoscaling's; gpu and rollingUpdate key
-by key). */}}
+`gpu`, `nodeSelector`, `tolerations`, `resources` (with `resourcesFrom`, likewise),
+`runtimeClassName`, `supplementalGroups` and `rollingUpdate` (each defaulting to triton's or
+autoscaling's; gpu and rollingUpdate key by key). */}}
 {{- define "sonicsite.tritonPools" -}}
 {{- $t := .Values.triton -}}
 {{- $a := .Values.autoscaling -}}
@@ -238,6 +238,7 @@ by key). */}}
 {{- $_ := set $pool "nodeSelector" (hasKey . "nodeSelector" | ternary .nodeSelector $t.nodeSelector) -}}
 {{- $_ := set $pool "tolerations" (hasKey . "tolerations" | ternary .tolerations $t.tolerations) -}}
 {{- $_ := set $pool "resources" (hasKey . "resources" | ternary .resources $t.resources) -}}
+{{- $_ := set $pool "resourcesFrom" (hasKey . "resources" | ternary (printf "pools[%s].resources" .name) "triton.resources") -}}
 {{- $_ := set $pool "runtimeClassName" (hasKey . "runtimeClassName" | ternary .runtimeClassName $t.runtimeClassName) -}}
 {{- $_ := set $pool "supplementalGroups" (hasKey . "supplementalGroups" | ternary .supplementalGroups $t.supplementalGroups) -}}
 {{- /* a pool's rollingUpdate key by key over triton's, each key as given (its 0 kept) */ -}}
