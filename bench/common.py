@@ -5,9 +5,11 @@ and writing the result (what was measured so far, where a run fails late: `Recor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import re
+import signal
 import statistics
 import time
 import traceback
@@ -256,7 +258,8 @@ class Recorder:
     """One bench run's result as it is measured: `details` and `site` (its `meta` part)
     filled as the run goes, so that a run that fails late leaves what it measured. Within
     `measuring()`, a failure writes the result with the error as its summary's
-    `incomplete`, says so on the console, and goes on up (the command exits non-zero)."""
+    `incomplete`, says so on the console, and goes on up (the command exits non-zero); so
+    does a stop (SIGTERM, raised as the command line's `Terminated`, or Ctrl-C)."""
 
     json_path: Path
     name: str
@@ -270,7 +273,7 @@ class Recorder:
         planned = _snapshot(self.details)  # what a bench sets before it measures (its plan)
         try:
             yield self
-        except Exception as exc:
+        except BaseException as exc:  # a stop too: what was measured before it is kept
             self._write_incomplete(exc, measured=_snapshot(self.details) != planned)
             raise
 
@@ -278,7 +281,7 @@ class Recorder:
         """The result with the error as its summary (its traceback in `details`, for whoever
         debugs it: the console gets the error in words), and a note on `exc` saying where
         it went, which the command prints beside the error."""
-        error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else _stop(exc)
         details = {**self.details, "failure_traceback": traceback.format_exception(exc)}
         try:
             write_result(self.json_path, self.name, {"incomplete": error}, *self._rest(details))
@@ -297,3 +300,13 @@ class Recorder:
 
     def _rest(self, details: dict) -> tuple:
         return details, self.started, {**self.site, "cpu_during_run": self.load.cores()}
+
+
+def _stop(exc: BaseException) -> str:
+    """What stopped a run that did not fail: the signal (Ctrl-C's SIGINT; SIGTERM, which the
+    command line raises as `Terminated(signum)`), else the exception's name."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "stopped by SIGINT"
+    with contextlib.suppress(IndexError, ValueError, TypeError):
+        return f"stopped by {signal.Signals(exc.args[0]).name}"
+    return f"stopped by {type(exc).__name__}"

@@ -166,8 +166,9 @@ def _unwinding(command: str, run: Callable[[], int], starts_site: bool = True) -
     except (Terminated, KeyboardInterrupt) as exc:
         number = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
         stopped = "; the site it had started was stopped" if starts_site else ""
+        said = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))  # a bench's
         print(
-            f"sonicsite {command}: stopped by {number.name} before it finished{stopped}",
+            f"sonicsite {command}: stopped by {number.name} before it finished{stopped}{said}",
             file=sys.stderr,
         )
         return 128 + number.value

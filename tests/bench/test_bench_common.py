@@ -20,7 +20,7 @@ from sonicsite.bench.common import Cleanups, Recorder, figure, in_turn, write_re
 from sonicsite.bench.dataplane import comparison
 from sonicsite.sim.output import OutputError
 
-from sonicsite.cli import main
+from sonicsite.cli import Terminated, main
 
 BENCH = Path(faults.__file__).resolve().parent
 
@@ -82,6 +82,9 @@ def test_a_run_that_fails_late_leaves_what_it_measured(tmp_path, capsys):
     # the traceback is kept for whoever debugs it; the command says the note (commands.py)
     assert "raise ValueError" in "".join(saved["details"]["failure_traceback"])
     assert raised.value.__notes__ == [f"what was measured before it is in {out} (incomplete)"]
+    with pytest.raises(KeyboardInterrupt), Recorder(out, "example").measuring():
+        raise KeyboardInterrupt
+    assert json.loads(out.read_text())["summary"] == {"incomplete": "stopped by SIGINT"}
 
 
 def test_a_run_that_fails_before_measuring_says_nothing_was_measured(tmp_path):
@@ -227,3 +230,19 @@ def test_meta_gives_tritons_own_version_beside_the_wheels(tmp_path):
 def test_a_server_that_gives_no_version_in_time_is_said_unknown_with_why():
     version = triton_version.server_version(deadline_s=0.0)
     assert version.startswith("unknown: tritonserver (pid ") and "did not answer" in version
+
+
+def test_a_run_stopped_by_sigterm_keeps_what_it_measured(tmp_path):
+    """A batch system's kill (SIGTERM, raised as the command line's Terminated) is no
+    Exception, yet the run's result is written all the same, saying what stopped it."""
+    out = tmp_path / "bench.json"
+    with pytest.raises(Terminated) as raised, Recorder(out, "example").measuring() as record:
+        record.details["first_part"] = {"throughput": 12.5}
+        raise Terminated(15)
+    saved = json.loads(out.read_text())
+    assert saved["summary"] == {"incomplete": "stopped by SIGTERM"}
+    assert saved["details"]["first_part"] == {"throughput": 12.5}
+    assert raised.value.__notes__ == [f"what was measured before it is in {out} (incomplete)"]
+    with pytest.raises(KeyboardInterrupt), Recorder(out, "example").measuring():
+        raise KeyboardInterrupt
+    assert json.loads(out.read_text())["summary"] == {"incomplete": "stopped by SIGINT"}
