@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..contract.options import at_least, non_negative, positive_list
 from ..sim.output import unwritable
+from .targets import line as targets_line
 
 STOCK_TOOLS_MODELS = ("simple", "particlenet_ak4")  # bench/stock_tools.py's Options.windows
 
@@ -208,6 +209,7 @@ def run_bench(args: argparse.Namespace) -> int:
         )
         return 1
     print(json.dumps(result["summary"], indent=2))
+    print(targets_line(result["summary"]))
     print(f"written: {args.json}")
     return 0
 

@@ -1,7 +1,8 @@
 """What every benchmark shares: interleaved repeats and the order of turns, every figure with
 its repeats, ratios of medians, the site's admission and scaling a bench runs under and the
 sheds it saw, asking a site's HTTP endpoints and waiting for it, releasing what a bench holds,
-and writing the result (what was measured so far, where a run fails late: `Recorder`)."""
+and writing the result (what was measured so far, where a run fails late: `Recorder`), with
+whether each target was met (`targets.py`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from sonicsite.local.state import SiteState
 from ..sim.output import write_whole
 from . import triton_version
 from .outside_load import RunLoad
+from .targets import with_targets_met
 
 # What a bench that measures speed runs under: admission at a stated threshold no bench
 # reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
@@ -231,10 +233,11 @@ def write_result(
     """`started`: run_start() when the bench started (its load and code); `site`: the
     conditions it set (`conditions()`) and the sheds it saw, put in `meta`. Written whole or
     not at all, at a symlink's target, never over what is not a regular file (a device, a
-    FIFO: OutputError; `sim/output.py`)."""
+    FIFO: OutputError; `sim/output.py`). The summary gets `targets_met` (bench/targets.py)
+    here, so that every bench says whether it met its targets without code of its own."""
     result = {
         "benchmark": name,
-        "summary": summary,
+        "summary": with_targets_met(summary),
         "meta": _with_server_version({**meta(started), **(site or {})}),
         "machine": {
             "python": platform.python_version(),

@@ -1,8 +1,9 @@
 """`sonicsite bench report`: the benches' JSON files as one page a reviewer reads.
 
 Markdown (`REPORT.md`) with a section per bench: where and when it ran (`meta`: commit,
-cores, load before and after, versions, the admission it ran under, sheds), its summary
-against its targets, and PNG plots drawn from the repeats kept in the JSON: speedup per
+cores, load before and after, versions, the admission it ran under, sheds, the CPU busy
+outside the run), its summary against its targets and whether each was met (targets.py),
+and PNG plots drawn from the repeats kept in the JSON: speedup per
 payload (client), latency against load and each server's share of requests over time
 (balancing), throughput through the site against direct (dataplane, gateway). Nothing is
 measured here: every number on the page is one the JSON holds.
@@ -24,7 +25,7 @@ import matplotlib
 import matplotlib.figure
 
 from ..sim.output import unwritable, write_whole
-from . import report_load
+from . import report_load, targets
 from .report_load import NUMBER, ReportError, dig, figure_at
 
 matplotlib.use("Agg")
@@ -153,7 +154,27 @@ def _meta_lines(meta: dict) -> list[str]:
         lines.append(f"- autoscaling: {_compact(meta['autoscaling'])}")
     if "sheds" in meta:
         lines.append(f"- sheds during the bench: {meta['sheds']}")
+    lines.append(f"- CPU during the run: {_cpu(meta.get('cpu_during_run'))}")
     return lines
+
+
+CPU_WORDS = (  # meta.cpu_during_run (outside_load.RunLoad.cores), in words
+    ("machine_busy_cores", "the machine {} cores busy"),
+    ("this_run_cores", "this run {} cores"),
+    ("this_run_cpu_s", "({} CPU s)"),
+    ("outside_cores", "outside this run {} cores"),
+    ("seconds", "over {} s"),
+)
+
+
+def _cpu(cpu: object) -> str:
+    """`meta.cpu_during_run` in words: what else kept the cores busy while the bench
+    measured, which the load average alone does not separate from the bench's own work."""
+    if cpu is None:
+        return "not recorded in this file"
+    if not isinstance(cpu, dict) or not all(k in cpu for k, _ in CPU_WORDS):
+        return _compact(cpu)
+    return ", ".join(words.format(cpu[k]) for k, words in CPU_WORDS).replace(", (", " (")
 
 
 def _compact(value: object) -> str:
@@ -162,13 +183,23 @@ def _compact(value: object) -> str:
     return str(value)
 
 
+MET = {True: "yes", False: "no", None: "—"}
+
+
 def _summary_table(summary: dict) -> list[str]:
-    targets = summary.get("targets", {})
-    lines = ["| figure | value | target |", "|---|---|---|"]
+    """The summary's figures, each beside its target and whether it was met (checked here
+    by bench/targets.py, as the bench checks it: a result written before `targets_met`
+    existed gets the same verdicts); the verdicts in one line above."""
+    stated = summary.get("targets", {})
+    met = targets.targets_met(summary)
+    lines = [targets.line(summary), "", "| figure | value | target | met |", "|---|---|---|---|"]
     for key, value in summary.items():
-        if key == "targets":
+        if key in ("targets", "targets_met"):
             continue
-        lines.append(f"| `{key}` | {_cell(value)} | {targets.get(key, '')} |")
+        verdict = MET[met[key]] if key in met else ""
+        lines.append(f"| `{key}` | {_cell(value)} | {stated.get(key, '')} | {verdict} |")
+    for key in [k for k in stated if k not in summary]:  # a figure the bench never wrote
+        lines.append(f"| `{key}` | missing | {stated[key]} | — |")
     return lines
 
 

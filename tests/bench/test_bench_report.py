@@ -49,7 +49,7 @@ def test_the_report_is_one_page_with_meta_targets_and_plots(tmp_path):
     source = _client_result(tmp_path / "client.json")
     written = report.run([source], tmp_path / "out")
     page = written.read_text()
-    assert "## client" in page and "| `speedup_grpc_16mb` | 3 | >= 3 |" in page
+    assert "## client" in page and "| `speedup_grpc_16mb` | 3 | >= 3 | yes |" in page
     assert "before" in page and "[0.5, 0.4, 0.3]" in page and "sheds during the bench: 0" in page
     assert "nvidia-pytriton" in page  # the versions of what ran
     image = tmp_path / "out" / "client_speedup_per_payload.png"
