@@ -23,9 +23,14 @@ Envoy with the sonicsite client:
 Each turn also measures how many cores other processes on the machine kept busy meanwhile;
 when that differs between the turns of a repeat by more than `OUTSIDE_TOLERANCE`, the turns
 are measured again (at most `MAX_REDO` times; `redone` in the JSON lists them with the
-discarded turns' figures: every measurement is kept), and each
+discarded turns' figures: every measurement is kept; a unit whose last try still differs is
+kept and named in the summary, `kept_despite_outside_gap`), and each
 repeat's turns start once the others leave the cores mostly idle (`QUIET_CORES`, waiting at
 most `QUIET_WAIT_S`; `waited_for_quiet_s` lists the waits).
+
+Open loop, each turn also records the part of the offered rate it served: a policy that
+served under 95 % is `overloaded` (its queue grew through the turn, so its p99 measures the
+turn's length), and the summary names the p99 ratios taken against an overloaded baseline.
 
 Figures per slowdown × load × policy: p50, p99, throughput, the slow server's share, each
 with every repeat (`common.figure`), and the p50 and p99 of every repeat's latencies together
@@ -128,6 +133,8 @@ class Bench:
     switch_s: list[float] = field(default_factory=list)
     weights: dict[str, list[dict]] = field(default_factory=dict)  # slowdown: Envoy's weights
     redone: list[dict] = field(default_factory=list)  # turns measured again, and why
+    # units whose last try's turns were kept with the outside load still differing
+    kept_despite_outside_gap: list[dict] = field(default_factory=list)
     units: int = 0  # turns of every policy measured so far
     waited_s: list[float] = field(default_factory=list)  # waits for a quiet machine
     meter: OutsideLoad = field(init=False)
@@ -209,7 +216,20 @@ class Bench:
                             weights = envoy.weights(self.state.envoy_admin, model_cluster(MODEL))
                             self.weights.setdefault(_label(factor), []).append(weights)
                     outside = [c for _, c in turns.values()]
-                    if max(outside) - min(outside) <= OUTSIDE_TOLERANCE or attempt == MAX_REDO:
+                    gap = max(outside) - min(outside)
+                    if gap <= OUTSIDE_TOLERANCE:
+                        break
+                    if attempt == MAX_REDO:  # kept all the same: said so, with what it saw
+                        self.kept_despite_outside_gap.append(
+                            {
+                                "slowdown": factor,
+                                "repeat": repeat,
+                                "load": load,
+                                "outside": {p: c for p, (_, c) in turns.items()},
+                                "gap": round(gap, 3),
+                                "tolerance": OUTSIDE_TOLERANCE,
+                            }
+                        )
                         break
                     self.redone.append(  # every measurement kept, the discarded ones too
                         {
@@ -283,6 +303,7 @@ def run(
             bench = Bench(state, from_site_file(site_dir), o)
             details["policy_switch_s"] = bench.switch_s  # the lists as they fill
             details["redone"] = bench.redone
+            details["kept_despite_outside_gap"] = bench.kept_despite_outside_gap
             details["waited_for_quiet_s"] = bench.waited_s
             details["load_aware_envoy_weights"] = bench.weights
             bench.slow_down(1.0)
@@ -310,7 +331,8 @@ def run(
             launcher.down(site_dir)
         details["recovery_s"] = recovery_figure(recovered)
         details["policy_switch_s"] = [round(s, 3) for s in bench.switch_s]
-        found = summary(details["figures"], details["ratios"], recovered, capacity)
+        kept = bench.kept_despite_outside_gap
+        found = summary(details["figures"], details["ratios"], recovered, capacity, kept)
         return record.write({**found, "sheds": shed})
 
 

@@ -13,6 +13,12 @@ from .balancing_load import Answers
 from .common import figure, figures_of_runs
 
 BASELINE = "round-robin"
+KEPT_UP = 0.95  # open loop: below this part of the offered rate served, overloaded
+RATIOS = {  # each p99 ratio: (policy, baseline)
+    "p99_load_aware_vs_round_robin": ("load-aware", BASELINE),
+    "p99_load_aware_vs_least_request": ("load-aware", "least-request"),
+    "p99_least_request_vs_round_robin": ("least-request", BASELINE),
+}
 
 
 @dataclass
@@ -30,13 +36,26 @@ class Cell:
     def figures(self) -> dict:
         """Every repeat's figures, and the percentiles of all their latencies together
         (p99 of a few hundred requests is noisy; of every repeat's, less so)."""
-        return figures_of_runs(self.runs) | {
-            "all_repeats": {
-                "requests": len(self.latency_ms),
-                "p50_ms": round(float(np.percentile(self.latency_ms, 50)), 3),
-                "p99_ms": round(float(np.percentile(self.latency_ms, 99)), 3),
+        return (
+            figures_of_runs(self.runs)
+            | self.overload()
+            | {
+                "all_repeats": {
+                    "requests": len(self.latency_ms),
+                    "p50_ms": round(float(np.percentile(self.latency_ms, 50)), 3),
+                    "p99_ms": round(float(np.percentile(self.latency_ms, 99)), 3),
+                }
             }
-        }
+        )
+
+    def overload(self) -> dict:
+        """Open loop: the repeats that served less than KEPT_UP of what they were offered
+        (a queue grew through the turn: its p99 measures the turn's length), and
+        `overloaded` if any did; nothing for a closed loop, which offers what it gets."""
+        if not self.runs or "served_over_offered" not in self.runs[0]:
+            return {}
+        behind = [k for k, r in enumerate(self.runs) if r["served_over_offered"] < KEPT_UP]
+        return {"overloaded_repeats": behind, "overloaded": bool(behind)}
 
     @property
     def p99_ms(self) -> float:
@@ -60,11 +79,7 @@ def paired(cells: dict[str, Cell], key: str, policy: str, versus: str) -> dict:
 
 
 def policy_ratios(cells: dict[str, Cell]) -> dict:
-    return {
-        "p99_load_aware_vs_round_robin": paired(cells, "p99_ms", "load-aware", BASELINE),
-        "p99_load_aware_vs_least_request": paired(cells, "p99_ms", "load-aware", "least-request"),
-        "p99_least_request_vs_round_robin": paired(cells, "p99_ms", "least-request", BASELINE),
-    }
+    return {name: paired(cells, "p99_ms", *pair) for name, pair in RATIOS.items()}
 
 
 def point_figures(cells: dict[str, dict[str, Cell]]) -> tuple[dict, dict]:
@@ -100,9 +115,53 @@ def policy_totals(figures: dict) -> dict[str, dict[str, int]]:
     return totals
 
 
-def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity: dict) -> dict:
+def overloaded_baselines(figures: dict, ratios: dict) -> list[dict]:
+    """Every p99 ratio whose baseline did not keep up with the open loop's offered rate:
+    its p99 measures how long the turn ran, so the ratio flatters the policy against it."""
+    found = []
+    for label, by_load in ratios.items():
+        for load, by_name in by_load.items():
+            for name in by_name:
+                baseline = RATIOS[name][1]
+                cell = figures[label][load][baseline]
+                if cell.get("overloaded"):
+                    served = cell["served_over_offered"]["median"]
+                    found.append(
+                        {
+                            "slowdown": label,
+                            "load": load,
+                            "ratio": name,
+                            "baseline": baseline,
+                            "served_over_offered": served,
+                        }
+                    )
+    return found
+
+
+def served_over_offered(figures: dict) -> dict:
+    """Open loop, per slowdown, load and policy: the median part of the offered rate
+    served (below KEPT_UP: `overloaded` in the figures)."""
+    return {
+        label: {
+            load: {p: c["served_over_offered"]["median"] for p, c in by_policy.items()}
+            for load, by_policy in by.items()
+            if all("served_over_offered" in c for c in by_policy.values())
+        }
+        for label, by in figures.items()
+    }
+
+
+def summary(
+    figures: dict,
+    ratios: dict,
+    recovered: list[float | None],
+    capacity: dict,
+    kept: list[dict] | None = None,
+) -> dict:
     """The load-aware policy's worst p99 ratio to least request over every slowdown and
-    load, and its ratios to round robin at 2×: of every repeat's latencies together."""
+    load, and its ratios to round robin at 2×: of every repeat's latencies together; the
+    ratios whose baseline was overloaded, and the units kept (`kept`) though the outside
+    load still differed between their turns, named."""
 
     def pooled(name: str) -> dict:
         return {
@@ -131,6 +190,13 @@ def summary(figures: dict, ratios: dict, recovered: list[float | None], capacity
         "per_policy": totals,
         "p99_ratio_vs_least_request": vs_lr,
         "p99_ratio_vs_round_robin": vs_rr,
+        "served_over_offered": served_over_offered(figures),
+        # open loop: a baseline that served under KEPT_UP of its offered rate ran a queue
+        # through its turn; these ratios compare against that turn's length
+        "p99_ratios_against_overloaded_baseline": overloaded_baselines(figures, ratios),
+        # after MAX_REDO tries the outside load still differed between the turns: kept
+        "units_kept_despite_outside_gap": len(kept or []),
+        "kept_despite_outside_gap": kept or [],
         "slow_server_share": {
             label: {
                 load: {p: c["slow_share"]["median"] for p, c in by_policy.items()}

@@ -39,6 +39,7 @@ class Answers:
     failed: int = 0
     retries: int = 0
     not_via_envoy: int = 0  # attempts the client failed over to the gateway or the servers
+    offered_rps: float | None = None  # open loop: the arrivals offered per second
 
     def figures(self, slow: str = SLOW, where: str = "a measurement") -> dict:
         """`where`: which measurement (slowdown, load, policy), named if none answered."""
@@ -56,6 +57,18 @@ class Answers:
             "failed": self.failed,
             "retries": self.retries,
             "not_via_envoy": self.not_via_envoy,
+        } | self.served()
+
+    def served(self) -> dict:
+        """Open loop: the rate offered and the part of it served (throughput over it); a
+        site that did not keep up answers its queue after the arrivals end, and its p99
+        then measures how long the turn ran, not the policy."""
+        if self.offered_rps is None:
+            return {}
+        throughput = len(self.latency_ms) / self.elapsed_s
+        return {
+            "offered_rps": self.offered_rps,
+            "served_over_offered": throughput / self.offered_rps,
         }
 
 
@@ -140,7 +153,10 @@ def open_loop(site: SiteRecord, rate: float, seconds: float, seed: int) -> Answe
     """Poisson arrivals at `rate` per second for `seconds`, starting a moment from now."""
     start = time.time() + 0.2
     arrivals = [start + t for t in open_loop_offsets(rate, seconds, seed)]
-    return _send(site, len(arrivals), OPEN_WINDOW, arrivals)
+    answers = _send(site, len(arrivals), OPEN_WINDOW, arrivals)
+    # the draw's own rate (a fixed count over a Poisson span), not the nominal one
+    answers.offered_rps = len(arrivals) / max(arrivals[-1] - arrivals[0], 1e-3)
+    return answers
 
 
 def stream(site: SiteRecord, requests: int, concurrency: int, slow: str = SLOW) -> dict:

@@ -4,6 +4,7 @@ ratios (ours vs the stock path), the check that the layers add up, and the run's
 from __future__ import annotations
 
 import statistics
+import time
 
 from .client_timing import CallTimes
 from .common import figure
@@ -16,12 +17,17 @@ ALSO = {
     "shm_vs_stock_shm_copying": ("shm", "stock_shm"),
     "shm_vs_stock_grpc": ("shm", "stock_grpc"),
 }
+# the coarser of the two timers compared: the client's perf_counter, Triton's nanoseconds
+TIMER_RESOLUTION_S = max(time.get_clock_info("perf_counter").resolution, 1e-9)
 
 
-def layers(times: list[CallTimes]) -> dict:
-    """Every layer of one path as a figure (ms, every repeat kept)."""
+def layers(times: list[CallTimes], resolution_s: float = 0.0) -> dict:
+    """Every layer of one path as a figure (ms, every repeat kept). The two layers found
+    by subtracting the server's time (transfer, client) carry `resolution_ms`, what the two
+    clocks were seen to disagree by (`clocks_disagree_s`), and `below_resolution` where
+    their median is not above it: such a time is not resolved, whatever its sign."""
     ms = lambda xs: figure([x * 1e3 for x in xs], 3)  # noqa: E731
-    return {
+    found = {
         "total_ms": ms([t.total for t in times]),
         "prepare_ms": ms([t.prepare for t in times]),
         "exchange_ms": ms([t.exchange for t in times]),
@@ -30,6 +36,11 @@ def layers(times: list[CallTimes]) -> dict:
         "transfer_ms": ms([t.exchange - t.server for t in times]),
         "client_ms": ms([t.total - t.server for t in times]),
     }
+    for key in ("transfer_ms", "client_ms"):
+        median_s = found[key]["median"] / 1e3
+        found[key]["resolution_ms"] = round(resolution_s * 1e3, 3)
+        found[key]["below_resolution"] = bool(median_s <= resolution_s)
+    return found
 
 
 def _value(t: CallTimes, key: str) -> float:
@@ -39,9 +50,10 @@ def _value(t: CallTimes, key: str) -> float:
 
 def clocks_disagree_s(calls: dict[str, list[CallTimes]]) -> float:
     """How far the server's stamps and the client's clock were seen to disagree at this
-    payload: the most the server's time passed a call's whole total (0 if it never did). A
-    client-side time (total − server) below it is not resolved by the two clocks."""
-    return max([0.0, *(t.server - t.total for times in calls.values() for t in times)])
+    payload: the most the server's time passed the exchange timed around it (0 if it never
+    did): the measured resolution. A time found by taking the server's away (transfer,
+    client side) that is not above it is not resolved by the two clocks."""
+    return max([0.0, *(t.server - t.exchange for times in calls.values() for t in times)])
 
 
 def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
@@ -63,10 +75,11 @@ def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
             found["resolution_ms"] = round(floor * 1e3, 3)
         if min(statistics.median(mine), statistics.median(theirs)) <= floor:
             found["ratio_of_medians"] = None
+            found["below_resolution"] = True
             found["unresolved"] = (
                 f"a median client-side time ({statistics.median(mine) * 1e3:.3f} ms ours, "
                 f"{statistics.median(theirs) * 1e3:.3f} ms {stock}) is not above the "
-                f"{floor * 1e3:.3f} ms by which the server's stamps passed a call's total"
+                f"{floor * 1e3:.3f} ms by which the server's time passed an exchange"
             )
         else:
             found["ratio_of_medians"] = round(
@@ -80,26 +93,35 @@ def ratios(calls: dict[str, list[CallTimes]], key: str) -> dict:
 
 def check_layers(calls: dict[str, list[CallTimes]]) -> dict:
     """The server's own time (its statistics) must fit inside the exchange the client timed
-    around it, up to the two clocks' agreement: Triton stamps a stage's end as the reply
-    goes out, so it may pass the client's clock by a fraction of a millisecond, and on a
-    busy machine by a descheduled thread's milliseconds in one call. So each path's median
-    is judged: a larger gap there means the split into layers is wrong, and the bench stops.
-    The worst single call is reported beside it."""
+    around it. Every repeat whose server time passed its exchange by more than the timers'
+    resolution (`TIMER_RESOLUTION_S`) is counted per path and reported, and a path is
+    within only if none did: such a repeat's transfer is negative, its layers do not hold.
+    Triton may stamp a stage's end as the reply goes out, and a descheduled thread can
+    put milliseconds between the clocks in one call, so a repeat past is reported, not
+    fatal; a path whose median is past by over a quarter of its exchange + 1 ms means the
+    split into layers is wrong, and the bench stops."""
+    past: dict[str, int] = {}
     worst = 0.0
     for name, times in calls.items():
-        worst = max([worst, *(t.server - t.exchange for t in times)])
-        over = statistics.median(t.server - t.exchange for t in times)
+        over = [t.server - t.exchange for t in times]
+        worst = max([worst, *over])
+        past[name] = sum(o > TIMER_RESOLUTION_S for o in over)
         exchange = statistics.median(t.exchange for t in times)
-        if over > 0.25 * exchange + 1e-3:
+        if statistics.median(over) > 0.25 * exchange + 1e-3:
             raise AssertionError(
                 f"{name}: the server's time exceeds the exchange that contains it by "
-                f"{over * 1e3:.3f} ms (median of {len(times)} calls; "
+                f"{statistics.median(over) * 1e3:.3f} ms (median of {len(times)} calls; "
                 f"exchange {exchange * 1e3:.3f} ms)"
             )
+    counts = {len(times) for times in calls.values()}
     return {
         "total": "prepare + exchange (timed by the client)",
         "exchange": "transfer + server (the server's time from its statistics)",
-        "server_within_exchange_median_per_path": True,
+        "repeats_per_path": counts.pop() if len(counts) == 1 else None,
+        "server_past_exchange_repeats": past,
+        "server_within_exchange_every_repeat": {name: n == 0 for name, n in past.items()},
+        "server_within_exchange": not any(past.values()),
+        "timer_resolution_ms": TIMER_RESOLUTION_S * 1e3,
         "worst_server_past_exchange_ms": round(worst * 1e3, 3),
     }
 
@@ -108,7 +130,9 @@ def summary(payloads: dict[str, dict], conversion: dict, tuned: dict | None) -> 
     """The run's headline ratios (16 MB unless named otherwise) beside their targets; a
     payload that was not measured gives None, never a made-up figure. Shared memory's
     headline is against the stock path that writes the SoA into its region in place (like
-    ours); against the documented copying path it is given beside, labelled."""
+    ours); against the documented copying path it is given beside, labelled, and carries
+    the 5× client-side target, which was set against it. A client-side ratio whose time is
+    within the clocks' resolution is None, and `client_side_below_resolution_16mb` says why."""
     p16, p64 = payloads.get("16mb"), payloads.get("64mb")
 
     def ratio(payload: dict | None, kind: str, path: str) -> float | None:
@@ -148,9 +172,24 @@ def summary(payloads: dict[str, dict], conversion: dict, tuned: dict | None) -> 
             3,
         ),
         "speedup_grpc_16mb_malloc_tuned": ratio(tuned, "speedup", "grpc"),
+        # per path, the 16 MB repeats whose server time passed their exchange (negative
+        # transfer: those repeats' layers do not hold)
+        "server_past_exchange_repeats_16mb": (p16.get("layers_add_up") or {}).get(
+            "server_past_exchange_repeats"
+        )
+        if p16
+        else None,
+        # client-side ratios not given (None above): a median within the resolution
+        "client_side_below_resolution_16mb": {
+            label: found["unresolved"]
+            for label, found in (p16["client_side_speedup"] if p16 else {}).items()
+            if found.get("below_resolution")
+        },
         "targets": {
             "speedup_grpc_16mb": ">= 3 (quiet), >= 2.5 (one CPU hog beside)",
-            "client_side_speedup_shm_vs_stock_shm_inplace_16mb": ">= 5",
+            # set against the documented path that copies into the region each call; in
+            # place, neither path copies the payload: reported, with no target
+            "client_side_speedup_shm_vs_stock_shm_copying_16mb": ">= 5",
             "payload_copies_shm": "== 0",
             "conversion_ratio_1e6_1e3": "<= 2",
         },

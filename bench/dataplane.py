@@ -12,7 +12,10 @@ perf_analyzer measures in windows of 3 s (ParticleNet, a few requests a second: 
 of their mean (`-s 10`). Every run keeps the windows perf_analyzer took and the deviation
 it reached; a run that does not get there within its trials is measured again with windows
 twice as long, and if it still does not, its figures are the mean of its last three
-windows and it says `stable: false` (the summary counts such runs): perf_analyzer.py.
+windows and it says `stable: false` (the summary counts such runs, and each figure says
+how many repeats it rests on and how many were unstable): perf_analyzer.py. Beside the
+headline cases, the summary names the worst over all cases: the lowest throughput ratio and
+the highest added p50 through Envoy.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from .common import (
     conditions,
     figure,
     in_turn,
-    path_figures,
     ratio_of_medians,
     sheds,
 )
@@ -50,6 +52,7 @@ from .perf_analyzer import (
     failed_attempts,
     perf_analyzer,
     perf_analyzer_env,
+    run_figures,
     unstable_runs,
 )
 
@@ -103,6 +106,25 @@ def added_median_p50(figures: dict, base: str, other: str) -> float:
     return round(figures[other]["p50_ms"]["median"] - figures[base]["p50_ms"]["median"], 3)
 
 
+def worst_cases(results: dict, base: str, other: str) -> dict:
+    """Over every case measured: the lowest throughput ratio of `other` to `base` and the
+    highest added p50, each naming its case, beside the headline's chosen cases (None
+    where no case gave the figure)."""
+    ratios = {c: ratio_of_medians(f, base, other) for c, f in results.items()}
+    ratios = {c: r for c, r in ratios.items() if r is not None}
+    added = {
+        c: added_median_p50(f, base, other)
+        for c, f in results.items()
+        if f[base]["p50_ms"] and f[other]["p50_ms"]
+    }
+    low = min(ratios, key=ratios.__getitem__, default=None)
+    high = max(added, key=added.__getitem__, default=None)
+    return {
+        "lowest_throughput_ratio": {"case": low, "ratio": ratios[low]} if low else None,
+        "highest_added_p50_ms": {"case": high, "added_ms": added[high]} if high else None,
+    }
+
+
 def sonicsite_client(site: SiteRecord, mode: str, case: Case, concurrency: int) -> dict:
     """The sonicsite client's stream of one case: a fixed number of requests."""
     requests = 24 if case.model == "particlenet_ak4" else 300
@@ -147,7 +169,7 @@ def _measure_case(
             runs.setdefault(f"client/{path}", []).append(
                 sonicsite_client(site, mode, case, concurrency)
             )
-    found = {k: path_figures(v) for k, v in runs.items()}
+    found = {k: run_figures(v) for k, v in runs.items()}
     for driver in ("perf_analyzer", "client"):
         found[f"{driver}/envoy_vs_direct"] = comparison(
             runs[f"{driver}/direct"], runs[f"{driver}/envoy"]
@@ -237,6 +259,11 @@ def run(
                 "envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "perf_analyzer"),
                 "client_envoy_throughput_ratio_particlenet": ratio("particlenet_16/c4", "client"),
                 "client_envoy_added_p50_ms_identity_10kb": added_p50("identity_10kb/c1", "client"),
+                # not only the favourable cases: the worst over all of them, named
+                "envoy_worst_case": worst_cases(
+                    results, "perf_analyzer/direct", "perf_analyzer/envoy"
+                ),
+                "client_envoy_worst_case": worst_cases(results, "client/direct", "client/envoy"),
                 "sheds": shed,
                 "perf_analyzer_unstable_runs": unstable_runs(results),
                 "perf_analyzer_failed_attempts": failed_attempts(results),

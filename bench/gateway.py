@@ -7,7 +7,8 @@ ParticleNet at 16 jets per request, at concurrency 1 (latency) and 4 (throughput
 perf_analyzer over HTTP with binary tensors (the field's standard load generator, a stock
 client to the gateway), stable at 10 % as in the dataplane bench; the paths take turns within
 each repeat, in the reverse order every other repeat. Every figure keeps its repeats, median
-and spread; the summary's ratios are of medians.
+and spread, and says how many repeats it rests on and how many never got stable; the
+summary's ratios are of medians, with the worst case over all cases named beside them.
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ from .common import (
     Recorder,
     conditions,
     in_turn,
-    path_figures,
     ratio_of_medians,
 )
-from .dataplane import PERF_ANALYZER, added_median_p50, case_line, comparison, measure_cases
+from .dataplane import (
+    PERF_ANALYZER,
+    added_median_p50,
+    case_line,
+    comparison,
+    measure_cases,
+    worst_cases,
+)
 from .perf_analyzer import (
     Case,
     failed_attempts,
     perf_analyzer,
+    run_figures,
     unstable_runs,
 )
 
@@ -43,7 +51,7 @@ def _measure_case(
     for repeat in range(repeats):
         for path in in_turn(list(targets), repeat):
             runs[path].append(perf_analyzer(targets[path], case, concurrency, env, workdir, "http"))
-    found = {k: path_figures(v) for k, v in runs.items()}
+    found = {k: run_figures(v) for k, v in runs.items()}
     found["gateway_vs_direct"] = comparison(runs["direct"], runs["gateway"])
     return found
 
@@ -90,6 +98,8 @@ def run(
                 "gateway_throughput_ratio_particlenet": ratio("particlenet_16/c4"),
                 "gateway_added_p50_ms_identity_1mb": added_p50("identity_1mb/c1"),
                 "gateway_throughput_ratio_identity_1mb": ratio("identity_1mb/c4"),
+                # not only the chosen cases: the worst over all of them, named
+                "gateway_worst_case": worst_cases(results, "direct", "gateway"),
                 "sheds": shed,
                 "perf_analyzer_unstable_runs": unstable_runs(results),
                 "perf_analyzer_failed_attempts": failed_attempts(results),

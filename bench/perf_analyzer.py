@@ -1,7 +1,8 @@
 """perf_analyzer as the benches run it: stable at 10 % within its trials, windows per case
 (`Window`), a run that does not get stable measured again with longer windows (then its last
 windows' mean, `stable: false`), a run that fails outright measured once more after a pause,
-pinned to the last core the bench may use; and the counts of such runs a bench's summary gives."""
+pinned to the last core the bench may use; each path's figures with the repeats they rest on
+(`run_figures`); and the counts of such runs a bench's summary gives."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sonicsite.local.triton import TritonInstall
+
+from .common import PATH_FIGURES, path_figures
 
 STABILITY_PERCENT = 10  # perf_analyzer's -s: the last 3 windows each within 10 % of their mean
 MAX_TRIALS = 15  # windows perf_analyzer may take to get there (as before)
@@ -227,6 +230,26 @@ def perf_analyzer(
         "attempts": attempts,
     }
     return {**figures, "stability": stability}
+
+
+def _unstable(run: dict) -> bool:
+    """Whether a run did not get stable: `perf_analyzer()`'s runs say it in `stability`,
+    stock_tools' records at their top; the sonicsite client's runs have no such windows."""
+    return run.get("stable") is False or run.get("stability", {}).get("stable") is False
+
+
+def run_figures(runs: list[dict]) -> dict:
+    """One path's figures (`common.path_figures`), each saying what it rests on:
+    `repeats_used`, the runs that gave it, and `unstable`, the runs that never got stable
+    (in the throughput and p50, as their last windows' mean; left out of the p99, which
+    they do not know); and the path's `unstable_runs`."""
+    found = path_figures(runs)
+    unstable = sum(_unstable(r) for r in runs)
+    for key in PATH_FIGURES:
+        if found[key] is not None:
+            found[key]["repeats_used"] = sum(r.get(key) is not None for r in runs)
+            found[key]["unstable"] = unstable
+    return {**found, "unstable_runs": unstable}
 
 
 def _pa_runs(cases: dict) -> list[dict]:

@@ -50,7 +50,6 @@ from .common import (
     conditions,
     figure,
     in_turn,
-    path_figures,
     ratio_of_medians,
     sheds,
 )
@@ -64,6 +63,7 @@ from .perf_analyzer import (
     last3_mean,
     perf_analyzer_env,
     perf_analyzer_run,
+    run_figures,
 )
 
 SERVERS = 3
@@ -184,7 +184,7 @@ def _runs_in_a_row(state: SiteState, options: Options, env: dict, workdir: Path)
                 "target": target,
                 "servers_it_could_use": holders(state, model),
                 "runs_ok": sum(r["ok"] for r in runs),
-                **path_figures(runs),
+                **run_figures(runs),
             }
     return found
 
@@ -229,7 +229,7 @@ def _ratio(state: SiteState, options: Options, env: dict, workdir: Path) -> dict
             }
             for repeat in range(options.repeats):
                 _one_turn(state, model, targets, runs, repeat, options, env, workdir)
-        figures = {path: path_figures(r) for path, r in runs.items()}
+        figures = {path: run_figures(r) for path, r in runs.items()}
 
         shares = [r["envoy"]["share_per_server"] for r in runs["envoy_no_header"]]
         found[model] = {

@@ -42,7 +42,15 @@ def test_every_path_answers_the_same_soa_and_the_layers_hold(tmp_path, built_mod
         # the bench's own bound (check_layers): Triton stamps a stage's end as the reply
         # goes out, so on a busy machine its time may pass the client's clock a little
         assert 0 < server["median"] <= 1.25 * exchange + 1.0 and exchange <= total["median"]
-    assert payload["layers_add_up"]["server_within_exchange_median_per_path"] is True
+    # every repeat whose server time passed its exchange is counted, per path (a busy
+    # machine may make some); the figure follows the counts
+    check = payload["layers_add_up"]
+    assert set(check["server_past_exchange_repeats"]) == set(payload["paths"])
+    assert check["server_within_exchange"] is not any(
+        check["server_past_exchange_repeats"].values()
+    )
+    # the client talks to one Triton directly: nothing could shed, no count is made up
+    assert saved["meta"]["sheds"] is None and "direct" in saved["meta"]["sheds_note"]
     assert payload["payload_copies_shm"] == 0 and payload["shm_output_in_region"] is True
     # like for like: ours in its region against the stock path written in place; the
     # documented copying path beside it, labelled
