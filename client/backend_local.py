@@ -25,7 +25,7 @@ from pathlib import Path
 from .layout import Columns
 from .spec import ModelInfo, TensorSpec
 from .stats import RequestRecord
-from .stream_guard import check_source
+from .stream_guard import check_on_result, check_source
 from .stream_io import StreamResult
 
 BACKENDS = ("site", "local", "auto")
@@ -101,24 +101,44 @@ class LocalRunner:
     def loaded(self) -> bool:
         return self._loaded is not None and self._loaded.module is not None
 
-    def run(self, spec: TensorSpec, columns: Columns, strict: bool = False):
-        """Run one batch; returns its torch_views.TorchCall (copies, report, raw outputs)."""
+    def run(
+        self,
+        spec: TensorSpec,
+        columns: Columns,
+        strict: bool = False,
+        known: ModelInfo | None = None,
+    ):
+        """Run one batch; returns its torch_views.TorchCall (copies, report, raw outputs).
+        `known`: the metadata the site gave the stream already, used when LocalModels has no
+        `infos`: a site that went down mid-stream cannot be asked again (backend "auto")."""
         with self._lock:
             if self._loaded is None:
                 from .local_backend import LocalModel  # torch, at the first event only
 
                 s = self.settings
+                info = known if known is not None and s.infos is None else self.info()
                 self._loaded = LocalModel(
-                    self.path, self.info(), s.threads, s.interop_threads, s.device, self.compile
+                    self.path, info, s.threads, s.interop_threads, s.device, self.compile
                 )
             return self._loaded.infer(spec, columns, strict)
 
-    def deliver(self, spec: TensorSpec, strict: bool, lo: int, hi: int, columns, on_result, result):
+    def deliver(
+        self,
+        spec: TensorSpec,
+        strict: bool,
+        lo: int,
+        hi: int,
+        columns,
+        on_result,
+        result,
+        known: ModelInfo | None = None,
+    ):
         """Run events [lo, hi) of a source, its `columns` for them, and deliver them once:
         recorded (path "local") in `result` (a StreamResult, stream_io.py), then given to
-        `on_result` with the outputs returned as arrays (the others are in their columns)."""
+        `on_result` with the outputs returned as arrays (the others are in their columns).
+        `known`: as `run`'s."""
         start, t0 = time.time(), time.perf_counter()
-        call = self.run(spec, columns, strict)
+        call = self.run(spec, columns, strict, known)
         record = RequestRecord(start, time.perf_counter() - t0, LOCAL, hi - lo, True)
         record.path, record.copies = LOCAL, call.copies
         with self._lock:
@@ -147,6 +167,7 @@ class LocalStream:
         time each chunk starts at the earliest). `on_send` and `resent` need nothing here:
         a chunk run in process is never sent anywhere."""
         check_source(source)
+        check_on_result(on_result)
         result = StreamResult()
         batch = self.options.batch
         chunks = [(lo, min(lo + batch, len(source))) for lo in range(0, len(source), batch)]

@@ -88,7 +88,7 @@ from .plan import CopyRefused, make_plan
 from .spec import ModelInfo, SpecError, TensorSpec
 from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
 from .stream_checks import ModelNotServed, check_first, not_served
-from .stream_guard import Reach, check_source, run_all
+from .stream_guard import Reach, acquire, check_on_result, check_source, run_all
 from .stream_io import OnResult, Source, StreamResult, deliver
 from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
 from .timeouts import LoadingWait, PathLatencies
@@ -193,7 +193,11 @@ class Stream:
             tries += 1
             probe = False
             if self.auto is None:
-                endpoint = self.balancer.acquire(avoid)
+                endpoint = acquire(self.balancer, avoid, reach)
+                if endpoint is None:  # gave up on the site while waiting for an endpoint
+                    tries -= 1
+                    error = reach.gave_up or error or "the stream stopped"
+                    break
             else:
                 endpoint, probe = self.auto.endpoint(self.balancer, avoid)
                 if endpoint is None:
@@ -202,7 +206,7 @@ class Stream:
             deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
             if loading.waiting:  # held while the model loads: as long as the user allows
                 deadline = self.options.timeout_s
-            start, t0 = time.time(), time.perf_counter()
+            start, t0, t0_mono = time.time(), time.perf_counter(), time.monotonic()
             record = RequestRecord(start, 0.0, endpoint.id, hi - lo, False)
             record.path, record.timeout_s = endpoint.path, deadline
             try:
@@ -233,6 +237,8 @@ class Stream:
                 self.balancer.done(endpoint, None)
                 if (refusal := not_served(self.model, self.served, endpoint, exc)) is not None:
                     raise refusal from None  # no model of that name: the stream stops
+                if exc.unprocessed or exc.kind not in (UNAVAILABLE, TIMEOUT):
+                    reach.failed("", error, 0.0)  # an answer of a kind: counted anew
                 if self.auto is not None:
                     self.auto.failed(exc.kind, probe, error)
                 if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
@@ -284,7 +290,8 @@ class Stream:
                 if down:
                     maybe_run = bool(tag)  # it went out: a server may have run it
                     self.balancer.mark_down(endpoint)
-                    avoid = endpoint.id
+                    avoid = endpoint.id  # the stream's tries in a row at a silent site:
+                    reach.failed(exc.kind, error, t0_mono, sorted(self._infos))
                 reach.stop.wait(self._backoff(tries))
                 continue
             except Exception:
@@ -327,8 +334,12 @@ class Stream:
     def _run_here(
         self, lo: int, hi: int, columns: Columns, on_result: OnResult, result: StreamResult
     ) -> None:
-        """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once."""
-        self.local.deliver(self.spec, self.options.strict, lo, hi, columns, on_result, result)
+        """Backend "auto": the chunk runs in process (backend_local.py) and is delivered once,
+        with the metadata the site gave this stream (a site down now cannot be asked)."""
+        known = next(iter(list(self._infos.values())), None)
+        self.local.deliver(
+            self.spec, self.options.strict, lo, hi, columns, on_result, result, known
+        )
 
     def run(
         self,
@@ -346,6 +357,7 @@ class Stream:
         journal records it); `resent`: chunks that went out before (a killed job's, by its
         journal), whose kept answers are looked up first (see "At most once")."""
         check_source(source)
+        check_on_result(on_result)
         result = StreamResult()
         switched = len(self.auto.switches) if self.auto is not None else 0
         before = read_statistics(self.statistics, self.model, self.options.statistics_timeout_s)
@@ -357,7 +369,7 @@ class Stream:
             raise ValueError(f"arrivals: expected {len(chunks)} times, got {len(arrivals)}")
         times = list(arrivals) if arrivals is not None else [0.0] * len(chunks)
         # backend "auto" runs here what the site does not answer: it never gives up on it
-        reach = Reach(self.balancer.endpoints, self.auto is None, self.options.timeout_s)
+        reach = Reach(self.balancer.endpoints, self.auto is None, self.options)
         work = self.work.begin(self.model, len(chunks)) if self.work is not None else None
         try:
             if chunks and self.auto is None:  # the spec and the model, in the caller's frame

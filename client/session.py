@@ -28,7 +28,7 @@ from .backend_local import LocalModels, LocalRunner, LocalStream
 from .balancer import Balancer, Endpoint
 from .cuda import CudaRegionPool, CudaUnavailable
 from .declared_work import WorkReporter, work_url
-from .discovery import discover
+from .discovery import DiscoveryError, discover
 from .engine import Stream
 from .errors import InferError, not_found
 from .failover import PATHS, Failover
@@ -193,6 +193,14 @@ class Client:
                     f"(build the spec as TensorSpec({model!r}))"
                 ]
             )
+        if not spec.output_names:  # every answer would be dropped: a job with no results
+            raise SpecError(
+                [
+                    f"outputs: the spec of {model!r} has none, so every answer would be "
+                    "dropped; expected append_output(name, column) (written into the column) "
+                    "or append_output(name) (given to on_result as an array)"
+                ]
+            )
         stream_options = StreamOptions(**options)
         runner = None
         if stream_options.backend != "site":
@@ -230,7 +238,8 @@ class Client:
     def model_info(self, model: str) -> ModelInfo:
         """`model`'s tensors and batching as the site's servers say (what `make_plan` checks a
         spec against): from the first of its endpoints that answers; ModelNotServed when
-        every endpoint says it has no such model, else ValueError naming each one's failure
+        every endpoint says it has no such model, else DiscoveryError (a ValueError) naming
+        each one's failure
         (each endpoint once: an InferError's text begins with its endpoint)."""
         errors, missing = [], []
         for endpoint in self.balancer(model).endpoints:
@@ -247,7 +256,9 @@ class Client:
             raise ModelNotServed(
                 f"model {model!r}: not found on the site ({said}); {self._serves()}"
             )
-        raise ValueError(f"model {model!r}: no metadata: no endpoint of the site gave it ({said})")
+        raise DiscoveryError(
+            f"model {model!r}: no metadata: no endpoint of the site gave it ({said})"
+        )
 
     def _serves(self) -> str:
         """The models the site's servers list, as a message says them."""

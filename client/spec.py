@@ -281,6 +281,10 @@ def check(spec: TensorSpec, model: ModelInfo, soa: Columns) -> None:
                 f"output {name!r}: the model has no such output; "
                 f"expected one of {sorted(model.outputs)}"
             )
+    written = [c for b in spec.outputs for c in b.columns]
+    shared = sorted({c for c in written if written.count(c) > 1})
+    if shared:  # one answer would overwrite the other in the column
+        problems.append(f"output columns {shared}: given more than once; expected one per output")
     for block in spec.outputs:
         _check_output(block, model, soa, problems)
     for name in spec.raw_outputs:

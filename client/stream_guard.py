@@ -27,10 +27,15 @@ import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .balancer import Endpoint
+from .balancer import Balancer, Endpoint
 from .errors import TIMEOUT, UNAVAILABLE
+from .failover import Failover
 from .layout import Ragged
+
+if TYPE_CHECKING:
+    from .stream_options import StreamOptions
 
 
 class Reach:
@@ -41,14 +46,48 @@ class Reach:
     `timeout_s`: the stream's cap of a try's deadline, named when tries timed out."""
 
     def __init__(
-        self, endpoints: Sequence[Endpoint], gives_up: bool = True, timeout_s: float = 0.0
+        self,
+        endpoints: Sequence[Endpoint],
+        gives_up: bool = True,
+        options: StreamOptions | None = None,
     ):
         self.endpoints = list(endpoints)
         self.began = time.monotonic()
         self.gave_up = ""
-        self.gives_up, self.timeout_s = gives_up, timeout_s
+        self.gives_up = gives_up
+        # a StreamOptions (stream_options.py): its cap of a try's deadline, named when tries
+        # timed out; its tries per chunk and their least span, for the tries in a row
+        self.timeout_s = getattr(options, "timeout_s", 0.0)
+        self.tries = getattr(options, "max_tries", 0)
+        self.span_s = options.tries_span_s() if options is not None else 0.0
         self.stop = threading.Event()
         self._lock = threading.Lock()
+        self._silent: list[tuple[float, str]] = []  # the stream's failed tries in a row
+
+    def failed(self, kind: str, error: str, started: float, reachable: Sequence[str] = ()) -> None:
+        """A try that began at `started` (monotonic) failed with `kind`. The chunks in flight
+        share the site's silence: with a window of 4 over one dead endpoint each chunk got
+        a quarter of its probes, and each spent its own tries (129 s against 21 s with a
+        window of 1). Once the stream's tries, together, failed as many times in a row as
+        one chunk has tries, over at least the back-offs one chunk waits between them,
+        with nothing answered since the first of them, it gives up as a chunk
+        would. Another kind of failure (a server refusing a request unprocessed has
+        answered) starts the count again."""
+        if not self.gives_up or not self.tries:
+            return
+        with self._lock:
+            if kind not in (UNAVAILABLE, TIMEOUT) or (
+                self._silent and self.answered(self._silent[0][0])
+            ):
+                self._silent.clear()
+            if kind not in (UNAVAILABLE, TIMEOUT):
+                return
+            self._silent.append((started, kind))
+            since = self._silent[0][0]
+            if len(self._silent) < max(self.tries, 1) or time.monotonic() - since < self.span_s:
+                return
+            refused = any(k == UNAVAILABLE for _, k in self._silent)
+        self.exhausted(UNAVAILABLE if refused else TIMEOUT, error, since, reachable)
 
     @property
     def over(self) -> bool:
@@ -75,33 +114,60 @@ class Reach:
         with self._lock:
             if self.gave_up:
                 return
-            names = ", ".join(e.id for e in self.endpoints)
-            silent = time.monotonic() - since
-            began = "the stream" if since <= self.began else "a chunk's tries"
-            left = f"the chunks left are not tried (last error: {error})"
-            if kind == UNAVAILABLE:
-                self.gave_up = (
-                    f"site unreachable: no endpoint ({names}) has answered for "
-                    f"{silent:.1f} s, since {began} began, and a chunk used up its tries on "
-                    f"them; {left}"
-                )
-                return
-            known = (
-                f"; the endpoints are reachable ({', '.join(reachable)} answered the model's "
-                "metadata): the model takes longer than the deadline"
-                if reachable
-                else ""
-            )
+            self._give_up(kind, error, since, reachable)
+        self.stop.set()  # the chunks in flight wake from their back-offs and try no more
+
+    def _give_up(self, kind: str, error: str, since: float, reachable: Sequence[str]) -> None:
+        """Why the chunks left fail at once (`exhausted`), set under the lock."""
+        names = ", ".join(e.id for e in self.endpoints)
+        silent = time.monotonic() - since
+        began = "the stream" if since <= self.began else "a chunk's tries"
+        left = f"the chunks left are not tried (last error: {error})"
+        if kind == UNAVAILABLE:
             self.gave_up = (
-                f"timed out: no request was answered within its deadline (timeout_s="
-                f"{self.timeout_s:g} caps each try's) for {silent:.1f} s, since {began} "
-                f"began, on any endpoint ({names}), and a chunk used up its tries timing "
-                f"out{known}; raise timeout_s if the model needs longer; {left}"
+                f"site unreachable: no endpoint ({names}) has answered for "
+                f"{silent:.1f} s, since {began} began, and a chunk used up its tries on "
+                f"them; {left}"
             )
+            return
+        known = (
+            f"; the endpoints are reachable ({', '.join(reachable)} answered the model's "
+            "metadata): the model takes longer than the deadline"
+            if reachable
+            else ""
+        )
+        self.gave_up = (
+            f"timed out: no request was answered within its deadline (timeout_s="
+            f"{self.timeout_s:g} caps each try's) for {silent:.1f} s, since {began} "
+            f"began, on any endpoint ({names}), and a chunk used up its tries timing "
+            f"out{known}; raise timeout_s if the model needs longer; {left}"
+        )
+
+
+def acquire(balancer: Balancer | Failover, avoid: str, reach: Reach) -> Endpoint | None:
+    """An endpoint to send to, waiting while every one is down or held (as the balancer's
+    `acquire`); None once the stream gave up on the site or stopped: a chunk waiting for a
+    dead endpoint's cool-down sends no try after the stream knows the site is unreachable."""
+    while (chosen := balancer.try_acquire(avoid)) is None:
+        if reach.over:
+            return None
+        reach.stop.wait(min(max(balancer.wake_at() - time.monotonic(), 0.001), 0.5))
+    return chosen
 
 
 class SourceError(TypeError):
     """What was given as a stream's events is not a source; the message says what it lacks."""
+
+
+def check_on_result(on_result: object) -> None:
+    """`on_result(lo, hi, outputs)` is called for every chunk answered: refused at `run`,
+    not in a stream's thread after the first answer ("'NoneType' object is not callable")."""
+    if not callable(on_result):
+        raise TypeError(
+            f"on_result: a {type(on_result).__name__} is not callable; a stream needs "
+            "on_result(lo, hi, outputs), called once per chunk answered (lambda *a: None "
+            "when the outputs' columns are all the worker reads)"
+        )
 
 
 def check_source(source: object) -> None:

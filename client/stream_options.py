@@ -39,6 +39,12 @@ class StreamOptions:
     # compiled from the exported program at the first event unless cached: aot.py)
     compile: str = "jit"
 
+    def tries_span_s(self) -> float:
+        """The least time one chunk's tries take: the back-offs between them, no jitter (how
+        long a site stays silent before the stream's tries together give up on it)."""
+        b, cap = self.backoff_s, self.backoff_max_s
+        return sum(min(b * 2 ** (k - 1), cap) for k in range(1, self.max_tries))
+
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: expected one of {BACKENDS}, got {self.backend!r}")

@@ -27,6 +27,7 @@ from sonicsite.client.backend_local import LOCAL, LocalModels, LocalRunner
 from sonicsite.client.balancer import Balancer, Endpoint
 from sonicsite.client.discovery import from_site_file
 from sonicsite.client.engine import Stream
+from sonicsite.client.errors import UNAVAILABLE, InferError
 from sonicsite.client.layout import address
 from sonicsite.client.stream_options import StreamOptions
 from sonicsite.client.transport_grpc import GrpcTransport
@@ -236,6 +237,40 @@ def test_a_failed_probe_runs_its_chunk_in_process_at_once(built_models):
     after = order[order.index("L") :]
     assert "F" in after, order  # probes were sent
     assert "FF" not in after, order  # each failed one's chunk ran here next
+
+
+class _GoneAfterMetadata:
+    """A site that gave the model's metadata, then went down: every request unreachable."""
+
+    def model_info(self, model: str, timeout: float):
+        return config_info(model)
+
+    def infer(self, plan, timeout: float, **_):
+        raise InferError(UNAVAILABLE, "connection refused", "gone")
+
+    def close(self) -> None:
+        pass
+
+
+def test_auto_goes_on_in_process_with_the_metadata_the_site_gave(built_models):
+    """LocalModels without `infos=`: the metadata is asked of the site. The site gave it to
+    the stream, then went down: the stream went on in process with that metadata (it raised
+    "no metadata ... give LocalModels(infos=...)" and lost the run's record)."""
+    model = "deepmet"
+    batch = DEFAULT_BATCH[model]
+    sample = generate(model, 4 * batch, seed=6)
+
+    def ask_the_site():  # what Client._info_of does with the site down
+        raise ValueError(f"model {model!r}: no metadata: no endpoint of the site gave it")
+
+    runner = LocalRunner(model, LocalModels(built_models), "jit", ask_the_site)
+    switch = AutoSwitch(AutoPolicy(unreachable_s=0.1, probe_s=0.01))
+    options = StreamOptions(batch=batch, window=2, timeout_s=0.3, backend="auto", backoff_s=0.01)
+    endpoints = [Endpoint("gone", _GoneAfterMetadata())]
+    stream = Stream(Balancer(endpoints), model, sample.spec, options, {}, None, runner, switch)
+    result = stream.run(sample, sample.check)
+    assert result.events_ok == len(sample) and result.failed == {}
+    assert result.stats.summary()["rows_per_path"] == {LOCAL: len(sample)}
 
 
 def test_auto_returns_to_the_site_when_it_answers_again(own_site, built_models):
