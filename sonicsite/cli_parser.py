@@ -298,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     _site_args(p)
     _up_args(p)
     _stream_args(p, jobs=8, wave=4, events=300)
+    p.set_defaults(model=DEMO_MODELS)  # the stream's models, as --model names submit's
 
     add_bench_parser(sub)
     add_simulate_parser(sub)

@@ -1,9 +1,9 @@
 """What the `sonicsite` command line refuses (exit status 2, naming the option): the values of
 the site's own options (`--dir`, `--grpc`, `--tokens`, model lists, `--hold`, `models build
---out`), an option given without the one it
-belongs to or with one it cannot go with; and what each command's exit status says (the
-commands' help epilogs). Apart from the parser's option list (cli_parser.py), which uses
-them, so that each stays short."""
+--out`), an option given without the one it belongs to or with one it cannot go with, a
+stream's `--batch` over a model's max batch size; and what each command's exit status says
+(the commands' help epilogs). Apart from the parser's option list (cli_parser.py), which
+uses them, so that each stays short."""
 
 from __future__ import annotations
 
@@ -178,6 +178,11 @@ def option_conflicts(args: argparse.Namespace) -> str:
             "written by the worker and read by a server on the same machine, not through "
             "Envoy); leave --mode out to get it"
         )
+    if args.command in ("submit", "demo") and args.batch:
+        from .jobs.preflight import over_max_batch  # submit's own check, before its site's
+
+        if why := over_max_batch(args.model, args.batch):
+            return f"argument --batch: {why}"
     if args.command == "submit" and args.backend == "site":
         for dest in LOCAL_BACKEND_OPTIONS:
             if getattr(args, dest) is not None:

@@ -29,9 +29,10 @@ refused at once) and so is `out` (stream_files.py: its lock keeps a second drive
 an unfinished stream there is not cleared without `fresh`).
 
 `backend` (`submit --backend`): where the workers' models run: "site" (default), "local"
-(in each worker's process, from the TorchScript files under `models_dir`) or "auto" (the
-site while it answers, in process when it does not); the report counts the events each
-backend ran and every switch with its reason.
+(in each worker's process, from the TorchScript files under `models_dir`; no site is looked
+at or needed) or "auto" (the site while it answers, in process when it does not, or when
+there is none: at the start, or as a later job starts); the report counts the events each
+backend ran and every switch with its reason, and says when no site was used (`no_site`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from functools import partial
 from pathlib import Path
 
 from sonicsite.local.launcher import DEFAULT_BUILD_DIR
+from sonicsite.local.state import SiteState
 
 from .executions import log_sizes, read_executions
 from .journal import read_journal
@@ -115,11 +117,11 @@ def submit(
     check_out(spec.out, spec.resume)
     check_transport(spec)
     check_local_models(spec)
-    state = check_site(spec, note)
+    state = check_site(spec, note)  # None: no site (backend local, or auto without one)
     check_token(spec, state)
     # a site down from the start (backend auto goes on without it) was not stopped meanwhile
     down_at_start = site_down(spec.site_dir) if spec.backend != "local" else "not used"
-    at_start = processes_now(spec.site_dir) if spec.backend != "local" else {}
+    at_start = processes_now(spec.site_dir) if state is not None else {}
     lock = lock_out(spec.out)
     try:
         return _run_stream(spec, state, progress, note, down_at_start, at_start)
@@ -159,12 +161,12 @@ def _open_record(
 
 
 def _run_stream(
-    spec: StreamSpec, state, progress, note, down_at_start: str, at_start: dict
+    spec: StreamSpec, state: SiteState | None, progress, note, down_at_start: str, at_start: dict
 ) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
     run = StreamRun(spec, spec.out / "jobs", note)
-    record, complete = _open_record(spec, run, Path(state.site_dir), note)
+    record, complete = _open_record(spec, run, _site_dir(spec, state), note)
     run.record = record
     record.save(spec.out)
     stop = Stop()
@@ -172,7 +174,8 @@ def _run_stream(
     try:
         _drive(run, record, complete, stop, progress)
         report, results = _report(run, record, state, stop)
-        _site_at_end(report, state, down_at_start, at_start)
+        if spec.backend != "local":  # a stream in process only never looks at a site
+            _site_at_end(report, spec, state, down_at_start, at_start)
         write_report(report, results, spec.out)
         return report
     finally:
@@ -215,7 +218,9 @@ def _drive(run: StreamRun, record: StreamRecord, complete: set, stop: Stop, prog
         run.show(workers, progress)
 
 
-def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[dict, list[dict]]:
+def _report(
+    run: StreamRun, record: StreamRecord, state: SiteState | None, stop: Stop
+) -> tuple[dict, list[dict]]:
     """The stream's report, and the jobs' results it is made from; the record says whether
     the stream is complete."""
     spec, note, stream, since = run.spec, run.note, record.stream, record.since
@@ -236,8 +241,14 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
             "line(s) before its last, skipped: their events count as without an answer"
         )
     executions = read_executions(
-        Path(state.site_dir), stream, {j: j * spec.events for j in range(spec.jobs)}, since
+        _site_dir(spec, state), stream, {j: j * spec.events for j in range(spec.jobs)}, since
     )
+    if state is None and not executions.checked:  # no site's logs: none to read, not lost
+        executions.reason = (
+            "no site used (--backend local): no server ran an event"
+            if spec.backend == "local"
+            else f"no site at {spec.site_dir} at the start, and no server logged an event"
+        )
     report = build_report(
         results,
         started=record.started,
@@ -260,7 +271,7 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
             "resumed": spec.resume,
             "backend": spec.backend,
             "compile": spec.compile,
-            "site": str(spec.site_dir),
+            "site": None if spec.backend == "local" else str(spec.site_dir),
             "stream": stream,
         },
         executions=executions,
@@ -271,22 +282,39 @@ def _report(run: StreamRun, record: StreamRecord, state, stop: Stop) -> tuple[di
     report["worker_incidents"] = run.incidents
     report["worker_standing"] = run.standing
     report["journal_lines_malformed"] = malformed
+    report["site_used"] = state is not None or report["per_backend"]["site"] > 0
+    if not report["site_used"]:
+        report["no_site"] = (
+            "--backend local: the models ran in the workers"
+            if spec.backend == "local"
+            else f"none at {spec.site_dir}: backend auto ran the models in the workers"
+        )
     return report, results
 
 
-def _site_at_end(report: dict, state, down_at_start: str, processes: dict) -> None:
+def _site_dir(spec: StreamSpec, state: SiteState | None) -> Path:
+    """The site's folder as its state says it, or as given when there is none."""
+    return Path(state.site_dir) if state is not None else Path(spec.site_dir)
+
+
+def _site_at_end(
+    report: dict, spec: StreamSpec, state: SiteState | None, down_at_start: str, processes: dict
+) -> None:
     """What became of the site: its processes restarted or dead since the stream began
     (`site_incidents`), down now (`site_down`, why), and stopped during the stream when it
     was up at its start and events failed (`site_stopped`: the cause of their failures,
     which the errors give in the servers' words); its links only while it runs."""
-    if processes and (befell := site_incidents(processes, processes_now(Path(state.site_dir)))):
+    site_dir = _site_dir(spec, state)
+    if processes and (befell := site_incidents(processes, processes_now(site_dir))):
         report["site_incidents"] = befell
-    down = site_down(Path(state.site_dir))
+    down = site_down(site_dir)
     if down:
         report["site_down"] = down
         if not down_at_start and report["events_failed"]:
             report["site_stopped"] = {"state": down, "events_failed": report["events_failed"]}
-    elif state.http and page_runs(Path(state.site_dir)):  # where to watch the site meanwhile
+    elif (
+        state is not None and state.http and page_runs(site_dir)
+    ):  # where to watch the site meanwhile
         report["links"] = {
             "status_page": f"http://{state.http}/",
             "site": f"http://{state.http}/v1/site",

@@ -1,9 +1,9 @@
 """What `submit` checks before any worker starts, so that a stream that cannot run is refused
-in a second with the reason, not after every job has spent its tries: the spec's numbers,
-the GPU that `--transport cuda` needs, the models the workers would run in process
-(backend local or auto), the site's models, that the site is up (its processes as
-`sonicsite status` sees them), and, for HTTP through its gateway, that a site that asks
-for a bearer token gets one the workers' client sends."""
+in a second with the reason, not after every job has spent its tries: the spec's numbers
+(the batch within each model's max batch size), the GPU that `--transport cuda` needs, the
+models the workers would run in process (backend local or auto), the site's models, that
+the site is up (its processes as `sonicsite status` sees them), and, for HTTP through its
+gateway, that a site that asks for a bearer token gets one the workers' client sends."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from sonicsite.contract.wire import (
 from sonicsite.local.state import SiteState
 from sonicsite.local.status import unfinished
 from sonicsite.models.builders import TORCH_BUILT
+from sonicsite.models.repository import RepositoryError, load_entry
 
 from .lifeline import HEARTBEAT_S
 
@@ -63,10 +64,33 @@ def check_spec(spec: Any) -> None:
     for name, value in (("seed", spec.seed), ("batch", spec.batch)):
         if value < 0:
             raise ValueError(f"{name}: expected an integer ≥ 0, got {value}")
+    if why := over_max_batch(spec.models, spec.batch):
+        raise ValueError(f"batch: {why}")
     if spec.backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {spec.backend!r}")
     if spec.resume and spec.fresh:
         raise ValueError("--resume and --fresh: choose one (go on with the stream, or clear it)")
+
+
+def over_max_batch(models: Iterable[str], batch: int) -> str:
+    """'' when `batch` events per request (0: each model's default, which fits) fits every
+    model; else the first it does not, in words, with its max batch size as its config.pbtxt
+    gives it (what the site's servers load and the in-process backend checks a spec
+    against): over it, the workers' spec check would fail every event after they started.
+    A model the repository does not know is left to the checks that name it."""
+    if batch <= 0:
+        return ""
+    for model in dict.fromkeys(models):
+        try:
+            limit = load_entry(model).config.max_batch_size
+        except RepositoryError:
+            continue
+        if limit and batch > limit:  # 0: the model takes no batch dimension
+            return (
+                f"{batch} events per request is more than model {model} takes (its max "
+                f"batch size is {limit}); give {limit} or less, or 0 for each model's default"
+            )
+    return ""
 
 
 def check_transport(spec: Any) -> None:
@@ -114,18 +138,29 @@ def _what_to_do(records: tuple[ProcessRecord, ...], site_dir: Path) -> str:
     return f"nothing restarts it (no supervisor running): {restart}"
 
 
-def check_site(spec: Any, note: Callable[[str], None]) -> SiteState:
+def check_site(spec: Any, note: Callable[[str], None]) -> SiteState | None:
     """The site's state; ValueError when it serves none of a model, or is not up (no server
     running, being stopped, or incomplete: its `up` under way or killed before it finished,
     the parts it had not started named): the dead processes named, and how to see and
-    start it. Backend local skips the check of processes; backend auto only says so (its workers run
-    the models when the site does not answer)."""
-    state = SiteState.load(spec.site_dir)  # fails with how to start a site
+    start it. None when the stream uses no site: backend local never looks at it (its
+    workers read the models' metadata from their config.pbtxt), and backend auto with no
+    site there says so and goes on (its workers run the models while there is none); auto
+    only says that a site is not up."""
+    if spec.backend == "local":
+        return None
+    try:
+        state = SiteState.load(spec.site_dir)  # fails with how to start a site
+    except FileNotFoundError as exc:
+        if spec.backend != "auto":
+            raise
+        note(
+            f"submit: {exc}; backend auto runs the models in the workers (a job that starts "
+            "once a site is up there sends to it)"
+        )
+        return None
     missing = [m for m in spec.models if not any(m in s.models for s in state.servers)]
     if missing:
         raise ValueError(f"model: no server of the site serves {missing}; it serves {state.models}")
-    if spec.backend == "local":
-        return state
     records = read_processes(spec.site_dir)
     down = [f"{r.name} {r.state.lower()}" for r in records if r.state in (DEAD, RESTARTING)]
     servers = [r for r in records if r.kind == SERVER]
@@ -156,13 +191,13 @@ TOKEN_VARIABLE = "SONICSITE_TOKEN"  # the client's bearer token (client/session.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local site: no proxy
 
 
-def check_token(spec: Any, state: SiteState) -> None:
+def check_token(spec: Any, state: SiteState | None) -> None:
     """`--transport http` through the site (its gateway; not `--mode direct`, whose servers
     take no token): ValueError at once, naming SONICSITE_TOKEN, when the site asks for a
     bearer token (its gateway answers /v1/site with 401 or 403; not answering, the state file
     records its `--tokens`) and the token the workers' client would send, SONICSITE_TOKEN,
-    is unset or refused: every event would fail with 401."""
-    if spec.backend == "local" or spec.transport != "http" or spec.mode == "direct":
+    is unset or refused: every event would fail with 401. No site (`state` None): none."""
+    if state is None or spec.transport != "http" or spec.mode == "direct":
         return
     if not state.http:
         return

@@ -26,6 +26,7 @@ from .signals import signal_name
 from .spawn import WorkerRun, Workers, worker_command
 from .stall import stall_limit
 from .stream_files import StreamRecord
+from .summary import cut_at_word
 
 if TYPE_CHECKING:
     from .driver import StreamSpec
@@ -242,11 +243,12 @@ def _worker(run: WorkerRun) -> str:
 
 
 def _last_line(log: Path) -> str:
-    """The last line a worker wrote to its log (its exception, usually), cut to 300 chars."""
+    """The last line a worker wrote to its log (its exception, usually), cut to 300 chars
+    at a word."""
     try:
         with open(log, "rb") as f:
             f.seek(max(0, f.seek(0, 2) - 4096))
             lines = f.read().decode(errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return lines[-1][:300] if lines and not lines[-1].startswith("---") else ""
+    return cut_at_word(lines[-1], 300) if lines and not lines[-1].startswith("---") else ""

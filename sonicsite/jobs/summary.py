@@ -6,6 +6,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+ERROR_SHOWN = 160  # characters of an error's message on the console; report.json has it all
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text`, or its start up to `limit` characters and " ...", cut between words, never
+    inside one (a limit "16" cut to "1..." reads as another number): after the last whole
+    clause ("; ") when that keeps half the room, else after the last whole word; whole when
+    no space is near enough to cut at."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - len(" ...") + 1]
+    clause, space = head.rfind("; "), head.rfind(" ")
+    at = clause if clause >= len(head) // 2 else space
+    if at <= 0:
+        return text
+    return head[:at].rstrip(" ;,:") + " ..."
+
 
 def _events_line(report: dict) -> str:
     """Events ok, failed, not started (apart: they never went out), answered twice."""
@@ -66,7 +83,10 @@ def _incident_lines(report: dict) -> list[str]:
 
 
 def _page_line(report: dict) -> str:
-    """The site's status page while it runs, else that it is down ('' for neither known)."""
+    """The site's status page while it runs, else that it is down ('' for neither known);
+    that none was used (backend local, or auto with no site as each job started)."""
+    if "no_site" in report:
+        return f"site: none used ({report['no_site']})"
     if "links" in report:
         return f"site status page: {report['links']['status_page']}"
     if down := report.get("site_down"):
@@ -102,7 +122,7 @@ def print_summary(report: dict, out: Path) -> None:
             f"{backends['local']}; switches: {moves or 'none'}"
         )
         for switch in report["switches"]["first"][:3]:
-            print(f"  job {switch['job']} to {switch['to']}: {switch['reason'][:140]}")
+            print(f"  job {switch['job']} to {switch['to']}: {cut_at_word(switch['reason'], 140)}")
     failed = "; ".join(
         f"{path}: " + ", ".join(f"{kind} {n}" for kind, n in kinds.items())
         for path, kinds in (report.get("failed_tries") or {}).items()
@@ -143,7 +163,7 @@ def print_summary(report: dict, out: Path) -> None:
         if how != "finished":
             print(f"run {k} of this stream {how}; this run resumed it")
     for error in report["errors"][:5]:
-        text = error["error"] if len(error["error"]) <= 160 else error["error"][:157] + "..."
+        text = cut_at_word(error["error"], ERROR_SHOWN)
         jobs = error["jobs"][:8]
         more = error.get("jobs_total", len(jobs)) - len(jobs)
         jobs_said = f"jobs {jobs}" + (f" and {more} more" if more > 0 else "")

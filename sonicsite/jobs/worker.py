@@ -16,7 +16,9 @@ pipe `--parent-fd` closes) stops at once.
 TorchScript file under `--models-dir`, loaded at the first event, `--torch-threads` threads,
 default 1, on `--device`); `--backend auto` sends to the site while it answers and runs in
 process when it does not (backend_auto.py). The model's metadata then comes from its
-config.pbtxt, so that a site that is down from the start costs no event. The result's
+config.pbtxt, so that a site that is down from the start costs no event: local never looks
+for a site, and auto with no site file as the job starts (`sonicsite down` before a later
+wave) runs every event in process, a switch with that reason (`connect`). The result's
 `client` says how many events each backend ran (`rows_per_backend`), which chunks ran in
 process (`local_events`) and every switch with its reason (`switches`).
 """
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.client import Client
+from sonicsite.client import Client, DiscoveryError
 from sonicsite.client.backend_local import BACKENDS, COMPILES, LOCAL, LocalModels
 from sonicsite.client.layout import Columns
 from sonicsite.client.spec import ModelInfo, TensorInfo
@@ -101,6 +103,7 @@ def run_job(
     compile: str = "jit",
     resend_failed: bool = False,
     cpu_ms_per_event: float = 0.0,
+    no_site: str = "",
 ) -> tuple[JobResult, StreamStats]:
     """Send the job's events [job*events, (job+1)*events) that have no result in `prior`
     (all of them by default; with `resend_failed`, those that failed too, but for a wrong
@@ -108,7 +111,9 @@ def run_job(
     `rate` (events per second), open loop: each request at its Poisson arrival from
     `start_at` (arrivals.py), up to `window` in flight; closed loop otherwise. `backend`:
     "site", "local" or "auto" (the client's; local and auto need the client's `local`).
-    `cpu_ms_per_event`: the job's own CPU work per event, done as each request is made."""
+    `cpu_ms_per_event`: the job's own CPU work per event, done as each request is made.
+    `no_site`: why backend auto has no site to try (the client has none): every event runs
+    in process, that switch recorded with its reason."""
     prior = prior or JournalState()
     times = schedule(events, batch, rate, seed + job, start_at or time.time()) if rate else None
     sample = generate(model, events, seed + job, allocate=client.allocate)
@@ -119,6 +124,10 @@ def run_job(
     merged = StreamStats()
     local_events: list[list[int]] = []  # [first, last + 1] of each chunk run in process
     switches: list[dict] = []
+    runs_on = backend
+    if no_site and backend == "auto":
+        runs_on = LOCAL
+        switches.append({"at": time.time(), "from": "site", "to": LOCAL, "reason": no_site})
 
     def tell() -> None:
         if progress:
@@ -159,7 +168,7 @@ def run_job(
             window=window,
             request_tag=request_tag(stream, job),
             request_offset=offset,
-            backend=backend,
+            backend=runs_on,
             compile=compile,
         )
         arrivals = None
@@ -209,6 +218,23 @@ def config_info(model: str) -> ModelInfo:
     return ModelInfo(model, config.max_batch_size, tensors(config.input), tensors(config.output))
 
 
+def connect(args: argparse.Namespace, local: LocalModels | None) -> tuple[Client, str]:
+    """The job's client, and why it has no site ('' when it has one). Backend local needs
+    none (its models' metadata from their config.pbtxt); backend auto whose site is not there
+    as the job starts (stopped by `sonicsite down` before a later wave) runs in process,
+    rather than failing every event on the missing site file."""
+    if args.backend == LOCAL:
+        return Client(transport=args.transport, local=local), "backend local: no site used"
+    try:
+        site = Client.connect(transport=args.transport, mode=args.mode, site=args.site, local=local)
+        return site, ""
+    except DiscoveryError as exc:
+        if args.backend != "auto":
+            raise
+        why = f"no site at {args.site} as the job started, so it runs in process ({exc})"
+        return Client(transport=args.transport, local=local), why
+
+
 def _merge(into: StreamStats, stats: StreamStats) -> None:
     """Add a range's stream stats: records appended, Triton's per-request means weighted."""
     into.records.extend(stats.records)
@@ -231,12 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, default=0)
     parser.add_argument("--window", type=int, default=2)
     parser.add_argument("--transport", default="grpc", choices=["grpc", "http", "shm", "cuda"])
-    parser.add_argument(
-        "--mode",
-        default=None,
-        choices=["site", "direct"],
-        help="through the site's balancer (default when it has one) or direct",
-    )
+    parser.add_argument("--mode", default=None, choices=["site", "direct"])  # client's
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--backend",
@@ -278,9 +299,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the job's own CPU work per event (its reconstruction), in ms of CPU time",
     )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument(
-        "--journal", type=Path, default=None, help="the job's journal (default: OUT.journal)"
-    )
+    parser.add_argument("--journal", type=Path, default=None, help="default: OUT.journal")
     parser.add_argument("--attempt", type=int, default=1, help="1 + the reruns before this one")
     parser.add_argument(
         "--resend-failed",
@@ -289,14 +308,9 @@ def _parser() -> argparse.ArgumentParser:
         "`submit --resume`",
     )
     parser.add_argument("--stream", default="local", help="names the stream in request ids")
+    parser.add_argument("--parent-fd", type=int, default=None, help="stop on this pipe's EOF")
     parser.add_argument(
-        "--parent-fd", type=int, default=None, help="a pipe from the driver: stop on its EOF"
-    )
-    parser.add_argument(
-        "--metrics-textfile",
-        type=Path,
-        default=None,
-        help="also write the stream's counters in Prometheus text format here",
+        "--metrics-textfile", type=Path, default=None, help="the counters, Prometheus's text"
     )
     return parser
 
@@ -335,12 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         prior = read_journal(journal_path)
         if prior.missing(args.events, args.resend_failed):
-            with (
-                Journal(journal_path) as journal,
-                Client.connect(
-                    transport=args.transport, mode=args.mode, site=args.site, local=local
-                ) as client,
-            ):
+            client, no_site = connect(args, local)
+            with client, Journal(journal_path) as journal:
                 result, stats = run_job(
                     client,
                     args.model,
@@ -360,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.compile,
                     args.resend_failed,
                     args.cpu_ms_per_event,
+                    no_site,
                 )
             if args.metrics_textfile:
                 args.metrics_textfile.write_text(
