@@ -20,6 +20,7 @@ from polling import wait_until
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.journal import read_journal
+from sonicsite.jobs.stream_run import StreamRun
 
 
 def _workers(out: Path) -> dict:
@@ -255,44 +256,22 @@ def test_sigterm_or_sigint_to_submit_stops_its_workers_and_says_so(site, tmp_pat
     assert f"stopped by {sig.name}" in stdout
 
 
-def test_a_worker_with_bad_options_says_why_in_the_report_and_on_stderr(site, tmp_path):
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "sonicsite.cli",
-            "submit",
-            "--dir",
-            site.site_dir,
-            "--model",
-            "simple",
-            "--jobs",
-            "5",
-            "--events",
-            "32",
-            "--batch",
-            "999",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    report = json.loads((out / "report.json").read_text())
-    assert report["events_failed"] == 160 and report["reruns"] == 0
-    (error,) = report["errors"]  # one kind, whatever each job's figures
-    assert error["type"] == "SpecError" and error["jobs"] == [0, 1, 2, 3, 4]
-    assert error["events"] == 160 and error["jobs_total"] == 5
-    assert "expected at most max_batch_size 8" in error["message"]
-    # the console says the first three jobs that fail so, then that more are in the report
-    said = [line for line in proc.stderr.splitlines() if "failed on attempt 1: SpecError" in line]
-    assert len(said) == 3, proc.stderr
-    assert proc.stderr.count("(more jobs that fail as job ") == 1, proc.stderr
-    assert "error: SpecError: " in proc.stdout  # the console summary
+def test_the_console_says_three_jobs_that_fail_alike_then_where_the_rest_are(tmp_path):
+    """A site down fails every job alike: the console names the first NOTES_PER_KIND, then
+    says the others are in the report (the error's numbers and addresses aside)."""
+    said: list[str] = []
+    spec = StreamSpec(tmp_path / "site", ["simple"], jobs=5, wave=5, events=32, out=tmp_path)
+    run = StreamRun(spec, tmp_path / "jobs", said.append)
+    for job in range(5):
+        error = f"site unreachable: no endpoint (127.0.0.1:{9000 + job}) has answered"
+        run.note_kind(job, error, f"job {job} failed on attempt 1: {error}")
+    assert len(said) == 4, said
+    assert [line.split(":")[0] for line in said[:3]] == [
+        f"job {j} failed on attempt 1" for j in (0, 1, 2)
+    ]
+    assert said[3] == "(more jobs that fail as job 2 did: in the report, not said here)"
+    run.note_kind(5, "timed out: another kind", "job 5 failed on attempt 1: timed out")
+    assert said[-1] == "job 5 failed on attempt 1: timed out"  # a kind of its own is said
 
 
 def test_a_stream_over_cuda_without_a_gpu_is_refused_before_any_worker_starts(site, tmp_path):
