@@ -35,10 +35,11 @@ class InputPlan:
     reason: str
     pieces: list[np.ndarray] = field(default_factory=list)  # byte views, in order (0 copies)
     gather: Callable[[np.ndarray], None] | None = None  # fills a uint8 destination (1 copy)
+    staged: str = ""  # why the transport copies bytes the plan would send as they lie
 
     @property
     def copies(self) -> int:
-        return 0 if self.gather is None else 1
+        return 0 if self.gather is None and not self.staged else 1
 
     def contiguous(self) -> np.ndarray | None:
         """The input's bytes as one view, when they are one piece."""
@@ -110,10 +111,9 @@ class CopyPlan:
     def report(self) -> str:
         lines = [f"copy plan for {self.model!r}, {self.rows} rows: {self.copies} payload copies"]
         for i in self.inputs:
-            what = "0 copies" if i.copies == 0 else "1 gather"
-            lines.append(
-                f"  {i.name} {i.datatype}{list(i.shape)} {i.nbytes} B: {what} ({i.reason})"
-            )
+            what = "0 copies" if i.copies == 0 else "1 gather" if i.gather else "1 copy"
+            why = f"{i.reason}; {i.staged}" if i.staged else i.reason
+            lines.append(f"  {i.name} {i.datatype}{list(i.shape)} {i.nbytes} B: {what} ({why})")
         for o in self.outputs:
             where = f"into columns {list(o.columns)}" if o.columns else "returned as an array"
             lines.append(f"  output {o.name}: {where}")
@@ -167,12 +167,20 @@ def make_plan(
     soa: Columns,
     strict: bool = False,
     contiguous_only: bool = False,
+    sendable: Callable[[np.ndarray | None], str] | None = None,
 ) -> CopyPlan:
-    """Check the spec against the model and plan every input and output for these columns."""
+    """Check the spec against the model and plan every input and output for these columns.
+    `sendable`: the transport's word on an input's bytes that the plan would send as they lie
+    ('' when it sends them so; else why it copies them first: shared memory stages bytes
+    outside its registered regions), so that the report counts that copy too
+    (`Client.plan`)."""
     check(spec, model, soa)
     inputs = [_plan_input(b, soa, contiguous_only) for b in spec.inputs]
+    for i in inputs if sendable is not None else []:
+        if i.gather is None:  # its bytes as one range, or None where they are pieces
+            i.staged = sendable(i.contiguous())
     if strict:
-        refused = [f"{i.name}: {i.reason}" for i in inputs if i.copies]
+        refused = [f"{i.name}: {i.staged or i.reason}" for i in inputs if i.copies]
         if refused:
             raise CopyRefused("strict: these inputs need a copy: " + "; ".join(refused))
     outputs = [

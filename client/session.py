@@ -32,8 +32,9 @@ from .discovery import DiscoveryError, discover
 from .engine import Stream
 from .errors import InferError, not_found
 from .failover import PATHS, Failover
-from .layout import Column, SoA, plan_offsets
-from .shm import RegionPool, ShmTransport
+from .layout import Column, Columns, SoA, plan_offsets
+from .plan import CopyPlan, make_plan
+from .shm import RegionPool, ShmTransport, staging
 from .spec import ModelInfo, SpecError, TensorSpec
 from .stream_checks import ModelNotServed
 from .stream_options import StreamOptions
@@ -153,6 +154,15 @@ class Client:
         _, size = plan_offsets(schema, rows)
         slot = self.pool.acquire(size)
         return SoA.allocate(schema, rows, buffer=slot.buffer)
+
+    def plan(
+        self, model: str, spec: TensorSpec, columns: Columns, strict: bool = False
+    ) -> CopyPlan:
+        """The copy plan this client's streams send `columns` with (`make_plan` against the
+        site's metadata), with the copies its transport adds: shared memory stages what lies
+        outside its registered regions, which `make_plan` alone cannot know."""
+        sendable = staging(self.pool) if self.pool is not None else None
+        return make_plan(spec, self.model_info(model), columns, strict, sendable=sendable)
 
     def balancer(self, model: str) -> Balancer | Failover:
         """Where the requests of `model` go: in direct mode the servers serving it; in site

@@ -16,6 +16,7 @@ import os
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -216,6 +217,26 @@ class RegionPool:
         self._all.clear()
         self._free.clear()
         self._on.clear()
+
+
+def staging(pool: RegionPool) -> Callable[[np.ndarray | None], str]:
+    """What ShmTransport.infer copies, said before it does (make_plan's `sendable`, through
+    `Client.plan`): an input's bytes that are not one range inside a registered region are
+    staged into one, a payload copy the plan's report must count."""
+
+    def sendable(view: np.ndarray | None) -> str:
+        if pool.device_memory:
+            return "copied into the GPU's memory: the columns are in the host's"
+        if view is None:
+            return "staged into a shared-memory region: its pieces go as one range"
+        if pool.locate(view) is None:
+            return (
+                "staged into a shared-memory region: its bytes lie in none the client "
+                "registered (make the columns with client.allocate)"
+            )
+        return ""
+
+    return sendable
 
 
 def _control_error(t: GrpcTransport, exc: Exception) -> InferError:

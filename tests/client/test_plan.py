@@ -278,6 +278,31 @@ def test_strict_holds_for_a_shared_memory_stream(site):
         assert result.events_ok == 4 and [r.copies for r in result.stats.records] == [0]
 
 
+def test_a_shared_memory_clients_plan_counts_the_copy_into_its_region(site):
+    """make_plan alone cannot know that shared memory stages columns outside its regions:
+    it said 0 copies where the stream copied. The client's plan counts that copy, says why,
+    and agrees with what the stream records; columns in a region stay at 0."""
+    with Client(from_site_file(site.site_dir), "shm", "direct") as client:
+        outside = generate("simple", 4, seed=3)
+        plan = client.plan("simple", outside.spec, outside.request(0, 4))
+        assert plan.copies == 2, plan.report()  # INPUT0 and INPUT1, each staged once
+        assert "INPUT0 INT32[4, 16] 256 B: 1 copy (one contiguous column; staged into a " in (
+            plan.report()
+        )
+        assert "client.allocate" in plan.report()
+        with pytest.raises(CopyRefused, match="INPUT0: staged into a shared-memory region"):
+            client.plan("simple", outside.spec, outside.request(0, 4), strict=True)
+        staged = client.stream("simple", outside.spec, batch=4).run(outside, outside.check)
+        inside = generate("simple", 4, seed=3, allocate=client.allocate)
+        assert client.plan("simple", inside.spec, inside.request(0, 4), strict=True).copies == 0
+    with Client(from_site_file(site.site_dir), "grpc", "direct") as client:  # sends as they lie
+        assert client.plan("simple", outside.spec, outside.request(0, 4)).copies == 0
+        sent = client.stream("simple", outside.spec, batch=4).run(outside, outside.check)
+    # the stream's records: the same outputs' copies into the columns, and the staging
+    (with_staging,), (without,) = [[r.copies for r in s.stats.records] for s in (staged, sent)]
+    assert with_staging - without == plan.copies
+
+
 def test_a_stream_of_one_model_with_another_models_spec_is_refused():
     """The checks before sending read the stream's model's metadata while the requests
     named the spec's model: a spec built for ParticleNet streamed as DeepMET passed the
