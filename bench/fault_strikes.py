@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,6 @@ from sonicsite.local.processes import group_members
 from sonicsite.local.state import SiteState
 
 from .common import http_json
-
-RETRIES_QUERY = "/stats?filter=upstream_rq_retry$&format=json"
 
 
 def flood(site_dir: Path, out: Path, model: str) -> subprocess.Popen:
@@ -60,16 +59,22 @@ def wait_shed(state: SiteState, model: str, timeout: float) -> bool:
     return False
 
 
-def envoy_in_flight(state: SiteState) -> int | None:
-    """Requests Envoy has in flight to the servers now (every cluster), or None."""
-    query = "/stats?filter=upstream_rq_active$&format=json"
+def _envoy_sum(state: SiteState, counter: str, named: Callable[[str], bool]) -> int | None:
+    """The sum of one of Envoy's per-cluster stats (`counter`) over the clusters `named`
+    picks; None where Envoy cannot say (it is down)."""
+    query = f"/stats?filter={counter}$&format=json"
     try:
         stats = json.loads(admin_get(state.envoy_admin, query, 2)).get("stats", [])
     except (OSError, ValueError):
         return None
+    return sum(int(s.get("value", 0)) for s in stats if named(s.get("name", "")))
+
+
+def envoy_in_flight(state: SiteState) -> int | None:
+    """Requests Envoy has in flight to the servers now (every cluster), or None."""
     # a model's route sends to its own cluster or the all-servers one (route_clusters.py)
     pattern = re.compile(r"^cluster\.(model_.*|triton)\.upstream_rq_active$")
-    return sum(int(s.get("value", 0)) for s in stats if pattern.match(s.get("name", "")))
+    return _envoy_sum(state, "upstream_rq_active", lambda name: bool(pattern.match(name)))
 
 
 def envoy_tries_again(state: SiteState, model: str) -> int | None:
@@ -77,11 +82,7 @@ def envoy_tries_again(state: SiteState, model: str) -> int | None:
     retry, or a hedged copy on a per-try timeout, which may run beside the first try; None
     where Envoy cannot say (it is down). A restarted Envoy counts from 0: fewer, never more."""
     names = {f"cluster.{c}.upstream_rq_retry" for c in (model_cluster(model), ALL_SERVERS)}
-    try:
-        stats = json.loads(admin_get(state.envoy_admin, RETRIES_QUERY, 2)).get("stats", [])
-    except (OSError, ValueError):
-        return None
-    return sum(int(s.get("value", 0)) for s in stats if s.get("name") in names)
+    return _envoy_sum(state, "upstream_rq_retry", names.__contains__)
 
 
 def wait_in_flight(state: SiteState, wanted: int, timeout: float) -> int | None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from job_results import failed_job
 
 from sonicsite.jobs.driver import StreamSpec, submit
 from sonicsite.jobs.report import build_report, print_summary
@@ -59,23 +60,7 @@ def test_the_console_cuts_a_long_error_at_a_word_not_in_a_number(capsys):
         f"input {name!r}: 17 rows per request, expected at most max_batch_size 16"
         for name in ("input", "input_cat0", "input_cat1", "input_cat2")
     )
-    result = {
-        "job": 0,
-        "model": "deepmet",
-        "first_event": 0,
-        "events": 4,
-        "transport": "grpc",
-        "answered": {},
-        "failed": {str(i): message for i in range(4)},
-        "requests": [],
-        "retries": 0,
-        "overloaded": 0,
-        "client": {},
-        "attempt": 1,
-        "error": None,
-        "span": [],
-        "from_journal": False,
-    }
+    result = failed_job(0, {str(i): message for i in range(4)}, model="deepmet")
     report = build_report([result], 0.0, 1.0, {})
     report["stopped_by"] = None
     print_summary(report, Path("out"))

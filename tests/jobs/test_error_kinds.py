@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from job_results import failed_job
+
 from sonicsite.jobs.error_kinds import error_kind
 from sonicsite.jobs.report import build_report, print_summary
 
@@ -14,26 +16,6 @@ def _unreachable(seconds: float, last: str) -> str:
         f"{seconds} s, since a chunk's tries began, and a chunk used up its tries on them; "
         f"the chunks left are not tried (last error: {last})"
     )
-
-
-def _failed_job(job: int, failed: dict[str, str]) -> dict:
-    return {
-        "job": job,
-        "model": "simple",
-        "first_event": 0,
-        "events": len(failed),
-        "transport": "grpc",
-        "answered": {},
-        "failed": failed,
-        "requests": [],
-        "retries": 0,
-        "overloaded": 0,
-        "client": {},
-        "attempt": 1,
-        "error": None,
-        "span": [],
-        "from_journal": False,
-    }
 
 
 def test_figures_addresses_and_a_closing_detail_are_not_the_kind():
@@ -57,7 +39,7 @@ def test_a_site_gone_for_every_job_is_one_kind_with_its_most_common_message(caps
         message = _unreachable(seconds, f"triton-{job % 2}: UNAVAILABLE: refused")
         failed = {str(job * 10 + i): message for i in range(10 + job)}
         failed[str(job * 10 + 99)] = "envoy: UNAVAILABLE: [Errno 111] Connection refused"
-        results.append(_failed_job(job, failed))
+        results.append(failed_job(job, failed))
     report = build_report(results, 0.0, 10.0, {})
     assert report["errors_total"] == 2
     gone, refused = report["errors"]
@@ -78,7 +60,7 @@ def test_a_worker_failure_kind_keeps_its_type_and_one_message():
         message = f"{rows} rows, at most 8"
         crash = {"type": "SpecError", "message": message, "job": job, "attempt": 1}
         failed = {str(job * 4 + i): f"SpecError: {rows} rows, at most 8" for i in range(4)}
-        results.append({**_failed_job(job, failed), "error": crash})
+        results.append({**failed_job(job, failed), "error": crash})
     (error,) = build_report(results, 0.0, 10.0, {})["errors"]
     assert error["type"] == "SpecError" and error["events"] == 8 and error["jobs"] == [0, 1]
     assert error["message"] in ("16 rows, at most 8", "32 rows, at most 8")
@@ -91,7 +73,7 @@ def test_a_grpc_status_is_one_kind_whether_or_not_python_prefixed_it(capsys):
     unknown = "Request for unknown model: 'particlenet_ak4' has no available versions"
     control = {str(i): f"triton-0: StatusCode.NOT_FOUND: {unknown}" for i in range(3)}
     infer = {str(i): f"triton-1: NOT_FOUND: {unknown}" for i in range(3, 5)}
-    report = build_report([_failed_job(0, control | infer)], 0.0, 10.0, {})
+    report = build_report([failed_job(0, control | infer)], 0.0, 10.0, {})
     (error,) = report["errors"]
     assert error["events"] == 5 and error["variants"] == 2, report["errors"]
     assert error["kind"] == f"triton-N: NOT_FOUND: {unknown.replace('ak4', 'akN')}"
