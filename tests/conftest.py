@@ -22,65 +22,70 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "build" / "models"
 
 # The modules that take longest, longest first (seconds each, its tests' setup, call and
-# teardown summed, in one run of the whole suite with three workers on one of these 2-core
-# machines, 2026-12-02). `make test` hands whole files to its workers in collection order
+# teardown summed, in one run of the whole suite with four workers on one of these 2-core
+# machines, 2026-12-03). `make test` hands whole files to its workers in collection order
 # (--dist loadfile --no-loadscope-reorder): started first, the long ones run beside each
 # other and the short ones fill in at the end, so that no worker finishes a minute
 # before another. (pytest-xdist's own order, files with the most tests first, left the
 # one-test benches for last; a 70 s simulation missing here ran last of all.) Only the
 # order matters: a module missing here runs after these, in the order pytest collects it.
 LONGEST_FIRST = (
-    "jobs/test_backends_submit.py",  # 147
-    "operator/test_holding.py",  # 135
-    "site/test_supervisor.py",  # 111
-    "jobs/test_faults.py",  # 97
-    "operator/test_placement_loop.py",  # 78
-    "jobs/test_resume.py",  # 73
-    "sim/test_declared_work_sim.py",  # 72
-    "client/test_aot.py",  # 71
-    "client/test_failover.py",  # 71
-    "client/test_backends.py",  # 71
-    "compat/test_bursts.py",  # 65
-    "jobs/test_jobs.py",  # 64
-    "compat/test_perf_analyzer.py",  # 64
-    "jobs/test_command_checks.py",  # 63
-    "site/test_launcher.py",  # 62
-    "bench/test_placement_bench.py",  # 56
-    "operator/test_autoscaler.py",  # 56
-    "sim/test_simulator.py",  # 47
-    "monitoring/test_scoped_queries.py",  # 47
-    "monitoring/test_dashboards.py",  # 45
-    "operator/test_shed_expiry.py",  # 45
-    "bench/test_stock_tools_bench.py",  # 45
-    "chart/test_chart.py",  # 44
-    "models/test_pytorch_backend.py",  # 42
-    "models/test_repository.py",  # 42
-    "jobs/test_fault_bench.py",  # 41
-    "operator/test_burst_hedged.py",  # 40
-    "bench/test_sim_check.py",  # 38
-    "jobs/test_stop_and_resume_edges.py",  # 38
-    "operator/test_model_control.py",  # 34
+    "jobs/test_backends_submit.py",  # 135
+    "operator/test_holding.py",  # 128
+    "site/test_supervisor.py",  # 107
+    "jobs/test_backends_without_site.py",  # 92
+    "jobs/test_faults.py",  # 86
+    "jobs/test_resume.py",  # 85
+    "operator/test_placement_loop.py",  # 81
+    "client/test_aot.py",  # 78
+    "sim/test_declared_work_sim.py",  # 77
+    "monitoring/test_dashboards.py",  # 74
+    "client/test_failover.py",  # 70
+    "jobs/test_jobs.py",  # 65
+    "client/test_backends.py",  # 61
+    "compat/test_bursts.py",  # 61
+    "site/test_launcher.py",  # 60
+    "operator/test_autoscaler.py",  # 58
+    "chart/test_chart.py",  # 57
+    "compat/test_perf_analyzer.py",  # 56
+    "bench/test_placement_bench.py",  # 55
+    "jobs/test_command_checks.py",  # 54
+    "bench/test_stock_tools_bench.py",  # 53
+    "monitoring/test_scoped_queries.py",  # 48
+    "operator/test_burst_hedged.py",  # 48
+    "jobs/test_fault_bench.py",  # 46
+    "operator/test_model_control.py",  # 44
+    "jobs/test_stop_and_resume_edges.py",  # 41
+    "operator/test_shed_expiry.py",  # 35
+    "bench/test_sim_check.py",  # 35
+    "operator/test_blind_spots.py",  # 34
     "operator/test_declared_work.py",  # 32
-    "operator/test_blind_spots.py",  # 32
-    "gateway/test_held_streams.py",  # 30
     "gateway/test_status_processes.py",  # 28
-    "chart/test_probes.py",  # 28
-    "gateway/test_stream_order.py",  # 28
-    "jobs/test_token_preflight.py",  # 28
-    "operator/test_pools.py",  # 27
-    "jobs/test_readme_worker.py",  # 27
-    "models/test_torch_artifacts.py",  # 26
-    "operator/test_operator_log.py",  # 26
-    "site/test_supervisor_busy.py",  # 25
-    "operator/test_scale_from_zero.py",  # 25
-    "jobs/test_site_stopped.py",  # 25
-    "client/test_retries.py",  # 24
-    "site/test_up_interrupted_twice.py",  # 23
-    "operator/test_hung_servers.py",  # 23
-    "bench/test_bench_sigterm.py",  # 22
-    "operator/test_admission.py",  # 21
+    "gateway/test_held_streams.py",  # 27
+    "chart/test_probes.py",  # 27
+    "operator/test_pools.py",  # 26
+    "sim/test_simulator.py",  # 26
+    "gateway/test_fuzz.py",  # 26
+    "client/test_retries.py",  # 25
+    "operator/test_operator_log.py",  # 24
+    "models/test_pytorch_backend.py",  # 24
+    "site/test_supervisor_busy.py",  # 24
+    "sim/test_reproducible.py",  # 23
+    "operator/test_scale_from_zero.py",  # 22
+    "bench/test_bench_sigterm.py",  # 21
     "jobs/test_frozen_workers.py",  # 21
-    "monitoring/test_rules.py",  # 20
+    "operator/test_routing.py",  # 20
+    "operator/test_eviction.py",  # 20
+    "models/test_repository.py",  # 20
+    "site/test_supervision.py",  # 20
+    "operator/test_admission.py",  # 18
+    "operator/test_hung_servers.py",  # 18
+    "site/test_up_tokens.py",  # 18
+    "site/test_local_failures_told.py",  # 16
+    "site/test_state_file_errors.py",  # 16
+    "site/test_up_interrupted_twice.py",  # 16
+    "operator/test_xds_limits.py",  # 16
+    "operator/test_keep_warm.py",  # 16
 )
 
 
