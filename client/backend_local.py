@@ -21,12 +21,17 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .layout import Columns
 from .spec import ModelInfo, TensorSpec
 from .stats import RequestRecord
 from .stream_guard import check_on_result, check_source
-from .stream_io import StreamResult
+from .stream_io import OnResult, Source, StreamResult
+
+if TYPE_CHECKING:
+    from .stream_options import StreamOptions
+    from .torch_views import TorchCall  # imports torch: for the checker only
 
 BACKENDS = ("site", "local", "auto")
 COMPILES = ("jit", "aot")
@@ -107,7 +112,7 @@ class LocalRunner:
         columns: Columns,
         strict: bool = False,
         known: ModelInfo | None = None,
-    ):
+    ) -> TorchCall:
         """Run one batch; returns its torch_views.TorchCall (copies, report, raw outputs).
         `known`: the metadata the site gave the stream already, used when LocalModels has no
         `infos`: a site that went down mid-stream cannot be asked again (backend "auto")."""
@@ -128,11 +133,11 @@ class LocalRunner:
         strict: bool,
         lo: int,
         hi: int,
-        columns,
-        on_result,
-        result,
+        columns: Columns,
+        on_result: OnResult,
+        result: StreamResult,
         known: ModelInfo | None = None,
-    ):
+    ) -> None:
         """Run events [lo, hi) of a source, its `columns` for them, and deliver them once:
         recorded (path "local") in `result` (a StreamResult, stream_io.py), then given to
         `on_result` with the outputs returned as arrays (the others are in their columns).
@@ -152,17 +157,17 @@ class LocalStream:
     """A stream whose chunks all run in process, in the caller's thread, one after another
     (the same `run` as the engine's Stream, so a worker uses either)."""
 
-    def __init__(self, runner: LocalRunner, spec: TensorSpec, options) -> None:
+    def __init__(self, runner: LocalRunner, spec: TensorSpec, options: StreamOptions) -> None:
         self.runner, self.spec, self.options = runner, spec, options
 
     def run(
         self,
-        source,
-        on_result,
+        source: Source,
+        on_result: OnResult,
         arrivals: Sequence[float] | None = None,
         on_send: Callable[[int, int], None] | None = None,
         resent: Collection[tuple[int, int]] = (),
-    ):
+    ) -> StreamResult:
         """Every event of `source`, in chunks of `batch`; `arrivals` as the engine's (the
         time each chunk starts at the earliest). `on_send` and `resent` need nothing here:
         a chunk run in process is never sent anywhere."""

@@ -1,8 +1,12 @@
-"""Which endpoint a request goes to: power of two choices, the one per-request pick of
-the site, shared by the client's direct mode and the gateway.
+"""Which server a client's request goes to in direct mode: power of two choices.
 
-Of two endpoints drawn at random, the one with the lower (in flight + 1) × recent latency /
-weight: cheap, needs no global view, and keeps a slow or busy server from being chosen
+The client's own pick, among the servers of a model (direct mode and shared memory; in site
+mode also the direct path that failover.py falls back to). Envoy and the gateway are one
+endpoint each here and pick the server themselves; the gateway's pick, by the operator's
+weights, is gateway/balancer.py, not this one.
+
+Of two endpoints drawn at random, the one with the lower (in flight + 1) × recent latency:
+cheap, needs no global view, and keeps a slow or busy server from being chosen
 while leaving it some traffic to measure. Endpoints that failed are held down for a short,
 growing while (0.25 s, doubling per failure in a row, at most 5 s); once that has passed,
 one request at a time probes the endpoint while the others go elsewhere, and its first
@@ -38,7 +42,6 @@ class Endpoint:
     down_until: float = 0.0  # after a connection failure
     not_before: float = 0.0  # after RESOURCE_EXHAUSTED / 429: wait the retry-after
     failures: int = 0  # in a row, since the last answer
-    weight: float = 1.0  # the operator's view of the server, 1.0 = the fastest (gateway)
     path: str = "direct"  # how requests reach the model: "envoy", "gateway" or "direct"
     probing: bool = False  # after failures: the one request allowed to try it is out
     answered_at: float = 0.0  # monotonic time of its last answer (0: none yet)
@@ -52,7 +55,7 @@ class Endpoint:
         if self.in_flight == 0 and self.answered_at:  # not being measured: the figure ages
             age = (time.monotonic() if now is None else now) - self.answered_at
             latency *= 0.5 ** (max(age, 0.0) / LATENCY_HALF_LIFE_S)
-        return (self.in_flight + 1) * max(latency, 1e-4) / self.weight
+        return (self.in_flight + 1) * max(latency, 1e-4)
 
     def observe(self, latency_s: float) -> None:
         """Fold one answered request's latency into the recent latency (EWMA)."""

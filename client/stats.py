@@ -8,6 +8,7 @@ Triton's own statistics (deltas over the stream, per server that served it).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -16,6 +17,15 @@ import numpy as np
 from .errors import InferError
 
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def latency_percentiles(latencies_ms: Sequence[float]) -> dict[str, float | None]:
+    """p50, p90 and p99 in ms (NumPy's linear interpolation); None each when nothing was
+    answered: no latency to speak of, rather than a made-up 0."""
+    if not len(latencies_ms):
+        return {"p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99])
+    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
 
 @dataclass
@@ -43,7 +53,7 @@ def server_time_deltas(before: dict, after: dict) -> dict[str, float]:
     out = {"requests": float(count)}
     for stage in STAGES:
         ns = after.get(stage, (0, 0))[1] - before.get(stage, (0, 0))[1]
-        out[f"{stage}_us"] = round(ns / count / 1e3, 1) if count else 0.0
+        out[f"{stage}_us"] = ns / count / 1e3 if count else 0.0  # rounded when rendered
     return out
 
 
@@ -78,13 +88,34 @@ KEPT = "kept"
 
 @dataclass
 class StreamStats:
+    """A stream's records, and Triton's mean µs per request in each stage on each server
+    with the requests it counted (`server_time_deltas`), kept unrounded until rendered."""
+
     records: list[RequestRecord] = field(default_factory=list)
     server_times: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def merge(self, other: StreamStats) -> None:
+        """Add another stream's stats (a job's ranges, a report's jobs): records appended,
+        each server's per-request means weighted by the requests each side counted."""
+        self.records.extend(other.records)
+        for server, times in other.server_times.items():
+            mine = self.server_times.setdefault(server, {"requests": 0.0})
+            m, n = mine["requests"], times.get("requests", 0.0)
+            for key, value in times.items():
+                if key != "requests":
+                    before = mine.get(key, 0.0)
+                    mine[key] = (before * m + value * n) / (m + n) if m + n else 0.0
+            mine["requests"] = m + n
+
+    def server_times_us(self) -> dict[str, dict[str, float]]:
+        """The per-server means as reports show them: to 0.1 µs, servers in order."""
+        return {
+            server: {k: v if k == "requests" else round(v, 1) for k, v in times.items()}
+            for server, times in sorted(self.server_times.items())
+        }
+
     def summary(self) -> dict:
         ok = [r for r in self.records if r.ok]
-        latencies = np.array([r.latency_s * 1e3 for r in ok]) if ok else np.zeros(1)
-        p50, p90, p99 = np.percentile(latencies, [50, 90, 99])
         rows, paths = Counter(), Counter()
         for r in ok:
             rows[r.server] += r.rows
@@ -97,11 +128,7 @@ class StreamStats:
             "requests": len(self.records),
             "requests_ok": len(ok),
             "requests_failed": len(self.records) - len(ok),
-            "latency_ms": {
-                "p50": round(float(p50), 3),
-                "p90": round(float(p90), 3),
-                "p99": round(float(p99), 3),
-            },
+            "latency_ms": latency_percentiles([r.latency_s * 1e3 for r in ok]),
             "rows_per_server": dict(sorted(rows.items())),
             "rows_per_path": dict(sorted(paths.items())),  # envoy, gateway, direct, kept
             "pack_s": round(sum(r.pack_s for r in self.records), 6),
@@ -110,7 +137,7 @@ class StreamStats:
             "payload_copies": sum(r.copies for r in ok),
             "errors": dict(Counter(r.error for r in self.records if not r.ok)),
             "errors_per_path": {p: dict(sorted(k.items())) for p, k in sorted(failed_on.items())},
-            "server_times": self.server_times,
+            "server_times": self.server_times_us(),
         }
 
     def to_prometheus(self, job: str = "", prefix: str = "sonicsite_client") -> str:

@@ -34,7 +34,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
+from sonicsite.client.stats import StreamStats, latency_percentiles
 
 from .error_kinds import error_kind
 from .executions import Executions, summarize
@@ -43,14 +43,6 @@ from .result import NOT_STARTED, attempts_of
 from .summary import print_summary as print_summary  # the console's view of the report
 
 ERRORS_KEPT = 10  # error groups listed in report.json (the count says how many in all)
-
-
-def _percentiles(latencies_ms: list[float]) -> dict[str, float | None]:
-    """p50, p90 and p99; None each when nothing was answered (no latency to speak of)."""
-    if not latencies_ms:
-        return {"p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(latencies_ms, [50, 90, 99])
-    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3)}
 
 
 def _not_started(message: str) -> bool:
@@ -153,7 +145,7 @@ def _summary(
         else None,
         "throughput_eps": round(ok / over, 2) if over > 0 else 0.0,
         "active_s": round(active, 3),
-        "latency_ms": _percentiles([q[1] * 1e3 for q in good]),
+        "latency_ms": latency_percentiles([q[1] * 1e3 for q in good]),
         "latency_unmeasured": _unmeasured(len(good), len(answered), untimed),
         "requests": len(requests),
         "requests_failed": len(requests) - len(good),
@@ -209,21 +201,10 @@ def _client_totals(results: list[dict]) -> dict:
         key: round(sum(s.get(key, 0) for s in stats), 6)
         for key in ("pack_s", "serialize_s", "network_s", "payload_copies")
     }
-    servers: dict[str, dict[str, float]] = {}
-    for s in stats:
-        for server, times in s.get("server_times", {}).items():
-            merged = servers.setdefault(server, {"requests": 0.0})
-            n = times.get("requests", 0.0)
-            for key, value in times.items():
-                if key != "requests":  # request-weighted mean over the jobs
-                    merged[key] = merged.get(key, 0.0) + value * n
-            merged["requests"] += n
-    for merged in servers.values():
-        n = merged["requests"] or 1.0
-        for key in list(merged):
-            if key != "requests":
-                merged[key] = round(merged[key] / n, 1)
-    totals["server_times_us"] = dict(sorted(servers.items()))
+    servers = StreamStats()
+    for s in stats:  # request-weighted over the jobs, rounded once, as shown
+        servers.merge(StreamStats(server_times=s.get("server_times", {})))
+    totals["server_times_us"] = servers.server_times_us()
     return totals
 
 

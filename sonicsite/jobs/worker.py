@@ -38,7 +38,7 @@ from pathlib import Path
 from sonicsite.client import Client, DiscoveryError
 from sonicsite.client.backend_local import BACKENDS, COMPILES, LOCAL, LocalModels
 from sonicsite.client.layout import Columns
-from sonicsite.client.spec import ModelInfo, TensorInfo
+from sonicsite.client.spec import ModelInfo
 from sonicsite.client.stats import StreamStats
 from sonicsite.client.stream_io import Source
 from sonicsite.models.repository import load_entry
@@ -188,7 +188,7 @@ def run_job(
         result.overloaded += outcome.overloaded
         local_events += [[first + offset + lo, first + offset + hi] for lo, hi in outcome.local]
         switches += outcome.switches
-        _merge(merged, outcome.stats)
+        merged.merge(outcome.stats)
     result.requests = [(r.start, r.latency_s, r.server, r.rows, r.ok) for r in merged.records]
     result.client = merged.summary()
     rows = result.client["rows_per_path"]
@@ -203,19 +203,9 @@ def run_job(
 
 
 def config_info(model: str) -> ModelInfo:
-    """A model's metadata from its config.pbtxt, as its servers give it (ModelInfo): what the
+    """A model's metadata from the repository's config.pbtxt, as its servers give it: what the
     in-process backend checks the spec against when the site may not answer."""
-    config = load_entry(model).config
-
-    def tensors(items) -> dict[str, TensorInfo]:
-        out = {}
-        for t in items:
-            kind = t.DESCRIPTOR.fields_by_name["data_type"].enum_type
-            name = kind.values_by_number[t.data_type].name.removeprefix("TYPE_")
-            out[t.name] = TensorInfo(t.name, name, tuple(t.dims))
-        return out
-
-    return ModelInfo(model, config.max_batch_size, tensors(config.input), tensors(config.output))
+    return ModelInfo.from_config(load_entry(model).config_path)
 
 
 def connect(args: argparse.Namespace, local: LocalModels | None) -> tuple[Client, str]:
@@ -233,19 +223,6 @@ def connect(args: argparse.Namespace, local: LocalModels | None) -> tuple[Client
             raise
         why = f"no site at {args.site} as the job started, so it runs in process ({exc})"
         return Client(transport=args.transport, local=local), why
-
-
-def _merge(into: StreamStats, stats: StreamStats) -> None:
-    """Add a range's stream stats: records appended, Triton's per-request means weighted."""
-    into.records.extend(stats.records)
-    for server, times in stats.server_times.items():
-        mine = into.server_times.setdefault(server, {"requests": 0.0})
-        n, m = times.get("requests", 0.0), mine["requests"]
-        for key, value in times.items():
-            if key != "requests":
-                mean = (mine.get(key, 0.0) * m + value * n) / (m + n) if m + n else 0.0
-                mine[key] = round(mean, 1)
-        mine["requests"] = m + n
 
 
 def _parser() -> argparse.ArgumentParser:

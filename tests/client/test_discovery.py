@@ -97,14 +97,14 @@ def test_nothing_found_says_where_it_looked(tmp_path, monkeypatch):
         discover()
 
 
-def test_power_of_two_prefers_the_cheaper_of_two_and_counts_weight():
+def test_power_of_two_prefers_the_cheaper_of_two_counting_what_is_in_flight():
     fast = Endpoint("fast", None, latency_s=0.01)
     slow = Endpoint("slow", None, latency_s=0.1)
     rng = random.Random(1)
     assert {power_of_two([fast, slow], rng).id for _ in range(20)} == {"fast"}
     busy = Endpoint("busy", None, in_flight=20, latency_s=0.01)
     assert power_of_two([busy, slow], rng).id == "slow"  # 21 x 10 ms > 1 x 100 ms
-    slow.weight = 0.01  # the operator finds it far slower than it looks
+    busy.in_flight = 5  # 6 x 10 ms < 1 x 100 ms
     assert power_of_two([busy, slow], rng).id == "busy"
 
 

@@ -17,7 +17,6 @@ from sonicsite.client.torch_views import torch_call
 from sonicsite.models.nets import DeepMET
 from sonicsite.models.repository import load_entry
 from sonicsite.models.samples import generate
-from tritonclient.grpc import model_config_pb2 as mc
 
 
 def xyz_model(rows: int = -1) -> ModelInfo:
@@ -104,24 +103,12 @@ def test_strict_refuses_an_output_copy_by_name():
         call.deliver({"r2": torch.sum(call.inputs["xyz"] ** 2, dim=0)})
 
 
-def config_info(name: str) -> ModelInfo:
-    config = load_entry(name).config
-
-    def tensors(items):
-        return {
-            t.name: TensorInfo(t.name, mc.DataType.Name(t.data_type)[5:], tuple(t.dims))
-            for t in items
-        }
-
-    return ModelInfo(name, config.max_batch_size, tensors(config.input), tensors(config.output))
-
-
 def test_deepmet_runs_on_views_of_its_sample():
     """A real model, whole call: its eight feature columns (padded to 128 B) are one strided
     view, its categories contiguous views; its fresh result is copied once into met_xy."""
     sample = generate("deepmet", 3, seed=2)
     soa = sample.request(0, 3)
-    call = torch_call(sample.spec, config_info("deepmet"), soa)
+    call = torch_call(sample.spec, ModelInfo.from_config(load_entry("deepmet").config_path), soa)
     assert call.input_copies == 0
     features = call.inputs["input"]
     assert features.shape == (3, 4500, 8) and not features.is_contiguous()

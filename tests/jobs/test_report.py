@@ -265,6 +265,28 @@ def test_a_stream_without_an_answer_has_no_latency(tmp_path, capsys):
     assert "no answers, 0 retries" in said
 
 
+def test_triton_times_are_request_weighted_over_jobs_and_rounded_once():
+    """Each job's per-server means (its client's `server_times`) weigh by the requests they
+    counted; a server one job never reached counts nothing there."""
+    times = [
+        {
+            "triton-0": {"requests": 3.0, "queue_us": 10.0},
+            "triton-1": {"requests": 1.0, "queue_us": 0.14},
+        },
+        {
+            "triton-0": {"requests": 1.0, "queue_us": 30.0},
+            "triton-1": {"requests": 1.0, "queue_us": 0.18},
+        },
+        {},
+    ]
+    results = [_result(j, "simple", client={"server_times": t}) for j, t in enumerate(times)]
+    report = build_report(results, 0.0, 10.0, {})
+    assert report["client"]["server_times_us"] == {
+        "triton-0": {"requests": 4.0, "queue_us": 15.0},
+        "triton-1": {"requests": 2.0, "queue_us": 0.2},
+    }
+
+
 def test_a_resume_sends_failed_events_again_but_not_wrong_answers(tmp_path):
     path = tmp_path / "job-00000.journal"
     with Journal(path) as journal:
