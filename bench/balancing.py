@@ -203,7 +203,8 @@ class Bench:
         cells = {load: {p: Cell() for p in ORDER} for load in self.loads}
         for repeat in range(o.repeats):
             for k, load in enumerate(self.loads):
-                for attempt in range(MAX_REDO + 1):
+                unit = {"slowdown": factor, "repeat": repeat, "load": load}
+                for attempt in range(MAX_REDO + 1):  # as outside_verdict says
                     self.wait_quiet()
                     turns = {}
                     self.units += 1  # ORDER and back: a unit starts with the last one's policy
@@ -215,31 +216,13 @@ class Bench:
                         if policy == "load-aware":
                             weights = envoy.weights(self.state.envoy_admin, model_cluster(MODEL))
                             self.weights.setdefault(_label(factor), []).append(weights)
-                    outside = [c for _, c in turns.values()]
-                    gap = max(outside) - min(outside)
-                    if gap <= OUTSIDE_TOLERANCE:
+                    verdict = outside_verdict(unit, turns, attempt)
+                    if verdict.redone is not None:
+                        self.redone.append(verdict.redone)
+                    if verdict.kept_despite_gap is not None:
+                        self.kept_despite_outside_gap.append(verdict.kept_despite_gap)
+                    if not verdict.again:
                         break
-                    if attempt == MAX_REDO:  # kept all the same: said so, with what it saw
-                        self.kept_despite_outside_gap.append(
-                            {
-                                "slowdown": factor,
-                                "repeat": repeat,
-                                "load": load,
-                                "outside": {p: c for p, (_, c) in turns.items()},
-                                "gap": round(gap, 3),
-                                "tolerance": OUTSIDE_TOLERANCE,
-                            }
-                        )
-                        break
-                    self.redone.append(  # every measurement kept, the discarded ones too
-                        {
-                            "slowdown": factor,
-                            "repeat": repeat,
-                            "load": load,
-                            "outside": outside,
-                            "figures": {p: discarded(a, c) for p, (a, c) in turns.items()},
-                        }
-                    )
                 for policy, (answers, cores) in turns.items():
                     where = f"slowdown {_label(factor)}, repeat {repeat}, {load}, {policy}"
                     cells[load][policy].add(answers, cores, where)
@@ -274,6 +257,35 @@ class Bench:
             "shares": shares_over_time(answers.done_at, answers.servers, recovered_at),
             "operator": seen.rows,
         }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one try of a unit's turns comes to: measured `again`, or kept; and what the
+    run records of it (`redone`: the turns discarded; `kept_despite_gap`: kept all the same)."""
+
+    again: bool
+    redone: dict | None = None
+    kept_despite_gap: dict | None = None
+
+
+def outside_verdict(unit: dict, turns: dict[str, tuple[Answers, float]], attempt: int) -> Verdict:
+    """The redo rule. `unit`: its slowdown, repeat and load; `turns`: each policy's answers
+    and the cores other processes kept busy meanwhile; `attempt`: 0 for the first try. Kept
+    when those cores differ by at most OUTSIDE_TOLERANCE between turns; else measured again,
+    every discarded turn's figures recorded, at most MAX_REDO times; the last try's turns are
+    kept all the same, and said so with the cores each turn saw."""
+    outside = {policy: cores for policy, (_, cores) in turns.items()}
+    gap = max(outside.values()) - min(outside.values())
+    if gap <= OUTSIDE_TOLERANCE:
+        return Verdict(again=False)
+    if attempt >= MAX_REDO:
+        seen = {"outside": outside, "gap": round(gap, 3), "tolerance": OUTSIDE_TOLERANCE}
+        return Verdict(again=False, kept_despite_gap=unit | seen)
+    figures = {policy: discarded(a, cores) for policy, (a, cores) in turns.items()}
+    return Verdict(
+        again=True, redone=unit | {"outside": list(outside.values()), "figures": figures}
+    )
 
 
 def _label(factor: float) -> str:

@@ -169,6 +169,13 @@ def _measure_case(
             runs.setdefault(f"client/{path}", []).append(
                 sonicsite_client(site, mode, case, concurrency)
             )
+    return case_figures(runs)
+
+
+def case_figures(runs: dict[str, list[dict]]) -> dict:
+    """One case's figures from its runs by "<driver>/<path>" (perf_analyzer's and the
+    client's, every repeat): each path's (`run_figures`: the repeats each figure rests on,
+    the runs that never got stable) and each driver's Envoy against direct."""
     found = {k: run_figures(v) for k, v in runs.items()}
     for driver in ("perf_analyzer", "client"):
         found[f"{driver}/envoy_vs_direct"] = comparison(

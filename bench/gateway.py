@@ -51,6 +51,13 @@ def _measure_case(
     for repeat in range(repeats):
         for path in in_turn(list(targets), repeat):
             runs[path].append(perf_analyzer(targets[path], case, concurrency, env, workdir, "http"))
+    return case_figures(runs)
+
+
+def case_figures(runs: dict[str, list[dict]]) -> dict:
+    """One case's figures from its perf_analyzer runs by path (every repeat): each path's
+    (`run_figures`: the repeats each figure rests on, the runs that never got stable) and
+    the gateway against direct."""
     found = {k: run_figures(v) for k, v in runs.items()}
     found["gateway_vs_direct"] = comparison(runs["direct"], runs["gateway"])
     return found

@@ -179,14 +179,22 @@ def _runs_in_a_row(state: SiteState, options: Options, env: dict, workdir: Path)
                     after = requests_per_host(state.envoy_admin)
                     record["envoy"] = envoy_share(state, before, after)
                 runs.append({"run": k + 1, **record})
-            found[f"{path}/{model}"] = {
-                "protocol": protocol,
-                "target": target,
-                "servers_it_could_use": holders(state, model),
-                "runs_ok": sum(r["ok"] for r in runs),
-                **run_figures(runs),
-            }
+            found[f"{path}/{model}"] = in_a_row_figures(
+                protocol, target, holders(state, model), runs
+            )
     return found
+
+
+def in_a_row_figures(protocol: str, target: str, servers: list[str], runs: list[dict]) -> dict:
+    """One path and model's runs in a row (`run_perf_analyzer`'s records): where they went,
+    how many were ok, and the figures (`run_figures`: the runs each rests on, the unstable)."""
+    return {
+        "protocol": protocol,
+        "target": target,
+        "servers_it_could_use": servers,
+        "runs_ok": sum(r["ok"] for r in runs),
+        **run_figures(runs),
+    }
 
 
 def _one_turn(

@@ -4,8 +4,6 @@ and units kept after MAX_REDO tries with the outside load still differing are re
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from sonicsite.bench import balancing
 from sonicsite.bench.balancing_figures import Cell, point_figures, summary
 from sonicsite.bench.balancing_load import Answers
@@ -63,41 +61,60 @@ def test_a_policy_that_did_not_keep_up_is_marked_overloaded():
     assert kept_up["p99_ratios_against_overloaded_baseline"] == []
 
 
-class _Meter:
-    """Outside load per turn: the second turn of every unit always sees a busy machine."""
-
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def start(self) -> None:
-        self.turn += 1
-
-    def cores(self) -> float:
-        return 1.0 if self.turn % 3 == 2 else 0.0
+def _turns(outside: tuple[float, float, float]) -> dict[str, tuple[Answers, float]]:
+    """One try of a unit: each policy's answers (open loop, kept up), and the cores other
+    processes kept busy during its turn."""
+    answers = _answers(400, 4.02, 70.0, 20.0)
+    return {
+        policy: (answers, cores) for policy, cores in zip(balancing.ORDER, outside, strict=True)
+    }
 
 
-def test_units_kept_despite_an_outside_load_gap_are_recorded(monkeypatch):
-    """After MAX_REDO tries the outside load still differs: the last try's turns are kept,
-    and the run says which unit, the cores each turn saw and the tolerance."""
-    monkeypatch.setattr(balancing.envoy, "weights", lambda *_a: {})
-    options = balancing.Options(repeats=1, slowdowns=(2.0,), open_loads=(0.7,), settle_s=0.0)
-    state = SimpleNamespace(servers=[], processes=[], envoy_admin="")
-    bench = balancing.Bench(state, None, options)
-    bench.capacity = 100.0
-    bench.meter = _Meter()
-    monkeypatch.setattr(bench, "slow_down", lambda _f: None)
-    monkeypatch.setattr(bench, "wait_quiet", lambda: None)
-    monkeypatch.setattr(bench, "turn", lambda _p: None)
-    monkeypatch.setattr(bench, "measure", lambda *_a: _answers(400, 4.02, 70.0, 20.0))
-    cells = bench.point(2.0, seed=1)
-    assert len(bench.redone) == 2 * balancing.MAX_REDO  # both loads, tried again each time
-    kept = bench.kept_despite_outside_gap
+def _tries(unit: dict, outside: tuple[float, float, float]) -> list[balancing.Verdict]:
+    """Every try of a unit whose turns see `outside` each time, until the rule keeps them."""
+    verdicts = []
+    for attempt in range(balancing.MAX_REDO + 1):
+        verdicts.append(balancing.outside_verdict(unit, _turns(outside), attempt))
+        if not verdicts[-1].again:
+            break
+    return verdicts
+
+
+def test_turns_within_the_outside_tolerance_are_kept_at_once():
+    unit = {"slowdown": 2.0, "repeat": 0, "load": "closed"}
+    for outside in ((0.0, 0.0, 0.0), (0.0, balancing.OUTSIDE_TOLERANCE, 0.125)):
+        for attempt in range(balancing.MAX_REDO + 1):
+            verdict = balancing.outside_verdict(unit, _turns(outside), attempt)
+            assert verdict == balancing.Verdict(again=False), (outside, attempt)
+
+
+def test_units_kept_despite_an_outside_load_gap_are_recorded():
+    """A gap over the tolerance: measured again MAX_REDO times, each discarded try's figures
+    kept; then the last try's turns are kept, and the run says which unit, the cores each
+    turn saw and the tolerance."""
+    kept = []
+    for load in ("closed", "open-70%"):
+        unit = {"slowdown": 2.0, "repeat": 0, "load": load}
+        verdicts = _tries(unit, (0.0, 1.0, 0.0))  # the second turn saw a busy machine
+        assert len(verdicts) == balancing.MAX_REDO + 1
+        redone = [v.redone for v in verdicts[:-1]]
+        assert all(v.again and v.kept_despite_gap is None for v in verdicts[:-1])
+        assert all(r["load"] == load and r["outside"] == [0.0, 1.0, 0.0] for r in redone)
+        assert all(set(r["figures"]) == set(balancing.ORDER) for r in redone)
+        assert redone[0]["figures"]["least-request"]["outside_cores"] == 1.0
+        last = verdicts[-1]
+        assert not last.again and last.redone is None
+        kept.append(last.kept_despite_gap)
     assert [(k["load"], k["repeat"], k["slowdown"]) for k in kept] == [
         ("closed", 0, 2.0),
         ("open-70%", 0, 2.0),
     ]
     assert all(k["tolerance"] == balancing.OUTSIDE_TOLERANCE and k["gap"] == 1.0 for k in kept)
     assert sorted(kept[0]["outside"].values()) == [0.0, 0.0, 1.0]
+    cells = {load: {p: Cell() for p in balancing.ORDER} for load in ("closed", "open-70%")}
+    for load, by_policy in cells.items():
+        for policy, (answers, cores) in _turns((0.0, 1.0, 0.0)).items():
+            by_policy[policy].add(answers, cores, f"{load}, {policy}")
     figures, ratios = point_figures(cells)
     found = summary({"2x": figures}, {"2x": ratios}, [3.0], {"median": 100.0}, kept)
     assert found["units_kept_despite_outside_gap"] == 2

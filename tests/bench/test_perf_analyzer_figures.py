@@ -4,12 +4,8 @@ the dataplane, gateway and stock-tools benches alike (`perf_analyzer.run_figures
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from sonicsite.bench import dataplane, gateway, stock_tools
-from sonicsite.bench.perf_analyzer import run_figures
-
-CASE = dataplane.CASES["identity_10kb"]
+from sonicsite.bench.perf_analyzer import run_figures, unstable_runs
 
 
 def _run(stable: bool, throughput: float = 100.0) -> dict:
@@ -35,61 +31,74 @@ def test_a_figure_says_how_many_repeats_it_rests_on_and_how_many_were_unstable()
     assert client["p99_ms"]["unstable"] == 0 and client["p99_ms"]["repeats_used"] == 1
 
 
-def _unstable_every_other(calls: list[int]):
-    """perf_analyzer stood in for: every second run does not get stable."""
-
-    def fake(*_args, **_kwargs) -> dict:
-        calls.append(1)
-        return _run(len(calls) % 2 == 1)
-
-    return fake
+CLIENT_RUN = {"throughput": 9.0, "p50_ms": 1.0, "p99_ms": 2.0, "requests": 300}  # no windows
 
 
-def test_dataplane_and_gateway_figures_count_their_unstable_runs(monkeypatch, tmp_path):
-    calls: list[int] = []
-    monkeypatch.setattr(dataplane, "perf_analyzer", _unstable_every_other(calls))
-    monkeypatch.setattr(dataplane, "SiteRecord", lambda **_kw: None)
-    monkeypatch.setattr(
-        dataplane, "sonicsite_client", lambda *_a: {"throughput": 9.0, "p50_ms": 1.0, "p99_ms": 2.0}
-    )
-    server = SimpleNamespace(grpc="a:1", http="a:2")
-    state = SimpleNamespace(servers=[server], grpc="e:1", http="g:1")
-    found = dataplane._measure_case(state, CASE, 1, 2, {}, tmp_path)
+def test_dataplane_figures_count_their_unstable_runs():
+    """Two repeats, the paths taking turns: one perf_analyzer run per path never got stable.
+    The client's runs have no windows: stable, every figure resting on both."""
+    runs = {
+        "perf_analyzer/direct": [_run(True), _run(False, 90.0)],
+        "perf_analyzer/envoy": [_run(False, 80.0), _run(True)],
+        "client/direct": [CLIENT_RUN, CLIENT_RUN],
+        "client/envoy": [CLIENT_RUN, CLIENT_RUN],
+    }
+    found = dataplane.case_figures(runs)
     used = {p: f["throughput"]["repeats_used"] for p, f in found.items() if "runs" in f}
-    assert used["perf_analyzer/direct"] == 2 and used["client/direct"] == 2
-    unstable = (
-        found["perf_analyzer/direct"]["unstable_runs"]
-        + found["perf_analyzer/envoy"]["unstable_runs"]
+    assert used == dict.fromkeys(runs, 2)
+    direct = found["perf_analyzer/direct"]
+    assert direct["p99_ms"]["repeats_used"] == 1 and direct["p99_ms"]["unstable"] == 1
+    assert direct["unstable_runs"] + found["perf_analyzer/envoy"]["unstable_runs"] == 2
+    assert found["client/envoy"]["p99_ms"] == {
+        **found["client/envoy"]["p99_ms"],
+        "repeats_used": 2,
+        "unstable": 0,
+    }
+    assert found["perf_analyzer/envoy_vs_direct"]["throughput_ratio"]["repeats"] == [0.8, 1.1111]
+    assert unstable_runs({"identity_10kb/c1": found}) == 2  # the summary's count
+
+
+def test_gateway_figures_count_their_unstable_runs():
+    found = gateway.case_figures(
+        {"direct": [_run(True), _run(False)], "gateway": [_run(False), _run(True)]}
     )
-    assert unstable == 2 and found["client/envoy"]["p99_ms"]["unstable"] == 0
-    calls.clear()
-    monkeypatch.setattr(gateway, "perf_analyzer", _unstable_every_other(calls))
-    found = gateway._measure_case(state, CASE, 1, 2, {}, tmp_path)
     assert (
         found["direct"]["p99_ms"]["repeats_used"] + found["gateway"]["p99_ms"]["repeats_used"] == 2
     )
     assert found["direct"]["unstable_runs"] + found["gateway"]["unstable_runs"] == 2
+    assert found["gateway_vs_direct"]["throughput_ratio"]["repeats"] == [1.0, 1.0]
+    assert unstable_runs({"identity_10kb/c1": found}) == 2
 
 
-def test_stock_tools_figures_count_their_unstable_runs(monkeypatch, tmp_path):
-    runs = iter([True, False, True, True])
-
-    def fake(*_args, **_kwargs) -> dict:
-        stable = next(runs)
-        return {**_run(stable), "stable": stable, "ok": stable, "error": None}
-
-    monkeypatch.setattr(stock_tools, "run_perf_analyzer", fake)
-    monkeypatch.setattr(stock_tools, "requests_per_host", lambda _admin: {})
-    monkeypatch.setattr(stock_tools, "envoy_share", lambda *_a: {})
-    state = SimpleNamespace(grpc="e:1", http="g:1", envoy_admin="", servers=[])
-    options = stock_tools.Options(runs=2, models=("simple",))
-    found = stock_tools._runs_in_a_row(state, options, {}, tmp_path)
-    assert found["grpc_envoy/simple"]["p99_ms"] == {
-        **found["grpc_envoy/simple"]["p99_ms"],
-        "repeats_used": 1,
-        "unstable": 1,
+def _record(k: int, stable: bool) -> dict:
+    """Run k of stock_tools' runs in a row, as `run_perf_analyzer` records one: `stable` at
+    its top, an unstable one with its last windows' mean and no p99."""
+    figures = _run(stable)
+    return {
+        "run": k,
+        "rc": 0 if stable else 99,
+        "stable": stable,
+        "windows": 3 if stable else 10,
+        "error": None,
+        "throughput": figures["throughput"],
+        "p50_ms": figures["p50_ms"],
+        "p99_ms": figures["p99_ms"],
+        "ok": stable,
     }
-    assert found["http_gateway/simple"]["unstable_runs"] == 0
+
+
+def test_stock_tools_figures_count_their_unstable_runs():
+    servers = ["triton-0", "triton-1", "triton-2"]
+    envoy = stock_tools.in_a_row_figures(
+        "grpc", "e:1", servers, [_record(1, True), _record(2, False)]
+    )
+    assert envoy["p99_ms"] == {**envoy["p99_ms"], "repeats_used": 1, "unstable": 1}
+    assert envoy["throughput"]["repeats_used"] == 2 and envoy["unstable_runs"] == 1
+    assert envoy["runs_ok"] == 1 and envoy["servers_it_could_use"] == servers
+    gateway_path = stock_tools.in_a_row_figures(
+        "http", "g:1", servers, [_record(1, True), _record(2, True)]
+    )
+    assert gateway_path["unstable_runs"] == 0 and gateway_path["runs_ok"] == 2
 
 
 def _case(direct: float, envoy: float, added_p50: float) -> dict:

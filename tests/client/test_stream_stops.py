@@ -118,22 +118,22 @@ def test_the_chunks_in_flight_share_the_silence_of_a_dead_site():
     1). The stream's tries in a row count together: it gives up after as many failed tries
     as one chunk has, and no chunk waiting for the endpoint sends another."""
     sample = generate("simple", 40, seed=14)
-    figures = {}
+    attempts = {}
     for window in (1, 4):
         endpoint = Endpoint("dead", GrpcTransport(_refused_address(), "dead"))
         options = StreamOptions(batch=8, window=window, max_tries=4, backoff_s=0.01)
         stream = Stream(Balancer([endpoint]), "simple", sample.spec, options, statistics={})
-        began = time.monotonic()
         try:
             result = stream.run(sample, sample.check)
         finally:
             endpoint.transport.close()
-        figures[window] = (time.monotonic() - began, len(result.stats.records))
+        attempts[window] = len(result.stats.records)
         assert len(result.failed) == 5 and result.delivered == [], result.failed
         assert any(why.startswith("site unreachable") for why in result.failed.values())
-    # no chunk spent tries of its own (at most one sent as the stream gave up)
-    assert figures[4][1] <= options.max_tries + 1, figures
-    assert figures[4][0] < 2 * figures[1][0] + 2.0, figures
+    # no chunk spent tries of its own (at most one sent as the stream gave up): each try
+    # waits out a back-off, so the attempts are what the stream's time went on (chunks
+    # counting their tries apart made 10 here, 30 in the run that found it)
+    assert attempts[4] <= options.max_tries + 1, attempts
 
 
 def test_a_site_that_answered_keeps_the_per_chunk_rule():
