@@ -1,8 +1,9 @@
 """The async engine: a job's events streamed through the site as requests of `batch` rows,
 `window` requests in flight.
 
-Retry rule (one place; every chunk of events is delivered to `on_result` exactly once, or
-reported failed with its last error: none is lost):
+Retry rule (one place, retry_rule.py `ChunkRetries`, which `Stream._chunk` drives at real
+time and the simulator at simulated time; every chunk of events is delivered to `on_result`
+exactly once, or reported failed with its last error: none is lost):
 
 - Deadline of an attempt: 4 × the 99th percentile of the last 100 latencies answered on the
   endpoint's path (envoy, gateway or direct) for this client's model and batch, at least
@@ -80,17 +81,18 @@ from .backend_auto import AutoSwitch
 from .backend_local import LocalRunner
 from .balancer import Balancer, Endpoint
 from .declared_work import StreamWork, WorkReporter
-from .errors import INVALID, LOADING, NOT_LOADED, OVERLOADED, TIMEOUT, UNAVAILABLE, InferError
+from .errors import INVALID, LOADING, NOT_LOADED, TIMEOUT, UNAVAILABLE, InferError
 from .failover import Failover
 from .kept_answers import look_up
 from .layout import Columns
 from .plan import CopyRefused, make_plan
+from .retry_rule import DOWN, PROBE, SHED, ChunkRetries
 from .spec import ModelInfo, SpecError, TensorSpec
 from .stats import KEPT, RequestRecord, read_statistics, server_time_deltas
 from .stream_checks import ModelNotServed, check_first, not_served
 from .stream_guard import Reach, acquire, check_on_result, check_source, run_all
 from .stream_io import OnResult, Source, StreamResult, deliver
-from .stream_options import DEFAULT_OPTIONS, StreamOptions, backoff_s, shed_is_a_try
+from .stream_options import DEFAULT_OPTIONS, StreamOptions
 from .timeouts import LoadingWait, PathLatencies
 from .transport_grpc import CONTROL_TIMEOUT_S
 
@@ -144,9 +146,6 @@ class Stream:
         last answer)."""
         return any(e is not besides and not e.failures for e in self.balancer.endpoints)
 
-    def _backoff(self, tries: int, at_least: float = 0.0) -> float:
-        return backoff_s(self.options, tries, self._rng, at_least)
-
     def _chunk(
         self,
         lo: int,
@@ -179,23 +178,19 @@ class Stream:
         request_id = f"{tag}{offset + lo}-{offset + hi}" if tag else ""
         parameters = {IDEMPOTENT_PARAMETER: True} if tag else None
         maybe_run = maybe_run and bool(tag)
-        tries, avoid, error, kind = 0, "", "", ""
-        probes = 0  # failed probes of endpoints already down, not counted as tries
-        timeouts, refused = 0, 0  # tries timed out (each doubles the next deadline), unreachable
+        avoid, error, kind = "", "", ""
         cap = self.options.timeout_s
-        unprocessed, unprocessed_from = 0, ""  # refused before running, in a row; by whom
+        retries = ChunkRetries(self.options, self._rng)  # the rule: retry_rule.py
         loading = LoadingWait()  # while the site holds the model
-        sheds, first_shed = 0, 0.0  # overloaded answers of this chunk, and when the first came
-        while tries < self.options.max_tries:
+        while retries.more():
             if reach.over:  # the site never answered, or the stream stopped: not tried
                 error = reach.gave_up or error or "the stream stopped"
                 break
-            tries += 1
+            retries.begin()
             probe = False
             if self.auto is None:
                 endpoint = acquire(self.balancer, avoid, reach)
                 if endpoint is None:  # gave up on the site while waiting for an endpoint
-                    tries -= 1
                     error = reach.gave_up or error or "the stream stopped"
                     break
             else:
@@ -203,7 +198,7 @@ class Stream:
                 if endpoint is None:
                     return self._run_here(lo, hi, columns, on_result, result)
             down_probe = endpoint.probing  # it had failed: this attempt tests it
-            deadline = self.latencies.deadline(endpoint.path, self.options.timeout_s, timeouts)
+            deadline = self.latencies.deadline(endpoint.path, cap, retries.timeouts)
             if loading.waiting:  # held while the model loads: as long as the user allows
                 deadline = self.options.timeout_s
             start, t0, t0_mono = time.time(), time.perf_counter(), time.monotonic()
@@ -244,7 +239,7 @@ class Stream:
                 if probe and exc.kind != INVALID:  # the site still fails: the chunk runs here
                     return self._run_here(lo, hi, columns, on_result, result)
                 if exc.kind == LOADING and loading.ask_again(exc.retry_after):
-                    tries -= 1  # held, not failed: asked again at once
+                    retries.give_back()  # held, not failed: asked again at once
                     with self._lock:
                         result.loading += 1
                     continue
@@ -252,47 +247,38 @@ class Stream:
                     error = loading.over(error) if exc.kind == LOADING else error
                     if self.auto is None:
                         break
-                    self.auto.exhausted(tries, error)
+                    self.auto.exhausted(retries.tries, error)
                     return self._run_here(lo, hi, columns, on_result, result)
-                if not exc.retryable:
+                step = retries.after(
+                    exc.kind,
+                    time.monotonic(),
+                    exc.retry_after,
+                    unprocessed=exc.unprocessed,
+                    endpoint=endpoint.id,
+                    probing=down_probe,
+                    others_up=self._up(endpoint),
+                )
+                if not step.retry:
                     break
                 with self._lock:
                     result.retries += 1
-                if exc.kind == OVERLOADED:
+                if step.why == SHED:  # the balancer holds every request of this stream back
                     with self._lock:
                         result.overloaded += 1
-                    sheds += 1
-                    first_shed = first_shed or time.monotonic()
-                    if not shed_is_a_try(self.options, first_shed, time.monotonic()):
-                        tries -= 1  # the site's flow control: waited out, not failed
-                    wait = self._backoff(sheds, at_least=exc.retry_after)
-                    self.balancer.hold(endpoint, wait)
-                    continue  # the balancer holds every request of this stream back
-                if exc.unprocessed:  # refused before it ran: elsewhere, at once the first time
-                    if unprocessed_from == endpoint.id:  # twice in a row: not for a while
-                        self.balancer.mark_down(endpoint)
-                    unprocessed += 1
-                    unprocessed_from = avoid = endpoint.id
-                    if unprocessed > 1:  # say, a model not ready on every server: wait
-                        reach.stop.wait(self._backoff(unprocessed - 1))
+                    self.balancer.hold(endpoint, step.wait_s)
                     continue
-                unprocessed, unprocessed_from = 0, ""
-                down = exc.kind in (UNAVAILABLE, TIMEOUT)
-                refused += exc.kind == UNAVAILABLE
-                if down and down_probe and probes < self.options.max_tries and self._up(endpoint):
-                    probes += 1
-                    tries -= 1  # the balancer's probe failed, not the chunk: on at once
-                    maybe_run = maybe_run or (bool(tag) and not exc.unprocessed)
+                if step.mark_down:
                     self.balancer.mark_down(endpoint)
+                if step.avoid:
                     avoid = endpoint.id
+                if step.why == PROBE:
+                    maybe_run = maybe_run or bool(tag)
                     continue
-                timeouts += exc.kind == TIMEOUT
-                if down:
+                if step.why == DOWN:  # the stream's tries in a row at a silent site
                     maybe_run = bool(tag)  # it went out: a server may have run it
-                    self.balancer.mark_down(endpoint)
-                    avoid = endpoint.id  # the stream's tries in a row at a silent site:
                     reach.failed(exc.kind, error, t0_mono, sorted(self._infos))
-                reach.stop.wait(self._backoff(tries))
+                if step.wait_s:
+                    reach.stop.wait(step.wait_s)
                 continue
             except Exception:
                 self.balancer.done(endpoint, None)
@@ -315,11 +301,12 @@ class Stream:
             return
         else:  # every try failed at the site (none refused as invalid): auto runs it here
             if self.auto is not None:
-                self.auto.exhausted(tries, error)
+                self.auto.exhausted(retries.tries, error)
                 return self._run_here(lo, hi, columns, on_result, result)
             # a server that refused it unprocessed did answer; a connection that failed among
             # the timeouts: the site is unreachable, not slow
-            kind = "" if unprocessed else UNAVAILABLE if kind == TIMEOUT and refused else kind
+            unreachable = kind == TIMEOUT and retries.refused
+            kind = "" if retries.unprocessed else UNAVAILABLE if unreachable else kind
             reach.exhausted(kind, error, began, sorted(self._infos))
         with self._lock:
             result.failed[(lo, hi)] = error

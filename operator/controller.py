@@ -27,18 +27,18 @@ from sonicsite.contract.wire import (
 )
 
 from . import policy_file
-from .admission import AdmissionPolicy, decide
+from .admission import AdmissionPolicy
 from .balancing import Balancing, check_policy
 from .declared_work import DeclaredWork, ModelWork
 from .discovery import Discovery
 from .envoy_acks import EnvoyAcks
 from .loadview import LoadView
 from .metrics import OperatorMetrics
-from .model_servers import ModelServers, forget_departed, model_servers, taking
+from .model_servers import forget_departed, taking
 from .placement_loop import PlacementLoop
 from .pool_scaling import PoolScaling, pool_views
-from .route_clusters import pool_weights, shared_models
 from .state_readers import StateReaders
+from .step_policy import weigh_and_admit
 from .transitions import Transitions
 from .try_timeouts import TryTimeouts, applied
 from .xds_jwt import JwtPolicy
@@ -106,20 +106,24 @@ class Operator:
                 self.metrics.scrape_errors.labels(s.id).inc()
         if self.placement is not None:
             self.placement.act(servers, self.loadview, time.time())
-        models = sorted({m for s in servers for m in s.models})
-        each = model_servers(servers, models, self.loadview)  # weighed, admitted on
-        weights = self._weigh(servers, each)
-        _tell(self.told.weights(self.balancing, weights))
         now = time.time()
-        self._admit(each, now)
+        decided = weigh_and_admit(  # the step's rule, the simulator's too (step_policy.py)
+            servers,
+            self.loadview,
+            self.balancing,
+            self.policy,
+            self.admissions,
+            now,
+            self.shed_ttl_s,
+            placing=self.placement is not None,
+        )
+        models, shared = list(decided.models), decided.shared
+        weights = decided.weights | {ALL_SERVERS: decided.pool}
+        _tell(self.told.weights(self.balancing, weights))
+        self._admitted(decided.admissions)
         self.metrics.state_readers.set(len(self.readers.live(now)))
-        for gone in set(self.admissions) - set(models):
-            del self.admissions[gone]
         shed = {m: a.expires_at for m, a in self.admissions.items() if a.state == SHED}
         caps = {m: self.policy.inflight_cap for m, a in self.admissions.items() if a.fail_open}
-        per_model = {m: weights[m] for m in models}
-        placing = self.placement is not None
-        shared = shared_models(per_model, weights[ALL_SERVERS], set(caps), placing)
         self.tries.forget(set(models))
         per_try = self.tries.observe_view(models, self.loadview)
         holding = self._holding()
@@ -197,25 +201,11 @@ class Operator:
             dict(self.placement.hold_reasons),
         )
 
-    def _weigh(
-        self, servers: list[ServerRecord], each: dict[str, ModelServers]
-    ) -> dict[str, dict[str, int]]:
-        """Endpoint weights per model on its weighed servers (model_servers.py), and for the
-        default route each server's mean."""
-        weights: dict[str, dict[str, int]] = {}
-        self.balancing.observe([x for m in each for x in self.loadview.model_loads(m)])
-        for m, x in each.items():
-            weights[m] = self.balancing.weights(m, list(x.weighed))
-        weights[ALL_SERVERS] = pool_weights(weights, {s.id: s.models for s in servers})
-        return weights
-
-    def _admit(self, each: dict[str, ModelServers], now: float) -> None:
-        """Each model's admission from the servers taking its requests that the load view
-        can see; the others are named in the reason (model_servers.py)."""
-        for m, x in each.items():
+    def _admitted(self, admissions: dict[str, AdmissionRecord]) -> None:
+        """This step's admissions (step_policy.py) in place of the last step's, each change
+        of state or of rule logged and counted; a model no server lists is forgotten."""
+        for m, decision in admissions.items():
             previous = self.admissions.get(m)
-            loads, seen, unseen = list(x.loads), list(x.seen), list(x.unseen)
-            decision = decide(self.policy, previous, loads, seen, now, unseen, self.shed_ttl_s)
             if previous is None or previous.state != decision.state:
                 self.metrics.changes.labels(m, decision.state).inc()
                 was = previous.state if previous is not None else "unset"
@@ -223,7 +213,7 @@ class Operator:
             elif previous.fail_open != decision.fail_open:  # the same state, not the same rule
                 how = "failing open" if decision.fail_open else "measured again"
                 LOG.info("admission of %s: %s, %s: %s", m, decision.state, how, decision.reason)
-            self.admissions[m] = decision
+        self.admissions = admissions
 
     def _autoscale(
         self,

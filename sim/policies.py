@@ -1,19 +1,20 @@
 """The two policy sets a scenario runs under.
 
 `sonicsite`: the operator's step (operator/controller.py `Operator.step`) at simulated time,
-calling the project's own code: the servers that left forgotten, and each model's servers
-weighed and admitted on, by the operator's rule (operator/model_servers.py: a draining
-server weighed, not admitted on, and never picked by the modelled Envoy); every server's
-counters into the load view (`LoadView.record_counters`), `Balancing.observe` /
-`Balancing.weights` per model into that model's Envoy cluster (which picks by
-`Balancing.selection` while the weights are equal), the all-servers cluster's weights and
-the models whose routes send there (`route_clusters.pool_weights`, `shared_models`),
-`admission.decide` per model (a shed is answered at Envoy with its retry-after), where the
-scenario places models the operator's placement (`placement.decide`, carried out and the
-held requests released by sim/placing.py), and the local autoscaler (pool_scaling.py
-`decide_pool`, the operator's own decision: queue time over the load view's window, the
-declared work's cap, a pool still serving keeping a server, held requests waking one), one
-actuation at a time as the operator's actuator thread does.
+calling the project's own code: the servers that left forgotten (operator/model_servers.py
+`forget_departed`), every server's counters into the load view
+(`LoadView.record_counters`), where the scenario places models the operator's placement
+(`placement.decide`, carried out and the held requests released by sim/placing.py), then
+the operator's own decision of the step, operator/step_policy.py `weigh_and_admit` (each
+model's servers weighed and admitted on by the operator's rule, a draining server weighed,
+not admitted on, and never picked by the modelled Envoy; `Balancing.observe` /
+`Balancing.weights` per model into that model's Envoy cluster, which picks by
+`Balancing.selection` while the weights are equal; the all-servers cluster's weights and
+the models whose routes send there; `admission.decide` per model with the operator's shed
+lifetime, a shed answered at Envoy with its retry-after), and the local autoscaler
+(pool_scaling.py `decide_pool`, the operator's own decision: queue time over the load view's
+window, the declared work's cap, a pool still serving keeping a server, held requests
+waking one), one actuation at a time as the operator's actuator thread does.
 
 `reference`: SuperSONIC's chart defaults, in sim/reference.py.
 """
@@ -23,17 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import simpy
-from sonicsite.operator.admission import AdmissionPolicy, decide, split_cap
+from sonicsite.operator.admission import AdmissionPolicy, split_cap
 from sonicsite.operator.autoscaler import Autoscaler
 from sonicsite.operator.balancing import Balancing
 from sonicsite.operator.declared_work import DeclaredWork
 from sonicsite.operator.loadview import LoadView
-from sonicsite.operator.model_servers import forget_departed, model_servers
+from sonicsite.operator.model_servers import forget_departed
 from sonicsite.operator.pool_scaling import decide_pool, pool_views
-from sonicsite.operator.route_clusters import pool_weights, shared_models
+from sonicsite.operator.step_policy import weigh_and_admit
 from sonicsite.operator.xds_resources import ALL_SERVERS
 
-from sonicsite.contract.wire import DEFAULT_POOL, AdmissionRecord, ServerRecord
+from sonicsite.contract.wire import DEFAULT_POOL, SHED_TTL_S, AdmissionRecord, ServerRecord
 from sonicsite.contract.work_report import WorkReport
 
 from .gpu import DRAINING, READY, Server
@@ -52,6 +53,7 @@ class Sonicsite:
     scaler: Autoscaler | None = None
     loadview: LoadView = field(default_factory=LoadView)
     admissions: dict[str, AdmissionRecord] = field(default_factory=dict)
+    shed_ttl_s: float = SHED_TTL_S  # a shed lapses this long after its last renewal
     weights: dict[str, dict[str, int]] = field(default_factory=dict)
     shared: set[str] = field(default_factory=set)  # models routed to the all-servers cluster
     placing: Placing | None = None  # where the scenario places models on demand
@@ -113,33 +115,32 @@ class Sonicsite:
     def step(self, now: float) -> None:
         """The operator's step: discovery lists the servers ready or draining (Kubernetes
         leaves a pod that is starting out), each listing the models its routes send it;
-        which of them are forgotten, weighed and admitted on is the operator's rule
-        (operator/model_servers.py)."""
+        which of them are forgotten is the operator's rule (operator/model_servers.py), and
+        what is weighed, admitted and shared its step's (operator/step_policy.py): the
+        simulator models Envoy's clusters from what that returns."""
         servers = [s for s in self.site.servers.values() if s.state in (READY, DRAINING)]
         forget_departed(self._records(servers), self.loadview, self.balancing)
         for s in servers:
             self.loadview.record_counters(s.id, now, s.scrape())
         catalogue = self.site.scenario.models
-        self.balancing.observe([x for m in catalogue for x in self.loadview.model_loads(m)])
         if self.placing is not None:
             self.placing.step(now, servers, self.loadview, self._routed, self.declared.pending(now))
         records = self._records(servers)  # what each server holds ready after placement's step
-        held = {m for r in records for m in r.models}  # the operator admits on these alone
-        each = model_servers(records, catalogue, self.loadview)
-        for m, x in each.items():
-            self.weights[m] = self.balancing.weights(m, list(x.weighed))
-            self.site.cluster(m).update(_picked(self.weights[m], records))
-            if m not in held:  # no server holds it: no admission, as the operator forgets it
-                self.admissions.pop(m, None)
-                continue
-            previous = self.admissions.get(m)
-            loads, seen, unseen = list(x.loads), list(x.seen), list(x.unseen)
-            self.admissions[m] = decide(self.admission, previous, loads, seen, now, unseen)
-        pool = pool_weights(self.weights, {r.id: r.models for r in records})
-        self.site.cluster(ALL_SERVERS).update(_picked(pool, records))
-        capped = {m for m, a in self.admissions.items() if a.fail_open}
-        placing = self.placing is not None
-        self.shared = shared_models(self.weights, pool, capped, placing=placing)
+        decided = weigh_and_admit(  # the operator's rule (operator/step_policy.py)
+            records,
+            self.loadview,
+            self.balancing,
+            self.admission,
+            self.admissions,
+            now,
+            self.shed_ttl_s,
+            placing=self.placing is not None,
+        )
+        self.weights, self.admissions = decided.weights, decided.admissions
+        self.shared = decided.shared
+        for m in catalogue:  # a model no server holds: its cluster has no endpoint
+            self.site.cluster(m).update(_picked(decided.weights.get(m, {}), records))
+        self.site.cluster(ALL_SERVERS).update(_picked(decided.pool, records))
         if self.placing is not None:  # in a fixed order: each release draws picks
             self.placing.release(sorted(m for m in catalogue if self.site.cluster(m).weights))
         self._autoscale(now, records)

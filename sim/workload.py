@@ -7,16 +7,18 @@ of those events, then one request per call (model) of the batch, sent together, 
 together. A request refused at Envoy (a shed, with its retry-after: only a job that the
 model has not answered yet, as the pass its answers gave the client says) waits the client's
 back-off, which holds every request of the job (`client/engine.py`: "hold the stream off
-that endpoint ... for at least the retry-after"), computed by the client's own rule
-(`sonicsite.client.stream_options.backoff_s`), and is retried up to the client's `max_tries`, its
-sheds counting as tries only once it has waited them out for the client's
-`overload_wait_s` (`shed_is_a_try`).
+that endpoint ... for at least the retry-after"). What a request does after each failed try
+is the client's own rule, driven here at simulated time as `client/engine.py` drives it at
+real time (`client/retry_rule.py` `ChunkRetries`): up to the client's `max_tries`, its sheds
+counted apart from its tries and as tries only once it has waited them out for the
+client's `overload_wait_s`, the back-off by the sheds with the retry-after as its floor, and
+by the tries after a try that found no server (the rule's docstring names what the
+simulator does not model: probes of a down endpoint, refusals unprocessed, timeouts).
 A request for a model that no server has ready, where models are placed on demand, is held
 until a replica is routed (its wait is a cold start) or its deadline passes: then the site
-answers that the model is not loaded, an error the client never retries (client/errors.py
-NOT_LOADED, `InferError.retryable`; client/engine.py fails the chunk with it), and the
-request fails. Latency is a request's first attempt to its final answer, back-off and
-holding included.
+answers that the model is not loaded, an error the rule never retries (client/errors.py
+NOT_LOADED), and the request fails. Latency is a request's first attempt to its final
+answer, back-off and holding included.
 
 Each job draws its CPU times from its own generator (seeded by the run's seed and the job's
 number), so both policy sets see the same jobs.
@@ -44,8 +46,9 @@ from itertools import pairwise
 
 import simpy
 from sonicsite.client.declared_work import FIRST_AFTER_S
-from sonicsite.client.errors import NOT_LOADED, InferError
-from sonicsite.client.stream_options import StreamOptions, backoff_s, shed_is_a_try
+from sonicsite.client.errors import NOT_LOADED, OVERLOADED, UNAVAILABLE
+from sonicsite.client.retry_rule import ChunkRetries
+from sonicsite.client.stream_options import StreamOptions
 
 from sonicsite.contract.work_report import WORK_LEASE_S, WORK_REPORT_EVERY_S, WorkReport
 
@@ -243,9 +246,9 @@ class Workload:
         env, out = self.env, self.outcome
         half = self.scenario.rtt_ms / 2e3
         first = env.now
-        tries, sheds, first_shed = 0, 0, None
-        while tries < self.client.max_tries:
-            tries += 1
+        retries = ChunkRetries(self.client, job.rng)  # the client's rule (client/retry_rule.py)
+        while retries.more():
+            retries.begin()
             if job.not_before > env.now:
                 yield env.timeout(job.not_before - env.now)
             yield env.timeout(self.site.leg(half))
@@ -261,26 +264,26 @@ class Workload:
                     hold.succeed(False)
                     out.held_failed += 1
                     yield env.timeout(half)
-                    if not _retried(NOT_LOADED):  # as the client does: the request fails
+                    step = retries.after(NOT_LOADED, env.now)
+                    if not step.retry:  # as the client does: the request fails
                         break
-                    yield env.timeout(backoff_s(self.client, tries, job.rng))
+                    yield env.timeout(step.wait_s)
                     continue
                 out.cold_starts.append(env.now - held_at)
                 host = cluster.pick()
             server = self.site.servers.get(host) if host else None
             if server is None or server.state == STOPPED:
                 yield env.timeout(half)
-                if retry_after is not None:
+                if retry_after is not None:  # the stream held off for the wait
                     out.sheds += 1
-                    sheds += 1
-                    first_shed = env.now if first_shed is None else first_shed
-                    if not shed_is_a_try(self.client, first_shed, env.now):
-                        tries -= 1
-                    wait = backoff_s(self.client, sheds, job.rng, retry_after)
-                    job.not_before = max(job.not_before, env.now + wait)
+                    step = retries.after(OVERLOADED, env.now, retry_after)
+                    job.not_before = max(job.not_before, env.now + step.wait_s)
                 else:
                     out.unavailable += 1
-                    yield env.timeout(backoff_s(self.client, tries, job.rng))
+                    step = retries.after(UNAVAILABLE, env.now)
+                    yield env.timeout(step.wait_s)
+                if not step.retry:
+                    break
                 continue
             cluster.started(host)
             server.in_flight += 1
@@ -292,7 +295,10 @@ class Workload:
                 server.in_flight -= 1
                 cluster.finished(host)
                 out.unavailable += 1
-                yield env.timeout(half + backoff_s(self.client, tries, job.rng))
+                step = retries.after(UNAVAILABLE, env.now)
+                yield env.timeout(half + step.wait_s)
+                if not step.retry:
+                    break
                 continue
             server.in_flight -= 1
             cluster.finished(host)
@@ -304,9 +310,3 @@ class Workload:
             return
         out.failed += 1
         self._answered(job, model)
-
-
-def _retried(kind: str) -> bool:
-    """Whether the client tries a request again after an error of `kind` (client/errors.py:
-    the client's own rule)."""
-    return InferError(kind, "").retryable
