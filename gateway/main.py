@@ -1,10 +1,13 @@
 """`python -P -m sonicsite.gateway.main`: run the gateway with uvicorn (server.py: bodies
-passed through, read into one shared buffer, freed memory kept)."""
+passed through, read into one shared buffer, freed memory kept). Its log's start line is
+written once its ports are bound (`Started`): a gateway whose port is taken logs uvicorn's
+bind error and exits 3, and no "gateway started" line before it misleads the reader."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import socket
 import sys
 from pathlib import Path
 
@@ -19,6 +22,22 @@ from .jwks import JwksSettings
 from .server import READ_SIZE, PassThroughProtocol
 from .splicing import Pipes
 from .tracing import TracingSettings
+
+STARTUP_FAILURE = 3  # uvicorn's exit status when the app's start or a bind fails
+
+
+class Started(uvicorn.Server):
+    """uvicorn's server, logging `line` once the app has started (its gRPC view bound, in
+    the lifespan) and the HTTP port is bound: a failed start exits before it."""
+
+    def __init__(self, config: uvicorn.Config, line: str) -> None:
+        super().__init__(config)
+        self.line = line
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            logs.LOG.info("%s", self.line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         passes=passes,
     )
     logs.configure()  # uvicorn's lines too (log_config=None: they reach the root logger)
-    logs.LOG.info("%s", logs.start_line(args))
     keep_freed_memory()
-    uvicorn.run(
+    served = uvicorn.Config(
         create_app(config),
         host=args.host,
         port=args.port,
@@ -184,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    return 0
+    server = Started(served, logs.start_line(args))
+    server.run()
+    return 0 if server.started else STARTUP_FAILURE
 
 
 if __name__ == "__main__":

@@ -300,14 +300,23 @@ class ProcessRecord:
     restart_delays_s: tuple[float, ...] = ()  # the back-off before each recent restart
     log: str = ""
     health: str = ""  # a URL that answers (any HTTP status) while the process lives
+    # what its supervisor knows and readers say (`status`, the status page, a stream's end):
+    restart_at: float = 0.0  # RESTARTING: its next start is due then (time.time); 0: none
+    backoff_s: float = 0.0  # the back-off before that start
+    silent_since: float = 0.0  # RUNNING: its health URL's last answer, unanswered since; 0: answers
+    # the recent periods (from, to: time.time) its health URL did not answer, each ended by
+    # an answer (not by a restart, which `restarts` and `last_exit` say)
+    silences: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["silences"] = [list(p) for p in self.silences]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProcessRecord:
         known = _known(cls, data)
+        known["silences"] = tuple(tuple(p) for p in known.get("silences", ()))
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in known.items()})
 
 
@@ -366,7 +375,8 @@ def read_processes(site: Path) -> tuple[ProcessRecord, ...]:
     """Every process of a local site (the state file's `processes`), each in its state as of
     now: one recorded RUNNING whose PID is gone is DEAD, and so is one RESTARTING whose PID
     is gone when no live supervisor is there to restart it. Read on the site's machine (the
-    PIDs are its own); a PID that another process has now is gone (`lives_for_site`)."""
+    PIDs are its own); a PID that another process has now is gone (`lives_for_site`). A
+    DEAD one's `since` is when it was found dead, 0 when unknown (`_found_dead`)."""
     data, path = load_state_file(site)
     site_dir = str(data.get("site_dir") or path.parent)
     records = [ProcessRecord.from_dict(p) for p in data.get("processes", [])]
@@ -375,6 +385,14 @@ def read_processes(site: Path) -> tuple[ProcessRecord, ...]:
     supervised = supervised and lives_for_site(supervisor, site_dir)
     gone = {RUNNING} if supervised else {RUNNING, RESTARTING}
     return tuple(
-        replace(r, state=DEAD) if r.state in gone and not lives_for_site(r, site_dir) else r
+        _found_dead(r) if r.state in gone and not lives_for_site(r, site_dir) else r
         for r in records
     )
+
+
+def _found_dead(record: ProcessRecord) -> ProcessRecord:
+    """A record whose PID is gone, DEAD. Its `since` was its start (RUNNING), which the
+    status page showed as its time dead: kept only where it is when its supervisor found it
+    dead (RESTARTING with its next start pending), else 0, unknown (no one saw it die)."""
+    found = record.state == RESTARTING and record.restart_at > 0
+    return replace(record, state=DEAD, since=record.since if found else 0.0, silent_since=0.0)

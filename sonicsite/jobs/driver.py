@@ -117,16 +117,23 @@ def submit(
     check_out(spec.out, spec.resume)
     check_transport(spec)
     check_local_models(spec)
-    state = check_site(spec, note)  # None: no site (backend local, or auto without one)
+    at_start_said: list[str] = []  # the pre-flight's notes on the site: in the report too
+
+    def noted(line: str) -> None:
+        at_start_said.append(line)
+        note(line)
+
+    state = check_site(spec, noted)  # None: no site (backend local, or auto without one)
     check_token(spec, state)
     # a site down from the start (backend auto goes on without it) was not stopped meanwhile
     down_at_start = site_down(spec.site_dir) if spec.backend != "local" else "not used"
     at_start = processes_now(spec.site_dir) if state is not None else {}
     lock = lock_out(spec.out)
     try:
-        return _run_stream(spec, state, progress, note, down_at_start, at_start)
+        report = _run_stream(spec, state, progress, note, down_at_start, at_start, at_start_said)
     finally:
         lock.release()
+    return report
 
 
 def _open_record(
@@ -161,7 +168,13 @@ def _open_record(
 
 
 def _run_stream(
-    spec: StreamSpec, state: SiteState | None, progress, note, down_at_start: str, at_start: dict
+    spec: StreamSpec,
+    state: SiteState | None,
+    progress,
+    note,
+    down_at_start: str,
+    at_start: dict,
+    at_start_said: list[str],
 ) -> dict:
     """Run the stream's jobs, then write its report. SIGINT and SIGTERM stop the workers
     and are held until the report is written (not a report cut short by the default)."""
@@ -174,6 +187,7 @@ def _run_stream(
     try:
         _drive(run, record, complete, stop, progress)
         report, results = _report(run, record, state, stop)
+        report["site_at_start"] = at_start_said
         if spec.backend != "local":  # a stream in process only never looks at a site
             _site_at_end(report, spec, state, down_at_start, at_start)
         write_report(report, results, spec.out)
@@ -305,8 +319,9 @@ def _site_at_end(
     was up at its start and events failed (`site_stopped`: the cause of their failures,
     which the errors give in the servers' words); its links only while it runs."""
     site_dir = _site_dir(spec, state)
-    if processes and (befell := site_incidents(processes, processes_now(site_dir))):
-        report["site_incidents"] = befell
+    report["site_incidents"] = (
+        site_incidents(processes, processes_now(site_dir)) if processes else []
+    )
     down = site_down(site_dir)
     if down:
         report["site_down"] = down

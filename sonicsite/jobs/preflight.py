@@ -2,8 +2,10 @@
 in a second with the reason, not after every job has spent its tries: the spec's numbers
 (the batch within each model's max batch size), the GPU that `--transport cuda` needs, the
 models the workers would run in process (backend local or auto), the site's models, that
-the site is up (its processes as `sonicsite status` sees them), and, for HTTP through its
-gateway, that a site that asks for a bearer token gets one the workers' client sends."""
+the site is up (its processes as `sonicsite status` sees them: a dead, restarting, hung or
+not-listening part of a site that is up is noted, in `status`'s words, and the stream goes
+on), and, for HTTP through its gateway, that a site that asks for a bearer token gets one
+the workers' client sends."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from sonicsite.contract.wire import (
     read_processes,
 )
 from sonicsite.local.state import SiteState
-from sonicsite.local.status import unfinished
+from sonicsite.local.status import not_serving, unfinished
+from sonicsite.local.status_view import look
 from sonicsite.models.builders import TORCH_BUILT
 from sonicsite.models.repository import RepositoryError, load_entry
 
@@ -180,11 +183,23 @@ def check_site(spec: Any, note: Callable[[str], None]) -> SiteState | None:
     else:
         if down:
             note(f"submit: {where}: {', '.join(down)} (see `sonicsite status`); going on")
+        for line in _not_serving(Path(spec.site_dir)):
+            note(f"submit: {where}: {line}; going on")
         return state
     if spec.backend == "auto":
         note(f"submit: {why}; backend auto runs the models in the workers until it answers")
         return state
     raise ValueError(why)
+
+
+def _not_serving(site_dir: Path) -> list[str]:
+    """What `sonicsite status` says runs but does not serve (NOT ANSWERING: stopped or hung;
+    NOT LISTENING: Envoy without the site's endpoint), in its words; [] when the site
+    cannot be read now (gone meanwhile: the stream's end says so)."""
+    try:
+        return not_serving(look(site_dir))
+    except (FileNotFoundError, ValueError):
+        return []
 
 
 TOKEN_VARIABLE = "SONICSITE_TOKEN"  # the client's bearer token (client/session.py), inherited

@@ -6,6 +6,7 @@ beside them, and shows the site's status page only while the site runs."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from sonicsite.contract.wire import (
@@ -67,8 +68,10 @@ def processes_now(site_dir: Path) -> dict[str, ProcessRecord]:
 
 def site_incidents(before: dict[str, ProcessRecord], after: dict[str, ProcessRecord]) -> list[str]:
     """What befell the site's processes while the stream ran, a line each: restarted (how
-    often, and its last exit, which says a kill or a hang), or dead or restarting at the end.
-    The stream's retries and events executed twice had no cause on the console without it."""
+    often, and its last exit, which says a kill or a hang), not answering for a while and
+    answering again unrestarted (a server stopped or hung, then continued: the supervisor's
+    record of its silences), or dead, restarting or not answering at the end. The stream's
+    retries and events executed twice had no cause on the console without it."""
     lines = []
     for name, now in after.items():
         was = before.get(name)
@@ -77,6 +80,16 @@ def site_incidents(before: dict[str, ProcessRecord], after: dict[str, ProcessRec
         if restarts > 0:
             times = "once" if restarts == 1 else f"{restarts} times"
             lines.append(f"{name}: restarted {times} during the stream{exit_said}")
+        known = set(was.silences) if was is not None else set()
+        for start, end in now.silences:
+            if (start, end) not in known:
+                lines.append(
+                    f"{name}: not answering for {end - start:.0f} s during the stream "
+                    "(not restarted)"
+                )
         if now.state in (DEAD, RESTARTING) and (was is None or was.state == RUNNING):
             lines.append(f"{name}: {now.state.lower()} at the end of the stream{exit_said}")
+        elif now.state == RUNNING and now.silent_since:
+            silent_s = time.time() - now.silent_since
+            lines.append(f"{name}: not answering at the end of the stream (for {silent_s:.0f} s)")
     return lines

@@ -72,13 +72,22 @@ def _stopped_line(report: dict) -> str:
     )
 
 
+def _bare(note: str) -> str:
+    """A pre-flight note as the summary repeats it: without `submit: ` and `; going on`."""
+    return note.removeprefix("submit: ").removesuffix("; going on")
+
+
 def _incident_lines(report: dict) -> list[str]:
-    """The site's processes that were restarted, or died, while the stream ran: the cause
-    of its retries and of events executed twice, named (at most 3 lines, then a count)."""
-    befell = report.get("site_incidents") or []
-    shown = [f"site: {line}" for line in befell[:3]]
-    if len(befell) > 3:
-        shown.append(f"site: {len(befell) - 3} more in report.json (site_incidents)")
+    """What was wrong with the site as the stream began (the pre-flight's notes: a part
+    dead, hung or not listening) and what befell its processes while it ran (restarted,
+    silent for a while, died): the cause of its retries, slowness and events executed
+    twice, named (at most 3 lines of each, then a count)."""
+    shown = []
+    for key, head in (("site_at_start", "site at the start"), ("site_incidents", "site")):
+        said = [_bare(line) for line in report.get(key) or []]
+        shown += [f"{head}: {line}" for line in said[:3]]
+        if len(said) > 3:
+            shown.append(f"{head}: {len(said) - 3} more in report.json ({key})")
     return shown
 
 

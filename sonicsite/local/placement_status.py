@@ -101,8 +101,8 @@ def render_static(view: dict) -> list[str]:
         f"{'MODEL':<24} LOADED ON",
     ]
     down = set(view["not_ready"])
-    for model, m in view["models"].items():
-        where = ",".join(s + (" (NOT READY)" if s in down else "") for s in m["servers"])
+    for model, m in view["models"].items():  # each server with its own readiness
+        where = ", ".join(f"{s} {'NOT READY' if s in down else 'ready'}" for s in m["servers"])
         lines.append(f"{model:<24} {where or '-'}")
     for server in view["not_ready"]:
         lines.append(

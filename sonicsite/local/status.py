@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 from sonicsite.contract.processes_seen import REFUSED, runs_for_site
@@ -55,26 +56,55 @@ EXIT_HELP = (
 
 
 def _silent_line(r: ProcessRecord, said: Unanswered, view: View) -> str:
+    """A live process whose health URL gives no answer: why (stopped by a signal, whatever
+    the probe's error; silent; refused), for how long as its supervisor has it on record,
+    and what becomes of it."""
     where = f"{said.url}: {said.why}"
     if view.starter:
         under_way = f"`up` pid {view.starter} under way"
         return f"STARTING: {r.name} (pid {r.pid}): not answering yet: {where} ({under_way})"
     head = f"NOT ANSWERING: {r.name} (pid {r.pid}): "
-    if said.silent:
+    stopped = r.name in view.stopped
+    if stopped:
+        head += f"stopped (SIGSTOP): `kill -CONT {r.pid}` continues it ({where})"
+    elif said.silent:
         head += f"{said.url} gave no answer in {PROBE_S:g} s (stopped or hung)"
     elif said.why == REFUSED:
         head += f"{where} (alive, but nothing listens there)"
     else:
         head += where
+    if r.silent_since:
+        head += f"; not answering for {time.time() - r.silent_since:.0f} s"
     if r.kind == SUPERVISOR:
         return f"{head}: nothing restarts the site's processes meanwhile"
     hang_s = SupervisionPolicy().hang_after(r.kind)
     if view.watcher.supervises and hang_s is not None:
-        return f"{head}: the supervisor restarts it after {hang_s:g} s of this"
+        return f"{head}; the supervisor kills and restarts it at {hang_s:g} s without an answer"
     watcher = view.watcher
     fate = "the supervisor watches only its PID" if watcher.supervises else watcher.fate()
-    cont = f"; `kill -CONT {r.pid}` if it was stopped" if said.silent else ""
+    cont = f"; `kill -CONT {r.pid}` if it was stopped" if said.silent and not stopped else ""
     return f"{head}: {fate}{cont}"
+
+
+def _restarting_line(r: ProcessRecord, view: View) -> str:
+    """A process its supervisor restarts: when (the restart's number as the supervisor's
+    log gives it, its time and back-off) or that the restart is under way, the last exit
+    (with the log's last line, as the supervisor records it) and the log to read."""
+    now, done = time.time(), r.restarts
+    so_far = f"{done} restart{'' if done == 1 else 's'} so far"
+    if r.restart_at:
+        left = r.restart_at - now
+        when = f"in {left:.0f} s" if left >= 0 else f"due {-left:.0f} s ago"
+        at = time.strftime("%H:%M:%S", time.localtime(r.restart_at))
+        plan = f"restart {done + 1} at {at} ({when}, back-off {r.backoff_s:g} s); {so_far}"
+    elif done:
+        plan = f"restart {done} under way: pid {r.pid} started, not answering yet"
+    else:
+        plan = f"its first restart is pending; {so_far}"
+    watcher = view.watcher
+    stalled = f"; {watcher.fate()}" if watcher.alive and not watcher.answers else ""
+    log = f" (log {r.log})" if r.log else ""
+    return f"RESTARTING: {r.name}: {plan}; last exit: {r.last_exit or '?'}{log}{stalled}"
 
 
 def _dead_line(r: ProcessRecord, view: View) -> str:
@@ -101,7 +131,6 @@ def _dead_line(r: ProcessRecord, view: View) -> str:
 def problems(view: View) -> list[str]:
     """One line per process that does not serve now."""
     lines = []
-    watcher = view.watcher
     for r in view.records:
         if r.state == RUNNING and r.name in view.unanswered:
             lines.append(_silent_line(r, view.unanswered[r.name], view))
@@ -113,16 +142,21 @@ def problems(view: View) -> list[str]:
         elif r.state == DEAD:
             lines.append(_dead_line(r, view))
         elif r.state == RESTARTING:
-            stalled = f"; {watcher.fate()}" if watcher.alive and not watcher.answers else ""
-            lines.append(
-                f"RESTARTING: {r.name} (restart {r.restarts}): last exit {r.last_exit or '?'}"
-                + stalled
-            )
+            lines.append(_restarting_line(r, view))
         elif r.kind == SERVER and r.state == RUNNING and not view.ready.get(r.name, False):
             yet = f" yet (`up` pid {view.starter} under way)" if view.starter else ""
             head = "STARTING" if view.starter else "NOT READY"
             lines.append(f"{head}: {r.name} (pid {r.pid}): /v2/health/ready does not say 200{yet}")
     return lines
+
+
+def not_serving(view: View) -> list[str]:
+    """The lines of what runs but does not serve: NOT ANSWERING (alive, its health URL
+    silent or refusing) and NOT LISTENING (Envoy without the site's endpoint), as `status`
+    says them: what `submit`'s pre-flight notes too (a dead or restarting process, it
+    reads from the records)."""
+    said = [line for line in problems(view) if line.startswith("NOT ANSWERING: ")]
+    return said + not_listening(view.state, view.records)
 
 
 def trouble(view: View) -> list[str]:
@@ -199,8 +233,11 @@ def _print_text(view: View) -> None:
         )
     if state.prometheus:
         print(f"  Prometheus (site rules, every target): http://{state.prometheus}/")
-    if state.supervisor:
+    if state.process(SUPERVISOR) is not None:
         print(f"  supervisor: http://{state.supervisor}/metrics   log {supervisor_log(state)}")
+    elif state.supervisor:  # its address chosen, the supervisor never started
+        yet = "not started yet" if view.starter else "never started (`up` did not get to it)"
+        print(f"  supervisor: {yet}")
     if state.collector:
         print(
             f"  tracing collector (OTLP/HTTP): http://{state.collector}   "

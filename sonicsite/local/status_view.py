@@ -1,15 +1,17 @@
 """What `sonicsite status` sees of a local site now, beyond its records: each process's
 record as the contract's reader reads it (`read_processes`: a PID gone is DEAD), whether it
-answers its health URL and if not why (`silent`: refused is not silent), what was stopped
-on purpose yet still runs (a `down` cut short), the `up` under way (`starter`), whether
-the supervisor watches (`Watcher`), each server's readiness: `look`, read by status.py."""
+answers its health URL and if not why (`silent`: refused is not silent), which of those are
+stopped by a signal (SIGSTOP: whatever the probe's error, `kill -CONT` is the cure), what
+was stopped on purpose yet still runs (a `down` cut short), the `up` under way (`starter`),
+whether the supervisor watches (`Watcher`), each server's readiness: `look`, read by
+status.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import pid_alive, unanswered
+from sonicsite.contract.processes_seen import pid_alive, stat_fields, unanswered
 from sonicsite.contract.wire import (
     DEAD,
     RUNNING,
@@ -78,6 +80,7 @@ class View:
     starter: int | None
     watcher: Watcher
     ready: dict[str, bool] = field(default_factory=dict)
+    stopped: frozenset[str] = frozenset()  # not answering, and stopped by a signal (state T)
 
     def seen(self, r: ProcessRecord) -> str:
         """Its state as shown: a process stopped on purpose whose PID still lives for the
@@ -118,12 +121,21 @@ def look(site_dir: Path) -> View:
         SUPERVISOR not in unanswered,
     )
     recorded = {p.name: p.state for p in state.processes}
-    view = View(state, records, recorded, unanswered, frozenset(left), starter(state), watcher)
+    stopped = frozenset(r.name for r in records if r.name in unanswered and stopped_now(r.pid))
+    view = View(
+        state, records, recorded, unanswered, frozenset(left), starter(state), watcher, {}, stopped
+    )
     states = {r.name: r.state for r in records}
     for s in state.servers:
         up = states.get(s.id, RUNNING) == RUNNING or s.id in view.left
         view.ready[s.id] = up and s.id not in unanswered and is_ready(s.http)
     return view
+
+
+def stopped_now(pid: int) -> bool:
+    """Whether process `pid` is stopped by a signal (SIGSTOP, SIGTSTP: state T in
+    /proc/PID/stat): it answers nothing until it is continued."""
+    return stat_fields(pid)[:1] == ["T"]
 
 
 def starter(state: SiteState) -> int | None:

@@ -16,6 +16,7 @@ a server being removed, everything at `down`) is never restarted.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -136,3 +137,29 @@ def _start(site_dir: Path, cmd: list[str], health: str, timeout: float) -> Local
         state.put_process(record)
     wait_for_http(health, proc, log, timeout, SiteError, name=SUPERVISOR)
     return record
+
+
+def supervisor_parser(description: str) -> argparse.ArgumentParser:
+    """The supervisor's command line: its site, where it listens, and this policy's options."""
+    defaults = SupervisionPolicy()
+    p = argparse.ArgumentParser(prog="sonicsite-supervisor", description=description)
+    p.add_argument("--site", type=Path, required=True, help="the site directory")
+    p.add_argument("--host", default="127.0.0.1", help="where /metrics and /healthz listen")
+    p.add_argument("--port", type=int, required=True)
+    options = {
+        "--interval": ("interval_s", "seconds between checks of every process"),
+        "--backoff-initial": ("backoff_initial_s", "seconds before the first restart"),
+        "--backoff-factor": ("backoff_factor", "each failure in a row multiplies the wait"),
+        "--backoff-max": ("backoff_max_s", "the longest wait before a restart"),
+        "--stable": ("stable_s", "seconds of running after which the back-off starts afresh"),
+        "--hang-after": (
+            "hang_after_s",
+            "seconds unanswered: operator, gateway, Envoy, Prometheus hung",
+        ),
+        "--server-hang-after": ("server_hang_after_s", "seconds unanswered: a Triton server hung"),
+        "--probe-timeout": ("probe_timeout_s", "seconds one health probe waits"),
+        "--start-timeout": ("start_timeout_s", "seconds a restarted process has to answer"),
+    }
+    for flag, (name, text) in options.items():
+        p.add_argument(flag, dest=name, type=float, default=getattr(defaults, name), help=text)
+    return p

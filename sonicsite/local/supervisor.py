@@ -4,8 +4,11 @@ Every `interval_s` it reads the state file and checks each process of the site b
 those whose health URL answers whatever their load, for hangs: supervision.py). A process
 that died, or hung, is started again after its back-off: the same command for the operator,
 Envoy, the gateway and Prometheus, the same id and, when free, the same ports for a Triton
-server. Each restart is counted in the process's record (restarts, last exit, the delays),
-logged, and served at /metrics. A process recorded STOPPED is never restarted.
+server. Each restart is counted in the process's record (restarts, last exit with the log's
+last line, the delays, when the next start is due), logged, and served at /metrics. Each
+silence of a health URL is recorded and logged too, from its start to the answer that ends
+it (supervisor_records.py: `status` and a stream's end read them). A process recorded
+STOPPED is never restarted.
 
 Every change to the state file goes through `state.edit` (the lock); a restart starts the
 new process and records its PID in one locked change, so `down`, which first marks the site
@@ -16,7 +19,6 @@ and on SIGTERM; what it started is recorded and stopped by `down`, never by it.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -39,11 +41,19 @@ from sonicsite.contract.wire import (
 )
 
 from .abandoned import abandoned_removes, stop_abandoned
-from .processes import exit_reason, kill_group, site_group, start_process
+from .processes import kill_group, site_group, start_process
 from .servers import finish_abandoned_removes, restart_server, update_targets
 from .state import LocalProcess, SiteState, edit
-from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy
+from .supervision import HANG_PROBES, HISTORY, SupervisionPolicy, supervisor_parser
 from .supervisor_http import serve
+from .supervisor_records import (
+    exit_why,
+    record_due,
+    record_failure,
+    silence_changed,
+    wall,
+    with_log_reason,
+)
 
 log = logging.getLogger("sonicsite.supervisor")
 PROBE_THREADS = 32  # more than a local site has processes: one sweep, one probe timeout
@@ -62,6 +72,8 @@ class Watch:
     restart_at: float = 0.0  # monotonic: when the pending restart is due; 0: none pending
     delay: float = 0.0  # the back-off before the pending restart
     missed: int = 0  # hang probes unanswered in a row
+    seen_alive: bool = False  # this supervisor saw this PID alive
+    silent: bool = False  # its silence is on record (`silent_since`), to be ended by an answer
 
 
 class Supervisor:
@@ -146,6 +158,7 @@ class Supervisor:
         if watch is None or watch.pid != record.pid:  # new to us, or started by someone else
             failures = watch.failures if watch else 0
             watch = Watch(record.pid, answered_at=now, up_since=now, failures=failures)
+            watch.silent = bool(record.silent_since)  # a silence on record: ended by an answer
             self.watches[record.name] = watch
         return watch
 
@@ -164,8 +177,11 @@ class Supervisor:
             watch.missed += 1
         if record.state == RUNNING:
             if not self._lives(state, record):
-                self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
-            elif self._hung(record, watch, now):
+                self._failed(record, watch, self._exit_why(record, watch), now)
+                return
+            watch.seen_alive = True
+            self._silence(record, watch, answered)
+            if self._hung(record, watch, now):
                 kill_group(record.pid)
                 bound, missed = self._hang_bound(record), watch.missed
                 why = (
@@ -178,21 +194,32 @@ class Supervisor:
             return
         if watch.spawned_at:  # started again: wait until it answers
             if not self._lives(state, record):
-                self._failed(record, watch, exit_reason(record.pid, watch.proc), now)
+                self._failed(record, watch, self._exit_why(record, watch), now)
             elif answered or not record.health:  # no health URL: alive is running
                 self._running(record, watch, now)
             elif now - watch.spawned_at > self.policy.start_timeout_s:
                 kill_group(record.pid)
                 limit = self.policy.start_timeout_s
                 why = f"did not answer {record.health} within {limit:.0f} s of its start, SIGKILLed"
-                self._failed(record, watch, why, now)
+                self._failed(record, watch, with_log_reason(why, record.log), now)
             return
         if not watch.restart_at:  # found RESTARTING (e.g. by a supervisor started anew)
             watch.failures += 1
             watch.delay = self.policy.delay(watch.failures)
             watch.restart_at = now + watch.delay
+            record_due(self.site_dir, record, wall(watch.restart_at), watch.delay)
         if now >= watch.restart_at:
             self._restart(record, watch, now)
+
+    def _exit_why(self, record: LocalProcess, watch: Watch) -> str:
+        return exit_why(record, watch.proc, watch.seen_alive)
+
+    def _silence(self, record: LocalProcess, watch: Watch, answered: bool | None) -> None:
+        """A silence of its health URL put on record as it begins and as it ends."""
+        if (answered and watch.silent) or (answered is False and not watch.silent):
+            watch.silent = not answered
+            bound = self._hang_bound(record) or 0.0
+            silence_changed(self.site_dir, record, wall(watch.answered_at), watch.silent, bound)
 
     def _hung(self, record: LocalProcess, watch: Watch, now: float) -> bool:
         """Unanswered for its bound and for HANG_PROBES probes in a row, as a liveness probe
@@ -213,21 +240,17 @@ class Supervisor:
         watch.restart_at = now + watch.delay
         watch.spawned_at = 0.0
         watch.proc = None
-        with edit(self.site_dir) as state:
-            current = state.process(record.name)
-            if state.stopping or current is None or current.state == STOPPED:
-                return  # stopped on purpose meanwhile: not ours to restart
-            if current.pid != record.pid:
-                return  # someone else started it meanwhile
-            changed = replace(current, state=RESTARTING, last_exit=why, since=time.time())
-            state.put_process(changed)
+        watch.silent = False
+        if not record_failure(self.site_dir, record, why, wall(watch.restart_at), watch.delay):
+            return
         log.warning(
-            "%s (pid %d) %s; restart %d in %.2f s",
+            "%s (pid %d) %s; restart %d in %.2f s (log %s)",
             record.name,
             record.pid,
             why,
             record.restarts + 1,
             watch.delay,
+            record.log or "none",
         )
 
     def _restart(self, record: LocalProcess, watch: Watch, now: float) -> None:
@@ -278,6 +301,8 @@ class Supervisor:
                 restarts=restarts,
                 restart_delays_s=delays,
                 since=time.time(),
+                restart_at=0.0,
+                silent_since=0.0,
             )
             state.put_process(changed)
         started.clear()  # recorded: `down` finds it, whatever follows
@@ -314,11 +339,7 @@ class Supervisor:
         log.error(
             "%s (pid %d): %s; trying again in %.2f s", record.name, record.pid, why, watch.delay
         )
-        with edit(self.site_dir) as state:
-            current = state.process(record.name)
-            if current is None or current.pid != record.pid or current.state != RESTARTING:
-                return
-            state.put_process(replace(current, last_exit=why))
+        record_due(self.site_dir, record, wall(watch.restart_at), watch.delay, last_exit=why)
 
     def _running(self, record: LocalProcess, watch: Watch, now: float) -> None:
         with edit(self.site_dir) as state:
@@ -348,33 +369,8 @@ class Supervisor:
         return {name: future.result() for name, future in futures.items()}
 
 
-def parser() -> argparse.ArgumentParser:
-    defaults = SupervisionPolicy()
-    p = argparse.ArgumentParser(prog="sonicsite-supervisor", description=__doc__)
-    p.add_argument("--site", type=Path, required=True, help="the site directory")
-    p.add_argument("--host", default="127.0.0.1", help="where /metrics and /healthz listen")
-    p.add_argument("--port", type=int, required=True)
-    options = {
-        "--interval": ("interval_s", "seconds between checks of every process"),
-        "--backoff-initial": ("backoff_initial_s", "seconds before the first restart"),
-        "--backoff-factor": ("backoff_factor", "each failure in a row multiplies the wait"),
-        "--backoff-max": ("backoff_max_s", "the longest wait before a restart"),
-        "--stable": ("stable_s", "seconds of running after which the back-off starts afresh"),
-        "--hang-after": (
-            "hang_after_s",
-            "seconds unanswered: operator, gateway, Envoy, Prometheus hung",
-        ),
-        "--server-hang-after": ("server_hang_after_s", "seconds unanswered: a Triton server hung"),
-        "--probe-timeout": ("probe_timeout_s", "seconds one health probe waits"),
-        "--start-timeout": ("start_timeout_s", "seconds a restarted process has to answer"),
-    }
-    for flag, (name, text) in options.items():
-        p.add_argument(flag, dest=name, type=float, default=getattr(defaults, name), help=text)
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = supervisor_parser(__doc__).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s supervisor: %(message)s", stream=sys.stderr
     )
