@@ -6,61 +6,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..contract.options import at_least, non_negative, positive_list
+from ..contract.options import at_least, names, names_of, non_negative, positive, positive_list
 from ..sim.output import unwritable
 from .targets import line as targets_line
 
 STOCK_TOOLS_MODELS = ("simple", "particlenet_ak4")  # bench/stock_tools.py's Options.windows
 
 
-def positive(text: str) -> float:
-    """A number > 0 (an argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
 def factors(text: str) -> tuple[float, ...]:
-    """Comma-separated numbers ≥ 1, at least one (an argparse type): how many times slower."""
+    """Comma-separated finite numbers ≥ 1, at least one (an argparse type): how many times
+    slower (an infinitely slow server is one that is down: the faults bench's)."""
     try:
         values = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         values = ()
-    if not values or not all(v >= 1 for v in values):
+    if not values or not all(math.isfinite(v) and v >= 1 for v in values):
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers ≥ 1 (at least one), got {text!r}"
+            f"expected comma-separated finite numbers ≥ 1 (at least one), got {text!r}"
         )
-    return values
-
-
-def names_of(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
-    """Comma-separated names, each one of `known`, at least one (an argparse type)."""
-
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        unknown = [v for v in values if v not in known]
-        if not values or unknown:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated names of {', '.join(known)}; got {text!r}"
-            )
-        return values
-
-    return parse
-
-
-def names(text: str) -> tuple[str, ...]:
-    """Comma-separated names, at least one (an argparse type; the bench checks them)."""
-    values = tuple(v.strip() for v in text.split(",") if v.strip())
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
     return values
 
 
@@ -87,7 +55,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--runs", type=at_least(1), help="perf_analyzer runs in a row per path, model")
     b.add_argument(
         "--models",
-        type=names_of(STOCK_TOOLS_MODELS),
+        type=names_of(STOCK_TOOLS_MODELS, "model"),
         help="comma-separated, of simple,particlenet_ak4 (default: both)",
     )
     b.add_argument("--concurrency", type=at_least(1), help="perf_analyzer's concurrency")

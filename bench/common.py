@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from sonicsite.operator.admission import AdmissionPolicy
-from sonicsite.operator.autoscaler import ScalingPolicy
 
 from sonicsite.contract import provenance
 from sonicsite.local import envoy
@@ -37,7 +36,6 @@ from .targets import with_targets_met
 # reaches (a minute of queue per request), no autoscaling. A bench then cannot fail because
 # the site protected itself, and it reports the sheds it saw (which must be 0).
 BENCH_ADMISSION = AdmissionPolicy(shed_above_ms=60_000.0, open_below_ms=30_000.0)
-BENCH_SCALING: ScalingPolicy | None = None
 ENVOY_SHEDS = "http.sonicsite.fault.aborts_injected"  # the fault filter's shed replies
 
 
@@ -118,13 +116,11 @@ def ratio_of_medians(figures: dict, base: str, other: str, key: str = "throughpu
     return round(over["median"] / below["median"], 3)
 
 
-def conditions(
-    admission: AdmissionPolicy | None = BENCH_ADMISSION, scaling: ScalingPolicy | None = None
-) -> dict:
-    """The admission and scaling a bench set on its site, for its `meta`."""
+def conditions(admission: AdmissionPolicy | None = BENCH_ADMISSION) -> dict:
+    """The admission a bench set on its site, for its `meta`; no bench scales its servers."""
     return {
         "admission": asdict(admission) if admission else "off (no operator)",
-        "autoscaling": asdict(scaling) if scaling else "off (fixed servers)",
+        "autoscaling": "off (fixed servers)",
     }
 
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import stat_fields
+from sonicsite.contract.processes_seen import descendants, stat_fields
 
 
 def _busy_ticks() -> int:
@@ -19,23 +19,6 @@ def _busy_ticks() -> int:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
     return user + nice + system + irq + softirq + steal
-
-
-def _descendants(pid: int) -> set[int]:
-    """A process and every process below it (what vanished while it was read is left out)."""
-    found = {pid}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        for child in children:
-            found |= _descendants(int(child))
-    return found
 
 
 def cpu_ticks(pid: int) -> int:
@@ -76,7 +59,7 @@ class OutsideLoad:
         return round(max(outside, 0) / os.sysconf("SC_CLK_TCK") / elapsed, 3)
 
     def _ours(self) -> int:
-        return sum(cpu_ticks(pid) for pid in set().union(*map(_descendants, self.pids)))
+        return sum(cpu_ticks(pid) for pid in set().union(*map(descendants, self.pids)))
 
 
 def _tree_ticks(pid: int) -> int:
@@ -84,7 +67,7 @@ def _tree_ticks(pid: int) -> int:
     too: its own utime + stime, the cutime + cstime of the children it reaped (and of
     theirs), and each live descendant's the same way."""
     # one that ended meanwhile reads 0: its parent's cutime counts it once it is reaped
-    return sum(sum(_stat_times(one)) for one in _descendants(pid))
+    return sum(sum(_stat_times(one)) for one in descendants(pid))
 
 
 @dataclass

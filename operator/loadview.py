@@ -267,8 +267,8 @@ class LoadView:
         versions: Versions | None = None,
     ) -> None:
         """One scrape that read the server's counters and gauges, per model, as
-        `parse_metrics` names them, and per version where it is known (the simulator hands
-        in its servers' counters here, at its own clock, one version each)."""
+        triton_metrics.py `summed` names them, and per version where it is known (the
+        simulator hands in its servers' counters here, at its own clock, one version each)."""
         reloaded = frozenset(self._reloaded.pop(server, ()))
         current = _Scrape(now, models, reloaded, versions)
         previous = self._last.get(server)

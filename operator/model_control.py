@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from http.client import HTTPException
-from pathlib import Path
 
-from sonicsite.contract.processes_seen import parent_pid
+from sonicsite.contract.processes_seen import parent_pid, pids, rss_bytes
 from sonicsite.contract.wire import ADMIN_KEY_HEADER
 
 from .catalogue import Footprint
@@ -155,18 +153,17 @@ def tree_rss(pid: int) -> int | None:
     """Resident bytes of a process and all its descendants (Linux /proc); None when the
     process is not there."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (parent := parent_pid(int(entry))) is not None:
-            children.setdefault(parent, []).append(int(entry))
-    if not Path(f"/proc/{pid}").exists():
+    for child in pids():
+        if (parent := parent_pid(child)) is not None:
+            children.setdefault(parent, []).append(child)
+    if (total := rss_bytes(pid)) is None:
         return None
-    page, total, todo = os.sysconf("SC_PAGE_SIZE"), 0, [pid]
+    todo = list(children.get(pid, []))
     while todo:
         current = todo.pop()
-        try:
-            total += int(Path(f"/proc/{current}/statm").read_text().split()[1]) * page
-        except (OSError, IndexError, ValueError):
+        if (rss := rss_bytes(current)) is None:
             continue  # gone meanwhile
+        total += rss
         todo.extend(children.get(current, []))
     return total
 

@@ -1,12 +1,13 @@
 """The operator's command line: its options, every default of a policy being the policy's
-own. What they decode to is option_policies.py."""
+own; their value types are the command line's own (sonicsite/contract/options.py). What
+they decode to is option_policies.py."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
+from sonicsite.contract.options import finite, non_negative, positive
 from sonicsite.contract.wire import SHED_TTL_S
 
 from .admission import AdmissionPolicy
@@ -18,33 +19,6 @@ from .placement_settings import PlacementSettings
 from .try_timeouts import TryPolicy
 from .xds_ads import XDS_PORT
 from .xds_jwt import SYSTEM_CA_FILE
-
-
-def finite(text: str) -> float:
-    """A number option's value, finite: NaN compares false with everything (a policy given
-    it never acts: admission never sheds), and infinity is no setting either."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def positive(text: str) -> float:
-    """A finite number > 0 (a threshold that others are taken in proportion to)."""
-    value = finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def non_negative(text: str) -> float:
-    value = finite(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
-    return value
 
 
 def parser() -> argparse.ArgumentParser:

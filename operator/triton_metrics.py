@@ -1,6 +1,6 @@
 """What a Triton server's /metrics says, per model: its counters and gauges read from
 Prometheus' text format, per version (`parse_versions`) or summed over the versions
-(`parse_metrics`), and what a read of them may fail with (`UNREADABLE`, raised as
+(`summed`), and what a read of them may fail with (`UNREADABLE`, raised as
 `MetricsUnreadable` naming the URL). The load view (loadview.py) turns them into rates.
 """
 
@@ -72,14 +72,8 @@ def summed(versions: Versions) -> dict[str, dict[str, float]]:
     return models
 
 
-def parse_metrics(text: str) -> dict[str, dict[str, float]]:
-    """Triton's /metrics text as {model: {counter or gauge: value}}, versions summed
-    (`parse_versions`)."""
-    return summed(parse_versions(text))
-
-
 def read_metrics(metrics_url: str, timeout_s: float) -> dict[str, dict[str, float]]:
-    """A server's /metrics now, per model (`parse_metrics`); a failed read or parse raises
+    """A server's /metrics now, per model (versions `summed`); a failed read or parse raises
     MetricsUnreadable naming the URL (whatever went wrong is that one server's failure)."""
     return summed(read_versions(metrics_url, timeout_s))
 

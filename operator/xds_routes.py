@@ -71,12 +71,6 @@ NUM_RETRIES = 2
 VIRTUAL_HOST = "sonicsite"
 
 
-def route_counter(route: str, counter: str = "upstream_rq_total") -> str:
-    """The name of one of Envoy's counters for a route (`model-<m>`, `rest-model-<m>`,
-    `default`, `default-rest`, ...): its requests whichever cluster served them."""
-    return f"vhost.{VIRTUAL_HOST}.route.{route}.{counter}"
-
-
 def seconds(value: float) -> str:
     """A protobuf Duration in JSON."""
     return f"{value:.3f}".rstrip("0").rstrip(".") + "s"
@@ -236,8 +230,8 @@ def route_configuration(
     accepts (admission_pass.py; none: no pass is given, a shed refuses every caller). A
     model's inference route is named as its route was before inference had one of its own
     (`model-<m>`, `rest-model-<m>`), its other calls' `...-calls`. The routes carry their
-    names as their stat prefixes, so Envoy counts each route's requests (`route_counter`)
-    whichever cluster serves them."""
+    names as their stat prefixes, so Envoy counts each route's requests (as
+    `vhost.<VIRTUAL_HOST>.route.<name>.upstream_rq_total`) whichever cluster serves them."""
     shed, per_try, held, shared = shed or {}, per_try or {}, held or {}, shared or set()
     passes = passes or {}
 

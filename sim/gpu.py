@@ -46,7 +46,7 @@ class Request:
 
 @dataclass
 class Counters:
-    """Triton's per-model counters in the names `triton_metrics.parse_metrics` gives them."""
+    """Triton's per-model counters in the names `triton_metrics.summed` gives them."""
 
     success: float = 0.0
     failure: float = 0.0

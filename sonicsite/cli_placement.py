@@ -10,12 +10,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from .contract.options import at_least, named_twice, non_negative
+from .contract.options import at_least, named_twice, non_negative, split_names
 from .contract.wire import HOLD_DEADLINE_S
 from .operator.autoscaler import ScalingPolicy, server_bounds, zero_needs
 from .operator.placement_settings import PlacementSettings
+from .operator.placement_state import PlacementPolicy
 
-IDLE_UNLOAD_S = 300.0  # `up --placement`'s default (the operator's own is its policy's)
+IDLE_UNLOAD_S = PlacementPolicy.idle_unload_s  # `up --placement`'s default: the policy's own
 # up's options that mean something only with --placement, and those only with --tracing
 PLACEMENT_OPTIONS = ("idle_unload_s", "keep_warm", "budget_models", "hold_deadline_s", "pool")
 TRACING_OPTIONS = (
@@ -121,7 +122,7 @@ def _pool(text: str) -> tuple[str, int, tuple[str, ...]]:
     """`--pool NAME=SERVERS[:MODEL,...]` as (name, servers, pinned models)."""
     name, _, rest = text.partition("=")
     count, _, models = rest.partition(":")
-    pinned = tuple(m for m in models.split(",") if m)
+    pinned = split_names(models)
     if not name or not count.isdigit() or int(count) < 1 or (models and not pinned):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected NAME=SERVERS[:MODEL,...], e.g. gpu=1:particle_transformer"

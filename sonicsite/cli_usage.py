@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from .cli_placement import site_option_orphans
-from .contract.options import named_folder, named_twice
+from .contract.options import named_folder, named_twice, names, names_of, split_names
 from .sim.output import file_in_the_way
 
 # submit's options for the models run in the workers (not with --backend site)
@@ -57,34 +57,23 @@ def host_port(text: str) -> str:
 
 
 def model_list(text: str) -> list[str]:
+    """Comma-separated names of the demo repository's models (`--models`, `--only`), none
+    named twice."""
     from .models.repository import model_names
 
-    names = [n for n in text.split(",") if n]
-    known = model_names()
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown model(s) {unknown or [text]}; "
-            f"expected a comma-separated list of: {', '.join(known)}"
-        )
-    if twice := named_twice(names):
-        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
-    return names
+    return list(names_of(model_names(), "model")(text))
 
 
 def any_models(text: str) -> list[str]:
     """Model names as a site may have them (`check`: not only the demo models)."""
-    names = [n for n in text.split(",") if n]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated model names, got {text!r}")
-    return names
+    return list(names(text))
 
 
 def held_models(text: str) -> tuple[str, list[str]]:
     """MODEL=SERVER[,SERVER...]: a model that only the named servers hold."""
     model, sep, servers = text.partition("=")
-    chosen = [s for s in servers.split(",") if s]
-    if not sep or not model or not chosen:
+    chosen = list(split_names(servers))
+    if not sep or not model.strip() or not chosen:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODEL=SERVER[,SERVER...], e.g. particlenet_ak4=triton-0"
         )

@@ -1,7 +1,9 @@
-"""Value types for the command line's options (argparse types): an integer with a floor, a
-number ≥ 0, comma-separated positive integers, a folder's name, a list's repeats. In the
-contract room because every room's commands take them (the site's, the bench's, the
-simulator's) and every room may import it."""
+"""Value types for the command line's options (argparse types), one rule each: an integer
+with a floor, a finite number (any, > 0, ≥ 0: NaN and infinity are no setting), comma-separated
+positive integers, comma-separated names (spaces around each dropped, none twice), a folder's
+name, a list's repeats. In the contract room because every room's commands take them (the
+site's, the operator's, the bench's, the simulator's) and every room may import it; each
+refusal says what was expected and names the value given."""
 
 from __future__ import annotations
 
@@ -43,14 +45,34 @@ def zero_or_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def finite(text: str) -> float:
+    """A finite number (an argparse type): NaN compares false with everything (a policy given
+    it never acts: admission never sheds), and infinity is no setting either."""
+    return _number(text, "", lambda _value: True)
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (an argparse type): a duration, a rate, a threshold that others
+    are taken in proportion to."""
+    return _number(text, " > 0", lambda value: value > 0)
+
+
 def non_negative(text: str) -> float:
     """A finite number ≥ 0 (an argparse type)."""
+    return _number(text, " ≥ 0", lambda value: value >= 0)
+
+
+def _number(text: str, bound: str, within: Callable[[float], bool]) -> float:
+    """`text` as a finite number `within` its `bound` (said in words: " > 0"); else an
+    argparse error saying what was expected, and whether it was finiteness that failed."""
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not 0 <= value < math.inf:  # NaN too
-        raise argparse.ArgumentTypeError(f"expected a finite number ≥ 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a number{bound}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number{bound}, got {text!r}")
+    if not within(value):
+        raise argparse.ArgumentTypeError(f"expected a number{bound}, got {text!r}")
     return value
 
 
@@ -83,7 +105,44 @@ def out_folder(text: str) -> Path:
     return named_folder(text, would, "sonicsite-out")
 
 
-def named_twice(names: Sequence[str]) -> list[str]:
+def named_twice(given: Sequence[str]) -> list[str]:
     """The names given more than once, sorted: a list option's repeats are refused by name
     (`--models a,a`, `--hold m=t0,t0`, a pool's models), not taken twice or the last."""
-    return sorted({n for n in names if names.count(n) > 1})
+    return sorted({n for n in given if given.count(n) > 1})
+
+
+def split_names(text: str) -> tuple[str, ...]:
+    """Comma-separated names as given, in order: spaces around each dropped ("a, b" is a and
+    b), empty ones too ("a,,b", a trailing comma); the one way a list of names is read."""
+    return tuple(n for n in (part.strip() for part in text.split(",")) if n)
+
+
+def names(text: str) -> tuple[str, ...]:
+    """Comma-separated names, at least one, none named twice (an argparse type; the command
+    checks what they name)."""
+    found = split_names(text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    if twice := named_twice(found):
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(twice)} named twice")
+    return found
+
+
+def names_of(known: Sequence[str], what: str = "name") -> Callable[[str], tuple[str, ...]]:
+    """Comma-separated names, each one of `known` (`what` they are, for the message), at
+    least one, none named twice (an argparse type)."""
+    every = ", ".join(known)
+
+    def parse(text: str) -> tuple[str, ...]:
+        found = split_names(text)
+        if not found:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated names of: {every}; got {text!r}"
+            )
+        if unknown := [n for n in found if n not in known]:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what}(s) {unknown}; expected comma-separated names of: {every}"
+            )
+        return names(text)
+
+    return parse

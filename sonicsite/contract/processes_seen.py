@@ -1,11 +1,14 @@
-"""What a process's entries in /proc say about it, read here and nowhere else (the one
-parser of /proc/PID/stat, `stat_fields`): whether it lives (`pid_alive`), whether it is a
-site's (`runs_for_site`, the guard against PID reuse that wire.py `lives_for_site` applies to
-a record), whether an argument names a folder, whether it is the kernel's, when it started
-and whether it is still the process that started then (`start_ticks`, `same_process`: the
-job driver's `kill_left_behind`, abandoned adds), its parent; and whether its health URL
-answers (a live PID that does not is stopped or hung: the supervisor, `status`, the status
-page), and if not, why (`no_answer`: a refused connection is not a silence)."""
+"""What /proc says of a process, read here and nowhere else: the PIDs there are (`pids`);
+the one parser of /proc/PID/stat (`stat_fields`): whether it lives (`pid_alive`), whether it
+is the kernel's, when it started and whether it is still the process that started then
+(`start_ticks`, `same_process`: the job driver's `kill_left_behind`, abandoned adds), its
+parent; its command line (`cmdline`, `command_line` for a log line), the environment it was
+started with (`environ_has`: a site's mark), its resident memory (`rss_bytes`), the flock it
+holds (`flock_pid`); whether it is a site's (`runs_for_site`, the guard against PID reuse
+that wire.py `lives_for_site` applies to a record), whether an argument names a folder;
+and whether its health URL answers (a live PID that does not is stopped or hung: the
+supervisor, `status`, the status page), and if not, why (`no_answer`: a refused connection
+is not a silence)."""
 
 from __future__ import annotations
 
@@ -77,6 +80,83 @@ def same_process(pid: int, ticks: int) -> bool:
     """Whether `pid` is still the process that started at `ticks` (`start_ticks`, recorded
     when it started): a PID and its start no later process can have; False for a zombie."""
     return pid > 0 and ticks >= 0 and start_ticks(pid) == ticks
+
+
+def pids() -> list[int]:
+    """The PIDs /proc lists now (each may be gone by the time it is read)."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def descendants(pid: int) -> set[int]:
+    """Process `pid` and every process below it (/proc/PID/task/*/children); what vanished
+    while it was read is left out."""
+    found = {pid}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        for child in children:
+            found |= descendants(int(child))
+    return found
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The arguments process `pid` runs with (/proc/PID/cmdline, decoded): [] while it has
+    none (a zombie, a kernel thread, one in exec); None when it cannot be read (gone, not
+    ours)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    args = raw.decode(errors="replace").split("\0")
+    return args[:-1] if args[-1] == "" else args  # each argument ends with a NUL
+
+
+def command_line(pid: int) -> str:
+    """Process `pid`'s command line as one line, for a log line or a message; "" when it
+    has none or cannot be read."""
+    return " ".join(cmdline(pid) or []).strip()
+
+
+def environ_has(pid: int, entry: str) -> bool:
+    """Whether the environment process `pid` was started with holds `entry` (`NAME=VALUE`,
+    whole); False when it cannot be read (gone, not ours)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return b"\0" + entry.encode() + b"\0" in b"\0" + environ
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Process `pid`'s resident memory in bytes (/proc/PID/statm); None when it cannot be
+    read (gone, not ours)."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def flock_pid(inode: int) -> int | None:
+    """The PID holding a flock on the file of `inode` (/proc/locks): 0 when none does, None
+    when /proc/locks cannot be read."""
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue  # a waiter, or not a flock
+        if fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return 0
 
 
 def runs_for_site(pid: int, site_dir: str, server_id: str = "") -> bool:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import same_process, start_ticks
+from sonicsite.contract.processes_seen import cmdline, same_process, start_ticks
 
 WORKERS_FILE = "workers.json"
 DRIVER_PAUSED_S = 5.0  # a gap this long between the driver's checks: it was not running
@@ -252,10 +252,7 @@ def kill_left_behind(jobs_dir: Path) -> list[int]:
         ) from None
     killed = []
     for pid, ticks in started.items():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
+        if (argv := cmdline(pid)) is None:
             continue  # gone
         ours = "sonicsite.jobs.worker" in argv and "--stream" in argv
         ours = ours and argv[argv.index("--stream") + 1 :][:1] == [stream]

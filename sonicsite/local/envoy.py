@@ -202,19 +202,6 @@ def lb_policies(admin: str) -> dict[str, tuple[str, str]]:
     return {c["cluster"]["name"]: _lb_policy(c["cluster"]) for c in configs if "cluster" in c}
 
 
-def route_clusters(admin: str) -> dict[str, str]:
-    """The cluster each named route sends to, as Envoy runs its routes now (config_dump)."""
-    dump = admin_get(admin, "/config_dump?resource=dynamic_route_configs")
-    configs = json.loads(dump).get("configs", [])
-    return {
-        route["name"]: route["route"]["cluster"]
-        for c in configs
-        for host in c.get("route_config", {}).get("virtual_hosts", [])
-        for route in host.get("routes", [])
-        if "name" in route and "cluster" in route.get("route", {})
-    }
-
-
 def _lb_policy(cluster: dict) -> tuple[str, str]:
     # ROUND_ROBIN and N_CHOICES are their enums' zero values, which protobuf JSON leaves out
     policy = cluster.get("lb_policy", "ROUND_ROBIN")

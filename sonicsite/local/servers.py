@@ -159,7 +159,6 @@ def common_models(state: SiteState) -> list[str]:
 def add_server(
     site_dir: Path,
     ready_timeout: float = 180.0,
-    delay_ms: float = 0.0,
     models: list[str] | None = None,
     pool: str = "",
 ) -> LocalServer:
@@ -177,7 +176,7 @@ def add_server(
     models = common_models(state) if models is None else models
     try:
         install = TritonInstall.find()
-        proc, info = start_server(site_dir, server_id, install, models, delay_ms, pool=pool)
+        proc, info = start_server(site_dir, server_id, install, models, pool=pool)
     except BaseException:
         note.unlink(missing_ok=True)
         raise

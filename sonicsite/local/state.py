@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from sonicsite.contract.processes_seen import command_line, flock_pid
 from sonicsite.contract.wire import (
     RUNNING,
     SERVER,
@@ -267,27 +268,7 @@ def lock_holder(inode: int) -> str:
         return "a process this machine cannot name (/proc/locks unreadable)"
     if not pid:
         return "no process listed in /proc/locks"
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-    except OSError:
-        command = b""
-    return f"pid {pid} ({command.strip()[:120].decode(errors='replace') or '?'})"
-
-
-def flock_pid(inode: int) -> int | None:
-    """The PID holding a flock on the file of `inode` (/proc/locks): 0 when none does, None
-    when /proc/locks cannot be read."""
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()
-        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
-            continue  # a waiter, or not a flock
-        if fields[5].rsplit(":", 1)[-1] == str(inode):
-            return int(fields[4])
-    return 0
+    return f"pid {pid} ({command_line(pid)[:120] or '?'})"
 
 
 @contextlib.contextmanager

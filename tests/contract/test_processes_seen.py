@@ -1,9 +1,11 @@
 """What /proc says of a process is read in one place (sonicsite/contract/processes_seen.py):
-its one parser of /proc/PID/stat, and the liveness checks every room uses, against real
+its one parser of /proc/PID/stat, the liveness checks every room uses, a process's command
+line, environment, resident memory and flock, and the PIDs there are, against real
 processes of the test's own (a zombie, one whose name holds ") Z (", one gone)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -14,11 +16,26 @@ from pathlib import Path
 from polling import wait_until
 
 from sonicsite.contract import wire
-from sonicsite.contract.processes_seen import parent_pid, pid_alive, stat_fields
+from sonicsite.contract.processes_seen import (
+    cmdline,
+    command_line,
+    descendants,
+    environ_has,
+    flock_pid,
+    parent_pid,
+    pid_alive,
+    pids,
+    rss_bytes,
+    stat_fields,
+)
 from sonicsite.local import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 STAT = re.compile(r"/proc/\{[^}]+\}/stat\b")  # /proc/{pid}/stat, not statm or status
+# a process's command line, environment, memory or flock; the listing of every PID
+OTHER_FACTS = re.compile(
+    r"/proc/\{[^}]+\}/(cmdline|environ|statm|task)\b|[\"']/proc/locks[\"']|listdir\([\"']/proc[\"']\)"
+)
 NOT_CODE = {"tests", "build", "node_modules"}
 
 
@@ -76,3 +93,94 @@ def test_a_name_with_parentheses_and_spaces_is_cut_at_its_last_parenthesis(tmp_p
 def test_no_pid_of_ours_is_zero_or_negative():
     assert not pid_alive(0) and not pid_alive(-1)
     assert pid_alive(os.getpid()) and parent_pid(os.getpid()) == os.getppid()
+
+
+def test_a_process_s_other_facts_are_read_in_one_place_too():
+    """The job driver, `down`'s search for marked groups, a lock's holder and a load's
+    footprint each read /proc themselves (three readers of cmdline alone)."""
+    readers = {str(p.relative_to(ROOT)) for p in _sources() if OTHER_FACTS.search(p.read_text())}
+    assert readers == {"sonicsite/contract/processes_seen.py"}
+
+
+SLEEPER = "import time; print('started', flush=True); time.sleep(600)"
+
+
+def _sleeper(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A child that sleeps once it has started (its command line and environment set)."""
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, *args], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    return proc
+
+
+def test_a_command_line_is_its_arguments_empty_ones_and_spaces_kept():
+    proc = _sleeper("", "two words")
+    try:
+        assert cmdline(proc.pid) == [sys.executable, "-c", SLEEPER, "", "two words"]
+        assert command_line(proc.pid) == f"{sys.executable} -c {SLEEPER}  two words"
+        assert proc.pid in pids() and os.getpid() in pids()
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert cmdline(proc.pid) is None and command_line(proc.pid) == ""
+
+
+def test_a_zombie_has_no_command_line():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_until(lambda: stat_fields(child.pid)[:1] == ["Z"], "the child to be a zombie")
+        assert cmdline(child.pid) == [] and command_line(child.pid) == ""
+    finally:
+        child.wait(timeout=60)
+
+
+def test_an_environment_entry_is_found_whole_and_not_once_gone():
+    proc = _sleeper(env={**os.environ, "SONICSITE_TEST_MARK": "/tmp/s1"})
+    try:
+        assert environ_has(proc.pid, "SONICSITE_TEST_MARK=/tmp/s1")
+        assert not environ_has(proc.pid, "SONICSITE_TEST_MARK=/tmp/s")  # a prefix is not it
+        assert not environ_has(proc.pid, "EST_MARK=/tmp/s1")  # nor a suffix
+        assert not environ_has(os.getpid(), "SONICSITE_TEST_MARK=/tmp/s1")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert not environ_has(proc.pid, "SONICSITE_TEST_MARK=/tmp/s1")
+
+
+def test_resident_memory_is_whole_pages_and_none_once_gone():
+    own = rss_bytes(os.getpid())
+    assert own is not None and own > 0 and own % os.sysconf("SC_PAGE_SIZE") == 0
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    assert rss_bytes(child.pid) is None
+
+
+def test_a_flock_s_holder_is_named_by_its_pid(tmp_path):
+    locked = tmp_path / "locked"
+    locked.write_text("")
+    inode = locked.stat().st_ino
+    assert flock_pid(inode) == 0
+    with open(locked) as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        assert flock_pid(inode) == os.getpid()
+        fcntl.flock(f, fcntl.LOCK_UN)
+    assert flock_pid(inode) == 0
+
+
+def test_a_process_s_descendants_are_its_children_and_theirs_and_itself_once_gone():
+    """The bench's CPU count of a run walks these (bench/outside_load.py)."""
+    parent = _sleeper()
+    spawn = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]); "
+    grand = spawn + SLEEPER
+    middle = subprocess.Popen([sys.executable, "-c", grand], stdout=subprocess.PIPE)
+    try:
+        assert middle.stdout is not None and middle.stdout.readline() == b"started\n"
+        below = descendants(middle.pid)
+        assert middle.pid in below and len(below) == 2, below
+        assert parent.pid not in below and descendants(os.getpid()) >= below | {parent.pid}
+    finally:
+        for pid in descendants(middle.pid) - {middle.pid}:
+            os.kill(pid, 9)
+        for proc in (parent, middle):
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert descendants(middle.pid) == {middle.pid}  # gone: only itself

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from envoy_routes import route_counter
 from polling import wait_until
-from sonicsite.operator.xds_routes import route_counter
 
 from sonicsite.contract.processes_seen import pid_alive
 from sonicsite.jobs.driver import Progress, StreamSpec, submit

@@ -107,7 +107,7 @@ def test_a_servers_garbled_metrics_are_its_own_failed_scrape_naming_the_url():
         "cut": body(200, GOOD.encode(), length=10_000),  # IncompleteRead
         "not-http": raw(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"),  # BadStatusLine
         "latin-1": body(200, b'nv_inference_count{model="caf\xe9"} 1\n'),  # UnicodeDecodeError
-        "html": body(200, b"<html><body>login</body></html>\n"),  # parse_metrics' ValueError
+        "html": body(200, b"<html><body>login</body></html>\n"),  # parse_versions' ValueError
         "good": body(200, GOOD.encode()),
     }
     with contextlib.ExitStack() as stack:

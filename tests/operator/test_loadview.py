@@ -13,7 +13,7 @@ from sonicsite.client.stream_options import StreamOptions
 from sonicsite.client.transport_grpc import GrpcTransport
 from sonicsite.models.samples import generate
 from sonicsite.operator.loadview import LoadView, _Scrape, compute_loads, per_request
-from sonicsite.operator.triton_metrics import parse_metrics
+from triton_counters import parse_metrics
 
 
 def test_load_view_queue_time_per_request_matches_tritons_statistics(site):

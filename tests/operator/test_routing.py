@@ -8,12 +8,12 @@ import json
 import urllib.request
 
 import numpy as np
+from envoy_routes import route_clusters, route_counter
 from polling import wait_until
 from sonicsite.client import Client
 from sonicsite.client.discovery import from_site_file
 from sonicsite.models.samples import generate
 from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster
-from sonicsite.operator.xds_routes import route_counter
 from stock import stock_infer
 
 from sonicsite.contract.processes_seen import pid_alive
@@ -63,7 +63,7 @@ def test_each_models_route_sends_where_the_operator_says(site):
     def agreed() -> dict[str, str] | None:
         with urllib.request.urlopen(f"http://{site.operator}/v1/state", timeout=5) as reply:
             said = {m: v["cluster"] for m, v in json.loads(reply.read())["models"].items()}
-        running = envoy.route_clusters(site.envoy_admin)
+        running = route_clusters(site.envoy_admin)
         return said if all(running.get(f"model-{m}") == c for m, c in said.items()) else None
 
     said = wait_until(agreed, "Envoy to run the routes the operator published")

@@ -17,7 +17,7 @@ from sonicsite.operator.declared_work import DeclaredWork
 from sonicsite.operator.loadview import LoadView
 from sonicsite.operator.placement_checks import SeenSince, dropped
 from sonicsite.operator.placement_state import Decision, HeldCounts, Kind, Rule
-from sonicsite.operator.triton_metrics import parse_metrics
+from triton_counters import parse_metrics
 
 from sonicsite.contract.work_report import WorkReport
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from envoy_routes import route_clusters, route_counter
 from overload import new_caller_refusal, refusal
 from polling import settled, wait_until
 from sonicsite.client.admitted import Admitted
@@ -35,7 +36,6 @@ from sonicsite.operator.envoy_acks import EnvoyAcks
 from sonicsite.operator.metrics import OperatorMetrics
 from sonicsite.operator.xds_model_match import LOGGING, REPOSITORY, SHARED_MEMORY, TRACE
 from sonicsite.operator.xds_resources import ALL_SERVERS, model_cluster, rest_cluster
-from sonicsite.operator.xds_routes import route_counter
 from sonicsite.operator.xds_site_view import VIEW_CLUSTER, VIEW_REST_CLUSTER
 from sonicsite.operator.xds_snapshot import Snapshot
 from static_envoy import static_bootstrap
@@ -363,7 +363,7 @@ def test_a_shared_model_is_sent_to_the_all_servers_cluster_and_counted_on_its_ro
     try:
         fed.feed(shared={"simple"})
         wait_until(
-            lambda: envoy.route_clusters(admin).get("model-simple") == ALL_SERVERS,
+            lambda: route_clusters(admin).get("model-simple") == ALL_SERVERS,
             "Envoy to apply the routes",
         )
         before = [envoy.counter(admin, c) for c in counters]
