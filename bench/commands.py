@@ -176,10 +176,14 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(json.dumps(result["summary"], indent=2))
-    print(targets_line(result["summary"]))
-    print(f"written: {args.json}")
+    print(said(result["summary"], args.json))
     return 0
+
+
+def said(summary: dict, written: str) -> str:
+    """What a bench that measured prints: its summary, whether it met its targets (a miss
+    named with its figure and target), and where its JSON went."""
+    return f"{json.dumps(summary, indent=2)}\n{targets_line(summary)}\nwritten: {written}"
 
 
 def _prepared(args: argparse.Namespace) -> Callable[[], dict]:

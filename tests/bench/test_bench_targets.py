@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sonicsite.bench import report, targets
+from sonicsite.bench import commands, report, targets
 from sonicsite.bench.common import Recorder, write_result
 
 from sonicsite.contract.provenance import RunStart
@@ -157,3 +157,13 @@ def test_the_report_shows_the_cpu_busy_during_each_run(tmp_path):
     assert "- CPU during the run: not recorded in this file" in _page(tmp_path, {"sheds": 0})
     odd = _page(tmp_path, {"sheds": 0}, {"cpu_during_run": {"outside_cores": 1.5}})
     assert "- CPU during the run: outside_cores 1.5" in odd  # another shape: as it is
+
+
+def test_a_bench_that_measured_prints_its_summary_its_targets_and_its_file():
+    summary = {"throughput_ratio": 0.71, "targets": {"throughput_ratio": ">= 0.8"}}
+    lines = commands.said(summary, "out.json").splitlines()
+    assert json.loads("\n".join(lines[:-2])) == summary
+    assert lines[-2:] == [
+        "targets: 0 met, 1 missed: throughput_ratio (0.71, >= 0.8)",
+        "written: out.json",
+    ]
