@@ -139,7 +139,10 @@ def write_local_repository(
         onnx_dir = built / name / "1"
         if not (onnx_dir / ONNX_FILE).is_file():
             raise RepositoryError(
-                f"model {name!r}: {onnx_dir / ONNX_FILE} is missing; run `sonicsite models build`"
+                f"model {name!r}: {onnx_dir / ONNX_FILE} is missing. The built models are "
+                f"looked for in {built} (`--build-dir`; its default, build/models, is relative "
+                f"to the working directory, {Path.cwd()}): run `sonicsite models build` there, "
+                "or point `--build-dir` at the folder it wrote (its --out)"
             )
         model_dir = target / name
         version_dir = model_dir / "1"

@@ -119,10 +119,7 @@ def _site(args: argparse.Namespace) -> int:
         print(f"site up in {state.site_dir}: {len(state.servers)} servers")
         return print_status(args.dir)
     if args.command == "down":
-        stopped = down(args.dir)
-        shown = ", ".join(f"{name} (pid {pid})" for pid, name in stopped.items())
-        print(f"stopped {len(stopped)} process(es) of the site: {shown or 'none was running'}")
-        return 0
+        return _down(args.dir, down)
     if args.command == "supervise":
         record = supervise_again(args.dir)
         print(f"supervisor started again as pid {record.pid}: it watches the site's processes")
@@ -137,6 +134,22 @@ def _site(args: argparse.Namespace) -> int:
         stopped = down(args.dir)
         print(f"site stopped ({len(stopped)} processes)")
     return code
+
+
+def _down(site_dir: Path, down: Callable[..., dict[int, str]]) -> int:
+    """`down`: 0 when the site is stopped, or when there was nothing to stop (a cleanup
+    script or trap may call it twice); each process it had to SIGKILL said on stderr."""
+    from .contract.wire import STATE_FILE
+
+    recorded = (site_dir / STATE_FILE).is_file()
+    stopped = down(site_dir, say=lambda note: print(f"sonicsite down: {note}", file=sys.stderr))
+    if not stopped:
+        why = "none of its site's processes was running" if recorded else "no site runs there"
+        print(f"sonicsite down: nothing to stop in {site_dir}: {why}")
+        return 0
+    shown = ", ".join(f"{name} (pid {pid})" for pid, name in stopped.items())
+    print(f"stopped {len(stopped)} process(es) of the site: {shown}")
+    return 0
 
 
 class Terminated(BaseException):
@@ -220,7 +233,8 @@ def _run(argv: list[str] | None) -> int:
             return _unwinding(args.command, lambda: _site(args))
         return _site(args)
     except (SiteError, ValueError, OSError) as exc:  # FileNotFoundError: no site, say so
-        print(f"sonicsite {args.command}: {said(exc)}", file=sys.stderr)
+        notes = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))  # up's log
+        print(f"sonicsite {args.command}: {said(exc)}{notes}", file=sys.stderr)
         return 1
 
 

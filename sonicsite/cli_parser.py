@@ -218,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "down",
         help="stop the local site",
-        epilog="exit status: 0 when every process of the site stopped; 1 when there is no "
-        "site in DIR, an `up` or `down` is under way there (its PID named), or a process "
+        epilog="exit status: 0 when every process of the site stopped, or there was nothing "
+        "to stop (no site in DIR, or none of its processes running); 1 when an `up` or `down` "
+        "is under way there (its PID named), its state.json is not a site's, or a process "
         "outlived SIGKILL (named, and kept in state.json for the next `down`)",
     )
     _site_args(p)

@@ -62,23 +62,117 @@ QUEUE_SITE = f"sonicsite:model_queue_seconds_per_request:30s{{{MODEL}}}"
 QUEUE_BY_SERVER = f"max by (model, server) (sonicsite_model_queue_seconds_per_request{{{MODEL}}})"
 
 
+def _site_health() -> list[PanelSpec]:
+    """On-call's first look: processes that run and restart (the local supervisor's),
+    targets not scraped, Envoy's retries, timeouts, failed health checks and ejections, and
+    a control plane not followed (stale state, fail-open, refused configuration)."""
+    envoy = ENVOY_MODEL_CLUSTERS
+    return [
+        PanelSpec(
+            "Processes up (local site)",
+            "none",
+            (Query(f"min by (process) (sonicsite_process_up{{{SITE}}})", "{{process}}"),),
+            description="1 while the supervisor sees the process run, 0 while it is dead or "
+            "restarting (its restart's back-off). Why: `sonicsite status`, logs/<process>.log.",
+        ),
+        PanelSpec(
+            "Restarts by process (last 15 min)",
+            "none",
+            (
+                Query(
+                    f"sum by (process) (increase(sonicsite_process_restarts_total{{{SITE}}}[15m]))",
+                    "{{process}}",
+                ),
+            ),
+            description="As SonicsiteProcessCrashLooping counts them: 3 or more fires it.",
+        ),
+        PanelSpec(
+            "Scrape targets down",
+            "none",
+            (Query(f"sum by (job) (up{{{SITE}}} == bool 0)", "{{job}}"),),
+            description="Targets not scraped now, per job (SonicsiteTargetDown after 2 min).",
+        ),
+        PanelSpec(
+            "Envoy and gateway: retries, per-try timeouts, health-check failures",
+            "reqps",
+            (
+                *(
+                    Query(f"sum(rate({counter}{{{envoy}}}[{WINDOW}]))", legend)
+                    for counter, legend in (
+                        ("envoy_cluster_upstream_rq_retry", "retries"),
+                        ("envoy_cluster_upstream_rq_per_try_timeout", "per-try timeouts"),
+                        ("envoy_cluster_health_check_failure", "health-check failures"),
+                    )
+                ),
+                Query(_rate("sonicsite_gateway_retries_total", "model"), "gateway {{model}}"),
+            ),
+            description="Envoy's over the models' clusters; the gateway's: requests sent to "
+            "another server after a connection failure. A server killed or hung shows here.",
+        ),
+        PanelSpec(
+            "Servers ejected by Envoy",
+            "none",
+            (
+                Query(
+                    f"max(envoy_cluster_outlier_detection_ejections_active{{{envoy}}})",
+                    "ejected now (most in one cluster)",
+                ),
+                Query(
+                    "sum(increase(envoy_cluster_outlier_detection_ejections_enforced_total"
+                    f"{{{envoy}}}[{WINDOW}]))",
+                    "ejections",
+                ),
+            ),
+            description="Outlier detection: a server that failed in a row is sent nothing "
+            "for a while (each model's cluster ejects on its own).",
+        ),
+        PanelSpec(
+            "Control plane: stale state, fail-open, xDS refused",
+            "none",
+            (
+                Query(
+                    f"max(sonicsite_gateway_operator_state_stale{{{SITE}}})",
+                    "gateway: operator state stale",
+                ),
+                Query(
+                    f"max by (model) (sonicsite_admission_fail_open{{{MODEL}}})",
+                    "fail open {{model}}",
+                ),
+                Query(
+                    f"max by (kind) (sonicsite_operator_xds_refusing{{{SITE}}})",
+                    "Envoys refusing {{kind}}",
+                ),
+            ),
+            description="1 while the gateway's copy of the operator's state is too old to "
+            "follow (every model open); while admission fails open (no server of the model "
+            "measured); Envoys whose last answer to a kind of configuration was a refusal "
+            "(the operator's log has Envoy's reason).",
+        ),
+    ]
+
+
 def overview_panels() -> list[tuple[str, list[PanelSpec]]]:
-    """Rows of the site overview: (row title, panels)."""
+    """Rows of the site overview: (row title, panels); site health first."""
     stages = (
         ("input", "nv_inference_compute_input_duration_us"),
         ("compute", "nv_inference_compute_infer_duration_us"),
         ("output", "nv_inference_compute_output_duration_us"),
     )
     return [
+        ("Site health", _site_health()),
         (
             "Servers",
             [
                 PanelSpec(
                     "Servers taking work",
                     "none",
-                    (Query(f"sum(sonicsite_server_up{{{SITE}}})", "ready"),),
+                    (
+                        Query(f"sum(sonicsite_server_up{{{SITE}}})", "ready"),
+                        Query(f"max by (server) (sonicsite_server_up{{{SITE}}})", "{{server}}"),
+                    ),
                     "stat",
-                    "Servers whose metrics the operator reads (CPU and GPU alike).",
+                    "Servers whose metrics the operator reads (CPU and GPU alike): how many, "
+                    "then each server (1 taking work, 0 not).",
                 ),
                 PanelSpec(
                     "Servers: current vs desired",

@@ -32,6 +32,7 @@ from sonicsite.operator.xds_resources import ALL_SERVERS, LISTENER, model_cluste
 
 from . import envoy, envoy_admin, prometheus
 from .errors import EnvoyError, SiteError
+from .port_need import CONTROL_PLANE, CONTROL_PLANE_PORTS, PROMETHEUS
 from .ports import free_ports
 from .processes import exit_reason, log_tail, start_process, wait_for_http
 from .servers import update_targets
@@ -62,7 +63,8 @@ def start_control_plane(
     The gateway starts with the operator, not after it: its imports take a second or more,
     and it answers its health check only once it has read the operator's state (it reads
     again every `refresh_s` until it can)."""
-    ports = free_ports(6, avoid=SiteState.load(site_dir).ports())
+    taken = SiteState.load(site_dir).ports()
+    ports = free_ports(CONTROL_PLANE_PORTS, avoid=taken, part=CONTROL_PLANE)
     op_port, xds_port, listen, stats, http, view = ports
     with edit(site_dir) as state:
         state.operator = f"127.0.0.1:{op_port}"
@@ -331,12 +333,14 @@ def record_process(
 
 def start_prometheus(site_dir: Path, timeout: float) -> None:
     """Prometheus with every monitoring rule, when the binary is installed (Debian's),
-    scraping the servers, the operator, the gateway, Envoy and the supervisor (if any)."""
+    scraping the servers, the operator, the gateway, Envoy and the supervisor (if any),
+    into an empty TSDB: the previous site's series (its alerts, its servers) are not this
+    site's (prometheus.fresh_storage)."""
     if not prometheus_installed():
         return
     folder = site_dir / "prometheus"
     folder.mkdir(exist_ok=True)
-    (port,) = free_ports(1, avoid=SiteState.load(site_dir).ports())
+    (port,) = free_ports(1, avoid=SiteState.load(site_dir).ports(), part=PROMETHEUS)
     with edit(site_dir) as state:
         state.prometheus = f"127.0.0.1:{port}"
     update_targets(state)
@@ -351,7 +355,10 @@ def start_prometheus(site_dir: Path, timeout: float) -> None:
     config = prometheus.site_config(folder / "triton.json", jobs, rules)
     (folder / "prometheus.yml").write_text(json.dumps(config, indent=1))
     log = site_dir / "logs" / "prometheus.log"
-    args = (folder / "prometheus.yml", folder / "data", state.prometheus, log)
+    # an empty TSDB for each `up` (the last one's moved aside); the supervisor restarts
+    # Prometheus with this command, on this path: a restart within the site keeps its data
+    data = prometheus.fresh_storage(folder)
+    args = (folder / "prometheus.yml", data, state.prometheus, log)
     proc = prometheus.start(*args, site_dir=site_dir)
     record_process(site_dir, "prometheus", proc, log, f"http://{state.prometheus}/-/healthy")
     prometheus.wait_ready(proc, state.prometheus, log, timeout)

@@ -41,20 +41,22 @@ from sonicsite.operator.placement_settings import PlacementSettings, named_catal
 from sonicsite.operator.placement_start import start_models
 from sonicsite.operator.xds_jwt import JwtPolicy
 
-from . import processes
 from .admin_key import create_key
 from .collector import start_collector
-from .control_plane import control_plane_parts, start_control_plane
+from .control_plane import control_plane_parts, prometheus_installed, start_control_plane
 from .envoy_admin import forget_admin_socket
 from .errors import SiteError
-from .ports import PORT_RANGE_VARIABLE, free_ports, port_range
-from .processes import describe, marked_groups, site_group, stop_groups
+from .port_need import SERVERS, SUPERVISOR, check_range, site_need
+from .ports import free_ports
+from .processes import describe, marked_groups, site_group, stop_groups_told
 from .servers import remove_leftovers, start_server
 from .site_dir import clear_repository, make_private, mark_repository
-from .state import LocalProcess, LocalServer, SiteState, StartUnderWay, create, edit, exclusive
+from .state import LocalServer, SiteState, StartUnderWay, create, edit, exclusive
+from .stop_told import keep_left, killed_said
 from .supervision import SupervisionPolicy, start_supervisor
 from .tracing import TracingConfig
 from .triton import ServerPorts, TritonInstall, wait_ready
+from .up_log import up_logged
 
 log = logging.getLogger(__name__)
 
@@ -106,16 +108,16 @@ def up(
     killed on the way leaves a site that `status` and `submit` call incomplete."""
     if servers < 1:
         raise SiteError(f"servers must be at least 1, got {servers}")
-    if (ports := port_range()) and 3 * servers > (size := ports[1] - ports[0] + 1):
-        why = f"need {3 * servers} ports (3 each), over the {size} of {PORT_RANGE_VARIABLE}"
-        raise SiteError(f"servers: {servers} servers {why}={ports[0]}-{ports[1]}")
+    need = site_need(servers, tracing is not None, balancer, prometheus_installed(), supervise)
+    check_range(need)  # before anything starts: the whole site's ports, part by part
     if ort_threads < 1:
         raise SiteError(f"ort_threads must be at least 1, got {ort_threads}")
     if scaling is not None and scaling.min_servers == 0 and placing is None:
         raise SiteError(f"scaling: {zero_needs('placing')}")
     site_dir = Path(site_dir).resolve()
     make_private(site_dir)
-    with exclusive(site_dir, "up"):  # one `up` or `down` at a time, from here to the end
+    # one `up` or `down` at a time, from here to the end; what happened in logs/up.log
+    with up_logged(site_dir, need), exclusive(site_dir, "up"):
         if live := running(site_dir):
             raise SiteError(
                 f"a site is already running in {site_dir} ({', '.join(live)}); stop it with "
@@ -148,7 +150,7 @@ def up(
         state = SiteState(site_dir=str(site_dir), models=names, started_at=time.time())
         state.starting = StartUnderWay(os.getpid(), tuple(parts))  # cleared once all is up
         if supervise:  # chosen now: Prometheus, started before it, scrapes it
-            state.supervisor = f"127.0.0.1:{free_ports(1)[0]}"
+            state.supervisor = f"127.0.0.1:{free_ports(1, part=SUPERVISOR)[0]}"
         create(state)
         started: list[tuple[subprocess.Popen, LocalServer]] = []
         try:
@@ -156,7 +158,8 @@ def up(
                 start_collector(site_dir, tracing)
             # every server's ports from one call: distinct, where separate calls could be
             # handed a port again that an earlier server has not bound yet
-            chosen = free_ports(3 * servers, avoid=SiteState.load(site_dir).ports())
+            taken = SiteState.load(site_dir).ports()
+            chosen = free_ports(3 * servers, avoid=taken, part=SERVERS)
             for index in range(servers):
                 server_id = f"triton-{index}"
                 delay = (delay_ms or {}).get(server_id, 0.0)
@@ -234,13 +237,17 @@ def _unwind(site_dir: Path, exc: BaseException) -> NoReturn:
     but not recorded yet too, then raise what stopped it (a SiteError for any other error)."""
     try:
         with _signals_held():  # a second Ctrl-C would leave what is not stopped yet running
-            _stop(site_dir)
+            stopped = _stop(site_dir)
     except SiteError as left:  # what outlived SIGKILL, said with what stopped `up`
         cause = str(exc) or type(exc).__name__
         raise SiteError(f"{cause}; then stopping what `up` had started failed: {left}") from exc
-    if isinstance(exc, SiteError) or not isinstance(exc, Exception):  # Ctrl-C, SIGTERM
+    error = exc if isinstance(exc, SiteError) or not isinstance(exc, Exception) else None
+    error = error or SiteError(str(exc))  # else Ctrl-C, SIGTERM, as they are
+    if stopped:
+        error.add_note(f"`up` stopped what it had started: {', '.join(stopped.values())}")
+    if error is exc:
         raise exc
-    raise SiteError(str(exc)) from exc
+    raise error from exc
 
 
 def placement(
@@ -316,14 +323,16 @@ def _pools(
     }
 
 
-def down(site_dir: Path) -> dict[int, str]:
+def down(site_dir: Path, say: Callable[[str], None] = log.warning) -> dict[int, str]:
     """Stop every process of the site: first mark it stopping (under the state lock), then
     the supervisor, the gateway, Envoy, the operator and Prometheus together, then the
     servers together; returns what it stopped, PID -> name (a process of the site that no
-    record named: what it is). Works the same
+    record named: what it is); {} when there is nothing to stop (no state file: no site,
+    or one already stopped), so that a cleanup can call it twice. Works the same
     whether the supervisor is alive, dead or was never started. Refused while an `up` or
-    another `down` runs in the directory (state.exclusive). SiteError naming each process that
-    outlived SIGKILL (PID, name, state), which then stays in the state file, alone.
+    another `down` runs in the directory (state.exclusive). `say` is told each process it
+    had to SIGKILL. SiteError naming each process that outlived SIGKILL (PID, name, state),
+    which then stays in the state file, alone.
 
     The supervisor goes with the others, not before them: a restart records its PID in the
     same locked change that checks `stopping` (supervisor.py), so once the site is marked
@@ -331,12 +340,15 @@ def down(site_dir: Path) -> dict[int, str]:
     last, once nothing holds a connection to them: Triton waits for its HTTP clients to
     leave before it unloads, checking once a second."""
     site_dir = Path(site_dir)
-    load_state_file(site_dir)  # no site: say how to start one, and make no lock file
+    try:
+        load_state_file(site_dir)  # a file that is not a site's state: said, not stopped
+    except FileNotFoundError:
+        return {}  # no site: nothing to stop, and no lock file made
     with exclusive(site_dir, "down"):
-        return _stop(site_dir)
+        return _stop(site_dir, say)
 
 
-def _stop(site_dir: Path) -> dict[int, str]:
+def _stop(site_dir: Path, say: Callable[[str], None] = log.warning) -> dict[int, str]:
     """`down` without its lock (`up` holds it when it stops what it started). Then what is
     marked as the site's and no record names: a server `up` or the operator had started
     and not yet recorded (still starting, or its starter killed), a process the supervisor
@@ -352,7 +364,10 @@ def _stop(site_dir: Path) -> dict[int, str]:
         for p in reversed(state.processes)
         if p.kind != SERVER and site_group(p.pid, where)
     }
-    left = stop_groups(list(others))  # all at once
+    first = stop_groups_told(list(others))  # all at once
+    for line in killed_said(first, others):
+        say(line)
+    left = first.left
     servers = {s.pid: s.id for s in state.servers}
     servers |= {p.pid: p.name for p in state.processes if p.kind == SERVER}
     servers = {pid: sid for pid, sid in servers.items() if pid and site_group(pid, where, sid)}
@@ -362,39 +377,15 @@ def _stop(site_dir: Path) -> dict[int, str]:
         shown = "; ".join(f"pid {g}: {what}" for g, what in strays.items())
         log.warning("%s: stopping process groups of the site no record names: %s", where, shown)
     servers |= strays
-    left |= stop_groups(list(servers))  # every server unloads its models at the same time
+    last = stop_groups_told(list(servers))  # every server unloads its models at the same time
+    for line in killed_said(last, servers):
+        say(line)
+    left |= last.left
     for server in state.servers:
         if server.pid not in left:
             remove_leftovers(server)
     if left:
-        raise SiteError(_keep_left(site_dir, left, others | servers))
+        raise SiteError(keep_left(site_dir, left, others | servers))
     (site_dir / STATE_FILE).unlink(missing_ok=True)
     forget_admin_socket(state.envoy_admin)  # Envoy is gone: its socket file, wherever it is
     return servers | others
-
-
-def _keep_left(site_dir: Path, left: dict[int, list[int]], names: dict[int, str]) -> str:
-    """Keep in the state file only the processes that outlived SIGKILL (a later `down`
-    tries them again); what to say about them."""
-    said = {
-        pid: ", ".join(f"pid {m} ({describe(m)})" for m in members) for pid, members in left.items()
-    }
-    with edit(site_dir) as state:
-        state.starting = None
-        state.servers = [s for s in state.servers if s.pid in left]
-        kept = [p for p in state.processes if p.pid in left]
-        recorded = {p.pid for p in kept}
-        kept += [
-            LocalProcess(name=names[pid], kind=SERVER, pid=pid, state=STOPPED)
-            for pid in left
-            if pid not in recorded
-        ]
-        why = "outlived SIGKILL at `sonicsite down`: "
-        state.processes = [replace(p, last_exit=why + said[p.pid]) for p in kept]
-    shown = "; ".join(f"{names[pid]} (pid {pid}): {said[pid]}" for pid in left)
-    return (
-        f"{len(left)} process group(s) of the site in {site_dir} outlived SIGKILL (still there "
-        f"{processes.KILL_WAIT_S:g} s after it): {shown}. A process in state D waits in the "
-        f"kernel (a hung file system or device). They stay recorded in "
-        f"{site_dir / STATE_FILE}: run `sonicsite down` again once they can end"
-    )

@@ -32,10 +32,18 @@ def port_range() -> tuple[int, int] | None:
     return lo, hi
 
 
-def free_ports(count: int, host: str = "127.0.0.1", avoid: Collection[int] = ()) -> list[int]:
+class PortsExhausted(OSError):
+    """`SONICSITE_PORT_RANGE` has fewer free ports than a part of the site asked for; the
+    message names the range, the part and the count."""
+
+
+def free_ports(
+    count: int, host: str = "127.0.0.1", avoid: Collection[int] = (), part: str = ""
+) -> list[int]:
     """`count` distinct ports free right now (all held open until chosen): the kernel's
     choice, or random ones of `SONICSITE_PORT_RANGE`; never one of `avoid` (ports chosen
-    by the caller's site but perhaps not bound yet: `SiteState.ports`)."""
+    by the caller's site but perhaps not bound yet: `SiteState.ports`). `part`: who asks,
+    in words, named by PortsExhausted when the range has too few left."""
     bounds = port_range()
     candidates = (
         random.sample(range(bounds[0], bounds[1] + 1), bounds[1] - bounds[0] + 1) if bounds else []
@@ -46,9 +54,10 @@ def free_ports(count: int, host: str = "127.0.0.1", avoid: Collection[int] = ())
         while len(sockets) < count:
             if bounds and not candidates:
                 size = bounds[1] - bounds[0] + 1
-                raise OSError(
+                asker = f" for {part}" if part else ""
+                raise PortsExhausted(
                     f"{PORT_RANGE_VARIABLE}={bounds[0]}-{bounds[1]}: no {count} free ports "
-                    f"left in its {size}"
+                    f"left{asker} in its {size}"
                 )
             port = candidates.pop() if bounds else 0
             if port and port in avoid:
@@ -77,3 +86,19 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+def free_in_range(bounds: tuple[int, int], enough: int, host: str = "127.0.0.1") -> int:
+    """How many ports of `bounds` could be bound now (as `free_ports` binds them: a port in
+    TIME-WAIT from an outgoing connection is not), counting up to `enough`."""
+    found = 0
+    for port in range(bounds[0], bounds[1] + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        found += 1
+        if found >= enough:
+            break
+    return found

@@ -19,9 +19,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from sonicsite.contract.processes_seen import runs_for_site, stat_fields
+from sonicsite.contract.processes_seen import (
+    command_line,
+    environ_has,
+    pids,
+    runs_for_site,
+    stat_fields,
+)
 
 LOG = logging.getLogger(__name__)
 GRACE_S = 15.0  # from SIGTERM to SIGKILL (read at each call)
@@ -164,11 +171,7 @@ def describe(pid: int) -> str:
     """A process's state (as /proc says: D is uninterruptible, stuck in the kernel) and
     the start of its command line, for a log line."""
     state = process_state(pid) or "gone"
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
-    except OSError:
-        command = b""
-    return f"state {state}, {command[:120].decode(errors='replace') or '?'}"
+    return f"state {state}, {command_line(pid)[:120] or '?'}"
 
 
 def process_state(pid: int) -> str:
@@ -180,10 +183,10 @@ def process_state(pid: int) -> str:
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group `pgid`."""
     members = []
-    for entry in os.listdir("/proc"):
-        fields = stat_fields(int(entry)) if entry.isdigit() else []
+    for pid in pids():
+        fields = stat_fields(pid)
         if fields and int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry))
+            members.append(pid)
     return members
 
 
@@ -191,18 +194,13 @@ def marked_groups(site_dir: Path | str) -> list[int]:
     """The process groups with a live member marked as the site's (`start_process`), the
     caller's own group excepted: what `down` stops whatever the records say. Read from
     /proc/PID/environ, the environment a process was started with."""
-    mark = b"\0" + f"{SITE_MARK_ENV}={os.path.realpath(site_dir)}".encode() + b"\0"
+    mark = f"{SITE_MARK_ENV}={os.path.realpath(site_dir)}"
     own = os.getpgid(0)
     groups: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in pids():
+        if not environ_has(pid, mark):  # unmarked, gone, or not ours to read
             continue
-        try:
-            if mark not in b"\0" + Path(f"/proc/{entry}/environ").read_bytes():
-                continue
-        except OSError:  # gone, or not ours to read
-            continue
-        fields = stat_fields(int(entry))  # only for the marked: their state and group
+        fields = stat_fields(pid)  # only for the marked: their state and group
         if fields and fields[0] != "Z" and int(fields[2]) != own:
             groups.add(int(fields[2]))
     return sorted(groups)
@@ -227,18 +225,38 @@ def stop_group(pid: int, grace: float | None = None) -> list[int]:
 
 
 def stop_groups(pids: Sequence[int], grace: float | None = None) -> dict[int, list[int]]:
-    """SIGTERM the process groups led by `pids` all at once, then SIGKILL what is left of
-    any of them after `grace` s (GRACE_S). Together, not one after another: a Triton server
-    takes a second or two to unload its models and exit, and the servers of a site can all
-    do that at the same time. A group whose leader is gone (a server that crashed or was
-    killed) has no exit left to wait for: what remains of it (its Python-backend stubs,
-    which do not exit on SIGTERM) is killed at once rather than after the grace. Returns,
-    per group, the processes still there after SIGKILL and KILL_WAIT_S (stuck in the
-    kernel: state D); {} when every group is gone. The caller must say so and keep them."""
+    """`stop_groups_told`'s processes still there after SIGKILL, per group ({} when every
+    group is gone)."""
+    return stop_groups_told(pids, grace).left
+
+
+@dataclass(frozen=True)
+class GroupsStopped:
+    """What stopping process groups took: those SIGKILLed at the end of the grace (each
+    with its leader's state and command then, as `describe` says them), and the processes
+    still there after SIGKILL, per group. The caller says both."""
+
+    grace: float
+    killed: dict[int, str]
+    left: dict[int, list[int]]
+
+
+def stop_groups_told(pids: Sequence[int], grace: float | None = None) -> GroupsStopped:
+    """SIGTERM the process groups led by `pids` all at once, then SIGCONT (a group stopped
+    by SIGSTOP acts on SIGTERM only once continued: it would otherwise wait out the whole
+    grace and be SIGKILLed), then SIGKILL what is left of any of them after `grace` s
+    (GRACE_S). Together, not one after another: a Triton server takes a second or two to
+    unload its models and exit, and the servers of a site can all do that at the same time.
+    A group whose leader is gone (a server that crashed or was killed) has no exit left to
+    wait for: what remains of it (its Python-backend stubs, which do not exit on SIGTERM) is
+    killed at once rather than after the grace. The processes still there after SIGKILL and
+    KILL_WAIT_S are stuck in the kernel (state D): the caller must say so and keep them."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + (GRACE_S if grace is None else grace)
+            os.killpg(pid, signal.SIGCONT)
+    grace = GRACE_S if grace is None else grace
+    deadline = time.monotonic() + grace
     left = [pid for pid in pids if group_members(pid)]
     while left and time.monotonic() < deadline:
         for pid in left:
@@ -248,11 +266,13 @@ def stop_groups(pids: Sequence[int], grace: float | None = None) -> dict[int, li
                 kill_group(pid)
         time.sleep(0.1)
         left = [pid for pid in left if group_members(pid)]
-    for pid in left:  # what is left after the grace
+    killed = {pid: describe(pid) for pid in left}  # what is left after the grace, as it is
+    for pid in left:
         kill_group(pid)
     for pid in pids:
         _reap(pid)
-    return {pid: members for pid in pids if (members := group_members(pid))}
+    still = {pid: members for pid in pids if (members := group_members(pid))}
+    return GroupsStopped(grace, killed, still)
 
 
 def _reap(pid: int) -> None:

@@ -56,6 +56,26 @@ def write_targets(path: Path, servers: dict[str, str]) -> None:
     tmp.replace(path)  # Prometheus never reads a half-written file
 
 
+def fresh_storage(folder: Path) -> Path:
+    """`folder/data`, empty, for a new site's Prometheus. The TSDB of the site that ran in
+    this folder before is moved to `data.previous` (for a post-mortem; the one before it
+    removed): reopened, it gave the new site the old one's series, so that alerts fired
+    for restarts the new site never had and servers were counted twice. PrometheusError
+    naming the folder and why when it cannot be moved."""
+    data, previous = folder / "data", folder / "data.previous"
+    try:
+        if data.exists():
+            if previous.exists():
+                shutil.rmtree(previous)
+            data.rename(previous)
+    except OSError as exc:
+        raise PrometheusError(
+            f"prometheus: cannot move the previous site's TSDB {data} aside to {previous} "
+            f"({exc.strerror or exc}); the new site must not read its series: remove it"
+        ) from exc
+    return data
+
+
 def start(
     config_path: Path, data_dir: Path, address: str, log: Path, site_dir: Path | None = None
 ) -> subprocess.Popen:

@@ -95,9 +95,10 @@ def test_queue_time_per_request_comes_from_its_definitions_not_from_the_dashboar
 
 
 # A series a panel reads, and the selector right after it (a name matched by `=`, `=~`, `!=`
-# or `!~` is a label in a selector: Envoy's envoy_cluster_name).
+# or `!~` is a label in a selector: Envoy's envoy_cluster_name); Prometheus's own `up` of
+# each target (the site health row's targets down) where a selector follows it.
 SERIES = re.compile(
-    r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+|envoy_[a-z_]+)\b"
+    r"\b(nv_inference_[a-z_]+|sonicsite_[a-z_]+|sonicsite:[a-z0-9_:]+|envoy_[a-z_]+|up(?=\{))\b"
     r"(?!\s*[=!]~?)"
 )
 

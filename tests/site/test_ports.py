@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from sonicsite.local import launcher
+from sonicsite.local import control_plane, launcher
 from sonicsite.local.errors import SiteError
 from sonicsite.local.ports import PORT_RANGE_VARIABLE, free_ports
 from sonicsite.local.state import LocalProcess, LocalServer, SiteState
@@ -85,12 +85,14 @@ def test_up_with_more_servers_than_the_range_has_ports_names_both(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     """It said "no 300000 free ports left", naming neither --servers nor the range, after
-    it had made the site's folder."""
+    it had made the site's folder. The whole site's need is counted, part by part."""
     monkeypatch.setenv(PORT_RANGE_VARIABLE, "42000-42999")
     with pytest.raises(SiteError) as refused:
         launcher.up(tmp_path / "site", servers=400)
+    prometheus = ", 1 for Prometheus" if control_plane.prometheus_installed() else ""
     assert str(refused.value) == (
-        "servers: 400 servers need 1200 ports (3 each), over the 1000 of "
-        f"{PORT_RANGE_VARIABLE}=42000-42999"
+        f"servers: a site of 400 servers needs {1207 + bool(prometheus)} ports, over the 1000 "
+        f"of {PORT_RANGE_VARIABLE}=42000-42999: 1200 for the servers (3 each), 6 for the "
+        f"control plane (operator, Envoy, gateway){prometheus}, 1 for the supervisor"
     )
     assert not (tmp_path / "site").exists()
