@@ -40,7 +40,9 @@ class Started(uvicorn.Server):
             logs.LOG.info("%s", self.line)
 
 
-def main(argv: list[str] | None = None) -> int:
+def configured(argv: list[str] | None = None) -> tuple[argparse.Namespace, GatewayConfig]:
+    """The command line read into the gateway's settings, with the files it names (the
+    admission key, the JWKS settings) read and checked: a usage error names the option."""
     parser = argparse.ArgumentParser(prog="sonicsite-gateway")
     parser.add_argument("--operator", required=True, help="the operator's API, http://host:port")
     parser.add_argument(
@@ -186,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         tracing=tracing,
         passes=passes,
     )
+    return args, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until stopped: 0, or STARTUP_FAILURE when the app's start or a bind failed."""
+    args, config = configured(argv)
     logs.configure()  # uvicorn's lines too (log_config=None: they reach the root logger)
     keep_freed_memory()
     served = uvicorn.Config(

@@ -31,7 +31,7 @@ def _container(docs: list[dict], component: str) -> dict:
     return one_object(docs, "Deployment", component)["spec"]["template"]["spec"]["containers"][0]
 
 
-def _gateway_config(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def _gateway_config(args: list[str], tmp_path: Path):
     """The GatewayConfig the gateway's `main` builds from the chart's arguments (the files it
     reads at start, Secrets in the pod, replaced by the test's: the admission key, the tokens)."""
     files = {"--admission-key-file": "k" * 48, "--tokens": "a-token-of-the-site-0001\n"}
@@ -43,13 +43,7 @@ def _gateway_config(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyP
         return f"{flag}={tmp_path / flag.strip('-')}" if flag in files else arg
 
     args = [local(a) for a in args]
-    built = []
-    monkeypatch.setattr(gateway_main, "create_app", built.append)
-    monkeypatch.setattr(gateway_main.uvicorn, "run", lambda *a, **k: None)
-    monkeypatch.setattr(gateway_main, "keep_freed_memory", lambda: True)
-    monkeypatch.setattr(gateway_main.logs, "configure", lambda: None)
-    assert gateway_main.main(args) == 0
-    (config,) = built
+    _, config = gateway_main.configured(args)
     return config
 
 
@@ -61,13 +55,13 @@ def _envoys_policy(docs: list[dict]):
 
 
 @pytest.mark.parametrize("keys", ["jwksUri", "jwksSecret"])
-def test_envoys_jwts_are_the_gateways_too_with_gateway_auth_off(keys, tmp_path, monkeypatch):
+def test_envoys_jwts_are_the_gateways_too_with_gateway_auth_off(keys, tmp_path):
     jwt = REMOTE if keys == "jwksUri" else FILE
     docs = objects(render({"envoy": {"jwt": jwt}}))  # gateway.auth off, as by default
     envoy = _envoys_policy(docs)
     assert envoy is not None
     gateway = _container(docs, "gateway")
-    config = _gateway_config(gateway["args"], tmp_path, monkeypatch)
+    config = _gateway_config(gateway["args"], tmp_path)
     assert config.jwt_issuer == envoy.issuer == jwt["issuer"]
     assert config.jwt_audiences == envoy.audiences == tuple(jwt["audiences"])
     assert config.tokens is None  # JWTs alone: no static tokens were given
@@ -85,12 +79,12 @@ def test_envoys_jwts_are_the_gateways_too_with_gateway_auth_off(keys, tmp_path, 
         assert Path(envoy.jwks_file).name == "jwks.json"
 
 
-def test_the_gateways_static_tokens_stay_beside_envoys_jwts(tmp_path, monkeypatch):
+def test_the_gateways_static_tokens_stay_beside_envoys_jwts(tmp_path):
     auth = {"enabled": True, "existingSecret": "site-tokens"}  # jwt not asked for
     docs = objects(render({"envoy": {"jwt": REMOTE}, "gateway": {"auth": auth}}))
     args = _container(docs, "gateway")["args"]
     assert "--tokens=/etc/sonicsite/tokens/tokens" in args
-    config = _gateway_config(args, tmp_path, monkeypatch)
+    config = _gateway_config(args, tmp_path)
     assert config.tokens == tmp_path / "tokens"
     assert config.jwt_issuer == REMOTE["issuer"]  # a REST client through Envoy passes too
 
@@ -107,10 +101,10 @@ def test_an_audience_with_a_comma_is_refused_not_split_in_two():
         render({"envoy": {"jwt": jwt}})
 
 
-def test_the_profiles_with_envoy_jwt_close_the_gateway(tmp_path, monkeypatch):
+def test_the_profiles_with_envoy_jwt_close_the_gateway(tmp_path):
     for name, values in profiles().items():
         if not values.get("envoy", {}).get("jwt", {}).get("enabled"):
             continue
         docs = objects(render(values))
-        config = _gateway_config(_container(docs, "gateway")["args"], tmp_path, monkeypatch)
+        config = _gateway_config(_container(docs, "gateway")["args"], tmp_path)
         assert config.jwt_issuer == values["envoy"]["jwt"]["issuer"], name
