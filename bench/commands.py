@@ -170,9 +170,9 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         result = bench()
     except Exception as exc:  # in words, with where the result went (Recorder's note)
-        said = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))
+        notes = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))
         print(
-            f"sonicsite bench {args.bench_command}: failed: {type(exc).__name__}: {exc}{said}",
+            f"sonicsite bench {args.bench_command}: failed: {type(exc).__name__}: {exc}{notes}",
             file=sys.stderr,
         )
         return 1
