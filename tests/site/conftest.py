@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from site_cli import recorded_process
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher
 from sonicsite.local.ports import free_ports
-from sonicsite.local.processes import start_process
-from sonicsite.local.state import LocalProcess, SiteState, create, edit
+from sonicsite.local.state import SiteState, create
 from sonicsite.local.supervision import SupervisionPolicy, start_supervisor
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
@@ -60,19 +60,7 @@ def plain_site(tmp_path: Path) -> Iterator[PlainSite]:
         (port,) = free_ports(1)
         create(SiteState(str(site_dir), started_at=time.time(), supervisor=f"127.0.0.1:{port}"))
         for name, command in commands.items():
-            log = site_dir / "logs" / f"{name}.log"
-            proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
-            record = LocalProcess(
-                name=name,
-                kind="worker",
-                pid=proc.pid,
-                since=time.time(),
-                log=str(log),
-                command=tuple(command),
-                cwd=str(site_dir),
-            )
-            with edit(site_dir) as state:
-                state.put_process(record)
+            recorded_process(site_dir, name, command)
         start_supervisor(site_dir, policy)
         return SiteState.load(site_dir)
 

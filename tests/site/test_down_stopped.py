@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 from polling import wait_until
-from site_cli import empty_site
+from site_cli import empty_site, recorded_process
 
 from sonicsite.contract.wire import STATE_FILE
 from sonicsite.local import launcher, processes
-from sonicsite.local.processes import group_members, process_state, start_process
-from sonicsite.local.state import LocalProcess, SiteState, create, edit
+from sonicsite.local.processes import group_members, process_state
+from sonicsite.local.state import SiteState, create
 
 GRACE_S = 5.0  # SIGTERM to SIGKILL here: a stopped process SIGKILLed would not write its file
 
@@ -40,19 +40,8 @@ time.sleep(600)
 
 
 def _start(site_dir: Path, name: str, command: list[str]) -> int:
+    proc = recorded_process(site_dir, name, command)
     log = site_dir / "logs" / f"{name}.log"
-    proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
-    record = LocalProcess(
-        name=name,
-        kind="worker",
-        pid=proc.pid,
-        since=time.time(),
-        log=str(log),
-        command=tuple(command),
-        cwd=str(site_dir),
-    )
-    with edit(site_dir) as state:
-        state.put_process(record)
     wait_until(lambda: "ready" in log.read_text(), f"{name}'s SIGTERM handler set")
     return proc.pid
 

@@ -13,10 +13,10 @@ import urllib.request
 from pathlib import Path
 
 from polling import wait_until
+from site_cli import recorded_process
 
 from sonicsite.local.ports import free_ports
-from sonicsite.local.processes import start_process
-from sonicsite.local.state import LocalProcess, SiteState, create, edit
+from sonicsite.local.state import LocalProcess, SiteState, create
 from sonicsite.local.supervision import SupervisionPolicy, start_supervisor
 
 
@@ -35,23 +35,10 @@ def answering_site(site_dir: Path, kinds: tuple[str, ...], policy: SupervisionPo
     *ports, supervisor = free_ports(len(kinds) + 1)
     create(SiteState(str(site_dir), started_at=time.time(), supervisor=f"127.0.0.1:{supervisor}"))
     for kind, port in zip(kinds, ports, strict=True):
-        log = site_dir / "logs" / f"{kind}.log"
         command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
         command += ["--directory", str(site_dir)]
-        proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
         health = f"http://127.0.0.1:{port}/"
-        record = LocalProcess(
-            name=kind,
-            kind=kind,
-            pid=proc.pid,
-            since=time.time(),
-            log=str(log),
-            command=tuple(command),
-            cwd=str(site_dir),
-            health=health,
-        )
-        with edit(site_dir) as state:
-            state.put_process(record)
+        recorded_process(site_dir, kind, command, kind=kind, health=health)
         wait_until(lambda url=health: answers(url), f"{kind}'s HTTP server to answer")
     start_supervisor(site_dir, policy)
     return site_dir

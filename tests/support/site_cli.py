@@ -1,5 +1,6 @@
 """What the tests of a site's files and commands share: the `sonicsite` command run as a
-user runs it, an empty site folder, and loopback ports that refuse or never answer."""
+user runs it, an empty site folder, a process started and recorded as the site's, and
+loopback ports that refuse or never answer."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import contextlib
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from sonicsite.local.processes import start_process
+from sonicsite.local.state import LocalProcess, edit
 
 SONICSITE = [sys.executable, "-P", "-m", "sonicsite.cli"]
 
@@ -23,6 +28,28 @@ def empty_site(tmp_path: Path) -> Path:
     site_dir = (tmp_path / "site").resolve()
     (site_dir / "logs").mkdir(parents=True)
     return site_dir
+
+
+def recorded_process(
+    site_dir: Path, name: str, command: list[str], kind: str = "worker", health: str = ""
+) -> subprocess.Popen:
+    """`command` started as the site's process `name` (its log logs/NAME.log), and its
+    record put in the site's state as `up` puts one."""
+    log = site_dir / "logs" / f"{name}.log"
+    proc = start_process(command, log, cwd=site_dir, site_dir=site_dir)
+    record = LocalProcess(
+        name=name,
+        kind=kind,
+        pid=proc.pid,
+        since=time.time(),
+        log=str(log),
+        command=tuple(command),
+        cwd=str(site_dir),
+        health=health,
+    )
+    with edit(site_dir) as state:
+        state.put_process(record)
+    return proc
 
 
 def closed_port() -> int:
