@@ -223,6 +223,7 @@ def _run(argv: list[str] | None) -> int:
             return _unwinding(args.command, lambda: run_command(args))
         return _unwinding(args.command, lambda: run_simulate(args), starts_site=False)
     from .local.errors import SiteError
+    from .local.up_log import up_log
 
     try:
         if args.command == "check":
@@ -233,8 +234,10 @@ def _run(argv: list[str] | None) -> int:
             return _unwinding(args.command, lambda: _site(args))
         return _site(args)
     except (SiteError, ValueError, OSError) as exc:  # FileNotFoundError: no site, say so
-        notes = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))  # up's log
+        notes = "".join(f"\n  {note}" for note in getattr(exc, "__notes__", []))
         print(f"sonicsite {args.command}: {said(exc)}{notes}", file=sys.stderr)
+        if args.command == "up" and (log := up_log(Path(args.dir))).is_file():
+            print(f"  (logged in {log.resolve()})", file=sys.stderr)
         return 1
 
 

@@ -1,7 +1,8 @@
 """`logs/up.log` in a site's folder: each `up` says there when it started, and when it
 finished or why it failed. A scripted `up` whose stderr was thrown away left no record of
 why it failed (its servers' logs showed only that they were stopped); the reason is now
-in the folder, and the failure's message names the file.
+in the folder, and `sonicsite up`'s failure names the file (not the error itself: a bench's
+site, in a temporary folder, is gone by the time its error is read).
 
 Appended to, never cleared by `up`: the failed run of the night stays there beside the
 runs that followed it."""
@@ -75,6 +76,5 @@ def log_failed(site_dir: Path, exc: BaseException, need: PortNeed) -> None:
         why += f"; {more}"
         exc.add_note(more)
     problem = _append(site_dir, f"up failed: {why}{said}")
-    exc.add_note(
-        f"could not write why to {problem}" if problem else f"(logged in {up_log(site_dir)})"
-    )
+    if problem:  # where the log is, `sonicsite up` says (cli.py): a bench's site is gone
+        exc.add_note(f"could not write why to {problem}")

@@ -113,7 +113,9 @@ def test_a_worker_gone_just_before_a_stop_is_said_as_it_ended(site, tmp_path):
     stopped (no incident, no reason). Now its end is settled as any other (not rerun:
     submit is stopping) and the report names it."""
     out = tmp_path / "out"
-    proc = _submit_cli(site.site_dir, out, "--jobs", "2", "--wave", "2", "--events", "3000")
+    # jobs far longer than the test: a worker that finished before the kill (3000 events
+    # of `simple`, beside two CPU hogs) left no process to kill
+    proc = _submit_cli(site.site_dir, out, "--jobs", "2", "--wave", "2", "--events", "60000")
     try:
         workers = wait_until(lambda: _streaming(out, 2), "2 workers streaming", 180)
         victim = next(w for w in workers if w["job"] == 0)
