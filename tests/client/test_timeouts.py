@@ -128,7 +128,10 @@ def test_a_stopped_server_costs_a_learnt_deadline_and_loses_no_event(own_site):
     records = result.stats.records
     timed_out = [r for r in records if r.error == "timeout"]
     assert timed_out, f"no attempt on {hung[0]} timed out"
-    assert {r.server for r in timed_out} == set(hung)
+    # every stopped server's attempts timed out; beside CPU hogs an answer of the other
+    # may come past its learnt deadline too (2 s), and was sent again (no event lost above)
+    assert set(hung) <= {r.server for r in timed_out}, [(r.server, r.start) for r in timed_out]
+    on_hung = [r for r in timed_out if r.server in hung]
     # Learnt, not the cap: 4 × p99 of answers taking milliseconds is the 2 s floor; a chunk
     # that timed out before gets twice that, and on this machine's worst day a few times more.
     assert all(r.timeout_s < CAP / 4 for r in timed_out), [r.timeout_s for r in timed_out]
@@ -136,7 +139,7 @@ def test_a_stopped_server_costs_a_learnt_deadline_and_loses_no_event(own_site):
     # once an attempt on the stopped server has timed out it is surely stopped (SIGSTOP
     # reaches a process's threads a moment after kill() returns; on a loaded machine one
     # answer a few ms after `stopped_at` was seen): what started after went elsewhere
-    settled = min(r.start + r.latency_s for r in timed_out)
+    settled = min(r.start + r.latency_s for r in on_hung)
     assert settled > stopped_at[0]
     answered_after = [r for r in records if r.ok and r.start > settled]
     assert answered_after and {r.server for r in answered_after} == set(pids) - set(hung)
